@@ -1,0 +1,105 @@
+"""`python -m oracle schedule`: print the block and loop schedules of one round.
+
+Text: per request a grid of offsets (lines) against calls/waves (columns); a cell holds the
+depth that row runs in that call, `*` when the draft head runs on it after the call.
+`--json`: one object {"block": Schedule.to_json(), "loop": Schedule.to_json()}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .cli import csv_ints
+from .schedule import Schedule, check_schedule, plan, validate
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Make argparse usage errors a single `error: ...` line on stderr (exit 2), like OracleError."""
+    def error(message: str):
+        print(f"error: {parser.prog}: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    # The top-level parser would report leftover arguments with its multi-line usage; the
+    # subparsers action calls this parser's parse_known_args, so catch them here.
+    parse_known_args = parser.parse_known_args
+
+    def parse_known_args_strict(args=None, namespace=None):
+        namespace, extras = parse_known_args(args, namespace)
+        if extras:
+            error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    parser.error = error
+    parser.parse_known_args = parse_known_args_strict
+    return parser
+
+
+def add_round_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-d", "--draft-loops", type=int, default=2, metavar="d",
+                   help="loops used to draft (default 2)")
+    p.add_argument("-D", "--target-loops", type=int, default=4, metavar="D",
+                   help="loops used to verify (default 4)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("schedule", help="print the block and loop schedules of one round",
+                              description="Print the block and loop schedules of one speculative round.")
+    p.add_argument("--counts", type=csv_ints, required=True, metavar="T0,T1,...",
+                   help="token count T_i = K_i + 1 per request, e.g. 5,3,1")
+    add_round_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the diagram")
+    one_line_errors(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    counts = validate(args.counts, args.draft_loops, args.target_loops)
+    rounds = {mode: plan(mode, counts, args.draft_loops, args.target_loops) for mode in ("block", "loop")}
+    for s in rounds.values():
+        check_schedule(s)
+    if args.json:
+        print(json.dumps({mode: s.to_json() for mode, s in rounds.items()}))
+    else:
+        print("\n\n".join(diagram(s) for s in rounds.values()))
+    return 0
+
+
+def totals(s: Schedule) -> dict:
+    heads = [n for n in s.draft_head_counts() if n]
+    return {"recurrent_calls": len(s.calls), "rows": sum(s.row_counts()),
+            "draft_head_rows": sum(heads), "draft_head_calls": len(heads),
+            "verify_head_rows": len(s.verify_head)}
+
+
+def diagram(s: Schedule) -> str:
+    """Offsets x calls grid per request, then rows per call and totals."""
+    n = len(s.calls)
+    cell: dict[tuple[int, int], dict[int, str]] = {}   # (request, offset) -> {call: "depth[*]"}
+    for c, call in enumerate(s.calls):
+        heads = set(call.draft_head)
+        for i, o, j in call.rows:
+            cell.setdefault((i, o), {})[c] = f"{j}*" if (i, o) in heads else str(j)
+    rows, heads = s.row_counts(), s.draft_head_counts()
+    width = 1 + max(len(str(n - 1)), len(str(s.D - 1)) + 1, len(str(max(rows))))
+    label = 18
+
+    def line(name: str, values) -> str:
+        return name.ljust(label) + "".join(str(v).rjust(width) for v in values)
+
+    unit = "call" if s.mode == "block" else "wave"
+    out = [f"{s.mode} round: counts T={list(s.token_counts)}, d={s.d}, D={s.D}  "
+           f"(cell = depth run in that {unit}; * = draft head runs on it after the {unit})",
+           line(unit, range(n))]
+    for i, t in enumerate(s.token_counts):
+        out.append(f"request {i} (T={t})")
+        for o in range(t):
+            got = cell.get((i, o), {})
+            out.append(line(f"  offset {o}", (got.get(c, ".") for c in range(n))))
+    out.append(line("rows", rows))
+    out.append(line("draft head rows", (h if h else "." for h in heads)))
+    t = totals(s)
+    out.append(f"totals: {t['recurrent_calls']} recurrent calls, {t['rows']} rows, "
+               f"{t['draft_head_rows']} draft head rows in {t['draft_head_calls']} head calls, "
+               f"{t['verify_head_rows']} verification head rows in 1 head call")
+    return "\n".join(out)

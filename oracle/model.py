@@ -1,0 +1,212 @@
+"""The looped (Ouro) model in NumPy FP32 (shared/DESIGN.md section 2).
+
+One entry point does the work of both rounds: `recurrent_call(rows, h, kv, call)` runs one
+loop of the layer stack over an arbitrary list of rows (request, position, depth) at mixed
+depths. Every row is computed on its own, with 1-D matrix-vector products, so a row's
+result does not depend on which rows share its call (batch-invariant by construction).
+`forward_full` is a second, cache-free path through the same math (full-sequence matmuls).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .config import ModelConfig
+from .errors import OracleError
+from .kv import KVCache
+
+F32 = np.float32
+
+
+def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor of an Ouro checkpoint, by HF name (weights are [out, in])."""
+    H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,),
+              "lm_head.weight": (V, H),
+              "model.early_exit_gate.weight": (1, H), "model.early_exit_gate.bias": (1,)}
+    for l in range(cfg.num_layers):
+        p = f"model.layers.{l}."
+        shapes |= {p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
+                   p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
+                   p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
+                   p + "mlp.down_proj.weight": (H, I),
+                   p + "input_layernorm.weight": (H,), p + "input_layernorm_2.weight": (H,),
+                   p + "post_attention_layernorm.weight": (H,),
+                   p + "post_attention_layernorm_2.weight": (H,)}
+    return shapes
+
+
+OPTIONAL = ("model.early_exit_gate.weight", "model.early_exit_gate.bias")  # rounds ignore the gate
+
+
+def random_weights(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random weights with logits spread enough that sampling is not uniform."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in weight_shapes(cfg).items():
+        if name.endswith("norm.weight") or "layernorm" in name:
+            w = 1.0 + 0.1 * rng.standard_normal(shape, dtype=F32)
+        elif name == "model.embed_tokens.weight":
+            w = rng.standard_normal(shape, dtype=F32)
+        elif name == "model.early_exit_gate.bias":
+            w = np.zeros(shape, F32)
+        elif name == "lm_head.weight":
+            w = rng.standard_normal(shape, dtype=F32) * F32(2.0 / np.sqrt(shape[1]))
+        else:
+            w = rng.standard_normal(shape, dtype=F32) * F32(1.0 / np.sqrt(shape[1]))
+        out[name] = np.ascontiguousarray(w, dtype=F32)
+    return out
+
+
+def check_weights(cfg: ModelConfig, weights: dict[str, np.ndarray]) -> None:
+    for name, shape in weight_shapes(cfg).items():
+        if name not in weights:
+            if name in OPTIONAL:
+                continue
+            raise OracleError(f"checkpoint is missing tensor {name} (expected shape {list(shape)})")
+        got = tuple(weights[name].shape)
+        if got != shape:
+            raise OracleError(f"tensor {name} has shape {list(got)}, expected {list(shape)}")
+        if not np.all(np.isfinite(weights[name])):
+            raise OracleError(f"tensor {name} holds NaN or inf values")
+
+
+def rope_cos_sin(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin: [n, head_dim] for the non-interleaved rotate_half form (computed in FP64)."""
+    inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    ang = np.concatenate([ang, ang], axis=-1)
+    return np.cos(ang).astype(F32), np.sin(ang).astype(F32)
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    # x: [..., H]; FP32 statistic, then times the weight (no 1 + w)
+    x = x.astype(F32, copy=False)
+    return (x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + F32(eps))).astype(F32)) * w
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (F32(1.0) + np.exp(-x))
+
+
+class Layer:
+    __slots__ = ("q", "k", "v", "o", "gate", "up", "down", "n_in", "n_attn_out", "n_post", "n_mlp_out")
+
+    def __init__(self, w: dict, l: int):
+        p = f"model.layers.{l}."
+        self.q, self.k = w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"]
+        self.v, self.o = w[p + "self_attn.v_proj.weight"], w[p + "self_attn.o_proj.weight"]
+        self.gate, self.up = w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]
+        self.down = w[p + "mlp.down_proj.weight"]
+        self.n_in, self.n_attn_out = w[p + "input_layernorm.weight"], w[p + "input_layernorm_2.weight"]
+        self.n_post = w[p + "post_attention_layernorm.weight"]
+        self.n_mlp_out = w[p + "post_attention_layernorm_2.weight"]
+
+
+class LoopedModel:
+    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray]):
+        check_weights(cfg, weights)
+        self.cfg = cfg
+        self.weights = {k: np.ascontiguousarray(v, dtype=F32) for k, v in weights.items()}
+        w = self.weights
+        self.embed_w, self.norm_w, self.lm_head = w["model.embed_tokens.weight"], w["model.norm.weight"], w["lm_head.weight"]
+        self.layers = [Layer(w, l) for l in range(cfg.num_layers)]
+
+    # ---- row machinery (the reference) ----
+    def embed(self, tokens) -> np.ndarray:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        bad = tokens[(tokens < 0) | (tokens >= self.cfg.vocab_size)]
+        if bad.size:
+            raise OracleError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.cfg.vocab_size})")
+        return self.embed_w[tokens].copy()          # [n, H]
+
+    def recurrent_call(self, rows, h: np.ndarray, kv: KVCache, call: int) -> np.ndarray:
+        """rows: [(request, position, depth)]; h: [n, H] each row's loop input.
+        Runs one loop of the stack (then the shared final norm) and writes each row's
+        K/V into plane (request, depth, layer). Returns the loop outputs [n, H]."""
+        cfg = self.cfg
+        nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        assert h.shape == (len(rows), cfg.hidden_size), (h.shape, len(rows))
+        cos, sin = rope_cos_sin([r[1] for r in rows], hd, cfg.rope_theta)
+        h = [np.array(x, dtype=F32) for x in h]      # one vector per row
+        for l, L in enumerate(self.layers):
+            qs = []
+            for r, (req, pos, depth) in enumerate(rows):         # projections + KV writes
+                x = rms_norm(h[r], L.n_in, cfg.rms_norm_eps)
+                q = (L.q @ x).reshape(nh, hd)
+                k = (L.k @ x).reshape(nkv, hd)
+                v = (L.v @ x).reshape(nkv, hd)
+                qs.append(q * cos[r] + rotate_half(q) * sin[r])
+                kv.write(req, pos, depth, l, k * cos[r] + rotate_half(k) * sin[r], v, call)
+            for r, (req, pos, depth) in enumerate(rows):         # attention + MLP
+                K, V = kv.read(req, depth, l, pos)               # [pos+1, nkv, hd]
+                a = attend(qs[r], K, V)                           # [nh*hd]
+                x = h[r] + rms_norm(L.o @ a, L.n_attn_out, cfg.rms_norm_eps)
+                y = rms_norm(x, L.n_post, cfg.rms_norm_eps)
+                m = L.down @ (silu(L.gate @ y) * (L.up @ y))
+                h[r] = x + rms_norm(m, L.n_mlp_out, cfg.rms_norm_eps)
+        return np.stack([rms_norm(x, self.norm_w, cfg.rms_norm_eps) for x in h]) if h else \
+            np.zeros((0, cfg.hidden_size), F32)
+
+    def head(self, h: np.ndarray) -> np.ndarray:
+        """h: [n, H] loop outputs (already normed) -> logits [n, V], row by row."""
+        return np.stack([self.lm_head @ np.array(x, dtype=F32) for x in h]) if len(h) else \
+            np.zeros((0, self.cfg.vocab_size), F32)
+
+    # ---- second path: full sequence, no KV cache, batched matmuls ----
+    def forward_full(self, tokens, loops: int) -> list[np.ndarray]:
+        """Logits [T, V] of every position after each of `loops` loops."""
+        cfg = self.cfg
+        nh, nkv, hd, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        T = len(tokens)
+        cos, sin = rope_cos_sin(np.arange(T), hd, cfg.rope_theta)        # [T, hd]
+        mask = np.triu(np.full((T, T), -np.inf, F32), k=1)
+        h = self.embed(tokens)
+        out = []
+        for _ in range(loops):
+            for L in self.layers:
+                x = rms_norm(h, L.n_in, eps)
+                q = (x @ L.q.T).reshape(T, nh, hd)
+                k = (x @ L.k.T).reshape(T, nkv, hd)
+                v = (x @ L.v.T).reshape(T, nkv, hd)
+                q = q * cos[:, None] + rotate_half(q) * sin[:, None]
+                k = k * cos[:, None] + rotate_half(k) * sin[:, None]
+                k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
+                s = np.einsum("qhd,khd->hqk", q, k) * F32(hd ** -0.5) + mask
+                p = np.exp(s - s.max(-1, keepdims=True))
+                p /= p.sum(-1, keepdims=True)
+                a = np.einsum("hqk,khd->qhd", p, v).reshape(T, nh * hd)
+                h = h + rms_norm(a @ L.o.T, L.n_attn_out, eps)
+                y = rms_norm(h, L.n_post, eps)
+                h = h + rms_norm((silu(y @ L.gate.T) * (y @ L.up.T)) @ L.down.T, L.n_mlp_out, eps)
+            h = rms_norm(h, self.norm_w, eps)
+            out.append(h @ self.lm_head.T)
+        return out
+
+
+def attend(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """One query row. q: [nh, hd]; K, V: [n, nkv, hd] -> [nh*hd]."""
+    nh, hd = q.shape
+    group = nh // K.shape[1]
+    out = np.empty((nh, hd), F32)
+    for hh in range(nh):
+        Kh, Vh = K[:, hh // group], V[:, hh // group]             # [n, hd]
+        s = (Kh @ q[hh]) * F32(hd ** -0.5)                        # [n]
+        p = np.exp(s - s.max())
+        out[hh] = (p / p.sum()) @ Vh
+    return out.reshape(-1)
+
+
+def build_model(preset_name: str | None = None, seed: int = 0, checkpoint: str | None = None) -> LoopedModel:
+    from .config import preset
+    if checkpoint is not None:
+        from .checkpoint import load_checkpoint
+        cfg, w = load_checkpoint(checkpoint)
+        return LoopedModel(cfg, w)
+    cfg = preset(preset_name or "tiny")
+    return LoopedModel(cfg, random_weights(cfg, seed))
