@@ -55,9 +55,9 @@ def load_checkpoint(folder) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     for f in files:
         if not (folder / f).exists():
             raise OracleError(f"checkpoint shard {folder / f} named in the index does not exist")
-        with safe_open(str(folder / f), framework="numpy") as sf:
+        with safe_open(str(folder / f), framework="pt") as sf:   # torch reads BF16, numpy cannot
             for name in sf.keys():
                 if name in wanted:    # unknown extras (e.g. rotary buffers) are ignored
-                    weights[name] = np.asarray(sf.get_tensor(name)).astype(np.float32)
+                    weights[name] = sf.get_tensor(name).float().numpy()
     check_weights(cfg, weights)
     return cfg, weights
