@@ -1,0 +1,141 @@
+"""`python -m oracle cost`: predicted block vs loop round time from a c-table.
+
+Uniform rounds: `--k K --batch 1,4,16` (C requests with K drafts each, one line per C);
+ragged: `--counts 5,3,1` (token counts T_i = K_i + 1). Ratio = block/loop (> 1: loop faster).
+"""
+from __future__ import annotations
+
+import json
+
+from .cli import csv_ints
+from .cmd_schedule import add_round_args, one_line_errors
+from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, load_ctable
+from .errors import OracleError
+from .schedule import validate
+
+DEFAULT_BATCH = [1, 4, 8, 16, 32, 64, 128]
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("cost", help="predict block vs loop round time from a c-table",
+                              description="Predict block and loop round times from a measured c(M) table.")
+    p.add_argument("--ctable", default=None, metavar="FILE",
+                   help=f"c-table JSON {{\"c_ms\": {{\"1\": ms, ...}}}} (default: shipped {DEFAULT_CTABLE.name})")
+    p.add_argument("--k", type=int, default=None, metavar="K", help="drafts per request (default 4)")
+    p.add_argument("--batch", type=csv_ints, default=None, metavar="C,...",
+                   help=f"concurrencies C (default {','.join(map(str, DEFAULT_BATCH))})")
+    p.add_argument("--counts", type=csv_ints, default=None, metavar="T0,T1,...",
+                   help="ragged round: token count T_i = K_i + 1 per request (instead of --k/--batch)")
+    add_round_args(p)
+    p.add_argument("--head-ctable", default=None, metavar="FILE",
+                   help="h(M) table for head calls (draft heads and the verification head); default: none")
+    p.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON')
+    one_line_errors(p)
+    p.set_defaults(func=run)
+
+
+def rounds(args) -> list[tuple[int | None, list[int]]]:
+    """[(batch C or None, token counts)] to compare."""
+    if args.counts is not None:
+        if args.k is not None or args.batch is not None:
+            raise OracleError("--counts gives the whole round; do not combine it with --k or --batch")
+        return [(None, args.counts)]
+    K = 4 if args.k is None else args.k
+    batch = DEFAULT_BATCH if args.batch is None else args.batch
+    if K < 0:
+        raise OracleError(f"K={K}: drafts per request must be >= 0")
+    if not batch:
+        raise OracleError("--batch is empty: give at least one concurrency C >= 1")
+    for C in batch:
+        if C < 1:
+            raise OracleError(f"batch C={C}: concurrency must be >= 1")
+    return [(C, [K + 1] * C) for C in batch]
+
+
+def run(args) -> int:
+    todo = rounds(args)
+    d, D = args.draft_loops, args.target_loops
+    validate(todo[0][1], d, D)   # bad d/D/counts: say so before any table lookups
+    ctable = load_ctable(args.ctable)
+    heads = load_ctable(args.head_ctable, "head table") if args.head_ctable else None
+    results = []
+    for C, counts in todo:
+        try:
+            results.append((C, compare_rounds(counts, d, D, ctable, heads)))
+        except OracleError as e:
+            raise OracleError(f"C={C}: {e}" if C is not None else str(e)) from None
+    if args.json:
+        print(json.dumps({"rows": [json_row(C, r) for C, r in results]}))
+    else:
+        print(report(args, ctable, heads, results))
+    return 0
+
+
+def json_row(C, r) -> dict:
+    ineq = r["inequality"]
+    return {"batch": C, "block_ms": r["block_ms"], "loop_ms": r["loop_ms"], "ratio": r["ratio"],
+            "faster": r["faster"], "counts": r["counts"], "d": r["d"], "D": r["D"],
+            "block_recurrent_ms": r["block"]["recurrent_ms"], "block_head_ms": r["block"]["head_ms"],
+            "loop_recurrent_ms": r["loop"]["recurrent_ms"], "loop_head_ms": r["loop"]["head_ms"],
+            "recurrent_calls": r["block"]["calls"],
+            "block_rows": r["block"]["rows"], "loop_rows": r["loop"]["rows"],
+            "block_extra_rows": {str(M): m for M, m in r["block_extra"].items()},
+            "loop_extra_rows": {str(M): m for M, m in r["loop_extra"].items()},
+            "deciding": None if ineq is None else {
+                "inequality": ineq.text(), "base_rows": ineq.base, "scale": ineq.scale,
+                "block_side": {str(M): m for M, m in ineq.block.items()},
+                "loop_side": {str(M): m for M, m in ineq.loop.items()},
+                "block_side_ms": r["block_side_ms"], "loop_side_ms": r["loop_side_ms"]}}
+
+
+def side_numbers(terms: dict[int, int], c, base: int) -> str:
+    """'4*0.0032 = 0.0128' for one term, '0.0012 + 2*0.0030 = 0.0072' for several."""
+    parts = [f"{c(M) - c(base):.4f}" if m == 1 else f"{m}*{c(M) - c(base):.4f}" for M, m in terms.items()]
+    total = sum(m * (c(M) - c(base)) for M, m in terms.items())
+    return parts[0] if parts == [f"{total:.4f}"] else f"{' + '.join(parts) or '0'} = {total:.4f}"
+
+
+def report(args, ctable, heads, results) -> str:
+    d, D = args.draft_loops, args.target_loops
+    device = (ctable.meta or {}).get("device")
+    where = f"oracle/data/{DEFAULT_CTABLE.name} (shipped default)" if args.ctable is None else args.ctable
+    out = [f"c-table: {where}" + (f", {device}" if device else "")
+           + f", measured M = {ctable.rows[0]}..{ctable.rows[-1]}"]
+    if heads is not None:
+        out.append(f"head table: {args.head_ctable}, measured M = {heads.rows[0]}..{heads.rows[-1]}")
+    else:
+        out.append("head costs: not included (no --head-ctable); they are the same in both rounds")
+    first = results[0][1]
+    if results[0][0] is not None:   # uniform: state the condition in units of C
+        K = first["counts"][0] - 1
+        out.append(f"round: K={K} drafts per request, d={d}, D={D}: {first['block']['calls']} recurrent calls "
+                   f"and {sum(first['block']['rows'])}C rows in both rounds")
+        out.append(f"  block rows per call: {rows_in_c(first['block']['rows'], results[0][0])}")
+        out.append(f"  loop rows per wave:  {rows_in_c(first['loop']['rows'], results[0][0])}")
+        ineq = deciding_inequality([K + 1], d, D)
+        out.append("loop beats block iff " + (ineq.text("C") if ineq else "never: both rounds are identical (K=0)"))
+    else:
+        out.append(f"round: counts T={first['counts']}, d={d}, D={D}: {first['block']['calls']} recurrent calls "
+                   f"and {sum(first['block']['rows'])} rows in both rounds")
+        out.append(f"  block rows per call: {first['block']['rows']}")
+        out.append(f"  loop rows per wave:  {first['loop']['rows']}")
+    out.append("ratio = block ms / loop ms (> 1: loop faster)")
+    out.append("")
+    out.append(f"{'C':>6} {'block ms':>10} {'loop ms':>10} {'ratio':>7}  {'faster':<6}  deciding (ms)")
+    for C, r in results:
+        ineq = r["inequality"]
+        if ineq is None:
+            why = "identical schedules"
+        else:
+            c, base = ctable.c, ineq.base
+            rel = ">" if r["block_side_ms"] > r["loop_side_ms"] else ("<" if r["block_side_ms"] < r["loop_side_ms"] else "=")
+            why = (f"{ineq.block_text()} {rel} {ineq.loop_text()}: "
+                   f"{side_numbers(ineq.block, c, base)} {rel} {side_numbers(ineq.loop, c, base)}")
+        label = "-" if C is None else str(C)
+        out.append(f"{label:>6} {r['block_ms']:>10.4f} {r['loop_ms']:>10.4f} {r['ratio']:>7.3f}  {r['faster']:<6}  {why}")
+    return "\n".join(out)
+
+
+def rows_in_c(rows: list[int], C: int) -> str:
+    """[4, 4, 8] at C=4 -> 'C C 2C' (uniform rounds: every call is a multiple of C)."""
+    return " ".join("C" if n == C else f"{n // C}C" for n in rows)

@@ -1,0 +1,204 @@
+"""Cost model of a speculative round (shared/DESIGN.md section 10; docs/cost_model.md).
+
+c(M) = measured ms of one recurrent call (one pass of the layer stack) over M rows; a round's
+predicted time is the sum of c(rows) over its recurrent calls, plus, given a head table h(M),
+one head call per call that runs the draft head and one verification head call over all rows.
+
+Block and loop rounds have the same number of recurrent calls and the same total rows, so
+only the row counts that differ between them decide which is faster:
+`deciding_row_counts` returns that multiset difference and `deciding_inequality` puts it in
+the form "loop wins iff sum_block m*[c(M)-c(b)] > sum_loop m*[c(M)-c(b)]".
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+
+from .errors import OracleError
+from .schedule import Schedule, plan, validate
+
+DEFAULT_CTABLE = Path(__file__).parent / "data" / "h200_ouro1.4b_linear_c_ms.json"
+
+
+@dataclass(frozen=True)
+class CTable:
+    """Piecewise-linear c(M) through measured points; an error outside [min M, max M]."""
+    rows: tuple[int, ...]     # measured row counts M, strictly increasing
+    ms: tuple[float, ...]     # c(M) in ms at those M
+    source: str = "c-table"   # for error messages: file name or "head table ..."
+    meta: dict | None = None  # the table's other keys (description, device, ...)
+
+    def c(self, M: int) -> float:
+        """ms of one call over M rows."""
+        lo, hi = self.rows[0], self.rows[-1]
+        if not lo <= M <= hi:
+            raise OracleError(f"{self.source} has no measurement for M={M} rows "
+                              f"(it covers M={lo}..{hi}; add c({M}) to the table)")
+        k = bisect.bisect_left(self.rows, M)
+        if self.rows[k] == M:
+            return self.ms[k]
+        m0, m1 = self.rows[k - 1], self.rows[k]
+        c0, c1 = self.ms[k - 1], self.ms[k]
+        return c0 + (c1 - c0) * (M - m0) / (m1 - m0)
+
+    __call__ = c
+
+
+def ctable_from_dict(data, source: str = "c-table") -> CTable:
+    """Build a CTable from {"c_ms": {"1": 1.07, ...}, ...other keys}."""
+    if not isinstance(data, dict) or not isinstance(data.get("c_ms"), dict):
+        raise OracleError(f"{source}: expected a JSON object with a \"c_ms\" object mapping row counts to ms")
+    if not data["c_ms"]:
+        raise OracleError(f"{source}: \"c_ms\" is empty")
+    points = {}
+    for key, value in data["c_ms"].items():
+        try:
+            M = int(str(key).strip())
+        except ValueError:
+            raise OracleError(f"{source}: row count {key!r} is not an integer") from None
+        if M < 1:
+            raise OracleError(f"{source}: row count {key!r} must be >= 1")
+        if M in points:
+            raise OracleError(f"{source}: row count {M} appears twice")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise OracleError(f"{source}: c({M}) = {value!r} is not a number")
+        if not math.isfinite(value) or value <= 0:
+            raise OracleError(f"{source}: c({M}) = {value!r} must be a positive finite number of ms")
+        points[M] = float(value)
+    rows = tuple(sorted(points))
+    meta = {k: v for k, v in data.items() if k != "c_ms"}
+    return CTable(rows, tuple(points[M] for M in rows), source, meta)
+
+
+def load_ctable(path=None, what: str = "c-table") -> CTable:
+    """Read a c-table JSON file (default: the shipped H200 linear-layer table)."""
+    path = Path(DEFAULT_CTABLE if path is None else path)
+    source = f"{what} {path}"
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise OracleError(f"cannot read {source}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise OracleError(f"{source} is not valid JSON: {e}") from None
+    return ctable_from_dict(data, source)
+
+
+def head_row_counts(s: Schedule) -> list[int]:
+    """Rows of each head call: one per call that runs the draft head, then the verification head."""
+    return [n for n in s.draft_head_counts() if n] + [len(s.verify_head)]
+
+
+def predict(schedule: Schedule, ctable: CTable, head_table: CTable | None = None) -> dict:
+    """Predicted ms of one round: sum of c(rows) over calls (+ h(rows) over head calls)."""
+    call_ms = [ctable.c(n) for n in schedule.row_counts()]
+    head_rows = head_row_counts(schedule)
+    head_ms = sum(head_table.c(n) for n in head_rows) if head_table is not None else 0.0
+    recurrent_ms = sum(call_ms)
+    return {"total_ms": recurrent_ms + head_ms, "recurrent_ms": recurrent_ms, "head_ms": head_ms,
+            "calls": len(call_ms), "rows": schedule.row_counts(), "call_ms": call_ms,
+            "head_calls": len(head_rows), "head_rows": head_rows}
+
+
+def multiset_difference(a, b) -> tuple[dict[int, int], dict[int, int]]:
+    """(a - b, b - a) as {value: multiplicity}, sorted by value."""
+    ca, cb = Counter(a), Counter(b)
+    return dict(sorted((ca - cb).items())), dict(sorted((cb - ca).items()))
+
+
+def deciding_row_counts(token_counts, d: int, D: int) -> tuple[dict[int, int], dict[int, int]]:
+    """Row counts of block calls not matched by a loop wave, and of loop waves not matched by
+    a block call ({M: multiplicity}). Both sides have as many calls and as many rows, and
+
+        block_ms - loop_ms = sum_block m*c(M) - sum_loop m*c(M).
+
+    Head calls are not included: both rounds run the same head calls (the draft head after
+    offset o's depth d-1 over the same requests, then one verification head), so they cancel.
+    """
+    counts = validate(token_counts, d, D)
+    block = plan("block", counts, d, D).row_counts()
+    loop = plan("loop", counts, d, D).row_counts()
+    return multiset_difference(block, loop)
+
+
+@dataclass(frozen=True)
+class Inequality:
+    """Loop wins iff sum_block m*[c(M)-c(base)] > sum_loop m*[c(M)-c(base)].
+
+    block/loop are {M: m} with the base row count removed and multiplicities divided by
+    `scale`, so block_ms - loop_ms = scale * (block side - loop side)."""
+    base: int
+    block: dict[int, int]
+    loop: dict[int, int]
+    scale: int
+
+    def sides(self, c) -> tuple[float, float]:
+        """(block side, loop side) in ms for a cost function c(M)."""
+        def side(terms):
+            return sum(m * (c(M) - c(self.base)) for M, m in terms.items())
+        return side(self.block), side(self.loop)
+
+    def side_text(self, terms: dict[int, int], unit: str = "") -> str:
+        """'4*[c(2C)-c(C)]' with unit='C' (row counts per request), '4*[c(8)-c(4)]' without."""
+        def rows(M):
+            return unit if unit and M == 1 else f"{M}{unit}"
+        base = rows(self.base)
+        bare = len(terms) == 1   # brackets only where a term is scaled or summed
+        parts = [f"c({rows(M)})-c({base})" if m == 1 and bare else
+                 f"{m}*[c({rows(M)})-c({base})]" if m > 1 else f"[c({rows(M)})-c({base})]"
+                 for M, m in terms.items()]
+        return " + ".join(parts) or "0"
+
+    def block_text(self, unit: str = "") -> str:
+        return self.side_text(self.block, unit)
+
+    def loop_text(self, unit: str = "") -> str:
+        return self.side_text(self.loop, unit)
+
+    def text(self, unit: str = "") -> str:
+        """e.g. 'c(5C)-c(C) > 4*[c(2C)-c(C)]': loop wins iff this holds."""
+        return f"{self.block_text(unit)} > {self.loop_text(unit)}"
+
+
+def deciding_inequality(token_counts, d: int, D: int) -> Inequality | None:
+    """The deciding inequality, or None when both rounds run the same row counts (e.g. K=0).
+
+    The base is the smallest differing row count: both sides have equally many terms, so
+    subtracting c(base) from each leaves the comparison unchanged and drops the base terms.
+    For uniform counts T=K+1 over C requests the base is C and this is
+    (D-d)*[c(T*C)-c(C)] > sum_w [c(n_w*C)-c(C)] over the loop waves w (n_w cells each)."""
+    block, loop = deciding_row_counts(token_counts, d, D)
+    if not block:
+        return None
+    base = min(min(block), min(loop))
+    block = {M: m for M, m in block.items() if M != base}
+    loop = {M: m for M, m in loop.items() if M != base}
+    scale = reduce(math.gcd, list(block.values()) + list(loop.values()))
+    return Inequality(base, {M: m // scale for M, m in block.items()},
+                      {M: m // scale for M, m in loop.items()}, scale)
+
+
+def compare_rounds(token_counts, d: int, D: int, ctable: CTable, head_table: CTable | None = None) -> dict:
+    """Predicted block and loop ms for one round, their ratio block/loop (> 1: loop faster),
+    and the deciding row counts with both sides of the inequality in ms."""
+    counts = validate(token_counts, d, D)
+    block = predict(plan("block", counts, d, D), ctable, head_table)
+    loop = predict(plan("loop", counts, d, D), ctable, head_table)
+    block_extra, loop_extra = deciding_row_counts(counts, d, D)
+    ineq = deciding_inequality(counts, d, D)
+    block_side, loop_side = ineq.sides(ctable.c) if ineq else (0.0, 0.0)
+    diff = block["total_ms"] - loop["total_ms"]
+    tie = abs(diff) <= 1e-12 * (block["total_ms"] + loop["total_ms"])
+    return {"counts": list(counts), "d": d, "D": D,
+            "block_ms": block["total_ms"], "loop_ms": loop["total_ms"],
+            "ratio": block["total_ms"] / loop["total_ms"],
+            "faster": "tie" if tie else ("loop" if diff > 0 else "block"),
+            "block": block, "loop": loop,
+            "block_extra": block_extra, "loop_extra": loop_extra,
+            "inequality": ineq, "block_side_ms": block_side, "loop_side_ms": loop_side}

@@ -1,0 +1,161 @@
+"""The phases both rounds share: one recurrent call, the draft head, the verification
+head, acceptance and commit. The rounds differ only in the order of their calls
+(reference_round.py: block; loop_round.py: waves)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import sampling
+from .errors import OracleError
+from .kv import KVCache
+from .model import LoopedModel
+from .rng_trace import RequestRng, check_policy
+from .schedule import validate
+from .traces import RoundTrace
+
+
+@dataclass(slots=True)
+class Request:
+    rid: int
+    tokens: list[int]                 # committed tokens t[0..n-1]
+    params: sampling.SamplingParams
+    rng: RequestRng
+
+
+class RoundState:
+    """Everything one round holds between its calls."""
+
+    def __init__(self, model: LoopedModel, kv: KVCache, requests: list[Request], counts, d, D,
+                 round_idx: int, policy: str, mode: str):
+        counts = list(validate(counts, d, D))
+        assert len(counts) == len(requests), "one token count per request"
+        check_policy(policy)
+        if D > kv.num_depths:
+            raise OracleError(f"target loops D={D} exceed the KV cache's {kv.num_depths} depth planes")
+        for r in requests:
+            if not r.tokens:
+                raise OracleError(f"request {r.rid} has no committed tokens")
+            if kv.frontiers(r.rid) != {len(r.tokens) - 1}:
+                raise OracleError(f"request {r.rid}: KV frontiers {sorted(kv.frontiers(r.rid))} != "
+                                  f"committed tokens - 1 = {len(r.tokens) - 1}")
+            r.rng.start_round(round_idx)
+        self.model, self.kv, self.requests, self.counts = model, kv, requests, counts
+        self.d, self.D, self.policy = d, D, policy
+        self.starts = [len(r.tokens) - 1 for r in requests]               # position of offset 0
+        self.tokens = [[r.tokens[-1]] for r in requests]                   # offset o's token
+        self.hidden: dict[tuple[int, int], tuple[int, np.ndarray]] = {}    # (i, o) -> (depth, h)
+        self.q: dict[tuple[int, int], np.ndarray] = {}                      # draft distributions
+        self.n_events = [len(r.rng.events) for r in requests]
+        self.n_kv = len(kv.log)
+        self.trace = RoundTrace(mode, round_idx, policy, d, D, [r.rid for r in requests], counts,
+                                prefix={r.rid: list(r.tokens) for r in requests})
+        self.stats = {"recurrent_calls": 0, "rows_per_call": [], "head_calls": 0, "head_rows": 0,
+                      "draft_head_calls": 0, "draft_head_rows": 0, "drafted": sum(c - 1 for c in counts)}
+
+
+def run_call(st: RoundState, rows) -> None:
+    """One recurrent call over rows [(i, offset, depth)]."""
+    rid = [r.rid for r in st.requests]
+    h_in = []
+    for i, o, j in rows:
+        if j == 0:
+            h_in.append(st.model.embed([st.tokens[i][o]])[0])        # draft token must exist
+        else:
+            depth, h = st.hidden[(i, o)]
+            assert depth == j - 1, f"row {(i, o, j)} runs before depth {j - 1} of its offset"
+            h_in.append(h)
+    call = st.stats["recurrent_calls"]
+    h_out = st.model.recurrent_call([(rid[i], st.starts[i] + o, j) for i, o, j in rows],
+                                    np.stack(h_in), st.kv, call)
+    for (i, o, j), h in zip(rows, h_out):
+        st.hidden[(i, o)] = (j, h)
+    st.trace.calls.append({"rows": [[rid[i], o, j] for i, o, j in rows], "draft_head": []})
+    st.stats["recurrent_calls"] += 1
+    st.stats["rows_per_call"].append(len(rows))
+
+
+def draft_head(st: RoundState, heads) -> None:
+    """Draft head on rows [(i, offset)] at depth d-1, then draw offset+1's token."""
+    if not heads:
+        return
+    for i, o in heads:
+        assert st.hidden[(i, o)][0] == st.d - 1, f"draft head on {(i, o)} before depth {st.d - 1}"
+    logits = st.model.head(np.stack([st.hidden[h][1] for h in heads]))
+    for (i, o), lg in zip(heads, logits):
+        req = st.requests[i]
+        assert len(st.tokens[i]) == o + 1, f"draft of request {req.rid} offset {o + 1} drawn out of order"
+        st.trace.draft_logits[(req.rid, o)] = lg
+        if req.params.greedy:
+            tok = sampling.greedy_token(lg)
+        else:
+            q = st.q[(i, o)] = sampling.filtered_probs(lg, req.params)
+            tok = sampling.categorical(q, req.rng.draw("draft", o))
+        st.tokens[i].append(tok)
+    st.trace.calls[-1]["draft_head"] = [[st.requests[i].rid, o] for i, o in heads]
+    st.stats["draft_head_calls"] += 1
+    st.stats["draft_head_rows"] += len(heads)
+    st.stats["head_calls"] += 1
+    st.stats["head_rows"] += len(heads)
+
+
+def verify_head(st: RoundState) -> dict:
+    """One head call over every (i, offset) at depth D-1: the verification logits."""
+    rows = [(i, o) for i, t in enumerate(st.counts) for o in range(t)]
+    for i, o in rows:
+        assert st.hidden[(i, o)][0] == st.D - 1, f"verification of {(i, o)} before depth {st.D - 1}"
+    logits = st.model.head(np.stack([st.hidden[r][1] for r in rows]))
+    for (i, o), lg in zip(rows, logits):
+        st.trace.verify_logits[(st.requests[i].rid, o)] = lg
+    st.stats["head_calls"] += 1
+    st.stats["head_rows"] += len(rows)
+    return {r: lg for r, lg in zip(rows, logits)}
+
+
+def accept(st: RoundState, i: int, logits: dict) -> tuple[int, list[int]]:
+    """Acceptance for request i: (accepted drafts, emitted tokens)."""
+    req, K = st.requests[i], st.counts[i] - 1
+    drafts = st.tokens[i][1:]
+    if req.params.greedy:
+        for o in range(K):
+            best = sampling.greedy_token(logits[(i, o)])
+            if drafts[o] != best:
+                return o, drafts[:o] + [best]
+        return K, drafts + [sampling.greedy_token(logits[(i, K)])]
+    p = [sampling.filtered_probs(logits[(i, o)], req.params) for o in range(K + 1)]
+    q = [st.q[(i, o)] for o in range(K)]
+    if st.policy == "sequential":
+        for o in range(K):
+            if not sampling.accepts(req.rng.draw("accept", o), p[o][drafts[o]], q[o][drafts[o]]):
+                res = sampling.residual(p[o], q[o])
+                return o, drafts[:o] + [sampling.categorical(res, req.rng.draw("residual", o))]
+        return K, drafts + [sampling.categorical(p[K], req.rng.draw("bonus", K))]
+    # fixed: K accept uniforms and one final uniform, drawn whatever happens
+    us = [req.rng.uniform() for _ in range(K)]
+    final = req.rng.uniform()
+    a = next((o for o in range(K) if not sampling.accepts(us[o], p[o][drafts[o]], q[o][drafts[o]])), K)
+    for o in range(K):
+        req.rng.record("accept", o, us[o], used=o <= a)
+    if a < K:
+        req.rng.record("residual", a, final)
+        return a, drafts[:a] + [sampling.categorical(sampling.residual(p[a], q[a]), final)]
+    req.rng.record("bonus", K, final)
+    return K, drafts + [sampling.categorical(p[K], final)]
+
+
+def finish_round(st: RoundState, logits: dict):
+    """Accept, commit (append tokens, roll back KV past the frontier), seal the trace."""
+    tr = st.trace
+    for i, req in enumerate(st.requests):
+        a, emitted = accept(st, i, logits)
+        tr.drafts[req.rid] = st.tokens[i][1:]
+        tr.accepted[req.rid], tr.emitted[req.rid] = a, emitted
+        req.tokens.extend(emitted)
+        st.kv.truncate(req.rid, st.starts[i] + a + 1)
+        tr.rng_events.extend(req.rng.events[st.n_events[i]:])
+    for w in st.kv.log[st.n_kv:]:
+        tr.kv_writes[(w.request, w.position, w.depth, w.layer)] = (w.call, w.k, w.v)
+    st.stats["accepted"] = sum(tr.accepted.values())
+    tr.stats = st.stats
+    return tr

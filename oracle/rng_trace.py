@@ -1,0 +1,106 @@
+"""Per-request random streams and the RNG event trace (shared/DESIGN.md section 6).
+
+Every draw is an event (request, round, seq, purpose, offset, value). Policy `sequential`:
+drafts by offset, then per offset one accept uniform, on rejection one residual draw and
+stop, else one bonus draw. Policy `fixed`: 2*K+1 uniforms per round in a fixed layout
+(K draft, K accept, 1 final used as residual or bonus); unused ones are recorded with
+used=False. Greedy requests draw nothing.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .errors import OracleError
+
+POLICIES = ("sequential", "fixed")
+PURPOSES = ("draft", "accept", "residual", "bonus")
+
+
+def check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise OracleError(f"unknown RNG policy {policy!r} (known: {', '.join(POLICIES)})")
+    return policy
+
+
+@dataclass(slots=True, frozen=True)
+class RngEvent:
+    request: object
+    round: int
+    seq: int
+    purpose: str
+    offset: int
+    value: float
+    used: bool = True
+
+    def key(self) -> tuple:
+        return (self.request, self.round, self.seq, self.purpose, self.offset, self.used)
+
+
+class RequestRng:
+    """A request's uniform source: its seeded generator, or a replayed list of uniforms."""
+
+    def __init__(self, request, seed: int | None = None, replay=None):
+        assert (seed is None) != (replay is None), "give a seed or a replay list"
+        self.request = request
+        self.gen = np.random.Generator(np.random.PCG64(seed)) if replay is None else None
+        self.replay = None if replay is None else [float(u) for u in replay]
+        self.pos = 0
+        self.events: list[RngEvent] = []
+        self.round, self.seq = 0, 0
+
+    def start_round(self, round_idx: int) -> None:
+        self.round, self.seq = round_idx, 0
+
+    def uniform(self) -> float:
+        if self.gen is not None:
+            return float(self.gen.random())
+        if self.pos >= len(self.replay):
+            raise OracleError(f"replay of request {self.request} ran out of uniforms after {self.pos}")
+        u = self.replay[self.pos]
+        self.pos += 1
+        return u
+
+    def draw(self, purpose: str, offset: int) -> float:
+        """Draw one uniform and record it."""
+        u = self.uniform()
+        self.record(purpose, offset, u)
+        return u
+
+    def record(self, purpose: str, offset: int, u: float, used: bool = True) -> None:
+        """Record a uniform drawn with uniform() (the fixed policy decides `used` later)."""
+        assert purpose in PURPOSES, purpose
+        self.events.append(RngEvent(self.request, self.round, self.seq, purpose, offset, u, used))
+        self.seq += 1
+
+
+def events_to_json(events) -> list[dict]:
+    return [asdict(e) for e in events]
+
+
+def events_from_json(rows) -> list[RngEvent]:
+    return [RngEvent(**r) for r in rows]
+
+
+def save_events(path, events) -> None:
+    with open(path, "w") as f:
+        json.dump(events_to_json(events), f, indent=1)
+
+
+def load_events(path) -> list[RngEvent]:
+    with open(path) as f:
+        return events_from_json(json.load(f))
+
+
+def first_difference(a, b) -> str | None:
+    """Name the first differing event of two event lists (None when equal)."""
+    for n, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"RNG event #{n} differs: {x} vs {y}"
+    if len(a) != len(b):
+        n = min(len(a), len(b))
+        extra = (a if len(a) > len(b) else b)[n]
+        return f"RNG event #{n} exists on one side only: {extra}"
+    return None

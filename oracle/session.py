@@ -1,0 +1,89 @@
+"""Multi-round generation on the reference: requests join (prefill at every depth), run
+rounds with per-round token counts, commit and roll back, and leave."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import OracleError
+from .kv import KVCache
+from .loop_round import loop_round
+from .phases import Request
+from .reference_round import block_round
+from .rng_trace import RequestRng, check_policy
+from .sampling import SamplingParams
+
+ROUNDS = {"block": block_round, "loop": loop_round}
+
+
+def get_round(mode: str):
+    if mode not in ROUNDS:
+        raise OracleError(f"unknown round mode {mode!r} (known: {', '.join(ROUNDS)})")
+    return ROUNDS[mode]
+
+
+class Session:
+    def __init__(self, model, d: int, D: int, mode: str, policy: str = "sequential"):
+        self.round_fn = get_round(mode)
+        self.model, self.d, self.D, self.mode, self.policy = model, d, D, mode, check_policy(policy)
+        cfg = model.cfg
+        self.kv = KVCache(cfg.num_layers, D, cfg.num_kv_heads, cfg.head_dim)
+        self.requests: dict[int, Request] = {}
+        self.round_idx = 0
+        self.traces = []
+
+    def add(self, rid, prompt, params: SamplingParams, replay=None) -> None:
+        """Join a request: prefill its prompt t[0..n-2] at every depth (offset 0 of its
+        first round is the prompt's last token)."""
+        if rid in self.requests:
+            raise OracleError(f"request {rid} is already in the session")
+        prompt = [int(t) for t in prompt]
+        if not prompt:
+            raise OracleError(f"request {rid}: empty prompt")
+        self.model.embed(prompt)                                  # range check of token ids
+        rng = RequestRng(rid, seed=params.seed) if replay is None else RequestRng(rid, replay=replay)
+        req = Request(rid, prompt, params, rng)
+        n = len(prompt) - 1
+        if n:
+            h = self.model.embed(prompt[:n])                      # h: [n, H]
+            for depth in range(self.D):
+                h = self.model.recurrent_call([(rid, p, depth) for p in range(n)], h, self.kv, -1 - depth)
+        self.requests[rid] = req
+
+    def remove(self, rid) -> list[int]:
+        req = self.requests.pop(rid)
+        self.kv.drop(rid)
+        return req.tokens
+
+    def step(self, counts: dict) -> "RoundTrace":
+        """One round over the requests named in `counts` (rid -> T_i = K_i + 1)."""
+        missing = [r for r in counts if r not in self.requests]
+        if missing:
+            raise OracleError(f"round names unknown request(s) {missing}")
+        reqs = [self.requests[r] for r in counts]
+        trace = self.round_fn(self.model, self.kv, reqs, list(counts.values()), self.d, self.D,
+                              self.round_idx, self.policy)
+        self.round_idx += 1
+        self.traces.append(trace)
+        return trace
+
+
+def generate(model, prompts, max_tokens: int, mode: str, K: int, d: int, D: int,
+             params=None, policy: str = "sequential"):
+    """Generate max_tokens tokens per prompt; per round K_i = min(K, remaining - 1).
+    Returns (new tokens per request, round traces)."""
+    if K < 0:
+        raise OracleError(f"K={K}: the number of drafts must be >= 0")
+    if max_tokens < 1:
+        raise OracleError(f"max_tokens={max_tokens} must be >= 1")
+    params = params or [SamplingParams()] * len(prompts)
+    s = Session(model, d, D, mode, policy)
+    for rid, (prompt, p) in enumerate(zip(prompts, params)):
+        s.add(rid, prompt, p)
+    n0 = {rid: len(r.tokens) for rid, r in s.requests.items()}
+    while True:
+        left = {rid: max_tokens - (len(r.tokens) - n0[rid]) for rid, r in s.requests.items()}
+        counts = {rid: min(K, n - 1) + 1 for rid, n in left.items() if n > 0}
+        if not counts:
+            break
+        s.step(counts)
+    return {rid: r.tokens[n0[rid]:] for rid, r in s.requests.items()}, s.traces

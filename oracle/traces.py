@@ -1,0 +1,111 @@
+"""A round's trace (shared/DESIGN.md section 8) and its JSON + NPZ form.
+
+JSON holds everything but the arrays; the NPZ beside it holds KV writes and logits, so an
+external engine can emit a trace and have it diffed.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .rng_trace import RngEvent, events_from_json, events_to_json
+
+KVKey = tuple   # (request, position, depth, layer)
+
+
+@dataclass(slots=True)
+class RoundTrace:
+    mode: str                              # "block" | "loop" | a backend's name
+    round: int
+    policy: str
+    d: int
+    D: int
+    requests: list                         # request ids, in batch order
+    token_counts: list[int]
+    prefix: dict = field(default_factory=dict)         # rid -> committed tokens before the round
+    calls: list = field(default_factory=list)          # [{"rows": [[rid, offset, depth]], "draft_head": [[rid, offset]]}]
+    kv_writes: dict = field(default_factory=dict)      # (rid, pos, depth, layer) -> (call, k, v)
+    draft_logits: dict = field(default_factory=dict)   # (rid, offset) -> [V]
+    verify_logits: dict = field(default_factory=dict)  # (rid, offset) -> [V]
+    rng_events: list = field(default_factory=list)     # [RngEvent]
+    drafts: dict = field(default_factory=dict)         # rid -> draft tokens of offsets 1..K
+    accepted: dict = field(default_factory=dict)       # rid -> accepted drafts
+    emitted: dict = field(default_factory=dict)        # rid -> emitted tokens
+    stats: dict = field(default_factory=dict)
+    dtype: str = "float32"
+
+    # ---- serialization ----
+    def to_json(self) -> dict:
+        return {
+            "mode": self.mode, "round": self.round, "policy": self.policy, "d": self.d, "D": self.D,
+            "dtype": self.dtype, "requests": list(self.requests), "token_counts": list(self.token_counts),
+            "prefix": [[r, list(t)] for r, t in self.prefix.items()],
+            "calls": self.calls,
+            "kv_writes": [[list(k), int(c)] for k, (c, _, _) in self.kv_writes.items()],
+            "draft_logits": [list(k) for k in self.draft_logits],
+            "verify_logits": [list(k) for k in self.verify_logits],
+            "rng_events": events_to_json(self.rng_events),
+            "drafts": [[r, list(t)] for r, t in self.drafts.items()],
+            "accepted": [[r, int(a)] for r, a in self.accepted.items()],
+            "emitted": [[r, list(t)] for r, t in self.emitted.items()],
+            "stats": self.stats,
+        }
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        out = {}
+        if self.kv_writes:
+            out[prefix + "kv_k"] = np.stack([k for _, k, _ in self.kv_writes.values()])
+            out[prefix + "kv_v"] = np.stack([v for _, _, v in self.kv_writes.values()])
+        if self.draft_logits:
+            out[prefix + "draft_logits"] = np.stack(list(self.draft_logits.values()))
+        if self.verify_logits:
+            out[prefix + "verify_logits"] = np.stack(list(self.verify_logits.values()))
+        return out
+
+    @staticmethod
+    def from_json(j: dict, arrays: dict, prefix: str) -> "RoundTrace":
+        t = RoundTrace(j["mode"], j["round"], j["policy"], j["d"], j["D"], j["requests"], j["token_counts"])
+        t.dtype = j.get("dtype", "float32")
+        t.prefix = {r: list(x) for r, x in j["prefix"]}
+        t.calls = j["calls"]
+        kk, vv = arrays.get(prefix + "kv_k"), arrays.get(prefix + "kv_v")
+        t.kv_writes = {tuple(key): (call, kk[n], vv[n]) for n, (key, call) in enumerate(j["kv_writes"])}
+        dl, vl = arrays.get(prefix + "draft_logits"), arrays.get(prefix + "verify_logits")
+        t.draft_logits = {tuple(k): dl[n] for n, k in enumerate(j["draft_logits"])}
+        t.verify_logits = {tuple(k): vl[n] for n, k in enumerate(j["verify_logits"])}
+        t.rng_events = events_from_json(j["rng_events"])
+        t.drafts = {r: list(x) for r, x in j["drafts"]}
+        t.accepted = {r: a for r, a in j["accepted"]}
+        t.emitted = {r: list(x) for r, x in j["emitted"]}
+        t.stats = j["stats"]
+        return t
+
+
+def save_traces(path, traces: list[RoundTrace], meta: dict | None = None) -> None:
+    """Writes PATH (JSON) and PATH.npz (arrays)."""
+    path = Path(path)
+    arrays = {}
+    for n, t in enumerate(traces):
+        arrays |= t.arrays(f"r{n}_")
+    path.write_text(json.dumps({"format": "loopspec-trace/1", "meta": meta or {},
+                                "rounds": [t.to_json() for t in traces]}) + "\n")
+    np.savez_compressed(str(path) + ".npz", **arrays)
+
+
+def load_traces(path) -> tuple[list[RoundTrace], dict]:
+    from .errors import OracleError
+    path = Path(path)
+    if not path.exists():
+        raise OracleError(f"trace file {path} does not exist")
+    try:
+        j = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise OracleError(f"trace file {path} is not valid JSON ({e})") from None
+    if j.get("format") != "loopspec-trace/1":
+        raise OracleError(f"trace file {path} is not a loopspec-trace/1 file")
+    npz = Path(str(path) + ".npz")
+    arrays = dict(np.load(npz)) if npz.exists() else {}
+    return [RoundTrace.from_json(r, arrays, f"r{n}_") for n, r in enumerate(j["rounds"])], j["meta"]
