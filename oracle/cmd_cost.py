@@ -113,7 +113,8 @@ def report(args, ctable, heads, results) -> str:
         out.append(f"  block rows per call: {rows_in_c(first['block']['rows'], results[0][0])}")
         out.append(f"  loop rows per wave:  {rows_in_c(first['loop']['rows'], results[0][0])}")
         ineq = deciding_inequality([K + 1], d, D)
-        out.append("loop beats block iff " + (ineq.text("C") if ineq else "never: both rounds are identical (K=0)"))
+        out.append(f"loop beats block iff {ineq.text('C')}" if ineq else
+                   "both rounds run the same row counts: the same time for any c")
     else:
         out.append(f"round: counts T={first['counts']}, d={d}, D={D}: {first['block']['calls']} recurrent calls "
                    f"and {sum(first['block']['rows'])} rows in both rounds")
@@ -125,7 +126,7 @@ def report(args, ctable, heads, results) -> str:
     for C, r in results:
         ineq = r["inequality"]
         if ineq is None:
-            why = "identical schedules"
+            why = "same row counts in both rounds"
         else:
             c, base = ctable.c, ineq.base
             rel = ">" if r["block_side_ms"] > r["loop_side_ms"] else ("<" if r["block_side_ms"] < r["loop_side_ms"] else "=")

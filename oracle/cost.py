@@ -99,8 +99,9 @@ def predict(schedule: Schedule, ctable: CTable, head_table: CTable | None = None
     """Predicted ms of one round: sum of c(rows) over calls (+ h(rows) over head calls)."""
     call_ms = [ctable.c(n) for n in schedule.row_counts()]
     head_rows = head_row_counts(schedule)
-    head_ms = sum(head_table.c(n) for n in head_rows) if head_table is not None else 0.0
-    recurrent_ms = sum(call_ms)
+    # fsum: exactly rounded, so equal multisets of row counts give equal ms in either order
+    head_ms = math.fsum(head_table.c(n) for n in head_rows) if head_table is not None else 0.0
+    recurrent_ms = math.fsum(call_ms)
     return {"total_ms": recurrent_ms + head_ms, "recurrent_ms": recurrent_ms, "head_ms": head_ms,
             "calls": len(call_ms), "rows": schedule.row_counts(), "call_ms": call_ms,
             "head_calls": len(head_rows), "head_rows": head_rows}
@@ -167,11 +168,12 @@ class Inequality:
 
 
 def deciding_inequality(token_counts, d: int, D: int) -> Inequality | None:
-    """The deciding inequality, or None when both rounds run the same row counts (e.g. K=0).
+    """The deciding inequality, or None when both rounds run the same row counts (uniform K=0
+    or K=1: same predicted time for any c).
 
     The base is the smallest differing row count: both sides have equally many terms, so
     subtracting c(base) from each leaves the comparison unchanged and drops the base terms.
-    For uniform counts T=K+1 over C requests the base is C and this is
+    For uniform counts T=K+1 over C requests (K >= 2) the base is C and this is
     (D-d)*[c(T*C)-c(C)] > sum_w [c(n_w*C)-c(C)] over the loop waves w (n_w cells each)."""
     block, loop = deciding_row_counts(token_counts, d, D)
     if not block:
@@ -179,7 +181,7 @@ def deciding_inequality(token_counts, d: int, D: int) -> Inequality | None:
     base = min(min(block), min(loop))
     block = {M: m for M, m in block.items() if M != base}
     loop = {M: m for M, m in loop.items() if M != base}
-    scale = reduce(math.gcd, list(block.values()) + list(loop.values()))
+    scale = reduce(math.gcd, list(block.values()) + list(loop.values()), 0) or 1
     return Inequality(base, {M: m // scale for M, m in block.items()},
                       {M: m // scale for M, m in loop.items()}, scale)
 

@@ -50,7 +50,8 @@ class RoundState:
         self.n_events = [len(r.rng.events) for r in requests]
         self.n_kv = len(kv.log)
         self.trace = RoundTrace(mode, round_idx, policy, d, D, [r.rid for r in requests], counts,
-                                prefix={r.rid: list(r.tokens) for r in requests})
+                                prefix={r.rid: list(r.tokens) for r in requests},
+                                params={r.rid: r.params.to_json() for r in requests})
         self.stats = {"recurrent_calls": 0, "rows_per_call": [], "head_calls": 0, "head_rows": 0,
                       "draft_head_calls": 0, "draft_head_rows": 0, "drafted": sum(c - 1 for c in counts)}
 
@@ -61,10 +62,15 @@ def run_call(st: RoundState, rows) -> None:
     h_in = []
     for i, o, j in rows:
         if j == 0:
-            h_in.append(st.model.embed([st.tokens[i][o]])[0])        # draft token must exist
+            if o >= len(st.tokens[i]):
+                raise OracleError(f"row (request {rid[i]}, offset {o}, depth 0) runs before its draft token "
+                                  f"is drawn (the draft head of offset {o - 1} has not run)")
+            h_in.append(st.model.embed([st.tokens[i][o]])[0])
         else:
-            depth, h = st.hidden[(i, o)]
-            assert depth == j - 1, f"row {(i, o, j)} runs before depth {j - 1} of its offset"
+            depth, h = st.hidden.get((i, o), (-1, None))
+            if depth != j - 1:
+                raise OracleError(f"row (request {rid[i]}, offset {o}, depth {j}) runs when its offset is at "
+                                  f"depth {depth}, not {j - 1}")
             h_in.append(h)
     call = st.stats["recurrent_calls"]
     h_out = st.model.recurrent_call([(rid[i], st.starts[i] + o, j) for i, o, j in rows],
@@ -81,7 +87,10 @@ def draft_head(st: RoundState, heads) -> None:
     if not heads:
         return
     for i, o in heads:
-        assert st.hidden[(i, o)][0] == st.d - 1, f"draft head on {(i, o)} before depth {st.d - 1}"
+        depth = st.hidden.get((i, o), (-1, None))[0]
+        if depth != st.d - 1:
+            raise OracleError(f"draft head on (request {st.requests[i].rid}, offset {o}) at depth {depth}, "
+                              f"expected depth d-1 = {st.d - 1}")
     logits = st.model.head(np.stack([st.hidden[h][1] for h in heads]))
     for (i, o), lg in zip(heads, logits):
         req = st.requests[i]
@@ -104,7 +113,10 @@ def verify_head(st: RoundState) -> dict:
     """One head call over every (i, offset) at depth D-1: the verification logits."""
     rows = [(i, o) for i, t in enumerate(st.counts) for o in range(t)]
     for i, o in rows:
-        assert st.hidden[(i, o)][0] == st.D - 1, f"verification of {(i, o)} before depth {st.D - 1}"
+        depth = st.hidden.get((i, o), (-1, None))[0]
+        if depth != st.D - 1:
+            raise OracleError(f"verification head on (request {st.requests[i].rid}, offset {o}) at depth "
+                              f"{depth}, expected D-1 = {st.D - 1}")
     logits = st.model.head(np.stack([st.hidden[r][1] for r in rows]))
     for (i, o), lg in zip(rows, logits):
         st.trace.verify_logits[(st.requests[i].rid, o)] = lg

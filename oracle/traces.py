@@ -35,6 +35,7 @@ class RoundTrace:
     accepted: dict = field(default_factory=dict)       # rid -> accepted drafts
     emitted: dict = field(default_factory=dict)        # rid -> emitted tokens
     stats: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)         # rid -> SamplingParams.to_json()
     dtype: str = "float32"
 
     # ---- serialization ----
@@ -52,6 +53,7 @@ class RoundTrace:
             "accepted": [[r, int(a)] for r, a in self.accepted.items()],
             "emitted": [[r, list(t)] for r, t in self.emitted.items()],
             "stats": self.stats,
+            "params": [[r, p] for r, p in self.params.items()],
         }
 
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
@@ -81,6 +83,7 @@ class RoundTrace:
         t.accepted = {r: a for r, a in j["accepted"]}
         t.emitted = {r: list(x) for r, x in j["emitted"]}
         t.stats = j["stats"]
+        t.params = {r: p for r, p in j.get("params", [])}
         return t
 
 

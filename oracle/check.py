@@ -1,0 +1,120 @@
+"""`python -m oracle check`: run block and loop rounds on the same inputs and compare
+everything; plus the cache-free recompute, the schedule invariants and KV frontiers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cache_free import cache_free_check
+from .compare import Check, Report, compare_runs
+from .errors import OracleError
+from .sampling import SamplingParams
+from .schedule import check_schedule, plan
+
+
+@dataclass(slots=True)
+class Case:
+    name: str
+    prompts: list                      # token lists
+    params: list                       # SamplingParams per request
+    rounds: list                       # per round: {rid: T_i}
+    d: int
+    D: int
+    policy: str = "sequential"
+    reproduce: str = ""
+
+
+def run_case(model, case: Case, mode: str, backend=None):
+    """Run all rounds of a case in one mode; returns the round traces and the session."""
+    from .backends import ReferenceBackend
+    s = (backend or ReferenceBackend()).session(model, case.d, case.D, mode, case.policy)
+    traces = []
+    joined = set()
+    for counts in case.rounds:
+        for rid in counts:                         # requests join when first named
+            if rid not in joined:
+                s.add(rid, case.prompts[rid], case.params[rid])
+                joined.add(rid)
+        traces.append(s.step(counts))
+    return traces, s
+
+
+def schedule_check(traces) -> Check:
+    """The calls a round executed are exactly its planned schedule, and the plan is valid."""
+    for tr in traces:
+        mode = tr.mode
+        if mode not in ("block", "loop"):
+            continue
+        s = plan(mode, tr.token_counts, tr.d, tr.D)
+        check_schedule(s)
+        idx = {rid: i for i, rid in enumerate(tr.requests)}
+        got = [{"rows": [[idx[r], o, j] for r, o, j in c["rows"]],
+                "draft_head": [[idx[r], o] for r, o in c["draft_head"]]} for c in tr.calls]
+        want = s.to_json()["calls"]
+        for c, (g, w) in enumerate(zip(got, want)):
+            if g != w:
+                return Check(f"schedule_{mode}", False, f"round {tr.round}: {mode} call {c} ran rows {g} "
+                             f"but the plan has {w}")
+        if len(got) != len(want):
+            return Check(f"schedule_{mode}", False, f"round {tr.round}: {len(got)} calls, plan has {len(want)}")
+    return Check(f"schedule_{traces[0].mode if traces else ''}", True)
+
+
+def frontier_check(session, traces) -> Check:
+    for rid, req in session.requests.items():
+        f = session.kv.frontiers(rid)
+        if f != {len(req.tokens) - 1}:
+            return Check("kv_frontier", False, f"request {rid}: KV frontiers {sorted(f)} after commit, "
+                         f"expected {len(req.tokens) - 1}")
+    return Check("kv_frontier", True)
+
+
+def check_case(model, case: Case) -> Report:
+    results = {}
+    for mode in ("block", "loop"):
+        try:
+            results[mode] = run_case(model, case, mode)
+        except (OracleError, AssertionError, IndexError, KeyError) as e:
+            rep = Report()
+            rep.checks.append(Check(f"{mode}_round", False, f"{mode} round raised {type(e).__name__}: {e}"
+                                    + (f" (reproduce: {case.reproduce})" if case.reproduce else "")))
+            return rep
+    (tb, sb), (tl, sl) = results["block"], results["loop"]
+    rep = compare_runs(tb, tl, "exact", case.reproduce)
+    for mode, traces, sess in (("block", tb, sb), ("loop", tl, sl)):
+        rep.checks.append(schedule_check(traces))
+        rep.checks.append(frontier_check(sess, traces))
+    c, n = cache_free_check(model, tb)
+    rep.checks.append(c)
+    return rep
+
+
+def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", prompt_len=(1, 8), reproduce=""):
+    rng = np.random.default_rng(seed)
+    n_req = max(max(r) for r in counts_rounds if r) + 1 if counts_rounds else 0
+    prompts = [list(map(int, rng.integers(0, 64, rng.integers(prompt_len[0], prompt_len[1] + 1))))
+               for _ in range(n_req)]
+    return Case(name, prompts, params, counts_rounds, d, D, policy, reproduce)
+
+
+def default_cases(vocab: int) -> list[Case]:
+    """Several ragged batches, greedy and sampled (top-k, top-p), four (d, D) pairs,
+    both RNG policies, multi-round generation with rollback and requests joining/leaving."""
+    G = SamplingParams()
+    S = lambda seed, **kw: SamplingParams(temperature=kw.pop("t", 1.0), seed=seed, **kw)
+    mixed = [G, S(1, top_k=8), S(2, top_p=0.8), S(3, t=0.7, top_k=20, top_p=0.9), G, S(5, t=1.5)]
+    cases = []
+    cases.append(make_case("ragged (5,3,1) d=2 D=4", [{0: 5, 1: 3, 2: 1}], 2, 4, mixed[:3], seed=1,
+                           reproduce="python -m oracle check --counts 5,3,1 --rounds 1"))
+    cases.append(make_case("uniform (5,5,5,5) d=2 D=4, 6 rounds", [{i: 5 for i in range(4)}] * 6, 2, 4,
+                           mixed[:4], seed=2))
+    cases.append(make_case("ragged d=1 D=3, K changes per round", [{0: 3, 1: 1, 2: 6}, {0: 1, 1: 4, 2: 2},
+                                                                   {0: 9, 1: 2, 2: 1}, {0: 2, 1: 5, 2: 3}],
+                           1, 3, [mixed[1], mixed[0], mixed[2]], seed=3))
+    cases.append(make_case("d=3 D=5 fixed policy, joins and leaves",
+                           [{0: 4, 1: 2}, {0: 4, 1: 3, 2: 5}, {2: 2, 3: 4}, {0: 1, 2: 5, 3: 3, 4: 2}],
+                           3, 5, mixed[1:6], seed=4, policy="fixed"))
+    cases.append(make_case("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
+                           1, 2, [mixed[i % 6] for i in range(8)], seed=5))
+    return cases
