@@ -1,0 +1,285 @@
+"""Cost model (DESIGN.md section 10): c-table, predictions, deciding inequality, `python -m oracle cost`."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from oracle.cost import (DEFAULT_CTABLE, compare_rounds, ctable_from_dict, deciding_inequality,
+                         deciding_row_counts, head_row_counts, load_ctable, predict)
+from oracle.errors import OracleError
+from oracle.schedule import block_calls, loop_waves
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def table(points: dict) -> "CTable":
+    return ctable_from_dict({"c_ms": {str(M): v for M, v in points.items()}}, "test table")
+
+
+# The published analysis: c(1)=1.90, c(2..16)=2.66, c(20..32)=2.0, c(64)=2.14, c(80..192)=3.15 ms.
+PUBLISHED = {1: 1.90, **{M: 2.66 for M in (2, 3, 4, 5, 8, 10, 16)}, **{M: 2.0 for M in (20, 24, 32)},
+             64: 2.14, **{M: 3.15 for M in (80, 96, 128, 160, 192)}}
+
+
+@pytest.mark.parametrize("C,ratio", [(1, 0.842), (4, 0.959), (16, 1.235), (32, 1.047)])
+def test_published_analysis_ratios(C, ratio):
+    r = compare_rounds([5] * C, 2, 4, table(PUBLISHED))
+    assert r["ratio"] == pytest.approx(ratio, abs=0.002)
+    assert r["faster"] == ("loop" if ratio > 1 else "block")
+    assert r["block"]["calls"] == r["loop"]["calls"] == 12
+
+
+def test_published_c1_by_hand():
+    r = compare_rounds([5], 2, 4, table(PUBLISHED))
+    assert r["block_ms"] == pytest.approx(10 * 1.90 + 2 * 2.66)   # 10 calls of C + 2 of 5C
+    assert r["loop_ms"] == pytest.approx(4 * 1.90 + 8 * 2.66)     # 4 of C + 8 of 2C
+
+
+# ---- c-table -----------------------------------------------------------------------------
+
+def test_interpolation_is_piecewise_linear():
+    t = table({1: 1.0, 3: 2.0, 7: 4.0, 8: 1.0})
+    assert t.c(1) == 1.0 and t.c(3) == 2.0 and t.c(8) == 1.0        # exact hits, ends included
+    assert t.c(2) == pytest.approx(1.5)
+    assert t.c(4) == pytest.approx(2.5) and t.c(5) == pytest.approx(3.0)
+    assert t(6) == pytest.approx(3.5)
+    assert table({5: 2.0}).c(5) == 2.0                               # a single point works at that M
+
+
+@pytest.mark.parametrize("M", [0, 1, 9, 100])
+def test_outside_range_names_the_row_count(M):
+    t = table({2: 1.0, 8: 2.0})
+    with pytest.raises(OracleError, match=rf"no measurement for M={M} rows \(it covers M=2\.\.8"):
+        t.c(M)
+
+
+@pytest.mark.parametrize("data,msg", [
+    ({}, "c_ms"),
+    ({"c_ms": []}, "c_ms"),
+    ({"c_ms": {}}, "empty"),
+    ({"c_ms": {"1": 1.0, "2": 0}}, r"c\(2\) = 0 must be a positive"),
+    ({"c_ms": {"1": -1.0}}, r"c\(1\) = -1.0 must be a positive"),
+    ({"c_ms": {"1": "fast"}}, r"c\(1\) = 'fast' is not a number"),
+    ({"c_ms": {"1": True}}, "not a number"),
+    ({"c_ms": {"1": None}}, "not a number"),
+    ({"c_ms": {"1": float("nan")}}, "positive finite"),
+    ({"c_ms": {"1": float("inf")}}, "positive finite"),
+    ({"c_ms": {"one": 1.0}}, "row count 'one' is not an integer"),
+    ({"c_ms": {"1.5": 1.0}}, "not an integer"),
+    ({"c_ms": {"0": 1.0}}, "must be >= 1"),
+    ({"c_ms": {"1": 1.0, " 1": 2.0}}, "appears twice"),
+    ([1, 2], "c_ms"),
+])
+def test_bad_tables_are_refused(data, msg):
+    with pytest.raises(OracleError, match=msg):
+        ctable_from_dict(data, "t.json")
+
+
+def test_load_ctable_files(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"description": "x", "device": "toy", "c_ms": {"1": 1.07, "4": 1.13}}))
+    t = load_ctable(good)
+    assert t.rows == (1, 4) and t.meta["device"] == "toy"
+    assert t.c(2) == pytest.approx(1.09)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"c_ms": {"1": 1.0,}')
+    with pytest.raises(OracleError, match="bad.json is not valid JSON"):
+        load_ctable(bad)
+    with pytest.raises(OracleError, match="cannot read"):
+        load_ctable(tmp_path / "missing.json")
+    with pytest.raises(OracleError, match="cannot read"):
+        load_ctable(tmp_path)
+
+
+def test_shipped_table_is_default_and_package_data():
+    t = load_ctable()
+    assert DEFAULT_CTABLE.parent.name == "data" and DEFAULT_CTABLE.parent.parent.name == "oracle"
+    assert t.rows[0] == 1 and t.rows[-1] == 640 and t.meta["device"] == "NVIDIA H200"
+    assert t.c(5 * 128) > 0                                          # K=4, C=128 fits
+    assert 'oracle = ["data/*.json"]' in (REPO / "pyproject.toml").read_text()
+
+
+# ---- predictions ---------------------------------------------------------------------------
+
+def test_predict_sums_calls_and_heads():
+    c = table({1: 1.0, 10: 10.0})                                     # c(M) = M ms
+    h = table({1: 0.5, 10: 5.0})                                      # h(M) = M/2 ms
+    s = block_calls((3, 2), 1, 3)                                     # rows: 2, 2, 1, 5, 5
+    p = predict(s, c)
+    assert p["recurrent_ms"] == pytest.approx(15.0) and p["head_ms"] == 0 and p["total_ms"] == p["recurrent_ms"]
+    assert p["calls"] == 3 - 1 + 3 and p["rows"] == [2, 2, 1, 5, 5]
+    p = predict(s, c, h)
+    assert p["head_rows"] == [2, 1, 5]                                # draft heads after offsets 0, 1; verify
+    assert p["head_ms"] == pytest.approx(4.0) and p["total_ms"] == pytest.approx(19.0)
+    assert p["head_calls"] == 3
+
+
+def test_head_calls_are_the_same_in_both_rounds():
+    for counts, d, D in [((5, 3, 1), 2, 4), ((2, 6, 1, 4), 1, 3), ((4, 4), 3, 5)]:
+        assert sorted(head_row_counts(block_calls(counts, d, D))) == \
+               sorted(head_row_counts(loop_waves(counts, d, D)))
+
+
+def test_deciding_k4_d2_D4():
+    for C in (1, 3, 16):
+        block, loop = deciding_row_counts([5] * C, 2, 4)
+        assert block == {C: 6, 5 * C: 2} and loop == {2 * C: 8}
+        ineq = deciding_inequality([5] * C, 2, 4)
+        assert (ineq.base, ineq.block, ineq.loop, ineq.scale) == (C, {5 * C: 1}, {2 * C: 4}, 2)
+    assert deciding_inequality([5], 2, 4).text("C") == "c(5C)-c(C) > 4*[c(2C)-c(C)]"
+    assert deciding_inequality([5] * 4, 2, 4).text() == "c(20)-c(4) > 4*[c(8)-c(4)]"
+    assert deciding_inequality([4], 1, 4).text("C") == "c(4C)-c(C) > [c(2C)-c(C)] + [c(3C)-c(C)]"
+
+
+def test_k0_rounds_are_identical():
+    r = compare_rounds([1] * 7, 2, 4, table(PUBLISHED))
+    assert r["block_ms"] == r["loop_ms"] and r["ratio"] == 1.0 and r["faster"] == "tie"
+    assert r["inequality"] is None and deciding_row_counts([1] * 7, 2, 4) == ({}, {})
+
+
+def test_k1_rounds_differ_but_cost_the_same():
+    assert block_calls([2] * 3, 2, 4).calls != loop_waves([2] * 3, 2, 4).calls
+    assert deciding_row_counts([2] * 3, 2, 4) == ({}, {})
+    assert compare_rounds([2] * 3, 2, 4, table(PUBLISHED))["ratio"] == 1.0
+
+
+def uniform_condition(K, C, d, D, c):
+    """DESIGN form: (D-d)*[c((K+1)C)-c(C)] - sum over loop waves of [c(n_w*C)-c(C)]."""
+    waves = loop_waves([K + 1] * C, d, D).row_counts()
+    return (D - d) * (c((K + 1) * C) - c(C)) - sum(c(n) - c(C) for n in waves)
+
+
+@st.composite
+def round_and_table(draw):
+    D = draw(st.integers(2, 6))
+    d = draw(st.integers(1, D - 1))
+    counts = draw(st.lists(st.integers(1, 6), min_size=1, max_size=5))
+    top = sum(counts)
+    inner = draw(st.lists(st.integers(2, max(2, top - 1)), max_size=6, unique=True))
+    Ms = sorted({1, top, *[m for m in inner if m < top]})
+    values = draw(st.lists(st.floats(0.01, 10.0), min_size=len(Ms), max_size=len(Ms)))
+    return counts, d, D, table(dict(zip(Ms, values)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(round_and_table())
+def test_deciding_inequality_agrees_with_prediction(case):
+    counts, d, D, t = case
+    r = compare_rounds(counts, d, D, t)
+    diff = r["block_ms"] - r["loop_ms"]
+    ineq = r["inequality"]
+    side_diff = 0.0 if ineq is None else ineq.scale * (r["block_side_ms"] - r["loop_side_ms"])
+    assert diff == pytest.approx(side_diff, abs=1e-9)
+    if abs(diff) > 1e-9:
+        assert (diff > 0) == (r["block_side_ms"] > r["loop_side_ms"]) == (r["faster"] == "loop")
+    block, loop = deciding_row_counts(counts, d, D)
+    assert sum(block.values()) == sum(loop.values())                  # same number of calls
+    assert sum(M * m for M, m in block.items()) == sum(M * m for M, m in loop.items())   # same rows
+    if len(set(counts)) == 1:                                          # uniform: the DESIGN form
+        assert diff == pytest.approx(uniform_condition(counts[0] - 1, len(counts), d, D, t.c), abs=1e-9)
+
+
+def test_head_table_adds_the_same_cost_to_both():
+    c, h = table(PUBLISHED), table({1: 0.3, 200: 0.9})
+    plain, with_heads = compare_rounds([5] * 4, 2, 4, c), compare_rounds([5] * 4, 2, 4, c, h)
+    extra = with_heads["block_ms"] - plain["block_ms"]
+    assert extra == pytest.approx(with_heads["loop_ms"] - plain["loop_ms"])
+    assert extra == pytest.approx(4 * h.c(4) + h.c(20))              # 4 draft head calls + verify
+    assert abs(with_heads["ratio"] - 1) < abs(plain["ratio"] - 1)     # same add-on pulls the ratio to 1
+
+
+def test_missing_row_count_in_compare():
+    t = table({1: 1.0, 16: 1.2})
+    with pytest.raises(OracleError, match="M=20 rows"):
+        compare_rounds([5] * 4, 2, 4, t)
+
+
+# ---- CLI -----------------------------------------------------------------------------------
+
+def cli(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "oracle", "cost", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def published_file(tmp_path):
+    path = tmp_path / "published.json"
+    path.write_text(json.dumps({"description": "published analysis", "c_ms": {str(M): v for M, v in PUBLISHED.items()}}))
+    return path
+
+
+def test_cli_json_batch(published_file):
+    r = cli("--ctable", str(published_file), "--k", "4", "--batch", "1,4,16,32", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert set(data) == {"rows"} and [row["batch"] for row in data["rows"]] == [1, 4, 16, 32]
+    for row, want in zip(data["rows"], (0.842, 0.959, 1.235, 1.047)):
+        assert {"batch", "block_ms", "loop_ms", "ratio"} <= set(row)
+        assert row["ratio"] == pytest.approx(row["block_ms"] / row["loop_ms"])
+        assert row["ratio"] == pytest.approx(want, abs=0.002)
+        assert row["deciding"]["inequality"] == f"c({5 * row['batch']})-c({row['batch']}) > 4*[c({2 * row['batch']})-c({row['batch']})]"
+
+
+def test_cli_json_counts_default_table():
+    r = cli("--counts", "5,3,1", "-d", "2", "-D", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert len(rows) == 1 and rows[0]["batch"] is None and rows[0]["counts"] == [5, 3, 1]
+    want = compare_rounds([5, 3, 1], 2, 4, load_ctable())
+    assert rows[0]["block_ms"] == pytest.approx(want["block_ms"]) and rows[0]["loop_ms"] == pytest.approx(want["loop_ms"])
+
+
+def test_cli_text_default(tmp_path):
+    head = tmp_path / "head.json"
+    head.write_text(json.dumps({"c_ms": {"1": 0.2, "1000": 0.8}}))
+    r = cli("--k", "4", "--batch", "1,4", "--head-ctable", str(head))
+    assert r.returncode == 0, r.stderr
+    assert "loop beats block iff c(5C)-c(C) > 4*[c(2C)-c(C)]" in r.stdout
+    assert "c(20)-c(4)" in r.stdout and "head table:" in r.stdout
+    r = cli("--k", "0", "--batch", "3")
+    assert r.returncode == 0 and "same row counts" in r.stdout
+
+
+@pytest.mark.parametrize("make_args", [
+    lambda p: ["--ctable", str(p("small.json", {"c_ms": {"1": 1.0, "8": 1.1}})), "--batch", "4"],  # needs c(20)
+    lambda p: ["--k", "-1"],
+    lambda p: ["-d", "4", "-D", "4"],
+    lambda p: ["-d", "5", "-D", "4"],
+    lambda p: ["--ctable", str(p("bad.json", "{not json"))],
+    lambda p: ["--ctable", str(p("neg.json", {"c_ms": {"1": -1.0, "8": 1.1}}))],
+    lambda p: ["--ctable", str(p("zero.json", {"c_ms": {"1": 0, "8": 1.1}}))],
+    lambda p: ["--ctable", str(p("str.json", {"c_ms": {"1": "x", "8": 1.1}}))],
+    lambda p: ["--head-ctable", str(p("hsmall.json", {"c_ms": {"2": 1.0, "8": 1.1}}))],  # needs h(1)
+    lambda p: ["--ctable", "/nonexistent/c.json"],
+    lambda p: ["--batch", "0"],
+    lambda p: ["--batch", "4,-2"],
+    lambda p: ["--batch", "x"],
+    lambda p: ["--batch", ","],
+    lambda p: ["--k", "two"],
+    lambda p: ["--counts", "3,0"],
+    lambda p: ["--counts", "3", "--k", "2"],
+    lambda p: ["--bogus"],
+])
+def test_cli_bad_input_is_one_line(make_args, tmp_path):
+    def p(name, content):
+        path = tmp_path / name
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+        return path
+    r = cli(*make_args(p))
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: ") and r.stdout == ""
+
+
+def test_cli_missing_row_count_is_named(tmp_path):
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps({"c_ms": {"1": 1.0, "8": 1.1}}))
+    r = cli("--ctable", str(small), "--batch", "1,4")
+    assert r.returncode == 2 and "C=4" in r.stderr and "M=20" in r.stderr
