@@ -1,0 +1,22 @@
+PY ?= python
+
+.PHONY: install test check gpu-parity bench golden
+
+install:
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e .
+
+test:
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --hypothesis-show-statistics tests property_tests meta_tests
+
+check:
+	$(PY) -m oracle check
+
+gpu-parity:
+	$(PY) -m pytest -q -m gpu gpu_tests
+
+bench:
+	$(PY) scripts/bench_tiny_rounds.py
+
+golden:
+	$(PY) scripts/regen_golden.py
