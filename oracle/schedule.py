@@ -7,6 +7,7 @@ once over every (request, offset).
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from .errors import OracleError
@@ -46,12 +47,16 @@ class Schedule:
 
 def validate(token_counts, d: int, D: int) -> tuple[int, ...]:
     """Check a round's inputs; return the counts as a tuple of ints."""
-    counts = tuple(token_counts)
+    counts = list(token_counts)
     if not counts:
         raise OracleError("token counts are empty: a round needs at least one request")
     for i, t in enumerate(counts):
-        if isinstance(t, bool) or not isinstance(t, int):
-            raise OracleError(f"token count of request {i} is {t!r}, not an integer")
+        try:
+            if isinstance(t, bool):
+                raise TypeError
+            counts[i] = t = operator.index(t)          # ints and numpy integers
+        except TypeError:
+            raise OracleError(f"token count of request {i} is {t!r}, not an integer") from None
         if t < 1:
             raise OracleError(f"token count of request {i} is {t}; it must be >= 1 (K_i = T_i - 1 >= 0)")
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
@@ -60,7 +65,7 @@ def validate(token_counts, d: int, D: int) -> tuple[int, ...]:
         raise OracleError(f"target loops D={D!r}: must be an integer >= 1")
     if d >= D:
         raise OracleError(f"draft loops d={d} must be < target loops D={D}")
-    return counts
+    return tuple(counts)
 
 
 def _verify_head(counts) -> tuple[HeadRow, ...]:
