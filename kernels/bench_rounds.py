@@ -1,0 +1,114 @@
+"""Round benchmarks on the torch backend (shared/DESIGN.md section 10): head-call costs,
+device copy bandwidth, and paired block/loop rounds. Used by `python -m oracle bench`."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from oracle.config import preset as get_preset
+from oracle.sampling import SamplingParams
+
+from .backend import DTYPES
+from .bench import _time
+from .session import TorchSession
+from .weights import TorchWeights
+
+
+def random_weights(preset: str, device: str = "cuda", dtype: str | None = None, seed: int = 0) -> TorchWeights:
+    dev = torch.device(device)
+    dtype = dtype or ("bfloat16" if dev.type == "cuda" else "float32")
+    return TorchWeights.random(get_preset(preset), dev, DTYPES[dtype], seed)
+
+
+def copy_bandwidth(device: str = "cuda", nbytes: int = 2 << 30, repeats: int = 20) -> float:
+    """Bytes per second of a device-to-device copy, counting bytes read plus written."""
+    dev = torch.device(device)
+    a = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=dev).normal_()
+    b = torch.empty_like(a)
+    ms = statistics.median([_time(lambda: b.copy_(a), dev) for _ in range(repeats + 1)][1:])
+    return 2 * nbytes / (ms / 1e3)
+
+
+def measure_head_table(w: TorchWeights, row_counts, repeats: int = 50) -> dict:
+    """h(M): ms of one lm_head call over M rows (graph replay on CUDA), median."""
+    dev = w.device
+    table = {}
+    for M in sorted(set(row_counts)):
+        h = torch.randn(M, w.cfg.hidden_size, device=dev).to(w.dtype)
+        step = lambda: (h @ w.lm_head.T).float()
+        fn = step
+        if dev.type == "cuda":
+            step()
+            torch.cuda.synchronize(dev)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                step()
+            fn = g.replay
+        table[str(M)] = round(statistics.median([_time(fn, dev) for _ in range(repeats + 1)][1:]), 4)
+    return {"c_ms": table, "description": "h(M): ms of one lm_head call over M rows"}
+
+
+def make_session(w: TorchWeights, mode: str, n_requests: int, context_len: int, tokens: int, K: int, d: int, D: int,
+                 **options) -> TorchSession:
+    dev = w.device
+    opts = {"graphs": "cuda" if dev.type == "cuda" else "off", "trace": False} | options
+    return TorchSession(w, d, D, mode, "sequential", name=f"torch-{dev.type}",
+                        dtype_name="bfloat16" if w.dtype == torch.bfloat16 else "float32",
+                        max_requests=n_requests, max_len=context_len + tokens + K + 2,
+                        max_tokens_per_round=K + 1, **opts)
+
+
+def run_generation(s: TorchSession, prompts, params, tokens: int, K: int) -> dict:
+    """Prefill (untimed), then rounds until every request has `tokens` new tokens (timed)."""
+    for rid in list(s.requests):
+        s.remove(rid)
+    for rid, (p, sp) in enumerate(zip(prompts, params)):
+        s.add(rid, p, sp)
+    n0 = {rid: len(p) for rid, p in enumerate(prompts)}
+    have = dict(n0)
+    stats = {"rounds": 0, "drafted": 0, "accepted": 0, "graph_captures": 0, "graph_replays": 0, "graph_fallbacks": 0}
+    _sync(s.device)
+    t0 = time.perf_counter()
+    while True:
+        counts = {rid: min(K, tokens - (have[rid] - n0[rid]) - 1) + 1
+                  for rid in have if have[rid] - n0[rid] < tokens}
+        if not counts:
+            break
+        tr = s.step(counts)
+        for rid, em in tr.emitted.items():
+            have[rid] += len(em)
+        stats["rounds"] += 1
+        for k in ("drafted", "accepted", "graph_captures", "graph_replays", "graph_fallbacks"):
+            stats[k] += tr.stats[k]
+    _sync(s.device)
+    stats["ms"] = (time.perf_counter() - t0) * 1e3
+    stats["ms_per_round"] = stats["ms"] / stats["rounds"]
+    stats["tokens_per_s"] = len(prompts) * tokens / (stats["ms"] / 1e3)
+    stats["acceptance"] = stats["accepted"] / max(stats["drafted"], 1)
+    return stats
+
+
+def paired_rounds(w: TorchSession, C: int, K: int, d: int, D: int, tokens: int = 128, repeats: int = 7,
+                  context_len: int = 512, params: SamplingParams | None = None, seed: int = 0, **options) -> dict:
+    """Block and loop generations in alternating repeats, same prompts and per-request seeds
+    in both arms (both draw the same random numbers). One untimed warm-up repeat per arm
+    captures the graphs. Returns per-arm per-repeat stats."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, w.cfg.vocab_size, (context_len,), generator=g).tolist() for _ in range(C)]
+    base = params or SamplingParams()
+    ps = [SamplingParams(base.temperature, base.top_k, base.top_p, seed=seed + rid) for rid in range(C)]
+    sessions = {m: make_session(w, m, C, context_len, tokens, K, d, D, **options) for m in ("block", "loop")}
+    arms = {"block": [], "loop": []}
+    for r in range(repeats + 1):
+        for mode in (("block", "loop") if r % 2 == 0 else ("loop", "block")):
+            st = run_generation(sessions[mode], prompts, ps, tokens, K)
+            if r > 0:
+                arms[mode].append(st)
+    return arms
+
+
+def _sync(dev):
+    if torch.device(dev).type == "cuda":
+        torch.cuda.synchronize(dev)

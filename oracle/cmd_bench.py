@@ -1,0 +1,188 @@
+"""`python -m oracle bench c-table | rounds | sweep` on the torch backend (shared/DESIGN.md
+section 10). c-table: c(M) of one recurrent call over M rows (graph replay, median).
+rounds: paired block/loop generations. sweep: both, per C, with the predicted ratio from
+the c-table measured in the same run."""
+from __future__ import annotations
+
+import json
+
+from .bench_stats import paired_summary
+from .cli import csv_ints
+from .errors import OracleError
+from .sampling import SamplingParams
+from .schedule import plan, validate
+
+
+def _torch_bench():
+    try:
+        import torch  # noqa: F401
+        from kernels import bench, bench_rounds
+    except ImportError as e:
+        raise OracleError(f"bench needs torch and the kernels package ({e})") from None
+    return bench, bench_rounds
+
+
+def _device(args) -> str:
+    import torch
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise OracleError("bench: no CUDA device is available (use --device cpu for a small preset)")
+    return args.device
+
+
+def needed_rows(batches, K, d, D) -> tuple[list[int], list[int]]:
+    """Recurrent-call and head-call row counts of uniform rounds at each C (for the tables)."""
+    rec, head = set(), set()
+    for C in batches:
+        for mode in ("block", "loop"):
+            s = plan(mode, [K + 1] * C, d, D)
+            rec |= set(s.row_counts())
+            head |= {n for n in s.draft_head_counts() if n} | {len(s.verify_head)}
+    return sorted(rec), sorted(head)
+
+
+def cmd_ctable(args) -> int:
+    bench, _ = _torch_bench()
+    rows = args.rows or [1, 2, 3, 4, 5, 8, 10, 12, 16, 20, 24, 25, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 512, 640]
+    if min(rows) < 1:
+        raise OracleError("--rows must be >= 1")
+    t = bench.measure_c_table(args.preset, rows, args.context, device=_device(args), repeats=args.repeats)
+    text = json.dumps(t, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0
+
+
+def _params(args) -> SamplingParams:
+    return SamplingParams(args.temperature, args.top_k, args.top_p)
+
+
+def _arm_summary(stats: list[dict]) -> dict:
+    import statistics
+    med = lambda k: statistics.median(s[k] for s in stats)
+    return {"ms_per_round": med("ms_per_round"), "tokens_per_s": med("tokens_per_s"), "acceptance": med("acceptance"),
+            "rounds": med("rounds"), **{k: sum(s[k] for s in stats) for k in ("graph_captures", "graph_replays", "graph_fallbacks")}}
+
+
+def paired(args, w, C) -> dict:
+    _, br = _torch_bench()
+    arms = br.paired_rounds(w, C, args.k, args.draft_loops, args.target_loops, args.tokens, args.repeats,
+                            args.context, _params(args), max_batch_size=args.cuda_graph_max_batch_size,
+                            max_graphs=args.cuda_graph_max_graphs)
+    out = {"batch": C, "block": _arm_summary(arms["block"]), "loop": _arm_summary(arms["loop"])}
+    out |= paired_summary([s["ms_per_round"] for s in arms["block"]], [s["ms_per_round"] for s in arms["loop"]])
+    out["fallbacks"] = out["block"]["graph_fallbacks"] + out["loop"]["graph_fallbacks"]
+    return out
+
+
+def _print_paired(r: dict, allow_fallback: bool) -> None:
+    C = r["batch"]
+    for arm in ("block", "loop"):
+        a = r[arm]
+        print(f"C={C:4d} {arm:5s}: {a['ms_per_round']:8.3f} ms/round  {a['tokens_per_s']:9.1f} tok/s  "
+              f"acceptance {a['acceptance']:.3f}  graphs: {a['graph_captures']} captures, {a['graph_replays']} "
+              f"replays, {a['graph_fallbacks']} fallbacks")
+    if r["fallbacks"] and not allow_fallback:
+        print(f"C={C:4d} no comparison: {r['fallbacks']} graph fallbacks (eager calls) in the timed repeats; "
+              f"raise --cuda-graph-max-batch-size/--cuda-graph-max-graphs or pass --allow-fallback")
+        return
+    lo, hi = r["ratio_ci95"]
+    q1, q3 = r["ratio_quartiles"]
+    print(f"C={C:4d} block/loop ms-per-round ratio: median {r['ratio_median']:.4f}  95% CI [{lo:.4f}, {hi:.4f}] "
+          f"(width {hi - lo:.4f})  quartiles [{q1:.4f}, {q3:.4f}]  (> 1: loop faster)")
+
+
+def _common(args):
+    validate([args.k + 1] if args.k >= 0 else [0], args.draft_loops, args.target_loops)
+    if args.k < 0:
+        raise OracleError(f"--k {args.k}: K must be >= 0")
+    if args.repeats < 2:
+        raise OracleError("--repeats must be >= 2 (a paired comparison needs repeats)")
+    if args.tokens < 1 or args.context < 1:
+        raise OracleError("--tokens and --context must be >= 1")
+
+
+def cmd_rounds(args) -> int:
+    _common(args)
+    _, br = _torch_bench()
+    w = br.random_weights(args.preset, _device(args))
+    results = [paired(args, w, C) for C in args.batch]
+    if args.json:
+        print(json.dumps({"rows": results}))
+    else:
+        for r in results:
+            _print_paired(r, args.allow_fallback)
+    bad = [r for r in results if r["fallbacks"]] if not args.allow_fallback else []
+    return 1 if bad else 0
+
+
+def cmd_sweep(args) -> int:
+    """c-table and head table measured in this run, then paired rounds per C; predicted vs measured."""
+    from .cost import compare_rounds, ctable_from_dict
+    _common(args)
+    bench, br = _torch_bench()
+    dev = _device(args)
+    rec_rows, head_rows = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
+    ct = bench.measure_c_table(args.preset, rec_rows, args.context, device=dev, repeats=args.repeats_ctable)
+    w = br.random_weights(args.preset, dev)
+    ht = br.measure_head_table(w, head_rows, repeats=args.repeats_ctable)
+    out = {"preset": args.preset, "K": args.k, "d": args.draft_loops, "D": args.target_loops, "context_len": args.context,
+           "tokens": args.tokens, "repeats": args.repeats, "ctable": ct, "head_table": ht, "rows": []}
+    c, h = ctable_from_dict(ct), ctable_from_dict(ht)
+    for C in args.batch:
+        r = paired(args, w, C)
+        pred = compare_rounds([args.k + 1] * C, args.draft_loops, args.target_loops, c, h)
+        pred_nohead = compare_rounds([args.k + 1] * C, args.draft_loops, args.target_loops, c)
+        r |= {"predicted_ratio": pred["ratio"], "predicted_ratio_recurrent_only": pred_nohead["ratio"],
+              "predicted_block_ms": pred["block_ms"], "predicted_loop_ms": pred["loop_ms"],
+              "ratio_difference": r["ratio_median"] - pred["ratio"]}
+        out["rows"].append(r)
+        _print_paired(r, args.allow_fallback)
+        print(f"C={C:4d} predicted block {pred['block_ms']:.3f} ms, loop {pred['loop_ms']:.3f} ms, ratio "
+              f"{pred['ratio']:.4f} (recurrent only {pred_nohead['ratio']:.4f}); measured - predicted = "
+              f"{r['ratio_difference']:+.4f}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+def _round_args(p) -> None:
+    p.add_argument("--preset", default="ouro-1.4b")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--batch", type=csv_ints, default=[1, 16, 64], help="concurrencies C, e.g. 1,4,16")
+    p.add_argument("--k", type=int, default=4, help="drafts per round K")
+    p.add_argument("--draft-loops", "-d", type=int, default=2)
+    p.add_argument("--target-loops", "-D", type=int, default=4)
+    p.add_argument("--tokens", type=int, default=128, help="generated tokens per request")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--context", type=int, default=512, help="prompt length (context) per request")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--cuda-graph-max-batch-size", type=int, default=1024)
+    p.add_argument("--cuda-graph-max-graphs", type=int, default=512)
+    p.add_argument("--allow-fallback", action="store_true", help="print a comparison even if an arm ran eagerly")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="c(M) tables and paired block-vs-loop round benchmarks (torch backend)")
+    bsub = p.add_subparsers(dest="bench_command", metavar="c-table|rounds|sweep", required=True)
+    c = bsub.add_parser("c-table", help="measure c(M): one recurrent call over M rows, graph replay")
+    c.add_argument("--preset", default="ouro-1.4b")
+    c.add_argument("--device", default="cuda")
+    c.add_argument("--rows", type=csv_ints, default=None, help="row counts M (default 1..640)")
+    c.add_argument("--context", type=int, default=512, help="keys each row attends to (context length)")
+    c.add_argument("--repeats", type=int, default=50)
+    c.add_argument("--out", default=None, help="write the c-table JSON here")
+    c.set_defaults(func=cmd_ctable)
+    r = bsub.add_parser("rounds", help="paired block/loop round benchmark")
+    _round_args(r)
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_rounds)
+    s = bsub.add_parser("sweep", help="c-table + paired rounds per C, predicted vs measured ratio")
+    _round_args(s)
+    s.add_argument("--repeats-ctable", type=int, default=50)
+    s.add_argument("--out", default=None)
+    s.set_defaults(func=cmd_sweep)
