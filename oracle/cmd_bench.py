@@ -94,9 +94,11 @@ def _print_paired(r: dict, allow_fallback: bool) -> None:
 
 
 def _common(args):
-    validate([args.k + 1] if args.k >= 0 else [0], args.draft_loops, args.target_loops)
     if args.k < 0:
         raise OracleError(f"--k {args.k}: K must be >= 0")
+    validate([args.k + 1], args.draft_loops, args.target_loops)
+    if min(args.batch, default=0) < 1:
+        raise OracleError("--batch values must be >= 1")
     if args.repeats < 2:
         raise OracleError("--repeats must be >= 2 (a paired comparison needs repeats)")
     if args.tokens < 1 or args.context < 1:
