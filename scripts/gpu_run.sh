@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
+# block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
+#   bash scripts/gpu_run.sh [parity|floor|sweep ...]   (default: all three)
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+steps=${*:-parity floor sweep}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())' | tee -a "$OUT/gpu.txt"
+for s in $steps; do case $s in
+parity)
+  HYPOTHESIS_PROFILE=ci timeout 400 python3 -m pytest -q -m gpu gpu_tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_parity.log" | tail -40 ;;
+floor)
+  timeout 200 python3 - <<'PY' 2>&1 | tee "$OUT/floor.json"
+import json, torch
+from kernels import bench, bench_rounds
+from oracle.config import preset
+from oracle.model import weight_shapes
+cfg = preset("ouro-1.4b")
+lin = [n for n in weight_shapes(cfg) if n.startswith("model.layers.") and n.endswith("proj.weight")]
+wbytes = 2 * sum(int(torch.tensor(weight_shapes(cfg)[n]).prod()) for n in lin)
+bw = bench_rounds.copy_bandwidth("cuda")
+ct = bench.measure_c_table("ouro-1.4b", [1, 2, 4, 8], 256, device="cuda", repeats=100)
+ct_nograph = bench.measure_c_table("ouro-1.4b", [1], 256, device="cuda", repeats=50, graphs=False)
+floor = wbytes / bw * 1e3
+print(json.dumps({"linear_weight_bytes": wbytes, "copy_bandwidth_bytes_per_s": bw, "floor_ms": floor,
+                  "c_ms": ct["c_ms"], "c1_eager_ms": ct_nograph["c_ms"]["1"],
+                  "c1_over_floor": ct["c_ms"]["1"] / floor}, indent=1))
+PY
+  ;;
+sweep)
+  timeout 560 python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,8,16,32,64,128} --k 4 -d 2 -D 4 \
+    --tokens ${TOKENS:-64} --repeats ${REPEATS:-7} --context 256 --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" ;;
+esac; done
