@@ -1,0 +1,46 @@
+"""CUDA-only parity tests of kernels/ (BF16 on the device vs the FP32 reference).
+
+Tests marked `gpu` are skipped unless a capability probe passes: a CUDA device exists and
+runs a BF16 matmul. gpu_tests/tolerances.py holds the one table of allowed errors, keyed by dtype.
+Run:  python -m pytest -q gpu_tests
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpu_tests.tolerances import TOLERANCES   # noqa: E402,F401  (the one table, keyed by dtype)
+
+
+def cuda_probe() -> str | None:
+    """None when CUDA can run the tests, else the reason it cannot."""
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False"
+    try:
+        x = torch.ones(16, 16, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        if float((x @ x)[0, 0]) != 16.0:
+            return "CUDA BF16 matmul probe gave a wrong result"
+    except Exception as e:                         # noqa: BLE001 -- any failure means: skip
+        return f"CUDA probe failed: {type(e).__name__}: {e}"
+    return None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")
+
+
+def pytest_collection_modifyitems(config, items):
+    why = cuda_probe()
+    if why is None or os.environ.get("GPU_TESTS_ON_CPU") == "1":       # dry run of the logic on CPU
+        return
+    skip = pytest.mark.skip(reason=f"gpu test skipped: {why}")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)

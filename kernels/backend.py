@@ -1,0 +1,53 @@
+"""make_torch_backend(device): the torch rounds as an oracle backend (oracle/backends.py).
+FP32 on CPU, BF16 with CUDA graphs on CUDA."""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from oracle.errors import OracleError
+
+from . import host_sampling
+from .session import TorchSession
+from .weights import TorchWeights
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class TorchBackend:
+    exact = False
+    policies = ("sequential", "fixed")
+    host_rng = True                  # uniforms come from PCG64(seed), drawn on the host like the reference
+    sampling = host_sampling         # the device sampler behind oracle.sampling's interface
+
+    def __init__(self, device: str = "cpu", dtype: str | None = None, **session_defaults):
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise OracleError("backend torch-cuda: no CUDA device is available")
+        self.device = dev
+        self.name = f"torch-{dev.type}"
+        self.dtype = dtype or ("bfloat16" if dev.type == "cuda" else "float32")
+        if self.dtype not in DTYPES:
+            raise OracleError(f"backend {self.name}: unknown dtype {self.dtype!r} (known: {', '.join(DTYPES)})")
+        graphs = "cuda" if dev.type == "cuda" else "off"
+        self.defaults = {"graphs": graphs} | session_defaults
+        self._weights = weakref.WeakKeyDictionary()      # reference model -> converted weights
+
+    def weights(self, model) -> TorchWeights:
+        w = self._weights.get(model)
+        if w is None:
+            w = self._weights[model] = TorchWeights.from_model(model, self.device, DTYPES[self.dtype])
+        return w
+
+    def session(self, model, d, D, mode, policy="sequential", **options) -> TorchSession:
+        if policy not in self.policies:
+            raise OracleError(f"backend {self.name} does not support RNG policy {policy!r}")
+        return TorchSession(self.weights(model), d, D, mode, policy, name=self.name, dtype_name=self.dtype,
+                            **(self.defaults | options))
+
+
+def make_torch_backend(device: str = "cpu", **options) -> TorchBackend:
+    """device: "cpu" | "cuda" | "cuda:N"; options: dtype and session defaults
+    (max_requests, max_len, max_tokens_per_round, graphs, max_batch_size, max_graphs, trace)."""
+    return TorchBackend(device, **options)

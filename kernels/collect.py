@@ -1,0 +1,118 @@
+"""Host side of a round: the request and round-handle records; at collection, check the
+device results, record RNG events with the
+exact stream values the device used, commit tokens, and assemble the RoundTrace in the
+reference's structure (oracle/phases.py finish_round)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oracle.errors import OracleError
+from oracle.rng_trace import RngEvent
+from oracle.traces import RoundTrace
+
+
+@dataclass(slots=True, eq=False)
+class HostRequest:
+    rid: object
+    slot: int
+    params: object
+    tokens: list                  # committed tokens known to the host (collected rounds)
+    stream: UniformStream
+    in_flight: list = field(default_factory=list)     # handles not yet finished
+
+
+@dataclass(slots=True, eq=False)
+class Handle:
+    round_idx: int
+    mode: str
+    policy: str
+    d: int
+    D: int
+    reqs: list
+    counts: list
+    plan: object = None
+    stats: dict = None
+    out: dict = None              # results (host tensors once the copy completes)
+    keep: list = None             # host buffers the device may still read from
+    event: object = None
+    trace: object = None
+    error: BaseException | None = None
+    done: bool = False
+    committed: bool = False       # the device advanced its frontiers for this round
+
+
+def round_events(rid, round_idx: int, K: int, a: int, policy: str, stream, c: int) -> list[RngEvent]:
+    """The events of one sampled request's round; stream index c is the round's first uniform.
+    Layout: drafts c..c+K-1, accepts c+K.., final (residual/bonus) right after the last
+    accept uniform used (sequential) or at c+2K (fixed)."""
+    ev = []
+
+    def rec(purpose, offset, idx, used=True):
+        ev.append(RngEvent(rid, round_idx, len(ev), purpose, offset, stream.value(c + idx), used))
+
+    for o in range(K):
+        rec("draft", o, o)
+    if policy == "sequential":
+        for o in range(min(a + 1, K)):
+            rec("accept", o, K + o)
+        rec("residual", a, K + a + 1) if a < K else rec("bonus", K, 2 * K)
+    else:
+        for o in range(K):
+            rec("accept", o, K + o, used=o <= a)
+        rec("residual", a, 2 * K) if a < K else rec("bonus", K, 2 * K)
+    return ev
+
+
+def check_results(h, out: dict) -> list:
+    """Raise OracleError for a failed round; return per request (K, a, events, emitted)."""
+    results = []
+    for i, (req, T) in enumerate(zip(h.reqs, h.counts)):
+        K, a, rid = T - 1, int(out["a"][i]), req.rid
+        if int(out["start"][i]) != len(req.tokens) - 1:
+            raise OracleError(f"request {rid}: device frontier {int(out['start'][i])} != committed tokens - 1 "
+                              f"= {len(req.tokens) - 1} (round {h.round_idx})")
+        for name, bad, n in (("draft", out["dbad"][i], K), ("verification", out["vbad"][i], T)):
+            if bad[:n].any():
+                raise OracleError(f"round {h.round_idx}: {name} logits of request {rid} offset "
+                                  f"{int(np.flatnonzero(bad[:n])[0])} hold a non-finite value")
+        if out["residual_err"][i]:
+            raise OracleError(f"round {h.round_idx}, request {rid}: residual max(0, p - q) is all zero "
+                              f"after a rejection (p == q)")
+        used = int(out["used"][i])
+        events = [] if req.params.greedy else round_events(rid, h.round_idx, K, a, h.policy, req.stream,
+                                                           req.stream.consumed)
+        assert len(events) == used, (rid, used, events)
+        drafts = [int(t) for t in out["drafts"][i, :K]]
+        results.append((K, a, events, drafts, drafts[:a] + [int(out["final"][i])], used))
+    return results
+
+
+def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
+    """Commit each request's tokens and uniforms; returns the round's trace."""
+    tr = RoundTrace(h.mode, h.round_idx, h.policy, h.d, h.D, [r.rid for r in h.reqs], list(h.counts))
+    tr.dtype = dtype
+    tr.params = {r.rid: r.params.to_json() for r in h.reqs}
+    tr.prefix = {r.rid: list(r.tokens) for r in h.reqs}
+    tr.calls = [{"rows": [[h.reqs[i].rid, o, j] for i, o, j in c.rows],
+                 "draft_head": [[h.reqs[i].rid, o] for i, o in c.draft_head]} for c in h.plan.schedule.calls]
+    for i, (req, T, (K, a, events, drafts, emitted, used)) in enumerate(zip(h.reqs, h.counts, results)):
+        rid, start = req.rid, len(req.tokens) - 1
+        if "vlog" in out:
+            for o in range(T):
+                if o < K:
+                    tr.draft_logits[(rid, o)] = out["dlog"][i, o]
+                tr.verify_logits[(rid, o)] = out["vlog"][i, o]
+            k, v = out["k"], out["v"]                    # [L, R, D, Tcap, nkv, hd]
+            for o in range(T):
+                for j in range(h.D):
+                    call = h.plan.wrote[(i, o, j)]
+                    for l in range(k.shape[0]):
+                        tr.kv_writes[(rid, start + o, j, l)] = (call, k[l, i, j, o], v[l, i, j, o])
+        tr.rng_events.extend(events)
+        tr.drafts[rid], tr.accepted[rid], tr.emitted[rid] = drafts, a, emitted
+        req.tokens.extend(emitted)
+        req.stream.consume(used)
+    tr.stats = dict(h.stats, accepted=sum(tr.accepted.values()))
+    return tr

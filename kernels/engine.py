@@ -1,0 +1,187 @@
+"""The device side of a round: persistent per-slot buffers and the steps that run on them.
+
+Round state stays on the device between calls and until collection: tokens of every
+offset (drafts are drawn into it by the draft head), the branch hidden state of every
+(slot, offset), draft probabilities q, target probabilities p, logits. The steps `call`,
+`draft` and `verify` read one metadata vector and write only these buffers, so each can
+be a CUDA graph; `accept_commit` runs eagerly once per round.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import sampler
+from .graphs import GraphRunner
+from .kvplanes import KVPlanes
+from .model import PackedModel
+from .plan import RoundPlan, scratch_call_meta, scratch_head_meta
+
+I64 = torch.int64
+
+
+class Engine:
+    def __init__(self, weights, D: int, max_requests: int, max_len: int, Tcap: int, Wcap: int,
+                 graphs: GraphRunner):
+        self.weights, self.D, self.Tcap, self.Wcap, self.graphs = weights, D, Tcap, Wcap, graphs
+        self.device = weights.device
+        self.kv = KVPlanes(weights.cfg, D, max_requests, max_len, self.device, weights.dtype)
+        self.model = PackedModel(weights, self.kv)
+        for name, t in self._buffers(self.kv.n_slots).items():
+            setattr(self, name, t)
+
+    def _buffers(self, S: int) -> dict:
+        """Per-slot round state; every tensor's leading dimension is slot-major."""
+        dev, T, V, H = self.device, self.Tcap, self.weights.cfg.vocab_size, self.weights.cfg.hidden_size
+        z = lambda *shape, dtype=torch.float32: torch.zeros(shape, device=dev, dtype=dtype)
+        return {
+            "tok": z(S, T, dtype=I64),                      # offset o's token
+            "hid": z(S * T, H, dtype=self.weights.dtype),   # branch state: latest depth's output
+            "q": z(S * T, V), "p": z(S * T, V),             # draft / target probabilities
+            "dlog": z(S * T, V), "vlog": z(S * T, V),       # draft / verification logits
+            "gtok": z(S * T, dtype=I64),                    # argmax of the verification logits
+            "dbad": z(S * T, dtype=torch.bool), "vbad": z(S * T, dtype=torch.bool),
+            "start": z(S, dtype=I64), "last": z(S, dtype=I64),        # frontier, offset-0 token
+            "cursor": z(S, dtype=I64), "ubase": z(S, dtype=I64),      # RNG stream cursor, window base
+            "ubuf": z(S, self.Wcap, dtype=torch.float64),              # uniform windows
+            "temp": torch.ones(S, device=dev), "top_k": torch.full((S,), V, device=dev, dtype=I64),
+            "top_p": torch.full((S,), float("inf"), device=dev),
+            "greedy": torch.ones(S, device=dev, dtype=torch.bool),
+        }
+
+    def grow(self, max_requests: int, max_len: int) -> None:
+        """Larger capacity, state kept (stream-ordered copies, so rounds may be in flight).
+        Captured graphs point at the old buffers: they are dropped and re-captured on use."""
+        old_S = self.kv.n_slots
+        keep = old_S - 1                                                  # real slots; scratch is dropped
+        for name, t in self._buffers(max_requests + 1).items():
+            t.view(max_requests + 1, -1)[:keep].copy_(getattr(self, name).view(old_S, -1)[:keep])
+            setattr(self, name, t)
+        self.kv = self.kv.grown(max_requests, max_len)
+        self.model = PackedModel(self.weights, self.kv)
+        self.graphs.reset()
+
+    # ---- per-request setup ----
+    def set_params(self, slot: int, params, vocab: int) -> None:
+        self.greedy[slot] = params.greedy
+        self.temp[slot] = 1.0 if params.greedy else params.temperature
+        self.top_k[slot] = min(params.top_k or vocab, vocab)
+        self.top_p[slot] = params.top_p if params.top_p is not None and params.top_p < 1 else float("inf")
+
+    def prefill(self, slot: int, prompt: torch.Tensor) -> None:
+        """prompt: [n] token ids; KV of positions 0..n-2 at every depth, offset 0 = prompt[-1]."""
+        P = prompt.shape[0] - 1
+        if P:
+            pos = torch.arange(P, device=self.device)
+            h = self.model.embed(prompt[:P])
+            for depth in range(self.D):
+                plane = self.kv.plane(slot, depth)
+                h = self.model.recurrent_call(h, pos, torch.full((P,), plane, device=self.device, dtype=I64),
+                                              pos, torch.tensor([plane], device=self.device), P)
+        self.start[slot], self.last[slot] = P, prompt[P]
+        self.cursor[slot], self.ubase[slot] = 0, 0
+
+    # ---- graph-capturable steps ----
+    def call_step(self, meta: torch.Tensor, M: int, G: int, Qm: int) -> None:
+        flat, slot, off, plane, qidx = meta[:5 * M].view(5, M)
+        gplane = meta[5 * M:]
+        pos = self.start.index_select(0, slot) + off                             # [M]
+        emb = self.model.embed(self.tok.view(-1).index_select(0, flat))          # depth-0 rows
+        h = torch.where((plane < self.kv.n_slots)[:, None], emb, self.hid.index_select(0, flat))
+        self.hid.index_copy_(0, flat, self.model.recurrent_call(h, pos, plane, qidx, gplane, Qm))
+
+    def _probs(self, logits, slot):
+        return sampler.filtered_probs(logits, self.temp.index_select(0, slot), self.top_k.index_select(0, slot),
+                                      self.top_p.index_select(0, slot))
+
+    def _uniform(self, slot, index):
+        # uniform at stream index cursor + index of each slot, from its window
+        idx = (self.cursor.index_select(0, slot) - self.ubase.index_select(0, slot) + index).clamp(0, self.Wcap - 1)
+        return self.ubuf.view(-1).index_select(0, slot * self.Wcap + idx)
+
+    def draft_step(self, meta: torch.Tensor, Mh: int) -> None:
+        flat, slot, off = meta.view(3, Mh)
+        logits = self.model.head(self.hid.index_select(0, flat))                # [Mh, V]
+        self.dlog.index_copy_(0, flat, logits)
+        self.dbad.index_copy_(0, flat, sampler.nonfinite(logits))
+        q = self._probs(logits, slot)
+        drawn = sampler.categorical(q, self._uniform(slot, off))                # draft uniform of offset o
+        tok = torch.where(self.greedy.index_select(0, slot), sampler.greedy(logits), drawn)
+        self.q.index_copy_(0, flat, q)
+        self.tok.view(-1).index_copy_(0, flat + 1, tok)                          # offset o+1's token
+
+    def verify_step(self, meta: torch.Tensor, N: int) -> None:
+        flat, slot = meta.view(2, N)
+        logits = self.model.head(self.hid.index_select(0, flat))                # [N, V]
+        self.vlog.index_copy_(0, flat, logits)
+        self.vbad.index_copy_(0, flat, sampler.nonfinite(logits))
+        self.gtok.index_copy_(0, flat, sampler.greedy(logits))
+        self.p.index_copy_(0, flat, self._probs(logits, slot))
+
+    # ---- a whole round ----
+    def run_round(self, plan: RoundPlan, buf: torch.Tensor, fixed: bool) -> dict:
+        """Enqueue every step of the round; returns device tensors of the results."""
+        sc, T = self.kv.scratch, self.Tcap
+        a0, n, R = plan.requests
+        slots, K, ubase = buf[a0:a0 + n].view(3, R)
+        u0, un, _, W = plan.uniforms
+        win = buf[u0:u0 + un].view(torch.float64).view(R, W)
+        self.tok.view(-1).index_copy_(0, slots * T, self.last.index_select(0, slots))
+        self.ubuf.index_copy_(0, slots, torch.nn.functional.pad(win, (0, self.Wcap - W), value=float("nan")))
+        self.ubase.index_copy_(0, slots, ubase)
+        for cp in plan.calls:
+            M, G, Qm = cp.key
+            self.graphs.run("call", cp.key, M, buf[cp.meta[0]:cp.meta[0] + cp.meta[1]],
+                            lambda m, M=M, G=G, Qm=Qm: self.call_step(m, M, G, Qm),
+                            lambda key=cp.key: torch.from_numpy(scratch_call_meta(key, sc, T)))
+            if cp.head is not None:
+                s, ln, Mh = cp.head
+                self.graphs.run("draft", (Mh,), Mh, buf[s:s + ln], lambda m, Mh=Mh: self.draft_step(m, Mh),
+                                lambda Mh=Mh: torch.from_numpy(scratch_head_meta(Mh, 3, sc, T)))
+        s, ln, N = plan.verify
+        self.graphs.run("verify", (N,), N, buf[s:s + ln], lambda m: self.verify_step(m, N),
+                        lambda: torch.from_numpy(scratch_head_meta(N, 2, sc, T)))
+        return self.accept_commit(slots, K, fixed)
+
+    def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, fixed: bool) -> dict:
+        """Acceptance for every request of the round, then commit on the device: frontier
+        start + a + 1, next offset-0 token, RNG cursor. slots, K: [R]."""
+        T, V = self.Tcap, self.p.shape[1]
+        o = torch.arange(T - 1, device=slots.device)
+        greedy = self.greedy.index_select(0, slots)                              # [R]
+        base = slots * T
+        rows = base[:, None] + o[None, :]                                        # [R, T-1] flat of offset o
+        drafts = self.tok.index_select(0, slots)[:, 1:]                          # draft of offset o+1
+        pick = lambda t: t.view(-1).index_select(0, (rows * V + drafts).reshape(-1)).view(rows.shape)
+        u_acc = self._uniform_grid(slots, K[:, None] + o[None, :])
+        ok = torch.where(greedy[:, None], drafts == self.gtok[rows],
+                         sampler.accepts(u_acc, pick(self.p), pick(self.q)))
+        ok = ok | (o[None, :] >= K[:, None])
+        a = torch.minimum(ok.long().cumprod(-1).sum(-1), K)                      # accepted drafts
+        rej = a < K
+        fa = base + a                                                             # flat of offset a
+        p_a = self.p.index_select(0, fa)
+        res, res_ok = sampler.residual(p_a, self.q.index_select(0, fa))
+        final_at = 2 * K if fixed else torch.where(rej, K + a + 1, 2 * K)       # stream index of the last uniform
+        drawn = sampler.categorical(torch.where(rej[:, None], res, p_a), self._uniform_grid(slots, final_at[:, None])[:, 0])
+        final = torch.where(greedy, self.gtok.index_select(0, fa), drawn)
+        used = torch.where(greedy, 0, 2 * K + 1 if fixed else torch.where(rej, K + a + 2, 2 * K + 1))
+        start = self.start.index_select(0, slots)
+        out = {"a": a, "final": final, "drafts": drafts, "used": used, "start": start,
+               "residual_err": ~greedy & rej & ~res_ok,
+               "dbad": self.dbad.view(-1, T).index_select(0, slots), "vbad": self.vbad.view(-1, T).index_select(0, slots)}
+        self.start.index_copy_(0, slots, start + a + 1)
+        self.last.index_copy_(0, slots, final)
+        self.cursor.index_copy_(0, slots, self.cursor.index_select(0, slots) + used)
+        return out
+
+    def _uniform_grid(self, slots, index):
+        # index: [R, n] stream offsets from each slot's cursor -> uniforms [R, n]
+        idx = (self.cursor.index_select(0, slots) - self.ubase.index_select(0, slots))[:, None] + index
+        return self.ubuf.index_select(0, slots).gather(1, idx.clamp(0, self.Wcap - 1))
+
+    def trace_arrays(self, slots: torch.Tensor, start: torch.Tensor, T: int) -> dict:
+        """Logits of offsets 0..T-1 and the round's KV writes (positions start..start+T-1)."""
+        V = self.p.shape[1]
+        return {"dlog": self.dlog.view(-1, self.Tcap, V).index_select(0, slots)[:, :T],
+                "vlog": self.vlog.view(-1, self.Tcap, V).index_select(0, slots)[:, :T],
+                "k": self.kv.gather(self.kv.k, slots, start, T), "v": self.kv.gather(self.kv.v, slots, start, T)}

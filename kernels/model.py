@@ -1,0 +1,83 @@
+"""The looped model on the device over packed rows at mixed depths (same math as
+oracle/model.py): one GEMM per projection over all rows of a call, K/V of all rows
+written into their depth planes before any row attends, each row masked to positions
+<= its own. Rows' positions and planes arrive as device tensors; attention reads
+each plane of a call once (rows grouped by plane, as a varlen attention kernel would)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .kvplanes import KVPlanes
+from .weights import TorchWeights
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    # statistic in FP32, cast to the model dtype, then times the weight (no 1 + w)
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(w.dtype) * w
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [M, heads, hd]; cos, sin: [M, hd]; non-interleaved rotate_half
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, None, :] + rot * sin[:, None, :]
+
+
+class PackedModel:
+    def __init__(self, w: TorchWeights, kv: KVPlanes):
+        self.w, self.kv, self.cfg = w, kv, w.cfg
+        self.cos, self.sin = w.rope_table(kv.max_len)       # [max_len, hd] each
+        self.eps = w.cfg.rms_norm_eps
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.w.embed.index_select(0, tokens)          # [M, H]
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        return (h @ self.w.lm_head.T).float()                 # logits: [M, V] FP32
+
+    def recurrent_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor, qidx: torch.Tensor,
+                       gplane: torch.Tensor, Qm: int) -> torch.Tensor:
+        """One loop of the stack, then the final norm.
+        h: [M, H] loop inputs; pos: [M] positions; plane: [M] KV planes (depth*n_slots+slot).
+        Attention is grouped by plane: the call's G distinct planes are `gplane` [G], and row
+        r is query slot qidx[r] = g*Qm + i of the padded [G, Qm] query grid, so a plane's keys
+        are read once however many of the call's rows attend to it. Returns [M, H]."""
+        cfg, kv, eps = self.cfg, self.kv, self.eps
+        M, G, span = h.shape[0], gplane.shape[0], kv.max_len
+        nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)      # [M, hd]
+        write = plane * kv.max_len + pos                                               # [M] flat KV index
+        qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)             # padding: position 0
+        masked = torch.arange(span, device=h.device)[None, None, :] > qpos[:, :, None]  # [G, Qm, span]
+        for l, L in enumerate(self.w.layers):
+            x = rms_norm(h, L.n_in, eps)
+            q, k, v = (x @ L.qkv.T).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+            q = rope(q.reshape(M, nh, hd), cos, sin)                                   # [M, nh, hd]
+            k = rope(k.reshape(M, nkv, hd), cos, sin)                                  # [M, nkv, hd]
+            kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
+            kv.flat_view(kv.v, l).index_copy_(0, write, v.reshape(M, nkv, hd))
+            K = kv.k[l].index_select(0, gplane)                   # [G, span, nkv, hd]
+            V = kv.v[l].index_select(0, gplane)
+            Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
+            a = attend(Q, K, V, masked).index_select(0, qidx)    # [M, nh*hd]
+            x = h + rms_norm(a @ L.o.T, L.n_attn_out, eps)
+            y = rms_norm(x, L.n_post, eps)
+            g, u = (y @ L.gate_up.T).chunk(2, dim=-1)
+            h = x + rms_norm((F.silu(g) * u) @ L.down.T, L.n_mlp_out, eps)
+        return rms_norm(h, self.w.norm, eps)
+
+
+def attend(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """Q: [G, Qm, nh, hd]; K, V: [G, span, nkv, hd]; masked: [G, Qm, span] (True = not
+    visible) -> [G*Qm, nh*hd]. Scores and softmax in FP32."""
+    G, Qm, nh, hd = Q.shape
+    span, nkv = K.shape[1], K.shape[2]
+    gq = nh // nkv                                                           # query heads per KV head
+    q = Q.reshape(G, Qm, nkv, gq, hd).permute(0, 2, 1, 3, 4).reshape(G, nkv, Qm * gq, hd)
+    s = torch.matmul(q, K.permute(0, 2, 3, 1)).float() * hd ** -0.5         # [G, nkv, Qm*gq, span]
+    m = masked[:, :, None, :].expand(G, Qm, gq, span).reshape(G, 1, Qm * gq, span)
+    p = torch.softmax(s.masked_fill(m, float("-inf")), dim=-1).to(V.dtype)
+    out = torch.matmul(p, V.permute(0, 2, 1, 3))                            # [G, nkv, Qm*gq, hd]
+    return out.reshape(G, nkv, Qm, gq, hd).permute(0, 2, 1, 3, 4).reshape(G * Qm, nh * hd)

@@ -1,0 +1,230 @@
+"""TorchSession: the backend session (oracle/backends.py interface) over the device engine.
+
+submit(counts) plans the round on the host, uploads its metadata once and enqueues every
+device step; results are copied back asynchronously and turned into a trace by
+collect(handle). Rounds finish in submission order, so several may be in flight, also for
+the same request (the device keeps its frontier, offset-0 token and RNG cursor).
+A failed round cleans up: a request whose device state can no longer be trusted is dropped
+(its KV slot freed), later rounds that include it fail too, and the first error is raised.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from oracle.errors import OracleError
+from oracle.rng_trace import check_policy
+from oracle.schedule import plan as plan_schedule, validate
+
+from .collect import Handle, HostRequest, build_trace, check_results
+from .engine import Engine
+from .graphs import GraphRunner
+from .plan import build_plan
+from .streams import UniformStream
+
+
+class TorchSession:
+    def __init__(self, weights, d, D, mode, policy="sequential", *, name="torch", dtype_name="float32",
+                 max_requests=8, max_len=256, max_tokens_per_round=16, grow=True, graphs="off",
+                 max_batch_size=512, max_graphs=512, trace=True, debug_poison=False):
+        validate([1], d, D)
+        plan_schedule(mode, [1], d, D)                                  # checks the mode
+        self.d, self.D, self.mode, self.policy = d, D, mode, check_policy(policy)
+        self.cfg, self.name, self.dtype_name = weights.cfg, name, dtype_name
+        self.Tcap, self.trace, self.debug_poison = max_tokens_per_round, trace, debug_poison
+        self.grow = grow          # capacity (requests, max_len) doubles on demand; else errors
+        per_round = 2 * max_tokens_per_round - 1                        # uniforms of one round, at most
+        self.graphs = GraphRunner(graphs, max_batch_size, max_graphs)
+        self.engine = Engine(weights, D, max_requests, max_len, max_tokens_per_round, 2 * per_round, self.graphs)
+        self.requests: dict = {}
+        self.pending: list[Handle] = []
+        self.round_idx = 0
+        self.device = weights.device
+
+    # ---- requests ----
+    def add(self, rid, prompt, params, replay=None) -> None:
+        if rid in self.requests:
+            raise OracleError(f"request {rid} is already in the session")
+        prompt = [int(t) for t in prompt]
+        if not prompt:
+            raise OracleError(f"request {rid}: empty prompt")
+        bad = [t for t in prompt if not 0 <= t < self.cfg.vocab_size]
+        if bad:
+            raise OracleError(f"token id {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
+        self._fit(len(prompt), f"request {rid}: prompt of {len(prompt)} tokens")
+        if not self.engine.kv.free and self.grow:
+            self.engine.grow(2 * (self.engine.kv.n_slots - 1), self.max_len)
+        stream = UniformStream(rid, seed=params.seed) if replay is None else UniformStream(rid, replay=replay)
+        slot = self.engine.kv.alloc(rid)
+        try:
+            self.engine.set_params(slot, params, self.cfg.vocab_size)
+            if self.debug_poison:
+                self._poison(torch.tensor([slot], device=self.device), torch.zeros(1, dtype=torch.int64, device=self.device))
+            self.engine.prefill(slot, torch.tensor(prompt, dtype=torch.int64, device=self.device))
+        except BaseException:
+            self.engine.kv.release(slot)                                 # no leaked slot
+            raise
+        self.requests[rid] = HostRequest(rid, slot, params, prompt, stream)
+
+    def remove(self, rid) -> list[int]:
+        req = self._get(rid)
+        self._drain(req)
+        self.requests.pop(rid)
+        self.engine.kv.release(req.slot)
+        return req.tokens
+
+    def tokens(self, rid) -> list[int]:
+        req = self._get(rid)
+        self._drain(req)
+        return list(req.tokens)
+
+    def kv_frontiers(self, rid) -> set[int]:
+        """The device KV frontier of rid (one per request: every plane shares it)."""
+        req = self._get(rid)
+        self._drain(req)
+        return {int(self.engine.start[req.slot])}
+
+    def _get(self, rid) -> HostRequest:
+        if rid not in self.requests:
+            raise OracleError(f"request {rid} is not in the session")
+        return self.requests[rid]
+
+    # ---- rounds ----
+    def step(self, counts: dict):
+        return self.collect(self.submit(counts))
+
+    def submit(self, counts: dict) -> Handle:
+        missing = [r for r in counts if r not in self.requests]
+        if missing:
+            raise OracleError(f"round names unknown request(s) {missing}")
+        T = list(validate(list(counts.values()), self.d, self.D))
+        reqs = [self.requests[r] for r in counts]
+        for req, t in zip(reqs, T):
+            if t > self.Tcap:
+                raise OracleError(f"request {req.rid}: token count {t} exceeds max_tokens_per_round {self.Tcap}")
+            ahead = sum(x.counts[x.reqs.index(req)] for x in req.in_flight)   # positions in flight
+            self._fit(len(req.tokens) - 1 + ahead + t, f"request {req.rid}: a round reaching position "
+                      f"{len(req.tokens) - 2 + ahead + t}")
+            while req.in_flight and self._need(req, t) > self.engine.Wcap:
+                self._finish(self.pending[0])                            # window too small: finish the oldest
+        h = Handle(self.round_idx, self.mode, self.policy, self.d, self.D, reqs, T)
+        sched = plan_schedule(self.mode, T, self.d, self.D)
+        W = max(1, max(self._need(r, t) for r, t in zip(reqs, T)))
+        windows = np.stack([r.stream.window(W) if not r.params.greedy else np.zeros(W) for r in reqs])
+        h.plan = build_plan(sched, [r.slot for r in reqs], self.Tcap, self.engine.kv.n_slots,
+                            [r.stream.consumed for r in reqs], windows)
+        before = dict(self.graphs.stats)
+        try:
+            h.out, h.keep = self._enqueue(h)
+        except BaseException as e:
+            # before the device commit nothing changed but scratch state (KV past the
+            # frontier, round buffers); after it, the requests' device state is unknown
+            if h.committed:
+                for r in reqs:
+                    self._drain(r)                                      # earlier rounds are fine
+                self._fail(h, e)
+            raise
+        h.stats = {"recurrent_calls": len(sched.calls), "rows_per_call": sched.row_counts(),
+                   "head_calls": sum(1 for c in sched.calls if c.draft_head) + 1,
+                   "head_rows": sum(sched.draft_head_counts()) + len(sched.verify_head),
+                   "draft_head_calls": sum(1 for c in sched.calls if c.draft_head),
+                   "draft_head_rows": sum(sched.draft_head_counts()), "drafted": sum(t - 1 for t in T)}
+        h.stats |= {k: self.graphs.stats[k] - before[k] for k in before}
+        self.round_idx += 1
+        for r in reqs:
+            r.in_flight.append(h)
+        self.pending.append(h)
+        return h
+
+    @property
+    def max_len(self) -> int:
+        return self.engine.kv.max_len
+
+    def _fit(self, n: int, what: str) -> None:
+        """Make room for positions 0..n-1 (grow) or raise."""
+        if n <= self.max_len:
+            return
+        if not self.grow:
+            raise OracleError(f"{what} needs {n} KV positions, past max_len {self.max_len}")
+        self.engine.grow(self.engine.kv.n_slots - 1, max(2 * self.max_len, n))
+
+    def _need(self, req, t) -> int:
+        """Stream uniforms a new round of t tokens may read past the host's cursor."""
+        if req.params.greedy:
+            return 0
+        return sum(2 * x.counts[x.reqs.index(req)] - 1 for x in req.in_flight) + 2 * t - 1
+
+    def _enqueue(self, h: Handle):
+        host = torch.from_numpy(h.plan.buf)
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        buf = host.to(self.device, non_blocking=True)                   # the round's one upload
+        out = self.engine.run_round(h.plan, buf, self.policy == "fixed")
+        h.committed = True
+        slots = buf[h.plan.requests[0]:h.plan.requests[0] + len(h.reqs)]
+        if self.trace:
+            out |= {k: v.float() for k, v in self.engine.trace_arrays(slots, out["start"], max(h.counts)).items()}
+        if self.debug_poison:
+            self._poison(slots, out["start"] + out["a"] + 1)
+        res = {k: _to_host(v) for k, v in out.items()}
+        if self.device.type == "cuda":
+            h.event = torch.cuda.Event()
+            h.event.record()
+        return res, [host, buf]
+
+    def _poison(self, slots, frontier):
+        self.engine.kv.poison(slots, frontier)
+
+    def collect(self, h: Handle):
+        while not h.done:
+            self._finish(self.pending[0])
+        if h.error is not None:
+            raise h.error
+        return h.trace
+
+    def _drain(self, req: HostRequest) -> None:
+        while req.in_flight:
+            self._finish(self.pending[0])
+
+    def _finish(self, h: Handle) -> None:
+        assert self.pending and self.pending[0] is h, "rounds finish in submission order"
+        self.pending.pop(0)
+        h.done = True
+        if h.error is not None:                                         # failed by an earlier round
+            self._fail(h, h.error)
+            return
+        try:
+            if h.event is not None:
+                h.event.synchronize()
+            out = {k: v.numpy() for k, v in h.out.items()}
+            results = check_results(h, out)
+        except OracleError as e:
+            self._fail(h, e)
+            return
+        for r in h.reqs:
+            r.in_flight.remove(h)
+        h.trace = build_trace(h, out, results, self.dtype_name)
+        h.out = h.keep = None
+
+    def _fail(self, h: Handle, error) -> None:
+        """Drop every request of a failed round (freeing its slot); later rounds that
+        include one of them fail too, naming the first error."""
+        h.error = h.error or error
+        for r in h.reqs:
+            if self.requests.get(r.rid) is r:
+                self.requests.pop(r.rid)
+                self.engine.kv.release(r.slot)
+            for later in r.in_flight:
+                if later is not h and later.error is None:
+                    later.error = OracleError(f"round {later.round_idx} was dropped: it shares request {r.rid} "
+                                              f"with round {h.round_idx}, which failed ({h.error})")
+            r.in_flight.clear()
+        h.out = h.keep = None
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    if t.device.type == "cpu":
+        return t.clone()
+    dst = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    dst.copy_(t, non_blocking=True)
+    return dst
