@@ -1,7 +1,6 @@
 """Host side of a round: the request and round-handle records; at collection, check the
-device results, record RNG events with the
-exact stream values the device used, commit tokens, and assemble the RoundTrace in the
-reference's structure (oracle/phases.py finish_round)."""
+device results, record RNG events with the exact stream values the device used, commit
+tokens, and assemble the RoundTrace in the reference's structure (oracle/phases.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
