@@ -5,6 +5,8 @@ written into their depth planes before any row attends, each row masked to posit
 each plane of a call once (rows grouped by plane, as a varlen attention kernel would)."""
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -25,9 +27,39 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos[:, None, :] + rot * sin[:, None, :]
 
 
+def pre_attn(h, n_in, qkv, cos, sin, nh: int, nkv: int, hd: int, eps: float):
+    """Norm, fused q/k/v projection, RoPE. h: [M, H] -> q [M, nh, hd], k, v [M, nkv, hd]."""
+    M = h.shape[0]
+    q, k, v = (rms_norm(h, n_in, eps) @ qkv.T).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+    return rope(q.reshape(M, nh, hd), cos, sin), rope(k.reshape(M, nkv, hd), cos, sin), v.reshape(M, nkv, hd)
+
+
+def post_attn(h, a, o, n_attn_out, n_post, gate_up, down, n_mlp_out, eps: float):
+    """Output projection, sandwich norms and the SwiGLU MLP. h, a: [M, H] -> [M, H]."""
+    x = h + rms_norm(a @ o.T, n_attn_out, eps)
+    g, u = (rms_norm(x, n_post, eps) @ gate_up.T).chunk(2, dim=-1)
+    return x + rms_norm((F.silu(g) * u) @ down.T, n_mlp_out, eps)
+
+
+_FUSED = None
+
+
+def _fused():
+    """pre_attn/post_attn through torch.compile (Inductor fuses the norms, RoPE and SiLU
+    into a few kernels around the GEMMs); compiled once with a dynamic row count."""
+    global _FUSED
+    if _FUSED is None:
+        _FUSED = (torch.compile(pre_attn, dynamic=True), torch.compile(post_attn, dynamic=True))
+    return _FUSED
+
+
+FUSE_DEFAULT = os.environ.get("LOOPSPEC_FUSE", "0") == "1"
+
+
 class PackedModel:
-    def __init__(self, w: TorchWeights, kv: KVPlanes):
+    def __init__(self, w: TorchWeights, kv: KVPlanes, fuse: bool | None = None):
         self.w, self.kv, self.cfg = w, kv, w.cfg
+        self.fuse = FUSE_DEFAULT if fuse is None else fuse
         self.cos, self.sin = w.rope_table(kv.max_len)       # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
 
@@ -51,21 +83,16 @@ class PackedModel:
         write = plane * kv.max_len + pos                                               # [M] flat KV index
         qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)             # padding: position 0
         masked = torch.arange(span, device=h.device)[None, None, :] > qpos[:, :, None]  # [G, Qm, span]
+        pre, post = _fused() if self.fuse else (pre_attn, post_attn)
         for l, L in enumerate(self.w.layers):
-            x = rms_norm(h, L.n_in, eps)
-            q, k, v = (x @ L.qkv.T).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-            q = rope(q.reshape(M, nh, hd), cos, sin)                                   # [M, nh, hd]
-            k = rope(k.reshape(M, nkv, hd), cos, sin)                                  # [M, nkv, hd]
+            q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)                # [M, heads, hd]
             kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
-            kv.flat_view(kv.v, l).index_copy_(0, write, v.reshape(M, nkv, hd))
+            kv.flat_view(kv.v, l).index_copy_(0, write, v)
             K = kv.k[l].index_select(0, gplane)                   # [G, span, nkv, hd]
             V = kv.v[l].index_select(0, gplane)
             Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
             a = attend(Q, K, V, masked).index_select(0, qidx)    # [M, nh*hd]
-            x = h + rms_norm(a @ L.o.T, L.n_attn_out, eps)
-            y = rms_norm(x, L.n_post, eps)
-            g, u = (y @ L.gate_up.T).chunk(2, dim=-1)
-            h = x + rms_norm((F.silu(g) * u) @ L.down.T, L.n_mlp_out, eps)
+            h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps)
         return rms_norm(h, self.w.norm, eps)
 
 
