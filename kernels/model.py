@@ -10,6 +10,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+from . import triton_attention
 from .kvplanes import KVPlanes
 from .weights import TorchWeights
 
@@ -54,12 +55,15 @@ def _fused():
 
 
 FUSE_DEFAULT = os.environ.get("LOOPSPEC_FUSE", "0") == "1"
+TRITON_ATTN_DEFAULT = os.environ.get("LOOPSPEC_TRITON_ATTN", "1") == "1"      # CUDA only
 
 
 class PackedModel:
-    def __init__(self, w: TorchWeights, kv: KVPlanes, fuse: bool | None = None):
+    def __init__(self, w: TorchWeights, kv: KVPlanes, fuse: bool | None = None, triton_attn: bool | None = None):
         self.w, self.kv, self.cfg = w, kv, w.cfg
         self.fuse = FUSE_DEFAULT if fuse is None else fuse
+        self.triton_attn = triton_attention.available(w.device) and TRITON_ATTN_DEFAULT if triton_attn is None \
+            else triton_attn
         self.cos, self.sin = w.rope_table(kv.max_len)       # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
 
@@ -81,17 +85,21 @@ class PackedModel:
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)      # [M, hd]
         write = plane * kv.max_len + pos                                               # [M] flat KV index
-        qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)             # padding: position 0
-        masked = torch.arange(span, device=h.device)[None, None, :] > qpos[:, :, None]  # [G, Qm, span]
+        if not self.triton_attn:
+            qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)         # padding: position 0
+            masked = torch.arange(span, device=h.device)[None, None, :] > qpos[:, :, None]  # [G, Qm, span]
         pre, post = _fused() if self.fuse else (pre_attn, post_attn)
         for l, L in enumerate(self.w.layers):
             q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)                # [M, heads, hd]
             kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
-            K = kv.k[l].index_select(0, gplane)                   # [G, span, nkv, hd]
-            V = kv.v[l].index_select(0, gplane)
-            Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
-            a = attend(Q, K, V, masked).index_select(0, qidx)    # [M, nh*hd]
+            if self.triton_attn:                                  # reads only keys 0..pos per row
+                a = triton_attention.decode_attention(q.contiguous(), kv, l, plane, pos)
+            else:
+                K = kv.k[l].index_select(0, gplane)               # [G, span, nkv, hd]
+                V = kv.v[l].index_select(0, gplane)
+                Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
+                a = attend(Q, K, V, masked).index_select(0, qidx)  # [M, nh*hd]
             h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps)
         return rms_norm(h, self.w.norm, eps)
 

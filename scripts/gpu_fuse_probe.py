@@ -1,5 +1,5 @@
-"""c(M) of the packed recurrent call at the ouro-1.4b shape with and without the fused
-(torch.compile) pre/post-attention blocks, and their agreement; one device call.
+"""c(M) of the packed recurrent call at the ouro-1.4b shape for the attention and fusion
+variants, and the variants' agreement on one call; one device call.
     PYTHONPATH=. python scripts/gpu_fuse_probe.py"""
 import json
 import os
@@ -9,29 +9,36 @@ import torch
 
 import kernels.model as km
 from kernels import bench
-
-out = {}
-rows = [1, 4, 16, 64, 320]
-for fuse in (False, True):
-    km.FUSE_DEFAULT = fuse
-    t0 = time.time()
-    ct = bench.measure_c_table("ouro-1.4b", rows, 256, device="cuda", repeats=50)
-    out[f"fuse={fuse}"] = {"c_ms": ct["c_ms"], "seconds": round(time.time() - t0, 1)}
-    print(fuse, out[f"fuse={fuse}"], flush=True)
-# agreement of the two paths on one call (same weights, same KV)
 from kernels.bench_rounds import random_weights
 from kernels.kvplanes import KVPlanes
 from oracle.config import preset
+
+out = {}
+rows = [1, 4, 16, 64, 160, 320, 640]
+for fuse, tri in ((False, True), (True, True), (True, False)):
+    km.FUSE_DEFAULT, km.TRITON_ATTN_DEFAULT = fuse, tri
+    t0 = time.time()
+    ct = bench.measure_c_table("ouro-1.4b", rows if tri else rows[:4], 256, device="cuda", repeats=50)
+    out[f"fuse={fuse},triton_attn={tri}"] = {"c_ms": ct["c_ms"], "seconds": round(time.time() - t0, 1)}
+    print(fuse, tri, out[f"fuse={fuse},triton_attn={tri}"], flush=True)
 w = random_weights("ouro-1.4b", "cuda")
 res = {}
-for fuse in (False, True):
+M = 24
+g = torch.Generator(device="cuda").manual_seed(0)
+h = torch.randn(M, 2048, device="cuda", generator=g).to(w.dtype)
+plane = torch.arange(M, device="cuda") % 6                     # 6 planes, 4 rows each
+pos = torch.arange(M, device="cuda") // 6 + 40
+for fuse, tri in ((False, False), (False, True), (True, True)):
     kv = KVPlanes(preset("ouro-1.4b"), 1, 8, 64, torch.device("cuda"), w.dtype)
-    m = km.PackedModel(w, kv, fuse=fuse)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    h = torch.randn(8, 2048, device="cuda", generator=g).to(w.dtype)
-    r = torch.arange(8, device="cuda")
-    res[fuse] = m.recurrent_call(h, torch.full((8,), 5, device="cuda"), r, r, r, 1).float()
-rel = ((res[True] - res[False]).norm() / res[False].norm()).item()
-out["fused_vs_unfused_rel_err"] = rel
+    kv.k.normal_(generator=g)
+    kv.v.normal_(generator=g)
+    kv.k[:, :, :, :, :] = kv.k[:, :1].clone()                  # same content for every variant
+    m = km.PackedModel(w, kv, fuse=fuse, triton_attn=tri)
+    gplane = torch.arange(6, device="cuda")
+    qidx = plane * 4 + pos - 40
+    res[(fuse, tri)] = m.recurrent_call(h, pos, plane, qidx, gplane, 4).float()
+base = res[(False, False)]
+for k, v in res.items():
+    out[f"rel_err fuse={k[0]} triton={k[1]} vs torch-eager"] = ((v - base).norm() / base.norm()).item()
 print(json.dumps(out, indent=1))
 json.dump(out, open(os.path.join(os.environ.get("OUT", "."), "fuse_probe.json"), "w"), indent=1)
