@@ -30,9 +30,9 @@ plane = torch.arange(M, device="cuda") % 6                     # 6 planes, 4 row
 pos = torch.arange(M, device="cuda") // 6 + 40
 for fuse, tri in ((False, False), (False, True), (True, True)):
     kv = KVPlanes(preset("ouro-1.4b"), 1, 8, 64, torch.device("cuda"), w.dtype)
-    kv.k.normal_(generator=g)
-    kv.v.normal_(generator=g)
-    kv.k[:, :, :, :, :] = kv.k[:, :1].clone()                  # same content for every variant
+    gk = torch.Generator(device="cuda").manual_seed(1)         # same KV content for every variant
+    kv.k.normal_(generator=gk)
+    kv.v.normal_(generator=gk)
     m = km.PackedModel(w, kv, fuse=fuse, triton_attn=tri)
     gplane = torch.arange(6, device="cuda")
     qidx = plane * 4 + pos - 40
