@@ -54,14 +54,14 @@ def _fused():
     return _FUSED
 
 
-FUSE_DEFAULT = os.environ.get("LOOPSPEC_FUSE", "0") == "1"
+FUSE_DEFAULT = os.environ.get("LOOPSPEC_FUSE", "1") == "1"                   # CUDA only
 TRITON_ATTN_DEFAULT = os.environ.get("LOOPSPEC_TRITON_ATTN", "1") == "1"      # CUDA only
 
 
 class PackedModel:
     def __init__(self, w: TorchWeights, kv: KVPlanes, fuse: bool | None = None, triton_attn: bool | None = None):
         self.w, self.kv, self.cfg = w, kv, w.cfg
-        self.fuse = FUSE_DEFAULT if fuse is None else fuse
+        self.fuse = (FUSE_DEFAULT and w.device.type == "cuda") if fuse is None else fuse
         self.triton_attn = triton_attention.available(w.device) and TRITON_ATTN_DEFAULT if triton_attn is None \
             else triton_attn
         self.cos, self.sin = w.rope_table(kv.max_len)       # [max_len, hd] each

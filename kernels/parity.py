@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oracle.compare import TOLERANCES, rel_err
-from oracle.sampling import SamplingParams, filtered_probs, residual
+from oracle.compare import TOLERANCES, first_divergence, rel_err  # the one rule and table
 
 
 @dataclass
@@ -31,63 +30,6 @@ class Parity:
     @property
     def ok(self) -> bool:
         return not self.failures
-
-
-def _softmax(lg):
-    e = np.exp(np.asarray(lg, np.float64) - np.max(lg))
-    return e / e.sum()
-
-
-def greedy_margin(logits, x_ref: int, y: int) -> float:
-    p = _softmax(logits)
-    return float((p[x_ref] - p[y]) / p.max())
-
-
-def draw_margin(probs, y: int, u: float) -> float:
-    cdf = np.cumsum(np.asarray(probs, np.float64))
-    t, lo, hi = u * cdf[-1], (cdf[y - 1] if y > 0 else 0.0), cdf[y]
-    return float(max(lo - t, t - hi, 0.0) / cdf[-1])
-
-
-def _u(tr, rid, purpose, offset) -> float:
-    return next(e.value for e in tr.rng_events if e.request == rid and e.purpose == purpose and e.offset == offset)
-
-
-def first_divergence(a, b, rid, T: int):
-    """(cut, what, margin) of the first differing decision of request rid, or None.
-    cut: offsets 0..cut-1 saw identical tokens on both sides."""
-    params = SamplingParams(**a.params[rid]) if rid in a.params else SamplingParams()
-    K = T - 1
-    for n in range(K):
-        x, y = a.drafts[rid][n], b.drafts[rid][n]
-        if x != y:
-            lg = a.draft_logits[(rid, n)]
-            m = greedy_margin(lg, x, y) if params.greedy else draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n))
-            return n + 1, f"draft token of offset {n + 1}: {x} vs {y}", m
-    ar, br = a.accepted[rid], b.accepted[rid]
-    if ar != br:
-        o = min(ar, br)
-        x, lg = a.drafts[rid][o], a.verify_logits[(rid, o)]
-        if params.greedy:
-            p = _softmax(lg)
-            other = np.delete(p, x).max()
-            m = float(abs(p[x] - other) / p.max())
-        else:
-            p, q = filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, o)], params)
-            m = float(abs(_u(a, rid, "accept", o) * q[x] - p[x]))
-        return T, f"acceptance of the draft at offset {o}: accepted {ar} vs {br}", m
-    x, y = a.emitted[rid][-1], b.emitted[rid][-1]
-    if x != y:
-        lg = a.verify_logits[(rid, ar)]
-        if params.greedy:
-            m = greedy_margin(lg, x, y)
-        elif ar < K:
-            dist = residual(filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, ar)], params))
-            m = draw_margin(dist, y, _u(a, rid, "residual", ar))
-        else:
-            m = draw_margin(filtered_probs(lg, params), y, _u(a, rid, "bonus", K))
-        return T, f"final token: {x} vs {y}", m
-    return None
 
 
 def compare_traces(ref: list, got: list, dtype: str, schedule: bool = True, tolerances: dict | None = None) -> Parity:

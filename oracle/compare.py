@@ -13,15 +13,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .rng_trace import first_difference
-from .sampling import SamplingParams, filtered_probs
+from .sampling import SamplingParams, filtered_probs, residual
 
-# relative error ||a - b|| / ||b|| allowed per KV write and per logits vector; `margin`: how
-# close a reference decision must be to its threshold for a token divergence to be excused
+# The one tolerance table, keyed by dtype. kv, logits: relative error ||a - b|| / ||b||
+# allowed per KV write and per logits vector. margin: how close the reference's decision
+# must be to its threshold (top-two probabilities, a CDF boundary, u*q(x) vs p(x)) for a
+# token divergence to be excused. bfloat16: on the random tiny/small models the FP32->BF16
+# error grows with depth to ~2% (mean) at depth D-1 and ~4% on single vectors, and moves
+# near-tie decisions by up to ~0.1 (measured on CPU and on an H200; docs/gpu_results.md).
 TOLERANCES = {
     "exact": {"kv": 0.0, "logits": 0.0, "margin": 0.0},
     "float32": {"kv": 1e-5, "logits": 1e-5, "margin": 1e-5},
-    "bfloat16": {"kv": 2e-2, "logits": 2e-2, "margin": 3e-2},
-    "float16": {"kv": 5e-3, "logits": 5e-3, "margin": 1e-2},
+    "bfloat16": {"kv": 6e-2, "logits": 6e-2, "margin": 0.1},
+    "float16": {"kv": 1e-2, "logits": 1e-2, "margin": 2e-2},
 }
 
 
@@ -78,15 +82,64 @@ def _arrays(rep, name, A, B, tol, kind, describe, exact):
     return True
 
 
-def _margin(tr, rid, offset, token_a, token_b, tol) -> float | None:
-    """How close the reference's target distribution at (rid, offset) is to choosing
-    between token_a and token_b: |p(a) - p(b)| / max(p) (None if unknown)."""
-    lg = tr.verify_logits.get((rid, offset))
-    if lg is None:
-        return None
-    params = SamplingParams(**tr.params[rid]) if rid in tr.params else SamplingParams()
-    p = filtered_probs(lg, params) if not params.greedy else np.exp(lg - lg.max())
-    return float(abs(p[token_a] - p[token_b]) / p.max())
+def _softmax(lg) -> np.ndarray:
+    e = np.exp(np.asarray(lg, np.float64) - np.max(lg))
+    return e / e.sum()
+
+
+def greedy_margin(logits, x: int, y: int) -> float:
+    """How near a tie the reference's choice x was against y: (p(x) - p(y)) / max p."""
+    p = _softmax(logits)
+    return float((p[x] - p[y]) / p.max())
+
+
+def draw_margin(probs, y: int, u: float) -> float:
+    """How far the draw's target u*total was from the CDF interval of token y (0 inside)."""
+    cdf = np.cumsum(np.asarray(probs, np.float64))
+    t, lo, hi = u * cdf[-1], (cdf[y - 1] if y > 0 else 0.0), cdf[y]
+    return float(max(lo - t, t - hi, 0.0) / cdf[-1])
+
+
+def _u(tr, rid, purpose, offset) -> float:
+    return next(e.value for e in tr.rng_events if e.request == rid and e.purpose == purpose and e.offset == offset)
+
+
+def first_divergence(a, b, rid, T: int):
+    """The first differing decision of request rid in round traces a (reference) and b:
+    (cut, what, margin) or None. Offsets 0..cut-1 saw identical tokens on both sides;
+    margin is how close the reference's decision was to its threshold."""
+    params = SamplingParams(**a.params[rid]) if rid in a.params else SamplingParams()
+    K = T - 1
+    for n in range(K):
+        x, y = a.drafts[rid][n], b.drafts[rid][n]
+        if x != y:
+            lg = a.draft_logits[(rid, n)]
+            m = greedy_margin(lg, x, y) if params.greedy else \
+                draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n))
+            return n + 1, f"draft token of offset {n + 1}: {x} vs {y}", m
+    ar, br = a.accepted[rid], b.accepted[rid]
+    if ar != br:
+        o = min(ar, br)
+        x, lg = a.drafts[rid][o], a.verify_logits[(rid, o)]
+        if params.greedy:
+            p = _softmax(lg)
+            m = float(abs(p[x] - np.delete(p, x).max()) / p.max())
+        else:
+            p, q = filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, o)], params)
+            m = float(abs(_u(a, rid, "accept", o) * q[x] - p[x]))
+        return T, f"acceptance of the draft at offset {o}: accepted {ar} vs {br}", m
+    x, y = a.emitted[rid][-1], b.emitted[rid][-1]
+    if x != y:
+        lg = a.verify_logits[(rid, ar)]
+        if params.greedy:
+            m = greedy_margin(lg, x, y)
+        elif ar < K:
+            dist = residual(filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, ar)], params))
+            m = draw_margin(dist, y, _u(a, rid, "residual", ar))
+        else:
+            m = draw_margin(filtered_probs(lg, params), y, _u(a, rid, "bonus", K))
+        return T, f"final token: {x} vs {y}", m
+    return None
 
 
 def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = "") -> Report:
@@ -128,29 +181,25 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
             if _arrays(rep, name, A, B, tol["logits"], "logits",
                        lambda k, n=name: f"{where}: {n} of request {k[0]} offset {k[1]}", exact):
                 rep.logits_compared += len(A)
-        # token decisions
-        for rid in a.requests:
+        # token decisions: exact, or the first-divergence rule
+        for rid, T in zip(a.requests, a.token_counts):
             if rid in stopped:
                 continue
-            da, db = a.drafts.get(rid, []), b.drafts.get(rid, [])
-            oa, ob = a.emitted.get(rid, []), b.emitted.get(rid, [])
-            seq_a, seq_b = da + ["|"] + oa, db + ["|"] + ob
-            rep.tokens_compared += len(oa)
-            if seq_a == seq_b and a.accepted.get(rid) == b.accepted.get(rid):
+            rep.tokens_compared += len(a.emitted.get(rid, []))
+            same = (a.drafts.get(rid) == b.drafts.get(rid) and a.accepted.get(rid) == b.accepted.get(rid)
+                    and a.emitted.get(rid) == b.emitted.get(rid))
+            if same:
                 continue
-            n = next((n for n, (x, y) in enumerate(zip(seq_a, seq_b)) if x != y), min(len(seq_a), len(seq_b)))
-            what = (f"draft token of offset {n + 1}" if n < len(da) else f"emitted token #{n - len(da)}")
-            ta = seq_a[n] if n < len(seq_a) else None
-            tb = seq_b[n] if n < len(seq_b) else None
-            offset = n if n < len(da) else a.accepted.get(rid, 0)
-            m = None if exact or not isinstance(ta, int) or not isinstance(tb, int) else _margin(a, rid, offset, ta, tb, tol)
-            if m is not None and m <= tol["margin"]:
+            div = first_divergence(a, b, rid, T) if not exact else None
+            if div is not None and div[2] <= tol["margin"]:
                 stopped.add(rid)
-                rep.divergences.append(f"{where}: request {rid} {what}: {ta} vs {tb}, reference margin {m:.2g} "
+                rep.divergences.append(f"{where}: request {rid} {div[1]}, reference margin {div[2]:.2g} "
                                        f"<= {tol['margin']:g}; comparison of request {rid} stops")
                 continue
-            rep.checks.append(Check("tokens", False, f"{where}: request {rid} {what}: {ta} vs {tb}"
-                                    + (f" (reference margin {m:.3g})" if m is not None else "") + suffix))
+            what = div[1] + f" (reference margin {div[2]:.3g})" if div else \
+                f"drafts {a.drafts.get(rid)} / accepted {a.accepted.get(rid)} / emitted {a.emitted.get(rid)} vs " \
+                f"{b.drafts.get(rid)} / {b.accepted.get(rid)} / {b.emitted.get(rid)}"
+            rep.checks.append(Check("tokens", False, f"{where}: request {rid} {what}{suffix}"))
         # the stats both rounds must agree on
         for key in ("recurrent_calls", "drafted", "accepted", "draft_head_rows"):
             if not stopped and a.stats.get(key) != b.stats.get(key):
