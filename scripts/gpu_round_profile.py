@@ -13,7 +13,8 @@ from oracle.sampling import SamplingParams
 
 C = int(sys.argv[1]) if len(sys.argv) > 1 else 128
 K, d, D, ctx, n = 4, 2, 4, 256, 4
-w = random_weights("ouro-1.4b", "cuda")
+DEV, PRESET = os.environ.get("DEV", "cuda"), os.environ.get("PRESET", "ouro-1.4b")
+w = random_weights(PRESET, DEV)
 g = torch.Generator().manual_seed(0)
 prompts = [torch.randint(0, w.cfg.vocab_size, (ctx,), generator=g).tolist() for _ in range(C)]
 out = {}
@@ -23,11 +24,11 @@ for mode in ("block", "loop"):
         s.add(rid, p, SamplingParams(seed=rid))
     for _ in range(2):                                   # capture graphs
         s.step({rid: K + 1 for rid in range(C)})
-    torch.cuda.synchronize()
+    torch.cuda.synchronize() if DEV == "cuda" else None
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(n):
             s.step({rid: K + 1 for rid in range(C)})
-        torch.cuda.synchronize()
+        torch.cuda.synchronize() if DEV == "cuda" else None if DEV == "cuda" else None
     ev = prof.key_averages()
     rows = sorted(((e.key, e.device_time_total / 1e3 / n, e.count / n) for e in ev if e.device_time_total > 0),
                   key=lambda r: -r[1])[:25]
@@ -38,5 +39,5 @@ for mode in ("block", "loop"):
     for k, t, c in rows[:14]:
         print(f"  {t:8.3f} ms  x{c:6.1f}  {k[:90]}")
     del s
-    torch.cuda.empty_cache()
+    torch.cuda.empty_cache() if DEV == "cuda" else None
 json.dump(out, open(os.path.join(os.environ.get("OUT", "."), f"round_profile_C{C}.json"), "w"), indent=1)
