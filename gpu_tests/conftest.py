@@ -44,3 +44,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The parity summary: cases, max relative errors per preset, excused divergences,
+    fallbacks (also written to $OUT/gpu_parity_summary.json when OUT is set)."""
+    from gpu_tests.test_gpu_parity import SUMMARY
+    if not SUMMARY:
+        return
+    import json
+    terminalreporter.write_sep("-", "BF16 parity summary")
+    for preset, s in SUMMARY.items():
+        terminalreporter.write_line(
+            f"{preset}: {s['cases']} cases, {s['request_rounds']} request-rounds compared, max relative error "
+            f"KV {s['max_rel_err']['kv']:.3g}, logits {s['max_rel_err']['logits']:.3g}; tokens identical up to the "
+            f"first divergence in every request-round, {s['excused_divergences']} excused near-tie divergences; "
+            f"{s['graph_fallbacks']} graph fallbacks")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gpu_parity_summary.json"), "w") as f:
+            json.dump(SUMMARY, f, indent=1)

@@ -67,6 +67,9 @@ def scenarios(draw, vocab: int, max_requests: int = 6, max_T: int = 6, max_round
                     prompts, params, rounds)
 
 
+SUMMARY: dict = {}          # per preset, printed by conftest's terminal summary
+
+
 def run(backend, m, sc: Scenario, replay=None, submit_ahead=False, **opts):
     s = backend.session(m, sc.d, sc.D, sc.mode, sc.policy, **opts)
     for rid, (prompt, params) in enumerate(zip(sc.prompts, sc.params)):
@@ -102,7 +105,7 @@ def assert_identical(a, b):
 @pytest.mark.parametrize("preset,examples", [("tiny", 25), ("small", 12)])
 def test_bf16_rounds_match_reference(preset, examples):
     m = model(preset)
-    seen = {"requests": 0, "divergences": 0}
+    seen = {"requests": 0, "divergences": 0, "cases": 0, "fallbacks": 0, "max_err": {"kv": 0.0, "logits": 0.0}}
 
     @settings(max_examples=max(1, int(examples * SCALE)), **SETTINGS)
     @given(sc=scenarios(m.cfg.vocab_size))
@@ -112,8 +115,14 @@ def test_bf16_rounds_match_reference(preset, examples):
         rep = assert_parity(ref, got)
         seen["requests"] += rep.compared["requests"]
         seen["divergences"] += len(rep.divergences)
+        seen["cases"] += 1
+        seen["fallbacks"] += sum(tr.stats["graph_fallbacks"] for tr in got)
+        for k in ("kv", "logits"):
+            seen["max_err"][k] = max(seen["max_err"][k], rep.max_err[k])
 
     check()
+    SUMMARY[preset] = {"cases": seen["cases"], "request_rounds": seen["requests"], "excused_divergences": seen["divergences"],
+                       "max_rel_err": seen["max_err"], "graph_fallbacks": seen["fallbacks"]}
     # excused divergences are near-ties: a systematic decision bug would excuse far more
     # (BF16 on CPU: 29 of 179 request-rounds)
     assert seen["divergences"] <= max(3, 0.35 * seen["requests"]), seen
