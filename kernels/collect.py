@@ -11,6 +11,8 @@ from oracle.errors import OracleError
 from oracle.rng_trace import RngEvent
 from oracle.traces import RoundTrace
 
+from .streams import UniformStream
+
 
 @dataclass(slots=True, eq=False)
 class HostRequest:

@@ -81,7 +81,7 @@ class PackedModel:
         r is query slot qidx[r] = g*Qm + i of the padded [G, Qm] query grid, so a plane's keys
         are read once however many of the call's rows attend to it. Returns [M, H]."""
         cfg, kv, eps = self.cfg, self.kv, self.eps
-        M, G, span = h.shape[0], gplane.shape[0], kv.max_len
+        G, span = gplane.shape[0], kv.max_len
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)      # [M, hd]
         write = plane * kv.max_len + pos                                               # [M] flat KV index

@@ -2,7 +2,7 @@
 everything; plus the cache-free recompute, the schedule invariants and KV frontiers."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

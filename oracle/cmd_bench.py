@@ -15,7 +15,6 @@ from .schedule import plan, validate
 
 def _torch_bench():
     try:
-        import torch  # noqa: F401
         from kernels import bench, bench_rounds
     except ImportError as e:
         raise OracleError(f"bench needs torch and the kernels package ({e})") from None

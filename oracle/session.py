@@ -2,7 +2,6 @@
 rounds with per-round token counts, commit and roll back, and leave."""
 from __future__ import annotations
 
-import numpy as np
 
 from .errors import OracleError
 from .kv import KVCache
@@ -54,7 +53,7 @@ class Session:
         self.kv.drop(rid)
         return req.tokens
 
-    def step(self, counts: dict) -> "RoundTrace":
+    def step(self, counts: dict):
         """One round over the requests named in `counts` (rid -> T_i = K_i + 1)."""
         missing = [r for r in counts if r not in self.requests]
         if missing:

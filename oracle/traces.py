@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .rng_trace import RngEvent, events_from_json, events_to_json
+from .rng_trace import events_from_json, events_to_json
 
 KVKey = tuple   # (request, position, depth, layer)
 

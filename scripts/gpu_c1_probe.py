@@ -4,7 +4,6 @@ after a warm-up of every GEMM shape on the default stream. One device call.
 import json
 import os
 
-import torch
 
 from kernels import bench
 

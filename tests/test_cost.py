@@ -1,6 +1,6 @@
 """Cost model (DESIGN.md section 10): c-table, predictions, deciding inequality, `python -m oracle cost`."""
 import json
-import math
+
 import os
 import subprocess
 import sys
@@ -16,15 +16,12 @@ from oracle.schedule import block_calls, loop_waves
 
 REPO = Path(__file__).resolve().parents[1]
 
-
-def table(points: dict) -> "CTable":
+def table(points: dict):
     return ctable_from_dict({"c_ms": {str(M): v for M, v in points.items()}}, "test table")
-
 
 # The published analysis: c(1)=1.90, c(2..16)=2.66, c(20..32)=2.0, c(64)=2.14, c(80..192)=3.15 ms.
 PUBLISHED = {1: 1.90, **{M: 2.66 for M in (2, 3, 4, 5, 8, 10, 16)}, **{M: 2.0 for M in (20, 24, 32)},
              64: 2.14, **{M: 3.15 for M in (80, 96, 128, 160, 192)}}
-
 
 @pytest.mark.parametrize("C,ratio", [(1, 0.842), (4, 0.959), (16, 1.235), (32, 1.047)])
 def test_published_analysis_ratios(C, ratio):
@@ -33,12 +30,10 @@ def test_published_analysis_ratios(C, ratio):
     assert r["faster"] == ("loop" if ratio > 1 else "block")
     assert r["block"]["calls"] == r["loop"]["calls"] == 12
 
-
 def test_published_c1_by_hand():
     r = compare_rounds([5], 2, 4, table(PUBLISHED))
     assert r["block_ms"] == pytest.approx(10 * 1.90 + 2 * 2.66)   # 10 calls of C + 2 of 5C
     assert r["loop_ms"] == pytest.approx(4 * 1.90 + 8 * 2.66)     # 4 of C + 8 of 2C
-
 
 # ---- c-table -----------------------------------------------------------------------------
 
@@ -50,13 +45,11 @@ def test_interpolation_is_piecewise_linear():
     assert t(6) == pytest.approx(3.5)
     assert table({5: 2.0}).c(5) == 2.0                               # a single point works at that M
 
-
 @pytest.mark.parametrize("M", [0, 1, 9, 100])
 def test_outside_range_names_the_row_count(M):
     t = table({2: 1.0, 8: 2.0})
     with pytest.raises(OracleError, match=rf"no measurement for M={M} rows \(it covers M=2\.\.8"):
         t.c(M)
-
 
 @pytest.mark.parametrize("data,msg", [
     ({}, "c_ms"),
@@ -79,7 +72,6 @@ def test_bad_tables_are_refused(data, msg):
     with pytest.raises(OracleError, match=msg):
         ctable_from_dict(data, "t.json")
 
-
 def test_load_ctable_files(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"description": "x", "device": "toy", "c_ms": {"1": 1.07, "4": 1.13}}))
@@ -95,14 +87,12 @@ def test_load_ctable_files(tmp_path):
     with pytest.raises(OracleError, match="cannot read"):
         load_ctable(tmp_path)
 
-
 def test_shipped_table_is_default_and_package_data():
     t = load_ctable()
     assert DEFAULT_CTABLE.parent.name == "data" and DEFAULT_CTABLE.parent.parent.name == "oracle"
     assert t.rows[0] == 1 and t.rows[-1] == 640 and t.meta["device"] == "NVIDIA H200"
     assert t.c(5 * 128) > 0                                          # K=4, C=128 fits
     assert 'oracle = ["data/*.json"]' in (REPO / "pyproject.toml").read_text()
-
 
 # ---- predictions ---------------------------------------------------------------------------
 
@@ -118,12 +108,10 @@ def test_predict_sums_calls_and_heads():
     assert p["head_ms"] == pytest.approx(4.0) and p["total_ms"] == pytest.approx(19.0)
     assert p["head_calls"] == 3
 
-
 def test_head_calls_are_the_same_in_both_rounds():
     for counts, d, D in [((5, 3, 1), 2, 4), ((2, 6, 1, 4), 1, 3), ((4, 4), 3, 5)]:
         assert sorted(head_row_counts(block_calls(counts, d, D))) == \
                sorted(head_row_counts(loop_waves(counts, d, D)))
-
 
 def test_deciding_k4_d2_D4():
     for C in (1, 3, 16):
@@ -135,24 +123,20 @@ def test_deciding_k4_d2_D4():
     assert deciding_inequality([5] * 4, 2, 4).text() == "c(20)-c(4) > 4*[c(8)-c(4)]"
     assert deciding_inequality([4], 1, 4).text("C") == "c(4C)-c(C) > [c(2C)-c(C)] + [c(3C)-c(C)]"
 
-
 def test_k0_rounds_are_identical():
     r = compare_rounds([1] * 7, 2, 4, table(PUBLISHED))
     assert r["block_ms"] == r["loop_ms"] and r["ratio"] == 1.0 and r["faster"] == "tie"
     assert r["inequality"] is None and deciding_row_counts([1] * 7, 2, 4) == ({}, {})
-
 
 def test_k1_rounds_differ_but_cost_the_same():
     assert block_calls([2] * 3, 2, 4).calls != loop_waves([2] * 3, 2, 4).calls
     assert deciding_row_counts([2] * 3, 2, 4) == ({}, {})
     assert compare_rounds([2] * 3, 2, 4, table(PUBLISHED))["ratio"] == 1.0
 
-
 def uniform_condition(K, C, d, D, c):
     """DESIGN form: (D-d)*[c((K+1)C)-c(C)] - sum over loop waves of [c(n_w*C)-c(C)]."""
     waves = loop_waves([K + 1] * C, d, D).row_counts()
     return (D - d) * (c((K + 1) * C) - c(C)) - sum(c(n) - c(C) for n in waves)
-
 
 @st.composite
 def round_and_table(draw):
@@ -164,7 +148,6 @@ def round_and_table(draw):
     Ms = sorted({1, top, *[m for m in inner if m < top]})
     values = draw(st.lists(st.floats(0.01, 10.0), min_size=len(Ms), max_size=len(Ms)))
     return counts, d, D, table(dict(zip(Ms, values)))
-
 
 @settings(max_examples=150, deadline=None)
 @given(round_and_table())
@@ -183,7 +166,6 @@ def test_deciding_inequality_agrees_with_prediction(case):
     if len(set(counts)) == 1:                                          # uniform: the DESIGN form
         assert diff == pytest.approx(uniform_condition(counts[0] - 1, len(counts), d, D, t.c), abs=1e-9)
 
-
 def test_head_table_adds_the_same_cost_to_both():
     c, h = table(PUBLISHED), table({1: 0.3, 200: 0.9})
     plain, with_heads = compare_rounds([5] * 4, 2, 4, c), compare_rounds([5] * 4, 2, 4, c, h)
@@ -192,12 +174,10 @@ def test_head_table_adds_the_same_cost_to_both():
     assert extra == pytest.approx(4 * h.c(4) + h.c(20))              # 4 draft head calls + verify
     assert abs(with_heads["ratio"] - 1) < abs(plain["ratio"] - 1)     # same add-on pulls the ratio to 1
 
-
 def test_missing_row_count_in_compare():
     t = table({1: 1.0, 16: 1.2})
     with pytest.raises(OracleError, match="M=20 rows"):
         compare_rounds([5] * 4, 2, 4, t)
-
 
 # ---- CLI -----------------------------------------------------------------------------------
 
@@ -206,13 +186,11 @@ def cli(*args):
     return subprocess.run([sys.executable, "-m", "oracle", "cost", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
 
-
 @pytest.fixture
 def published_file(tmp_path):
     path = tmp_path / "published.json"
     path.write_text(json.dumps({"description": "published analysis", "c_ms": {str(M): v for M, v in PUBLISHED.items()}}))
     return path
-
 
 def test_cli_json_batch(published_file):
     r = cli("--ctable", str(published_file), "--k", "4", "--batch", "1,4,16,32", "--json")
@@ -225,7 +203,6 @@ def test_cli_json_batch(published_file):
         assert row["ratio"] == pytest.approx(want, abs=0.002)
         assert row["deciding"]["inequality"] == f"c({5 * row['batch']})-c({row['batch']}) > 4*[c({2 * row['batch']})-c({row['batch']})]"
 
-
 def test_cli_json_counts_default_table():
     r = cli("--counts", "5,3,1", "-d", "2", "-D", "4", "--json")
     assert r.returncode == 0, r.stderr
@@ -233,7 +210,6 @@ def test_cli_json_counts_default_table():
     assert len(rows) == 1 and rows[0]["batch"] is None and rows[0]["counts"] == [5, 3, 1]
     want = compare_rounds([5, 3, 1], 2, 4, load_ctable())
     assert rows[0]["block_ms"] == pytest.approx(want["block_ms"]) and rows[0]["loop_ms"] == pytest.approx(want["loop_ms"])
-
 
 def test_cli_text_default(tmp_path):
     head = tmp_path / "head.json"
@@ -244,7 +220,6 @@ def test_cli_text_default(tmp_path):
     assert "c(20)-c(4)" in r.stdout and "head table:" in r.stdout
     r = cli("--k", "0", "--batch", "3")
     assert r.returncode == 0 and "same row counts" in r.stdout
-
 
 @pytest.mark.parametrize("make_args", [
     lambda p: ["--ctable", str(p("small.json", {"c_ms": {"1": 1.0, "8": 1.1}})), "--batch", "4"],  # needs c(20)
@@ -276,7 +251,6 @@ def test_cli_bad_input_is_one_line(make_args, tmp_path):
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("error: ") and r.stdout == ""
-
 
 def test_cli_missing_row_count_is_named(tmp_path):
     small = tmp_path / "small.json"
