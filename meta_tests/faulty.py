@@ -1,0 +1,393 @@
+"""Deliberately faulty backends: the reference with one realistic bug each.
+
+Each is importable as ORACLE_BACKEND=meta_tests.faulty:make_<fault>, e.g.
+
+    HYPOTHESIS_PROFILE=ci ORACLE_BACKEND=meta_tests.faulty:make_bonus_after_rejection \
+        python -m pytest -q property_tests
+
+fails (meta_tests/test_faults.py asserts which properties catch which fault).
+
+    make_accept_before_last_draft   sampled requests draw their K accept uniforms before the
+                                    last draft token (the values land in the wrong events)
+    make_draft_head_late            loop round: the draft head of a wave runs after the next
+                                    wave, whose depth-0 row embeds a stale token
+    make_kv_wrong_plane             mixed-depth waves write every row's K/V to the plane of the
+                                    request's first row in the call (one plane per request/call)
+    make_rollback_off_by_one        rollback keeps one position too many (start + a + 2)
+    make_top_p_no_shift             top-p drops a token once the mass *including* it exceeds p
+                                    (no shift: the crossing token is lost; a top token of
+                                    mass > p empties the distribution)
+    make_residual_no_clamp          the residual is p - q without max(0, .)
+    make_bonus_after_rejection      sequential policy: a bonus uniform is drawn after a rejection
+    make_biased_sampler             the filtered distribution is moved by 2% total variation
+                                    (property_tests.test_distribution.biased)
+    make_noisy_fp32                 NOT a fault: a correct inexact FP32 backend (batch-variant
+                                    1e-7 noise on hidden states, device-RNG semantics): the
+                                    suite must pass it (no false alarms on the tolerance path)
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import types
+from unittest import mock
+
+import numpy as np
+
+from oracle import phases, sampling
+from oracle.backends import ReferenceBackend, ReferenceSession
+from oracle.kv import KVCache, KVWrite
+from oracle.phases import RoundState
+from oracle.schedule import loop_waves
+
+
+class DenseKV(KVCache):
+    """KV planes as an engine's preallocated buffers: a write lands at any position, reads
+    of positions never written return zeros, rollback just moves the frontier. Wrong-plane
+    writes are silent here, as on a GPU (only the properties can notice)."""
+
+    def read(self, request, depth, layer, upto):
+        p = self._plane(request, depth, layer, create=True)
+        k = np.zeros((upto + 1, self.nkv, self.hd), np.float32)
+        v = np.zeros_like(k)
+        n = min(p.n, upto + 1)
+        k[:n], v[:n] = p.k[:n], p.v[:n]
+        return k, v
+
+    def write(self, request, position, depth, layer, k, v, call):
+        p = self._plane(request, depth, layer, create=True)
+        while p.n < position:
+            p.append(np.zeros_like(k), np.zeros_like(v))
+        if position < p.n:
+            p.k[position], p.v[position] = k, v
+        else:
+            p.append(k, v)
+        self.log.append(KVWrite(request, position, depth, layer, call,
+                                np.array(k, np.float32), np.array(v, np.float32)))
+
+    def truncate(self, request, frontier):
+        for (r, j, l), p in self.planes.items():
+            if r == request:
+                while p.n < frontier:
+                    p.append(np.zeros((self.nkv, self.hd), np.float32), np.zeros((self.nkv, self.hd), np.float32))
+                p.n = frontier
+
+
+class FaultySession(ReferenceSession):
+    """A reference session whose rounds run with the backend's hooks and patches."""
+
+    def __init__(self, model, d, D, mode, policy, backend):
+        super().__init__(model, d, D, mode, policy)
+        self.backend = backend
+        if backend.dense_kv:
+            cfg = model.cfg
+            self.kv = DenseKV(cfg.num_layers, D, cfg.num_kv_heads, cfg.head_dim)
+
+    def step(self, counts):
+        with self.backend.patched():
+            return super().step(counts)
+
+
+class FaultyBackend(ReferenceBackend):
+    """The reference, with hooks a fault overrides. Defaults are the reference's phases."""
+    fault = "none"
+    exact = True
+    dense_kv = False
+
+    @property
+    def name(self):
+        return f"faulty:{self.fault}"
+
+    def session(self, model, d, D, mode, policy="sequential"):
+        s = FaultySession(model, d, D, mode, policy, self)
+        s.round_fn = functools.partial(block_round if mode == "block" else loop_round, self)
+        return s
+
+    # -- hooks --
+    def run_call(self, st, rows):
+        phases.run_call(st, rows)
+
+    def draft_head(self, st, heads):
+        phases.draft_head(st, heads)
+
+    def verify_head(self, st):
+        return phases.verify_head(st)
+
+    def finish_round(self, st, logits):
+        return phases.finish_round(st, logits)
+
+    def loop_body(self, st, plan):
+        for wave in plan.calls:
+            self.run_call(st, list(wave.rows))
+            self.draft_head(st, list(wave.draft_head))
+        return self.finish_round(st, self.verify_head(st))
+
+    def phase_patches(self) -> dict:
+        """oracle.phases globals replaced while a round runs (e.g. sampling, accept)."""
+        return {"sampling": self.sampling} if getattr(self, "sampling", None) is not None else {}
+
+    @contextlib.contextmanager
+    def patched(self):
+        with contextlib.ExitStack() as stack:
+            for attr, value in self.phase_patches().items():
+                stack.enter_context(mock.patch.object(phases, attr, value))
+            yield
+
+
+def block_round(bk, model, kv, requests, counts, d, D, round_idx=0, policy="sequential"):
+    """oracle.reference_round.block_round with the backend's hooks."""
+    st = RoundState(model, kv, requests, counts, d, D, round_idx, policy, "block")
+    counts = st.counts
+    for o in range(max(counts)):
+        for depth in range(d):
+            bk.run_call(st, [(i, o, depth) for i, t in enumerate(counts) if o < t])
+        bk.draft_head(st, [(i, o) for i, t in enumerate(counts) if o + 1 < t])
+    for depth in range(d, D):
+        bk.run_call(st, [(i, o, depth) for i, t in enumerate(counts) for o in range(t)])
+    return bk.finish_round(st, bk.verify_head(st))
+
+
+def loop_round(bk, model, kv, requests, counts, d, D, round_idx=0, policy="sequential"):
+    """oracle.loop_round.loop_round with the backend's hooks."""
+    st = RoundState(model, kv, requests, counts, d, D, round_idx, policy, "loop")
+    return bk.loop_body(st, loop_waves(st.counts, d, D))
+
+
+def sampling_with(**overrides):
+    """A namespace like oracle.sampling with some functions replaced."""
+    ns = types.SimpleNamespace(**{k: getattr(sampling, k) for k in dir(sampling) if not k.startswith("__")})
+    for k, v in overrides.items():
+        setattr(ns, k, v)
+    return ns
+
+
+# ---- the faults ---------------------------------------------------------------------------
+
+class AcceptBeforeLastDraft(FaultyBackend):
+    fault = "accept_before_last_draft"
+
+    def draft_head(self, st, heads):
+        st.pre_accept = getattr(st, "pre_accept", {})
+        for i, o in heads:
+            req, K = st.requests[i], st.counts[i] - 1
+            if not req.params.greedy and o + 1 == K:            # about to draw the last draft
+                st.pre_accept[i] = [req.rng.uniform() for _ in range(K)]
+        phases.draft_head(st, heads)
+
+    def phase_patches(self):
+        orig = phases.accept
+
+        def accept(st, i, logits):
+            queue = list(getattr(st, "pre_accept", {}).get(i, []))
+            rng = st.requests[i].rng
+            if not queue:
+                return orig(st, i, logits)
+            if st.policy == "sequential":
+                def draw(purpose, offset, _draw=rng.draw):
+                    if purpose == "accept" and queue:
+                        u = queue.pop(0)
+                        rng.record(purpose, offset, u)
+                        return u
+                    return _draw(purpose, offset)
+                rng.draw = draw
+            else:
+                rng.uniform = lambda _u=rng.uniform: queue.pop(0) if queue else _u()
+            try:
+                return orig(st, i, logits)
+            finally:
+                rng.__dict__.pop("draw", None)
+                rng.__dict__.pop("uniform", None)
+        return {"accept": accept}
+
+
+class DraftHeadLate(FaultyBackend):
+    fault = "draft_head_late"
+
+    def loop_body(self, st, plan):
+        pending, saved = [], {}
+        for wave in plan.calls:
+            stale = []
+            for i, o, j in wave.rows:                     # token not drawn yet: embed a stale one
+                if j == 0 and o >= len(st.tokens[i]):
+                    st.tokens[i].append(st.tokens[i][-1])
+                    stale.append(i)
+            self.run_call(st, list(wave.rows))
+            for i in stale:
+                st.tokens[i].pop()
+            self._late_head(st, pending, saved)           # BUG: one wave late
+            pending = list(wave.draft_head)
+            saved = {h: st.hidden[h] for h in pending}    # the depth d-1 states, kept in a buffer
+        self._late_head(st, pending, saved)
+        return self.finish_round(st, self.verify_head(st))
+
+    def _late_head(self, st, heads, saved):
+        now = {h: st.hidden[h] for h in heads}
+        st.hidden.update(saved)
+        try:
+            self.draft_head(st, heads)
+        finally:
+            st.hidden.update(now)
+
+
+class _KVProxy:
+    def __init__(self, kv, write_depth=None, truncate_extra=0):
+        self._kv, self._write_depth, self._extra = kv, write_depth or {}, truncate_extra
+
+    def __getattr__(self, name):
+        return getattr(self._kv, name)
+
+    def write(self, request, position, depth, layer, k, v, call):
+        self._kv.write(request, position, self._write_depth.get(request, depth), layer, k, v, call)
+
+    def truncate(self, request, frontier):
+        if self._extra and frontier + self._extra <= self._kv.frontier(request):
+            frontier += self._extra
+        self._kv.truncate(request, frontier)
+
+
+class KVWrongPlane(FaultyBackend):
+    fault = "kv_wrong_plane"
+    dense_kv = True
+
+    def run_call(self, st, rows):
+        first = {}
+        for i, o, j in rows:
+            first.setdefault(st.requests[i].rid, j)         # rows are sorted: lowest offset first
+        kv, st.kv = st.kv, _KVProxy(st.kv, write_depth=first)
+        try:
+            phases.run_call(st, rows)
+        finally:
+            st.kv = kv
+
+
+class RollbackOffByOne(FaultyBackend):
+    fault = "rollback_off_by_one"
+
+    def finish_round(self, st, logits):
+        kv, st.kv = st.kv, _KVProxy(st.kv, truncate_extra=1)
+        try:
+            return phases.finish_round(st, logits)
+        finally:
+            st.kv = kv
+
+
+def _top_p_no_shift(logits, params):
+    x = np.asarray(logits, np.float32) / np.float32(params.temperature)
+    if params.top_k is not None and params.top_k < len(x):
+        kth = np.sort(x)[::-1][params.top_k - 1]
+        x = np.where(x >= kth, x, np.float32(-np.inf))
+    if params.top_p is not None and params.top_p < 1:
+        p = sampling.softmax(x)
+        order = np.argsort(-p, kind="stable")
+        x = x.copy()
+        x[order[np.cumsum(p[order]) > np.float32(params.top_p)]] = -np.inf    # BUG: no shift
+    with np.errstate(invalid="ignore"):            # all dropped: NaN, as the bug would give
+        return sampling.softmax(x)
+
+
+class TopPNoShift(FaultyBackend):
+    fault = "top_p_no_shift"
+    sampling = sampling_with(filtered_probs=_top_p_no_shift)
+
+
+def _residual_no_clamp(p, q):
+    r = np.asarray(p, np.float32) - np.asarray(q, np.float32)                # BUG: no max(0, .)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (r / np.float32(r[r > 0].sum())).astype(np.float32)
+
+
+class ResidualNoClamp(FaultyBackend):
+    fault = "residual_no_clamp"
+    sampling = sampling_with(residual=_residual_no_clamp)
+
+
+class BonusAfterRejection(FaultyBackend):
+    fault = "bonus_after_rejection"
+
+    def phase_patches(self):
+        orig = phases.accept
+
+        def accept(st, i, logits):
+            a, emitted = orig(st, i, logits)
+            req, K = st.requests[i], st.counts[i] - 1
+            if st.policy == "sequential" and not req.params.greedy and a < K:
+                req.rng.draw("bonus", K)                   # BUG: drawn after the residual
+            return a, emitted
+        return {"accept": accept}
+
+
+def _biased_filtered_probs(logits, params):
+    from property_tests.test_distribution import biased
+    return biased(sampling.filtered_probs(logits, params)).astype(np.float32)
+
+
+class BiasedSampler(FaultyBackend):
+    fault = "biased_sampler"
+    sampling = sampling_with(filtered_probs=_biased_filtered_probs)
+
+
+class NoisyFP32(FaultyBackend):
+    """Correct but inexact: hidden states get relative noise ~1e-7 that depends on the number
+    of rows in the call (like a GEMM whose reduction order depends on M)."""
+    fault = "none (noisy fp32)"
+    exact, dtype = False, "float32"
+
+    @property
+    def name(self):
+        return "noisy-fp32"
+
+    def run_call(self, st, rows):
+        phases.run_call(st, rows)
+        rng = np.random.default_rng(len(rows))
+        for i, o, j in rows:
+            depth, h = st.hidden[(i, o)]
+            noise = rng.standard_normal(h.shape).astype(np.float32)
+            st.hidden[(i, o)] = (depth, (h * (1 + np.float32(1e-7) * noise)).astype(np.float32))
+
+
+def make_accept_before_last_draft():
+    return AcceptBeforeLastDraft()
+
+
+def make_draft_head_late():
+    return DraftHeadLate()
+
+
+def make_kv_wrong_plane():
+    return KVWrongPlane()
+
+
+def make_rollback_off_by_one():
+    return RollbackOffByOne()
+
+
+def make_top_p_no_shift():
+    return TopPNoShift()
+
+
+def make_residual_no_clamp():
+    return ResidualNoClamp()
+
+
+def make_bonus_after_rejection():
+    return BonusAfterRejection()
+
+
+def make_biased_sampler():
+    return BiasedSampler()
+
+
+def make_noisy_fp32():
+    return NoisyFP32()
+
+
+FAULTS = {  # factory name -> one-line description
+    "make_accept_before_last_draft": "accept uniforms drawn before the last draft",
+    "make_draft_head_late": "loop round: draft head one wave late (stale depth-0 token)",
+    "make_kv_wrong_plane": "mixed-depth wave writes K/V to the wrong depth plane",
+    "make_rollback_off_by_one": "rollback frontier off by one (keeps a rejected position)",
+    "make_top_p_no_shift": "top-p without the shift (crossing/top token dropped)",
+    "make_residual_no_clamp": "residual p - q without clamping at zero",
+    "make_bonus_after_rejection": "bonus uniform drawn after a rejection",
+    "make_biased_sampler": "sampler biased by 2% total variation",
+}

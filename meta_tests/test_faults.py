@@ -1,0 +1,110 @@
+"""The property suite catches deliberately faulty backends (meta_tests/faulty.py).
+
+Each (fault, property) pair below runs the property of property_tests/ in-process with the
+faulty backend as the implementation under test (meta_tests/catch.py: the profile's example
+budget, derandomized, no shrinking) and asserts that it fails, and for the reason given. The
+same faults fail the suite from the command line:
+
+    HYPOTHESIS_PROFILE=ci ORACLE_BACKEND=meta_tests.faulty:make_<fault> python -m pytest property_tests
+
+Which property catches which fault (ci profile; X = asserted below, x = also fails in the
+survey `HYPOTHESIS_PROFILE=ci python -m meta_tests.matrix`, . = passes):
+
+    property                            accept  head   kv     roll-  top-p  resid  bonus  biased
+                                        early   late   plane  back   shift  clamp  after  2% TV
+    rounds agree (block/loop/ref)       X       X      X      .      X      X      X      x
+    rounds follow their schedule        .       X      .      x*     x      x      .      .
+    logits == cache-free recompute      .       X      X      x*     x      x      .      .
+    rollback leaves committed KV        .       .      x**    X      x      x      .      .
+    generation agrees (multi-round)     x       x      x      X*     x      x      x      x
+    forced acceptance (sampled, a=3)    x       x      x**    X      .      .      x      x
+    alone == in a batch                 .       x      X      x*     x      x      .      .
+    RNG events follow the policy        X       x      x      x*     x      x      X      .
+    output distribution == target       .       .      .      .      x      .      .      x
+    enumeration through the sampler     .       .      .      .      x      X      .      x
+    filters follow the spec             .       .      .      .      X      .      .      x
+    chi-square (top-p config)           .       .+     .+     .      X      X      .      X (test_power.py,
+                                                                                             all 5 configs)
+    golden RNG order                    X       X      x      x*     x      x      X      x
+    stateful lifecycle                  X       X      X      X      x      x      X      x
+
+    *  (also) through the reference's own guard at the next round: "KV frontiers != committed - 1"
+    ** the dense KV of that backend returns zeros for an unwritten position instead of raising
+    +  caught by the chi-square configurations that run loop rounds (e.g. t0.7-topk6-K2)
+    The sampling faults mostly surface in rounds as "categorical draw from a distribution with
+    zero total mass" (an emptied top-p set, a residual that sums to ~0) before any comparison.
+
+The correct-but-inexact backend (make_noisy_fp32: batch-variant 1e-7 noise, device-RNG
+replay path) must pass: test_correct_inexact_backend_passes (no false alarms).
+"""
+from __future__ import annotations
+
+import pytest
+
+from meta_tests import faulty
+from meta_tests.catch import check
+from meta_tests.conftest import RESULTS
+
+ROUNDS = "test_round_props::test_block_and_loop_rounds_agree"
+SCHEDULE = "test_round_props::test_rounds_follow_their_schedule"
+CACHE_FREE = "test_round_props::test_logits_match_cache_free_recompute"
+ROLLBACK = "test_round_props::test_rollback_leaves_exactly_the_committed_kv"
+GENERATION = "test_generation_props::test_block_and_loop_generation_agree"
+FORCED = "test_generation_props::test_rollback_after_every_acceptance_count[kind=sampled,a=3,policy=sequential]"
+ALONE = "test_generation_props::test_seeded_request_same_alone_and_in_batch"
+RNG = "test_rng_props::test_rng_events_follow_policy"
+ENUMERATION = "test_distribution::test_enumeration_through_the_sampler_converges"
+FILTERS = "test_distribution::test_filters_follow_the_spec"
+CHI2_TOP_P = "test_distribution::test_emitted_tokens_follow_the_target[config_id=t1.3-topp0.85-K1]"
+GOLDEN_SEQ = "test_golden::test_rng_order_matches_golden[name=sequential_mixed_d2_D4,mode=block]"
+GOLDEN_FIXED_LOOP = "test_golden::test_rng_order_matches_golden[name=fixed_mixed_d2_D4,mode=loop]"
+STATEFUL = "test_stateful::RoundLifecycle"
+
+# fault factory -> [(property, a substring the failure must contain, or "")]
+EXPECTED = {
+    "make_accept_before_last_draft": [
+        (RNG, "PCG64"), (ROUNDS, "rng_events"), (GOLDEN_SEQ, "RNG order changed"), (STATEFUL, "rng_events")],
+    "make_draft_head_late": [
+        (ROUNDS, "loop vs reference loop"), (SCHEDULE, "the plan has"), (CACHE_FREE, "cache-free"),
+        (GOLDEN_FIXED_LOOP, "RNG order changed"), (STATEFUL, "")],
+    "make_kv_wrong_plane": [
+        (ROUNDS, "kv_writes"), (CACHE_FREE, "cache-free"), (ALONE, "kv_writes"), (STATEFUL, "kv_writes")],
+    "make_rollback_off_by_one": [
+        (ROLLBACK, "KV frontiers"), (FORCED, "KV frontier"), (GENERATION, "KV frontiers"), (STATEFUL, "KV frontiers")],
+    "make_top_p_no_shift": [
+        (FILTERS, "filtered probabilit"), (CHI2_TOP_P, "chi-square"), (ROUNDS, "")],
+    "make_residual_no_clamp": [
+        (ENUMERATION, ""), (CHI2_TOP_P, "chi-square"), (ROUNDS, "")],
+    "make_bonus_after_rejection": [
+        (RNG, "the policy requires nothing more"), (ROUNDS, "rng_events"), (GOLDEN_SEQ, "RNG order changed"),
+        (STATEFUL, "rng_events")],
+}
+
+CASES = [(f, prop, why) for f, props in EXPECTED.items() for prop, why in props]
+
+
+def _id(prop: str) -> str:
+    mod, _, rest = prop.partition("::")
+    return rest.replace("test_", "", 1)
+
+
+@pytest.mark.parametrize("factory,prop,why", CASES,
+                         ids=[f"{f.removeprefix('make_')}-{_id(p)}" for f, p, _ in CASES])
+def test_fault_is_caught(factory, prop, why):
+    o = check(getattr(faulty, factory)(), f"meta_tests.faulty:{factory}", prop)
+    RESULTS.append((factory, prop, o))
+    assert o.caught, f"fault {factory} was NOT caught by {prop} ({o.message})"
+    assert why in o.message, f"fault {factory} made {prop} fail, but not for the expected reason ({why!r}): {o.message}"
+
+
+def test_every_fault_has_catchers():
+    assert set(EXPECTED) == set(faulty.FAULTS) - {"make_biased_sampler"}   # biased: test_power.py
+
+
+CORRECT = [ROUNDS, CACHE_FREE, GENERATION, ALONE, RNG, FORCED, GOLDEN_SEQ, STATEFUL]
+
+
+@pytest.mark.parametrize("prop", CORRECT, ids=[_id(p) for p in CORRECT])
+def test_correct_inexact_backend_passes(prop):
+    o = check(faulty.make_noisy_fp32(), "meta_tests.faulty:make_noisy_fp32", prop)
+    assert not o.caught, f"false alarm: a correct FP32 backend with 1e-7 noise fails {prop}: {o.message}"

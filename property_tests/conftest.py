@@ -1,0 +1,79 @@
+"""Hypothesis profiles, backend selection and failure reproduction for the property suite.
+
+Profiles (pick with HYPOTHESIS_PROFILE=dev|ci|nightly or --hypothesis-profile=...; default dev):
+    dev      random search, example database (.hypothesis/) replays failures
+    ci       derandomize=True, deadline=None, database=None, print_blob=True (.ci/run)
+    nightly  10x the ci examples, random, long stateful runs (stateful_step_count=200),
+             and the size caps of property_tests/strategies.py at their full ranges
+
+Backend under test: ORACLE_BACKEND (or --oracle-backend) = reference | torch-cpu | torch-cuda |
+package.module:factory, loaded by oracle.backends.load_backend().
+
+Documented command (statistics show examples per property and the event() coverage of
+rejection positions):
+    HYPOTHESIS_PROFILE=ci python -m pytest -q --hypothesis-show-statistics property_tests meta_tests
+Every failing test prints a one-line `reproduce` section with the command that reruns it;
+Hypothesis prints the failing example and its @reproduce_failure blob (print_blob=True).
+Other Hypothesis knobs are the plugin's options: --hypothesis-seed, --hypothesis-verbosity,
+--hypothesis-show-statistics, --hypothesis-profile.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:                       # meta_tests.faulty:make_* as ORACLE_BACKEND
+    sys.path.insert(0, str(REPO))
+
+from property_tests.harness import CI_EXAMPLES   # noqa: E402  (tests scale with harness.examples())
+
+settings.register_profile(
+    "dev", max_examples=CI_EXAMPLES, deadline=None, print_blob=True, stateful_step_count=30,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", max_examples=CI_EXAMPLES, derandomize=True, deadline=None, database=None,
+    print_blob=True, stateful_step_count=30, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "nightly", max_examples=10 * CI_EXAMPLES, deadline=None, database=None, print_blob=True,
+    stateful_step_count=200, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--oracle-backend", default=None,
+                     help="implementation under test (overrides ORACLE_BACKEND): reference | torch-cpu | "
+                          "torch-cuda | package.module:factory")
+
+
+def pytest_configure(config):
+    spec = config.getoption("--oracle-backend", default=None)
+    if spec:
+        os.environ["ORACLE_BACKEND"] = spec
+
+
+def pytest_report_header(config):
+    from property_tests import harness
+    from property_tests.strategies import caps, profile_name
+    try:
+        bk = harness.backend()
+        desc = (f"{bk.name} (dtype {bk.dtype}, exact={bk.exact}, policies {'/'.join(bk.policies)}"
+                f"{', host RNG' if harness.host_rng(bk) else ', device RNG: reference in replay mode'})")
+    except Exception as e:                          # the tests will report it too
+        desc = f"cannot load: {type(e).__name__}: {e}"
+    return [f"oracle backend: ORACLE_BACKEND={harness.backend_spec()} -> {desc}",
+            f"hypothesis profile: {profile_name()}; size caps: "
+            + ", ".join(f"{k}={v}" for k, v in caps().items())]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed and call.when == "call":
+        from property_tests import harness
+        rep.sections.append(("reproduce", harness.reproduce_line(item.nodeid)))

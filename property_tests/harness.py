@@ -1,0 +1,300 @@
+"""Running scenarios on the backend under test and on the reference, and comparing them.
+
+The backend under test is `ORACLE_BACKEND` (reference | torch-cpu | torch-cuda |
+package.module:factory) loaded through `oracle.backends.load_backend()`; meta-tests swap it
+with `use_backend(...)`. The reference is always `oracle.backends.ReferenceBackend()`.
+
+Comparison rules:
+* exact backends (`backend.exact`): `compare_runs(ref, other, "exact")`, bit for bit;
+* other backends: `compare_runs(ref, other, backend.dtype)` (tolerance table, first-divergence
+  rule) and the reference runs in replay mode: each request is added to the reference session
+  with `replay=[e.value for e in the backend's events of that request]`, so a device RNG need
+  not match the host's.
+
+Optional backend hooks the suite uses when present:
+* `session.kv.frontiers(rid)` / `session.kv.read(rid, depth, layer, pos)` (the reference's
+  KVCache) or `session.kv_frontiers(rid)`: KV rollback checks (skipped otherwise);
+* `session.submit(counts) -> handle` and `session.collect(handle) -> RoundTrace`: deferred
+  collection in the stateful test (else `step`);
+* `backend.sampling`: a namespace with `filtered_probs, categorical, accepts, residual` (the
+  backend's host sampling functions) for the enumeration tests (else oracle.sampling);
+* `backend.host_rng = True`: the backend draws from the seeded host generator, so its RNG
+  values are checked against PCG64(seed) (exact backends are checked always).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+
+import numpy as np
+
+from oracle import sampling as oracle_sampling
+from oracle.backends import ReferenceBackend, load_backend
+from oracle.compare import compare_runs
+from oracle.traces import RoundTrace
+
+from .strategies import MODES, Scenario, build_model, profile_name
+
+REFERENCE = ReferenceBackend()
+CI_EXAMPLES = 20              # max_examples of the ci profile (property_tests/conftest.py)
+
+
+def examples(n: int) -> int:
+    """A test's example budget: n under ci, scaled like the profile's max_examples (10x nightly)."""
+    from hypothesis import settings
+    return max(1, round(n * settings.default.max_examples / CI_EXAMPLES))
+
+_override: list = []          # [(backend, spec)] pushed by use_backend
+_loaded: dict = {}
+
+
+def backend_spec() -> str:
+    if _override:
+        return _override[-1][1]
+    return os.environ.get("ORACLE_BACKEND", "reference")
+
+
+def backend():
+    """The backend under test."""
+    if _override:
+        return _override[-1][0]
+    spec = backend_spec()
+    if spec not in _loaded:
+        _loaded[spec] = load_backend(spec)
+    return _loaded[spec]
+
+
+@contextlib.contextmanager
+def use_backend(bk, spec: str):
+    """Run properties against `bk` (meta-tests); `spec` is what ORACLE_BACKEND would say."""
+    _override.append((bk, spec))
+    try:
+        yield bk
+    finally:
+        _override.pop()
+
+
+def is_reference(bk) -> bool:
+    return type(bk) is ReferenceBackend
+
+
+def dtype_of(bk) -> str:
+    """The compare_runs mode for a backend: "exact" or its dtype's tolerance row."""
+    return "exact" if bk.exact else bk.dtype
+
+
+def sampling_impl(bk=None):
+    """The sampling functions the enumeration tests exercise (backend.sampling if any)."""
+    bk = bk or backend()
+    return getattr(bk, "sampling", None) or oracle_sampling
+
+
+def host_rng(bk) -> bool:
+    return bool(bk.exact or getattr(bk, "host_rng", False))
+
+
+def supported(sc: Scenario, bk) -> Scenario:
+    """The scenario with a policy the backend declares (its first one otherwise)."""
+    return sc if sc.policy in bk.policies else sc.with_policy(bk.policies[0])
+
+
+def reproduce_line(nodeid: str = "") -> str:
+    """The one-line command that reruns a property under the current backend/profile/caps."""
+    env = {"HYPOTHESIS_PROFILE": profile_name(), "ORACLE_BACKEND": backend_spec()}
+    for k in sorted(os.environ):
+        if k.startswith("ORACLE_MAX_"):
+            env[k] = os.environ[k]
+    target = nodeid or "property_tests"
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + \
+        f" python -m pytest -q {shlex.quote(target)}"
+
+
+# ---- running a scenario -------------------------------------------------------------------
+
+class Run:
+    """One scenario run on one backend in one mode."""
+
+    def __init__(self, backend_name: str, mode: str):
+        self.backend_name, self.mode = backend_name, mode
+        self.traces: list[RoundTrace] = []
+        self.tokens: dict = {}            # rid -> committed tokens (at removal or at the end)
+        self.session = None
+
+    def events(self, rid) -> list:
+        return [e for tr in self.traces for e in tr.rng_events if e.request == rid]
+
+    def label(self) -> str:
+        return f"{self.backend_name} {self.mode}"
+
+
+def run(bk, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> Run:
+    """Run every op of `sc` on a fresh session of `bk`. replay: rid -> uniforms (reference
+    replay mode). after_step(session, trace): called after every round."""
+    model = build_model(sc.cfg, sc.weight_seed)
+    s = bk.session(model, sc.d, sc.D, mode, sc.policy)
+    out = Run(getattr(bk, "name", type(bk).__name__), mode)
+    out.session = s
+    for op, arg in sc.ops:
+        if op == "add":
+            kw = {} if replay is None else {"replay": replay[arg]}
+            s.add(arg, list(sc.prompts[arg]), sc.params[arg], **kw)
+        elif op == "step":
+            tr = s.step(dict(arg))
+            out.traces.append(tr)
+            if after_step is not None:
+                after_step(s, tr)
+        elif op == "remove":
+            out.tokens[arg] = list(s.remove(arg))
+        else:
+            raise ValueError(op)
+    for op, arg in sc.ops:
+        if op == "add" and arg not in out.tokens:
+            out.tokens[arg] = list(s.tokens(arg))
+    return out
+
+
+def replay_lists(other: Run, sc: Scenario) -> dict:
+    """Per request: the uniforms the backend consumed, in order, then padding (only consumed
+    by the reference after an excused divergence, where the comparison has stopped)."""
+    pad = list(np.random.default_rng(2**31 - 1).random(19 * (len(sc.rounds) + 1)))
+    return {rid: [e.value for e in other.events(rid)] + pad for rid in range(len(sc.prompts))}
+
+
+def reference_run(sc: Scenario, mode: str, replay_from: Run | None = None) -> Run:
+    """A reference run; with replay_from, in replay mode consuming that run's uniforms."""
+    return run(REFERENCE, sc, mode, replay=None if replay_from is None else replay_lists(replay_from, sc))
+
+
+def assert_runs_match(ref: Run, other: Run, dtype: str, nodeid: str = "") -> None:
+    """compare_runs over the round traces (RNG events, KV writes, draft and verification
+    logits, token decisions, stats); exact backends also compare committed tokens."""
+    rep = compare_runs(ref.traces, other.traces, dtype)
+    what = f"{other.label()} vs {ref.label()}"
+    if not rep.ok:
+        bad = [c for c in rep.checks if not c.ok]
+        more = f" (+{len(bad) - 1} more failed checks: {', '.join(c.name for c in bad[1:])})" if len(bad) > 1 else ""
+        raise AssertionError(f"{what}: {bad[0].name}: {bad[0].detail}{more}")
+    if dtype == "exact" and ref.tokens != other.tokens:
+        rid = next(r for r in ref.tokens if ref.tokens[r] != other.tokens.get(r))
+        raise AssertionError(f"{what}: committed tokens of request {rid}: {ref.tokens[rid]} vs {other.tokens.get(rid)}")
+    return rep
+
+
+def check_equivalence(sc: Scenario, bk=None) -> dict:
+    """Backend block vs reference block, backend loop vs reference loop, backend block vs
+    backend loop. Returns the backend's runs by mode."""
+    bk = bk or backend()
+    sc = supported(sc, bk)
+    dt = dtype_of(bk)
+    runs = {mode: run(bk, sc, mode) for mode in MODES}
+    if not is_reference(bk):
+        for mode in MODES:
+            ref = reference_run(sc, mode, replay_from=None if bk.exact else runs[mode])
+            assert_runs_match(ref, runs[mode], dt)
+    assert_runs_match(runs["block"], runs["loop"], dt)
+    return runs
+
+
+# ---- per-request views --------------------------------------------------------------------
+
+def subset(tr: RoundTrace, rids) -> RoundTrace:
+    """The trace of some requests of a round (in the round's batch order); aggregate stats
+    are dropped since they depend on the whole batch."""
+    keep = [r for r in tr.requests if r in set(rids)]
+    out = RoundTrace(tr.mode, tr.round, tr.policy, tr.d, tr.D, keep,
+                     [tr.token_counts[tr.requests.index(r)] for r in keep])
+    out.prefix = {r: v for r, v in tr.prefix.items() if r in keep}
+    out.calls = []
+    out.kv_writes = {k: v for k, v in tr.kv_writes.items() if k[0] in keep}
+    out.draft_logits = {k: v for k, v in tr.draft_logits.items() if k[0] in keep}
+    out.verify_logits = {k: v for k, v in tr.verify_logits.items() if k[0] in keep}
+    out.rng_events = [e for e in tr.rng_events if e.request in keep]
+    for name in ("drafts", "accepted", "emitted", "params"):
+        setattr(out, name, {r: v for r, v in getattr(tr, name).items() if r in keep})
+    out.stats = {}
+    out.dtype = tr.dtype
+    return out
+
+
+def only(tr: RoundTrace, rid) -> RoundTrace | None:
+    """The trace of one request of a round (None if it was not in the round)."""
+    return subset(tr, [rid]) if rid in tr.requests else None
+
+
+def kv_frontiers(session, rid):
+    """The set of KV frontiers of rid over all (depth, layer) planes, or None if the
+    backend does not expose them."""
+    kv = getattr(session, "kv", None)
+    if kv is not None and hasattr(kv, "frontiers"):
+        return kv.frontiers(rid)
+    if hasattr(session, "kv_frontiers"):
+        return set(session.kv_frontiers(rid))
+    return None
+
+
+# ---- RNG policy ---------------------------------------------------------------------------
+
+def expected_layout(policy: str, K: int, accepted: int) -> list[tuple]:
+    """(purpose, offset, used) of a sampled request's events in one round."""
+    drafts = [("draft", o, True) for o in range(K)]
+    final = [("residual", accepted, True)] if accepted < K else [("bonus", K, True)]
+    if policy == "sequential":
+        return drafts + [("accept", o, True) for o in range(min(accepted + 1, K))] + final
+    return drafts + [("accept", o, o <= accepted) for o in range(K)] + final
+
+
+def policy_violation(tr: RoundTrace, params: dict, policy: str) -> str | None:
+    """The first way round trace `tr` breaks the RNG policy or the commit rule, or None."""
+    for rid, T in zip(tr.requests, tr.token_counts):
+        K = T - 1
+        ev = [e for e in tr.rng_events if e.request == rid]
+        a = tr.accepted.get(rid)
+        emitted, drafts = tr.emitted.get(rid, []), tr.drafts.get(rid, [])
+        where = f"round {tr.round} request {rid} (K={K}, accepted {a}, policy {policy})"
+        if a is None or not 0 <= a <= K:
+            return f"{where}: accepted count outside 0..K"
+        if len(drafts) != K or len(emitted) != a + 1 or emitted[:a] != drafts[:a]:
+            return f"{where}: drafts {drafts} and emitted {emitted} break the commit rule (a accepted drafts + 1)"
+        if params[rid].greedy:
+            if ev:
+                return f"{where}: greedy request drew {len(ev)} uniform(s), first {ev[0]}"
+            continue
+        got = [(e.purpose, e.offset, e.used) for e in ev]
+        want = expected_layout(policy, K, a)
+        if got != want:
+            n = next((n for n, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+            return (f"{where}: RNG event #{n} is {got[n] if n < len(got) else 'missing'}, the policy requires "
+                    f"{want[n] if n < len(want) else 'nothing more'} (events {got})")
+        if [e.seq for e in ev] != list(range(len(ev))) or any(e.round != tr.round for e in ev):
+            return f"{where}: event seq/round numbering {[(e.round, e.seq) for e in ev]} is not 0..n-1 of round {tr.round}"
+    return None
+
+
+def seeded_stream(seed: int, n: int) -> list[float]:
+    g = np.random.Generator(np.random.PCG64(seed))
+    return [float(g.random()) for _ in range(n)]
+
+
+def stream_violation(events: list, seed: int, rid) -> str | None:
+    """A request's event values since it joined must be its seeded stream, in order."""
+    want = seeded_stream(seed, len(events))
+    for n, (e, u) in enumerate(zip(events, want)):
+        if e.value != u:
+            pos = want.index(e.value) if e.value in want else None
+            return (f"request {rid}: RNG event #{n} ({e.purpose} offset {e.offset}, round {e.round}) has "
+                    f"value {e.value!r}, but draw #{n} of PCG64({seed}) is {u!r}"
+                    + (f" (that value is draw #{pos}: drawn out of order)" if pos is not None else ""))
+    return None
+
+
+def accepted_events(tr: RoundTrace, params: dict) -> list[str]:
+    """Hypothesis event() labels for a round's acceptance outcomes."""
+    out = []
+    for rid, T in zip(tr.requests, tr.token_counts):
+        K, a = T - 1, tr.accepted.get(rid)
+        if K == 0:
+            continue
+        kind = "greedy" if params[rid].greedy else "sampled"
+        out.append(f"{kind}: full acceptance" if a == K else f"{kind}: rejection at offset {a}")
+    return out

@@ -1,0 +1,249 @@
+"""Every input the property suite generates comes from this module.
+
+Size caps (environment variables; the defaults depend on the Hypothesis profile so that the
+`ci` profile stays fast on a 2-core machine and `nightly` covers the full ranges):
+
+    variable              ci / dev   nightly   what it caps
+    ORACLE_MAX_REQUESTS   6          16        requests per scenario
+    ORACLE_MAX_TOKENS     9          9         token count T_i = K_i + 1 (K_i = 0..8)
+    ORACLE_MAX_PROMPT     12         32        prompt length
+    ORACLE_MAX_LAYERS     2          3         layers of the random model
+    ORACLE_MAX_ROUNDS     4          8         rounds of a multi-round scenario
+    ORACLE_MAX_DEPTH      6          6         target loops D (d is 1..D-1)
+
+The caps are read when a test module builds its strategies (after pytest has loaded the
+profile), so `HYPOTHESIS_PROFILE=nightly` and `--hypothesis-profile=nightly` both widen them.
+Models are cached by (config, weight seed): `build_model(cfg, seed)`.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from oracle.config import ModelConfig
+from oracle.model import LoopedModel, random_weights
+from oracle.rng_trace import POLICIES
+from oracle.sampling import SamplingParams
+
+MODES = ("block", "loop")
+
+_CAPS = {  # name: (ci/dev default, nightly default)
+    "ORACLE_MAX_REQUESTS": (6, 16),
+    "ORACLE_MAX_TOKENS": (9, 9),
+    "ORACLE_MAX_PROMPT": (12, 32),
+    "ORACLE_MAX_LAYERS": (2, 3),
+    "ORACLE_MAX_ROUNDS": (4, 8),
+    "ORACLE_MAX_DEPTH": (6, 6),
+}
+_LIMITS = {"ORACLE_MAX_REQUESTS": 16, "ORACLE_MAX_TOKENS": 9, "ORACLE_MAX_PROMPT": 32,
+           "ORACLE_MAX_LAYERS": 3, "ORACLE_MAX_ROUNDS": 64, "ORACLE_MAX_DEPTH": 6}
+
+
+def profile_name() -> str:
+    try:
+        return settings.get_current_profile_name()
+    except Exception:                                    # no profile loaded (scripts)
+        return os.environ.get("HYPOTHESIS_PROFILE", "dev")
+
+
+def cap(name: str) -> int:
+    """The current value of one size cap (environment variable, else the profile default)."""
+    value = os.environ.get(name)
+    if value:
+        n = int(value)
+    else:
+        ci, nightly = _CAPS[name]
+        n = nightly if profile_name() == "nightly" else ci
+    low = 2 if name == "ORACLE_MAX_DEPTH" else 1
+    return max(low, min(n, _LIMITS[name]))
+
+
+def caps() -> dict[str, int]:
+    return {name: cap(name) for name in _CAPS}
+
+
+# ---- models ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=128)
+def build_model(cfg: ModelConfig, seed: int) -> LoopedModel:
+    """The reference model of a config and weight seed (cached: examples share models)."""
+    return LoopedModel(cfg, random_weights(cfg, seed))
+
+
+@st.composite
+def model_configs(draw, max_layers: int | None = None, vocab=(16, 256)) -> ModelConfig:
+    """Small random shapes: 1-3 layers, kv heads dividing heads, even head_dim, vocab 16-256."""
+    kv_heads = draw(st.sampled_from([1, 2]))
+    heads = kv_heads * draw(st.sampled_from([1, 2]))
+    return ModelConfig(
+        vocab_size=draw(st.integers(*vocab)),
+        hidden_size=draw(st.sampled_from([16, 8, 32])),
+        intermediate_size=draw(st.sampled_from([32, 16, 64])),
+        num_layers=draw(st.integers(1, max_layers or cap("ORACLE_MAX_LAYERS"))),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=draw(st.sampled_from([8, 2, 4])),
+        rope_theta=draw(st.sampled_from([1e6, 1e4, 10.0])),
+    )
+
+
+def weight_seeds():
+    return st.integers(0, 3)
+
+
+@st.composite
+def depths(draw, max_D: int | None = None) -> tuple[int, int]:
+    """(d, D): target loops D in 2..6, draft loops d in 1..D-1."""
+    D = draw(st.integers(2, max_D or cap("ORACLE_MAX_DEPTH")))
+    return draw(st.integers(1, D - 1)), D
+
+
+def token_counts(max_tokens: int | None = None):
+    """A request's T_i = K_i + 1 in 1..9."""
+    return st.integers(1, max_tokens or cap("ORACLE_MAX_TOKENS"))
+
+
+def ragged_counts(max_requests: int | None = None):
+    """A round's token counts: 1-16 requests of 1-9 tokens each."""
+    return st.lists(token_counts(), min_size=1, max_size=max_requests or cap("ORACLE_MAX_REQUESTS"))
+
+
+def prompts(vocab: int, max_len: int | None = None):
+    return st.lists(st.integers(0, vocab - 1), min_size=1,
+                    max_size=max_len or cap("ORACLE_MAX_PROMPT")).map(tuple)
+
+
+def seeds():
+    return st.integers(0, 2**32 - 1)
+
+
+def temperatures():
+    return st.floats(0.2, 2.0)
+
+
+def top_ks(vocab: int):
+    """None (off), 1, anything in between, and values >= vocab (a no-op)."""
+    return st.none() | st.sampled_from([1, vocab, vocab + 7]) | st.integers(1, vocab)
+
+
+def top_ps():
+    """None/1.0 (off), a value that keeps only the top token, and anything in (0, 1)."""
+    return st.none() | st.sampled_from([1.0, 1e-6]) | st.floats(0.05, 1.0)
+
+
+def sampled_params(vocab: int):
+    return st.builds(SamplingParams, temperature=temperatures(), top_k=top_ks(vocab),
+                     top_p=top_ps(), seed=seeds())
+
+
+def greedy_params():
+    return st.builds(SamplingParams, seed=seeds())
+
+
+def sampling_params(vocab: int):
+    """Greedy or sampled (temperature, optional top-k, optional top-p); a list of these is a
+    mixed greedy/sampled batch."""
+    return greedy_params() | sampled_params(vocab)
+
+
+def policies(supported=POLICIES):
+    return st.sampled_from([p for p in POLICIES if p in supported])
+
+
+# ---- scenarios: a whole multi-round run, identical for every mode and backend -------------
+
+@dataclass(frozen=True)
+class Scenario:
+    """Inputs of a run. ops: ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid).
+    A request joins right before the first round that names it; it may idle in rounds that
+    do not name it and leave (remove) between rounds."""
+    cfg: ModelConfig
+    weight_seed: int
+    d: int
+    D: int
+    policy: str
+    prompts: tuple
+    params: tuple
+    ops: tuple
+
+    @property
+    def rounds(self) -> list[dict]:
+        return [dict(arg) for op, arg in self.ops if op == "step"]
+
+    def with_policy(self, policy: str) -> "Scenario":
+        from dataclasses import replace
+        return replace(self, policy=policy)
+
+    def describe(self) -> str:
+        return (f"d={self.d} D={self.D} policy={self.policy} layers={self.cfg.num_layers} "
+                f"vocab={self.cfg.vocab_size} rounds={self.rounds}")
+
+
+@st.composite
+def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int | None = None,
+              params=None, cfg=None, weight_seed=None, depth=None, policy=None, fixed_requests=None):
+    """A run of 1..ORACLE_MAX_ROUNDS rounds over ragged batches (per-round K_i, batch order,
+    joins and leaves drawn), on a random small model, mixed greedy/sampled requests.
+
+    join_leave=False: every request is named in every round (no joins after round 0, no
+    leaves). fixed_requests: a request id that must be in every round (for alone-vs-batch)."""
+    cfg = cfg if cfg is not None else draw(model_configs())
+    weight_seed = weight_seed if weight_seed is not None else draw(weight_seeds())
+    d, D = depth if depth is not None else draw(depths())
+    policy = policy or draw(policies())
+    n = draw(st.integers(1, max_requests or cap("ORACLE_MAX_REQUESTS")))
+    prompt_list = tuple(draw(prompts(cfg.vocab_size)) for _ in range(n))
+    param_list = tuple(draw(params if params is not None else sampling_params(cfg.vocab_size))
+                       for _ in range(n))
+    lo, hi = rounds
+    n_rounds = draw(st.integers(lo, hi or cap("ORACLE_MAX_ROUNDS")))
+    ops, live, left = [], [], set()
+    for _ in range(n_rounds):
+        candidates = [i for i in range(n) if i not in left]
+        if not candidates:
+            break
+        if join_leave:
+            members = draw(st.lists(st.sampled_from(candidates), min_size=1, unique=True))
+            if fixed_requests is not None and fixed_requests not in members:
+                members = [fixed_requests] + members
+        else:
+            members = candidates
+        for i in members:
+            if i not in live:
+                ops.append(("add", i))
+                live.append(i)
+        ops.append(("step", tuple((i, draw(token_counts())) for i in members)))
+        if join_leave:
+            for i in list(live):
+                if i != fixed_requests and draw(st.sampled_from([False, False, False, True])):
+                    ops.append(("remove", i))
+                    live.remove(i)
+                    left.add(i)
+    return Scenario(cfg, weight_seed, d, D, policy, prompt_list, param_list, tuple(ops))
+
+
+def single_rounds(**kw):
+    """One ragged round: every request joins and runs once (K_i = 0..8 each)."""
+    return scenarios(rounds=(1, 1), join_leave=False, **kw)
+
+
+# ---- distribution inputs ------------------------------------------------------------------
+
+@st.composite
+def logit_pairs(draw, max_vocab: int = 32):
+    """(target logits, draft logits, params) for one offset: random small vocabularies, the
+    draft sometimes close to the target, sometimes unrelated."""
+    import numpy as np
+    V = draw(st.integers(2, max_vocab))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    spread = draw(st.sampled_from([1.0, 3.0, 0.1, 8.0]))
+    target = (rng.standard_normal(V) * spread).astype(np.float32)
+    closeness = draw(st.sampled_from([0.0, 0.1, 1.0, 0.01]))
+    draft = (target + closeness * spread * rng.standard_normal(V)).astype(np.float32) \
+        if closeness else (rng.standard_normal(V) * spread).astype(np.float32)
+    params = draw(sampled_params(V))
+    return target, draft, params

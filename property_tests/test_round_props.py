@@ -1,0 +1,135 @@
+"""Single rounds and short runs on random small models (DESIGN.md sections 4, 7, 8).
+
+* test_block_and_loop_rounds_agree (the main property): for any ragged batch, the backend's
+  block round equals the reference's block round, its loop round the reference's loop round,
+  and its block round its loop round: KV writes, draft and verification logits, RNG events,
+  tokens and the stats both rounds share; bit for bit for exact backends, else within the
+  dtype's tolerance with the first-divergence rule (reference in replay mode).
+* test_rounds_follow_their_schedule: the calls a backend records are its mode's plan.
+* test_logits_match_cache_free_recompute: draft and verification logits equal a from-scratch
+  forward of the whole prefix (oracle.cache_free.cache_free_check), over several rounds.
+* test_rollback_leaves_exactly_the_committed_kv: after every round each request's KV frontier
+  is len(tokens) - 1 at every (depth, layer) and a read at the frontier raises KVError.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import event, given, settings
+
+from oracle.cache_free import cache_free_check
+from oracle.compare import TOLERANCES
+from oracle.kv import KVError
+from oracle.schedule import check_schedule, plan
+
+from . import harness
+from .harness import examples
+from .strategies import MODES, build_model, scenarios, single_rounds
+
+
+@settings(max_examples=examples(150))
+@given(sc=single_rounds())
+def test_block_and_loop_rounds_agree(sc):
+    runs = harness.check_equivalence(sc)
+    for label in harness.accepted_events(runs["block"].traces[0], dict(enumerate(sc.params))):
+        event(label)
+
+
+def schedule_violation(tr, mode: str) -> str | None:
+    s = plan(mode, tr.token_counts, tr.d, tr.D)
+    check_schedule(s)
+    want_calls = (max(tr.token_counts) - 1) * tr.d + tr.D
+    stats = tr.stats or {}
+    if "recurrent_calls" in stats and stats["recurrent_calls"] != want_calls:
+        return f"round {tr.round}: {stats['recurrent_calls']} recurrent calls, expected (max(T)-1)*d+D = {want_calls}"
+    if "rows_per_call" in stats and stats["rows_per_call"] != s.row_counts():
+        return f"round {tr.round}: rows per call {stats['rows_per_call']}, the {mode} plan has {s.row_counts()}"
+    if not tr.calls:                                   # the backend does not record its calls
+        return None
+    idx = {rid: i for i, rid in enumerate(tr.requests)}
+    got = [{"rows": sorted([idx[r], o, j] for r, o, j in c["rows"]),
+            "draft_head": sorted([idx[r], o] for r, o in c.get("draft_head", []))} for c in tr.calls]
+    want = [{"rows": sorted(r), "draft_head": sorted(h)} for r, h in
+            ((c["rows"], c["draft_head"]) for c in s.to_json()["calls"])]
+    for n, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            return f"round {tr.round}: {mode} call {n} ran {g}, the plan has {w}"
+    if len(got) != len(want):
+        return f"round {tr.round}: {len(got)} calls, the {mode} plan has {len(want)}"
+    return None
+
+
+@settings(max_examples=examples(40))
+@given(sc=scenarios(rounds=(1, 2)))
+def test_rounds_follow_their_schedule(sc):
+    bk = harness.backend()
+    sc = harness.supported(sc, bk)
+    for mode in MODES:
+        r = harness.run(bk, sc, mode)
+        for tr in r.traces:
+            problem = schedule_violation(tr, mode)
+            assert problem is None, f"{r.label()}: {problem}"
+
+
+@settings(max_examples=examples(40))
+@given(sc=scenarios(rounds=(1, 3)))
+def test_logits_match_cache_free_recompute(sc):
+    bk = harness.backend()
+    sc = harness.supported(sc, bk)
+    tol = max(TOLERANCES["float32"]["logits"], TOLERANCES.get(bk.dtype, TOLERANCES["float32"])["logits"])
+    model = build_model(sc.cfg, sc.weight_seed)
+    for mode in MODES:
+        r = harness.run(bk, sc, mode)
+        check, n = cache_free_check(model, r.traces, tol)
+        assert check.ok, f"{r.label()}: {check.detail}"
+        event(f"logits vectors compared: {'< 20' if n < 20 else '>= 20'}")
+
+
+def check_committed_kv(session, active: dict, D: int, layers: int, where: str) -> bool:
+    """Frontier == len(tokens) - 1 everywhere; a read at the frontier raises. Returns False
+    when the backend does not expose its KV."""
+    seen = False
+    for rid in active:
+        f = harness.kv_frontiers(session, rid)
+        if f is None:
+            return False
+        seen = True
+        n = len(session.tokens(rid))
+        assert f == {n - 1}, f"{where}: request {rid} has {n} committed tokens but KV frontiers {sorted(f)}, expected {{{n - 1}}}"
+        kv = getattr(session, "kv", None)
+        if kv is None or not hasattr(kv, "read"):
+            continue
+        for depth in range(D):
+            for layer in range(layers):
+                if n > 1:
+                    kv.read(rid, depth, layer, n - 2)      # the last committed position reads
+                with pytest.raises(KVError):
+                    kv.read(rid, depth, layer, n - 1)      # the first position past the frontier
+    return seen
+
+
+@settings(max_examples=examples(40))
+@given(sc=scenarios(rounds=(1, 3)))
+def test_rollback_leaves_exactly_the_committed_kv(sc):
+    bk = harness.backend()
+    sc = harness.supported(sc, bk)
+    for mode in MODES:
+        active, checked = {}, []
+
+        def after_step(session, tr, mode=mode):
+            checked.append(check_committed_kv(session, active, sc.D, sc.cfg.num_layers,
+                                              f"{bk.name} {mode} round {tr.round}"))
+
+        model = build_model(sc.cfg, sc.weight_seed)
+        s = bk.session(model, sc.d, sc.D, mode, sc.policy)
+        for op, arg in sc.ops:
+            if op == "add":
+                s.add(arg, list(sc.prompts[arg]), sc.params[arg])
+                active[arg] = True
+            elif op == "remove":
+                s.remove(arg)
+                del active[arg]
+            else:
+                after_step(s, s.step(dict(arg)))
+        if not any(checked):
+            pytest.skip(f"backend {bk.name} exposes no KV frontiers (session.kv.frontiers or session.kv_frontiers)")
+    event("KV checked after every round")
