@@ -8,6 +8,7 @@ install:
 
 test:
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --hypothesis-show-statistics tests property_tests meta_tests
+	ORACLE_BACKEND=torch-cpu HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q property_tests
 
 check:
 	$(PY) -m oracle check

@@ -155,8 +155,9 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
     for a, b in zip(ref, other):
         r = a.round
         where = f"round {r}"
-        if a.requests != b.requests or list(a.token_counts) != list(b.token_counts):
-            rep.checks.append(Check("inputs", False, f"{where}: requests or token counts differ"))
+        if a.round != b.round or a.requests != b.requests or list(a.token_counts) != list(b.token_counts):
+            rep.checks.append(Check("inputs", False, f"{where}: round index, requests or token counts differ "
+                                    f"(round {b.round}, requests {b.requests}, counts {b.token_counts})"))
             return rep
         live = {rid for rid in a.requests if rid not in stopped}
         # RNG events first: the order contract

@@ -40,6 +40,9 @@ class RoundState:
             if kv.frontiers(r.rid) != {len(r.tokens) - 1}:
                 raise OracleError(f"request {r.rid}: KV frontiers {sorted(kv.frontiers(r.rid))} != "
                                   f"committed tokens - 1 = {len(r.tokens) - 1}")
+        if len({r.rid for r in requests}) != len(requests):
+            raise OracleError("a round names the same request twice")
+        for r in requests:                                  # state changes only after every check
             r.rng.start_round(round_idx)
         self.model, self.kv, self.requests, self.counts = model, kv, requests, counts
         self.d, self.D, self.policy = d, D, policy

@@ -51,6 +51,17 @@ class RequestRng:
         self.events: list[RngEvent] = []
         self.round, self.seq = 0, 0
 
+    def snapshot(self) -> tuple:
+        """Everything a failed round must restore."""
+        return (self.gen.bit_generator.state if self.gen is not None else None, self.pos,
+                len(self.events), self.round, self.seq)
+
+    def restore(self, snap: tuple) -> None:
+        state, self.pos, n, self.round, self.seq = snap
+        if state is not None:
+            self.gen.bit_generator.state = state
+        del self.events[n:]
+
     def start_round(self, round_idx: int) -> None:
         self.round, self.seq = round_idx, 0
 

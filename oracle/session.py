@@ -49,6 +49,8 @@ class Session:
         self.requests[rid] = req
 
     def remove(self, rid) -> list[int]:
+        if rid not in self.requests:
+            raise OracleError(f"request {rid} is not in the session")
         req = self.requests.pop(rid)
         self.kv.drop(rid)
         return req.tokens
@@ -59,8 +61,19 @@ class Session:
         if missing:
             raise OracleError(f"round names unknown request(s) {missing}")
         reqs = [self.requests[r] for r in counts]
-        trace = self.round_fn(self.model, self.kv, reqs, list(counts.values()), self.d, self.D,
-                              self.round_idx, self.policy)
+        # a failed round leaves no trace: KV, tokens and RNG streams are restored
+        snap = [(r.rng.snapshot(), len(r.tokens), len(r.tokens) - 1) for r in reqs]
+        n_log = len(self.kv.log)
+        try:
+            trace = self.round_fn(self.model, self.kv, reqs, list(counts.values()), self.d, self.D,
+                                  self.round_idx, self.policy)
+        except BaseException:
+            for r, (rng, n_tok, frontier) in zip(reqs, snap):
+                r.rng.restore(rng)
+                del r.tokens[n_tok:]
+                self.kv.truncate(r.rid, frontier)       # a round only appends past the frontier
+            del self.kv.log[n_log:]
+            raise
         self.round_idx += 1
         self.traces.append(trace)
         return trace

@@ -183,3 +183,43 @@ def test_broken_loop_round_uniforms_before_last_draft(tiny, monkeypatch):
     f = rep.first_failure()
     assert f.name == "rng_events" and "purpose='accept'" in f.detail and "round 0" in f.detail
     assert "reproduce: python -m oracle check" in f.detail
+
+
+def test_failed_round_leaves_session_unchanged(tiny, monkeypatch):
+    """A round that fails midway restores KV frontiers, tokens and RNG streams."""
+    import oracle.phases as phases
+    s = Session(tiny, 2, 4, "loop")
+    s.add(0, [1, 2, 3], SP(1.0, seed=3))
+    s.add(1, [4, 5], SP())
+    s.step({0: 3, 1: 2})
+    before = {rid: (list(r.tokens), r.rng.snapshot()) for rid, r in s.requests.items()}
+    real, calls = phases.draft_head, []
+
+    def boom(st, heads):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("device fault")
+        real(st, heads)
+    monkeypatch.setattr(loop_round_mod, "draft_head", boom)
+    with pytest.raises(RuntimeError, match="device fault"):
+        s.step({0: 5, 1: 4})
+    monkeypatch.undo()
+    for rid, r in s.requests.items():
+        assert r.tokens == before[rid][0]
+        assert s.kv.frontiers(rid) == {len(r.tokens) - 1}
+        assert r.rng.snapshot()[1:] == before[rid][1][1:]
+    # the same round now runs as if the failure never happened
+    ref = Session(tiny, 2, 4, "loop")
+    ref.add(0, [1, 2, 3], SP(1.0, seed=3))
+    ref.add(1, [4, 5], SP())
+    ref.step({0: 3, 1: 2})
+    assert compare_runs([ref.step({0: 5, 1: 4})], [s.step({0: 5, 1: 4})], "exact").ok
+
+
+def test_unknown_request_errors(tiny):
+    from oracle.errors import OracleError
+    s = Session(tiny, 1, 2, "block")
+    with pytest.raises(OracleError, match="not in the session"):
+        s.remove(7)
+    with pytest.raises(OracleError, match="unknown request"):
+        s.step({7: 2})
