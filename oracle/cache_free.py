@@ -13,18 +13,14 @@ def cache_free_check(model, traces, tol: float = TOLERANCES["float32"]["logits"]
             prefix = tr.prefix[rid]
             start = len(prefix) - 1                                   # position of offset 0
             full = model.forward_full(prefix + tr.drafts[rid], tr.D)  # per loop: [T, V]
-            for (r, o), lg in tr.verify_logits.items():
-                if r == rid:
-                    worst = max(worst, err := rel_err(lg, full[tr.D - 1][start + o]))
-                    n += 1
+            for what, logits, depth in (("verification", tr.verify_logits, tr.D - 1),
+                                        ("draft", tr.draft_logits, tr.d - 1)):
+                for (r, o), lg in logits.items():
+                    if r != rid:
+                        continue
+                    err = rel_err(lg, full[depth][start + o])
+                    worst, n = max(worst, err), n + 1
                     if err > tol:
-                        return Check("cache_free", False, f"round {tr.round}: verification logits of request "
-                                     f"{rid} offset {o} differ from the cache-free forward by {err:.3g}"), n
-            for (r, o), lg in tr.draft_logits.items():
-                if r == rid:
-                    worst = max(worst, err := rel_err(lg, full[tr.d - 1][start + o]))
-                    n += 1
-                    if err > tol:
-                        return Check("cache_free", False, f"round {tr.round}: draft logits of request "
-                                     f"{rid} offset {o} differ from the cache-free forward by {err:.3g}"), n
+                        return Check("cache_free", False, f"round {tr.round}: {what} logits of request {rid} "
+                                     f"offset {o} differ from the cache-free forward by {err:.3g}"), n
     return Check("cache_free", True, f"{n} logits vectors, max relative error {worst:.2g}"), n

@@ -85,16 +85,23 @@ def run_call(st: RoundState, rows) -> None:
     st.stats["rows_per_call"].append(len(rows))
 
 
+def head_call(st: RoundState, rows, depth: int, what: str, name: str) -> np.ndarray:
+    """lm_head over rows [(i, offset)] whose branch must be at `depth`: logits [n, V]."""
+    for i, o in rows:
+        got = st.hidden.get((i, o), (-1, None))[0]
+        if got != depth:
+            raise OracleError(f"{what} on (request {st.requests[i].rid}, offset {o}) at depth {got}, "
+                              f"expected depth {name} = {depth}")
+    st.stats["head_calls"] += 1
+    st.stats["head_rows"] += len(rows)
+    return st.model.head(np.stack([st.hidden[r][1] for r in rows]))
+
+
 def draft_head(st: RoundState, heads) -> None:
     """Draft head on rows [(i, offset)] at depth d-1, then draw offset+1's token."""
     if not heads:
         return
-    for i, o in heads:
-        depth = st.hidden.get((i, o), (-1, None))[0]
-        if depth != st.d - 1:
-            raise OracleError(f"draft head on (request {st.requests[i].rid}, offset {o}) at depth {depth}, "
-                              f"expected depth d-1 = {st.d - 1}")
-    logits = st.model.head(np.stack([st.hidden[h][1] for h in heads]))
+    logits = head_call(st, heads, st.d - 1, "draft head", "d-1")
     for (i, o), lg in zip(heads, logits):
         req = st.requests[i]
         assert len(st.tokens[i]) == o + 1, f"draft of request {req.rid} offset {o + 1} drawn out of order"
@@ -108,23 +115,14 @@ def draft_head(st: RoundState, heads) -> None:
     st.trace.calls[-1]["draft_head"] = [[st.requests[i].rid, o] for i, o in heads]
     st.stats["draft_head_calls"] += 1
     st.stats["draft_head_rows"] += len(heads)
-    st.stats["head_calls"] += 1
-    st.stats["head_rows"] += len(heads)
 
 
 def verify_head(st: RoundState) -> dict:
     """One head call over every (i, offset) at depth D-1: the verification logits."""
     rows = [(i, o) for i, t in enumerate(st.counts) for o in range(t)]
-    for i, o in rows:
-        depth = st.hidden.get((i, o), (-1, None))[0]
-        if depth != st.D - 1:
-            raise OracleError(f"verification head on (request {st.requests[i].rid}, offset {o}) at depth "
-                              f"{depth}, expected D-1 = {st.D - 1}")
-    logits = st.model.head(np.stack([st.hidden[r][1] for r in rows]))
+    logits = head_call(st, rows, st.D - 1, "verification head", "D-1")
     for (i, o), lg in zip(rows, logits):
         st.trace.verify_logits[(st.requests[i].rid, o)] = lg
-    st.stats["head_calls"] += 1
-    st.stats["head_rows"] += len(rows)
     return {r: lg for r, lg in zip(rows, logits)}
 
 
