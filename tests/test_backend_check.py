@@ -1,0 +1,22 @@
+import json
+import subprocess
+import sys
+
+
+def run(*args):
+    r = subprocess.run([sys.executable, "-m", "oracle", "check", *args, "--json"], capture_output=True, text=True)
+    return r.returncode, (json.loads(r.stdout) if r.stdout.startswith("{") else None), r.stderr
+
+
+def test_torch_cpu_backend_passes_check():
+    rc, j, err = run("--backend", "torch-cpu")
+    assert rc == 0, err
+    assert j["ok"] and j["backend"] == "torch-cpu" and j["kv_writes_compared"] > 0
+    assert j["max_rel_err"]["logits"] < 1e-5
+
+
+def test_faulty_backend_fails_check_and_names_the_place():
+    rc, j, _ = run("--backend", "meta_tests.faulty:make_kv_wrong_plane", "--rounds", "1", "--counts", "3,2")
+    assert rc == 1 and not j["ok"]
+    bad = [c for c in j["checks"] if not c["ok"]]
+    assert any("KV" in c["detail"] or "kv" in c["name"] for c in bad), bad
