@@ -89,8 +89,13 @@ class PackedModel:
             qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)         # padding: position 0
             masked = torch.arange(span, device=h.device)[None, None, :] > qpos[:, :, None]  # [G, Qm, span]
         pre, post = _fused() if self.fuse else (pre_attn, post_attn)
+        pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/gpu_results.md):
+        if pad:                                   # run the fused blocks on two rows, keep the first
+            h, cos, sin = (torch.cat([t, torch.zeros_like(t)]) for t in (h, cos, sin))
         for l, L in enumerate(self.w.layers):
             q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)                # [M, heads, hd]
+            if pad:
+                q, k, v = q[:1], k[:1], v[:1]
             kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
             if self.triton_attn:                                  # reads only keys 0..pos per row
@@ -100,8 +105,10 @@ class PackedModel:
                 V = kv.v[l].index_select(0, gplane)
                 Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
                 a = attend(Q, K, V, masked).index_select(0, qidx)  # [M, nh*hd]
+            if pad:
+                a = torch.cat([a, torch.zeros_like(a)])
             h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps)
-        return rms_norm(h, self.w.norm, eps)
+        return rms_norm(h[:1] if pad else h, self.w.norm, eps)
 
 
 def attend(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
