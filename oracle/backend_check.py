@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from .backends import ReferenceBackend, load_backend
+from .backends import load_backend
 from .check import run_case
 from .compare import compare_runs
 
@@ -14,19 +14,11 @@ from .compare import compare_runs
 def replayed_reference(model, case, mode, got):
     """Reference run consuming the uniforms the backend recorded (padded: after a divergence
     the reference may need more than the backend drew; those are never compared)."""
-    s = ReferenceBackend().session(model, case.d, case.D, mode, case.policy)
-    traces, joined = [], set()
     us = {}
     for tr in got:
         for e in tr.rng_events:
             us.setdefault(e.request, []).append(e.value)
-    for counts in case.rounds:
-        for rid in counts:
-            if rid not in joined:
-                s.add(rid, case.prompts[rid], case.params[rid], replay=us.get(rid, []) + [0.5] * 64)
-                joined.add(rid)
-        traces.append(s.step(counts))
-    return traces
+    return run_case(model, case, mode, replay={rid: u + [0.5] * 64 for rid, u in us.items()})[0]
 
 
 def check_backend(args, model, cases, t0) -> int:

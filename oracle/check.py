@@ -25,8 +25,9 @@ class Case:
     reproduce: str = ""
 
 
-def run_case(model, case: Case, mode: str, backend=None):
-    """Run all rounds of a case in one mode; returns the round traces and the session."""
+def run_case(model, case: Case, mode: str, backend=None, replay: dict | None = None):
+    """Run all rounds of a case in one mode; returns the round traces and the session.
+    replay: rid -> uniforms to consume instead of the request's generator."""
     from .backends import ReferenceBackend
     s = (backend or ReferenceBackend()).session(model, case.d, case.D, mode, case.policy)
     traces = []
@@ -34,7 +35,8 @@ def run_case(model, case: Case, mode: str, backend=None):
     for counts in case.rounds:
         for rid in counts:                         # requests join when first named
             if rid not in joined:
-                s.add(rid, case.prompts[rid], case.params[rid])
+                s.add(rid, case.prompts[rid], case.params[rid],
+                      **({"replay": replay.get(rid, [])} if replay is not None else {}))
                 joined.add(rid)
         traces.append(s.step(counts))
     return traces, s

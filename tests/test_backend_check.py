@@ -20,3 +20,15 @@ def test_faulty_backend_fails_check_and_names_the_place():
     assert rc == 1 and not j["ok"]
     bad = [c for c in j["checks"] if not c["ok"]]
     assert any("KV" in c["detail"] or "kv" in c["name"] for c in bad), bad
+
+
+def test_replayed_reference_reproduces_a_run():
+    """The replay path used for backends with their own device RNG."""
+    from oracle.backend_check import replayed_reference
+    from oracle.check import default_cases, run_case
+    from oracle.compare import compare_runs
+    from oracle.model import build_model
+    m = build_model("tiny")
+    for case in default_cases(m.cfg.vocab_size):
+        got = run_case(m, case, "loop")[0]
+        assert compare_runs(replayed_reference(m, case, "block", got), got, "exact").ok, case.name
