@@ -19,7 +19,7 @@ from hypothesis import event, given, settings
 from oracle.cache_free import cache_free_check
 from oracle.compare import TOLERANCES
 from oracle.kv import KVError
-from oracle.schedule import check_schedule, plan
+from oracle.check import schedule_violation
 
 from . import harness
 from .harness import examples
@@ -32,30 +32,6 @@ def test_block_and_loop_rounds_agree(sc):
     runs = harness.check_equivalence(sc)
     for label in harness.accepted_events(runs["block"].traces[0], dict(enumerate(sc.params))):
         event(label)
-
-
-def schedule_violation(tr, mode: str) -> str | None:
-    s = plan(mode, tr.token_counts, tr.d, tr.D)
-    check_schedule(s)
-    want_calls = (max(tr.token_counts) - 1) * tr.d + tr.D
-    stats = tr.stats or {}
-    if "recurrent_calls" in stats and stats["recurrent_calls"] != want_calls:
-        return f"round {tr.round}: {stats['recurrent_calls']} recurrent calls, expected (max(T)-1)*d+D = {want_calls}"
-    if "rows_per_call" in stats and stats["rows_per_call"] != s.row_counts():
-        return f"round {tr.round}: rows per call {stats['rows_per_call']}, the {mode} plan has {s.row_counts()}"
-    if not tr.calls:                                   # the backend does not record its calls
-        return None
-    idx = {rid: i for i, rid in enumerate(tr.requests)}
-    got = [{"rows": sorted([idx[r], o, j] for r, o, j in c["rows"]),
-            "draft_head": sorted([idx[r], o] for r, o in c.get("draft_head", []))} for c in tr.calls]
-    want = [{"rows": sorted(r), "draft_head": sorted(h)} for r, h in
-            ((c["rows"], c["draft_head"]) for c in s.to_json()["calls"])]
-    for n, (g, w) in enumerate(zip(got, want)):
-        if g != w:
-            return f"round {tr.round}: {mode} call {n} ran {g}, the plan has {w}"
-    if len(got) != len(want):
-        return f"round {tr.round}: {len(got)} calls, the {mode} plan has {len(want)}"
-    return None
 
 
 @settings(max_examples=examples(40))
