@@ -4,9 +4,7 @@ measure_c_table: c(M) = one recurrent call over M rows, each row on its own KV p
 position context_len (so it attends to context_len + 1 keys, like a loop-round wave),
 graph replay on CUDA, median over repeats with the inputs rotated between replays.
 KV memory: layers x (max(row_counts)+1) planes x (context_len+1) x nkv x hd, K and V.
-bench_session + time_round: a prefilled session (random weights on the device for a
-preset, no trace arrays) and the wall time of rounds on it, device synchronized, for
-paired block/loop repeats driven by the caller.
+Sessions and paired round timing live in kernels/bench_rounds.py.
 """
 from __future__ import annotations
 
@@ -16,12 +14,10 @@ import time
 import torch
 
 from oracle.config import ModelConfig, preset as get_preset
-from oracle.sampling import SamplingParams
 
 from .backend import DTYPES
 from .kvplanes import KVPlanes
 from .model import PackedModel
-from .session import TorchSession
 from .weights import TorchWeights
 
 
@@ -83,41 +79,3 @@ def _time(fn, dev) -> float:
     t0 = time.perf_counter()
     fn()
     return (time.perf_counter() - t0) * 1e3
-
-
-def bench_session(preset: str | ModelConfig, mode: str, n_requests: int, context_len: int, *, d: int = 2,
-                  D: int = 4, max_tokens_per_round: int = 8, rounds_room: int = 16, device: str = "cuda",
-                  dtype: str | None = None, policy: str = "sequential", params=None, seed: int = 0,
-                  **options) -> TorchSession:
-    """A session of n_requests prompts of context_len tokens (random weights for a preset
-    made on the device), room for `rounds_room` rounds of max_tokens_per_round tokens."""
-    cfg = get_preset(preset) if isinstance(preset, str) else preset
-    dev = torch.device(device)
-    dtype = dtype or ("bfloat16" if dev.type == "cuda" else "float32")
-    w = TorchWeights.random(cfg, dev, DTYPES[dtype], seed)
-    opts = {"graphs": "cuda" if dev.type == "cuda" else "off", "trace": False} | options
-    s = TorchSession(w, d, D, mode, policy, name=f"torch-{dev.type}", dtype_name=dtype, max_requests=n_requests,
-                     max_len=context_len + rounds_room * max_tokens_per_round,
-                     max_tokens_per_round=max_tokens_per_round, **opts)
-    g = torch.Generator().manual_seed(seed)
-    for rid in range(n_requests):
-        prompt = torch.randint(0, cfg.vocab_size, (context_len,), generator=g).tolist()
-        s.add(rid, prompt, params[rid] if params else SamplingParams(1.0, seed=seed + rid))
-    return s
-
-
-def time_round(session: TorchSession, counts: dict, repeats: int = 1) -> dict:
-    """Wall time of `repeats` rounds session.step(counts), device synchronized around each.
-    Returns {"ms": [...], "median_ms", "accepted": [...], "graph": summed graph counters}."""
-    ms, accepted = [], []
-    graph = {"graph_captures": 0, "graph_replays": 0, "graph_fallbacks": 0}
-    for _ in range(repeats):
-        _sync(session.device)
-        t0 = time.perf_counter()
-        tr = session.step(counts)
-        _sync(session.device)
-        ms.append((time.perf_counter() - t0) * 1e3)
-        accepted.append(tr.stats["accepted"])
-        for k in graph:
-            graph[k] += tr.stats[k]
-    return {"ms": ms, "median_ms": statistics.median(ms), "accepted": accepted, "graph": graph}

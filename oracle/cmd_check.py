@@ -13,7 +13,7 @@ from .schedule import validate
 from .sampling import SamplingParams
 
 
-def add_round_options(p, defaults_none=True) -> None:
+def add_round_options(p) -> None:
     """Options shared by `check` and `trace record`."""
     p.add_argument("--preset", default="tiny", help="model preset (default tiny)")
     p.add_argument("--checkpoint", help="HF-style checkpoint folder instead of a preset")

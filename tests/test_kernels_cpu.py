@@ -10,7 +10,8 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kernels.backend import make_torch_backend
-from kernels.bench import bench_session, measure_c_table, time_round
+from kernels.bench import measure_c_table
+from kernels.bench_rounds import make_session, random_weights, run_generation
 from kernels.parity import compare_traces
 from kernels.plan import build_plan
 from kernels import sampler
@@ -409,6 +410,7 @@ def test_parity_excuses_only_near_ties(model):
 def test_bench_helpers_on_cpu():
     t = measure_c_table("tiny", [1, 3], 16, device="cpu", repeats=2)
     assert set(t["c_ms"]) == {"1", "3"} and all(v > 0 for v in t["c_ms"].values()) and not t["graphs"]
-    s = bench_session("tiny", "loop", 2, 12, device="cpu", rounds_room=4)
-    r = time_round(s, {0: 4, 1: 4}, repeats=2)
-    assert len(r["ms"]) == 2 and r["graph"]["graph_fallbacks"] == 0
+    s = make_session(random_weights("tiny", "cpu"), "loop", 2, 12, 6, 3, 2, 4)
+    r = run_generation(s, [[1] * 12, [2] * 12], [SP(), SP(1.0, seed=1)], 6, 3)
+    assert r["rounds"] >= 2 and r["ms"] > 0 and r["graph_fallbacks"] == 0
+    assert all(len(s.tokens(rid)) == 12 + 6 for rid in (0, 1))
