@@ -10,6 +10,9 @@ decision was within `margin` of its threshold:
   sampled accept   |u * q(x) - p(x)|
 After an excused divergence the request is no longer compared (its state differs);
 within that round, KV and logits are compared for the offsets before the divergent token.
+Every backend decision must also be the reference's rule applied to the backend's OWN
+logits and uniforms (oracle.compare.unexplained_decision): an excused divergence is then
+explained by logits that are within tolerance, never by the backend's decision logic.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oracle.compare import TOLERANCES, first_divergence, rel_err  # the one rule and table
+from oracle.compare import TOLERANCES, first_divergence, rel_err, unexplained_decision  # the one rule and table
 
 
 @dataclass
@@ -51,6 +54,9 @@ def compare_traces(ref: list, got: list, dtype: str, schedule: bool = True, tole
             if rid in stopped:
                 continue
             rep.compared["requests"] += 1
+            own = unexplained_decision(b, rid, T, tol["self_margin"])
+            if own:                                  # decision logic, independent of precision
+                rep.failures.append(f"{where}: {own}")
             div = first_divergence(a, b, rid, T)
             cut = T if div is None else div[0]
             ea = [e for e in a.rng_events if e.request == rid]
