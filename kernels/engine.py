@@ -89,7 +89,9 @@ class Engine:
         h = torch.where((plane < self.kv.n_slots)[:, None], emb, self.hid.index_select(0, flat))
         self.hid.index_copy_(0, flat, self.model.recurrent_call(h, pos, plane, qidx, gplane, Qm))
 
-    def _probs(self, logits, slot):
+    def _probs(self, logits, slot, sampling: str):
+        if sampling == "plain":
+            return sampler.plain_probs(logits, self.temp.index_select(0, slot))
         return sampler.filtered_probs(logits, self.temp.index_select(0, slot), self.top_k.index_select(0, slot),
                                       self.top_p.index_select(0, slot))
 
@@ -98,24 +100,29 @@ class Engine:
         idx = (self.cursor.index_select(0, slot) - self.ubase.index_select(0, slot) + index).clamp(0, self.Wcap - 1)
         return self.ubuf.view(-1).index_select(0, slot * self.Wcap + idx)
 
-    def draft_step(self, meta: torch.Tensor, Mh: int) -> None:
+    def draft_step(self, meta: torch.Tensor, Mh: int, sampling: str) -> None:
+        """sampling: plan.SAMPLING; "greedy" leaves q unwritten (no request of the round reads it)."""
         flat, slot, off = meta.view(3, Mh)
         logits = self.model.head(self.hid.index_select(0, flat))                # [Mh, V]
         self.dlog.index_copy_(0, flat, logits)
         self.dbad.index_copy_(0, flat, sampler.nonfinite(logits))
-        q = self._probs(logits, slot)
+        if sampling == "greedy":
+            self.tok.view(-1).index_copy_(0, flat + 1, sampler.greedy(logits))
+            return
+        q = self._probs(logits, slot, sampling)
         drawn = sampler.categorical(q, self._uniform(slot, off))                # draft uniform of offset o
         tok = torch.where(self.greedy.index_select(0, slot), sampler.greedy(logits), drawn)
         self.q.index_copy_(0, flat, q)
         self.tok.view(-1).index_copy_(0, flat + 1, tok)                          # offset o+1's token
 
-    def verify_step(self, meta: torch.Tensor, N: int) -> None:
+    def verify_step(self, meta: torch.Tensor, N: int, sampling: str) -> None:
         flat, slot = meta.view(2, N)
         logits = self.model.head(self.hid.index_select(0, flat))                # [N, V]
         self.vlog.index_copy_(0, flat, logits)
         self.vbad.index_copy_(0, flat, sampler.nonfinite(logits))
         self.gtok.index_copy_(0, flat, sampler.greedy(logits))
-        self.p.index_copy_(0, flat, self._probs(logits, slot))
+        if sampling != "greedy":                                                 # p: sampled rows only
+            self.p.index_copy_(0, flat, self._probs(logits, slot, sampling))
 
     # ---- a whole round ----
     def run_round(self, plan: RoundPlan, buf: torch.Tensor, fixed: bool) -> dict:
@@ -135,10 +142,11 @@ class Engine:
                             lambda key=cp.key: torch.from_numpy(scratch_call_meta(key, sc, T)))
             if cp.head is not None:
                 s, ln, Mh = cp.head
-                self.graphs.run("draft", (Mh,), Mh, buf[s:s + ln], lambda m, Mh=Mh: self.draft_step(m, Mh),
+                self.graphs.run("draft", (Mh, plan.sampling), Mh, buf[s:s + ln],
+                                lambda m, Mh=Mh: self.draft_step(m, Mh, plan.sampling),
                                 lambda Mh=Mh: torch.from_numpy(scratch_head_meta(Mh, 3, sc, T)))
         s, ln, N = plan.verify
-        self.graphs.run("verify", (N,), N, buf[s:s + ln], lambda m: self.verify_step(m, N),
+        self.graphs.run("verify", (N, plan.sampling), N, buf[s:s + ln], lambda m: self.verify_step(m, N, plan.sampling),
                         lambda: torch.from_numpy(scratch_head_meta(N, 2, sc, T)))
         return self.accept_commit(slots, K, fixed)
 

@@ -81,6 +81,12 @@ class PackedModel:
         r is query slot qidx[r] = g*Qm + i of the padded [G, Qm] query grid, so a plane's keys
         are read once however many of the call's rows attend to it. Returns [M, H]."""
         cfg, kv, eps = self.cfg, self.kv, self.eps
+        pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/gpu_results.md):
+        if pad:                                   # add a dummy row at position 0 of the scratch plane
+            scratch = torch.full_like(plane, kv.scratch)                # (depth 0 of the scratch slot)
+            qidx = torch.cat([qidx, torch.full_like(qidx, gplane.shape[0] * Qm)])
+            h, pos, plane, gplane = (torch.cat([h, torch.zeros_like(h)]), torch.cat([pos, torch.zeros_like(pos)]),
+                                     torch.cat([plane, scratch]), torch.cat([gplane, scratch]))
         G, span = gplane.shape[0], kv.max_len
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)      # [M, hd]
@@ -89,13 +95,8 @@ class PackedModel:
             qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)         # padding: position 0
             masked = torch.arange(span, device=h.device)[None, None, :] > qpos[:, :, None]  # [G, Qm, span]
         pre, post = _fused() if self.fuse else (pre_attn, post_attn)
-        pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/gpu_results.md):
-        if pad:                                   # run the fused blocks on two rows, keep the first
-            h, cos, sin = (torch.cat([t, torch.zeros_like(t)]) for t in (h, cos, sin))
         for l, L in enumerate(self.w.layers):
             q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)                # [M, heads, hd]
-            if pad:
-                q, k, v = q[:1], k[:1], v[:1]
             kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
             if self.triton_attn:                                  # reads only keys 0..pos per row
@@ -105,8 +106,6 @@ class PackedModel:
                 V = kv.v[l].index_select(0, gplane)
                 Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
                 a = attend(Q, K, V, masked).index_select(0, qidx)  # [M, nh*hd]
-            if pad:
-                a = torch.cat([a, torch.zeros_like(a)])
             h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps)
         return rms_norm(h[:1] if pad else h, self.w.norm, eps)
 

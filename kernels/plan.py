@@ -36,6 +36,7 @@ class RoundPlan:
     verify: tuple = ()            # (start, length, N)
     requests: tuple = ()          # (start, length, R)
     uniforms: tuple = ()          # (start, length, R, W)
+    sampling: str = "full"        # head steps' sampler: "greedy" | "plain" | "full" (SAMPLING)
     wrote: dict = field(default_factory=dict)    # (i, offset, depth) -> call that wrote its KV
     buf: np.ndarray | None = None
 
@@ -68,11 +69,30 @@ def call_indices(rows, slots, Tcap: int, n_slots: int):
     return flat, [slots[i] for i, _, _ in rows], [o for _, o, _ in rows], plane, qidx, list(group), Qm
 
 
-def build_plan(schedule: Schedule, slots, Tcap: int, n_slots: int, ubase, windows: np.ndarray) -> RoundPlan:
+# What the round's head steps compute, from the round's requests' sampling parameters
+# (known on the host, so no data-dependent branch on the device; part of the graph key):
+#   greedy  every request greedy: argmax only, no probabilities
+#   plain   some sampled, none with top-k/top-p: softmax(logits / T), no sorts
+#   full    top-k/top-p masks (two sorts over the vocabulary per row)
+SAMPLING = ("greedy", "plain", "full")
+
+
+def sampling_variant(params, vocab: int) -> str:
+    """params: the round's requests' SamplingParams."""
+    if all(p.greedy for p in params):
+        return "greedy"
+    filtered = any(not p.greedy and ((p.top_k is not None and p.top_k < vocab) or
+                                     (p.top_p is not None and p.top_p < 1)) for p in params)
+    return "full" if filtered else "plain"
+
+
+def build_plan(schedule: Schedule, slots, Tcap: int, n_slots: int, ubase, windows: np.ndarray,
+               sampling: str = "full") -> RoundPlan:
     """schedule: the round's calls (batch index i); slots[i]: request i's KV slot;
     ubase[i]: stream index of windows[i, 0]; windows: [R, W] FP64 uniforms."""
+    assert sampling in SAMPLING, sampling
     pk = _Packer()
-    plan = RoundPlan(schedule, list(slots))
+    plan = RoundPlan(schedule, list(slots), sampling=sampling)
     for c, call in enumerate(schedule.calls):
         flat, slot, off, plane, qidx, gplane, Qm = call_indices(call.rows, slots, Tcap, n_slots)
         meta = pk.add(flat, slot, off, plane, qidx, gplane)

@@ -27,6 +27,12 @@ def filtered_probs(logits: torch.Tensor, temp: torch.Tensor, top_k: torch.Tensor
     return torch.softmax(x.masked_fill(drop, NEG_INF), dim=-1)
 
 
+def plain_probs(logits: torch.Tensor, temp: torch.Tensor) -> torch.Tensor:
+    """filtered_probs for rows with neither top-k nor top-p (no sorts): the same softmax of
+    the same tensor, so the same bits."""
+    return torch.softmax(logits / temp[:, None], dim=-1)
+
+
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse CDF in FP64: the first token whose cumulative mass exceeds u * total.
     probs: [N, V]; u: [N] FP64 -> [N] int64."""

@@ -19,7 +19,7 @@ from oracle.schedule import plan as plan_schedule, validate
 from .collect import Handle, HostRequest, build_trace, check_results
 from .engine import Engine
 from .graphs import GraphRunner
-from .plan import build_plan
+from .plan import build_plan, sampling_variant
 from .streams import UniformStream
 
 
@@ -112,7 +112,8 @@ class TorchSession:
         W = max(1, max(self._need(r, t) for r, t in zip(reqs, T)))
         windows = np.stack([r.stream.window(W) if not r.params.greedy else np.zeros(W) for r in reqs])
         h.plan = build_plan(sched, [r.slot for r in reqs], self.Tcap, self.engine.kv.n_slots,
-                            [r.stream.consumed for r in reqs], windows)
+                            [r.stream.consumed for r in reqs], windows,
+                            sampling_variant([r.params for r in reqs], self.cfg.vocab_size))
         before = dict(self.graphs.stats)
         try:
             h.out, h.keep = self._enqueue(h)

@@ -13,7 +13,7 @@ from kernels.backend import make_torch_backend
 from kernels.bench import measure_c_table
 from kernels.bench_rounds import make_session, random_weights, run_generation
 from kernels.parity import compare_traces
-from kernels.plan import build_plan
+from kernels.plan import build_plan, sampling_variant
 from kernels import sampler
 from oracle import sampling
 from oracle.backends import ReferenceBackend, load_backend
@@ -221,8 +221,8 @@ def _steps(plan):
     for cp in plan.calls:
         out.append(("call", cp.key, cp.key[0]))
         if cp.head is not None:
-            out.append(("draft", (cp.head[2],), cp.head[2]))
-    return out + [("verify", (plan.verify[2],), plan.verify[2])]
+            out.append(("draft", (cp.head[2], plan.sampling), cp.head[2]))
+    return out + [("verify", (plan.verify[2], plan.sampling), plan.verify[2])]
 
 
 @pytest.mark.parametrize("max_batch_size,max_graphs", [(None, 512), (3, 512), (4, 5)])
@@ -292,7 +292,7 @@ def test_failed_capture_runs_eagerly_and_is_counted(model, monkeypatch):
     rounds = [{0: 2, 1: 2}, {0: 2, 1: 2}, {0: 3, 1: 2}]
     tr = [got.step(c) for c in rounds]
     assert [t.stats["graph_fallbacks"] for t in tr] == [1, 1, 0]
-    assert list(got.graphs.capture_errors) == [("verify", (4,))]
+    assert list(got.graphs.capture_errors) == [("verify", (4, "full"))]
     assert_same([ref.step(c) for c in rounds], tr, eager=False)
 
 
@@ -414,3 +414,48 @@ def test_bench_helpers_on_cpu():
     r = run_generation(s, [[1] * 12, [2] * 12], [SP(), SP(1.0, seed=1)], 6, 3)
     assert r["rounds"] >= 2 and r["ms"] > 0 and r["graph_fallbacks"] == 0
     assert all(len(s.tokens(rid)) == 12 + 6 for rid in (0, 1))
+
+
+@pytest.mark.parametrize("params,variant", [([SP(), SP()], "greedy"), ([SP(), SP(0.7, seed=5)], "plain"),
+                                            ([SP(1.3, seed=6), SP(1.0, top_k=99999, top_p=1.0, seed=7)], "plain"),
+                                            ([SP(), SP(1.0, top_k=8, seed=1)], "full")])
+@pytest.mark.parametrize("policy", ["sequential", "fixed"])
+def test_head_sampling_variants_match_reference(model, params, variant, policy):
+    """The round's head steps skip probabilities (all greedy) or sorts (no top-k/top-p):
+    same traces as the reference either way, with graphs keyed by the variant."""
+    assert sampling_variant(params, model.cfg.vocab_size) == variant
+    rounds = [{0: 4, 1: 3}, {0: 2, 1: 5}, {0: 5, 1: 5}]
+    ref, got = (b.session(model, 2, 4, "loop", policy, **opts) for b, opts in
+                ((ReferenceBackend(), {}), (TORCH, {"graphs": "fake"})))
+    for rid, p in enumerate(params):
+        ref.add(rid, PROMPTS[rid], p)
+        got.add(rid, PROMPTS[rid], p)
+    handles = [got.submit(c) for c in rounds]
+    assert {h.plan.sampling for h in handles} == {variant}
+    assert {k[1][-1] for k in got.graphs.graphs if k[0] != "call"} == {variant}
+    assert_same([ref.step(c) for c in rounds], [got.collect(h) for h in handles], eager=False)
+
+
+def test_plain_probs_are_the_unfiltered_filtered_probs():
+    x = torch.randn(7, 300) * 4
+    temp = torch.tensor([1.0, 0.5, 2.0, 1.3, 0.9, 1.0, 0.7])
+    full = sampler.filtered_probs(x, temp, torch.full((7,), 300), torch.full((7,), float("inf")))
+    assert torch.equal(sampler.plain_probs(x, temp), full)
+
+
+def test_single_row_padding_path(model, monkeypatch):
+    """The CUDA fused path runs a one-row call as two, the second a dummy row on the scratch
+    plane: exercised here on CPU with the unfused blocks standing in for torch.compile."""
+    import kernels.model as km
+    monkeypatch.setattr(km, "_FUSED", (km.pre_attn, km.post_attn))
+    rounds = [{0: 3}, {0: 5}, {0: 1}]                  # loop waves of one row; prefill of one row
+    ref = start(ReferenceBackend(), model, "loop", "sequential", [1])
+    got = start(TORCH, model, "loop", "sequential", [])
+    got.engine.model.fuse = True
+    got.add(1, PROMPTS[1], MIXED[1])
+    seen = []
+    real = km.PackedModel.recurrent_call
+    monkeypatch.setattr(km.PackedModel, "recurrent_call", lambda self, h, *a: seen.append(h.shape[0]) or real(self, h, *a))
+    counts = [{1: c[0]} for c in rounds]
+    assert_same([ref.step(c) for c in counts], [got.step(c) for c in counts])
+    assert 1 in seen                 # a dummy written to a request's plane would corrupt its position 0
