@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [parity|floor|sweep ...]   (default: all three)
+#   bash scripts/gpu_run.sh [parity|floor|profile|sweep ...]   (default: parity floor sweep)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -32,4 +32,6 @@ PY
 sweep)
   timeout 560 python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,8,16,32,64,128} --k 4 -d 2 -D 4 \
     --tokens ${TOKENS:-64} --repeats ${REPEATS:-7} --context 256 --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" ;;
+profile)
+  timeout 200 python3 scripts/gpu_c1_profile.py 1 2>&1 | tee "$OUT/c1_profile.log" ;;
 esac; done
