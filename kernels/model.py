@@ -45,13 +45,39 @@ def post_attn(h, a, o, n_attn_out, n_post, gate_up, down, n_mlp_out, eps: float)
 _FUSED = None
 
 
+# "rows": only the row count is symbolic (marked dynamic on the first call, so one compile
+# serves every M >= 2); hidden sizes stay static and Inductor's norm reductions get static
+# configs. "all": dynamic=True, every dimension symbolic; on the H200 its norm kernels took
+# 27-50 us each at M = 2 (2.5 ms of a 4.4 ms call; docs/gpu_results.md).
+COMPILE_DYNAMIC = os.environ.get("LOOPSPEC_COMPILE_DYNAMIC", "rows")
+
+
 def _fused():
     """pre_attn/post_attn through torch.compile (Inductor fuses the norms, RoPE and SiLU
-    into a few kernels around the GEMMs); compiled once with a dynamic row count."""
+    into a few kernels around the GEMMs)."""
     global _FUSED
     if _FUSED is None:
-        _FUSED = (torch.compile(pre_attn, dynamic=True), torch.compile(post_attn, dynamic=True))
+        assert COMPILE_DYNAMIC in ("rows", "all"), f"LOOPSPEC_COMPILE_DYNAMIC={COMPILE_DYNAMIC!r}: rows or all"
+        dyn = True if COMPILE_DYNAMIC == "all" else None
+        pre, post = torch.compile(pre_attn, dynamic=dyn), torch.compile(post_attn, dynamic=dyn)
+        if COMPILE_DYNAMIC == "rows":
+            def pre_rows(h, n_in, qkv, cos, sin, *rest):
+                _rows_dynamic(h, cos, sin)
+                return pre(h, n_in, qkv, cos, sin, *rest)
+
+            def post_rows(h, a, *rest):
+                _rows_dynamic(h, a)
+                return post(h, a, *rest)
+            _FUSED = (pre_rows, post_rows)
+        else:
+            _FUSED = (pre, post)
     return _FUSED
+
+
+def _rows_dynamic(*xs) -> None:
+    """Mark dim 0 (rows) of these [M, ...] arguments dynamic (weights stay static)."""
+    for x in xs:
+        torch._dynamo.maybe_mark_dynamic(x, 0)
 
 
 FUSE_DEFAULT = os.environ.get("LOOPSPEC_FUSE", "1") == "1"                   # CUDA only
