@@ -1,6 +1,9 @@
-"""Decode-style attention straight from the KV planes (CUDA, Triton): one program per
-(row, query head) walks its plane's keys 0..pos with an online softmax in FP32. No
-gather of whole planes, no padded query grid: a row reads only the pos+1 keys it sees.
+"""Decode-style attention straight from the KV planes (CUDA, Triton), split over keys
+(flash-decoding): one program per (row, query head, chunk of CHUNK keys) computes a partial
+softmax (max, sum, weighted values) in FP32 over its chunk of keys 0..pos; a second kernel
+merges a row's chunks. No gather of whole planes, no padded query grid: a row reads only
+the pos+1 keys it sees, and a short call (M = 1: 16 heads) still spreads over many SMs
+(one program per (row, head) walking 257 keys took 22 us per layer on the H200).
 Checked against kernels.model.attend (and so against the reference) in gpu_tests."""
 from __future__ import annotations
 
@@ -14,32 +17,53 @@ except ImportError:          # CPU installs: the torch path is used
 
 if triton is not None:
     @triton.jit
-    def _decode_attn(Q, Kc, Vc, Out, plane_ptr, pos_ptr, layer_off, stride_plane, stride_t, scale,
-                     NH: tl.constexpr, GROUP: tl.constexpr, HD: tl.constexpr, BLOCK_N: tl.constexpr):
-        r = tl.program_id(0)
-        h = tl.program_id(1)
-        plane = tl.load(plane_ptr + r).to(tl.int64)
+    def _attn_chunk(Q, Kc, Vc, Acc, ML, plane_ptr, pos_ptr, layer_off, stride_plane, stride_t, scale,
+                    NH: tl.constexpr, GROUP: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
+                    NSPLIT: tl.constexpr):
+        r, h, c = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         pos = tl.load(pos_ptr + r)
+        if c * CHUNK <= pos:                               # chunks past the row's position: no keys
+            plane = tl.load(plane_ptr + r).to(tl.int64)
+            d = tl.arange(0, HD)
+            q = tl.load(Q + r * NH * HD + h * HD + d).to(tl.float32)
+            t = c * CHUNK + tl.arange(0, CHUNK)
+            mask = t <= pos
+            off = layer_off + plane * stride_plane + (h // GROUP) * HD + t[:, None].to(tl.int64) * stride_t + d[None, :]
+            k = tl.load(Kc + off, mask=mask[:, None], other=0.0).to(tl.float32)
+            s = tl.where(mask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))     # [CHUNK]
+            m = tl.max(s, 0)
+            p = tl.exp(s - m)
+            v = tl.load(Vc + off, mask=mask[:, None], other=0.0).to(tl.float32)
+            slot = (r * NH + h) * NSPLIT + c
+            tl.store(Acc + slot * HD + d, tl.sum(p[:, None] * v, 0))                  # unnormalized
+            tl.store(ML + slot * 2, m)
+            tl.store(ML + slot * 2 + 1, tl.sum(p, 0))
+
+    @triton.jit
+    def _attn_merge(Acc, ML, Out, pos_ptr, NH: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
+                    NSPLIT: tl.constexpr, SB: tl.constexpr):
+        r, h = tl.program_id(0), tl.program_id(1)
+        n = tl.load(pos_ptr + r) // CHUNK + 1                                          # chunks with keys
+        base = (r * NH + h) * NSPLIT
         d = tl.arange(0, HD)
-        q = tl.load(Q + r * NH * HD + h * HD + d).to(tl.float32)
-        base = layer_off + plane * stride_plane + (h // GROUP) * HD
         m_i = tl.zeros([], tl.float32) - float("inf")
         l_i = tl.zeros([], tl.float32)
         acc = tl.zeros([HD], tl.float32)
-        for start in range(0, pos + 1, BLOCK_N):
-            t = start + tl.arange(0, BLOCK_N)
-            mask = t <= pos
-            off = base + t[:, None].to(tl.int64) * stride_t + d[None, :]
-            k = tl.load(Kc + off, mask=mask[:, None], other=0.0).to(tl.float32)
-            s = tl.where(mask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 0))
-            p = tl.exp(s - m_new)
+        for c0 in range(0, NSPLIT, SB):                    # static bound; chunks >= n are masked
+            c = c0 + tl.arange(0, SB)
+            live = c < n
+            m = tl.load(ML + (base + c) * 2, mask=live, other=float("-inf"))           # [SB]
+            m_new = tl.maximum(m_i, tl.max(m, 0))
+            w = tl.where(live, tl.exp(m - m_new), 0.0)
             alpha = tl.exp(m_i - m_new)
-            v = tl.load(Vc + off, mask=mask[:, None], other=0.0).to(tl.float32)
-            l_i = l_i * alpha + tl.sum(p, 0)
-            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+            l_i = l_i * alpha + tl.sum(w * tl.load(ML + (base + c) * 2 + 1, mask=live, other=0.0), 0)
+            part = tl.load(Acc + (base + c)[:, None] * HD + d[None, :], mask=live[:, None], other=0.0)
+            acc = acc * alpha + tl.sum(w[:, None] * part, 0)
             m_i = m_new
         tl.store(Out + r * NH * HD + h * HD + d, (acc / l_i).to(Out.dtype.element_ty))
+
+
+CHUNK = 64
 
 
 def available(device: torch.device) -> bool:
@@ -55,6 +79,11 @@ def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: 
     L, P, T, nkv, _ = K.shape
     out = torch.empty(M, nh * hd, device=q.device, dtype=q.dtype)
     if M:
-        _decode_attn[(M, nh)](q, K, V, out, plane, pos, layer * P * T * nkv * hd, T * nkv * hd, nkv * hd,
-                              hd ** -0.5, NH=nh, GROUP=nh // nkv, HD=hd, BLOCK_N=64)
+        nsplit = triton.cdiv(T, CHUNK)                      # static per KV capacity (graph-safe)
+        acc = torch.empty(M, nh, nsplit, hd, device=q.device, dtype=torch.float32)
+        ml = torch.empty(M, nh, nsplit, 2, device=q.device, dtype=torch.float32)
+        _attn_chunk[(M, nh, nsplit)](q, K, V, acc, ml, plane, pos, layer * P * T * nkv * hd, T * nkv * hd,
+                                     nkv * hd, hd ** -0.5, NH=nh, GROUP=nh // nkv, HD=hd, CHUNK=CHUNK,
+                                     NSPLIT=nsplit)
+        _attn_merge[(M, nh)](acc, ml, out, pos, NH=nh, HD=hd, CHUNK=CHUNK, NSPLIT=nsplit, SB=16)
     return out
