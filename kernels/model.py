@@ -10,7 +10,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from . import triton_attention
+from . import gemv as gemv_kernels, triton_attention
 from .kvplanes import KVPlanes
 from .weights import TorchWeights
 
@@ -82,14 +82,17 @@ def _rows_dynamic(*xs) -> None:
 
 FUSE_DEFAULT = os.environ.get("LOOPSPEC_FUSE", "1") == "1"                   # CUDA only
 TRITON_ATTN_DEFAULT = os.environ.get("LOOPSPEC_TRITON_ATTN", "1") == "1"      # CUDA only
+GEMV_DEFAULT = os.environ.get("LOOPSPEC_GEMV", "1") == "1"                   # CUDA only, calls of <= 4 rows
 
 
 class PackedModel:
-    def __init__(self, w: TorchWeights, kv: KVPlanes, fuse: bool | None = None, triton_attn: bool | None = None):
+    def __init__(self, w: TorchWeights, kv: KVPlanes, fuse: bool | None = None, triton_attn: bool | None = None,
+                 gemv: bool | None = None):
         self.w, self.kv, self.cfg = w, kv, w.cfg
         self.fuse = (FUSE_DEFAULT and w.device.type == "cuda") if fuse is None else fuse
         self.triton_attn = triton_attention.available(w.device) and TRITON_ATTN_DEFAULT if triton_attn is None \
             else triton_attn
+        self.gemv = gemv_kernels.available(w.device) and GEMV_DEFAULT if gemv is None else gemv
         self.cos, self.sin = w.rope_table(kv.max_len)       # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
 
@@ -106,6 +109,8 @@ class PackedModel:
         Attention is grouped by plane: the call's G distinct planes are `gplane` [G], and row
         r is query slot qidx[r] = g*Qm + i of the padded [G, Qm] query grid, so a plane's keys
         are read once however many of the call's rows attend to it. Returns [M, H]."""
+        if self.gemv and 0 < h.shape[0] <= gemv_kernels.MAX_ROWS:
+            return self._gemv_call(h, pos, plane)
         cfg, kv, eps = self.cfg, self.kv, self.eps
         pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/gpu_results.md):
         if pad:                                   # add a dummy row at position 0 of the scratch plane
@@ -134,6 +139,20 @@ class PackedModel:
                 a = attend(Q, K, V, masked).index_select(0, qidx)  # [M, nh*hd]
             h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps)
         return rms_norm(h[:1] if pad else h, self.w.norm, eps)
+
+    def _gemv_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor) -> torch.Tensor:
+        """recurrent_call for M <= 4 rows (no padding) through kernels/gemv.py: per layer one
+        kernel each for norms+qkv+RoPE+KV writes, attention, o, norms+gate_up+SiLU, down."""
+        cfg, kv, eps = self.cfg, self.kv, self.eps
+        y2 = n_prev = None                                  # the previous layer's MLP output and its norm
+        for l, L in enumerate(self.w.layers):
+            q, r = gemv_kernels.qkv_rope_kv(h, y2, n_prev, L.n_in, L.qkv, self.cos, self.sin, kv.k[l], kv.v[l],
+                                            plane, pos, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, eps)
+            a = triton_attention.decode_attention(q, kv, l, plane, pos)          # [M, nh*hd]
+            y = gemv_kernels.gemv(a, L.o, "o")                                   # [M, H]
+            h, act = gemv_kernels.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, eps)  # [M, H], [M, I]
+            y2, n_prev = gemv_kernels.gemv(act, L.down, "down"), L.n_mlp_out    # [M, H]
+        return gemv_kernels.residual_norm(h, y2, n_prev, self.w.norm, eps)
 
 
 def attend(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,300 @@
+"""Small-M (M <= 4 rows) linear layers of the recurrent call as Triton GEMVs with the
+norms, residuals, RoPE, KV writes and SwiGLU fused in (CUDA; the Triton interpreter on
+CPU in tests). One layer is five launches:
+
+    qkv      r = h + rms_norm(y2_prev, n_mlp_out_prev); x = rms_norm(r, n_in);
+             q, k, v = x @ qkv.T with RoPE; k, v written into the KV planes
+    (attention: kernels/triton_attention.py)
+    o        y = a @ o.T
+    gate_up  r2 = r + rms_norm(y, n_attn_out); x = rms_norm(r2, n_post);
+             act = silu(x @ gate.T) * (x @ up.T)
+    down     y2 = act @ down.T
+
+and after the last layer `residual_norm`: rms_norm(r2 + rms_norm(y2, n_mlp_out), norm).
+
+Every program streams its own BLOCK_N weight rows over all of K once, for all M rows
+(FP32 accumulation). A norm needs the statistic of a whole row, so each program of qkv
+and gate_up recomputes its input rows' statistics itself (a few KB from L2) instead of
+waiting on another kernel; program 0 alone stores the residual. Rounding follows the
+torch path in the model dtype: every torch op that yields a model-dtype tensor is
+rounded here too (norm before and after the weight, residual adds, GEMM outputs, RoPE
+products and sum, silu, silu * up); the values are carried in FP32 in between.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:          # CPU installs: the torch path is used
+    triton = None
+
+MAX_ROWS = 4
+# per-kernel overrides (BLOCK_N, BLOCK_K, num_warps), e.g. from scripts/gpu_gemv_probe.py
+CONFIG: dict[str, tuple[int, int, int]] = {}
+
+
+def available(device: torch.device) -> bool:
+    return triton is not None and device.type == "cuda"
+
+
+if triton is not None:
+    # the Triton interpreter's FP32 -> BF16 cast truncates: round to nearest even by hand there
+    _RNE_BY_HAND = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+    @triton.jit
+    def _rnd(x, DT: tl.constexpr):
+        # a torch op's output in the model dtype, carried on in FP32
+        if _RNE_BY_HAND and DT == tl.bfloat16:
+            b = x.to(tl.uint32, bitcast=True)
+            b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+            return b.to(tl.float32, bitcast=True)
+        return x.to(DT).to(tl.float32)
+
+    @triton.jit
+    def _cast(x, DT: tl.constexpr):
+        # FP32 -> model dtype for a store, rounded to nearest even
+        return _rnd(x, DT).to(DT)
+
+    @triton.jit
+    def _k_ok(k, K: tl.constexpr, BLOCK_K: tl.constexpr):
+        # k < K, as a constant where BLOCK_K divides K: a mask that varies along K would
+        # keep the loads from being vectorized
+        ok = k < K
+        if K % BLOCK_K == 0:
+            ok = tl.full([BLOCK_K], 1, tl.int1)
+        return ok
+
+    @triton.jit
+    def _inv_rms(X, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        """1 / rms of each row of X [M, K] -> [BLOCK_M] FP32."""
+        m = tl.arange(0, BLOCK_M)
+        acc = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            mask = (m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :]
+            x = tl.load(X + m[:, None] * K + k[None, :], mask=mask, other=0.0).to(tl.float32)
+            acc += x * x
+        return tl.rsqrt(tl.sum(acc, 1) / K + eps)
+
+    @triton.jit
+    def _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
+        """Columns k0..k0+BLOCK_K of r = h + rms_norm(y, wy) (just h without y) -> [BLOCK_M, BLOCK_K]."""
+        m = tl.arange(0, BLOCK_M)
+        k = k0 + tl.arange(0, BLOCK_K)
+        mask = (m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :]
+        off = m[:, None] * K + k[None, :]
+        r = tl.load(H + off, mask=mask, other=0.0).to(tl.float32)
+        if HAS_Y:
+            DT: tl.constexpr = H.dtype.element_ty
+            y = tl.load(Y + off, mask=mask, other=0.0).to(tl.float32)
+            wy = tl.load(WY + k, mask=_k_ok(k, K, BLOCK_K), other=0.0).to(tl.float32)
+            t = _rnd(_rnd(y * inv_y[:, None], DT) * wy[None, :], DT)       # rms_norm(y, wy)
+            r = _rnd(r + t, DT)
+        return r
+
+    @triton.jit
+    def _norm_stats(H, Y, WY, M, K, eps, HAS_Y: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        """inv_y = 1/rms(y) (if HAS_Y) and inv_r = 1/rms(r), r as in _residual: [BLOCK_M] each."""
+        inv_y = tl.zeros([BLOCK_M], tl.float32)
+        if HAS_Y:
+            inv_y = _inv_rms(Y, M, K, eps, BLOCK_M, BLOCK_K)
+        acc = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            r = _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y, BLOCK_M, BLOCK_K)
+            acc += r * r
+        return inv_y, tl.rsqrt(tl.sum(acc, 1) / K + eps)
+
+    @triton.jit
+    def _normed_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, STORE_R, HAS_Y: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Columns k0.. of x = rms_norm(r, wx) -> [BLOCK_M, BLOCK_K]; stores r's columns if STORE_R."""
+        DT: tl.constexpr = H.dtype.element_ty
+        m = tl.arange(0, BLOCK_M)
+        k = k0 + tl.arange(0, BLOCK_K)
+        r = _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y, BLOCK_M, BLOCK_K)
+        if HAS_Y:
+            tl.store(R + m[:, None] * K + k[None, :], r.to(DT), mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :] & STORE_R)
+        wx = tl.load(WX + k, mask=_k_ok(k, K, BLOCK_K), other=0.0).to(tl.float32)
+        return _rnd(_rnd(r * inv_r[:, None], DT) * wx[None, :], DT)
+
+    @triton.jit
+    def _dot_rows(acc, x, W, rows, row_mask, k0, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        """acc [BLOCK_M, BLOCK_N] += x [BLOCK_M, BLOCK_K] @ W[rows, k0:k0+BLOCK_K].T"""
+        k = k0 + tl.arange(0, BLOCK_K)
+        w = tl.load(W + rows.to(tl.int64)[:, None] * K + k[None, :], mask=row_mask[:, None] & _k_ok(k, K, BLOCK_K)[None, :],
+                    other=0.0).to(tl.float32)
+        # row by row as 2D products (a 3D [M, N, K] product would un-vectorize the weight loads)
+        m = tl.arange(0, BLOCK_M)[:, None]
+        for i in tl.static_range(BLOCK_M):
+            x_i = tl.sum(tl.where(m == i, x, 0.0), 0)                         # row i: [BLOCK_K]
+            acc += tl.where(m == i, tl.sum(w * x_i[None, :], 1)[None, :], 0.0)
+        return acc
+
+    @triton.jit
+    def _gemv_kernel(X, W, Out, M, N, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # Out [M, N] = X [M, K] @ W [N, K].T
+        n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        m = tl.arange(0, BLOCK_M)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            x = tl.load(X + m[:, None] * K + k[None, :], mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :], other=0.0)
+            acc = _dot_rows(acc, x.to(tl.float32), W, n, n < N, k0, K, BLOCK_M, BLOCK_K)
+        tl.store(Out + m[:, None] * N + n[None, :], _cast(acc, Out.dtype.element_ty),
+                 mask=(m[:, None] < M) & (n[None, :] < N))
+
+    @triton.jit
+    def _qkv_kernel(H, Y, WY, WX, R, W, Q, Kc, Vc, Cos, Sin, pos_ptr, plane_ptr, M, K: tl.constexpr, max_len, eps,
+                    NH: tl.constexpr, NKV: tl.constexpr, HD: tl.constexpr, HAS_Y: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # program's columns: pairs (c, c + HD/2) of one head, c = head*HD + d, d < HD/2, so
+        # RoPE's rotate_half partner is computed by the same program
+        DT: tl.constexpr = H.dtype.element_ty
+        HALF: tl.constexpr = HD // 2
+        pid = tl.program_id(0)
+        j = pid * BLOCK_N + tl.arange(0, BLOCK_N)                  # pair index
+        d = j % HALF
+        lo = (j // HALF) * HD + d                                  # qkv output column, first half
+        n_ok = j < (NH + 2 * NKV) * HALF
+        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, BLOCK_K)
+        acc_lo = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc_hi = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = _normed_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, BLOCK_M, BLOCK_K)
+            acc_lo = _dot_rows(acc_lo, x, W, lo, n_ok, k0, K, BLOCK_M, BLOCK_K)
+            acc_hi = _dot_rows(acc_hi, x, W, lo + HALF, n_ok, k0, K, BLOCK_M, BLOCK_K)
+        # RoPE on q and k: (lo, hi) -> (lo*cos - hi*sin, hi*cos + lo*sin), each product rounded
+        m = tl.arange(0, BLOCK_M)
+        m_ok = m < M
+        pos = tl.load(pos_ptr + m, mask=m_ok, other=0).to(tl.int64)[:, None]     # [BLOCK_M, 1]
+        a, b = _rnd(acc_lo, DT), _rnd(acc_hi, DT)
+        cs = pos * HD + d[None, :]
+        ok = m_ok[:, None] & n_ok[None, :]
+        c_lo = tl.load(Cos + cs, mask=ok, other=0.0).to(tl.float32)
+        c_hi = tl.load(Cos + cs + HALF, mask=ok, other=0.0).to(tl.float32)
+        s_lo = tl.load(Sin + cs, mask=ok, other=0.0).to(tl.float32)
+        s_hi = tl.load(Sin + cs + HALF, mask=ok, other=0.0).to(tl.float32)
+        rot = (lo < (NH + NKV) * HD)[None, :]                      # q and k columns, not v
+        a_out = _cast(tl.where(rot, _rnd(a * c_lo, DT) + _rnd(-b * s_lo, DT), a), DT)
+        b_out = _cast(tl.where(rot, _rnd(b * c_hi, DT) + _rnd(a * s_hi, DT), b), DT)
+        # q -> Q [M, NH*HD]; k, v -> their layer's KV planes at flat index plane*max_len + pos
+        plane = tl.load(plane_ptr + m, mask=m_ok, other=0).to(tl.int64)[:, None]
+        kv_row = (plane * max_len + pos) * (NKV * HD)
+        col = lo[None, :]
+        is_q = col < NH * HD
+        is_v = col >= (NH + NKV) * HD
+        q_off = m[:, None] * (NH * HD) + col
+        k_off = kv_row + (col - NH * HD)
+        v_off = kv_row + (col - (NH + NKV) * HD)
+        _store_qkv(Q + q_off, Kc + k_off, Vc + v_off, a_out, ok, is_q, is_v)
+        _store_qkv(Q + q_off + HALF, Kc + k_off + HALF, Vc + v_off + HALF, b_out, ok, is_q, is_v)
+
+    @triton.jit
+    def _store_qkv(q_ptrs, k_ptrs, v_ptrs, val, ok, is_q, is_v):
+        tl.store(q_ptrs, val, mask=ok & is_q)
+        tl.store(k_ptrs, val, mask=ok & ~is_q & ~is_v)
+        tl.store(v_ptrs, val, mask=ok & is_v)
+
+    @triton.jit
+    def _gate_up_kernel(H, Y, WY, WX, R, W, Act, M, K: tl.constexpr, I, eps,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # program's columns: gate rows j and up rows I + j of W [2I, K]
+        DT: tl.constexpr = H.dtype.element_ty
+        pid = tl.program_id(0)
+        j = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+        j_ok = j < I
+        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, BLOCK_K)
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = _normed_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, True, BLOCK_M, BLOCK_K)
+            acc_g = _dot_rows(acc_g, x, W, j, j_ok, k0, K, BLOCK_M, BLOCK_K)
+            acc_u = _dot_rows(acc_u, x, W, I + j, j_ok, k0, K, BLOCK_M, BLOCK_K)
+        g, u = _rnd(acc_g, DT), _rnd(acc_u, DT)                    # GEMM outputs
+        act = _rnd(g / (1.0 + tl.exp(-g)), DT) * u                # F.silu in the model dtype, then * up
+        m = tl.arange(0, BLOCK_M)
+        tl.store(Act + m[:, None] * I + j[None, :], _cast(act, DT), mask=(m[:, None] < M) & j_ok[None, :])
+
+    @triton.jit
+    def _residual_norm_kernel(H, Y, WY, WX, Out, M, K: tl.constexpr, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        # Out = rms_norm(h + rms_norm(y, wy), wx); one program
+        DT: tl.constexpr = H.dtype.element_ty
+        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, BLOCK_K)
+        m = tl.arange(0, BLOCK_M)
+        for k0 in range(0, K, BLOCK_K):
+            x = _normed_chunk(H, Y, WY, WX, Out, inv_y, inv_r, k0, M, K, False, True, BLOCK_M, BLOCK_K)
+            k = k0 + tl.arange(0, BLOCK_K)
+            tl.store(Out + m[:, None] * K + k[None, :], x.to(DT), mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :])
+
+
+def _config(name: str, M: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps). BLOCK_N counts output columns (qkv: column
+    pairs, gate_up: gate/up pairs, so those programs read 2*BLOCK_N weight rows).
+    Register tiles are BLOCK_M x BLOCK_N x BLOCK_K per weight tile: narrower K for more rows."""
+    BM = triton.next_power_of_2(M)
+    if name in CONFIG:
+        return (BM, *CONFIG[name])
+    BK = {1: 512, 2: 256}.get(BM, 128)
+    return BM, {"o": 4, "down": 4}.get(name, 8), BK, 4
+
+
+def _rows(x: torch.Tensor) -> int:
+    M = x.shape[0]
+    assert 0 < M <= MAX_ROWS and x.is_contiguous(), x.shape
+    return M
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, name: str = "o") -> torch.Tensor:
+    """x [M, K] @ w [N, K].T -> [M, N] in x's dtype (`name` picks the tile config)."""
+    M, (N, K) = _rows(x), w.shape
+    BM, BN, BK, nw = _config(name, M)
+    out = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    _gemv_kernel[(triton.cdiv(N, BN),)](x, w, out, M, N, K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw)
+    return out
+
+
+def qkv_rope_kv(h, y_prev, n_prev, n_in, qkv, cos, sin, k_layer, v_layer, plane, pos,
+                nh: int, nkv: int, hd: int, eps: float):
+    """h [M, H] residual in (with y_prev [M, H] and n_prev [H] of the previous layer, or
+    None, None for the first layer): r = h + rms_norm(y_prev, n_prev), x = rms_norm(r, n_in),
+    q, k, v = x @ qkv.T; RoPE (cos, sin [max_len, hd] tables, at positions pos [M]) on q, k.
+    k, v go to k_layer, v_layer [P, max_len, nkv, hd] at (plane [M], pos [M]).
+    Returns q [M, nh, hd] and r [M, H] (h itself for the first layer)."""
+    M, H = _rows(h), h.shape[1]
+    assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
+    BM, BN, BK, nw = _config("qkv", M)
+    has_y = y_prev is not None
+    r = torch.empty_like(h) if has_y else h
+    q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
+    grid = (triton.cdiv((nh + 2 * nkv) * hd // 2, BN),)
+    _qkv_kernel[grid](h, y_prev if has_y else h, n_prev if has_y else n_in, n_in, r, qkv, q, k_layer, v_layer,
+                      cos, sin, pos, plane, M, H, k_layer.shape[1], eps, NH=nh, NKV=nkv, HD=hd, HAS_Y=has_y,
+                      BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw)
+    return q, r
+
+
+def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float):
+    """r, y [M, H] -> r2 = r + rms_norm(y, n_attn_out) [M, H] and
+    act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first)."""
+    M, H = _rows(r), r.shape[1]
+    I = gate_up.shape[0] // 2
+    BM, BN, BK, nw = _config("gate_up", M)
+    r2 = torch.empty_like(r)
+    act = torch.empty(M, I, device=r.device, dtype=r.dtype)
+    _gate_up_kernel[(triton.cdiv(I, BN),)](r, y, n_attn_out, n_post, r2, gate_up, act, M, H, I, eps,
+                                           BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw)
+    return r2, act
+
+
+def residual_norm(h, y, w_y, w_x, eps: float) -> torch.Tensor:
+    """rms_norm(h + rms_norm(y, w_y), w_x) for h, y [M, H] -> [M, H] (one program)."""
+    M, H = _rows(h), h.shape[1]
+    out = torch.empty_like(h)
+    _residual_norm_kernel[(1,)](h, y, w_y, w_x, out, M, H, eps, BLOCK_M=triton.next_power_of_2(M),
+                                BLOCK_K=min(1024, triton.next_power_of_2(H)), num_warps=4)
+    return out

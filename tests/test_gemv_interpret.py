@@ -1,0 +1,181 @@
+"""kernels/gemv.py under the Triton interpreter (CPU) against the torch pieces of
+kernels/model.py: each kernel, then whole recurrent calls (FP32 and BF16).
+Small shapes whose tiles do not divide N or K evenly."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pytest
+
+# Triton picks interpreted or compiled kernels when it is imported and when a kernel is
+# decorated: the variable must be set before the first `import triton` of the process
+FRESH = "triton" not in sys.modules
+if FRESH:
+    os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton")
+
+import torch
+import torch.nn.functional as F
+from triton.runtime.interpreter import InterpretedFunction
+
+from kernels import gemv as G, model as km
+from kernels.kvplanes import KVPlanes
+from kernels.weights import TorchWeights
+from oracle.config import ModelConfig
+
+if FRESH:
+    del os.environ["TRITON_INTERPRET"]          # kernels are decorated; set again per test (lazy imports)
+INTERPRETED = isinstance(G._gemv_kernel, InterpretedFunction)
+
+CFG = ModelConfig(vocab_size=32, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4,
+                  num_kv_heads=4, head_dim=16)
+EPS = CFG.rms_norm_eps
+DTYPES = [torch.float32, torch.bfloat16]
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+# (BLOCK_N, BLOCK_K, warps): partial last tiles in N (qkv: 96 column pairs, gate_up: 96,
+# o at N=50) and in K (down: K=96)
+TILES = {"qkv": (64, 32, 4), "o": (32, 32, 4), "down": (32, 64, 4), "gate_up": (64, 32, 4)}
+
+
+@pytest.fixture(autouse=True)
+def interpreted(request, monkeypatch):
+    """Small tiles for every test; where triton was imported (compiled) before this module,
+    the tests run in a fresh interpreter instead (test_in_fresh_process)."""
+    if request.node.name == "test_in_fresh_process":
+        yield
+        return
+    if not INTERPRETED:
+        pytest.skip("triton was imported without TRITON_INTERPRET=1; see test_in_fresh_process")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    saved = dict(G.CONFIG)
+    G.CONFIG.update(TILES)
+    yield
+    G.CONFIG.clear()
+    G.CONFIG.update(saved)
+
+
+def test_in_fresh_process():
+    if INTERPRETED:
+        pytest.skip("already interpreted here")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                         env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def rand(*shape, dtype, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype)
+
+
+def weights(dtype, seed=0):
+    w = TorchWeights.random(CFG, "cpu", dtype, seed)
+    for i, L in enumerate(w.layers):                       # non-trivial norm weights
+        for j, name in enumerate(("n_in", "n_attn_out", "n_post", "n_mlp_out")):
+            setattr(L, name, 1 + rand(CFG.hidden_size, dtype=dtype, seed=100 + 4 * i + j, scale=0.3))
+    w.norm = 1 + rand(CFG.hidden_size, dtype=dtype, seed=99, scale=0.3)
+    return w
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 3, 4])
+@pytest.mark.parametrize("name,N,K", [("o", 64, 64), ("down", 64, 96), ("o", 50, 80)])
+def test_gemv(dtype, M, name, N, K):
+    x, w = rand(M, K, dtype=dtype, seed=1), rand(N, K, dtype=dtype, seed=2, scale=K ** -0.5)
+    assert rel(G.gemv(x, w, name), x @ w.T) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 2, 4])
+@pytest.mark.parametrize("first", [True, False])
+def test_qkv_rope_kv(dtype, M, first):
+    w = weights(dtype)
+    L, Lp = w.layers[1], w.layers[0]
+    nh, nkv, hd, H = CFG.num_heads, CFG.num_kv_heads, CFG.head_dim, CFG.hidden_size
+    kv = KVPlanes(CFG, 2, 3, 12, "cpu", dtype)
+    cos, sin = w.rope_table(kv.max_len)
+    h, y = rand(M, H, dtype=dtype, seed=3), rand(M, H, dtype=dtype, seed=4)
+    pos = torch.tensor([5, 0, 11, 7][:M])
+    plane = torch.tensor([1, 4, 1, 7][:M])
+    q, r = G.qkv_rope_kv(h, None if first else y, None if first else Lp.n_mlp_out, L.n_in, L.qkv, cos, sin,
+                         kv.k[1], kv.v[1], plane, pos, nh, nkv, hd, EPS)
+    r_ref = h if first else h + km.rms_norm(y, Lp.n_mlp_out, EPS)
+    q_ref, k_ref, v_ref = km.pre_attn(r_ref, L.n_in, L.qkv, cos[pos], sin[pos], nh, nkv, hd, EPS)
+    assert rel(r, r_ref) < TOL[dtype] / 10
+    assert rel(q, q_ref) < TOL[dtype]
+    flat = plane * kv.max_len + pos
+    assert rel(kv.flat_view(kv.k, 1)[flat], k_ref) < TOL[dtype]
+    assert rel(kv.flat_view(kv.v, 1)[flat], v_ref) < TOL[dtype]
+    written = torch.zeros(kv.k.shape[:3], dtype=torch.bool)
+    written[1].view(-1)[flat] = True
+    assert not kv.k[~written].any() and not kv.v[~written].any()      # nothing else written
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 2, 4])
+def test_gate_up_silu(dtype, M):
+    L = weights(dtype).layers[0]
+    r, y = rand(M, CFG.hidden_size, dtype=dtype, seed=5), rand(M, CFG.hidden_size, dtype=dtype, seed=6)
+    r2, act = G.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, EPS)
+    r2_ref = r + km.rms_norm(y, L.n_attn_out, EPS)
+    g, u = (km.rms_norm(r2_ref, L.n_post, EPS) @ L.gate_up.T).chunk(2, dim=-1)
+    assert rel(r2, r2_ref) < TOL[dtype] / 10
+    assert rel(act, F.silu(g) * u) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 4])
+def test_residual_norm(dtype, M):
+    w = weights(dtype)
+    h, y = rand(M, CFG.hidden_size, dtype=dtype, seed=7), rand(M, CFG.hidden_size, dtype=dtype, seed=8)
+    ref = km.rms_norm(h + km.rms_norm(y, w.layers[0].n_mlp_out, EPS), w.norm, EPS)
+    assert rel(G.residual_norm(h, y, w.layers[0].n_mlp_out, w.norm, EPS), ref) < TOL[dtype]
+
+
+def torch_decode_attention(q, kv, layer, plane, pos):
+    """kernels.triton_attention.decode_attention through kernels.model.attend (its loop
+    bound `range(0, pos + 1, ...)` does not run in the interpreter under numpy 2)."""
+    K, V = kv.k[layer].index_select(0, plane), kv.v[layer].index_select(0, plane)   # [M, span, nkv, hd]
+    masked = torch.arange(kv.max_len)[None, None, :] > pos[:, None, None]          # [M, 1, span]
+    return km.attend(q[:, None], K, V, masked)                                      # [M, nh*hd]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 2, 3, 4])
+@pytest.mark.parametrize("default_tiles", [False, True])
+def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
+    """The gemv path's whole call (both layers, attention over earlier keys) against the
+    unfused torch path; K/V written by both must agree too."""
+    monkeypatch.setattr(km.triton_attention, "decode_attention", torch_decode_attention)
+    if default_tiles:
+        monkeypatch.setattr(G, "CONFIG", {})
+    w = weights(dtype)
+    outs, kvs = [], []
+    for gemv in (True, False):
+        kv = KVPlanes(CFG, 2, 3, 16, "cpu", dtype)
+        g = torch.Generator().manual_seed(9)                 # same earlier keys for both paths
+        kv.k.copy_(torch.randn(kv.k.shape, generator=g))
+        kv.v.copy_(torch.randn(kv.v.shape, generator=g))
+        m = km.PackedModel(w, kv, fuse=False, triton_attn=False, gemv=gemv)
+        h = rand(M, CFG.hidden_size, dtype=dtype, seed=10)
+        pos = torch.tensor([9, 3, 15, 0][:M])
+        plane = torch.tensor([2, 5, 0, 7][:M])                # distinct planes: Qm = 1
+        outs.append(m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1))
+        kvs.append((kv.k.clone(), kv.v.clone()))
+    assert outs[0].shape == (M, CFG.hidden_size) and outs[0].dtype == dtype
+    assert rel(outs[0], outs[1]) < TOL[dtype]
+    for a, b in zip(kvs[0], kvs[1]):
+        assert rel(a, b) < TOL[dtype] / 10
+
+
+def test_rows_limit():
+    x = torch.zeros(G.MAX_ROWS + 1, 8)
+    with pytest.raises(AssertionError):
+        G.gemv(x, torch.zeros(4, 8))
