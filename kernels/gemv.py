@@ -232,15 +232,17 @@ if triton is not None:
             tl.store(Out + m[:, None] * K + k[None, :], x.to(DT), mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :])
 
 
-def _config(name: str, M: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps). BLOCK_N counts output columns (qkv: column
-    pairs, gate_up: gate/up pairs, so those programs read 2*BLOCK_N weight rows).
-    Register tiles are BLOCK_M x BLOCK_N x BLOCK_K per weight tile: narrower K for more rows."""
+def _config(name: str, M: int) -> tuple[int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages). BLOCK_N counts output columns
+    (qkv: column pairs, gate_up: gate/up pairs, so those programs read 2*BLOCK_N weight rows).
+    Register tiles are BLOCK_M x BLOCK_N x BLOCK_K per weight tile: narrower K for more rows.
+    CONFIG[name] = (BLOCK_N, BLOCK_K, num_warps[, num_stages]) overrides."""
     BM = triton.next_power_of_2(M)
     if name in CONFIG:
-        return (BM, *CONFIG[name])
+        c = tuple(CONFIG[name])
+        return (BM, *c, *((3,) if len(c) == 3 else ()))
     BK = {1: 512, 2: 256}.get(BM, 128)
-    return BM, {"o": 4, "down": 4}.get(name, 8), BK, 4
+    return BM, {"o": 4, "down": 4}.get(name, 8), BK, 4, 3
 
 
 def _rows(x: torch.Tensor) -> int:
@@ -252,9 +254,9 @@ def _rows(x: torch.Tensor) -> int:
 def gemv(x: torch.Tensor, w: torch.Tensor, name: str = "o") -> torch.Tensor:
     """x [M, K] @ w [N, K].T -> [M, N] in x's dtype (`name` picks the tile config)."""
     M, (N, K) = _rows(x), w.shape
-    BM, BN, BK, nw = _config(name, M)
+    BM, BN, BK, nw, ns = _config(name, M)
     out = torch.empty(M, N, device=x.device, dtype=x.dtype)
-    _gemv_kernel[(triton.cdiv(N, BN),)](x, w, out, M, N, K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw)
+    _gemv_kernel[(triton.cdiv(N, BN),)](x, w, out, M, N, K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw, num_stages=ns)
     return out
 
 
@@ -267,14 +269,14 @@ def qkv_rope_kv(h, y_prev, n_prev, n_in, qkv, cos, sin, k_layer, v_layer, plane,
     Returns q [M, nh, hd] and r [M, H] (h itself for the first layer)."""
     M, H = _rows(h), h.shape[1]
     assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
-    BM, BN, BK, nw = _config("qkv", M)
+    BM, BN, BK, nw, ns = _config("qkv", M)
     has_y = y_prev is not None
     r = torch.empty_like(h) if has_y else h
     q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
     grid = (triton.cdiv((nh + 2 * nkv) * hd // 2, BN),)
     _qkv_kernel[grid](h, y_prev if has_y else h, n_prev if has_y else n_in, n_in, r, qkv, q, k_layer, v_layer,
                       cos, sin, pos, plane, M, H, k_layer.shape[1], eps, NH=nh, NKV=nkv, HD=hd, HAS_Y=has_y,
-                      BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw)
+                      BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw, num_stages=ns)
     return q, r
 
 
@@ -283,11 +285,11 @@ def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float):
     act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first)."""
     M, H = _rows(r), r.shape[1]
     I = gate_up.shape[0] // 2
-    BM, BN, BK, nw = _config("gate_up", M)
+    BM, BN, BK, nw, ns = _config("gate_up", M)
     r2 = torch.empty_like(r)
     act = torch.empty(M, I, device=r.device, dtype=r.dtype)
     _gate_up_kernel[(triton.cdiv(I, BN),)](r, y, n_attn_out, n_post, r2, gate_up, act, M, H, I, eps,
-                                           BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw)
+                                           BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw, num_stages=ns)
     return r2, act
 
 

@@ -82,7 +82,10 @@ def _rows_dynamic(*xs) -> None:
 
 FUSE_DEFAULT = os.environ.get("LOOPSPEC_FUSE", "1") == "1"                   # CUDA only
 TRITON_ATTN_DEFAULT = os.environ.get("LOOPSPEC_TRITON_ATTN", "1") == "1"      # CUDA only
-GEMV_DEFAULT = os.environ.get("LOOPSPEC_GEMV", "1") == "1"                   # CUDA only, calls of <= 4 rows
+GEMV_DEFAULT = os.environ.get("LOOPSPEC_GEMV", "1") == "1"                   # CUDA only, one-row calls
+# kernels/gemv.py serves up to 4 rows, but on the H200 only M = 1 beats the compiled cuBLAS path
+# (c(1) 1.31 vs 1.62 ms; c(2) 3.15 vs 1.61; c(4) 15.2 vs 1.65: docs/results/s2/gemv_probe.json)
+GEMV_MAX_ROWS = 1
 
 
 class PackedModel:
@@ -109,7 +112,7 @@ class PackedModel:
         Attention is grouped by plane: the call's G distinct planes are `gplane` [G], and row
         r is query slot qidx[r] = g*Qm + i of the padded [G, Qm] query grid, so a plane's keys
         are read once however many of the call's rows attend to it. Returns [M, H]."""
-        if self.gemv and 0 < h.shape[0] <= gemv_kernels.MAX_ROWS:
+        if self.gemv and 0 < h.shape[0] <= GEMV_MAX_ROWS:
             return self._gemv_call(h, pos, plane)
         cfg, kv, eps = self.cfg, self.kv, self.eps
         pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/gpu_results.md):

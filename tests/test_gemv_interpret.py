@@ -167,7 +167,8 @@ def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
         h = rand(M, CFG.hidden_size, dtype=dtype, seed=10)
         pos = torch.tensor([9, 3, 15, 0][:M])
         plane = torch.tensor([2, 5, 0, 7][:M])                # distinct planes: Qm = 1
-        outs.append(m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1))
+        # the gemv path directly: recurrent_call dispatches only M <= km.GEMV_MAX_ROWS to it
+        outs.append(m._gemv_call(h, pos, plane) if gemv else m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1))
         kvs.append((kv.k.clone(), kv.v.clone()))
     assert outs[0].shape == (M, CFG.hidden_size) and outs[0].dtype == dtype
     assert rel(outs[0], outs[1]) < TOL[dtype]

@@ -1,0 +1,85 @@
+"""Tile configs of the one-row GEMV kernels (kernels/gemv.py) at the ouro-1.4b shape: each
+kernel over the 24 layers' weights in a CUDA graph, per config; then c(1) with the best
+config of each kernel. One device call.
+    PYTHONPATH=. python scripts/gpu_gemv_tune.py        -> $OUT/gemv_tune.json"""
+import json
+import os
+import statistics
+
+import torch
+
+import kernels.model as km
+from kernels import bench, gemv as G
+from kernels.kvplanes import KVPlanes
+from kernels.weights import TorchWeights
+from oracle.config import preset
+
+DEV, CFG = torch.device("cuda"), preset("ouro-1.4b")
+H, I, NH, NKV, HD, EPS = (CFG.hidden_size, CFG.intermediate_size, CFG.num_heads, CFG.num_kv_heads,
+                          CFG.head_dim, CFG.rms_norm_eps)
+# (BLOCK_N, BLOCK_K, num_warps, num_stages)
+CONFIGS = [(2, 1024, 4, 3), (4, 512, 4, 3), (4, 512, 4, 4), (4, 1024, 4, 3), (4, 1024, 8, 3), (8, 512, 4, 3),
+           (8, 512, 4, 4), (8, 512, 8, 3), (8, 1024, 8, 3), (16, 512, 8, 3), (4, 2048, 8, 2), (2, 2048, 4, 2)]
+
+
+def graph_us(fn, per: int, reps: int = 30) -> float:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    times = []
+    for _ in range(reps + 2):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times[2:]) / per * 1e3
+
+
+w = TorchWeights.random(CFG, DEV, torch.bfloat16, 0)
+kv = KVPlanes(CFG, 1, 1, 257, DEV, torch.bfloat16)
+model = km.PackedModel(w, kv, gemv=True)
+Ls = w.layers
+g = torch.Generator(device=DEV).manual_seed(0)
+x_h, y_h = (torch.randn(1, H, generator=g, device=DEV).bfloat16() for _ in range(2))
+x_i = torch.randn(1, I, generator=g, device=DEV).bfloat16()
+pos, plane = torch.full((1,), 256, device=DEV), torch.zeros(1, dtype=torch.int64, device=DEV)
+ours = {
+    "qkv": lambda: [G.qkv_rope_kv(x_h, y_h, L.n_mlp_out, L.n_in, L.qkv, model.cos, model.sin, kv.k[l], kv.v[l],
+                                  plane, pos, NH, NKV, HD, EPS) for l, L in enumerate(Ls)],
+    "o": lambda: [G.gemv(x_h, L.o, "o") for L in Ls],
+    "gate_up": lambda: [G.gate_up_silu(x_h, y_h, L.n_attn_out, L.n_post, L.gate_up, EPS) for L in Ls],
+    "down": lambda: [G.gemv(x_i, L.down, "down") for L in Ls],
+}
+out, best = {}, {}
+for name, fn in ours.items():
+    nbytes = getattr(Ls[0], name).numel() * 2
+    res = {}
+    for cfg in CONFIGS:
+        G.CONFIG[name] = cfg
+        try:
+            us = graph_us(fn, len(Ls))
+            res[str(cfg)] = {"us": round(us, 2), "GBps": round(nbytes / us / 1e3, 1)}
+        except Exception as e:
+            res[str(cfg)] = repr(e)[:160]
+    G.CONFIG.pop(name)
+    ok = {k: v for k, v in res.items() if isinstance(v, dict)}
+    best[name] = min(ok, key=lambda k: ok[k]["us"])
+    out[name] = res
+    print(name, "best", best[name], ok[best[name]], flush=True)
+out["best"] = best
+del w, kv, model
+torch.cuda.empty_cache()
+for name, cfg in best.items():
+    G.CONFIG[name] = eval(cfg)
+out["c1_best_ms"] = bench.measure_c_table("ouro-1.4b", [1], 256, device="cuda", repeats=100)["c_ms"]["1"]
+G.CONFIG.clear()
+out["c1_default_ms"] = bench.measure_c_table("ouro-1.4b", [1], 256, device="cuda", repeats=100)["c_ms"]["1"]
+print(json.dumps({k: out[k] for k in ("best", "c1_best_ms", "c1_default_ms")}))
+json.dump(out, open(os.path.join(os.environ.get("OUT", "."), "gemv_tune.json"), "w"), indent=1)
