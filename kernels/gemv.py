@@ -22,6 +22,7 @@ products and sum, silu, silu * up); the values are carried in FP32 in between.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -33,8 +34,12 @@ except ImportError:          # CPU installs: the torch path is used
     triton = None
 
 MAX_ROWS = 4
-# per-kernel overrides (BLOCK_N, BLOCK_K, num_warps), e.g. from scripts/gpu_gemv_probe.py
-CONFIG: dict[str, tuple[int, int, int]] = {}
+# per-kernel overrides {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages])}, e.g. the JSON
+# that scripts/gpu_gemv_tune.py writes, named by LOOPSPEC_GEMV_CONFIG
+CONFIG: dict[str, tuple] = {}
+if os.environ.get("LOOPSPEC_GEMV_CONFIG"):
+    with open(os.environ["LOOPSPEC_GEMV_CONFIG"]) as f:
+        CONFIG = {k: tuple(v) for k, v in json.load(f).items()}
 
 
 def available(device: torch.device) -> bool:
