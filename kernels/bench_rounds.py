@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import deque
 
 import torch
 
@@ -56,42 +57,59 @@ def make_session(w: TorchWeights, mode: str, n_requests: int, context_len: int, 
     opts = {"graphs": "cuda" if dev.type == "cuda" else "off", "trace": False} | options
     return TorchSession(w, d, D, mode, "sequential", name=f"torch-{dev.type}",
                         dtype_name="bfloat16" if w.dtype == torch.bfloat16 else "float32",
-                        max_requests=n_requests, max_len=context_len + tokens + K + 2,
+                        max_requests=n_requests, max_len=context_len + tokens + 4 * (K + 1) + 2,       # room for rounds in flight
                         max_tokens_per_round=K + 1, **opts)
 
 
-def run_generation(s: TorchSession, prompts, params, tokens: int, K: int) -> dict:
-    """Prefill (untimed), then rounds until every request has `tokens` new tokens (timed)."""
+def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_flight: int = 1) -> dict:
+    """Prefill (untimed), then rounds until every request has `tokens` new tokens (timed).
+    in_flight: rounds submitted before the oldest is collected (1: submit, collect, repeat;
+    2: the host plans and launches round n+1 while the device runs round n). A new round
+    counts one emitted token per round of the request still in flight, so with accepted
+    drafts a request may end past `tokens` (stats["emitted"] counts what was emitted)."""
+    assert in_flight >= 1, in_flight
     for rid in list(s.requests):
         s.remove(rid)
     for rid, (p, sp) in enumerate(zip(prompts, params)):
         s.add(rid, p, sp)
     n0 = {rid: len(p) for rid, p in enumerate(prompts)}
-    have = dict(n0)
-    stats = {"rounds": 0, "drafted": 0, "accepted": 0, "graph_captures": 0, "graph_replays": 0, "graph_fallbacks": 0}
+    have, ahead = dict(n0), dict.fromkeys(n0, 0)
+    stats = {"rounds": 0, "drafted": 0, "accepted": 0, "emitted": 0, "graph_captures": 0, "graph_replays": 0,
+             "graph_fallbacks": 0}
+    pending: deque = deque()
     _sync(s.device)
     t0 = time.perf_counter()
     while True:
-        counts = {rid: min(K, tokens - (have[rid] - n0[rid]) - 1) + 1
-                  for rid in have if have[rid] - n0[rid] < tokens}
-        if not counts:
+        left = {rid: tokens - (have[rid] - n0[rid]) - ahead[rid] for rid in have}
+        counts = {rid: min(K, n - 1) + 1 for rid, n in left.items() if n > 0}
+        if counts and len(pending) < in_flight:
+            pending.append((s.submit(counts), counts))
+            for rid in counts:
+                ahead[rid] += 1
+            continue
+        if not pending:
             break
-        tr = s.step(counts)
+        h, done = pending.popleft()
+        tr = s.collect(h)
+        for rid in done:
+            ahead[rid] -= 1
         for rid, em in tr.emitted.items():
             have[rid] += len(em)
+            stats["emitted"] += len(em)
         stats["rounds"] += 1
         for k in ("drafted", "accepted", "graph_captures", "graph_replays", "graph_fallbacks"):
             stats[k] += tr.stats[k]
     _sync(s.device)
     stats["ms"] = (time.perf_counter() - t0) * 1e3
     stats["ms_per_round"] = stats["ms"] / stats["rounds"]
-    stats["tokens_per_s"] = len(prompts) * tokens / (stats["ms"] / 1e3)
+    stats["tokens_per_s"] = stats["emitted"] / (stats["ms"] / 1e3)
     stats["acceptance"] = stats["accepted"] / max(stats["drafted"], 1)
     return stats
 
 
 def paired_rounds(w: TorchSession, C: int, K: int, d: int, D: int, tokens: int = 128, repeats: int = 7,
-                  context_len: int = 512, params: SamplingParams | None = None, seed: int = 0, **options) -> dict:
+                  context_len: int = 512, params: SamplingParams | None = None, seed: int = 0, in_flight: int = 1,
+                  **options) -> dict:
     """Block and loop generations in alternating repeats, same prompts and per-request seeds
     in both arms (both draw the same random numbers). One untimed warm-up repeat per arm
     captures the graphs. Returns per-arm per-repeat stats."""
@@ -103,7 +121,7 @@ def paired_rounds(w: TorchSession, C: int, K: int, d: int, D: int, tokens: int =
     arms = {"block": [], "loop": []}
     for r in range(repeats + 1):
         for mode in (("block", "loop") if r % 2 == 0 else ("loop", "block")):
-            st = run_generation(sessions[mode], prompts, ps, tokens, K)
+            st = run_generation(sessions[mode], prompts, ps, tokens, K, in_flight)
             if r > 0:
                 arms[mode].append(st)
     return arms

@@ -246,7 +246,10 @@ def _config(name: str, M: int) -> tuple[int, int, int, int, int]:
     if name in CONFIG:
         c = tuple(CONFIG[name])
         return (BM, *c, *((3,) if len(c) == 3 else ()))
-    BK = {1: 512, 2: 256}.get(BM, 128)
+    if BM == 1:         # tuned on the H200 at the ouro-1.4b shape (scripts/gpu_gemv_tune.py, docs/results/s2)
+        return (1, *{"qkv": (4, 2048, 8, 2), "o": (2, 2048, 4, 2), "gate_up": (16, 512, 8, 3),
+                     "down": (2, 2048, 4, 2)}[name])
+    BK = {2: 256}.get(BM, 128)
     return BM, {"o": 4, "down": 4}.get(name, 8), BK, 4, 3
 
 

@@ -67,7 +67,8 @@ def _arm_summary(stats: list[dict]) -> dict:
 def paired(args, w, C) -> dict:
     _, br = _torch_bench()
     arms = br.paired_rounds(w, C, args.k, args.draft_loops, args.target_loops, args.tokens, args.repeats,
-                            args.context, _params(args), max_batch_size=args.cuda_graph_max_batch_size,
+                            args.context, _params(args), in_flight=args.in_flight,
+                            max_batch_size=args.cuda_graph_max_batch_size,
                             max_graphs=args.cuda_graph_max_graphs)
     out = {"batch": C, "block": _arm_summary(arms["block"]), "loop": _arm_summary(arms["loop"])}
     out |= paired_summary([s["ms_per_round"] for s in arms["block"]], [s["ms_per_round"] for s in arms["loop"]])
@@ -102,6 +103,8 @@ def _common(args):
         raise OracleError("--repeats must be >= 2 (a paired comparison needs repeats)")
     if args.tokens < 1 or args.context < 1:
         raise OracleError("--tokens and --context must be >= 1")
+    if args.in_flight < 1:
+        raise OracleError(f"--in-flight {args.in_flight}: at least one round must be in flight")
 
 
 def cmd_rounds(args) -> int:
@@ -129,7 +132,8 @@ def cmd_sweep(args) -> int:
     w = br.random_weights(args.preset, dev)
     ht = br.measure_head_table(w, head_rows, repeats=args.repeats_ctable)
     out = {"preset": args.preset, "K": args.k, "d": args.draft_loops, "D": args.target_loops, "context_len": args.context,
-           "tokens": args.tokens, "repeats": args.repeats, "ctable": ct, "head_table": ht, "rows": []}
+           "tokens": args.tokens, "repeats": args.repeats, "in_flight": args.in_flight, "ctable": ct, "head_table": ht,
+           "rows": []}
     c, h = ctable_from_dict(ct), ctable_from_dict(ht)
     for C in args.batch:
         r = paired(args, w, C)
@@ -165,6 +169,9 @@ def _round_args(p) -> None:
     p.add_argument("--cuda-graph-max-batch-size", type=int, default=1024)
     p.add_argument("--cuda-graph-max-graphs", type=int, default=512)
     p.add_argument("--allow-fallback", action="store_true", help="print a comparison even if an arm ran eagerly")
+    p.add_argument("--in-flight", type=int, default=1,
+                   help="rounds submitted before the oldest is collected (1: synchronous rounds; 2: the host "
+                        "plans round n+1 while the device runs round n)")
 
 
 def register(sub) -> None:

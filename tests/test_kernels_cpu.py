@@ -414,6 +414,26 @@ def test_bench_helpers_on_cpu():
     r = run_generation(s, [[1] * 12, [2] * 12], [SP(), SP(1.0, seed=1)], 6, 3)
     assert r["rounds"] >= 2 and r["ms"] > 0 and r["graph_fallbacks"] == 0
     assert all(len(s.tokens(rid)) == 12 + 6 for rid in (0, 1))
+    assert r["emitted"] == 2 * 6
+
+
+def test_pipelined_generation_emits_the_same_tokens():
+    """in_flight=2, 3 (round n+1 submitted before round n is collected): greedy requests emit
+    what step-by-step rounds emit, token for token; accepted drafts may carry a request past
+    `tokens` (never short of it). Sampled requests are not compared token for token: their
+    rounds split differently, so they consume different uniforms."""
+    w = random_weights("tiny", "cpu")
+    prompts = [[1] * 12, [2] * 9, [3] * 5]
+    out = []
+    for in_flight in (1, 2, 3):
+        s = make_session(w, "loop", 3, 12, 7, 3, 2, 4)
+        r = run_generation(s, prompts, [SP()] * 3, 7, 3, in_flight)
+        out.append((r, [s.tokens(rid) for rid in range(3)]))
+    (r1, t1) = out[0]
+    assert r1["emitted"] == 21 and [len(a) for a in t1] == [len(p) + 7 for p in prompts]
+    assert r1["accepted"] > 0                     # drafts pass, so rounds in flight can overshoot
+    for r, t in out[1:]:
+        assert r["emitted"] >= 21 and all(a[:len(b)] == b for a, b in zip(t, t1))
 
 
 @pytest.mark.parametrize("params,variant", [([SP(), SP()], "greedy"), ([SP(), SP(0.7, seed=5)], "plain"),
