@@ -227,3 +227,27 @@ def test_c_table_measurement():
     t = measure_c_table("tiny", [1, 2, 8], 64, repeats=5, device=DEVICE)
     assert t["graphs"] == (DEVICE == "cuda") and set(t["c_ms"]) == {"1", "2", "8"}
     assert all(v > 0 for v in t["c_ms"].values())
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
+    """One-row recurrent calls run through kernels/gemv.py on CUDA (LOOPSPEC_GEMV, default on):
+    a loop round of one request has one-row waves; its trace matches the reference, and the
+    same session with the path off agrees within the BF16 tolerance."""
+    import kernels.model as km
+    if DEVICE != "cuda" or not km.GEMV_DEFAULT:
+        pytest.skip("the gemv path is CUDA-only and on by default")
+    m = model(preset)
+    calls = []
+    real = km.PackedModel._gemv_call
+    monkeypatch.setattr(km.PackedModel, "_gemv_call", lambda self, *a: calls.append(a[0].shape[0]) or real(self, *a))
+    sc = Scenario(2, 4, "loop", "sequential", [[3, 1, 4, 1, 5]], [SP()], [{0: 5}, {0: 3}, {0: 5}])
+    got, _ = run(cuda(), m, sc, graphs="off")
+    assert calls and set(calls) == {1}
+    assert_parity(run(REF, m, sc)[0], got, fallbacks_allowed=True)
+    monkeypatch.setattr(km, "GEMV_MAX_ROWS", 0)                   # the compiled/cuBLAS path instead
+    calls.clear()
+    other, _ = run(cuda(), m, sc, graphs="off")
+    assert not calls
+    rep = compare_traces(other, got, "bfloat16", tolerances=TOLERANCES)
+    assert rep.ok, rep.failures[:3]
