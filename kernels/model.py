@@ -84,7 +84,7 @@ FUSE_DEFAULT = os.environ.get("LOOPSPEC_FUSE", "1") == "1"                   # C
 TRITON_ATTN_DEFAULT = os.environ.get("LOOPSPEC_TRITON_ATTN", "1") == "1"      # CUDA only
 GEMV_DEFAULT = os.environ.get("LOOPSPEC_GEMV", "1") == "1"                   # CUDA only, one-row calls
 # kernels/gemv.py serves up to 4 rows, but on the H200 only M = 1 beats the compiled cuBLAS path
-# (c(1) 1.31 vs 1.62 ms; c(2) 3.15 vs 1.61; c(4) 15.2 vs 1.65: docs/results/s2/gemv_probe.json)
+# (c(1) 1.10 ms with tuned tiles vs 1.62; c(2) 3.15 vs 1.61; c(4) 15.2 vs 1.65: docs/results/s2/gemv_*.json)
 GEMV_MAX_ROWS = 1
 
 
@@ -111,7 +111,8 @@ class PackedModel:
         h: [M, H] loop inputs; pos: [M] positions; plane: [M] KV planes (depth*n_slots+slot).
         Attention is grouped by plane: the call's G distinct planes are `gplane` [G], and row
         r is query slot qidx[r] = g*Qm + i of the padded [G, Qm] query grid, so a plane's keys
-        are read once however many of the call's rows attend to it. Returns [M, H]."""
+        are read once however many of the call's rows attend to it. Returns [M, H].
+        Calls of <= GEMV_MAX_ROWS rows go through _gemv_call when self.gemv is on."""
         if self.gemv and 0 < h.shape[0] <= GEMV_MAX_ROWS:
             return self._gemv_call(h, pos, plane)
         cfg, kv, eps = self.cfg, self.kv, self.eps
@@ -144,7 +145,7 @@ class PackedModel:
         return rms_norm(h[:1] if pad else h, self.w.norm, eps)
 
     def _gemv_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor) -> torch.Tensor:
-        """recurrent_call for M <= 4 rows (no padding) through kernels/gemv.py: per layer one
+        """recurrent_call for M <= gemv.MAX_ROWS rows (no padding) through kernels/gemv.py: per layer one
         kernel each for norms+qkv+RoPE+KV writes, attention, o, norms+gate_up+SiLU, down."""
         cfg, kv, eps = self.cfg, self.kv, self.eps
         y2 = n_prev = None                                  # the previous layer's MLP output and its norm
