@@ -45,16 +45,7 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
         inputs = [torch.randn(M, cfg.hidden_size, generator=g, device=dev).to(w.dtype) for _ in range(rotate)]
         h = inputs[0].clone()                                  # static input
         step = lambda: model.recurrent_call(h, pos, rows, rows, rows, 1)
-        graph = None
-        if use_graphs:
-            side = torch.cuda.Stream(dev)
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                step()
-            torch.cuda.current_stream(dev).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
+        graph = capture_graph(step, dev) if use_graphs else None
         times = []
         for r in range(repeats + 1):                           # the first one warms up
             h.copy_(inputs[r % rotate])
@@ -66,6 +57,28 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
             "torch": torch.__version__, "graphs": use_graphs, "repeats": repeats,
             "description": "c(M): ms of one recurrent call (all layers, attention over context_len+1 keys per "
                            "row, norms, final norm; no heads) over M rows, median of graph replays"}
+
+
+def capture_graph(fn, dev) -> "torch.cuda.CUDAGraph":
+    """fn() once on a side stream (compiles, lazy inits), then captured into a CUDA graph."""
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def graph_replay_ms(fn, reps: int = 20, per: int = 1, dev="cuda") -> float:
+    """Median ms of fn's work replayed as one CUDA graph (two untimed replays first),
+    divided by `per` (the launches fn makes, for a per-launch time)."""
+    dev = torch.device(dev)
+    graph = capture_graph(fn, dev)
+    times = [_time(graph.replay, dev) for _ in range(reps + 2)]
+    return statistics.median(times[2:]) / per
 
 
 def _time(fn, dev) -> float:

@@ -168,11 +168,10 @@ def redecide(tr, rid, T: int):
         if not ok:
             a = o
             break
-    if a != a_tr:                                       # the acceptance differs: final unused
-        return replace(tr, drafts={**tr.drafts, rid: redrafts}, accepted={**tr.accepted, rid: a},
-                       emitted={**tr.emitted, rid: list(tr.emitted[rid])})
     lg = tr.verify_logits[(rid, a)]
-    if params.greedy:
+    if a != a_tr:                                       # the acceptance differs: the final is not compared
+        final = tr.emitted[rid][-1]
+    elif params.greedy:
         final = greedy_token(lg)
     elif a < K:
         final = categorical(residual(probs(lg), probs(tr.draft_logits[(rid, a)])), _u(tr, rid, "residual", a))

@@ -6,7 +6,6 @@
     PYTHONPATH=. python scripts/gpu_gemv_probe.py        -> $OUT/gemv_probe.json"""
 import json
 import os
-import statistics
 import time
 
 import torch
@@ -24,27 +23,6 @@ H, I, NH, NKV, HD, EPS = (CFG.hidden_size, CFG.intermediate_size, CFG.num_heads,
 SWEEP = [(4, 512, 4), (8, 256, 4), (8, 512, 4), (16, 256, 4), (16, 128, 8)]  # BLOCK_N, BLOCK_K, warps
 out = {"device": torch.cuda.get_device_name(DEV), "torch": torch.__version__}
 t_start = time.time()
-
-
-def graph_ms(fn, per: int, reps: int = 20) -> float:
-    """Median ms of one of `per` launches that fn makes, replayed in a CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()                                           # compiles / warms up outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    times = []
-    for _ in range(reps + 2):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times[2:]) / per
 
 
 # ---- (a) kernels alone: one launch per layer's weight (24 different matrices, so not from L2)
@@ -71,7 +49,7 @@ for M in (1, 2, 4):
     for name in ours:
         nbytes = getattr(Ls[0], name).numel() * 2
         gbs = lambda ms: round(nbytes / ms / 1e6, 1)
-        t_cub = graph_ms(cublas[name], len(Ls))
+        t_cub = bench.graph_replay_ms(cublas[name], 20, len(Ls))
         res = {"cublas_us": round(t_cub * 1e3, 2), "cublas_GBps": gbs(t_cub)}
         configs = [None] + (SWEEP if M in (1, 4) else [])
         for cfg in configs:
@@ -79,7 +57,7 @@ for M in (1, 2, 4):
             if cfg is not None:
                 G.CONFIG[name] = cfg
             try:
-                t = graph_ms(ours[name], len(Ls))
+                t = bench.graph_replay_ms(ours[name], 20, len(Ls))
                 key = "default" + str(G._config(name, M)[1:]) if cfg is None else str(cfg)
                 res[key] = {"us": round(t * 1e3, 2), "GBps": gbs(t)}
             except Exception as e:                     # e.g. out of resources for a big tile

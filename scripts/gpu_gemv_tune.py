@@ -4,7 +4,6 @@ config of each kernel. One device call.
     PYTHONPATH=. python scripts/gpu_gemv_tune.py        -> $OUT/gemv_tune.json"""
 import json
 import os
-import statistics
 
 import torch
 
@@ -20,26 +19,6 @@ H, I, NH, NKV, HD, EPS = (CFG.hidden_size, CFG.intermediate_size, CFG.num_heads,
 # (BLOCK_N, BLOCK_K, num_warps, num_stages)
 CONFIGS = [(2, 1024, 4, 3), (4, 512, 4, 3), (4, 512, 4, 4), (4, 1024, 4, 3), (4, 1024, 8, 3), (8, 512, 4, 3),
            (8, 512, 4, 4), (8, 512, 8, 3), (8, 1024, 8, 3), (16, 512, 8, 3), (4, 2048, 8, 2), (2, 2048, 4, 2)]
-
-
-def graph_us(fn, per: int, reps: int = 30) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    times = []
-    for _ in range(reps + 2):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times[2:]) / per * 1e3
 
 
 w = TorchWeights.random(CFG, DEV, torch.bfloat16, 0)
@@ -64,7 +43,7 @@ for name, fn in ours.items():
     for cfg in CONFIGS:
         G.CONFIG[name] = cfg
         try:
-            us = graph_us(fn, len(Ls))
+            us = bench.graph_replay_ms(fn, 30, len(Ls)) * 1e3
             res[str(cfg)] = {"us": round(us, 2), "GBps": round(nbytes / us / 1e3, 1)}
         except Exception as e:
             res[str(cfg)] = repr(e)[:160]
