@@ -21,13 +21,13 @@ class TorchBackend:
     host_rng = True                  # uniforms come from PCG64(seed), drawn on the host like the reference
     sampling = host_sampling         # the device sampler behind oracle.sampling's interface
 
-    def __init__(self, device: str = "cpu", dtype: str | None = None, **session_defaults):
+    def __init__(self, device: str = "cpu", dtype: str | None = None, name: str | None = None, **session_defaults):
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise OracleError("backend torch-cuda: no CUDA device is available")
         self.device = dev
-        self.name = f"torch-{dev.type}"
         self.dtype = dtype or ("bfloat16" if dev.type == "cuda" else "float32")
+        self.name = name or f"torch-{dev.type}"
         if self.dtype not in DTYPES:
             raise OracleError(f"backend {self.name}: unknown dtype {self.dtype!r} (known: {', '.join(DTYPES)})")
         graphs = "cuda" if dev.type == "cuda" else "off"
@@ -51,3 +51,19 @@ def make_torch_backend(device: str = "cpu", **options) -> TorchBackend:
     """device: "cpu" | "cuda" | "cuda:N"; options: dtype and session defaults
     (max_requests, max_len, max_tokens_per_round, graphs, max_batch_size, max_graphs, trace)."""
     return TorchBackend(device, **options)
+
+
+def make_torch_cpu() -> TorchBackend:
+    """ORACLE_BACKEND=torch-cpu: FP32 on the CPU (the kernels' logic, judged in the float32 row)."""
+    return TorchBackend("cpu")
+
+
+def make_torch_cpu_bf16() -> TorchBackend:
+    """ORACLE_BACKEND=torch-cpu-bf16: BF16 weights, activations and KV on the CPU: a
+    reduced-precision backend CI can judge with the bfloat16 row, no GPU needed."""
+    return TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16")
+
+
+def make_torch_cuda() -> TorchBackend:
+    """ORACLE_BACKEND=torch-cuda: BF16 with CUDA graphs."""
+    return TorchBackend("cuda")

@@ -37,17 +37,36 @@ def load_backend(spec: str | None = None):
     spec = spec or os.environ.get("ORACLE_BACKEND", "reference")
     if spec == "reference":
         return ReferenceBackend()
-    if spec in ("torch-cpu", "torch-cuda"):
-        try:
-            from kernels.backend import make_torch_backend
-        except ImportError as e:
-            raise OracleError(f"backend {spec!r}: cannot import kernels.backend ({e})") from None
-        return make_torch_backend("cpu" if spec == "torch-cpu" else "cuda")
+    if spec in NAMED:
+        return _from_factory(spec, NAMED[spec])
     if ":" in spec:
-        mod_name, _, attr = spec.partition(":")
-        try:
-            factory = getattr(importlib.import_module(mod_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise OracleError(f"backend {spec!r}: cannot load {attr} from {mod_name} ({e})") from None
-        return factory()
-    raise OracleError(f"unknown backend {spec!r} (known: reference, torch-cpu, torch-cuda, package.module:factory)")
+        return _from_factory(spec, spec)
+    raise OracleError(f"unknown backend {spec!r} (known: {', '.join(['reference', *NAMED])}, package.module:factory)")
+
+
+# Named backends resolve through the same plug-in path as a user's `module:factory`.
+NAMED = {
+    "torch-cpu": "kernels.backend:make_torch_cpu",
+    "torch-cpu-bf16": "kernels.backend:make_torch_cpu_bf16",
+    "torch-cuda": "kernels.backend:make_torch_cuda",
+    "jax": "judge_jax.backend:make_jax_backend",
+}
+REQUIRED = ("name", "dtype", "exact", "policies", "session")
+
+
+def _from_factory(spec: str, target: str):
+    mod_name, _, attr = target.partition(":")
+    try:
+        factory = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise OracleError(f"backend {spec!r}: cannot load {attr} from {mod_name} ({e})") from None
+    if not callable(factory):
+        raise OracleError(f"backend {spec!r}: {target} is not callable (a factory returning a backend)")
+    bk = factory()
+    missing = [a for a in REQUIRED if not hasattr(bk, a)]
+    if missing:
+        raise OracleError(f"backend {spec!r}: the object {target}() returned lacks {', '.join(missing)}")
+    from .compare import TOLERANCES
+    if not bk.exact and bk.dtype not in TOLERANCES:
+        raise OracleError(f"backend {spec!r}: dtype {bk.dtype!r} has no tolerance row (known: {', '.join(TOLERANCES)})")
+    return bk

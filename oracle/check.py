@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cache_free import cache_free_check
+from .cases import REFERENCE, run
 from .compare import Check, Report, compare_runs
 from .errors import OracleError
 from .sampling import SamplingParams
@@ -24,22 +25,22 @@ class Case:
     policy: str = "sequential"
     reproduce: str = ""
 
+    @property
+    def ops(self) -> tuple:
+        """The rounds as runner ops: a request joins right before the first round naming it."""
+        ops, joined = [], set()
+        for counts in self.rounds:
+            ops += [("add", rid) for rid in counts if rid not in joined]
+            joined |= set(counts)
+            ops.append(("step", tuple(counts.items())))
+        return tuple(ops)
+
 
 def run_case(model, case: Case, mode: str, backend=None, replay: dict | None = None):
-    """Run all rounds of a case in one mode; returns the round traces and the session.
-    replay: rid -> uniforms to consume instead of the request's generator."""
-    from .backends import ReferenceBackend
-    s = (backend or ReferenceBackend()).session(model, case.d, case.D, mode, case.policy)
-    traces = []
-    joined = set()
-    for counts in case.rounds:
-        for rid in counts:                         # requests join when first named
-            if rid not in joined:
-                s.add(rid, case.prompts[rid], case.params[rid],
-                      **({"replay": replay.get(rid, [])} if replay is not None else {}))
-                joined.add(rid)
-        traces.append(s.step(counts))
-    return traces, s
+    """Run all rounds of a case in one mode (oracle.cases.run); returns the round traces and
+    the session. replay: rid -> uniforms to consume instead of the request's generator."""
+    r = run(backend or REFERENCE, model, case, mode, replay=replay)
+    return r.traces, r.session
 
 
 def schedule_violation(tr, mode: str) -> str | None:

@@ -66,6 +66,8 @@ def run(args) -> int:
     custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len")) \
         or (args.draft_loops, args.target_loops, args.rounds, args.policy) != (2, 4, 4, "sequential")
     cases = [custom_case(args)] if custom else default_cases(model.cfg.vocab_size)
+    if args.reference and not args.backend:
+        raise OracleError("--reference needs --backend (the backend it judges)")
     if args.backend and args.backend != "reference":
         from .backend_check import check_backend
         return check_backend(args, model, cases, t0)
@@ -100,7 +102,9 @@ def run(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("check", help="compare block and loop rounds on the reference (the main job)")
     add_round_options(p)
-    p.add_argument("--backend", default=None, help="compare a backend's rounds with the reference "
-                   "(torch-cpu | torch-cuda | package.module:factory)")
+    p.add_argument("--backend", default=None, help="judge a backend's rounds against the reference "
+                   "(torch-cpu | torch-cpu-bf16 | torch-cuda | jax | package.module:factory)")
+    p.add_argument("--reference", default=None, help="with --backend: the backend that computes the judge's "
+                   "side (default: the NumPy FP32 reference; `jax` reaches the ouro-1.4b shape on a GPU)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

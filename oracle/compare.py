@@ -1,35 +1,49 @@
-"""Diff two runs of round traces (shared/DESIGN.md section 8).
+"""The one judge: round traces of a backend against the reference's (docs/DESIGN.md, "The judge").
 
-Exact mode: everything bit for bit. Tolerance mode (a backend's dtype): KV and logits by
-relative error from TOLERANCES; token decisions by the first-divergence rule (a token may
-differ only where the reference's decision was within the backend's precision, and the
-comparison of that request stops there). RNG events are compared exactly in both modes
-(a device RNG is checked by replaying its uniforms on the reference).
+`compare_runs(ref, other, dtype)` is the only comparison in the project: `check`, `check
+--backend`, `trace diff`, the property suite, gpu_tests and the benchmarks' refusal all call it.
+
+* dtype "exact": everything bit for bit (KV writes, logits, RNG events, decisions, stats).
+* a reduced-precision dtype: KV writes and logits by relative error from TOLERANCES; token
+  decisions by the first-divergence rule, PER REQUEST: where a request's decision differs at
+  a reference near-tie (margin <= tol["margin"]), only what precedes that decision is
+  compared (KV writes and logits of earlier offsets, the RNG events drawn before it), and the
+  request is not compared in later rounds. Every other request's rows still are.
+  Every decision of the backend must also be what the reference's rules give from the
+  backend's OWN logits and uniforms (decisions.unexplained_decision), in every round.
+* Either way: the KV write addresses, the logits' keys and the counts-derived stats do not
+  depend on tokens, so they are compared in full; a trace that cannot be a round's output
+  (token ids outside the vocabulary, q(x) = 0 drafts, missing logits) is a failed check.
+
+A failed check names case, round, request, offset, depth and layer of the first difference
+and carries the reproduce line.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .decisions import first_divergence, trace_problem, unexplained_decision
+from .errors import OracleError
 from .rng_trace import first_difference
-from .sampling import SamplingParams, accepts, categorical, filtered_probs, greedy_token, residual
 
 # The one tolerance table, keyed by dtype. kv, logits: relative error ||a - b|| / ||b||
 # allowed per KV write and per logits vector. margin: how close the reference's decision
-# must be to its threshold (top-two probabilities, a CDF boundary, u*q(x) vs p(x)) for a
-# token divergence to be excused. bfloat16: on the random tiny/small models the FP32->BF16
-# error grows with depth to ~2% (mean) at depth D-1 and ~4% on single vectors, and moves
-# near-tie decisions by up to ~0.1 (measured on CPU and on an H200; docs/gpu_results.md).
-# self_margin: a backend's decision must be the reference's rule applied to the backend's
-# OWN logits and uniforms, except within this margin of the threshold (sampling runs in FP32
-# on every backend, so the same for all dtypes; unexplained_decision below).
+# must be to its threshold for a token divergence to be excused. bfloat16: on the random
+# tiny/small models the FP32->BF16 error grows with depth to ~2% (mean) at depth D-1 and ~4%
+# on single vectors, and moves near-tie decisions by up to ~0.1 (CPU and H200 measurements,
+# docs/results.md). self_margin: a backend's decision must be the reference's rule applied to
+# the backend's OWN logits and uniforms, except within this margin (sampling runs in FP32 on
+# every backend, so the same for all dtypes).
 TOLERANCES = {
     "exact": {"kv": 0.0, "logits": 0.0, "margin": 0.0, "self_margin": 0.0},
     "float32": {"kv": 1e-5, "logits": 1e-5, "margin": 1e-5, "self_margin": 1e-5},
     "bfloat16": {"kv": 6e-2, "logits": 6e-2, "margin": 0.1, "self_margin": 1e-5},
     "float16": {"kv": 1e-2, "logits": 1e-2, "margin": 2e-2, "self_margin": 1e-5},
 }
+CHECKS = ("rounds", "schedule", "malformed", "decisions", "tokens", "rng_events", "kv_writes",
+          "draft_logits", "verify_logits", "stats")
 
 
 @dataclass(slots=True)
@@ -42,10 +56,13 @@ class Check:
 @dataclass(slots=True)
 class Report:
     checks: list = field(default_factory=list)
+    reproduce: str = ""
+    failures: int = 0
     kv_writes_compared: int = 0
     logits_compared: int = 0
     rng_events_compared: int = 0
     tokens_compared: int = 0
+    request_rounds: int = 0
     max_rel_err: dict = field(default_factory=lambda: {"kv": 0.0, "logits": 0.0})
     divergences: list = field(default_factory=list)    # excused token divergences
 
@@ -56,213 +73,164 @@ class Report:
     def first_failure(self) -> Check | None:
         return next((c for c in self.checks if not c.ok), None)
 
+    def fail(self, name: str, detail: str) -> None:
+        """Record a failure; each check keeps its first one (the first real difference)."""
+        self.failures += 1
+        if not any(c.name == name for c in self.checks):
+            self.checks.append(Check(name, False, detail + (f" (reproduce: {self.reproduce})" if self.reproduce else "")))
+
+    def finish(self) -> "Report":
+        failed = {c.name for c in self.checks}
+        self.checks += [Check(n, True) for n in CHECKS if n not in failed]
+        return self
+
 
 def rel_err(a, b) -> float:
+    """||a - b|| / ||b|| over finite entries; -inf (a masked logit) must sit at the same places."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    masked = (a == -np.inf) & (b == -np.inf)
+    a, b = np.where(masked, 0.0, a), np.where(masked, 0.0, b)
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         return float("inf")
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def _arrays(rep, name, A, B, tol, kind, describe, exact):
-    if A.keys() != B.keys():
-        only = sorted(set(A) ^ set(B), key=str)[:3]
-        rep.checks.append(Check(name, False, f"different entries, e.g. {only} on one side only"))
-        return False
-    for key in A:
-        a, b = A[key], B[key]
-        if exact:
-            same = a.shape == b.shape and np.array_equal(a, b)
-            err = 0.0 if same else (rel_err(a, b) if a.shape == b.shape else float("inf"))
-        else:
-            err = rel_err(a, b)
-            same = err <= tol
-        rep.max_rel_err[kind] = max(rep.max_rel_err[kind], err)
-        if not same:
-            rep.checks.append(Check(name, False, f"{describe(key)} differs: relative error {err:.3g}"
-                                    + ("" if exact else f" > tolerance {tol:g}")))
-            return False
-    return True
-
-
-def _softmax(lg) -> np.ndarray:
-    e = np.exp(np.asarray(lg, np.float64) - np.max(lg))
-    return e / e.sum()
-
-
-def greedy_margin(logits, x: int, y: int) -> float:
-    """How near a tie the reference's choice x was against y: (p(x) - p(y)) / max p."""
-    p = _softmax(logits)
-    return float((p[x] - p[y]) / p.max())
-
-
-def draw_margin(probs, y: int, u: float) -> float:
-    """How far the draw's target u*total was from the CDF interval of token y (0 inside)."""
-    cdf = np.cumsum(np.asarray(probs, np.float64))
-    t, lo, hi = u * cdf[-1], (cdf[y - 1] if y > 0 else 0.0), cdf[y]
-    return float(max(lo - t, t - hi, 0.0) / cdf[-1])
-
-
-def _u(tr, rid, purpose, offset) -> float:
-    return next(e.value for e in tr.rng_events if e.request == rid and e.purpose == purpose and e.offset == offset)
-
-
-def first_divergence(a, b, rid, T: int):
-    """The first differing decision of request rid in round traces a (reference) and b:
-    (cut, what, margin) or None. Offsets 0..cut-1 saw identical tokens on both sides;
-    margin is how close the reference's decision was to its threshold."""
-    params = SamplingParams(**a.params[rid]) if rid in a.params else SamplingParams()
-    K = T - 1
-    for n in range(K):
-        x, y = a.drafts[rid][n], b.drafts[rid][n]
-        if x != y:
-            lg = a.draft_logits[(rid, n)]
-            m = greedy_margin(lg, x, y) if params.greedy else \
-                draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n))
-            return n + 1, f"draft token of offset {n + 1}: {x} vs {y}", m
-    ar, br = a.accepted[rid], b.accepted[rid]
-    if ar != br:
-        o = min(ar, br)
-        x, lg = a.drafts[rid][o], a.verify_logits[(rid, o)]
-        if params.greedy:
-            p = _softmax(lg)
-            m = float(abs(p[x] - np.delete(p, x).max()) / p.max())
-        else:
-            p, q = filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, o)], params)
-            m = float(abs(_u(a, rid, "accept", o) * q[x] - p[x]))
-        return T, f"acceptance of the draft at offset {o}: accepted {ar} vs {br}", m
-    x, y = a.emitted[rid][-1], b.emitted[rid][-1]
-    if x != y:
-        lg = a.verify_logits[(rid, ar)]
-        if params.greedy:
-            m = greedy_margin(lg, x, y)
-        elif ar < K:
-            dist = residual(filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, ar)], params))
-            m = draw_margin(dist, y, _u(a, rid, "residual", ar))
-        else:
-            m = draw_margin(filtered_probs(lg, params), y, _u(a, rid, "bonus", K))
-        return T, f"final token: {x} vs {y}", m
-    return None
-
-
-def redecide(tr, rid, T: int):
-    """Trace tr with request rid's decisions re-made by the reference's rules from tr's OWN
-    logits and recorded uniforms (tr's tokens as context). first_divergence(redecide(tr, ..),
-    tr, ..) then names the first decision of tr that its own logits do not explain.
-    A decision needing a uniform tr never drew (its path had already differed) is left
-    as a placeholder that differs from tr's."""
-    params = SamplingParams(**tr.params[rid]) if rid in tr.params else SamplingParams()
-    K, drafts, a_tr = T - 1, tr.drafts[rid], tr.accepted[rid]
-    probs = lambda lg: filtered_probs(lg, params)
-    redrafts = [greedy_token(tr.draft_logits[(rid, n)]) if params.greedy else
-                categorical(probs(tr.draft_logits[(rid, n)]), _u(tr, rid, "draft", n)) for n in range(K)]
-    a = K
-    for o in range(K):
-        lg, x = tr.verify_logits[(rid, o)], drafts[o]
-        if params.greedy:
-            ok = greedy_token(lg) == x
-        elif o > a_tr:                                  # no uniform: tr had rejected earlier
-            break
-        else:
-            ok = accepts(_u(tr, rid, "accept", o), probs(lg)[x], probs(tr.draft_logits[(rid, o)])[x])
-        if not ok:
-            a = o
-            break
-    lg = tr.verify_logits[(rid, a)]
-    if a != a_tr:                                       # the acceptance differs: the final is not compared
-        final = tr.emitted[rid][-1]
-    elif params.greedy:
-        final = greedy_token(lg)
-    elif a < K:
-        final = categorical(residual(probs(lg), probs(tr.draft_logits[(rid, a)])), _u(tr, rid, "residual", a))
+def _differ(rep, kind, a, b, tol, exact) -> tuple[bool, float]:
+    if exact:
+        same = all(np.shape(x) == np.shape(y) and np.array_equal(x, y) for x, y in zip(a, b))
+        err = 0.0 if same else rel_err(np.stack(a), np.stack(b)) if all(
+            np.shape(x) == np.shape(y) for x, y in zip(a, b)) else float("inf")
     else:
-        final = categorical(probs(lg), _u(tr, rid, "bonus", K))
-    return replace(tr, drafts={**tr.drafts, rid: redrafts}, accepted={**tr.accepted, rid: a},
-                   emitted={**tr.emitted, rid: list(tr.emitted[rid][:-1]) + [final]})
+        err = rel_err(np.stack(a), np.stack(b))
+        same = err <= tol[kind]
+    rep.max_rel_err[kind] = max(rep.max_rel_err[kind], err)
+    return not same, err
 
 
-def unexplained_decision(tr, rid, T: int, margin: float):
-    """A decision of trace tr that the reference's rules, applied to tr's own logits and
-    uniforms, do not make (beyond `margin` of the threshold, measured on tr's logits):
-    a message, or None. This is what makes an excused divergence trustworthy: the backend
-    decided as the reference would have from the logits it computed, and those logits are
-    within tolerance, so the divergence comes from precision, not from decision logic."""
-    div = first_divergence(redecide(tr, rid, T), tr, rid, T)
-    if div is None or div[2] <= margin:
-        return None
-    return f"request {rid} {div[1]}: the reference's rules give the first value from the backend's own " \
-           f"logits and uniforms (margin {div[2]:.3g} > {margin:g})"
+def _events_before(events, div):
+    """The RNG events a request draws whatever its diverged decision: all drafts (their count
+    is K under both policies), and the accept uniforms up to the diverged acceptance."""
+    if div is None or div.kind == "final":
+        return events
+    return [e for e in events if e.purpose == "draft" or
+            (div.kind == "accept" and e.purpose == "accept" and e.offset <= div.offset)]
 
 
-def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = "") -> Report:
-    """Compare round traces `other` against `ref` (same requests, rounds and inputs)."""
-    tol = TOLERANCES[dtype]
-    exact = dtype == "exact"
-    rep = Report()
-    suffix = f" (reproduce: {reproduce})" if reproduce else ""
+def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls) -> None:
+    """One request of one round; a request whose decisions diverged joins `stopped`."""
+    V = len(next(iter(a.verify_logits.values())))
+    bad = trace_problem(b, rid, T, V)
+    if bad:
+        rep.fail("malformed", f"{at}: {bad}")
+        stopped.add(rid)
+        return
+    if not exact:
+        own = unexplained_decision(b, rid, T, tol["self_margin"])
+        if own:
+            rep.fail("decisions", f"{at}: {own}")
+    if rid in stopped:
+        return
+    rep.request_rounds += 1
+    div, cut = first_divergence(a, b, rid, T), T
+    # RNG events first: the order contract (a misplaced draw is the cause of what follows)
+    ea = _events_before([e for e in a.rng_events if e.request == rid], None if exact else div)
+    eb = _events_before([e for e in b.rng_events if e.request == rid], None if exact else div)
+    diff = first_difference(ea, eb)
+    rep.rng_events_compared += min(len(ea), len(eb))
+    if diff:
+        rep.fail("rng_events", f"{at}: {diff}")
+    if div is not None:
+        if exact or div.margin > tol["margin"]:
+            rep.fail("tokens", f"{at}: {div.what} (reference margin {div.margin:.3g}"
+                     + ("" if exact else f" > allowed {tol['margin']:g}") + ")")
+        else:
+            rep.divergences.append(f"{at}: {div.what}, reference margin {div.margin:.2g} <= {tol['margin']:g}; "
+                                   f"request {rid} is compared up to offset {div.cut - 1} and not after")
+        stopped.add(rid)
+        cut = div.cut
+    rep.tokens_compared += len(a.emitted[rid]) if div is None else div.offset
+    # KV writes: every address exactly; values at offsets that ran on identical tokens
+    start = len(a.prefix[rid]) - 1
+    KA = {k: v for k, v in a.kv_writes.items() if k[0] == rid}
+    KB = {k: v for k, v in b.kv_writes.items() if k[0] == rid}
+    name = lambda k: f"KV write of offset {k[1] - start} (position {k[1]}) depth {k[2]} layer {k[3]}"
+    for k in sorted(KA.keys() ^ KB.keys(), key=str)[:1]:
+        rep.fail("kv_writes", f"{at}: {name(k)} is {'missing from' if k in KA else 'extra in'} the backend's trace")
+    for k in sorted(KA.keys() & KB.keys()):
+        if k[1] - start >= cut:
+            continue
+        (ca, ka, va), (cb, kb, vb) = KA[k], KB[k]
+        if same_calls and ca != cb:
+            rep.fail("kv_writes", f"{at}: {name(k)} made by call {cb}, the reference's by call {ca}")
+        differs, err = _differ(rep, "kv", [ka, va], [kb, vb], tol, exact)
+        rep.kv_writes_compared += 1
+        if differs:
+            rep.fail("kv_writes", f"{at}: {name(k)} differs: relative error {err:.3g}"
+                     + ("" if exact else f" > tolerance {tol['kv']:g}"))
+    # draft and verification logits (offset o's logits ran on offsets 0..o's tokens)
+    for check, A, B, n in (("draft_logits", a.draft_logits, b.draft_logits, T - 1),
+                           ("verify_logits", a.verify_logits, b.verify_logits, T)):
+        extra = sorted(k for k in B if k[0] == rid and k not in A)
+        if extra:
+            rep.fail(check, f"{at}: extra {check} at offset {extra[0][1]} in the backend's trace")
+        for o in range(min(n, cut)):
+            differs, err = _differ(rep, "logits", [A[(rid, o)]], [B[(rid, o)]], tol, exact)
+            rep.logits_compared += 1
+            if differs:
+                rep.fail(check, f"{at}: {check} of offset {o} differ: relative error {err:.3g}"
+                         + ("" if exact else f" > tolerance {tol['logits']:g}"))
+
+
+def _calls(tr) -> list:
+    return [(sorted(map(tuple, c["rows"])), sorted(map(tuple, c.get("draft_head", [])))) for c in tr.calls]
+
+
+def _judge_stats(rep, a, b, where, same_calls, diverged) -> None:
+    sa, sb = a.stats or {}, b.stats or {}
+    keys = ["recurrent_calls", "drafted", "draft_head_rows"] + (["rows_per_call"] if same_calls else [])
+    keys += [] if diverged else ["accepted"]
+    for key in keys:
+        if key in sa and key in sb and sa[key] != sb[key]:
+            rep.fail("stats", f"{where}: stats {key} {sb[key]}, the reference's {sa[key]}")
+    if "accepted" in sb and sb["accepted"] != sum(b.accepted.values()):
+        rep.fail("stats", f"{where}: stats accepted {sb['accepted']} != the sum of accepted counts "
+                 f"{sum(b.accepted.values())}")
+    if "kv_writes" in sb and sb["kv_writes"] != len(b.kv_writes):
+        rep.fail("kv_writes", f"{where}: the backend made {sb['kv_writes']} KV writes to {len(b.kv_writes)} "
+                 "addresses (a duplicate write)")
+
+
+def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = "", case: str = "") -> Report:
+    """Judge round traces `other` against `ref` (same requests, rounds and inputs). dtype:
+    "exact" or a row of TOLERANCES (a backend's dtype). case: prefix of every place named."""
+    if dtype not in TOLERANCES:
+        raise OracleError(f"no tolerance row for dtype {dtype!r} (known: {', '.join(TOLERANCES)})")
+    tol, exact = TOLERANCES[dtype], dtype == "exact"
+    rep = Report(reproduce=reproduce)
+    pre = f"{case}: " if case else ""
     if len(ref) != len(other):
-        rep.checks.append(Check("rounds", False, f"{len(ref)} rounds vs {len(other)}"))
-        return rep
-    stopped: set = set()               # requests past an excused divergence
+        rep.fail("rounds", f"{pre}{len(ref)} rounds in the reference, {len(other)} in the backend's trace")
+        return rep.finish()
+    stopped: set = set()                  # requests past a divergence
     for a, b in zip(ref, other):
-        r = a.round
-        where = f"round {r}"
-        if a.round != b.round or a.requests != b.requests or list(a.token_counts) != list(b.token_counts):
-            rep.checks.append(Check("inputs", False, f"{where}: round index, requests or token counts differ "
-                                    f"(round {b.round}, requests {b.requests}, counts {b.token_counts})"))
-            return rep
-        live = {rid for rid in a.requests if rid not in stopped}
-        # RNG events first: the order contract
-        ea = [e for e in a.rng_events if e.request in live]
-        eb = [e for e in b.rng_events if e.request in live]
-        diff = first_difference(ea, eb)
-        rep.rng_events_compared += min(len(ea), len(eb))
-        if diff:
-            rep.checks.append(Check("rng_events", False, f"{where}: {diff}{suffix}"))
-        # KV writes, draft and verification logits
-        kva = {k: v[1:] for k, v in a.kv_writes.items() if k[0] in live}
-        kvb = {k: v[1:] for k, v in b.kv_writes.items() if k[0] in live}
-        KA = {k: np.stack(v) for k, v in kva.items()}
-        KB = {k: np.stack(v) for k, v in kvb.items()}
-        if _arrays(rep, "kv_writes", KA, KB, tol["kv"], "kv",
-                   lambda k: f"{where}: KV write request {k[0]} position {k[1]} depth {k[2]} layer {k[3]}", exact):
-            rep.kv_writes_compared += len(KA)
-        for name, A, B in (("draft_logits", a.draft_logits, b.draft_logits),
-                           ("verify_logits", a.verify_logits, b.verify_logits)):
-            A = {k: v for k, v in A.items() if k[0] in live}
-            B = {k: v for k, v in B.items() if k[0] in live}
-            if _arrays(rep, name, A, B, tol["logits"], "logits",
-                       lambda k, n=name: f"{where}: {n} of request {k[0]} offset {k[1]}", exact):
-                rep.logits_compared += len(A)
-        # token decisions: exact, or the first-divergence rule
+        where = f"{pre}round {a.round}"
+        if a.round != b.round or list(a.requests) != list(b.requests) or list(a.token_counts) != list(b.token_counts):
+            rep.fail("rounds", f"{where}: round index, requests or token counts differ (backend: round {b.round}, "
+                     f"requests {b.requests}, counts {b.token_counts})")
+            return rep.finish()
+        same_calls = a.mode == b.mode and bool(a.calls) and bool(b.calls)
+        if same_calls and _calls(a) != _calls(b):
+            n = next((n for n, (x, y) in enumerate(zip(_calls(a), _calls(b))) if x != y), min(len(a.calls), len(b.calls)))
+            rep.fail("schedule", f"{where}: call {n} of the backend's {b.mode} round differs from the reference's "
+                     f"({len(b.calls)} calls vs {len(a.calls)})")
         for rid, T in zip(a.requests, a.token_counts):
-            if rid in stopped:
-                continue
-            rep.tokens_compared += len(a.emitted.get(rid, []))
-            own = None if exact else unexplained_decision(b, rid, T, tol["self_margin"])
-            if own:
-                rep.checks.append(Check("decisions", False, f"{where}: {own}{suffix}"))
-            same = (a.drafts.get(rid) == b.drafts.get(rid) and a.accepted.get(rid) == b.accepted.get(rid)
-                    and a.emitted.get(rid) == b.emitted.get(rid))
-            if same:
-                continue
-            div = first_divergence(a, b, rid, T) if not exact else None
-            if div is not None and div[2] <= tol["margin"]:
+            at = f"{where} request {rid}"
+            try:
+                _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls)
+            except (OracleError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+                rep.fail("malformed", f"{at}: the backend's trace cannot be judged ({type(e).__name__}: {e})")
                 stopped.add(rid)
-                rep.divergences.append(f"{where}: request {rid} {div[1]}, reference margin {div[2]:.2g} "
-                                       f"<= {tol['margin']:g}; comparison of request {rid} stops")
-                continue
-            what = div[1] + f" (reference margin {div[2]:.3g})" if div else \
-                f"drafts {a.drafts.get(rid)} / accepted {a.accepted.get(rid)} / emitted {a.emitted.get(rid)} vs " \
-                f"{b.drafts.get(rid)} / {b.accepted.get(rid)} / {b.emitted.get(rid)}"
-            rep.checks.append(Check("tokens", False, f"{where}: request {rid} {what}{suffix}"))
-        # the stats both rounds must agree on
-        for key in ("recurrent_calls", "drafted", "accepted", "draft_head_rows"):
-            if not stopped and a.stats.get(key) != b.stats.get(key):
-                rep.checks.append(Check("stats", False, f"{where}: {key} {a.stats.get(key)} vs {b.stats.get(key)}"))
-        if not stopped and sum(a.stats.get("rows_per_call", [])) != sum(b.stats.get("rows_per_call", [])):
-            rep.checks.append(Check("stats", False, f"{where}: total rows differ"))
-    for name in ("rng_events", "kv_writes", "draft_logits", "verify_logits", "decisions", "tokens", "stats"):
-        if not any(c.name == name for c in rep.checks):
-            rep.checks.append(Check(name, True))
-    return rep
+        _judge_stats(rep, a, b, where, same_calls, diverged=bool(stopped & set(a.requests)))
+    return rep.finish()

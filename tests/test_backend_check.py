@@ -23,12 +23,12 @@ def test_faulty_backend_fails_check_and_names_the_place():
 
 
 def test_replayed_reference_reproduces_a_run():
-    """The replay path used for backends with their own device RNG."""
-    from oracle.backend_check import replayed_reference
-    from oracle.check import default_cases, run_case
+    """The replay path used for inexact backends: the reference consuming a run's uniforms."""
+    from oracle.cases import reference_run, run, REFERENCE
+    from oracle.check import default_cases
     from oracle.compare import compare_runs
     from oracle.model import build_model
     m = build_model("tiny")
     for case in default_cases(m.cfg.vocab_size):
-        got = run_case(m, case, "loop")[0]
-        assert compare_runs(replayed_reference(m, case, "block", got), got, "exact").ok, case.name
+        got = run(REFERENCE, m, case, "loop")
+        assert compare_runs(reference_run(m, case, "block", replay_from=got).traces, got.traces, "exact").ok, case.name

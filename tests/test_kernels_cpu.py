@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from kernels.backend import make_torch_backend
 from kernels.bench import measure_c_table
 from kernels.bench_rounds import make_session, random_weights, run_generation
-from kernels.parity import compare_traces
 from kernels.plan import build_plan, sampling_variant
 from kernels import sampler
 from oracle import sampling
@@ -55,9 +54,7 @@ def run_both(model, mode, policy, rounds, d=2, D=4, replay=None, **opts):
 def assert_same(tr_ref, tr_got, max_err=1e-4, eager=True):
     rep = compare_runs(tr_ref, tr_got, "float32")
     assert rep.ok and not rep.divergences, (rep.first_failure(), rep.divergences)
-    par = compare_traces(tr_ref, tr_got, "float32")
-    assert par.ok and not par.divergences, (par.failures[:3], par.divergences)
-    assert par.max_err["kv"] < max_err and par.max_err["logits"] < max_err
+    assert rep.max_rel_err["kv"] < max_err and rep.max_rel_err["logits"] < max_err
     for a, b in zip(tr_ref, tr_got):
         assert (b.dtype, b.mode, b.round, b.policy) == ("float32", a.mode, a.round, a.policy)
         assert b.calls == a.calls and b.prefix == a.prefix and b.params == a.params
@@ -95,7 +92,7 @@ def test_block_and_loop_agree_on_torch(model):
     tb, tl = (run_both(model, m, "sequential", MULTI)[1] for m in ("block", "loop"))
     assert [t.emitted for t in tb] == [t.emitted for t in tl]
     assert [t.rng_events for t in tb] == [t.rng_events for t in tl]
-    assert compare_traces(tb, tl, "float32", schedule=False).ok
+    assert compare_runs(tb, tl, "float32").ok
 
 
 def test_poisoned_kv_past_frontier_is_never_read(model):
@@ -398,13 +395,13 @@ def test_parity_excuses_only_near_ties(model):
     lg = ref.draft_logits[(rid, 0)]
     far = int(np.argmin(lg))
     got.drafts[rid][0] = far                                             # a clear (non-tie) divergence
-    rep = compare_traces([ref], [got], "float32")
-    assert not rep.ok and "draft token of offset 1" in rep.failures[-1]
+    rep = compare_runs([ref], [got], "float32")
+    assert not rep.ok and "draft token of offset 1" in next(c.detail for c in rep.checks if c.name == "tokens")
     lg2 = lg.copy()
     lg2[far] = lg2[x] - 1e-7                                             # now a near tie in the reference
     ref.draft_logits[(rid, 0)] = got.draft_logits[(rid, 0)] = lg2
-    rep = compare_traces([ref], [got], "float32")
-    assert rep.ok and rep.divergences
+    rep = compare_runs([ref], [got], "float32")
+    assert rep.ok and rep.divergences, rep.first_failure()
 
 
 def test_bench_helpers_on_cpu():

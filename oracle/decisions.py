@@ -1,0 +1,182 @@
+"""Token decisions of a round, as the judge sees them (docs/DESIGN.md, "The judge").
+
+* `trace_problem`: what in a backend's trace of one request cannot be a round's output at
+  all (token ids outside the vocabulary, a wrong number of drafts, emitted tokens that break
+  the commit rule, missing or NaN logits). Such a trace is a failed check, never an abort.
+* `first_divergence`: the first decision where two traces of one request differ, and how
+  close the reference's decision was to its threshold (the first-divergence rule).
+* `redecide` / `unexplained_decision`: a backend's decisions re-made by the reference's rules
+  from the backend's OWN logits and uniforms; a decision they do not give is a failed check.
+
+Margins (how near its threshold a decision was):
+  greedy choice     (p(x) - p(y)) / max p              (top-two probabilities)
+  categorical draw  distance of u*total to token y's CDF interval, / total
+  sampled accept    |u * q(x) - p(x)|
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import NamedTuple
+
+import numpy as np
+
+from .errors import OracleError
+from .sampling import SamplingParams, accepts, categorical, filtered_probs, greedy_token, residual
+
+
+class Divergence(NamedTuple):
+    cut: int          # offsets 0..cut-1 ran on identical tokens on both sides
+    what: str
+    margin: float     # how close the reference's decision was to its threshold
+    kind: str         # "draft" | "accept" | "final"
+    offset: int       # the offset whose decision differs
+
+
+def params_of(tr, rid) -> SamplingParams:
+    return SamplingParams(**tr.params[rid]) if rid in tr.params else SamplingParams()
+
+
+def _softmax(lg) -> np.ndarray:
+    lg = np.asarray(lg, np.float64)
+    e = np.exp(lg - np.max(lg))
+    return e / e.sum()
+
+
+def greedy_margin(logits, x: int, y: int) -> float:
+    """How near a tie the reference's choice x was against y: (p(x) - p(y)) / max p."""
+    p = _softmax(logits)
+    return float((p[x] - p[y]) / p.max())
+
+
+def draw_margin(probs, y: int, u: float) -> float:
+    """How far the draw's target u*total was from the CDF interval of token y (0 inside)."""
+    cdf = np.cumsum(np.asarray(probs, np.float64))
+    t, lo, hi = u * cdf[-1], (cdf[y - 1] if y > 0 else 0.0), cdf[y]
+    return float(max(lo - t, t - hi, 0.0) / cdf[-1])
+
+
+def _u(tr, rid, purpose, offset) -> float:
+    for e in tr.rng_events:
+        if e.request == rid and e.purpose == purpose and e.offset == offset:
+            return e.value
+    raise OracleError(f"request {rid} has no {purpose} RNG event at offset {offset}")
+
+
+def _is_token(x, V: int) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < V
+
+
+def trace_problem(tr, rid, T: int, V: int) -> str | None:
+    """Why request rid's part of round trace tr is not a well-formed round output, or None."""
+    K = T - 1
+    drafts, a, emitted = tr.drafts.get(rid), tr.accepted.get(rid), tr.emitted.get(rid)
+    if drafts is None or a is None or emitted is None:
+        return "drafts, accepted count or emitted tokens are missing"
+    if len(drafts) != K:
+        return f"{len(drafts)} draft tokens for K = {K}"
+    for what, toks in (("draft", drafts), ("emitted", emitted)):
+        bad = [x for x in toks if not _is_token(x, V)]
+        if bad:
+            return f"{what} token {bad[0]!r} is not a token id in [0, {V})"
+    if not (isinstance(a, (int, np.integer)) and 0 <= a <= K):
+        return f"accepted count {a!r} is outside 0..{K}"
+    if len(emitted) != a + 1 or list(emitted[:a]) != list(drafts[:a]):
+        return f"emitted {list(emitted)} is not the {a} accepted drafts {list(drafts[:a])} plus one token"
+    for name, logits, n in (("verification", tr.verify_logits, T), ("draft", tr.draft_logits, K)):
+        for o in range(n):
+            lg = logits.get((rid, o))
+            if lg is None:
+                return f"{name} logits of offset {o} are missing"
+            lg = np.asarray(lg)
+            if lg.shape != (V,):
+                return f"{name} logits of offset {o} have shape {list(lg.shape)}, expected [{V}]"
+            if np.isnan(lg).any() or np.isposinf(lg).any() or not np.isfinite(lg).any():
+                return f"{name} logits of offset {o} hold NaN or +inf, or no finite value"
+    return None
+
+
+def first_divergence(a, b, rid, T: int) -> Divergence | None:
+    """The first differing decision of request rid in round traces a (reference) and b."""
+    params, K = params_of(a, rid), T - 1
+    for n in range(K):
+        x, y = a.drafts[rid][n], b.drafts[rid][n]
+        if x != y:
+            lg = a.draft_logits[(rid, n)]
+            m = greedy_margin(lg, x, y) if params.greedy else \
+                draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n))
+            return Divergence(n + 1, f"draft token of offset {n + 1}: {x} vs {y}", m, "draft", n)
+    ar, br = a.accepted[rid], b.accepted[rid]
+    if ar != br:
+        o = min(ar, br)
+        x, lg = a.drafts[rid][o], a.verify_logits[(rid, o)]
+        if params.greedy:
+            p = _softmax(lg)
+            m = float(abs(p[x] - np.delete(p, x).max()) / p.max())
+        else:
+            p, q = filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, o)], params)
+            m = float(abs(_u(a, rid, "accept", o) * q[x] - p[x]))
+        return Divergence(T, f"acceptance of the draft at offset {o}: accepted {ar} vs {br}", m, "accept", o)
+    x, y = a.emitted[rid][-1], b.emitted[rid][-1]
+    if x != y:
+        lg = a.verify_logits[(rid, ar)]
+        if params.greedy:
+            m = greedy_margin(lg, x, y)
+        elif ar < K:
+            dist = residual(filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, ar)], params))
+            m = draw_margin(dist, y, _u(a, rid, "residual", ar))
+        else:
+            m = draw_margin(filtered_probs(lg, params), y, _u(a, rid, "bonus", K))
+        return Divergence(T, f"final token (offset {ar}): {x} vs {y}", m, "final", ar)
+    return None
+
+
+def redecide(tr, rid, T: int):
+    """Trace tr with request rid's decisions re-made by the reference's rules from tr's OWN
+    logits and recorded uniforms (tr's tokens as context). A decision that needs a uniform
+    tr never drew (its path had already differed) keeps tr's value."""
+    params, K = params_of(tr, rid), T - 1
+    drafts, a_tr = tr.drafts[rid], tr.accepted[rid]
+    probs = lambda lg: filtered_probs(lg, params)
+    redrafts = [greedy_token(tr.draft_logits[(rid, n)]) if params.greedy else
+                categorical(probs(tr.draft_logits[(rid, n)]), _u(tr, rid, "draft", n)) for n in range(K)]
+    if redrafts != list(drafts):                       # later decisions would need other uniforms
+        return replace(tr, drafts={**tr.drafts, rid: redrafts})
+    a = K
+    for o in range(K):
+        lg, x = tr.verify_logits[(rid, o)], drafts[o]
+        if params.greedy:
+            ok = greedy_token(lg) == x
+        elif o > a_tr:                                  # no uniform: tr had rejected earlier
+            break
+        else:
+            ok = accepts(_u(tr, rid, "accept", o), probs(lg)[x], probs(tr.draft_logits[(rid, o)])[x])
+        if not ok:
+            a = o
+            break
+    lg = tr.verify_logits[(rid, a)]
+    if a != a_tr:                                       # the acceptance differs: the final is not compared
+        final = tr.emitted[rid][-1]
+    elif params.greedy:
+        final = greedy_token(lg)
+    elif a < K:
+        final = categorical(residual(probs(lg), probs(tr.draft_logits[(rid, a)])), _u(tr, rid, "residual", a))
+    else:
+        final = categorical(probs(lg), _u(tr, rid, "bonus", K))
+    return replace(tr, accepted={**tr.accepted, rid: a},
+                   emitted={**tr.emitted, rid: list(tr.emitted[rid][:-1]) + [final]})
+
+
+def unexplained_decision(tr, rid, T: int, margin: float) -> str | None:
+    """A decision of trace tr that the reference's rules, applied to tr's own logits and
+    uniforms, do not make (beyond `margin` of the threshold, measured on tr's logits): a
+    message, or None. An excused divergence is then explained by logits that are within
+    tolerance, never by the backend's sampling or acceptance logic."""
+    try:
+        div = first_divergence(redecide(tr, rid, T), tr, rid, T)
+    except OracleError as e:          # e.g. a draft with q(x) = 0, a uniform outside [0, 1)
+        return f"request {rid}: the reference's rules cannot reach this trace's decisions from its own " \
+               f"logits and uniforms: {e}"
+    if div is None or div.margin <= margin:
+        return None
+    return f"request {rid} {div.what}: the reference's rules give the first value from the backend's own " \
+           f"logits and uniforms (margin {div.margin:.3g} > {margin:g})"
