@@ -32,21 +32,35 @@ class Run:
         return f"{self.backend_name} {self.mode}"
 
 
-def run(bk, model, sc, mode: str, replay: dict | None = None, after_step=None) -> Run:
+def run(bk, model, sc, mode: str, replay: dict | None = None, after_step=None, submit_ahead: bool = False,
+        **options) -> Run:
     """Every op of `sc` on a fresh session of backend `bk`. replay: rid -> uniforms to consume
-    instead of the request's generator. after_step(session, trace): called after each round."""
-    s = bk.session(model, sc.d, sc.D, mode, sc.policy)
+    instead of the request's generator. after_step(session, trace): called after each round.
+    submit_ahead: consecutive rounds are all submitted before the first is collected (backends
+    with submit/collect). options: the backend's session options (e.g. graphs="off")."""
+    s = bk.session(model, sc.d, sc.D, mode, sc.policy, **options)
     out = Run(getattr(bk, "name", type(bk).__name__), mode)
     out.session = s
-    for op, arg in sc.ops:
+    pending = []                                  # submitted, not yet collected (submit_ahead)
+    for op, arg in list(sc.ops) + [("flush", None)]:
+        if op != "step" and pending:
+            for h in pending:
+                out.traces.append(s.collect(h))
+                if after_step is not None:
+                    after_step(s, out.traces[-1])
+            pending = []
         if op == "add":
             kw = {} if replay is None else {"replay": replay.get(arg, [])}
             s.add(arg, list(sc.prompts[arg]), sc.params[arg], **kw)
+        elif op == "step" and submit_ahead:
+            pending.append(s.submit(dict(arg)))
         elif op == "step":
             tr = s.step(dict(arg))
             out.traces.append(tr)
             if after_step is not None:
                 after_step(s, tr)
+        elif op == "flush":
+            pass
         elif op == "remove":
             out.tokens[arg] = list(s.remove(arg))
         else:

@@ -12,6 +12,10 @@ Margins (how near its threshold a decision was):
   greedy choice     (p(x) - p(y)) / max p              (top-two probabilities)
   categorical draw  distance of u*total to token y's CDF interval, / total
   sampled accept    |u * q(x) - p(x)|
+For sampled decisions the margin is scaled by min(T, 1) (`temper`: tempered probabilities move
+1/T times as fast as logits), and is the smaller of that and `filter_margin` of the
+distributions involved: where top-k/top-p were near changing their kept set, the support
+itself moves with precision (top_k=1 turns a draw into a greedy choice).
 """
 from __future__ import annotations
 
@@ -53,6 +57,35 @@ def draw_margin(probs, y: int, u: float) -> float:
     cdf = np.cumsum(np.asarray(probs, np.float64))
     t, lo, hi = u * cdf[-1], (cdf[y - 1] if y > 0 else 0.0), cdf[y]
     return float(max(lo - t, t - hi, 0.0) / cdf[-1])
+
+
+def filter_margin(logits, params: SamplingParams) -> float:
+    """How close the filters' kept set was to changing (inf when no filter cuts): top-k, the
+    gap between the k-th and (k+1)-th probability / max p at temperature 1 (so top_k=1 is the
+    greedy margin); top-p, the distance of the nearest token's preceding mass to p, times
+    `temper`. A draw near such a boundary can land elsewhere in another precision even though
+    its uniform sits far inside a CDF interval."""
+    lg = np.asarray(logits, np.float64)
+    m = float("inf")
+    k = params.top_k
+    if k is not None and k < len(lg):
+        r = np.sort(np.exp(lg - lg.max()))[::-1]
+        m = min(m, float((r[k - 1] - r[k]) / r[0]))
+    if params.top_p is not None and params.top_p < 1 and len(lg) > 1:
+        x = lg / params.temperature
+        s = np.sort(np.exp(x - x.max()))[::-1]
+        s = s[:k] if k is not None else s
+        s = s / s.sum()
+        before = np.cumsum(s) - s
+        if len(s) > 1:
+            m = min(m, temper(params) * float(np.min(np.abs(before[1:] - params.top_p))))
+    return m
+
+
+def temper(params: SamplingParams) -> float:
+    """Margins measured on tempered probabilities move 1/T times as fast as the logits, so
+    below temperature 1 they are scaled by T to stay comparable with a logit-scale precision."""
+    return min(float(params.temperature), 1.0)
 
 
 def _u(tr, rid, purpose, offset) -> float:
@@ -103,7 +136,8 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
         if x != y:
             lg = a.draft_logits[(rid, n)]
             m = greedy_margin(lg, x, y) if params.greedy else \
-                draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n))
+                min(temper(params) * draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n)),
+                    filter_margin(lg, params))
             return Divergence(n + 1, f"draft token of offset {n + 1}: {x} vs {y}", m, "draft", n)
     ar, br = a.accepted[rid], b.accepted[rid]
     if ar != br:
@@ -113,8 +147,10 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
             p = _softmax(lg)
             m = float(abs(p[x] - np.delete(p, x).max()) / p.max())
         else:
-            p, q = filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, o)], params)
-            m = float(abs(_u(a, rid, "accept", o) * q[x] - p[x]))
+            dl = a.draft_logits[(rid, o)]
+            p, q = filtered_probs(lg, params), filtered_probs(dl, params)
+            m = min(temper(params) * float(abs(_u(a, rid, "accept", o) * q[x] - p[x])), filter_margin(lg, params),
+                    filter_margin(dl, params))
         return Divergence(T, f"acceptance of the draft at offset {o}: accepted {ar} vs {br}", m, "accept", o)
     x, y = a.emitted[rid][-1], b.emitted[rid][-1]
     if x != y:
@@ -122,10 +158,13 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
         if params.greedy:
             m = greedy_margin(lg, x, y)
         elif ar < K:
-            dist = residual(filtered_probs(lg, params), filtered_probs(a.draft_logits[(rid, ar)], params))
-            m = draw_margin(dist, y, _u(a, rid, "residual", ar))
+            dl = a.draft_logits[(rid, ar)]
+            dist = residual(filtered_probs(lg, params), filtered_probs(dl, params))
+            m = min(temper(params) * draw_margin(dist, y, _u(a, rid, "residual", ar)), filter_margin(lg, params),
+                    filter_margin(dl, params))
         else:
-            m = draw_margin(filtered_probs(lg, params), y, _u(a, rid, "bonus", K))
+            m = min(temper(params) * draw_margin(filtered_probs(lg, params), y, _u(a, rid, "bonus", K)),
+                    filter_margin(lg, params))
         return Divergence(T, f"final token (offset {ar}): {x} vs {y}", m, "final", ar)
     return None
 

@@ -31,6 +31,8 @@ import numpy as np
 
 from oracle import sampling as oracle_sampling
 from oracle.backends import ReferenceBackend, load_backend
+from oracle import cases
+from oracle.cases import Run, replay_lists  # noqa: F401  (the one runner; tests use these names)
 from oracle.compare import compare_runs
 from oracle.traces import RoundTrace
 
@@ -112,63 +114,19 @@ def reproduce_line(nodeid: str = "") -> str:
 
 # ---- running a scenario -------------------------------------------------------------------
 
-class Run:
-    """One scenario run on one backend in one mode."""
-
-    def __init__(self, backend_name: str, mode: str):
-        self.backend_name, self.mode = backend_name, mode
-        self.traces: list[RoundTrace] = []
-        self.tokens: dict = {}            # rid -> committed tokens (at removal or at the end)
-        self.session = None
-
-    def events(self, rid) -> list:
-        return [e for tr in self.traces for e in tr.rng_events if e.request == rid]
-
-    def label(self) -> str:
-        return f"{self.backend_name} {self.mode}"
-
-
 def run(bk, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> Run:
-    """Run every op of `sc` on a fresh session of `bk`. replay: rid -> uniforms (reference
-    replay mode). after_step(session, trace): called after every round."""
-    model = build_model(sc.cfg, sc.weight_seed)
-    s = bk.session(model, sc.d, sc.D, mode, sc.policy)
-    out = Run(getattr(bk, "name", type(bk).__name__), mode)
-    out.session = s
-    for op, arg in sc.ops:
-        if op == "add":
-            kw = {} if replay is None else {"replay": replay[arg]}
-            s.add(arg, list(sc.prompts[arg]), sc.params[arg], **kw)
-        elif op == "step":
-            tr = s.step(dict(arg))
-            out.traces.append(tr)
-            if after_step is not None:
-                after_step(s, tr)
-        elif op == "remove":
-            out.tokens[arg] = list(s.remove(arg))
-        else:
-            raise ValueError(op)
-    for op, arg in sc.ops:
-        if op == "add" and arg not in out.tokens:
-            out.tokens[arg] = list(s.tokens(arg))
-    return out
-
-
-def replay_lists(other: Run, sc: Scenario) -> dict:
-    """Per request: the uniforms the backend consumed, in order, then padding (only consumed
-    by the reference after an excused divergence, where the comparison has stopped)."""
-    pad = list(np.random.default_rng(2**31 - 1).random(19 * (len(sc.rounds) + 1)))
-    return {rid: [e.value for e in other.events(rid)] + pad for rid in range(len(sc.prompts))}
+    """Every op of `sc` on a fresh session of `bk` (oracle.cases.run, the one runner)."""
+    return cases.run(bk, build_model(sc.cfg, sc.weight_seed), sc, mode, replay, after_step)
 
 
 def reference_run(sc: Scenario, mode: str, replay_from: Run | None = None) -> Run:
     """A reference run; with replay_from, in replay mode consuming that run's uniforms."""
-    return run(REFERENCE, sc, mode, replay=None if replay_from is None else replay_lists(replay_from, sc))
+    return cases.reference_run(build_model(sc.cfg, sc.weight_seed), sc, mode, replay_from)
 
 
 def assert_runs_match(ref: Run, other: Run, dtype: str, nodeid: str = "") -> None:
-    """compare_runs over the round traces (RNG events, KV writes, draft and verification
-    logits, token decisions, stats); exact backends also compare committed tokens."""
+    """The one judge (oracle.compare.compare_runs) over the round traces; exact backends also
+    compare committed tokens."""
     rep = compare_runs(ref.traces, other.traces, dtype)
     what = f"{other.label()} vs {ref.label()}"
     if not rep.ok:
@@ -181,9 +139,10 @@ def assert_runs_match(ref: Run, other: Run, dtype: str, nodeid: str = "") -> Non
     return rep
 
 
-def check_equivalence(sc: Scenario, bk=None) -> dict:
+def check_equivalence(sc: Scenario, bk=None, reports: list | None = None) -> dict:
     """Backend block vs reference block, backend loop vs reference loop, backend block vs
-    backend loop. Returns the backend's runs by mode."""
+    backend loop, by the one judge. Returns the backend's runs by mode; reports (if given)
+    receives the three judge reports in that order."""
     bk = bk or backend()
     sc = supported(sc, bk)
     dt = dtype_of(bk)
@@ -191,8 +150,12 @@ def check_equivalence(sc: Scenario, bk=None) -> dict:
     if not is_reference(bk):
         for mode in MODES:
             ref = reference_run(sc, mode, replay_from=None if bk.exact else runs[mode])
-            assert_runs_match(ref, runs[mode], dt)
-    assert_runs_match(runs["block"], runs["loop"], dt)
+            rep = assert_runs_match(ref, runs[mode], dt)
+            if reports is not None:
+                reports.append(rep)
+    rep = assert_runs_match(runs["block"], runs["loop"], dt)
+    if reports is not None:
+        reports.append(rep)
     return runs
 
 
