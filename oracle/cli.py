@@ -140,6 +140,28 @@ def probability(text: str) -> float:
     return value
 
 
+# ---- output files ----
+
+def check_out_path(path: str, option: str = "--out") -> None:
+    """An output file path: not a directory, in a folder that exists."""
+    from pathlib import Path
+    p = Path(path)
+    if path.strip() == "":
+        raise OracleError(f"{option}: empty file name")
+    if p.is_dir():
+        raise OracleError(f"{option} {path}: is a directory; give a file name")
+    if not p.parent.is_dir():
+        raise OracleError(f"{option} {path}: folder {p.parent} does not exist")
+
+
+def write_out(path: str, text: str, summary: str, option: str = "--out") -> None:
+    """Write the result to a file and print one summary line instead of the result."""
+    check_out_path(path, option)
+    with open(path, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    print(f"{summary}; wrote {path}")
+
+
 # ---- running a command ----
 
 def save_traceback() -> str:
