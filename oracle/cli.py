@@ -31,7 +31,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        switch = action.nargs == 0                       # store_true and friends
+        if "default" in text or action.default is None or action.default is argparse.SUPPRESS or switch \
+                or not action.option_strings:
             return text
         return text + " (default: %(default)s)"
 

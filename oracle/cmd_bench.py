@@ -59,12 +59,17 @@ MAX_ROWS = 4096          # c-table row counts M
 MAX_CONTEXT = 32768      # keys per row
 MAX_TOKENS = 4096        # generated tokens per request in rounds/sweep
 MAX_BATCH = 1024         # concurrency C in rounds/sweep
+MAX_CPU_PARAMS = 50e6    # larger models are benchmarked on CUDA only
 
 
 def check_bench_args(args) -> None:
     """Every option of bench c-table | rounds | sweep, before torch does any work."""
     from .config import preset
-    preset(args.preset)
+    cfg = preset(args.preset)
+    if args.device == "cpu" and not args.allow_large and limits.params_per_row(cfg) > MAX_CPU_PARAMS:
+        raise OracleError(f"bench on the CPU with preset {args.preset} ({limits.params_per_row(cfg) / 1e6:.0f}M "
+                          f"parameters per row) would take hours; use --device cuda, a smaller preset, or "
+                          f"{limits.ALLOW}")
     if args.out is not None:
         check_out_path(args.out)
     if not args.allow_large and args.context > MAX_CONTEXT:

@@ -44,6 +44,10 @@ def add_round_options(p) -> None:
     p.add_argument("--allow-large", action="store_true",
                    help="lift the size limits of oracle/limits.py (runs may then take minutes or hours)")
     p.set_defaults(preflight=check_round_args)
+    if not p.description:          # `check` (its register() gives none)
+        p.description = ("Run the block and loop rounds on the FP32 reference, for the built-in cases or the "
+                         "case the round options describe, and compare them bit for bit. Exit 0 all equal, "
+                         "1 a check failed, 2 bad usage or input, 3 internal error.")
 
 
 def custom_case(args):
