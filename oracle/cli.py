@@ -47,7 +47,7 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        print(f"error: {self.prog}: {message}", file=sys.stderr)
+        print(f"error: {self.prog}: {one_line(message)}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -182,9 +182,13 @@ def check_environment(args) -> None:
                           f"pass --backend {env} (or unset ORACLE_BACKEND)")
 
 
+def one_line(text: str) -> str:
+    """Control characters (a newline inside a user's argument, say) escaped: one line always."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text.strip())
+
+
 def _one_line(e: BaseException) -> str:
-    text = str(e).strip().replace("\n", " ")
-    return text or type(e).__name__
+    return one_line(str(e)) or type(e).__name__
 
 
 def main(argv=None) -> int:

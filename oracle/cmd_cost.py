@@ -36,9 +36,13 @@ def register(subparsers) -> None:
 
 def check_cost_args(args) -> None:
     """Options and sizes before any table is read."""
+    if args.batch and args.counts is None and not args.allow_large:     # before the rounds are built
+        rows = max(args.batch) * ((4 if args.k is None else args.k) + 1) * args.target_loops
+        if rows > limits.MAX_SCHEDULE_ROWS:
+            limits.refuse("schedule size C*(K+1)*D =", rows, limits.MAX_SCHEDULE_ROWS, " rows")
     todo = rounds(args)
     for _, counts in todo:
-        limits.check_counts(counts[:1], args.target_loops, args.allow_large)   # T_i and D (cost is cheap in C)
+        limits.check_counts([max(counts)], args.target_loops, args.allow_large)   # T_i and D (cost is cheap in C)
         validate(counts, args.draft_loops, args.target_loops)
         limits.check_schedule_size(counts, args.draft_loops, args.target_loops, args.allow_large)
 

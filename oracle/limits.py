@@ -70,13 +70,14 @@ def params_per_row(cfg: ModelConfig) -> int:
     return cfg.num_layers * (attn + 3 * H * I) + H * cfg.vocab_size
 
 
-def estimate_seconds(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: int) -> float:
+def estimate_seconds(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: int, check: bool = True) -> float:
     """Seconds of a reference check: both rounds' rows, plus the cache-free recompute of every
-    round (whole sequence, all loops), whose attention term is quadratic in its length."""
+    round (whole sequence, all loops), whose attention term is quadratic in its length.
+    check=False: one mode, no recompute (trace record)."""
     row_s = max(ROW_SECONDS, 2 * params_per_row(cfg) / FLOPS_PER_SECOND)
-    round_rows = 2 * rounds * sum(counts) * D
+    round_rows = (2 if check else 1) * rounds * sum(counts) * D
     recompute_rows, recompute_pairs = 0, 0
-    for t in counts:
+    for t in (counts if check else ()):
         for r in range(rounds):
             length = prompt_len + r * t
             recompute_rows += D * length
@@ -85,14 +86,15 @@ def estimate_seconds(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: 
     return (round_rows + recompute_rows) * row_s + recompute_pairs * ATTENTION_SECONDS * max(1.0, width)
 
 
-def check_work(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: int, allow_large: bool = False) -> None:
+def check_work(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: int, allow_large: bool = False,
+               check: bool = True) -> None:
     if allow_large:
         return
     if rounds > MAX_ROUNDS:
         refuse("--rounds", rounds, MAX_ROUNDS)
     if prompt_len > MAX_PROMPT_LEN:
         refuse("--prompt-len", prompt_len, MAX_PROMPT_LEN)
-    seconds = estimate_seconds(cfg, counts, D, rounds, prompt_len)
+    seconds = estimate_seconds(cfg, counts, D, rounds, prompt_len, check)
     if seconds > MAX_SECONDS:
         raise OracleError(f"this run would take about {seconds:.0f} s (limit {MAX_SECONDS:.0f} s: counts "
                           f"{','.join(map(str, counts))}, D={D}, {rounds} rounds, prompt length {prompt_len}, "

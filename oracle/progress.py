@@ -26,4 +26,5 @@ def add_quiet_option(parser) -> None:
 
 def warn(message: str) -> None:
     """One `warning: ...` line on stderr."""
-    print(f"warning: {message}", file=sys.stderr)
+    from .cli import one_line
+    print(f"warning: {one_line(message)}", file=sys.stderr)

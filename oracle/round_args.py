@@ -72,7 +72,8 @@ def check_round_args(args) -> None:
         warn(f"-D {args.target_loops} is beyond the {cfg.total_loops} loops the model was trained with "
              f"(total_ut_steps); its logits past depth {cfg.total_loops - 1} are extrapolation")
     plen = args.prompt_len if args.prompt_len is not None else 8
-    limits.check_work(cfg, counts, args.target_loops, args.rounds, plen, args.allow_large)
+    recording = hasattr(args, "mode")               # trace record: one mode, no cache-free recompute
+    limits.check_work(cfg, counts, args.target_loops, args.rounds, plen, args.allow_large, check=not recording)
     args.round_args_checked = True
 
 

@@ -136,6 +136,8 @@ CATALOGUE = [
     ("usage", "bench without subcommand", lambda f: ["bench"]),
     ("usage", "schedule without counts", lambda f: ["schedule"]),
     ("usage", "option without value", lambda f: ["check", "--counts"]),
+    ("usage", "carriage return in an argument", lambda f: ["check", "\r0"]),
+    ("usage", "newline in a path", lambda f: ["check", "--checkpoint", "a\nb"]),
     ("usage", "checkpoint with preset", lambda f: ["check", "--checkpoint", str(f.good_ckpt), "--preset", "tiny"]),
     ("usage", "ORACLE_BACKEND ignored by check", lambda f: (CHECK, {"ORACLE_BACKEND": "torch-cpu"})),
     # ---- limits instead of hangs ----
@@ -148,6 +150,8 @@ CATALOGUE = [
     ("limits", "schedule huge count", lambda f: ["schedule", "--counts", "100000"]),
     ("limits", "schedule diagram too big", lambda f: ["schedule", "--counts", ",".join(["100"] * 100)]),
     ("limits", "cost D 1000", lambda f: ["cost", "-D", "1000"]),
+    ("limits", "cost batch a billion", lambda f: ["cost", "--batch", "1000000000"]),
+    ("limits", "cost ragged huge count", lambda f: ["cost", "--counts", "1,100000"]),
     ("limits", "model too many tokens", lambda f: ["model", "--preset", "tiny", "--tokens", ",".join(["1"] * 5000)]),
     ("limits", "model loops 1000", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--loops", "1000"]),
     ("limits", "bench rows too large", lambda f: ["bench", "c-table", "--device", "cpu", "--rows", "100000"]),
