@@ -174,14 +174,6 @@ def save_traceback() -> str:
     return path
 
 
-def check_environment(args) -> None:
-    """Environment variables that would be silently ignored are refused."""
-    env = os.environ.get("ORACLE_BACKEND", "").strip()
-    if args.command == "check" and env and env != "reference" and getattr(args, "backend", None) is None:
-        raise OracleError(f"ORACLE_BACKEND={env} is read by the property suite, not by `check`; "
-                          f"pass --backend {env} (or unset ORACLE_BACKEND)")
-
-
 def one_line(text: str) -> str:
     """Control characters (a newline inside a user's argument, say) escaped: one line always."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text.strip())
@@ -204,6 +196,7 @@ def main(argv=None) -> int:
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
             return EXIT_USAGE
+        from .environment import check_environment
         check_environment(args)
         if getattr(args, "preflight", None):   # a command's checks of its options, before any work
             args.preflight(args)

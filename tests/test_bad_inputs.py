@@ -139,7 +139,14 @@ CATALOGUE = [
     ("usage", "carriage return in an argument", lambda f: ["check", "\r0"]),
     ("usage", "newline in a path", lambda f: ["check", "--checkpoint", "a\nb"]),
     ("usage", "checkpoint with preset", lambda f: ["check", "--checkpoint", str(f.good_ckpt), "--preset", "tiny"]),
-    ("usage", "ORACLE_BACKEND ignored by check", lambda f: (CHECK, {"ORACLE_BACKEND": "torch-cpu"})),
+    ("environment", "ORACLE_BACKEND ignored by check", lambda f: (CHECK, {"ORACLE_BACKEND": "torch-cpu"})),
+    ("environment", "LOOPSPEC_GEMV not 0/1", lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV": "yes"})),
+    ("environment", "LOOPSPEC_COMPILE_DYNAMIC unknown",
+     lambda f: (["bench", "rounds"], {"LOOPSPEC_COMPILE_DYNAMIC": "some"})),
+    ("environment", "LOOPSPEC_GEMV_CONFIG missing",
+     lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_CONFIG": f.path("none.json")})),
+    ("environment", "LOOPSPEC_GEMV_CONFIG not JSON",
+     lambda f: (["bench", "sweep"], {"LOOPSPEC_GEMV_CONFIG": f.text("g.json", "{")})),
     # ---- limits instead of hangs ----
     ("limits", "check one huge count", lambda f: ["check", "--counts", "100000"]),
     ("limits", "check too many requests", lambda f: ["check", "--counts", ",".join(["1"] * 1000)]),
@@ -280,7 +287,8 @@ def test_invalid_input_is_refused_in_one_line(family, name, make, fixtures, tmp_
 def test_catalogue_size_and_families():
     assert len(CATALOGUE) >= 70
     assert len({(f, n) for f, n, _ in CATALOGUE}) == len(CATALOGUE)
-    assert {f for f, _, _ in CATALOGUE} == {"values", "usage", "limits", "checkpoint", "model", "trace", "cost", "bench"}
+    assert {f for f, _, _ in CATALOGUE} == {"values", "usage", "environment", "limits", "checkpoint", "model",
+                                                  "trace", "cost", "bench"}
 
 
 # ---- accepted, with a warning on stderr ----
