@@ -194,7 +194,8 @@ def main(argv=None) -> int:
         except SystemExit as e:       # --help, --version (0) or a usage error already printed (2)
             return e.code if isinstance(e.code, int) else EXIT_USAGE
         if not getattr(args, "func", None):
-            parser.print_help(sys.stderr)
+            print(f"error: python -m oracle: give a command ({' | '.join(COMMANDS)}; --help lists them)",
+                  file=sys.stderr)
             return EXIT_USAGE
         from .environment import check_environment
         check_environment(args)
@@ -208,7 +209,7 @@ def main(argv=None) -> int:
         if isinstance(e, BrokenPipeError):
             return EXIT_OK
         where = f": {e.filename}" if e.filename else ""
-        print(f"error: {e.strerror or _one_line(e)}{where}", file=sys.stderr)
+        print(f"error: {one_line(e.strerror or str(e))}{one_line(where)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

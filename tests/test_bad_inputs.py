@@ -130,6 +130,7 @@ CATALOGUE = [
     ("values", "record seed -1", lambda f: ["trace", "record", "--seed", "-1", "--out", f.path("t.json")]),
     # ---- usage: commands and options ----
     ("usage", "unknown command", lambda f: ["frobnicate"]),
+    ("usage", "no command", lambda f: ["--"]),
     ("usage", "unknown option", lambda f: ["check", "--bogus"]),
     ("usage", "stray positional", lambda f: ["check", "extra"]),
     ("usage", "trace without subcommand", lambda f: ["trace"]),
