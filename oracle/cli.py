@@ -60,7 +60,7 @@ def _join_list_values(argv: list[str]) -> list[str]:
     out, n = [], 0
     while n < len(argv):
         if argv[n] in LIST_OPTIONS and n + 1 < len(argv) and argv[n + 1].startswith("-") \
-                and argv[n + 1] not in ("-h", "--help"):
+                and argv[n + 1] not in ("-h", "--help", "--"):
             out.append(f"{argv[n]}={argv[n + 1]}")
             n += 2
         else:
@@ -189,6 +189,11 @@ def main(argv=None) -> int:
         argv = ["check"]   # the main job
     try:
         parser = build_parser()
+        # Python 3.11's argparse drops a value of "--" (`--seed=--`) and stores [] untyped
+        bad = next((a for a in argv if a.startswith("-") and a.endswith("=--")), None)
+        if bad is not None:
+            print(f"error: python -m oracle: {one_line(bad)}: '--' is not a value", file=sys.stderr)
+            return EXIT_USAGE
         try:
             args = parser.parse_args(_join_list_values(argv))
         except SystemExit as e:       # --help, --version (0) or a usage error already printed (2)

@@ -3,9 +3,10 @@ running for hours or eating memory. Every limit is named in its message, and `--
 lifts them all (the work then takes as long as it takes).
 
 The time estimate of a reference run (check, trace record) is calibrated on this project's
-2-core CI machine: a recurrent row costs about ROW_SECONDS on the tiny preset (scaled by the
-model's parameter count), and the cache-free recompute of each round re-runs the whole
-sequence, whose attention grows with the square of its length.
+2-core machine (tiny and small presets, up to 200 rounds; within about 3x): a row of a round
+costs ROW_SECONDS per layer plus its multiply-adds at FLOPS_PER_SECOND, and the cache-free
+recompute of each round re-runs the whole sequence, whose attention grows with the square of
+its length.
 """
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ MAX_SCHEDULE_ROWS = 200_000
 MAX_DIAGRAM_CELLS = 200_000
 # Reference runs (check, trace record): estimated seconds.
 MAX_SECONDS = 120.0
-ROW_SECONDS = 1.5e-4        # one recurrent row on the tiny preset (Python overhead dominated)
-FLOPS_PER_SECOND = 5e9      # NumPy FP32 on the CI machine, large matrices
-ATTENTION_SECONDS = 6e-7    # per (token x token) of a cache-free recompute, tiny preset, per loop
+ROW_SECONDS = 3.5e-4        # Python overhead of one row of a round, per layer (fit on tiny and small)
+RECOMPUTE_ROW_SECONDS = 2e-5   # the same for a row of the cache-free recompute (whole sequences at once)
+FLOPS_PER_SECOND = 2.5e9    # NumPy FP32 row-by-row matrix-vector products on the CI machine
+ATTENTION_SECONDS = 4e-7    # per (token x token) of a cache-free recompute, tiny preset, per loop
 
 ALLOW = "pass --allow-large to run it anyway"
 
@@ -70,35 +72,50 @@ def params_per_row(cfg: ModelConfig) -> int:
     return cfg.num_layers * (attn + 3 * H * I) + H * cfg.vocab_size
 
 
-def estimate_seconds(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: int, check: bool = True) -> float:
-    """Seconds of a reference check: both rounds' rows, plus the cache-free recompute of every
-    round (whole sequence, all loops), whose attention term is quadratic in its length.
-    check=False: one mode, no recompute (trace record)."""
-    row_s = max(ROW_SECONDS, 2 * params_per_row(cfg) / FLOPS_PER_SECOND)
-    round_rows = (2 if check else 1) * rounds * sum(counts) * D
+def estimate_seconds(cfg: ModelConfig, rounds: list[dict], D: int, prompt_len: int, check: bool = True) -> float:
+    """Seconds of a reference check of rounds [{request: T_i}]: both rounds' rows, plus the
+    cache-free recompute of every round (whole sequence, all loops), whose attention term is
+    quadratic in its length. check=False: one mode, no recompute (trace record)."""
+    flops_s = 2 * params_per_row(cfg) / FLOPS_PER_SECOND
+    row_s, recompute_row_s = ROW_SECONDS * cfg.num_layers + flops_s, RECOMPUTE_ROW_SECONDS * cfg.num_layers + flops_s
+    round_rows = (2 if check else 1) * D * sum(sum(r.values()) for r in rounds)
     recompute_rows, recompute_pairs = 0, 0
-    for t in (counts if check else ()):
-        for r in range(rounds):
-            length = prompt_len + r * t
-            recompute_rows += D * length
-            recompute_pairs += D * length * length
+    length: dict = {}
+    for r in (rounds if check else ()):
+        for rid, t in r.items():
+            n = length.setdefault(rid, prompt_len)
+            recompute_rows += D * n
+            recompute_pairs += D * n * n
+            length[rid] = n + t                      # at most T_i tokens are committed per round
     width = cfg.num_layers * cfg.num_heads * cfg.head_dim / (TINY_SHAPE.num_layers * 32)
-    return (round_rows + recompute_rows) * row_s + recompute_pairs * ATTENTION_SECONDS * max(1.0, width)
+    return round_rows * row_s + recompute_rows * recompute_row_s + recompute_pairs * ATTENTION_SECONDS * max(1.0, width)
+
+
+def refuse_slow(seconds: float, what: str) -> None:
+    if seconds > MAX_SECONDS:
+        raise OracleError(f"this run would take about {seconds:.0f} s (limit {MAX_SECONDS:.0f} s: {what}); {ALLOW}")
 
 
 def check_work(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: int, allow_large: bool = False,
                check: bool = True) -> None:
+    """A custom case: the same counts every round."""
     if allow_large:
         return
     if rounds > MAX_ROUNDS:
         refuse("--rounds", rounds, MAX_ROUNDS)
     if prompt_len > MAX_PROMPT_LEN:
         refuse("--prompt-len", prompt_len, MAX_PROMPT_LEN)
-    seconds = estimate_seconds(cfg, counts, D, rounds, prompt_len, check)
-    if seconds > MAX_SECONDS:
-        raise OracleError(f"this run would take about {seconds:.0f} s (limit {MAX_SECONDS:.0f} s: counts "
-                          f"{','.join(map(str, counts))}, D={D}, {rounds} rounds, prompt length {prompt_len}, "
-                          f"{cfg.num_layers} layers x hidden {cfg.hidden_size}); {ALLOW}")
+    seconds = estimate_seconds(cfg, [dict(enumerate(counts))] * rounds, D, prompt_len, check)
+    refuse_slow(seconds, f"counts {','.join(map(str, counts))}, D={D}, {rounds} rounds, prompt length "
+                         f"{prompt_len}, {cfg.num_layers} layers x hidden {cfg.hidden_size}")
+
+
+def check_cases_work(cfg: ModelConfig, cases, allow_large: bool = False, check: bool = True) -> None:
+    """Built-in cases (prompts of at most 8 tokens) on this model."""
+    if allow_large:
+        return
+    seconds = sum(estimate_seconds(cfg, c.rounds, c.D, 8, check) for c in cases)
+    refuse_slow(seconds, f"{len(cases)} built-in case(s) on {cfg.num_layers} layers x hidden {cfg.hidden_size}")
 
 
 TINY_SHAPE = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,

@@ -51,13 +51,18 @@ def check_round_args(args) -> None:
         if getattr(args, k) is None:
             setattr(args, k, v)
     cfg = model_config(args)
-    if args.case is not None:
+    recording = hasattr(args, "mode")               # trace record: one mode, no cache-free recompute
+    if args.case is not None or not explicit:       # built-in cases: one named, or all of them (check)
         from .check import default_cases
-        names = [c.name for c in default_cases(cfg.vocab_size)]
-        if args.case not in names:
-            raise OracleError(f"--case {args.case!r}: unknown (known: {'; '.join(names)})")
-        args.round_args_checked = True
-        return
+        cases = default_cases(cfg.vocab_size)
+        if args.case is not None:
+            if args.case not in [c.name for c in cases]:
+                raise OracleError(f"--case {args.case!r}: unknown (known: {'; '.join(c.name for c in cases)})")
+            cases = [c for c in cases if c.name == args.case]
+        if args.case is not None or not recording:
+            limits.check_cases_work(cfg, cases, args.allow_large, check=not recording)
+            args.round_args_checked = True
+            return
     check_policy(args.policy)
     counts = DEFAULT_COUNTS if args.counts is None else args.counts
     limits.check_counts(counts, args.target_loops, args.allow_large)
@@ -72,7 +77,6 @@ def check_round_args(args) -> None:
         warn(f"-D {args.target_loops} is beyond the {cfg.total_loops} loops the model was trained with "
              f"(total_ut_steps); its logits past depth {cfg.total_loops - 1} are extrapolation")
     plen = args.prompt_len if args.prompt_len is not None else 8
-    recording = hasattr(args, "mode")               # trace record: one mode, no cache-free recompute
     limits.check_work(cfg, counts, args.target_loops, args.rounds, plen, args.allow_large, check=not recording)
     args.round_args_checked = True
 

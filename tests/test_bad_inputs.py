@@ -131,6 +131,8 @@ CATALOGUE = [
     # ---- usage: commands and options ----
     ("usage", "unknown command", lambda f: ["frobnicate"]),
     ("usage", "no command", lambda f: ["--"]),
+    ("usage", "'--' as an option value", lambda f: ["check", "--seed=--"]),
+    ("usage", "'--' after a list option", lambda f: ["bench", "rounds", "--tokens", "--"]),
     ("usage", "unknown option", lambda f: ["check", "--bogus"]),
     ("usage", "stray positional", lambda f: ["check", "extra"]),
     ("usage", "trace without subcommand", lambda f: ["trace"]),
