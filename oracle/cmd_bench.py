@@ -89,13 +89,19 @@ def check_bench_args(args) -> None:
     _device(args)
 
 
+def measure_ctable(bench, args, rows, repeats: int) -> dict:
+    """kernels.bench.measure_c_table one M at a time, so a progress bar shows; the same table."""
+    table = None
+    for M in progress(sorted(set(rows)), "c(M)", args.quiet):
+        t = bench.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=repeats)
+        table = t if table is None else {**t, "c_ms": {**table["c_ms"], **t["c_ms"]}}
+    return table
+
+
 def cmd_ctable(args) -> int:
     bench, _ = _torch_bench()
     rows = sorted(set(args.rows or DEFAULT_ROWS))
-    table = None
-    for M in progress(rows, "c(M)", args.quiet):       # one M at a time, so progress shows
-        t = bench.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=args.repeats)
-        table = t if table is None else {**t, "c_ms": {**table["c_ms"], **t["c_ms"]}}
+    table = measure_ctable(bench, args, rows, args.repeats)
     text = json.dumps(table, indent=1)
     if args.out:
         write_out(args.out, text, f"c(M) for {len(rows)} row counts M={rows[0]}..{rows[-1]} on {table['device']}")
@@ -178,7 +184,7 @@ def cmd_sweep(args) -> int:
     bench, br = _torch_bench()
     dev = _device(args)
     rec_rows, head_rows = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
-    ct = bench.measure_c_table(args.preset, rec_rows, args.context, device=dev, repeats=args.repeats_ctable)
+    ct = measure_ctable(bench, args, rec_rows, args.repeats_ctable)
     w = br.random_weights(args.preset, dev)
     ht = br.measure_head_table(w, head_rows, repeats=args.repeats_ctable)
     out = {"preset": args.preset, "K": args.k, "d": args.draft_loops, "D": args.target_loops, "context_len": args.context,
