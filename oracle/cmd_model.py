@@ -41,6 +41,9 @@ def check_model_args(args) -> None:
     loops = args.loops or cfg.total_loops
     if not args.allow_large and loops > limits.MAX_TARGET_LOOPS:
         limits.refuse("--loops", loops, limits.MAX_TARGET_LOOPS)
+    if not args.allow_large:
+        limits.refuse_slow(limits.forward_seconds(cfg, len(args.tokens), loops),
+                           f"{len(args.tokens)} tokens x {loops} loops on {cfg.num_layers} layers x hidden {cfg.hidden_size}")
     if loops > cfg.total_loops:
         warn(f"--loops {loops} is beyond the {cfg.total_loops} loops the model was trained with (total_ut_steps)")
 

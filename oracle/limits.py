@@ -91,6 +91,13 @@ def estimate_seconds(cfg: ModelConfig, rounds: list[dict], D: int, prompt_len: i
     return round_rows * row_s + recompute_rows * recompute_row_s + recompute_pairs * ATTENTION_SECONDS * max(1.0, width)
 
 
+def forward_seconds(cfg: ModelConfig, n_tokens: int, loops: int) -> float:
+    """Seconds of one cache-free forward (`model`): n_tokens rows per loop, attention n^2."""
+    row_s = RECOMPUTE_ROW_SECONDS * cfg.num_layers + 2 * params_per_row(cfg) / FLOPS_PER_SECOND
+    width = cfg.num_layers * cfg.num_heads * cfg.head_dim / (TINY_SHAPE.num_layers * 32)
+    return loops * (n_tokens * row_s + n_tokens * n_tokens * ATTENTION_SECONDS * max(1.0, width))
+
+
 def refuse_slow(seconds: float, what: str) -> None:
     if seconds > MAX_SECONDS:
         raise OracleError(f"this run would take about {seconds:.0f} s (limit {MAX_SECONDS:.0f} s: {what}); {ALLOW}")

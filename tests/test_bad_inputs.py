@@ -163,6 +163,7 @@ CATALOGUE = [
     ("limits", "cost batch a billion", lambda f: ["cost", "--batch", "1000000000"]),
     ("limits", "cost ragged huge count", lambda f: ["cost", "--counts", "1,100000"]),
     ("limits", "model too many tokens", lambda f: ["model", "--preset", "tiny", "--tokens", ",".join(["1"] * 5000)]),
+    ("limits", "model estimated time", lambda f: ["model", "--preset", "ouro-1.4b", "--tokens", ",".join(["1"] * 200)]),
     ("limits", "model loops 1000", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--loops", "1000"]),
     ("limits", "bench rows too large", lambda f: ["bench", "c-table", "--device", "cpu", "--rows", "100000"]),
     # ---- checkpoint folders and files ----
