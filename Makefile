@@ -1,6 +1,6 @@
 PY ?= python
 
-.PHONY: install test check gpu-parity bench golden
+.PHONY: install test test-parallel check gpu-parity bench golden
 
 install:
 	$(PY) -m pip install torch==2.13.0
@@ -9,6 +9,10 @@ install:
 test:
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --hypothesis-show-statistics tests property_tests meta_tests
 	ORACLE_BACKEND=torch-cpu HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q property_tests
+
+# The test paths of `make test`'s first line, spread over every core (pytest-xdist).
+test-parallel:
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto --hypothesis-show-statistics tests property_tests meta_tests
 
 check:
 	$(PY) -m oracle check

@@ -108,31 +108,37 @@ def check_case(model, case: Case) -> Report:
     return rep
 
 
-def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", prompt_len=(1, 8), reproduce=""):
+def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", prompt_len=(1, 8), reproduce="",
+              vocab=64):
+    """Prompts drawn from `seed` (token ids below min(vocab, 64), lengths in prompt_len)."""
     rng = np.random.default_rng(seed)
     n_req = max(max(r) for r in counts_rounds if r) + 1 if counts_rounds else 0
-    prompts = [list(map(int, rng.integers(0, 64, rng.integers(prompt_len[0], prompt_len[1] + 1))))
+    prompts = [list(map(int, rng.integers(0, min(vocab, 64), rng.integers(prompt_len[0], prompt_len[1] + 1))))
                for _ in range(n_req)]
     return Case(name, prompts, params, counts_rounds, d, D, policy, reproduce)
 
 
-def default_cases(vocab: int) -> list[Case]:
+def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case]:
     """Several ragged batches, greedy and sampled (top-k, top-p), four (d, D) pairs,
-    both RNG policies, multi-round generation with rollback and requests joining/leaving."""
+    both RNG policies, multi-round generation with rollback and requests joining/leaving.
+    Each case's reproduce line runs it alone: `check <model_flags> --case NAME`, where
+    model_flags name the model the check ran on (default: the tiny preset, seed 0)."""
+    from .round_args import command
+    flags = list(model_flags) if model_flags is not None else ["--preset", "tiny", "--seed", "0"]
     G = SamplingParams()
     S = lambda seed, **kw: SamplingParams(temperature=kw.pop("t", 1.0), seed=seed, **kw)
     mixed = [G, S(1, top_k=8), S(2, top_p=0.8), S(3, t=0.7, top_k=20, top_p=0.9), G, S(5, t=1.5)]
-    cases = []
-    cases.append(make_case("ragged (5,3,1) d=2 D=4", [{0: 5, 1: 3, 2: 1}], 2, 4, mixed[:3], seed=1,
-                           reproduce="python -m oracle check --counts 5,3,1 --rounds 1"))
-    cases.append(make_case("uniform (5,5,5,5) d=2 D=4, 6 rounds", [{i: 5 for i in range(4)}] * 6, 2, 4,
-                           mixed[:4], seed=2))
-    cases.append(make_case("ragged d=1 D=3, K changes per round", [{0: 3, 1: 1, 2: 6}, {0: 1, 1: 4, 2: 2},
-                                                                   {0: 9, 1: 2, 2: 1}, {0: 2, 1: 5, 2: 3}],
-                           1, 3, [mixed[1], mixed[0], mixed[2]], seed=3))
-    cases.append(make_case("d=3 D=5 fixed policy, joins and leaves",
-                           [{0: 4, 1: 2}, {0: 4, 1: 3, 2: 5}, {2: 2, 3: 4}, {0: 1, 2: 5, 3: 3, 4: 2}],
-                           3, 5, mixed[1:6], seed=4, policy="fixed"))
-    cases.append(make_case("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
-                           1, 2, [mixed[i % 6] for i in range(8)], seed=5))
-    return cases
+    specs = [
+        ("ragged (5,3,1) d=2 D=4", [{0: 5, 1: 3, 2: 1}], 2, 4, mixed[:3], 1, "sequential"),
+        ("uniform (5,5,5,5) d=2 D=4, 6 rounds", [{i: 5 for i in range(4)}] * 6, 2, 4, mixed[:4], 2, "sequential"),
+        ("ragged d=1 D=3, K changes per round",
+         [{0: 3, 1: 1, 2: 6}, {0: 1, 1: 4, 2: 2}, {0: 9, 1: 2, 2: 1}, {0: 2, 1: 5, 2: 3}],
+         1, 3, [mixed[1], mixed[0], mixed[2]], 3, "sequential"),
+        ("d=3 D=5 fixed policy, joins and leaves",
+         [{0: 4, 1: 2}, {0: 4, 1: 3, 2: 5}, {2: 2, 3: 4}, {0: 1, 2: 5, 3: 3, 4: 2}], 3, 5, mixed[1:6], 4, "fixed"),
+        ("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
+         1, 2, [mixed[i % 6] for i in range(8)], 5, "sequential"),
+    ]
+    return [make_case(name, rounds, d, D, params, seed=seed, policy=policy, vocab=vocab,
+                      reproduce=command(["check", *flags, "--case", name]))
+            for name, rounds, d, D, params, seed, policy in specs]

@@ -1,25 +1,57 @@
 """`python -m oracle <command>`: each command lives in oracle/cmd_<name>.py with
-`register(subparsers)` that adds its parser and sets `func(args) -> int`."""
+`register(subparsers)` that adds its parser and sets `func(args) -> int`.
+
+Exit codes, the same for every command:
+    0  ok
+    1  a check failed or two traces differ
+    2  bad usage or input: one `error: ...` line on stderr
+    3  internal error of the oracle: one line naming the exception and the file where its
+       traceback was saved
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
 import sys
+import tempfile
+import time
+import traceback
 
 from .errors import OracleError
 
 COMMANDS = ("check", "schedule", "model", "cost", "trace", "bench")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows `(default: X)` after each option's help unless the help already says its default
+    or the option is a switch."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        switch = action.nargs == 0                       # store_true and friends
+        if "default" in text or action.default is None or action.default is argparse.SUPPRESS or switch \
+                or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """Usage errors are one `error: ...` line on stderr (exit 2), like OracleError."""
+    """Usage errors are one `error: ...` line on stderr (exit 2), like OracleError. Subparsers
+    are made with the parent's class, so every command's parser behaves the same."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        print(f"error: {self.prog}: {message}", file=sys.stderr)
-        raise SystemExit(2)
+        print(f"error: {self.prog}: {one_line(message)}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
 
 
-LIST_OPTIONS = ("--counts", "--tokens", "--batch")
+LIST_OPTIONS = ("--counts", "--tokens", "--batch", "--rows")
 
 
 def _join_list_values(argv: list[str]) -> list[str]:
@@ -27,7 +59,8 @@ def _join_list_values(argv: list[str]) -> list[str]:
     own check reports it."""
     out, n = [], 0
     while n < len(argv):
-        if argv[n] in LIST_OPTIONS and n + 1 < len(argv) and argv[n + 1].startswith("-"):
+        if argv[n] in LIST_OPTIONS and n + 1 < len(argv) and argv[n + 1].startswith("-") \
+                and argv[n + 1] not in ("-h", "--help", "--"):
             out.append(f"{argv[n]}={argv[n + 1]}")
             n += 2
         else:
@@ -36,9 +69,21 @@ def _join_list_values(argv: list[str]) -> list[str]:
     return out
 
 
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("loopspec-oracle")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m oracle",
-                                     description="loopspec-oracle: reference and oracle for loop-level speculative rounds")
+                           description="loopspec-oracle: reference and oracle for loop-level speculative rounds. "
+                                       "Exit codes: 0 ok, 1 a check failed or traces differ, 2 bad usage or "
+                                       "input, 3 internal error.")
+    parser.add_argument("--version", action="version", version=f"loopspec-oracle {package_version()}",
+                        help="print the package version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -51,27 +96,130 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# ---- argparse value types: each refuses a bad value with a message naming it ----
+
 def csv_ints(text: str) -> list[int]:
-    """argparse type for '5,3,1'."""
+    """argparse type for '5,3,1'; empty items ('5,,3', '5,') are refused."""
+    items = text.split(",")
+    if any(x.strip() == "" for x in items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers without empty items, got {text!r}")
     try:
-        return [int(x) for x in text.split(",") if x.strip() != ""]
+        return [int(x) for x in items]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def int_at_least(low: int):
+    """argparse type: an integer >= low."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite float (no nan, no inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def probability(text: str) -> float:
+    """argparse type: a number in (0, 1]."""
+    value = finite_float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+# ---- output files ----
+
+def check_out_path(path: str, option: str = "--out") -> None:
+    """An output file path: not a directory, in a folder that exists."""
+    from pathlib import Path
+    p = Path(path)
+    if path.strip() == "":
+        raise OracleError(f"{option}: empty file name")
+    if p.is_dir():
+        raise OracleError(f"{option} {path}: is a directory; give a file name")
+    if not p.parent.is_dir():
+        raise OracleError(f"{option} {path}: folder {p.parent} does not exist")
+
+
+def write_out(path: str, text: str, summary: str, option: str = "--out") -> None:
+    """Write the result to a file and print one summary line instead of the result."""
+    check_out_path(path, option)
+    with open(path, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    print(f"{summary}; wrote {path}")
+
+
+# ---- running a command ----
+
+def save_traceback() -> str:
+    """Write the current exception's traceback to a temp file; return its path."""
+    fd, path = tempfile.mkstemp(prefix=f"oracle-traceback-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        f.write(traceback.format_exc())
+    return path
+
+
+def one_line(text: str) -> str:
+    """Control characters (a newline inside a user's argument, say) escaped: one line always."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text.strip())
+
+
+def _one_line(e: BaseException) -> str:
+    return one_line(str(e)) or type(e).__name__
+
+
 def main(argv=None) -> int:
-    parser = build_parser()
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
         argv = ["check"]   # the main job
-    args = parser.parse_args(_join_list_values(list(argv)))
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
+        parser = build_parser()
+        # Python 3.11's argparse drops a value of "--" (`--seed=--`) and stores [] untyped
+        bad = next((a for a in argv if a.startswith("-") and a.endswith("=--")), None)
+        if bad is not None:
+            print(f"error: python -m oracle: {one_line(bad)}: '--' is not a value", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            args = parser.parse_args(_join_list_values(argv))
+        except SystemExit as e:       # --help, --version (0) or a usage error already printed (2)
+            return e.code if isinstance(e.code, int) else EXIT_USAGE
+        if not getattr(args, "func", None):
+            print(f"error: python -m oracle: give a command ({' | '.join(COMMANDS)}; --help lists them)",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        from .environment import check_environment
+        check_environment(args)
+        if getattr(args, "preflight", None):   # a command's checks of its options, before any work
+            args.preflight(args)
         return int(args.func(args) or 0)
-    except (OracleError, FileNotFoundError, NotADirectoryError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+    except OracleError as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:              # a file named by the user: missing, a directory, unreadable
+        if isinstance(e, BrokenPipeError):
+            return EXIT_OK
+        where = f": {e.filename}" if e.filename else ""
+        print(f"error: {one_line(e.strerror or str(e))}{one_line(where)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:            # a bug in the oracle
+        path = save_traceback()
+        print(f"internal error: {type(e).__name__}: {_one_line(e)} (traceback saved to {path})", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 
+from . import limits
 from .bench_stats import paired_summary
-from .cli import csv_ints
+from .cli import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
 from .errors import OracleError
+from .progress import add_quiet_option, progress
 from .sampling import SamplingParams
 from .schedule import plan, validate
 
@@ -21,10 +23,23 @@ def _torch_bench():
     return bench, bench_rounds
 
 
+def device_name(text: str) -> str:
+    """argparse type: cpu, cuda or cuda:N."""
+    import argparse
+    head, _, index = text.partition(":")
+    if head not in ("cpu", "cuda") or (index and (head != "cuda" or not index.isdigit())):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r} (known: cpu, cuda, cuda:N)")
+    return text
+
+
 def _device(args) -> str:
     import torch
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise OracleError("bench: no CUDA device is available (use --device cpu for a small preset)")
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise OracleError("bench: no CUDA device is available (use --device cpu for a small preset)")
+        index = int(args.device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise OracleError(f"--device {args.device}: only {torch.cuda.device_count()} CUDA device(s)")
     return args.device
 
 
@@ -39,17 +54,59 @@ def needed_rows(batches, K, d, D) -> tuple[list[int], list[int]]:
     return sorted(rec), sorted(head)
 
 
+DEFAULT_ROWS = [1, 2, 3, 4, 5, 8, 10, 12, 16, 20, 24, 25, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 512, 640]
+MAX_ROWS = 4096          # c-table row counts M
+MAX_CONTEXT = 32768      # keys per row
+MAX_TOKENS = 4096        # generated tokens per request in rounds/sweep
+MAX_BATCH = 1024         # concurrency C in rounds/sweep
+MAX_CPU_PARAMS = 50e6    # larger models are benchmarked on CUDA only
+
+
+def check_bench_args(args) -> None:
+    """Every option of bench c-table | rounds | sweep, before torch does any work."""
+    from .config import preset
+    cfg = preset(args.preset)
+    if args.device == "cpu" and not args.allow_large and limits.params_per_row(cfg) > MAX_CPU_PARAMS:
+        raise OracleError(f"bench on the CPU with preset {args.preset} ({limits.params_per_row(cfg) / 1e6:.0f}M "
+                          f"parameters per row) would take hours; use --device cuda, a smaller preset, or "
+                          f"{limits.ALLOW}")
+    if args.out is not None:
+        check_out_path(args.out)
+    if not args.allow_large and args.context > MAX_CONTEXT:
+        limits.refuse("--context", args.context, MAX_CONTEXT)
+    if args.bench_command == "c-table":
+        if args.rows is not None and min(args.rows) < 1:
+            raise OracleError(f"--rows: row count {min(args.rows)} must be >= 1")
+        if not args.allow_large and max(args.rows or DEFAULT_ROWS) > MAX_ROWS:
+            limits.refuse("--rows: row count M", max(args.rows), MAX_ROWS)
+    else:
+        _common(args)
+        if not args.allow_large and max(args.batch) > MAX_BATCH:
+            limits.refuse("--batch: concurrency C", max(args.batch), MAX_BATCH)
+        limits.check_counts([args.k + 1], args.target_loops, args.allow_large)
+        if not args.allow_large and args.tokens > MAX_TOKENS:
+            limits.refuse("--tokens", args.tokens, MAX_TOKENS)
+    _device(args)
+
+
+def measure_ctable(bench, args, rows, repeats: int) -> dict:
+    """kernels.bench.measure_c_table one M at a time, so a progress bar shows; the same table."""
+    table = None
+    for M in progress(sorted(set(rows)), "c(M)", args.quiet):
+        t = bench.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=repeats)
+        table = t if table is None else {**t, "c_ms": {**table["c_ms"], **t["c_ms"]}}
+    return table
+
+
 def cmd_ctable(args) -> int:
     bench, _ = _torch_bench()
-    rows = args.rows or [1, 2, 3, 4, 5, 8, 10, 12, 16, 20, 24, 25, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 512, 640]
-    if min(rows) < 1:
-        raise OracleError("--rows must be >= 1")
-    t = bench.measure_c_table(args.preset, rows, args.context, device=_device(args), repeats=args.repeats)
-    text = json.dumps(t, indent=1)
+    rows = sorted(set(args.rows or DEFAULT_ROWS))
+    table = measure_ctable(bench, args, rows, args.repeats)
+    text = json.dumps(table, indent=1)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
+        write_out(args.out, text, f"c(M) for {len(rows)} row counts M={rows[0]}..{rows[-1]} on {table['device']}")
+    else:
+        print(text)
     return 0
 
 
@@ -94,8 +151,6 @@ def _print_paired(r: dict, allow_fallback: bool) -> None:
 
 
 def _common(args):
-    if args.k < 0:
-        raise OracleError(f"--k {args.k}: K must be >= 0")
     validate([args.k + 1], args.draft_loops, args.target_loops)
     if min(args.batch, default=0) < 1:
         raise OracleError("--batch values must be >= 1")
@@ -105,13 +160,14 @@ def _common(args):
         raise OracleError("--tokens and --context must be >= 1")
     if args.in_flight < 1:
         raise OracleError(f"--in-flight {args.in_flight}: at least one round must be in flight")
+    _params(args)                                      # temperature, top-k, top-p
 
 
 def cmd_rounds(args) -> int:
     _common(args)
     _, br = _torch_bench()
     w = br.random_weights(args.preset, _device(args))
-    results = [paired(args, w, C) for C in args.batch]
+    results = [paired(args, w, C) for C in progress(args.batch, "paired rounds per C", args.quiet)]
     if args.json:
         print(json.dumps({"rows": results}))
     else:
@@ -128,14 +184,14 @@ def cmd_sweep(args) -> int:
     bench, br = _torch_bench()
     dev = _device(args)
     rec_rows, head_rows = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
-    ct = bench.measure_c_table(args.preset, rec_rows, args.context, device=dev, repeats=args.repeats_ctable)
+    ct = measure_ctable(bench, args, rec_rows, args.repeats_ctable)
     w = br.random_weights(args.preset, dev)
     ht = br.measure_head_table(w, head_rows, repeats=args.repeats_ctable)
     out = {"preset": args.preset, "K": args.k, "d": args.draft_loops, "D": args.target_loops, "context_len": args.context,
            "tokens": args.tokens, "repeats": args.repeats, "in_flight": args.in_flight, "ctable": ct, "head_table": ht,
            "rows": []}
     c, h = ctable_from_dict(ct), ctable_from_dict(ht)
-    for C in args.batch:
+    for C in progress(args.batch, "paired rounds per C", args.quiet):
         r = paired(args, w, C)
         pred = compare_rounds([args.k + 1] * C, args.draft_loops, args.target_loops, c, h)
         pred_nohead = compare_rounds([args.k + 1] * C, args.draft_loops, args.target_loops, c)
@@ -148,49 +204,63 @@ def cmd_sweep(args) -> int:
               f"{pred['ratio']:.4f} (recurrent only {pred_nohead['ratio']:.4f}); measured - predicted = "
               f"{r['ratio_difference']:+.4f}", flush=True)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+        write_out(args.out, json.dumps(out, indent=1), f"sweep of {len(out['rows'])} concurrencies")
     return 0
 
 
+def _model_args(p) -> None:
+    p.add_argument("--preset", default="ouro-1.4b", help="model preset: tiny | small | ouro-1.4b")
+    p.add_argument("--device", type=device_name, default="cuda", help="cpu | cuda | cuda:N")
+    p.add_argument("--context", type=int_at_least(1), default=512, help="keys each row attends to (context length)")
+    p.add_argument("--allow-large", action="store_true", help="lift the size limits (rows, context, tokens, batch)")
+    add_quiet_option(p)
+
+
 def _round_args(p) -> None:
-    p.add_argument("--preset", default="ouro-1.4b")
-    p.add_argument("--device", default="cuda")
+    _model_args(p)
     p.add_argument("--batch", type=csv_ints, default=[1, 16, 64], help="concurrencies C, e.g. 1,4,16")
-    p.add_argument("--k", type=int, default=4, help="drafts per round K")
-    p.add_argument("--draft-loops", "-d", type=int, default=2)
-    p.add_argument("--target-loops", "-D", type=int, default=4)
-    p.add_argument("--tokens", type=int, default=128, help="generated tokens per request")
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--context", type=int, default=512, help="prompt length (context) per request")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--cuda-graph-max-batch-size", type=int, default=1024)
-    p.add_argument("--cuda-graph-max-graphs", type=int, default=512)
+    p.add_argument("--k", type=int_at_least(0), default=4, help="drafts per round K")
+    p.add_argument("--draft-loops", "-d", type=int_at_least(1), default=2, help="loops used to draft, 1 <= d < D")
+    p.add_argument("--target-loops", "-D", type=int_at_least(1), default=4, help="loops used to verify")
+    p.add_argument("--tokens", type=int_at_least(1), default=128, help="generated tokens per request")
+    p.add_argument("--repeats", type=int_at_least(2), default=7, help="paired repeats (alternating block/loop)")
+    p.add_argument("--temperature", type=finite_float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int_at_least(1), default=None, help="keep the k most likely tokens (default: off)")
+    p.add_argument("--top-p", type=probability, default=None, help="nucleus mass in (0, 1] (default: off)")
+    p.add_argument("--cuda-graph-max-batch-size", type=int_at_least(1), default=1024,
+                   help="largest row count captured as a CUDA graph")
+    p.add_argument("--cuda-graph-max-graphs", type=int_at_least(1), default=512, help="most CUDA graphs kept")
     p.add_argument("--allow-fallback", action="store_true", help="print a comparison even if an arm ran eagerly")
-    p.add_argument("--in-flight", type=int, default=1,
+    p.add_argument("--in-flight", type=int_at_least(1), default=1,
                    help="rounds submitted before the oldest is collected (1: synchronous rounds; 2: the host "
                         "plans round n+1 while the device runs round n)")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="c(M) tables and paired block-vs-loop round benchmarks (torch backend)")
+    p = sub.add_parser("bench", help="c(M) tables and paired block-vs-loop round benchmarks (torch backend)",
+                       description="Measure c(M) tables and run paired block-vs-loop round benchmarks on the "
+                                   "torch backend (CUDA graphs on a GPU).")
     bsub = p.add_subparsers(dest="bench_command", metavar="c-table|rounds|sweep", required=True)
-    c = bsub.add_parser("c-table", help="measure c(M): one recurrent call over M rows, graph replay")
-    c.add_argument("--preset", default="ouro-1.4b")
-    c.add_argument("--device", default="cuda")
-    c.add_argument("--rows", type=csv_ints, default=None, help="row counts M (default 1..640)")
-    c.add_argument("--context", type=int, default=512, help="keys each row attends to (context length)")
-    c.add_argument("--repeats", type=int, default=50)
-    c.add_argument("--out", default=None, help="write the c-table JSON here")
-    c.set_defaults(func=cmd_ctable)
-    r = bsub.add_parser("rounds", help="paired block/loop round benchmark")
+    c = bsub.add_parser("c-table", help="measure c(M): one recurrent call over M rows, graph replay",
+                        description="Measure c(M), the median ms of one recurrent call over M rows (graph "
+                                    "replay on CUDA), and print or write the c-table JSON.")
+    _model_args(c)
+    c.add_argument("--rows", type=csv_ints, default=None, metavar="M,...",
+                   help=f"row counts M (default: {','.join(map(str, DEFAULT_ROWS))})")
+    c.add_argument("--repeats", type=int_at_least(1), default=50, help="timed replays per M")
+    c.add_argument("--out", default=None, metavar="FILE",
+                   help="write the c-table JSON here and print one summary line (default: print the JSON)")
+    c.set_defaults(func=cmd_ctable, preflight=check_bench_args)
+    r = bsub.add_parser("rounds", help="paired block/loop round benchmark",
+                        description="Paired block/loop generations per C: median paired ratio with a "
+                                    "bootstrap interval, ms/round, acceptance and graph counters.")
     _round_args(r)
-    r.add_argument("--json", action="store_true")
-    r.set_defaults(func=cmd_rounds)
-    s = bsub.add_parser("sweep", help="c-table + paired rounds per C, predicted vs measured ratio")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.set_defaults(func=cmd_rounds, preflight=check_bench_args, out=None)
+    s = bsub.add_parser("sweep", help="c-table + paired rounds per C, predicted vs measured ratio",
+                        description="Measure the c-table and head table the rounds need, then paired rounds "
+                                    "per C; print predicted against measured block/loop ratios.")
     _round_args(s)
-    s.add_argument("--repeats-ctable", type=int, default=50)
-    s.add_argument("--out", default=None)
-    s.set_defaults(func=cmd_sweep)
+    s.add_argument("--repeats-ctable", type=int_at_least(1), default=50, help="timed replays per M of the tables")
+    s.add_argument("--out", default=None, metavar="FILE", help="write the sweep JSON here (default: none)")
+    s.set_defaults(func=cmd_sweep, preflight=check_bench_args)

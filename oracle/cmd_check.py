@@ -14,31 +14,51 @@ from .sampling import SamplingParams
 
 
 def add_round_options(p) -> None:
-    """Options shared by `check` and `trace record`."""
-    p.add_argument("--preset", default="tiny", help="model preset (default tiny)")
-    p.add_argument("--checkpoint", help="HF-style checkpoint folder instead of a preset")
-    p.add_argument("--seed", type=int, default=0, help="weights seed (presets) and base request seed")
-    p.add_argument("--counts", type=csv_ints, help="token counts T_i per request per round, e.g. 5,3,1")
-    p.add_argument("--draft-loops", "-d", type=int, default=2)
-    p.add_argument("--target-loops", "-D", type=int, default=4)
-    p.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: mixed batch)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--policy", default="sequential", help="RNG policy: sequential | fixed")
-    p.add_argument("--prompt-len", type=int, default=None, help="prompt length (default: random 1..8)")
+    """Options shared by `check` and `trace record`; checked by oracle.round_args before any work."""
+    from .cli import csv_ints, finite_float, int_at_least, probability
+    from .round_args import check_round_args
+    p.add_argument("--preset", default=None, help="model preset: tiny | small | ouro-1.4b (default: tiny "
+                   "unless --checkpoint is given)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="HF-style checkpoint folder instead of a preset (default: none)")
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="weights seed (presets) and base request seed (request i uses seed+i)")
+    p.add_argument("--counts", type=csv_ints, default=None, metavar="T0,T1,...",
+                   help="token counts T_i = K_i + 1 per request per round, e.g. 5,3,1 "
+                        "(default: the built-in cases; with other round options 5,3,1)")
+    p.add_argument("--draft-loops", "-d", type=int_at_least(1), default=None, metavar="d",
+                   help="loops used to draft, 1 <= d < D (default: 2)")
+    p.add_argument("--target-loops", "-D", type=int_at_least(1), default=None, metavar="D",
+                   help="loops used to verify (default: 4)")
+    p.add_argument("--temperature", type=finite_float, default=None,
+                   help="0 = greedy (default: a mixed batch, even requests greedy and odd ones at 1.0)")
+    p.add_argument("--top-k", type=int_at_least(1), default=None, help="keep the k most likely tokens (default: off)")
+    p.add_argument("--top-p", type=probability, default=None, help="nucleus mass in (0, 1] (default: off)")
+    p.add_argument("--rounds", type=int_at_least(1), default=None, help="rounds of generation (default: 4)")
+    p.add_argument("--policy", default=None, choices=("sequential", "fixed"),
+                   help="RNG policy (default: sequential)")
+    p.add_argument("--prompt-len", type=int_at_least(1), default=None,
+                   help="prompt length of every request (default: random 1..8 drawn from the seed)")
+    p.add_argument("--case", default=None, metavar="NAME",
+                   help="run one built-in case by name (see the reproduce lines; default: all of them)")
+    p.add_argument("--allow-large", action="store_true",
+                   help="lift the size limits of oracle/limits.py (runs may then take minutes or hours)")
+    p.set_defaults(preflight=check_round_args)
+    if not p.description:          # `check` (its register() gives none)
+        p.description = ("Run the block and loop rounds on the FP32 reference, for the built-in cases or the "
+                         "case the round options describe, and compare them bit for bit. Exit 0 all equal, "
+                         "1 a check failed, 2 bad usage or input, 3 internal error.")
 
 
 def custom_case(args):
-    """The case described by --counts and friends."""
-    check_policy(args.policy)
-    if args.rounds < 1:
-        raise OracleError(f"--rounds {args.rounds}: must be >= 1")
-    counts = args.counts
-    if counts is not None and not counts:
-        raise OracleError("--counts is empty")
-    counts = counts or [5, 3, 1]
-    validate(counts, args.draft_loops, args.target_loops)
+    """The case described by --counts and friends, or the built-in case named by --case; its
+    reproduce line is the exact command that regenerates it."""
+    from .round_args import check_round_args, command, model_config, model_flags, round_flags
+    check_round_args(args)
+    cfg = model_config(args)
+    if args.case is not None:
+        return next(c for c in default_cases(cfg.vocab_size, model_flags(args)) if c.name == args.case)
+    counts = args.counts or [5, 3, 1]
     if args.temperature is None:                      # a mixed batch
         params = [SamplingParams() if i % 2 == 0 else
                   SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i)
@@ -48,16 +68,10 @@ def custom_case(args):
                   for i in range(len(counts))]
     rounds = [{i: t for i, t in enumerate(counts)}] * args.rounds
     plen = (args.prompt_len, args.prompt_len) if args.prompt_len else (1, 8)
-    if plen[0] < 1:
-        raise OracleError(f"--prompt-len {args.prompt_len}: must be >= 1")
-    repro = " ".join(["python -m oracle check", f"--preset {args.preset}", f"--seed {args.seed}",
-                      "--counts " + ",".join(map(str, counts)), f"-d {args.draft_loops} -D {args.target_loops}",
-                      f"--rounds {args.rounds}", f"--policy {args.policy}"]
-                     + ([f"--temperature {args.temperature}"] if args.temperature is not None else [])
-                     + ([f"--top-k {args.top_k}"] if args.top_k else []) + ([f"--top-p {args.top_p}"] if args.top_p else []))
+    repro = command(["check", *model_flags(args), *round_flags(args, counts)])
     name = f"counts {tuple(counts)} d={args.draft_loops} D={args.target_loops} x{args.rounds} rounds"
     return make_case(name, rounds, args.draft_loops, args.target_loops, params, seed=args.seed,
-                     policy=args.policy, prompt_len=plen, reproduce=repro)
+                     policy=args.policy, prompt_len=plen, reproduce=repro, vocab=cfg.vocab_size)
 
 
 def run(args) -> int:

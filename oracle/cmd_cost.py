@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 
-from .cli import csv_ints
-from .cmd_schedule import add_round_args, one_line_errors
+from .cli import csv_ints, int_at_least
+from . import limits
+from .cmd_schedule import add_round_args
 from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, load_ctable
 from .errors import OracleError
 from .schedule import validate
@@ -21,17 +22,29 @@ def register(subparsers) -> None:
                               description="Predict block and loop round times from a measured c(M) table.")
     p.add_argument("--ctable", default=None, metavar="FILE",
                    help=f"c-table JSON {{\"c_ms\": {{\"1\": ms, ...}}}} (default: shipped {DEFAULT_CTABLE.name})")
-    p.add_argument("--k", type=int, default=None, metavar="K", help="drafts per request (default 4)")
+    p.add_argument("--k", type=int_at_least(0), default=None, metavar="K", help="drafts per request (default: 4)")
     p.add_argument("--batch", type=csv_ints, default=None, metavar="C,...",
-                   help=f"concurrencies C (default {','.join(map(str, DEFAULT_BATCH))})")
+                   help=f"concurrencies C (default: {','.join(map(str, DEFAULT_BATCH))})")
     p.add_argument("--counts", type=csv_ints, default=None, metavar="T0,T1,...",
-                   help="ragged round: token count T_i = K_i + 1 per request (instead of --k/--batch)")
+                   help="ragged round: token count T_i = K_i + 1 per request (instead of --k/--batch; default: none)")
     add_round_args(p)
     p.add_argument("--head-ctable", default=None, metavar="FILE",
                    help="h(M) table for head calls (draft heads and the verification head); default: none")
     p.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON')
-    one_line_errors(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, preflight=check_cost_args)
+
+
+def check_cost_args(args) -> None:
+    """Options and sizes before any table is read."""
+    if args.batch and args.counts is None and not args.allow_large:     # before the rounds are built
+        rows = max(args.batch) * ((4 if args.k is None else args.k) + 1) * args.target_loops
+        if rows > limits.MAX_SCHEDULE_ROWS:
+            limits.refuse("schedule size C*(K+1)*D =", rows, limits.MAX_SCHEDULE_ROWS, " rows")
+    todo = rounds(args)
+    for _, counts in todo:
+        limits.check_counts([max(counts)], args.target_loops, args.allow_large)   # T_i and D (cost is cheap in C)
+        validate(counts, args.draft_loops, args.target_loops)
+        limits.check_schedule_size(counts, args.draft_loops, args.target_loops, args.allow_large)
 
 
 def rounds(args) -> list[tuple[int | None, list[int]]]:

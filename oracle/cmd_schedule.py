@@ -8,49 +8,37 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from .cli import csv_ints
+from . import limits
+from .cli import csv_ints, int_at_least
 from .schedule import Schedule, check_schedule, plan, validate
 
 
-def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Make argparse usage errors a single `error: ...` line on stderr (exit 2), like OracleError."""
-    def error(message: str):
-        print(f"error: {parser.prog}: {message}", file=sys.stderr)
-        sys.exit(2)
-
-    # The top-level parser would report leftover arguments with its multi-line usage; the
-    # subparsers action calls this parser's parse_known_args, so catch them here.
-    parse_known_args = parser.parse_known_args
-
-    def parse_known_args_strict(args=None, namespace=None):
-        namespace, extras = parse_known_args(args, namespace)
-        if extras:
-            error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
-
-    parser.error = error
-    parser.parse_known_args = parse_known_args_strict
-    return parser
-
-
 def add_round_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-d", "--draft-loops", type=int, default=2, metavar="d",
-                   help="loops used to draft (default 2)")
-    p.add_argument("-D", "--target-loops", type=int, default=4, metavar="D",
-                   help="loops used to verify (default 4)")
+    p.add_argument("-d", "--draft-loops", type=int_at_least(1), default=2, metavar="d",
+                   help="loops used to draft, 1 <= d < D")
+    p.add_argument("-D", "--target-loops", type=int_at_least(1), default=4, metavar="D",
+                   help="loops used to verify")
+    p.add_argument("--allow-large", action="store_true",
+                   help="lift the size limits on requests, token counts, D and schedule rows")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("schedule", help="print the block and loop schedules of one round",
                               description="Print the block and loop schedules of one speculative round.")
     p.add_argument("--counts", type=csv_ints, required=True, metavar="T0,T1,...",
-                   help="token count T_i = K_i + 1 per request, e.g. 5,3,1")
+                   help="token count T_i = K_i + 1 per request, e.g. 5,3,1 (required)")
     add_round_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the diagram")
-    one_line_errors(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, preflight=check_schedule_args)
+
+
+def check_schedule_args(args) -> None:
+    """Sizes and d/D before any planning."""
+    limits.check_counts(args.counts, args.target_loops, args.allow_large)
+    validate(args.counts, args.draft_loops, args.target_loops)
+    limits.check_schedule_size(args.counts, args.draft_loops, args.target_loops, args.allow_large,
+                               diagram=not args.json)
 
 
 def run(args) -> int:

@@ -58,6 +58,16 @@ class ModelConfig:
             raise OracleError("config.json: tie_word_embeddings=true, but Ouro's lm_head is untied")
         if hf.get("hidden_act", "silu") != "silu":
             raise OracleError(f"config.json: hidden_act {hf['hidden_act']!r} is not silu")
+        for key in required + ("num_key_value_heads", "head_dim", "total_ut_steps"):
+            v = hf.get(key, 1)
+            if key == "head_dim" and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise OracleError(f"config.json: {key} must be a positive integer, got {v!r}")
+        for key in ("rope_theta", "rms_norm_eps"):
+            v = hf.get(key, 1.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise OracleError(f"config.json: {key} must be a number, got {v!r}")
         heads = hf["num_attention_heads"]
         return ModelConfig(
             vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],

@@ -49,8 +49,9 @@ class CTable:
     __call__ = c
 
 
-def ctable_from_dict(data, source: str = "c-table") -> CTable:
-    """Build a CTable from {"c_ms": {"1": 1.07, ...}, ...other keys}."""
+def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True) -> CTable:
+    """Build a CTable from {"c_ms": {"1": 1.07, ...}, ...other keys}. A table where c(M)
+    decreases with M is used as measured, with a warning on stderr unless warn_drops=False."""
     if not isinstance(data, dict) or not isinstance(data.get("c_ms"), dict):
         raise OracleError(f"{source}: expected a JSON object with a \"c_ms\" object mapping row counts to ms")
     if not data["c_ms"]:
@@ -71,6 +72,12 @@ def ctable_from_dict(data, source: str = "c-table") -> CTable:
             raise OracleError(f"{source}: c({M}) = {value!r} must be a positive finite number of ms")
         points[M] = float(value)
     rows = tuple(sorted(points))
+    drops = [(a, b) for a, b in zip(rows, rows[1:]) if points[b] < points[a]]
+    if drops and warn_drops:      # real tables are not monotone (kernel tile changes); predictions stay piecewise-linear
+        from .progress import warn
+        a, b = drops[0]
+        warn(f"{source}: c(M) decreases with M at {len(drops)} place(s), first c({b}) = {points[b]} < "
+             f"c({a}) = {points[a]}; using it as measured")
     meta = {k: v for k, v in data.items() if k != "c_ms"}
     return CTable(rows, tuple(points[M] for M in rows), source, meta)
 
@@ -87,7 +94,7 @@ def load_ctable(path=None, what: str = "c-table") -> CTable:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise OracleError(f"{source} is not valid JSON: {e}") from None
-    return ctable_from_dict(data, source)
+    return ctable_from_dict(data, source, warn_drops=path != DEFAULT_CTABLE)   # the shipped table's drops are known
 
 
 def head_row_counts(s: Schedule) -> list[int]:

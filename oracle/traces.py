@@ -5,6 +5,7 @@ external engine can emit a trace and have it diffed.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,28 +88,108 @@ class RoundTrace:
         return t
 
 
+FORMAT = "loopspec-trace/2"      # JSON + NPZ, the NPZ's SHA-256 in the JSON
+SCHEMA_VERSION = 2
+ROUND_KEYS = {"mode": str, "round": int, "policy": str, "d": int, "D": int, "requests": list,
+              "token_counts": list, "prefix": list, "calls": list, "kv_writes": list, "draft_logits": list,
+              "verify_logits": list, "rng_events": list, "drafts": list, "accepted": list, "emitted": list,
+              "stats": dict}
+# NPZ array -> the JSON list its rows belong to
+ARRAY_ROWS = {"kv_k": "kv_writes", "kv_v": "kv_writes", "draft_logits": "draft_logits",
+              "verify_logits": "verify_logits"}
+
+
+def npz_path(path) -> Path:
+    return Path(str(path) + ".npz")
+
+
+def sha256_of(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def save_traces(path, traces: list[RoundTrace], meta: dict | None = None) -> None:
-    """Writes PATH (JSON) and PATH.npz (arrays)."""
+    """Writes PATH.npz (arrays), then PATH (JSON) holding the NPZ's SHA-256."""
+    from .errors import OracleError
     path = Path(path)
+    if path.is_dir():
+        raise OracleError(f"trace file {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise OracleError(f"trace file {path}: folder {path.parent} does not exist")
     arrays = {}
     for n, t in enumerate(traces):
         arrays |= t.arrays(f"r{n}_")
-    path.write_text(json.dumps({"format": "loopspec-trace/1", "meta": meta or {},
-                                "rounds": [t.to_json() for t in traces]}) + "\n")
-    np.savez_compressed(str(path) + ".npz", **arrays)
+    npz = npz_path(path)
+    with open(npz, "wb") as f:             # np.savez would append .npz to a str path
+        np.savez_compressed(f, **arrays)
+    path.write_text(json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION,
+                                "npz": {"file": npz.name, "sha256": sha256_of(npz)},
+                                "meta": meta or {}, "rounds": [t.to_json() for t in traces]}) + "\n")
+
+
+def _check_round(path, n: int, r, arrays: dict) -> None:
+    from .errors import OracleError
+    if not isinstance(r, dict):
+        raise OracleError(f"trace file {path}: round {n} is a {type(r).__name__}, not an object")
+    for key, kind in ROUND_KEYS.items():
+        if key not in r:
+            raise OracleError(f"trace file {path}: round {n} has no {key!r}")
+        if not isinstance(r[key], kind) or (kind is int and isinstance(r[key], bool)):
+            raise OracleError(f"trace file {path}: round {n} {key!r} must be a JSON {kind.__name__}")
+    for name, listed in ARRAY_ROWS.items():
+        a = arrays.get(f"r{n}_{name}")
+        want = len(r[listed])
+        got = 0 if a is None else (a.shape[0] if a.ndim else -1)
+        if got != want:
+            raise OracleError(f"trace file {path}: round {n} lists {want} {listed} but its NPZ holds "
+                              f"{got} rows of {name}")
 
 
 def load_traces(path) -> tuple[list[RoundTrace], dict]:
+    """Reads PATH and PATH.npz; any departure from the schema, a missing NPZ or one whose
+    SHA-256 differs from the JSON's, and a trace without rounds, raise OracleError."""
     from .errors import OracleError
     path = Path(path)
     if not path.exists():
         raise OracleError(f"trace file {path} does not exist")
+    if path.is_dir():
+        raise OracleError(f"trace file {path} is a directory")
     try:
         j = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise OracleError(f"trace file {path} is not valid JSON ({e})") from None
-    if j.get("format") != "loopspec-trace/1":
-        raise OracleError(f"trace file {path} is not a loopspec-trace/1 file")
-    npz = Path(str(path) + ".npz")
-    arrays = dict(np.load(npz)) if npz.exists() else {}
-    return [RoundTrace.from_json(r, arrays, f"r{n}_") for n, r in enumerate(j["rounds"])], j["meta"]
+    if not isinstance(j, dict):
+        raise OracleError(f"trace file {path} holds a JSON {type(j).__name__}, not a trace object")
+    if j.get("format") != FORMAT:
+        raise OracleError(f"trace file {path}: format {j.get('format')!r}, expected {FORMAT!r} "
+                          f"(re-record it with `python -m oracle trace record`)")
+    rounds, meta, npz_info = j.get("rounds"), j.get("meta", {}), j.get("npz")
+    if not isinstance(rounds, list):
+        raise OracleError(f"trace file {path} has no \"rounds\" list")
+    if not rounds:
+        raise OracleError(f"trace file {path} has zero rounds: nothing to compare")
+    if not isinstance(meta, dict):
+        raise OracleError(f"trace file {path}: \"meta\" must be an object")
+    if not isinstance(npz_info, dict) or not isinstance(npz_info.get("sha256"), str):
+        raise OracleError(f"trace file {path} does not record its NPZ's sha256")
+    npz = npz_path(path)
+    if not npz.is_file():
+        raise OracleError(f"trace file {path}: its arrays file {npz} is missing")
+    if sha256_of(npz) != npz_info["sha256"]:
+        raise OracleError(f"trace file {path}: {npz} is not the NPZ recorded with it (sha256 differs)")
+    try:
+        with np.load(npz, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:            # zipfile, pickle and format errors of a damaged NPZ
+        raise OracleError(f"trace file {path}: {npz} is not a readable NPZ ({type(e).__name__})") from None
+    traces = []
+    for n, r in enumerate(rounds):
+        _check_round(path, n, r, arrays)
+        try:
+            traces.append(RoundTrace.from_json(r, arrays, f"r{n}_"))
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise OracleError(f"trace file {path}: round {n} is malformed ({type(e).__name__}: {e})") from None
+    return traces, meta

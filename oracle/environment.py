@@ -1,0 +1,56 @@
+"""Environment variables the oracle and its kernels read, checked before any work so a typo
+is refused in one line instead of being ignored or failing deep inside an import.
+
+    ORACLE_BACKEND             read by the property suite; `check` takes --backend instead
+    LOOPSPEC_GEMV, LOOPSPEC_FUSE, LOOPSPEC_TRITON_ATTN    "0" or "1" (kernels/model.py)
+    LOOPSPEC_COMPILE_DYNAMIC   "rows" or "all" (kernels/model.py)
+    LOOPSPEC_GEMV_CONFIG       a JSON object file of GEMV tiles (kernels/gemv.py)
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from .errors import OracleError
+
+SWITCHES = ("LOOPSPEC_GEMV", "LOOPSPEC_FUSE", "LOOPSPEC_TRITON_ATTN")
+CHOICES = {"LOOPSPEC_COMPILE_DYNAMIC": ("rows", "all")}
+
+
+def uses_kernels(args) -> bool:
+    """Whether the command will import the torch kernels."""
+    backend = getattr(args, "backend", None)
+    return args.command == "bench" or bool(backend and backend != "reference")
+
+
+def check_kernel_switches(env=os.environ) -> None:
+    for name in SWITCHES:
+        value = env.get(name)
+        if value is not None and value not in ("0", "1"):
+            raise OracleError(f"{name}={value!r}: expected 0 or 1")
+    for name, choices in CHOICES.items():
+        value = env.get(name)
+        if value is not None and value not in choices:
+            raise OracleError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    path = env.get("LOOPSPEC_GEMV_CONFIG")
+    if path:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except OSError as e:
+            raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: cannot read it ({e.strerror or e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: not valid JSON ({e})") from None
+        if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 4 for v in data.values()):
+            raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> "
+                              f"[BLOCK_N, BLOCK_K, num_warps(, num_stages)]")
+
+
+def check_environment(args, env=os.environ) -> None:
+    """Environment variables that would be silently ignored, or are malformed, are refused."""
+    backend = env.get("ORACLE_BACKEND", "").strip()
+    if args.command == "check" and backend and backend != "reference" and getattr(args, "backend", None) is None:
+        raise OracleError(f"ORACLE_BACKEND={backend} is read by the property suite, not by `check`; "
+                          f"pass --backend {backend} (or unset ORACLE_BACKEND)")
+    if uses_kernels(args):
+        check_kernel_switches(env)

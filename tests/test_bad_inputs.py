@@ -1,0 +1,330 @@
+"""The catalogue of invalid inputs: every one is refused before any work with exit code 2 and
+one `error: ...` line on stderr (no traceback), in every subcommand and file type.
+
+Each entry is (family, id, make) where make(files) returns the argv (and optionally a dict of
+environment variables); `files` builds fixture files on demand (a tiny checkpoint, a trace).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oracle.cli import main
+
+
+class Files:
+    """Builds the files a catalogue entry needs under one temp folder."""
+
+    def __init__(self, root: Path, good_ckpt: Path, good_trace: Path):
+        self.root, self.good_ckpt, self.good_trace = root, good_ckpt, good_trace
+
+    def path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def text(self, name: str, content) -> str:
+        p = self.root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(content if isinstance(content, str) else json.dumps(content))
+        return str(p)
+
+    def ckpt(self, name: str, edit=None) -> str:
+        """A copy of the tiny checkpoint; edit(folder) changes it."""
+        dst = self.root / name
+        shutil.copytree(self.good_ckpt, dst)
+        if edit:
+            edit(dst)
+        return str(dst)
+
+    def tensors(self, name: str, change) -> str:
+        """A checkpoint whose tensors dict went through change(dict)."""
+        from safetensors.numpy import load_file, save_file
+        def edit(folder):
+            w = load_file(str(folder / "model.safetensors"))
+            change(w)
+            save_file(w, str(folder / "model.safetensors"))
+        return self.ckpt(name, edit)
+
+    def config(self, name: str, change) -> str:
+        def edit(folder):
+            c = json.loads((folder / "config.json").read_text())
+            change(c)
+            (folder / "config.json").write_text(json.dumps(c))
+        return self.ckpt(name, edit)
+
+    def trace(self, name: str, edit_json=None, npz: bytes | None = None, keep_sha: bool = False) -> str:
+        """A copy of the good trace; edit_json(j) changes its JSON, npz replaces its NPZ bytes
+        (with keep_sha=False the JSON records the new NPZ's sha256, so only its content is bad)."""
+        j = json.loads(self.good_trace.read_text())
+        data = Path(str(self.good_trace) + ".npz").read_bytes() if npz is None else npz
+        if npz is not None and not keep_sha:
+            j["npz"]["sha256"] = hashlib.sha256(data).hexdigest()
+        if edit_json:
+            edit_json(j)
+        p = self.root / name
+        p.write_text(json.dumps(j))
+        Path(str(p) + ".npz").write_bytes(data)
+        return str(p)
+
+    def trace_without_npz(self, name: str) -> str:
+        p = self.trace(name)
+        Path(p + ".npz").unlink()
+        return p
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+
+
+def _truncate(folder: Path) -> None:
+    data = (folder / "model.safetensors").read_bytes()
+    _write(folder / "model.safetensors", data[: len(data) // 2])
+
+
+def _garbage(folder: Path) -> None:
+    _write(folder / "model.safetensors", np.random.default_rng(0).bytes(4096))
+
+
+def _index(content):
+    def edit(folder: Path):
+        (folder / "model.safetensors.index.json").write_text(content if isinstance(content, str) else json.dumps(content))
+    return edit
+
+
+def _npz_rows(j):          # the JSON claims one more KV write than the NPZ holds
+    j["rounds"][0]["kv_writes"].append(j["rounds"][0]["kv_writes"][0])
+
+
+CHECK = ["check", "--rounds", "1", "--counts", "2,1"]
+
+CATALOGUE = [
+    # ---- option values of check / trace record ----
+    ("values", "seed -1", lambda f: ["check", "--seed", "-1"]),
+    ("values", "counts empty item", lambda f: ["check", "--counts", "5,,3"]),
+    ("values", "counts trailing comma", lambda f: ["check", "--counts", "5,"]),
+    ("values", "counts empty", lambda f: ["check", "--counts", ""]),
+    ("values", "counts zero", lambda f: ["check", "--counts", "3,0"]),
+    ("values", "counts negative", lambda f: ["check", "--counts", "-1,2"]),
+    ("values", "counts not integers", lambda f: ["check", "--counts", "a,b"]),
+    ("values", "counts float", lambda f: ["check", "--counts", "2.5"]),
+    ("values", "d zero", lambda f: ["check", "-d", "0"]),
+    ("values", "d equals D", lambda f: ["check", "-d", "4", "-D", "4"]),
+    ("values", "D zero", lambda f: ["check", "-D", "0"]),
+    ("values", "temperature negative", lambda f: ["check", "--temperature", "-0.5"]),
+    ("values", "temperature nan", lambda f: ["check", "--temperature", "nan"]),
+    ("values", "temperature inf", lambda f: ["check", "--temperature", "inf"]),
+    ("values", "top-k zero", lambda f: ["check", "--top-k", "0"]),
+    ("values", "top-p zero", lambda f: ["check", "--top-p", "0"]),
+    ("values", "top-p above one", lambda f: ["check", "--top-p", "1.5"]),
+    ("values", "rounds zero", lambda f: ["check", "--rounds", "0"]),
+    ("values", "policy unknown", lambda f: ["check", "--policy", "random"]),
+    ("values", "prompt-len zero", lambda f: ["check", "--prompt-len", "0"]),
+    ("values", "preset unknown", lambda f: ["check", "--preset", "huge"]),
+    ("values", "case unknown", lambda f: ["check", "--case", "nope"]),
+    ("values", "case with counts", lambda f: ["check", "--case", "ragged (5,3,1) d=2 D=4", "--counts", "2"]),
+    ("values", "record mode unknown", lambda f: ["trace", "record", "--mode", "both", "--out", f.path("t.json")]),
+    ("values", "record seed -1", lambda f: ["trace", "record", "--seed", "-1", "--out", f.path("t.json")]),
+    # ---- usage: commands and options ----
+    ("usage", "unknown command", lambda f: ["frobnicate"]),
+    ("usage", "no command", lambda f: ["--"]),
+    ("usage", "'--' as an option value", lambda f: ["check", "--seed=--"]),
+    ("usage", "'--' after a list option", lambda f: ["bench", "rounds", "--tokens", "--"]),
+    ("usage", "unknown option", lambda f: ["check", "--bogus"]),
+    ("usage", "stray positional", lambda f: ["check", "extra"]),
+    ("usage", "trace without subcommand", lambda f: ["trace"]),
+    ("usage", "bench without subcommand", lambda f: ["bench"]),
+    ("usage", "schedule without counts", lambda f: ["schedule"]),
+    ("usage", "option without value", lambda f: ["check", "--counts"]),
+    ("usage", "carriage return in an argument", lambda f: ["check", "\r0"]),
+    ("usage", "newline in a path", lambda f: ["check", "--checkpoint", "a\nb"]),
+    ("usage", "checkpoint with preset", lambda f: ["check", "--checkpoint", str(f.good_ckpt), "--preset", "tiny"]),
+    ("environment", "ORACLE_BACKEND ignored by check", lambda f: (CHECK, {"ORACLE_BACKEND": "torch-cpu"})),
+    ("environment", "LOOPSPEC_GEMV not 0/1", lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV": "yes"})),
+    ("environment", "LOOPSPEC_COMPILE_DYNAMIC unknown",
+     lambda f: (["bench", "rounds"], {"LOOPSPEC_COMPILE_DYNAMIC": "some"})),
+    ("environment", "LOOPSPEC_GEMV_CONFIG missing",
+     lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_CONFIG": f.path("none.json")})),
+    ("environment", "LOOPSPEC_GEMV_CONFIG not JSON",
+     lambda f: (["bench", "sweep"], {"LOOPSPEC_GEMV_CONFIG": f.text("g.json", "{")})),
+    # ---- limits instead of hangs ----
+    ("limits", "check one huge count", lambda f: ["check", "--counts", "100000"]),
+    ("limits", "check too many requests", lambda f: ["check", "--counts", ",".join(["1"] * 1000)]),
+    ("limits", "check D 1000", lambda f: ["check", "-D", "1000", "--rounds", "1"]),
+    ("limits", "check prompt-len 100000", lambda f: ["check", "--prompt-len", "100000", "--rounds", "1"]),
+    ("limits", "check rounds 100000", lambda f: ["check", "--rounds", "100000"]),
+    ("limits", "check estimated time", lambda f: ["check", "--counts", "200,200,200", "--rounds", "200"]),
+    ("limits", "schedule huge count", lambda f: ["schedule", "--counts", "100000"]),
+    ("limits", "schedule diagram too big", lambda f: ["schedule", "--counts", ",".join(["100"] * 100)]),
+    ("limits", "cost D 1000", lambda f: ["cost", "-D", "1000"]),
+    ("limits", "cost batch a billion", lambda f: ["cost", "--batch", "1000000000"]),
+    ("limits", "cost ragged huge count", lambda f: ["cost", "--counts", "1,100000"]),
+    ("limits", "model too many tokens", lambda f: ["model", "--preset", "tiny", "--tokens", ",".join(["1"] * 5000)]),
+    ("limits", "model estimated time", lambda f: ["model", "--preset", "ouro-1.4b", "--tokens", ",".join(["1"] * 200)]),
+    ("limits", "model loops 1000", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--loops", "1000"]),
+    ("limits", "bench rows too large", lambda f: ["bench", "c-table", "--device", "cpu", "--rows", "100000"]),
+    # ---- checkpoint folders and files ----
+    ("checkpoint", "missing folder", lambda f: ["check", "--checkpoint", f.path("nowhere"), "--rounds", "1"]),
+    ("checkpoint", "a file, not a folder", lambda f: ["check", "--checkpoint", f.text("afile", "x"), "--rounds", "1"]),
+    ("checkpoint", "no config.json", lambda f: ["check", "--checkpoint", f.ckpt("nc", lambda d: (d / "config.json").unlink())]),
+    ("checkpoint", "config not JSON", lambda f: ["check", "--checkpoint", f.ckpt("cj", lambda d: (d / "config.json").write_text("{oops"))]),
+    ("checkpoint", "config a list", lambda f: ["check", "--checkpoint", f.ckpt("cl", lambda d: (d / "config.json").write_text("[1]"))]),
+    ("checkpoint", "config missing key", lambda f: ["check", "--checkpoint", f.config("ck", lambda c: c.pop("hidden_size"))]),
+    ("checkpoint", "config zero heads", lambda f: ["check", "--checkpoint", f.config("ch", lambda c: c.update(num_attention_heads=0))]),
+    ("checkpoint", "config string size", lambda f: ["check", "--checkpoint", f.config("cs", lambda c: c.update(vocab_size="64"))]),
+    ("checkpoint", "config tied embeddings", lambda f: ["check", "--checkpoint", f.config("ct", lambda c: c.update(tie_word_embeddings=True))]),
+    ("checkpoint", "no weights file", lambda f: ["check", "--checkpoint", f.ckpt("nw", lambda d: (d / "model.safetensors").unlink())]),
+    ("checkpoint", "truncated safetensors", lambda f: ["check", "--checkpoint", f.ckpt("tr", _truncate), "--rounds", "1"]),
+    ("checkpoint", "garbage safetensors", lambda f: ["model", "--checkpoint", f.ckpt("gb", _garbage), "--tokens", "1"]),
+    ("checkpoint", "index not JSON", lambda f: ["check", "--checkpoint", f.ckpt("ij", _index("{bad"))]),
+    ("checkpoint", "index a list", lambda f: ["check", "--checkpoint", f.ckpt("il", _index([]))]),
+    ("checkpoint", "index without weight_map", lambda f: ["check", "--checkpoint", f.ckpt("iw", _index({"metadata": {}}))]),
+    ("checkpoint", "index names a missing shard",
+     lambda f: ["check", "--checkpoint", f.ckpt("im", _index({"weight_map": {"lm_head.weight": "gone.safetensors"}}))]),
+    ("checkpoint", "index path outside folder",
+     lambda f: ["check", "--checkpoint", f.ckpt("io", _index({"weight_map": {"lm_head.weight": "../x.safetensors"}}))]),
+    ("checkpoint", "int64 tensors", lambda f: ["model", "--checkpoint", f.tensors(
+        "i64", lambda w: w.update({k: v.astype(np.int64) for k, v in w.items()})), "--tokens", "1"]),
+    ("checkpoint", "missing tensor", lambda f: ["model", "--checkpoint", f.tensors(
+        "mt", lambda w: w.pop("lm_head.weight")), "--tokens", "1"]),
+    ("checkpoint", "misshaped tensor", lambda f: ["model", "--checkpoint", f.tensors(
+        "ms", lambda w: w.update({"model.norm.weight": np.ones(3, np.float32)})), "--tokens", "1"]),
+    ("checkpoint", "NaN tensor", lambda f: ["model", "--checkpoint", f.tensors(
+        "nan", lambda w: w["model.norm.weight"].__setitem__(0, np.nan)), "--tokens", "1"]),
+    # ---- model command ----
+    ("model", "loops zero", lambda f: ["model", "--preset", "tiny", "--tokens", "1,2", "--loops", "0"]),
+    ("model", "save onto an existing file", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", f.text("exists", "x")]),
+    ("model", "save onto a checkpoint", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", str(f.good_ckpt)]),
+    ("model", "save into a missing folder", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", f.path("a/b/c")]),
+    ("model", "save with checkpoint", lambda f: ["model", "--checkpoint", str(f.good_ckpt), "--tokens", "1", "--save", f.path("s")]),
+    ("model", "neither preset nor checkpoint", lambda f: ["model", "--tokens", "1"]),
+    ("model", "both preset and checkpoint", lambda f: ["model", "--preset", "tiny", "--checkpoint", str(f.good_ckpt), "--tokens", "1"]),
+    ("model", "token outside vocabulary", lambda f: ["model", "--preset", "tiny", "--tokens", "1,999"]),
+    ("model", "negative token", lambda f: ["model", "--preset", "tiny", "--tokens", "-1"]),
+    ("model", "tokens empty item", lambda f: ["model", "--preset", "tiny", "--tokens", "1,,2"]),
+    # ---- trace files ----
+    ("trace", "diff missing file", lambda f: ["trace", "diff", f.path("none.json"), str(f.good_trace)]),
+    ("trace", "diff a directory", lambda f: ["trace", "diff", str(f.root), str(f.good_trace)]),
+    ("trace", "diff not JSON", lambda f: ["trace", "diff", f.text("bad.json", "{x"), str(f.good_trace)]),
+    ("trace", "diff JSON list", lambda f: ["trace", "diff", f.text("list.json", []), str(f.good_trace)]),
+    ("trace", "diff no rounds", lambda f: ["trace", "diff", f.trace("nr.json", lambda j: j.pop("rounds")), str(f.good_trace)]),
+    ("trace", "diff zero rounds", lambda f: ["trace", "diff", f.trace("z1.json", lambda j: j.update(rounds=[])),
+                                             f.trace("z2.json", lambda j: j.update(rounds=[]))]),
+    ("trace", "diff old format", lambda f: ["trace", "diff", f.trace("v1.json", lambda j: j.update(format="loopspec-trace/1")), str(f.good_trace)]),
+    ("trace", "diff no sha256", lambda f: ["trace", "diff", f.trace("ns.json", lambda j: j.pop("npz")), str(f.good_trace)]),
+    ("trace", "diff missing NPZ", lambda f: ["trace", "diff", str(f.good_trace), f.trace_without_npz("mn.json")]),
+    ("trace", "diff another trace's NPZ", lambda f: ["trace", "diff", str(f.good_trace),
+                                                     f.trace("other.json", npz=np.random.default_rng(1).bytes(64), keep_sha=True)]),
+    ("trace", "diff garbage NPZ", lambda f: ["trace", "diff", str(f.good_trace), f.trace("gn.json", npz=b"not a zip")]),
+    ("trace", "diff round missing key", lambda f: ["trace", "diff", str(f.good_trace), f.trace("rk.json", lambda j: j["rounds"][0].pop("kv_writes"))]),
+    ("trace", "diff round wrong type", lambda f: ["trace", "diff", str(f.good_trace), f.trace("rt.json", lambda j: j["rounds"][0].update(calls="x"))]),
+    ("trace", "diff round not an object", lambda f: ["trace", "diff", str(f.good_trace), f.trace("ro.json", lambda j: j.update(rounds=[1]))]),
+    ("trace", "diff NPZ rows differ from JSON", lambda f: ["trace", "diff", str(f.good_trace), f.trace("rows.json", _npz_rows)]),
+    ("trace", "diff unknown tolerance", lambda f: ["trace", "diff", str(f.good_trace), str(f.good_trace), "--tolerance", "int8"]),
+    ("trace", "record out is a directory", lambda f: ["trace", "record", "--rounds", "1", "--out", str(f.root)]),
+    ("trace", "record out in a missing folder", lambda f: ["trace", "record", "--rounds", "1", "--out", f.path("no/dir/t.json")]),
+    ("trace", "record without out", lambda f: ["trace", "record", "--rounds", "1"]),
+    # ---- cost and c-tables ----
+    ("cost", "k negative", lambda f: ["cost", "--k", "-1"]),
+    ("cost", "batch zero", lambda f: ["cost", "--batch", "0"]),
+    ("cost", "batch empty item", lambda f: ["cost", "--batch", "4,,8"]),
+    ("cost", "counts with k", lambda f: ["cost", "--counts", "3", "--k", "2"]),
+    ("cost", "ctable missing", lambda f: ["cost", "--ctable", f.path("none.json")]),
+    ("cost", "ctable a directory", lambda f: ["cost", "--ctable", str(f.root)]),
+    ("cost", "ctable not JSON", lambda f: ["cost", "--ctable", f.text("ct.json", "{")]),
+    ("cost", "ctable without c_ms", lambda f: ["cost", "--ctable", f.text("ct2.json", {"ms": {}})]),
+    ("cost", "ctable negative ms", lambda f: ["cost", "--ctable", f.text("ct3.json", {"c_ms": {"1": -1}})]),
+    ("cost", "ctable row not integer", lambda f: ["cost", "--ctable", f.text("ct4.json", {"c_ms": {"x": 1}})]),
+    # ---- bench (checked before torch does any work) ----
+    ("bench", "device tpu", lambda f: ["bench", "c-table", "--device", "tpu"]),
+    ("bench", "device cuda:x", lambda f: ["bench", "rounds", "--device", "cuda:x"]),
+    ("bench", "c-table repeats zero", lambda f: ["bench", "c-table", "--repeats", "0"]),
+    ("bench", "c-table rows zero", lambda f: ["bench", "c-table", "--device", "cpu", "--rows", "0,4"]),
+    ("bench", "c-table out a directory", lambda f: ["bench", "c-table", "--device", "cpu", "--out", str(f.root)]),
+    ("bench", "context zero", lambda f: ["bench", "c-table", "--context", "0"]),
+    ("bench", "preset unknown", lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "ouro-70b"]),
+    ("bench", "rounds repeats one", lambda f: ["bench", "rounds", "--repeats", "1"]),
+    ("bench", "rounds batch zero", lambda f: ["bench", "rounds", "--device", "cpu", "--batch", "0"]),
+    ("bench", "rounds in-flight zero", lambda f: ["bench", "rounds", "--in-flight", "0"]),
+    ("bench", "rounds d equals D", lambda f: ["bench", "rounds", "--device", "cpu", "-d", "3", "-D", "3"]),
+    ("bench", "sweep top-p zero", lambda f: ["bench", "sweep", "--top-p", "0"]),
+]
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+    from oracle.checkpoint import save_checkpoint
+    from oracle.model import build_model
+    root = tmp_path_factory.mktemp("good")
+    m = build_model("tiny", 0)
+    ckpt = save_checkpoint(root / "ckpt", m.cfg, m.weights)
+    trace = root / "good.json"
+    assert main(["trace", "record", "--counts", "2,1", "--rounds", "2", "--out", str(trace)]) == 0
+    return ckpt, trace
+
+
+def run_main(argv, env, capsys, monkeypatch):
+    monkeypatch.delenv("ORACLE_BACKEND", raising=False)
+    for k, v in (env or {}).items():
+        monkeypatch.setenv(k, v)
+    capsys.readouterr()
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("family,name,make", CATALOGUE, ids=[f"{f}-{n}" for f, n, _ in CATALOGUE])
+def test_invalid_input_is_refused_in_one_line(family, name, make, fixtures, tmp_path, capsys, monkeypatch):
+    made = make(Files(tmp_path, *fixtures))
+    argv, env = made if isinstance(made, tuple) else (made, None)
+    rc, out, err = run_main(argv, env, capsys, monkeypatch)
+    lines = err.strip().splitlines()
+    assert rc == 2, (rc, err)
+    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert out == ""
+
+
+def test_catalogue_size_and_families():
+    assert len(CATALOGUE) >= 70
+    assert len({(f, n) for f, n, _ in CATALOGUE}) == len(CATALOGUE)
+    assert {f for f, _, _ in CATALOGUE} == {"values", "usage", "environment", "limits", "checkpoint", "model",
+                                                  "trace", "cost", "bench"}
+
+
+# ---- accepted, with a warning on stderr ----
+
+def test_decreasing_ctable_is_used_with_a_warning(tmp_path, capsys, monkeypatch):
+    table = tmp_path / "dip.json"
+    table.write_text(json.dumps({"c_ms": {str(m): 1.0 + 0.01 * m - (0.2 if m == 16 else 0) for m in (1, 2, 4, 8, 16, 20, 32)}}))
+    rc, out, err = run_main(["cost", "--ctable", str(table), "--batch", "1,4"], None, capsys, monkeypatch)
+    assert rc == 0 and "c(16)" in err and err.startswith("warning: ") and "ratio" in out
+
+
+def test_D_beyond_trained_loops_is_warned(capsys, monkeypatch):
+    rc, out, err = run_main(["check", "-D", "5", "--rounds", "1", "--counts", "2"], None, capsys, monkeypatch)
+    assert rc == 0 and err.startswith("warning: -D 5 is beyond the 4 loops")
+
+
+def test_unknown_checkpoint_tensor_is_named(fixtures, tmp_path, capsys, monkeypatch):
+    f = Files(tmp_path, *fixtures)
+    ck = f.tensors("extra", lambda w: w.update({"model.mystery.weight": np.ones(2, np.float32),
+                                                "model.rotary_emb.inv_freq": np.ones(2, np.float32)}))
+    rc, out, err = run_main(["model", "--checkpoint", ck, "--tokens", "1,2"], None, capsys, monkeypatch)
+    assert rc == 0 and "model.mystery.weight" in err and "inv_freq" not in err
+
+
+def test_internal_error_is_one_line_with_a_saved_traceback(capsys, monkeypatch):
+    import oracle.cmd_schedule as cs
+    def broken(args):
+        raise RuntimeError("planner exploded")
+    monkeypatch.setattr(cs, "run", broken)
+    rc, out, err = run_main(["schedule", "--counts", "2"], None, capsys, monkeypatch)
+    lines = err.strip().splitlines()
+    assert rc == 3 and len(lines) == 1 and "RuntimeError: planner exploded" in lines[0]
+    saved = Path(lines[0].rsplit("traceback saved to ", 1)[1].rstrip(")"))
+    assert "Traceback" in saved.read_text() and "planner exploded" in saved.read_text()
+    saved.unlink()

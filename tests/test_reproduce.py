@@ -1,0 +1,109 @@
+"""Reproduce lines reproduce: a trace recorded for drawn settings carries a `trace record`
+command that writes an identical trace (checked with `trace diff`), and a `check` command
+whose case is the recorded case (same prompts, sampling parameters, rounds, d, D, policy).
+Every built-in case's reproduce line selects exactly that case.
+
+HYPOTHESIS_PROFILE: ci derandomized, 20 examples; dev random, 20; nightly 200.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from oracle.check import default_cases
+from oracle.cli import build_parser, main
+
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+SETTINGS = settings(max_examples=200 if PROFILE == "nightly" else 20, deadline=None,
+                    derandomize=PROFILE == "ci", database=None if PROFILE != "dev" else settings.default.database,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from oracle.checkpoint import save_checkpoint
+    from oracle.model import build_model
+    m = build_model("tiny", 7)
+    return str(save_checkpoint(tmp_path_factory.mktemp("ck") / "tiny7", m.cfg, m.weights))
+
+
+@st.composite
+def record_args(draw, checkpoint: str) -> list[str]:
+    """A `trace record` argv (without --out) over the option grammar."""
+    if draw(st.booleans()) and draw(st.booleans()):          # a quarter: a built-in case
+        names = [c.name for c in default_cases(64)]
+        model = ["--checkpoint", checkpoint] if draw(st.booleans()) else ["--preset", "tiny"]
+        return [*model, "--seed", str(draw(st.integers(0, 5))), "--case", draw(st.sampled_from(names)),
+                "--mode", draw(st.sampled_from(["block", "loop"]))]
+    D = draw(st.integers(2, 5))
+    argv = ["--checkpoint", checkpoint] if draw(st.booleans()) else []
+    argv += ["--seed", str(draw(st.integers(0, 10_000))),
+             "--counts", ",".join(map(str, draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)))),
+             "-d", str(draw(st.integers(1, D - 1))), "-D", str(D), "--rounds", str(draw(st.integers(1, 3))),
+             "--mode", draw(st.sampled_from(["block", "loop"]))]
+    optional = {"--policy": st.sampled_from(["sequential", "fixed"]), "--prompt-len": st.integers(1, 6),
+                "--temperature": st.sampled_from([0.0, 0.5, 1.0]) | st.floats(0.1, 2.0),
+                "--top-k": st.integers(1, 70), "--top-p": st.floats(0.05, 1.0)}
+    for flag, values in optional.items():
+        if draw(st.booleans()):
+            argv += [flag, str(draw(values))]
+    return argv
+
+
+def case_of(argv: list[str]):
+    """The Case a `check`/`trace record` argv describes, through the real parser and checks."""
+    from oracle.cmd_check import custom_case
+    args = build_parser().parse_args(argv)
+    args.preflight(args)
+    return custom_case(args)
+
+
+def same_case(a, b) -> bool:
+    return (a.prompts, a.params, a.rounds, a.d, a.D, a.policy) == (b.prompts, b.params, b.rounds, b.d, b.D, b.policy)
+
+
+def quiet_main(argv, capsys) -> int:
+    rc = main(argv)
+    capsys.readouterr()
+    return rc
+
+
+@SETTINGS
+@given(data=st.data())
+def test_recorded_reproduce_line_regenerates_the_trace(data, checkpoint, tmp_path, capsys, monkeypatch):
+    import json
+    monkeypatch.delenv("ORACLE_BACKEND", raising=False)
+    argv = data.draw(record_args(checkpoint))
+    n = len(list(tmp_path.iterdir()))
+    first, second = str(tmp_path / f"a{n}.json"), str(tmp_path / f"b{n}.json")
+    assert quiet_main(["trace", "record", *argv, "--out", first], capsys) == 0
+    meta = json.loads(open(first).read())["meta"]
+    words = shlex.split(meta["reproduce"])
+    assert words[:5] == ["python", "-m", "oracle", "trace", "record"] and words[-2:] == ["--out", first]
+    for flag, value in zip(argv, argv[1:]):                  # every given option is in the line
+        if flag.startswith("-") and flag != "--checkpoint":
+            assert flag in words
+    rerun = words[3:-1] + [second]
+    assert quiet_main(rerun, capsys) == 0
+    assert quiet_main(["trace", "diff", first, second], capsys) == 0
+    check = shlex.split(meta["check"])
+    assert check[3] == "check"
+    assert same_case(case_of(check[3:]), case_of(["check", *[w for w in argv if w not in ("--mode", "block", "loop")]]))
+
+
+def test_default_case_reproduce_lines_select_that_case():
+    for case in default_cases(64):
+        words = shlex.split(case.reproduce)
+        assert words[:4] == ["python", "-m", "oracle", "check"] and "--case" in words
+        assert same_case(case_of(words[3:]), case)
+        assert case_of(words[3:]).name == case.name
+
+
+def test_reproduce_line_names_the_checkpoint_and_seed(checkpoint):
+    case = case_of(["check", "--checkpoint", checkpoint, "--seed", "3", "--prompt-len", "4", "--rounds", "2"])
+    words = shlex.split(case.reproduce)
+    assert words[words.index("--checkpoint") + 1] == checkpoint and "--preset" not in words
+    assert words[words.index("--seed") + 1] == "3" and words[words.index("--prompt-len") + 1] == "4"
