@@ -21,6 +21,11 @@ fails (meta_tests/test_faults.py asserts which properties catch which fault).
     make_bonus_after_rejection      sequential policy: a bonus uniform is drawn after a rejection
     make_biased_sampler             the filtered distribution is moved by 2% total variation
                                     (property_tests.test_distribution.biased)
+    make_logits_off_at_one_offset   verification logits of offset 1 off by 15% (self-consistent)
+    make_divergence_without_near_tie  greedy final token = the least likely one
+    make_skips_one_kv_write         one KV write of a batch's last request missing from the trace
+    make_exact_false, make_no_fault NOT faults: the reference declaring exact=False, and the
+                                    reference through the hooks (correct in BF16 via as_bf16)
     make_noisy_fp32                 NOT a fault: a correct inexact FP32 backend (batch-variant
                                     1e-7 noise on hidden states, device-RNG semantics): the
                                     suite must pass it (no false alarms on the tolerance path)
@@ -96,7 +101,7 @@ class FaultyBackend(ReferenceBackend):
 
     @property
     def name(self):
-        return f"faulty:{self.fault}"
+        return f"faulty:{self.fault}" + ("-bf16" if getattr(self, "precision", None) else "")
 
     def session(self, model, d, D, mode, policy="sequential"):
         s = FaultySession(model, d, D, mode, policy, self)
@@ -345,6 +350,83 @@ class NoisyFP32(FaultyBackend):
             st.hidden[(i, o)] = (depth, (h * (1 + np.float32(1e-7) * noise)).astype(np.float32))
 
 
+# ---- faults a reduced-precision judge could miss (meta_tests/precision.py runs all in BF16) ----
+
+class LogitsOffAtOneOffset(FaultyBackend):
+    """Verification logits of offset 1 scaled by 1.15 (15% relative error, above the BF16
+    row's 6%); decisions are made from them, so they explain themselves."""
+    fault = "logits_off_at_one_offset"
+
+    def verify_head(self, st):
+        logits = phases.verify_head(st)
+        for (i, o), lg in logits.items():
+            if o == 1:
+                logits[(i, o)] = st.trace.verify_logits[(st.requests[i].rid, o)] = (lg * np.float32(1.15))
+        return logits
+
+
+class DivergenceWithoutNearTie(FaultyBackend):
+    """Greedy requests emit their LEAST likely token as the final one: a token divergence
+    where the reference had no near-tie."""
+    fault = "divergence_without_near_tie"
+
+    def phase_patches(self):
+        orig = phases.accept
+
+        def accept(st, i, logits):
+            a, emitted = orig(st, i, logits)
+            if st.requests[i].params.greedy:
+                emitted = emitted[:-1] + [int(np.argmin(logits[(i, a)]))]
+            return a, emitted
+        return {"accept": accept}
+
+
+class SkipsOneKVWrite(FaultyBackend):
+    """The last request of every batch of two or more loses one KV write (its last offset,
+    depth 0, layer 0) from the trace, whatever happens to the other requests."""
+    fault = "skips_one_kv_write"
+
+    def finish_round(self, st, logits):
+        tr = phases.finish_round(st, logits)
+        if len(tr.requests) > 1:
+            rid, T = tr.requests[-1], tr.token_counts[-1]
+            tr.kv_writes.pop((rid, len(tr.prefix[rid]) - 1 + T - 1, 0, 0), None)
+            tr.stats = dict(tr.stats, kv_writes=len(tr.kv_writes))
+        return tr
+
+
+class ExactFalse(FaultyBackend):
+    """NOT a fault: the reference itself, declaring exact = False (float32 row)."""
+    fault = "none (exact false)"
+    exact, dtype = False, "float32"
+
+    @property
+    def name(self):
+        return "reference-exact-false" + ("-bf16" if getattr(self, "precision", None) else "")
+
+
+def make_logits_off_at_one_offset():
+    return LogitsOffAtOneOffset()
+
+
+def make_divergence_without_near_tie():
+    return DivergenceWithoutNearTie()
+
+
+def make_skips_one_kv_write():
+    return SkipsOneKVWrite()
+
+
+def make_exact_false():
+    return ExactFalse()
+
+
+def make_no_fault():
+    """NOT a fault: the reference through the faulty-backend hooks (as_bf16 makes it the
+    correct BF16 backend)."""
+    return FaultyBackend()
+
+
 def make_accept_before_last_draft():
     return AcceptBeforeLastDraft()
 
@@ -390,4 +472,7 @@ FAULTS = {  # factory name -> one-line description
     "make_residual_no_clamp": "residual p - q without clamping at zero",
     "make_bonus_after_rejection": "bonus uniform drawn after a rejection",
     "make_biased_sampler": "sampler biased by 2% total variation",
+    "make_logits_off_at_one_offset": "verification logits of offset 1 off by 15%",
+    "make_divergence_without_near_tie": "greedy final token replaced by the least likely one",
+    "make_skips_one_kv_write": "one KV write of the last request missing from every batch's trace",
 }

@@ -56,13 +56,18 @@ REQUIRED = ("name", "dtype", "exact", "policies", "session")
 
 def _from_factory(spec: str, target: str):
     mod_name, _, attr = target.partition(":")
+    if not mod_name or not attr:
+        raise OracleError(f"backend {spec!r}: expected package.module:factory")
     try:
         factory = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise OracleError(f"backend {spec!r}: cannot load {attr} from {mod_name} ({e})") from None
     if not callable(factory):
         raise OracleError(f"backend {spec!r}: {target} is not callable (a factory returning a backend)")
-    bk = factory()
+    try:
+        bk = factory()
+    except Exception as e:                         # noqa: BLE001 -- a plug-in's failure is input
+        raise OracleError(f"backend {spec!r}: {target}() raised {type(e).__name__}: {e}") from None
     missing = [a for a in REQUIRED if not hasattr(bk, a)]
     if missing:
         raise OracleError(f"backend {spec!r}: the object {target}() returned lacks {', '.join(missing)}")

@@ -76,12 +76,13 @@ def custom_case(args):
 
 def run(args) -> int:
     t0 = time.perf_counter()
-    model = build_model(args.preset, args.seed, args.checkpoint)
-    custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len")) \
-        or (args.draft_loops, args.target_loops, args.rounds, args.policy) != (2, 4, 4, "sequential")
-    cases = [custom_case(args)] if custom else default_cases(model.cfg.vocab_size)
     if args.reference and not args.backend:
         raise OracleError("--reference needs --backend (the backend it judges)")
+    model = build_model(args.preset, args.seed, args.checkpoint)
+    from .round_args import model_flags
+    custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len")) \
+        or (args.draft_loops, args.target_loops, args.rounds, args.policy) != (2, 4, 4, "sequential")
+    cases = [custom_case(args)] if custom or args.case else default_cases(model.cfg.vocab_size, model_flags(args))
     if args.backend and args.backend != "reference":
         from .backend_check import check_backend
         return check_backend(args, model, cases, t0)
@@ -114,7 +115,11 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("check", help="compare block and loop rounds on the reference (the main job)")
+    p = sub.add_parser("check", help="compare block and loop rounds on the reference (the main job)",
+                       description="Run the block and loop rounds on the FP32 reference, for the built-in cases or "
+                       "the case the round options describe, and compare them bit for bit; with --backend, judge a "
+                       "backend's rounds by the one judge (its dtype's tolerance row). Exit 0 all checks hold, "
+                       "1 a check failed (its place named), 2 bad usage or input, 3 internal error.")
     add_round_options(p)
     p.add_argument("--backend", default=None, help="judge a backend's rounds against the reference "
                    "(torch-cpu | torch-cpu-bf16 | torch-cuda | jax | package.module:factory)")

@@ -97,14 +97,11 @@ def rel_err(a, b) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def _differ(rep, kind, a, b, tol, exact) -> tuple[bool, float]:
-    if exact:
-        same = all(np.shape(x) == np.shape(y) and np.array_equal(x, y) for x, y in zip(a, b))
-        err = 0.0 if same else rel_err(np.stack(a), np.stack(b)) if all(
-            np.shape(x) == np.shape(y) for x, y in zip(a, b)) else float("inf")
-    else:
-        err = rel_err(np.stack(a), np.stack(b))
-        same = err <= tol[kind]
+def _differ(rep, kind, ref, got, tol, exact) -> tuple[bool, float]:
+    """Whether the backend's arrays `got` differ from the reference's `ref` (relative to ref)."""
+    shapes = all(np.shape(x) == np.shape(y) for x, y in zip(ref, got))
+    err = rel_err(np.stack(got), np.stack(ref)) if shapes else float("inf")
+    same = all(np.array_equal(x, y) for x, y in zip(ref, got)) if exact and shapes else err <= tol[kind]
     rep.max_rel_err[kind] = max(rep.max_rel_err[kind], err)
     return not same, err
 

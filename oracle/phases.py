@@ -170,5 +170,6 @@ def finish_round(st: RoundState, logits: dict):
     for w in st.kv.log[st.n_kv:]:
         tr.kv_writes[(w.request, w.position, w.depth, w.layer)] = (w.call, w.k, w.v)
     st.stats["accepted"] = sum(tr.accepted.values())
+    st.stats["kv_writes"] = len(st.kv.log) - st.n_kv          # writes made (a duplicate shows here)
     tr.stats = st.stats
     return tr
