@@ -21,7 +21,7 @@ fails (meta_tests/test_faults.py asserts which properties catch which fault).
     make_bonus_after_rejection      sequential policy: a bonus uniform is drawn after a rejection
     make_biased_sampler             the filtered distribution is moved by 2% total variation
                                     (property_tests.test_distribution.biased)
-    make_logits_off_at_one_offset   verification logits of offset 1 off by 15% (self-consistent)
+    make_logits_off_at_one_offset   verification logits of offset 1 off by 25% (self-consistent)
     make_divergence_without_near_tie  greedy final token = the least likely one
     make_skips_one_kv_write         one KV write of a batch's last request missing from the trace
     make_exact_false, make_no_fault NOT faults: the reference declaring exact=False, and the
@@ -353,15 +353,15 @@ class NoisyFP32(FaultyBackend):
 # ---- faults a reduced-precision judge could miss (meta_tests/precision.py runs all in BF16) ----
 
 class LogitsOffAtOneOffset(FaultyBackend):
-    """Verification logits of offset 1 scaled by 1.15 (15% relative error, above the BF16
-    row's 6%); decisions are made from them, so they explain themselves."""
+    """Verification logits of offset 1 scaled by 1.25 (25% relative error, above the BF16
+    row's bound at any depth up to 6); decisions are made from them, so they explain themselves."""
     fault = "logits_off_at_one_offset"
 
     def verify_head(self, st):
         logits = phases.verify_head(st)
         for (i, o), lg in logits.items():
             if o == 1:
-                logits[(i, o)] = st.trace.verify_logits[(st.requests[i].rid, o)] = (lg * np.float32(1.15))
+                logits[(i, o)] = st.trace.verify_logits[(st.requests[i].rid, o)] = (lg * np.float32(1.25))
         return logits
 
 
@@ -472,7 +472,7 @@ FAULTS = {  # factory name -> one-line description
     "make_residual_no_clamp": "residual p - q without clamping at zero",
     "make_bonus_after_rejection": "bonus uniform drawn after a rejection",
     "make_biased_sampler": "sampler biased by 2% total variation",
-    "make_logits_off_at_one_offset": "verification logits of offset 1 off by 15%",
+    "make_logits_off_at_one_offset": "verification logits of offset 1 off by 25%",
     "make_divergence_without_near_tie": "greedy final token replaced by the least likely one",
     "make_skips_one_kv_write": "one KV write of the last request missing from every batch's trace",
 }
