@@ -79,7 +79,8 @@ class JaxLoopedModel:
         if mesh is None:
             self.params = jax.device_put(host)
         else:
-            from .sharding import place_params
+            from .sharding import check_divisible, place_params
+            check_divisible(cfg, mesh)
             self.params = place_params(host, mesh)
         small = cfg.hidden_size * cfg.num_layers <= 4096     # tiny models: coarse buckets, few programs
         self.floors = {"groups": 16, "rows": 16, "ctx": 64, "head": 64} if small else \
