@@ -57,7 +57,7 @@ class JaxSession:
         if jm.mesh is not None:
             from .sharding import kv_sharding
             sharding = kv_sharding(jm.mesh)
-        self.kv = DeviceKV(jm.cfg, D, max_requests, max_len, sharding)
+        self.kv = DeviceKV(jm.layout, D, max_requests, max_len, sharding)
         self.requests: dict = {}
         self.round_idx = 0
 

@@ -20,9 +20,10 @@ from .model import pow2
 
 
 class DeviceKV:
-    def __init__(self, cfg, num_depths: int, slots: int = 8, max_len: int = 64, sharding=None):
-        self.num_layers, self.num_depths = cfg.num_layers, num_depths
-        self.nkv, self.hd = cfg.num_kv_heads, cfg.head_dim
+    def __init__(self, layout, num_depths: int, slots: int = 8, max_len: int = 64, sharding=None):
+        """layout: the model's layout.Layout (device shapes, possibly padded)."""
+        self.layout, self.num_layers, self.num_depths = layout, layout.cfg.num_layers, num_depths
+        self.L, self.nkv, self.hd = layout.L, layout.nkv, layout.hd
         self.planes = pow2(num_depths)                # fewer distinct cache shapes, fewer programs
         self.sharding = sharding                       # a NamedSharding for the cache, or None
         self.slot_of: dict = {}
@@ -41,7 +42,7 @@ class DeviceKV:
         return self.k.shape[3]
 
     def _alloc(self, slots: int, max_len: int) -> None:
-        shape = (self.num_layers, self.planes, slots, max_len, self.nkv, self.hd)
+        shape = (self.L, self.planes, slots, max_len, self.nkv, self.hd)
         old = (self.k, self.v)
         self.k, self.v = jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32)
         if old[0] is not None:
@@ -96,7 +97,9 @@ class DeviceKV:
             raise KVError(f"KV read of request {rid} position {upto} depth {depth} layer {layer}: "
                           f"never written or rolled back (frontier {self.front[rid][depth]})")
         s = self.slot_of[rid]
-        return np.asarray(self.k[layer, depth, s, :upto + 1]), np.asarray(self.v[layer, depth, s, :upto + 1])
+        unpad = self.layout.unpad_kv
+        return (unpad(np.asarray(self.k[layer, depth, s, :upto + 1])),
+                unpad(np.asarray(self.v[layer, depth, s, :upto + 1])))
 
     def claim(self, rows, call: int) -> list[tuple[int, int, int]]:
         """Check a call's writes (rid, position, depth) append at the frontiers, advance them,

@@ -29,9 +29,10 @@ class Dims:
     norm_offset: float = 0.0     # test seam: 1.0 applies norm weights as (1 + w), which is WRONG for Ouro
 
 
-def rms_norm(x, w, dims: Dims):
-    # x: [..., H] FP32; the statistic in FP32, then times the weight (Ouro: no 1 + w)
-    r = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + jnp.float32(dims.eps))
+def rms_norm(x, w, dims: Dims, c):
+    # x: [..., H] FP32; the statistic in FP32, then times the weight (Ouro: no 1 + w).
+    # c["hidden"]: the model's true H (padding columns hold exact zeros, layout.py)
+    r = jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) / c["hidden"] + jnp.float32(dims.eps))
     return (x * r) * (w + jnp.float32(dims.norm_offset))
 
 
@@ -67,42 +68,42 @@ def qkv(x, lw, cos, sin, dims: Dims):
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
-def attend(q, K, V, allowed, dims: Dims):
+def attend(q, K, V, allowed, dims: Dims, c):
     """Grouped-query attention of row groups over their own keys.
     q: [G, R, nh, hd]; K, V: [G, T, nkv, hd]; allowed: [G, R, T] bool -> [G, R, nh*hd]."""
     G, R = q.shape[:2]
     grp = dims.num_heads // dims.num_kv_heads                   # query head h uses kv head h // grp
     qg = q.reshape(G, R, dims.num_kv_heads, grp, dims.head_dim)
-    s = einsum("grkjd,gtkd->grkjt", qg, K) * jnp.float32(dims.head_dim ** -0.5)
+    s = einsum("grkjd,gtkd->grkjt", qg, K) * c["scale"]                 # true head_dim ** -0.5
     s = jnp.where(allowed[:, :, None, None, :], s, -jnp.inf)
     p = jax.nn.softmax(s, axis=-1)
     o = einsum("grkjt,gtkd->grkjd", p, V)
     return o.reshape(G, R, dims.num_heads * dims.head_dim)
 
 
-def block_out(h, a, lw, dims: Dims):
+def block_out(h, a, lw, dims: Dims, c):
     """The rest of a sandwich layer after attention: h: [rows, H], a: [rows, nh*hd]."""
-    h = h + rms_norm(mm(a, lw["wo"]), lw["n_attn_out"], dims)
-    y = rms_norm(h, lw["n_post"], dims)
-    return h + rms_norm(mlp(y, lw), lw["n_mlp_out"], dims)
+    h = h + rms_norm(mm(a, lw["wo"]), lw["n_attn_out"], dims, c)
+    y = rms_norm(h, lw["n_post"], dims, c)
+    return h + rms_norm(mlp(y, lw), lw["n_mlp_out"], dims, c)
 
 
 def full_forward(params, tokens, cos, sin, loops: int, dims: Dims):
     """Cache-free: tokens [T] -> logits [loops, T, V], the head after every loop.
     Causal attention over the whole sequence; one loop's normed output feeds the next."""
-    T = tokens.shape[0]
+    T, c = tokens.shape[0], params["consts"]
     h = params["embed"][tokens]                                      # [T, H]
     allowed = (jnp.arange(T)[None, :] <= jnp.arange(T)[:, None])[None]   # [1, T, T]
 
     def layer(h, lw):
-        q, k, v = qkv(rms_norm(h, lw["n_in"], dims), lw, cos, sin, dims)
-        a = attend(q[None], k[None], v[None], allowed, dims)[0]
-        return block_out(h, a, lw, dims), None
+        q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
+        a = attend(q[None], k[None], v[None], allowed, dims, c)[0]
+        return block_out(h, a, lw, dims, c), None
 
     out = []
     for _ in range(loops):
         h, _ = jax.lax.scan(layer, h, params["layers"])
-        h = rms_norm(h, params["norm"], dims)
+        h = rms_norm(h, params["norm"], dims, c)
         out.append(mm(h, params["lm_head"]))
     return jnp.stack(out)
 
@@ -115,7 +116,7 @@ def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dim
     positions <= its own (so later rows of one group see earlier rows of the same call).
     Returns (h_out [G*R, H] after the final norm, kc, vc, k_new, v_new [L, G*R, nkv, hd])."""
     G, R = pos.shape
-    N = kc.shape[3]
+    N, c = kc.shape[3], params["consts"]
     wpos = jnp.where(pos >= 0, pos, N).reshape(-1)                   # padding writes are dropped
     wslot, wdepth = jnp.repeat(slot, R), jnp.repeat(depth, R)
     t = jnp.arange(ctx)
@@ -125,16 +126,16 @@ def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dim
     def layer(carry, xs):
         h, kc, vc = carry
         lw, l = xs
-        q, k, v = qkv(rms_norm(h, lw["n_in"], dims), lw, cos, sin, dims)
+        q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
         kc = kc.at[l, wdepth, wslot, wpos].set(k, mode="drop")
         vc = vc.at[l, wdepth, wslot, wpos].set(v, mode="drop")
         K = kc[l, depth[:, None], slot[:, None], t[None, :]]            # [G, ctx, nkv, hd]
         V = vc[l, depth[:, None], slot[:, None], t[None, :]]
-        a = attend(q.reshape(G, R, *q.shape[1:]), K, V, allowed, dims).reshape(G * R, -1)
-        return (block_out(h, a, lw, dims), kc, vc), ((k, v) if want_kv else None)
+        a = attend(q.reshape(G, R, *q.shape[1:]), K, V, allowed, dims, c).reshape(G * R, -1)
+        return (block_out(h, a, lw, dims, c), kc, vc), ((k, v) if want_kv else None)
 
     L = kc.shape[0]
     (h, kc, vc), kv_new = jax.lax.scan(layer, (h, kc, vc), (params["layers"], jnp.arange(L)))
-    h = rms_norm(h, params["norm"], dims)
+    h = rms_norm(h, params["norm"], dims, c)
     k_new, v_new = kv_new if want_kv else (None, None)
     return h, kc, vc, k_new, v_new

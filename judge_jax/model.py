@@ -21,7 +21,8 @@ from oracle.config import ModelConfig
 from oracle.errors import OracleError
 
 from . import layers
-from .layers import LAYER_KEYS, Dims
+from .layers import Dims
+from .layout import Layout
 
 HF_LAYER = {"wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight",
             "wo": "self_attn.o_proj.weight", "wg": "mlp.gate_proj.weight", "wu": "mlp.up_proj.weight",
@@ -68,21 +69,25 @@ def _head(lm_head, h):
 
 
 class JaxLoopedModel:
-    def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0):
+    def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0, pad: bool = True):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
         gate is ignored. mesh: a jax.sharding.Mesh with axis "tp" (sharding.py) or None.
-        norm_offset: a test seam only (1.0 = the wrong `1 + w` RMSNorm)."""
+        pad: run tiny configs in the canonical padded layout (layout.py; exact zeros).
+        norm_offset: a test seam only (1.0 = the wrong `1 + w` RMSNorm).
+        The public API takes and returns true shapes: h [n, hidden], logits [n, vocab]."""
         self.cfg, self.mesh = cfg, mesh
-        self.dims = Dims(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps), float(norm_offset))
+        self.layout = lay = Layout.for_config(cfg, pad)
+        self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset))
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]               # token lookup for the host-side round driver
+        host = lay.pad_params(host)
         if mesh is None:
             self.params = jax.device_put(host)
         else:
             from .sharding import check_divisible, place_params
-            check_divisible(cfg, mesh)
+            check_divisible(lay, mesh)
             self.params = place_params(host, mesh)
-        small = cfg.hidden_size * cfg.num_layers <= 4096     # tiny models: coarse buckets, few programs
+        small = lay.H * lay.L <= 4096                 # tiny models: coarse buckets, few programs
         self.floors = {"groups": 16, "rows": 16, "ctx": 64, "head": 64} if small else \
             {"groups": 1, "rows": 1, "ctx": 16, "head": 1}
         self._rope_n = 0
@@ -102,7 +107,7 @@ class JaxLoopedModel:
     def rope(self, n: int):
         if n > self._rope_n:
             self._rope_n = pow2(n, 64)
-            cos, sin = layers.rope_table(self._rope_n, self.cfg.head_dim, self.cfg.rope_theta)
+            cos, sin = self.layout.rope(self._rope_n)
             self._rope = (jax.device_put(cos), jax.device_put(sin))
         return self._rope
 
@@ -115,9 +120,9 @@ class JaxLoopedModel:
         Tb = pow2(T, 16)
         padded = np.zeros(Tb, np.int32)               # trailing padding: causal, so never attended
         padded[:T] = tokens
-        cos, sin = layers.rope_table(Tb, self.cfg.head_dim, self.cfg.rope_theta)
+        cos, sin = self.layout.rope(Tb)
         out = np.asarray(_full(self.params, padded, cos, sin, loops, self.dims))
-        return [out[j, :T] for j in range(loops)]
+        return [out[j, :T, :self.cfg.vocab_size] for j in range(loops)]
 
     def check_tokens(self, tokens) -> None:
         tokens = np.asarray(tokens)
@@ -135,9 +140,9 @@ class JaxLoopedModel:
         n = len(h)
         if n == 0:
             return np.zeros((0, self.cfg.vocab_size), np.float32)
-        hb = np.zeros((pow2(n, self.floors["head"]), self.cfg.hidden_size), np.float32)
-        hb[:n] = h
-        return np.asarray(_head(self.params["lm_head"], hb))[:n]
+        hb = np.zeros((pow2(n, self.floors["head"]), self.layout.H), np.float32)
+        hb[:n, :self.cfg.hidden_size] = h
+        return np.asarray(_head(self.params["lm_head"], hb))[:n, :self.cfg.vocab_size]
 
     # ---- recurrent call ----
     def recurrent(self, kv, rows, h: np.ndarray, want_kv: bool):
@@ -160,15 +165,16 @@ class JaxLoopedModel:
             for r_in_g, r in enumerate(members):
                 pos[g, r_in_g] = rows[r][1]
                 where[r] = g * R + r_in_g
-        hp = np.zeros((G * R, self.cfg.hidden_size), np.float32)
-        hp[where] = h
+        hp = np.zeros((G * R, self.layout.H), np.float32)
+        hp[where, :self.cfg.hidden_size] = h
         top = int(pos.max()) + 1
         ctx = min(kv.max_len, pow2(top, self.floors["ctx"]))
         cos, sin = self.rope(kv.max_len)
         out = _recurrent(self.params, kv.k, kv.v, cos, sin, hp, slot, depth, pos,
                          ctx=ctx, dims=self.dims, want_kv=want_kv)
         h_out, kv.k, kv.v, k_new, v_new = out
-        h_out = np.asarray(h_out)[where]
+        h_out = np.asarray(h_out)[where, :self.cfg.hidden_size]      # padded columns are exact zeros
         if not want_kv:
             return h_out, None, None
-        return h_out, np.asarray(k_new)[:, where], np.asarray(v_new)[:, where]
+        L, unpad = self.cfg.num_layers, self.layout.unpad_kv
+        return h_out, unpad(np.asarray(k_new)[:L, where]), unpad(np.asarray(v_new)[:L, where])

@@ -33,10 +33,11 @@ def make_mesh(n: int | None = None, devices=None) -> Mesh:
     return Mesh(np.array(devices[:n]), (AXIS,))
 
 
-def check_divisible(cfg, mesh: Mesh) -> None:
+def check_divisible(layout, mesh: Mesh) -> None:
+    """layout: the model's layout.Layout (the device shapes that are split)."""
     n = mesh.shape[AXIS]
-    for what, v in (("num_heads", cfg.num_heads), ("num_kv_heads", cfg.num_kv_heads),
-                    ("intermediate_size", cfg.intermediate_size)):
+    for what, v in (("num_heads", layout.nkv * layout.group), ("num_kv_heads", layout.nkv),
+                    ("intermediate_size", layout.I)):
         if v % n:
             raise OracleError(f"tensor parallelism over {n} devices: {what}={v} is not a multiple of {n}")
 
@@ -44,7 +45,7 @@ def check_divisible(cfg, mesh: Mesh) -> None:
 def place_params(host: dict, mesh: Mesh) -> dict:
     """host: model.host_params() output -> device arrays placed on the mesh."""
     rep = NamedSharding(mesh, P())
-    out = {k: jax.device_put(host[k], rep) for k in ("embed", "norm", "lm_head")}
+    out = {k: jax.device_put(host[k], rep) for k in ("embed", "norm", "lm_head", "consts")}
     out["layers"] = {k: jax.device_put(v, NamedSharding(mesh, LAYER_SPECS[k])) for k, v in host["layers"].items()}
     return out
 

@@ -29,14 +29,14 @@ from property_tests.strategies import build_model, model_configs, weight_seeds
 TOL = 1e-5
 
 
-def jax_model(ref, norm_offset=0.0) -> JaxLoopedModel:
-    return JaxLoopedModel(ref.cfg, ref.weights, norm_offset=norm_offset)
+def jax_model(ref, norm_offset=0.0, pad=True) -> JaxLoopedModel:
+    return JaxLoopedModel(ref.cfg, ref.weights, norm_offset=norm_offset, pad=pad)
 
 
-def check_forward(cfg, seed, tokens, loops, norm_offset=0.0):
+def check_forward(cfg, seed, tokens, loops, norm_offset=0.0, pad=True):
     ref = build_model(cfg, seed)
     want = ref.forward_full(list(tokens), loops)                  # per loop: [T, V]
-    got = jax_model(ref, norm_offset).forward_full(list(tokens), loops)
+    got = jax_model(ref, norm_offset, pad).forward_full(list(tokens), loops)
     assert len(got) == loops
     for j in range(loops):
         assert got[j].shape == want[j].shape
@@ -56,17 +56,23 @@ def mixed_calls(draw):
     for rid, n in enumerate(prompt_lens):
         for depth in draw(st.lists(st.integers(0, D - 1), min_size=1, max_size=D, unique=True)):
             rows += [(rid, n - 1 + m, depth) for m in range(draw(st.integers(1, 3)))]
-    order = draw(st.permutations(range(len(rows))))
-    return D, prompt_lens, [rows[i] for i in order], draw(st.integers(0, 2**31 - 1))
+    shuffled = [rows[i] for i in draw(st.permutations(range(len(rows))))]
+    slots: dict = {}                          # interleave planes, keep each plane's positions ascending
+    for n, (rid, _, depth) in enumerate(shuffled):
+        slots.setdefault((rid, depth), []).append(n)
+    for members in slots.values():
+        for n, row in zip(members, sorted(shuffled[m] for m in members)):
+            shuffled[n] = row
+    return D, prompt_lens, shuffled, draw(st.integers(0, 2**31 - 1))
 
 
-def check_recurrent(cfg, seed, call, norm_offset=0.0):
+def check_recurrent(cfg, seed, call, norm_offset=0.0, pad=True):
     D, prompt_lens, rows, data_seed = call
     ref = build_model(cfg, seed)
-    jm = jax_model(ref, norm_offset)
+    jm = jax_model(ref, norm_offset, pad)
     rng = np.random.default_rng(data_seed)
     kv_ref = KVCache(cfg.num_layers, D, cfg.num_kv_heads, cfg.head_dim)
-    kv_jax = DeviceKV(cfg, D, slots=2, max_len=8)                 # small: the call grows it
+    kv_jax = DeviceKV(jm.layout, D, slots=2, max_len=8)                 # small: the call grows it
     for rid, n in enumerate(prompt_lens):
         kv_jax.add(rid)
         if n > 1:
@@ -94,14 +100,15 @@ def check_recurrent(cfg, seed, call, norm_offset=0.0):
 
 
 @given(cfg=model_configs(), seed=weight_seeds(), tokens=st.lists(st.integers(0, 15), min_size=1, max_size=24),
-       loops=st.integers(1, 4))
-def test_cache_free_forward_matches_numpy(cfg, seed, tokens, loops):
-    check_forward(cfg, seed, tokens, loops)
+       loops=st.integers(1, 4), pad=st.booleans())
+def test_cache_free_forward_matches_numpy(cfg, seed, tokens, loops, pad):
+    """pad: the canonical padded layout (layout.py) or the model's own shapes."""
+    check_forward(cfg, seed, tokens, loops, pad=pad)
 
 
-@given(cfg=model_configs(), seed=weight_seeds(), call=mixed_calls())
-def test_recurrent_mixed_depth_matches_numpy(cfg, seed, call):
-    check_recurrent(cfg, seed, call)
+@given(cfg=model_configs(), seed=weight_seeds(), call=mixed_calls(), pad=st.booleans())
+def test_recurrent_mixed_depth_matches_numpy(cfg, seed, call, pad):
+    check_recurrent(cfg, seed, call, pad=pad)
 
 
 # ---- the cross-check catches a wrong RMSNorm on either side ------------------------------
