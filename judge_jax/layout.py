@@ -6,7 +6,6 @@ config that fits the canonical shape (CANON) is instead padded to it, so they al
 same few programs. The padding is exact, not approximate:
 * hidden, intermediate, vocab: zero rows/columns; padded hidden entries stay exactly 0 through
   every residual add, and RMSNorm divides its sum of squares by the true hidden size;
-* layers: all-zero layers after the real ones are the identity (every branch adds 0);
 * heads: real query head h of kv head k = h // g goes to padded head k * g_pad + h % g; padded
   query heads have zero q and zero o_proj rows (they add exactly 0); padded kv heads are 0;
 * head_dim: real dim e < hd/2 goes to e, e >= hd/2 to hd_pad/2 + e - hd/2, so rotate_half
@@ -24,8 +23,9 @@ from oracle.config import ModelConfig
 
 from . import layers
 
-# hidden, intermediate, vocab, layers, kv heads, query heads per kv head, head_dim
-CANON = {"H": 32, "I": 64, "V": 256, "L": 4, "nkv": 4, "group": 2, "hd": 8}
+# hidden, intermediate, vocab, kv heads, query heads per kv head, head_dim (layers are not
+# padded: a zero layer is the identity, but it would cost as much as a real one)
+CANON = {"H": 32, "I": 64, "V": 256, "nkv": 4, "group": 2, "hd": 8}
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,10 @@ class Layout:
 
     @staticmethod
     def for_config(cfg: ModelConfig, pad: bool = True) -> "Layout":
-        real = {"H": cfg.hidden_size, "I": cfg.intermediate_size, "V": cfg.vocab_size, "L": cfg.num_layers,
+        real = {"H": cfg.hidden_size, "I": cfg.intermediate_size, "V": cfg.vocab_size,
                 "nkv": cfg.num_kv_heads, "group": cfg.num_heads // cfg.num_kv_heads, "hd": cfg.head_dim}
         fits = pad and cfg.head_dim % 2 == 0 and all(real[k] <= CANON[k] for k in CANON)
-        return Layout(cfg, **(CANON if fits else real))
+        return Layout(cfg, L=cfg.num_layers, **(CANON if fits else real))
 
     @property
     def padded(self) -> bool:

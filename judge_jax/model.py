@@ -154,8 +154,10 @@ class JaxLoopedModel:
         groups: dict[tuple[int, int], list[int]] = {}
         for r, (slot, _, depth) in enumerate(rows):
             groups.setdefault((slot, depth), []).append(r)
-        G = pow2(len(groups), self.floors["groups"])
-        R = pow2(max(len(v) for v in groups.values()), self.floors["rows"])
+        f = self.floors
+        big = len(groups) > 4 * f["groups"]           # a big batch: floors would multiply real work
+        G = pow2(len(groups), f["groups"])
+        R = pow2(max(len(v) for v in groups.values()), 1 if big else f["rows"])
         slot = np.zeros(G, np.int32)
         depth = np.zeros(G, np.int32)
         pos = np.full((G, R), -1, np.int32)
@@ -168,7 +170,7 @@ class JaxLoopedModel:
         hp = np.zeros((G * R, self.layout.H), np.float32)
         hp[where, :self.cfg.hidden_size] = h
         top = int(pos.max()) + 1
-        ctx = min(kv.max_len, pow2(top, self.floors["ctx"]))
+        ctx = min(kv.max_len, pow2(top, 16 if big else f["ctx"]))
         cos, sin = self.rope(kv.max_len)
         out = _recurrent(self.params, kv.k, kv.v, cos, sin, hp, slot, depth, pos,
                          ctx=ctx, dims=self.dims, want_kv=want_kv)
