@@ -18,11 +18,16 @@ from oracle.errors import OracleError
 from .model import HF_LAYER
 
 
-def required_names(cfg: ModelConfig) -> list[str]:
-    names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
+def required_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the rounds use, by HF name, with its [out, in] shape."""
+    H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    per_layer = {"wq": (q, H), "wk": (kv, H), "wv": (kv, H), "wo": (H, q), "wg": (I, H), "wu": (I, H),
+                 "wd": (H, I), "n_in": (H,), "n_attn_out": (H,), "n_post": (H,), "n_mlp_out": (H,)}
+    shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,), "lm_head.weight": (V, H)}
     for l in range(cfg.num_layers):
-        names += [f"model.layers.{l}.{hf}" for hf in HF_LAYER.values()]
-    return names
+        shapes |= {f"model.layers.{l}.{HF_LAYER[k]}": s for k, s in per_layer.items()}
+    return shapes
 
 
 def _bf16_tensors(path: Path, names) -> dict[str, np.ndarray]:
@@ -70,13 +75,16 @@ def read_checkpoint(folder) -> tuple[ModelConfig, dict[str, np.ndarray]]:
         files = ["model.safetensors"]
     else:
         raise OracleError(f"checkpoint {folder}: neither model.safetensors nor model.safetensors.index.json")
-    names = required_names(cfg)
+    shapes = required_shapes(cfg)
     weights: dict[str, np.ndarray] = {}
     for f in files:
         if not (folder / f).is_file():
             raise OracleError(f"checkpoint {folder}: shard {f} named in the index is missing")
-        weights |= _read_file(folder / f, set(names))
-    for name in names:
+        weights |= _read_file(folder / f, set(shapes))
+    for name, shape in shapes.items():
         if name not in weights:
             raise OracleError(f"checkpoint {folder}: missing tensor {name}")
+        if weights[name].shape != shape:
+            raise OracleError(f"checkpoint {folder}: tensor {name} has shape {list(weights[name].shape)}, "
+                              f"expected {list(shape)}")
     return cfg, weights

@@ -16,8 +16,6 @@ HIGHEST = jax.lax.Precision.HIGHEST
 mm = partial(jnp.matmul, precision=HIGHEST)
 einsum = partial(jnp.einsum, precision=HIGHEST)
 
-LAYER_KEYS = ("wq", "wk", "wv", "wo", "wg", "wu", "wd", "n_in", "n_attn_out", "n_post", "n_mlp_out")
-
 
 @dataclass(frozen=True)
 class Dims:

@@ -174,5 +174,9 @@ def test_checkpoint_bf16_and_errors(tmp_path, tiny):
     save_checkpoint(tmp_path / "bad", tiny.cfg, missing)
     with pytest.raises(OracleError, match="missing tensor model.layers.1.mlp.up_proj.weight"):
         read_checkpoint(tmp_path / "bad")
+    wrong = dict(tiny.weights, **{"model.norm.weight": np.ones(7, np.float32)})
+    save_checkpoint(tmp_path / "shape", tiny.cfg, wrong)
+    with pytest.raises(OracleError, match=r"tensor model.norm.weight has shape \[7\], expected \[32\]"):
+        read_checkpoint(tmp_path / "shape")
     with pytest.raises(OracleError, match="no config.json"):
         read_checkpoint(tmp_path / "nowhere")
