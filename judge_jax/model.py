@@ -155,9 +155,11 @@ class JaxLoopedModel:
         for r, (slot, _, depth) in enumerate(rows):
             groups.setdefault((slot, depth), []).append(r)
         f = self.floors
-        big = len(groups) > 4 * f["groups"]           # a big batch: floors would multiply real work
-        G = pow2(len(groups), f["groups"])
-        R = pow2(max(len(v) for v in groups.values()), 1 if big else f["rows"])
+        G, R = pow2(len(groups)), pow2(max(len(v) for v in groups.values()))
+        big = G * R > f["groups"] * f["rows"]         # floors only where they cost nothing real
+        if not big:                                   # small calls: G*R padded to the floor product
+            G = max(G, f["groups"])
+            R = max(R, f["groups"] * f["rows"] // G)
         slot = np.zeros(G, np.int32)
         depth = np.zeros(G, np.int32)
         pos = np.full((G, R), -1, np.int32)
