@@ -48,11 +48,13 @@ class _RoundModel:
 
 class JaxSession:
     def __init__(self, jm: JaxLoopedModel, d, D, mode, policy="sequential", *, name="jax",
-                 max_requests: int = 8, max_len: int = 64):
+                 max_requests: int = 8, max_len: int = 64, prefill_chunk: int = 512):
+        """prefill_chunk: prompt positions per prefill call (bounds memory and program shapes)."""
+        assert prefill_chunk >= 1
         validate([1], d, D)
         plan(mode, [1], d, D)                                     # checks the mode
         self.jm, self.d, self.D, self.mode, self.policy = jm, d, D, mode, check_policy(policy)
-        self.name = name
+        self.name, self.prefill_chunk = name, prefill_chunk
         sharding = None
         if jm.mesh is not None:
             from .sharding import kv_sharding
@@ -77,8 +79,13 @@ class JaxSession:
             if n:
                 prefill = _RoundModel(self.jm, record=False)
                 h = self.jm.embed(prompt[:n])                     # h: [n, H]
-                for depth in range(self.D):
-                    h = prefill.recurrent_call([(rid, p, depth) for p in range(n)], h, self.kv, -1 - depth)
+                c = self.prefill_chunk
+                for depth in range(self.D):         # in chunks: a chunk attends to the ones before it
+                    outs = []
+                    for a in range(0, n, c):
+                        rows = [(rid, p, depth) for p in range(a, min(a + c, n))]
+                        outs.append(prefill.recurrent_call(rows, h[a:a + c], self.kv, -1 - depth))
+                    h = np.concatenate(outs)
         except BaseException:
             self.kv.drop(rid)
             raise

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -29,6 +30,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# JAX would otherwise take 75% of the GPU up front and leave the backend under test too little
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
