@@ -5,9 +5,11 @@ Two paths over the same parameters:
 * `recurrent(kv, rows, h, want_kv)`: one loop over rows (slot, position, depth) at mixed
   depths, reading and writing per-(depth, layer) KV planes held on the device (kvplanes.py).
 
-Recompiles are bounded by bucketing: row groups, rows per group, attended context and the
-sequence length are padded to powers of two (padding rows are masked and their KV writes
-dropped), with floors that keep tiny random models to a handful of programs.
+Recompiles are bounded by bucketing: row groups (one per (slot, depth) plane in a call), rows
+per group, attended context and the sequence length are padded to powers of two (padding
+rows are masked and their KV writes dropped); small calls of tiny models are padded up to a
+fixed row count, and tiny configs share one canonical padded layout (layout.py), so a
+property suite over random shapes compiles a handful of programs.
 """
 from __future__ import annotations
 
