@@ -1,0 +1,139 @@
+"""The Ouro layer math in JAX, FP32 (shared/DESIGN.md section 2), as pure functions.
+
+Weights are stacked over layers and stored [in, out] so a row vector multiplies from the
+left. Every matmul and einsum runs at Precision.HIGHEST: true FP32, no TF32 / bf16 passes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+HIGHEST = jax.lax.Precision.HIGHEST
+mm = partial(jnp.matmul, precision=HIGHEST)
+einsum = partial(jnp.einsum, precision=HIGHEST)
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Static shape facts of a model (hashable: a jit static argument)."""
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    eps: float
+    norm_offset: float = 0.0     # test seam: 1.0 applies norm weights as (1 + w), which is WRONG for Ouro
+
+
+def rms_norm(x, w, dims: Dims, c):
+    # x: [..., H] FP32; the statistic in FP32, then times the weight (Ouro: no 1 + w).
+    # c["hidden"]: the model's true H (padding columns hold exact zeros, layout.py)
+    r = jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) / c["hidden"] + jnp.float32(dims.eps))
+    return (x * r) * (w + jnp.float32(dims.norm_offset))
+
+
+def rope_table(n: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin: [n, head_dim] for positions 0..n-1, angles in FP64 on the host (an FP32 angle
+    at position 2000 is off by ~1e-4 rad, far past the FP32 tolerance), then cast to FP32."""
+    exponent = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
+    freq = np.power(float(theta), -exponent)                           # [hd/2]
+    ang = np.arange(n, dtype=np.float64)[:, None] * freq[None, :]      # [n, hd/2]
+    ang = np.concatenate([ang, ang], axis=1)                           # rotate_half pairs i, i+hd/2
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def apply_rope(x, cos, sin):
+    # x: [rows, heads, hd]; cos, sin: [rows, hd] (non-interleaved rotate_half form)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+def mlp(y, lw):
+    # y: [rows, H] -> [rows, H]; SwiGLU: down(silu(gate y) * up y)
+    g = mm(y, lw["wg"])
+    return mm(jax.nn.silu(g) * mm(y, lw["wu"]), lw["wd"])
+
+
+def qkv(x, lw, cos, sin, dims: Dims):
+    # x: [rows, H] (already normed) -> q: [rows, nh, hd], k, v: [rows, nkv, hd]; RoPE on q, k
+    n = x.shape[0]
+    q = mm(x, lw["wq"]).reshape(n, dims.num_heads, dims.head_dim)
+    k = mm(x, lw["wk"]).reshape(n, dims.num_kv_heads, dims.head_dim)
+    v = mm(x, lw["wv"]).reshape(n, dims.num_kv_heads, dims.head_dim)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def attend(q, K, V, allowed, dims: Dims, c):
+    """Grouped-query attention of row groups over their own keys.
+    q: [G, R, nh, hd]; K, V: [G, T, nkv, hd]; allowed: [G, R, T] bool -> [G, R, nh*hd]."""
+    G, R = q.shape[:2]
+    grp = dims.num_heads // dims.num_kv_heads                   # query head h uses kv head h // grp
+    qg = q.reshape(G, R, dims.num_kv_heads, grp, dims.head_dim)
+    s = einsum("grkjd,gtkd->grkjt", qg, K) * c["scale"]                 # true head_dim ** -0.5
+    s = jnp.where(allowed[:, :, None, None, :], s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1)
+    o = einsum("grkjt,gtkd->grkjd", p, V)
+    return o.reshape(G, R, dims.num_heads * dims.head_dim)
+
+
+def block_out(h, a, lw, dims: Dims, c):
+    """The rest of a sandwich layer after attention: h: [rows, H], a: [rows, nh*hd]."""
+    h = h + rms_norm(mm(a, lw["wo"]), lw["n_attn_out"], dims, c)
+    y = rms_norm(h, lw["n_post"], dims, c)
+    return h + rms_norm(mlp(y, lw), lw["n_mlp_out"], dims, c)
+
+
+def full_forward(params, tokens, cos, sin, loops: int, dims: Dims):
+    """Cache-free: tokens [T] -> logits [loops, T, V], the head after every loop.
+    Causal attention over the whole sequence; one loop's normed output feeds the next."""
+    T, c = tokens.shape[0], params["consts"]
+    h = params["embed"][tokens]                                      # [T, H]
+    allowed = (jnp.arange(T)[None, :] <= jnp.arange(T)[:, None])[None]   # [1, T, T]
+
+    def layer(h, lw):
+        q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
+        a = attend(q[None], k[None], v[None], allowed, dims, c)[0]
+        return block_out(h, a, lw, dims, c), None
+
+    out = []
+    for _ in range(loops):
+        h, _ = jax.lax.scan(layer, h, params["layers"])
+        h = rms_norm(h, params["norm"], dims, c)
+        out.append(mm(h, params["lm_head"]))
+    return jnp.stack(out)
+
+
+def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dims, want_kv: bool):
+    """One loop of the stack over row groups; a group is the rows of one (slot, depth) plane.
+    kc, vc: [L, P, S, N, nkv, hd] (P depth planes, S slots, N positions);
+    h: [G*R, H]; slot, depth: [G]; pos: [G, R] (-1 = padding row); cos, sin: [G*R, hd].
+    Each layer writes every row's K/V into its plane, then each row attends to its plane's
+    positions <= its own (so later rows of one group see earlier rows of the same call).
+    Returns (h_out [G*R, H] after the final norm, kc, vc, k_new, v_new [L, G*R, nkv, hd])."""
+    G, R = pos.shape
+    N, c = kc.shape[3], params["consts"]
+    wpos = jnp.where(pos >= 0, pos, N).reshape(-1)                   # padding writes are dropped
+    wslot, wdepth = jnp.repeat(slot, R), jnp.repeat(depth, R)
+    t = jnp.arange(ctx)
+    allowed = t[None, None, :] <= pos[:, :, None]                    # [G, R, ctx]; pad rows: none
+    allowed = allowed | (t == 0)[None, None, :]                      # pad rows see key 0: no NaN
+
+    def layer(carry, xs):
+        h, kc, vc = carry
+        lw, l = xs
+        q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
+        kc = kc.at[l, wdepth, wslot, wpos].set(k, mode="drop")
+        vc = vc.at[l, wdepth, wslot, wpos].set(v, mode="drop")
+        K = kc[l, depth[:, None], slot[:, None], t[None, :]]            # [G, ctx, nkv, hd]
+        V = vc[l, depth[:, None], slot[:, None], t[None, :]]
+        a = attend(q.reshape(G, R, *q.shape[1:]), K, V, allowed, dims, c).reshape(G * R, -1)
+        return (block_out(h, a, lw, dims, c), kc, vc), ((k, v) if want_kv else None)
+
+    L = kc.shape[0]
+    (h, kc, vc), kv_new = jax.lax.scan(layer, (h, kc, vc), (params["layers"], jnp.arange(L)))
+    h = rms_norm(h, params["norm"], dims, c)
+    k_new, v_new = kv_new if want_kv else (None, None)
+    return h, kc, vc, k_new, v_new

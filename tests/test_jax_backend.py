@@ -1,0 +1,60 @@
+"""The jax backend's session: chunked prefill, KV frontiers and reads, failed rounds, bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from judge_jax.backend import make_jax_backend
+from oracle.check import Case, run_case
+from oracle.compare import compare_runs
+from oracle.errors import OracleError
+from oracle.kv import KVError
+from oracle.sampling import SamplingParams as SP
+
+
+def case(seed=0):
+    rng = np.random.default_rng(seed)
+    prompts = [list(map(int, rng.integers(0, 64, n))) for n in (37, 5, 1)]
+    return Case("c", prompts, [SP(), SP(1.0, seed=3), SP(0.8, top_k=9, seed=4)],
+                [{0: 5, 1: 3, 2: 1}, {0: 2, 1: 9, 2: 4}], 2, 4)
+
+
+@pytest.mark.parametrize("chunk", [7, 512])
+def test_chunked_prefill_matches_reference(tiny, chunk):
+    ref = run_case(tiny, case(), "loop")[0]
+    got, s = run_case(tiny, case(), "loop", make_jax_backend(prefill_chunk=chunk))
+    rep = compare_runs(ref, got, "float32")
+    assert rep.ok, rep.first_failure()
+    assert rep.kv_writes_compared > 0 and rep.logits_compared > 0
+    assert all(tr.dtype == "float32" for tr in got)
+
+
+def test_frontiers_reads_and_failed_round(tiny):
+    s = make_jax_backend().session(tiny, 1, 3, "block", "fixed")
+    s.add(0, [1, 2, 3, 4], SP(1.0, seed=1))
+    s.step({0: 4})
+    n = len(s.tokens(0))
+    assert s.kv_frontiers(0) == {n - 1}
+    k, v = s.kv.read(0, 2, 1, n - 2)
+    assert k.shape == (n - 1, tiny.cfg.num_kv_heads, tiny.cfg.head_dim)
+    with pytest.raises(KVError, match="never written or rolled back"):
+        s.kv.read(0, 0, 0, n - 1)
+    before = (s.tokens(0), s.kv_frontiers(0))
+    with pytest.raises(OracleError):
+        s.step({0: 0})                                   # T_i = 0 is not a round
+    assert (s.tokens(0), s.kv_frontiers(0)) == before
+    s.add(7, [3, 4, 5], SP(1.0, seed=2), replay=[0.5, 0.25])
+    with pytest.raises(OracleError, match="ran out of uniforms"):
+        s.step({0: 3, 7: 5})                             # fails mid-round, after KV writes
+    assert (s.tokens(0), s.kv_frontiers(0)) == before and s.kv_frontiers(7) == {2}
+    s.step({0: 1, 7: 1})                                 # the session still works (uses 1 uniform of 7)
+    with pytest.raises(OracleError, match="unknown request"):
+        s.step({5: 2})
+    with pytest.raises(OracleError, match="outside the vocabulary"):
+        s.add(1, [1, 999], SP())
+    with pytest.raises(OracleError, match="already in the session"):
+        s.add(0, [1], SP())
+    last = s.tokens(0)
+    assert len(last) == len(before[0]) + 1 and s.remove(0) == last
+    with pytest.raises(OracleError, match="does not support RNG policy"):
+        make_jax_backend().session(tiny, 1, 3, "block", "lazy")
