@@ -1,6 +1,6 @@
 PY ?= python
 
-.PHONY: install test test-parallel check gpu-parity bench golden
+.PHONY: install test test-parallel check gpu-parity gpu-parity-full bench golden
 
 install:
 	$(PY) -m pip install torch==2.13.0
@@ -18,7 +18,11 @@ check:
 	$(PY) -m oracle check
 
 gpu-parity:
-	$(PY) -m pytest -q -m gpu gpu_tests
+	ORACLE_BACKEND=$${ORACLE_BACKEND:-torch-cuda} $(PY) -m pytest -q -m gpu gpu_tests
+
+# The BF16 rounds at the ouro-1.4b shape judged by the JAX FP32 judge on the GPU.
+gpu-parity-full:
+	$(PY) scripts/gpu_parity_full.py --preset ouro-1.4b --backend torch-cuda --time-judge
 
 bench:
 	$(PY) scripts/bench_tiny_rounds.py

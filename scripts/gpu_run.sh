@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [parity|floor|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|floor|profile|sweep ...]   (default: parity floor sweep)
+#   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -9,8 +10,16 @@ steps=${*:-parity floor sweep}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())' | tee -a "$OUT/gpu.txt"
 for s in $steps; do case $s in
+check)
+  for preset in tiny small; do
+    timeout 300 python3 -m oracle check --backend torch-cuda --preset $preset 2>&1 | tee "$OUT/check_torch_cuda_$preset.log" | tail -4
+  done ;;
+full)
+  timeout ${FULL_TIMEOUT:-560} python3 scripts/gpu_parity_full.py --cases ${CASES:-12} ${FULL_ARGS:-} \
+    --json "$OUT/parity_full.json" 2>&1 | tee "$OUT/parity_full.log" | tail -30 ;;
 parity)
-  HYPOTHESIS_PROFILE=ci timeout 400 python3 -m pytest -q -m gpu gpu_tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_parity.log" | tail -40 ;;
+  /usr/bin/time -f "gpu-parity wall %e s" env HYPOTHESIS_PROFILE=ci timeout 400 python3 -m pytest -q -m gpu gpu_tests \
+    -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/gpu_parity.log" | tail -40 ;;
 floor)
   timeout 200 python3 - <<'PY' 2>&1 | tee "$OUT/floor.json"
 import json, torch
