@@ -33,7 +33,10 @@ from .rng_trace import first_difference
 # round) allowed per KV write and per logits vector at depth 0; growth: the factor each further
 # loop multiplies it by (errors compound through every pass of the stack), so the bound at depth
 # j is base * growth**j (`allowed`). margin: how close the reference's decision must be to its
-# threshold for a token divergence to be excused (oracle/decisions.py).
+# threshold for a token divergence to be excused (oracle/decisions.py), for a decision made from
+# logits of depth 0, growing like the logits' bound (a draft decision is made at depth d_i - 1,
+# acceptance and the final token at D_i - 1): 0.03 * 1.5**3 = 0.10 at D = 4, as measured on the
+# H200 (near-tie decisions moved by up to ~0.1 at D = 4; 0.106 and 0.132 at D = 5).
 # bfloat16: measured with the torch backend in BF16 on the CPU over 40 random property-suite
 # models (hidden 8-32, 1-2 layers, D up to 6, 1-2 rounds; docs/results.md): max KV error by
 # depth 0..5 was 0.012, 0.028, 0.058, 0.037, 0.092, 0.21 (bounds 0.04 ... 0.30); on the
@@ -41,10 +44,10 @@ from .rng_trace import first_difference
 # decision must be the reference's rule applied to the backend's OWN logits and uniforms,
 # except within this margin (sampling runs in FP32 on every backend: the same for all dtypes).
 TOLERANCES = {
-    "exact": {"kv": 0.0, "logits": 0.0, "growth": 1.0, "margin": 0.0, "self_margin": 0.0},
-    "float32": {"kv": 1e-5, "logits": 1e-5, "growth": 1.0, "margin": 1e-5, "self_margin": 1e-5},
-    "bfloat16": {"kv": 0.04, "logits": 0.04, "growth": 1.5, "margin": 0.1, "self_margin": 1e-5},
-    "float16": {"kv": 1e-2, "logits": 1e-2, "growth": 1.5, "margin": 2e-2, "self_margin": 1e-5},
+    "exact": {"kv": 0.0, "logits": 0.0, "margin": 0.0, "growth": 1.0, "self_margin": 0.0},
+    "float32": {"kv": 1e-5, "logits": 1e-5, "margin": 1e-5, "growth": 1.0, "self_margin": 1e-5},
+    "bfloat16": {"kv": 0.04, "logits": 0.04, "margin": 0.03, "growth": 1.5, "self_margin": 1e-5},
+    "float16": {"kv": 1e-2, "logits": 1e-2, "margin": 6e-3, "growth": 1.5, "self_margin": 1e-5},
 }
 
 
@@ -165,11 +168,13 @@ def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms
     if diff:
         rep.fail("rng_events", f"{at}: {diff}")
     if div is not None:
-        if exact or div.margin > tol["margin"]:
+        d, D = depths_of(a, rid)
+        margin = allowed(tol, "margin", d - 1 if div.kind == "draft" else D - 1)
+        if exact or div.margin > margin:
             rep.fail("tokens", f"{at}: {div.what} (reference margin {div.margin:.3g}"
-                     + ("" if exact else f" > allowed {tol['margin']:g}") + ")")
+                     + ("" if exact else f" > allowed {margin:.3g}") + ")")
         else:
-            rep.divergences.append(f"{at}: {div.what}, reference margin {div.margin:.2g} <= {tol['margin']:g}; "
+            rep.divergences.append(f"{at}: {div.what}, reference margin {div.margin:.2g} <= {margin:.3g}; "
                                    f"request {rid} is compared up to offset {div.cut - 1} and not after")
         stopped.add(rid)
         cut = div.cut

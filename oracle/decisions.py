@@ -60,25 +60,29 @@ def draw_margin(probs, y: int, u: float) -> float:
 
 
 def filter_margin(logits, params: SamplingParams) -> float:
-    """How close the filters' kept set was to changing (inf when no filter cuts): top-k, the
-    gap between the k-th and (k+1)-th probability / max p at temperature 1 (so top_k=1 is the
-    greedy margin); top-p, the distance of the nearest token's preceding mass to p, times
-    `temper`. A draw near such a boundary can land elsewhere in another precision even though
-    its uniform sits far inside a CDF interval."""
+    """How close the filters' kept set was to changing (inf when no filter cuts): the gap
+    between the last kept and the first dropped token's probability / max p at temperature 1
+    (so top_k=1, or a top-p that keeps one token, is the greedy margin); and for top-p also the
+    distance of the nearest token's preceding mass to p, times `temper`. A draw near such a
+    boundary can land elsewhere in another precision even though its uniform sits far inside a
+    CDF interval."""
     lg = np.asarray(logits, np.float64)
+    lg = np.where(np.isfinite(lg), lg, -np.inf)
+    r1 = np.sort(np.exp(lg - lg.max()))[::-1]                 # temperature 1, descending
     m = float("inf")
-    k = params.top_k
-    if k is not None and k < len(lg):
-        r = np.sort(np.exp(lg - lg.max()))[::-1]
-        m = min(m, float((r[k - 1] - r[k]) / r[0]))
-    if params.top_p is not None and params.top_p < 1 and len(lg) > 1:
+    kept = len(r1)
+    if params.top_k is not None and params.top_k < kept:
+        kept = params.top_k
+        m = min(m, float((r1[kept - 1] - r1[kept]) / r1[0]))
+    if params.top_p is not None and params.top_p < 1 and kept > 1:
         x = lg / params.temperature
-        s = np.sort(np.exp(x - x.max()))[::-1]
-        s = s[:k] if k is not None else s
+        s = np.sort(np.exp(x - x.max()))[::-1][:kept]
         s = s / s.sum()
         before = np.cumsum(s) - s
-        if len(s) > 1:
-            m = min(m, temper(params) * float(np.min(np.abs(before[1:] - params.top_p))))
+        m = min(m, temper(params) * float(np.min(np.abs(before[1:] - params.top_p))))
+        cut = int(np.sum(before <= params.top_p))           # tokens top-p keeps
+        if cut < kept:
+            m = min(m, float((r1[cut - 1] - r1[cut]) / r1[0]))
     return m
 
 
