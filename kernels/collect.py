@@ -21,6 +21,7 @@ class HostRequest:
     params: object
     tokens: list                  # committed tokens known to the host (collected rounds)
     stream: UniformStream
+    depths: tuple = None          # (d_i, D_i) of every round of the request
     in_flight: list = field(default_factory=list)     # handles not yet finished
 
 
@@ -29,10 +30,11 @@ class Handle:
     round_idx: int
     mode: str
     policy: str
-    d: int
-    D: int
+    d: int | None                 # shared depths (None: ragged, see depths)
+    D: int | None
     reqs: list
     counts: list
+    depths: list = None           # (d_i, D_i) per request
     plan: object = None
     stats: dict = None
     out: dict = None              # results (host tensors once the copy completes)
@@ -96,6 +98,7 @@ def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
     tr.dtype = dtype
     tr.params = {r.rid: r.params.to_json() for r in h.reqs}
     tr.prefix = {r.rid: list(r.tokens) for r in h.reqs}
+    tr.depths = {r.rid: list(dp) for r, dp in zip(h.reqs, h.depths)}
     tr.calls = [{"rows": [[h.reqs[i].rid, o, j] for i, o, j in c.rows],
                  "draft_head": [[h.reqs[i].rid, o] for i, o in c.draft_head]} for c in h.plan.schedule.calls]
     for i, (req, T, (K, a, events, drafts, emitted, used)) in enumerate(zip(h.reqs, h.counts, results)):
@@ -107,7 +110,7 @@ def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
                 tr.verify_logits[(rid, o)] = out["vlog"][i, o]
             k, v = out["k"], out["v"]                    # [L, R, D, Tcap, nkv, hd]
             for o in range(T):
-                for j in range(h.D):
+                for j in range(h.depths[i][1]):
                     call = h.plan.wrote[(i, o, j)]
                     for l in range(k.shape[0]):
                         tr.kv_writes[(rid, start + o, j, l)] = (call, k[l, i, j, o], v[l, i, j, o])

@@ -67,13 +67,14 @@ class Engine:
         self.top_k[slot] = min(params.top_k or vocab, vocab)
         self.top_p[slot] = params.top_p if params.top_p is not None and params.top_p < 1 else float("inf")
 
-    def prefill(self, slot: int, prompt: torch.Tensor) -> None:
-        """prompt: [n] token ids; KV of positions 0..n-2 at every depth, offset 0 = prompt[-1]."""
+    def prefill(self, slot: int, prompt: torch.Tensor, D: int | None = None) -> None:
+        """prompt: [n] token ids; KV of positions 0..n-2 at depths 0..D-1 (the request's D_i,
+        default every plane), offset 0 = prompt[-1]."""
         P = prompt.shape[0] - 1
         if P:
             pos = torch.arange(P, device=self.device)
             h = self.model.embed(prompt[:P])
-            for depth in range(self.D):
+            for depth in range(self.D if D is None else D):
                 plane = self.kv.plane(slot, depth)
                 h = self.model.recurrent_call(h, pos, torch.full((P,), plane, device=self.device, dtype=I64),
                                               pos, torch.tensor([plane], device=self.device), P)

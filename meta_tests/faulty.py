@@ -137,13 +137,17 @@ class FaultyBackend(ReferenceBackend):
 def block_round(bk, model, kv, requests, counts, d, D, round_idx=0, policy="sequential"):
     """oracle.reference_round.block_round with the backend's hooks."""
     st = RoundState(model, kv, requests, counts, d, D, round_idx, policy, "block")
-    counts = st.counts
+    counts, dep = st.counts, st.depths
     for o in range(max(counts)):
-        for depth in range(d):
-            bk.run_call(st, [(i, o, depth) for i, t in enumerate(counts) if o < t])
-        bk.draft_head(st, [(i, o) for i, t in enumerate(counts) if o + 1 < t])
-    for depth in range(d, D):
-        bk.run_call(st, [(i, o, depth) for i, t in enumerate(counts) for o in range(t)])
+        for j in range(max(di for di, _ in dep)):
+            rows = [(i, o, j) for i, t in enumerate(counts) if o < t and j < dep[i][0]]
+            if rows:
+                bk.run_call(st, rows)
+                bk.draft_head(st, [(i, o) for i, t in enumerate(counts) if o + 1 < t and j == dep[i][0] - 1])
+    for j in range(min(di for di, _ in dep), max(Di for _, Di in dep)):
+        rows = [(i, o, j) for i, t in enumerate(counts) for o in range(t) if dep[i][0] <= j < dep[i][1]]
+        if rows:
+            bk.run_call(st, rows)
     return bk.finish_round(st, bk.verify_head(st))
 
 

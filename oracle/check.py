@@ -2,7 +2,7 @@
 everything; plus the cache-free recompute, the schedule invariants and KV frontiers."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -10,7 +10,7 @@ from .cache_free import cache_free_check
 from .compare import Check, Report, compare_runs
 from .errors import OracleError
 from .sampling import SamplingParams
-from .schedule import check_schedule, plan
+from .schedule import check_schedule, expected_calls, plan
 
 
 @dataclass(slots=True)
@@ -23,6 +23,7 @@ class Case:
     D: int
     policy: str = "sequential"
     reproduce: str = ""
+    depths: list | None = None         # (d_i, D_i) per request; None: every request (d, D)
 
 
 def run_case(model, case: Case, mode: str, backend=None, replay: dict | None = None):
@@ -36,7 +37,8 @@ def run_case(model, case: Case, mode: str, backend=None, replay: dict | None = N
         for rid in counts:                         # requests join when first named
             if rid not in joined:
                 s.add(rid, case.prompts[rid], case.params[rid],
-                      **({"replay": replay.get(rid, [])} if replay is not None else {}))
+                      **({"replay": replay.get(rid, [])} if replay is not None else {}),
+                      **({"depths": tuple(case.depths[rid])} if case.depths is not None else {}))
                 joined.add(rid)
         traces.append(s.step(counts))
     return traces, s
@@ -46,12 +48,15 @@ def schedule_violation(tr, mode: str) -> str | None:
     """What in a round's trace departs from its planned schedule (the plan itself checked
     first), or None. Row order inside a call is free; a backend that records no calls is
     checked on its stats only."""
-    s = plan(mode, tr.token_counts, tr.d, tr.D)
+    dep = tr.request_depths()
+    d, D = [x for x, _ in dep], [x for _, x in dep]
+    s = plan(mode, tr.token_counts, d, D)
     check_schedule(s)
-    want_calls = (max(tr.token_counts) - 1) * tr.d + tr.D
+    want_calls = expected_calls(mode, tr.token_counts, d, D)
+    formula = "(max(T)-1)*d+D" if len(set(dep)) == 1 else f"the {mode} plan's count for depths {dep}"
     stats = tr.stats or {}
     if "recurrent_calls" in stats and stats["recurrent_calls"] != want_calls:
-        return f"round {tr.round}: {stats['recurrent_calls']} recurrent calls, expected (max(T)-1)*d+D = {want_calls}"
+        return f"round {tr.round}: {stats['recurrent_calls']} recurrent calls, expected {formula} = {want_calls}"
     if "rows_per_call" in stats and stats["rows_per_call"] != s.row_counts():
         return f"round {tr.round}: rows per call {stats['rows_per_call']}, the {mode} plan has {s.row_counts()}"
     if not tr.calls:                                   # the backend does not record its calls
@@ -78,6 +83,18 @@ def schedule_check(traces) -> Check:
     return Check(f"schedule_{traces[0].mode if traces else ''}", True)
 
 
+def across_modes(traces) -> list:
+    """Traces to compare a block run with a loop run: with ragged depths the two rounds run
+    different numbers of recurrent calls (each checked against its own plan by
+    schedule_check), so that stat is left out of rounds whose requests' depths differ."""
+    out = []
+    for tr in traces:
+        if len({tuple(x) for x in tr.request_depths()}) > 1:
+            tr = replace(tr, stats={k: v for k, v in tr.stats.items() if k != "recurrent_calls"})
+        out.append(tr)
+    return out
+
+
 def frontier_check(session, traces) -> Check:
     for rid, req in session.requests.items():
         f = session.kv.frontiers(rid)
@@ -98,7 +115,7 @@ def check_case(model, case: Case) -> Report:
                                     + (f" (reproduce: {case.reproduce})" if case.reproduce else "")))
             return rep
     (tb, sb), (tl, sl) = results["block"], results["loop"]
-    rep = compare_runs(tb, tl, "exact", case.reproduce)
+    rep = compare_runs(across_modes(tb), across_modes(tl), "exact", case.reproduce)
     for mode, traces, sess in (("block", tb, sb), ("loop", tl, sl)):
         rep.checks.append(schedule_check(traces))
         rep.checks.append(frontier_check(sess, traces))
@@ -107,17 +124,18 @@ def check_case(model, case: Case) -> Report:
     return rep
 
 
-def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", prompt_len=(1, 8), reproduce=""):
+def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", prompt_len=(1, 8), reproduce="",
+              depths=None):
     rng = np.random.default_rng(seed)
     n_req = max(max(r) for r in counts_rounds if r) + 1 if counts_rounds else 0
     prompts = [list(map(int, rng.integers(0, 64, rng.integers(prompt_len[0], prompt_len[1] + 1))))
                for _ in range(n_req)]
-    return Case(name, prompts, params, counts_rounds, d, D, policy, reproduce)
+    return Case(name, prompts, params, counts_rounds, d, D, policy, reproduce, depths)
 
 
 def default_cases(vocab: int) -> list[Case]:
-    """Several ragged batches, greedy and sampled (top-k, top-p), four (d, D) pairs,
-    both RNG policies, multi-round generation with rollback and requests joining/leaving."""
+    """Several ragged batches, greedy and sampled (top-k, top-p), four (d, D) pairs and one
+    batch of per-request target depths, both RNG policies, multi-round generation with rollback and requests joining/leaving."""
     G = SamplingParams()
     S = lambda seed, **kw: SamplingParams(temperature=kw.pop("t", 1.0), seed=seed, **kw)
     mixed = [G, S(1, top_k=8), S(2, top_p=0.8), S(3, t=0.7, top_k=20, top_p=0.9), G, S(5, t=1.5)]
@@ -132,6 +150,12 @@ def default_cases(vocab: int) -> list[Case]:
     cases.append(make_case("d=3 D=5 fixed policy, joins and leaves",
                            [{0: 4, 1: 2}, {0: 4, 1: 3, 2: 5}, {2: 2, 3: 4}, {0: 1, 2: 5, 3: 3, 4: 2}],
                            3, 5, mixed[1:6], seed=4, policy="fixed"))
+    # per-request exit depths D_i (a shared d keeps both rounds at the same number of calls:
+    # compare_runs compares that stat across modes; --depths with ragged d_i is checked too)
+    cases.append(make_case("per-request depths 2:4,2:3,2:4,2:3, 3 rounds",
+                           [{0: 5, 1: 3, 2: 1, 3: 4}, {0: 6, 1: 6, 2: 4, 3: 1}, {0: 3, 2: 2, 3: 3}],
+                           2, 4, mixed[:4], seed=6, depths=[(2, 4), (2, 3), (2, 4), (2, 3)],
+                           reproduce="python -m oracle check --counts 5,3,1,4 --depths 2:4,2:3,2:4,2:3"))
     cases.append(make_case("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
                            1, 2, [mixed[i % 6] for i in range(8)], seed=5))
     return cases

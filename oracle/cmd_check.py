@@ -6,6 +6,7 @@ import time
 
 from .check import check_case, default_cases, make_case
 from .cli import csv_ints
+from .cmd_schedule import depth_pairs
 from .errors import OracleError
 from .model import build_model
 from .rng_trace import check_policy
@@ -21,6 +22,8 @@ def add_round_options(p) -> None:
     p.add_argument("--counts", type=csv_ints, help="token counts T_i per request per round, e.g. 5,3,1")
     p.add_argument("--draft-loops", "-d", type=int, default=2)
     p.add_argument("--target-loops", "-D", type=int, default=4)
+    p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,...",
+                   help="per-request draft:target loops, one pair per request (replaces -d/-D)")
     p.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: mixed batch)")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
@@ -39,6 +42,12 @@ def custom_case(args):
         raise OracleError("--counts is empty")
     counts = counts or [5, 3, 1]
     validate(counts, args.draft_loops, args.target_loops)
+    depths = args.depths
+    if depths is not None:                           # the session's (d, D): KV planes for max D_i
+        if len(depths) != len(counts):
+            raise OracleError(f"--depths gives {len(depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
+        validate(counts, [a for a, _ in depths], [b for _, b in depths])
+        args.draft_loops, args.target_loops = min(a for a, _ in depths), max(b for _, b in depths)
     if args.temperature is None:                      # a mixed batch
         params = [SamplingParams() if i % 2 == 0 else
                   SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i)
@@ -51,19 +60,23 @@ def custom_case(args):
     if plen[0] < 1:
         raise OracleError(f"--prompt-len {args.prompt_len}: must be >= 1")
     repro = " ".join(["python -m oracle check", f"--preset {args.preset}", f"--seed {args.seed}",
-                      "--counts " + ",".join(map(str, counts)), f"-d {args.draft_loops} -D {args.target_loops}",
+                      "--counts " + ",".join(map(str, counts)),
+                      f"-d {args.draft_loops} -D {args.target_loops}" if depths is None else
+                      "--depths " + ",".join(f"{a}:{b}" for a, b in depths),
                       f"--rounds {args.rounds}", f"--policy {args.policy}"]
                      + ([f"--temperature {args.temperature}"] if args.temperature is not None else [])
                      + ([f"--top-k {args.top_k}"] if args.top_k else []) + ([f"--top-p {args.top_p}"] if args.top_p else []))
-    name = f"counts {tuple(counts)} d={args.draft_loops} D={args.target_loops} x{args.rounds} rounds"
+    name = f"counts {tuple(counts)} " + (f"d={args.draft_loops} D={args.target_loops}" if depths is None else
+                                         "depths " + ",".join(f"{a}:{b}" for a, b in depths)) + f" x{args.rounds} rounds"
     return make_case(name, rounds, args.draft_loops, args.target_loops, params, seed=args.seed,
-                     policy=args.policy, prompt_len=plen, reproduce=repro)
+                     policy=args.policy, prompt_len=plen, reproduce=repro, depths=depths)
 
 
 def run(args) -> int:
     t0 = time.perf_counter()
     model = build_model(args.preset, args.seed, args.checkpoint)
-    custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len")) \
+    custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len",
+                                                         "depths")) \
         or (args.draft_loops, args.target_loops, args.rounds, args.policy) != (2, 4, 4, "sequential")
     cases = [custom_case(args)] if custom else default_cases(model.cfg.vocab_size)
     if args.backend and args.backend != "reference":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from .cli import csv_ints
-from .cmd_schedule import add_round_args, one_line_errors
+from .cmd_schedule import add_round_args, one_line_errors, round_depths
 from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, load_ctable
 from .errors import OracleError
 from .schedule import validate
@@ -36,6 +36,8 @@ def register(subparsers) -> None:
 
 def rounds(args) -> list[tuple[int | None, list[int]]]:
     """[(batch C or None, token counts)] to compare."""
+    if args.depths is not None and args.counts is None:
+        raise OracleError("--depths gives one d_i:D_i pair per request: use it with --counts")
     if args.counts is not None:
         if args.k is not None or args.batch is not None:
             raise OracleError("--counts gives the whole round; do not combine it with --k or --batch")
@@ -54,7 +56,7 @@ def rounds(args) -> list[tuple[int | None, list[int]]]:
 
 def run(args) -> int:
     todo = rounds(args)
-    d, D = args.draft_loops, args.target_loops
+    d, D = round_depths(args, todo[0][1])     # ints, or per-request lists from --depths
     validate(todo[0][1], d, D)   # bad d/D/counts: say so before any table lookups
     ctable = load_ctable(args.ctable)
     heads = load_ctable(args.head_ctable, "head table") if args.head_ctable else None
@@ -77,7 +79,7 @@ def json_row(C, r) -> dict:
             "faster": r["faster"], "counts": r["counts"], "d": r["d"], "D": r["D"],
             "block_recurrent_ms": r["block"]["recurrent_ms"], "block_head_ms": r["block"]["head_ms"],
             "loop_recurrent_ms": r["loop"]["recurrent_ms"], "loop_head_ms": r["loop"]["head_ms"],
-            "recurrent_calls": r["block"]["calls"],
+            "recurrent_calls": r["block"]["calls"], "loop_recurrent_calls": r["loop"]["calls"],
             "block_rows": r["block"]["rows"], "loop_rows": r["loop"]["rows"],
             "block_extra_rows": {str(M): m for M, m in r["block_extra"].items()},
             "loop_extra_rows": {str(M): m for M, m in r["loop_extra"].items()},
@@ -90,13 +92,14 @@ def json_row(C, r) -> dict:
 
 def side_numbers(terms: dict[int, int], c, base: int) -> str:
     """'4*0.0032 = 0.0128' for one term, '0.0012 + 2*0.0030 = 0.0072' for several."""
-    parts = [f"{c(M) - c(base):.4f}" if m == 1 else f"{m}*{c(M) - c(base):.4f}" for M, m in terms.items()]
-    total = sum(m * (c(M) - c(base)) for M, m in terms.items())
+    cb = 0.0 if base is None else c(base)            # base None: ragged depths, plain sums
+    parts = [f"{c(M) - cb:.4f}" if m == 1 else f"{m}*{c(M) - cb:.4f}" for M, m in terms.items()]
+    total = sum(m * (c(M) - cb) for M, m in terms.items())
     return parts[0] if parts == [f"{total:.4f}"] else f"{' + '.join(parts) or '0'} = {total:.4f}"
 
 
 def report(args, ctable, heads, results) -> str:
-    d, D = args.draft_loops, args.target_loops
+    d, D = round_depths(args, results[0][1]["counts"])
     device = (ctable.meta or {}).get("device")
     where = f"oracle/data/{DEFAULT_CTABLE.name} (shipped default)" if args.ctable is None else args.ctable
     out = [f"c-table: {where}" + (f", {device}" if device else "")
@@ -116,8 +119,13 @@ def report(args, ctable, heads, results) -> str:
         out.append(f"loop beats block iff {ineq.text('C')}" if ineq else
                    "both rounds run the same row counts: the same time for any c")
     else:
-        out.append(f"round: counts T={first['counts']}, d={d}, D={D}: {first['block']['calls']} recurrent calls "
-                   f"and {sum(first['block']['rows'])} rows in both rounds")
+        if args.depths is None:
+            out.append(f"round: counts T={first['counts']}, d={d}, D={D}: {first['block']['calls']} recurrent calls "
+                       f"and {sum(first['block']['rows'])} rows in both rounds")
+        else:
+            out.append(f"round: counts T={first['counts']}, depths {','.join(f'{a}:{b}' for a, b in args.depths)}: "
+                       f"block {first['block']['calls']} recurrent calls, loop {first['loop']['calls']}, "
+                       f"{sum(first['block']['rows'])} rows in both rounds")
         out.append(f"  block rows per call: {first['block']['rows']}")
         out.append(f"  loop rows per wave:  {first['loop']['rows']}")
     out.append("ratio = block ms / loop ms (> 1: loop faster)")

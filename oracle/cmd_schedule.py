@@ -11,6 +11,7 @@ import json
 import sys
 
 from .cli import csv_ints
+from .errors import OracleError
 from .schedule import Schedule, check_schedule, plan, validate
 
 
@@ -40,6 +41,31 @@ def add_round_args(p: argparse.ArgumentParser) -> None:
                    help="loops used to draft (default 2)")
     p.add_argument("-D", "--target-loops", type=int, default=4, metavar="D",
                    help="loops used to verify (default 4)")
+    p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,d1:D1,...",
+                   help="per-request draft and target loops, one pair per request (replaces -d/-D)")
+
+
+def depth_pairs(text: str) -> list[tuple[int, int]]:
+    """'2:4,1:3' -> [(2, 4), (1, 3)] (range checks are the planner's)."""
+    out = []
+    for item in text.split(","):
+        d, sep, D = item.strip().partition(":")
+        try:
+            out.append((int(d), int(D)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair d_i:D_i of integers") from None
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair d_i:D_i of integers")
+    return out
+
+
+def round_depths(args, counts) -> tuple:
+    """(d, D) for the planner: two ints from -d/-D, or per-request lists from --depths."""
+    if args.depths is None:
+        return args.draft_loops, args.target_loops
+    if len(args.depths) != len(counts):
+        raise OracleError(f"--depths gives {len(args.depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
+    return [d for d, _ in args.depths], [D for _, D in args.depths]
 
 
 def register(subparsers) -> None:
@@ -54,8 +80,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    counts = validate(args.counts, args.draft_loops, args.target_loops)
-    rounds = {mode: plan(mode, counts, args.draft_loops, args.target_loops) for mode in ("block", "loop")}
+    d, D = round_depths(args, args.counts)
+    counts = validate(args.counts, d, D)
+    rounds = {mode: plan(mode, counts, d, D) for mode in ("block", "loop")}
     for s in rounds.values():
         check_schedule(s)
     if args.json:
@@ -81,18 +108,19 @@ def diagram(s: Schedule) -> str:
         for i, o, j in call.rows:
             cell.setdefault((i, o), {})[c] = f"{j}*" if (i, o) in heads else str(j)
     rows, heads = s.row_counts(), s.draft_head_counts()
-    width = 1 + max(len(str(n - 1)), len(str(s.D - 1)) + 1, len(str(max(rows))))
+    width = 1 + max(len(str(n - 1)), len(str(max(D for _, D in s.depths) - 1)) + 1, len(str(max(rows))))
     label = 18
 
     def line(name: str, values) -> str:
         return name.ljust(label) + "".join(str(v).rjust(width) for v in values)
 
     unit = "call" if s.mode == "block" else "wave"
-    out = [f"{s.mode} round: counts T={list(s.token_counts)}, d={s.d}, D={s.D}  "
+    depths = f"d={s.d}, D={s.D}" if s.d is not None else "depths " + ",".join(f"{a}:{b}" for a, b in s.depths)
+    out = [f"{s.mode} round: counts T={list(s.token_counts)}, {depths}  "
            f"(cell = depth run in that {unit}; * = draft head runs on it after the {unit})",
            line(unit, range(n))]
     for i, t in enumerate(s.token_counts):
-        out.append(f"request {i} (T={t})")
+        out.append(f"request {i} (T={t})" if s.d is not None else f"request {i} (T={t}, d={s.depths[i][0]}, D={s.depths[i][1]})")
         for o in range(t):
             got = cell.get((i, o), {})
             out.append(line(f"  offset {o}", (got.get(c, ".") for c in range(n))))

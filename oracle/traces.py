@@ -21,8 +21,8 @@ class RoundTrace:
     mode: str                              # "block" | "loop" | a backend's name
     round: int
     policy: str
-    d: int
-    D: int
+    d: int | None                          # draft loops every request shares (None: ragged depths)
+    D: int | None                          # target loops every request shares (None: ragged depths)
     requests: list                         # request ids, in batch order
     token_counts: list[int]
     prefix: dict = field(default_factory=dict)         # rid -> committed tokens before the round
@@ -37,6 +37,11 @@ class RoundTrace:
     stats: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)         # rid -> SamplingParams.to_json()
     dtype: str = "float32"
+    depths: dict = field(default_factory=dict)         # rid -> [d_i, D_i] (empty: every request (d, D))
+
+    def request_depths(self) -> list[tuple[int, int]]:
+        """(d_i, D_i) per request in batch order."""
+        return [tuple(self.depths[r]) if r in self.depths else (self.d, self.D) for r in self.requests]
 
     # ---- serialization ----
     def to_json(self) -> dict:
@@ -54,6 +59,7 @@ class RoundTrace:
             "emitted": [[r, list(t)] for r, t in self.emitted.items()],
             "stats": self.stats,
             "params": [[r, p] for r, p in self.params.items()],
+            "depths": [[r, list(x)] for r, x in self.depths.items()],
         }
 
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
@@ -84,6 +90,7 @@ class RoundTrace:
         t.emitted = {r: list(x) for r, x in j["emitted"]}
         t.stats = j["stats"]
         t.params = {r: p for r, p in j.get("params", [])}
+        t.depths = {r: list(x) for r, x in j.get("depths", [])}
         return t
 
 

@@ -102,6 +102,13 @@ def depths(draw, max_D: int | None = None) -> tuple[int, int]:
     return draw(st.integers(1, D - 1)), D
 
 
+@st.composite
+def request_depths(draw, max_D: int) -> tuple[int, int]:
+    """One request's (d_i, D_i): D_i in 2..max_D, d_i in 1..D_i-1."""
+    Di = draw(st.integers(2, max_D))
+    return draw(st.integers(1, Di - 1)), Di
+
+
 def token_counts(max_tokens: int | None = None):
     """A request's T_i = K_i + 1 in 1..9."""
     return st.integers(1, max_tokens or cap("ORACLE_MAX_TOKENS"))
@@ -169,6 +176,7 @@ class Scenario:
     prompts: tuple
     params: tuple
     ops: tuple
+    depths: tuple | None = None      # (d_i, D_i) per request, D_i <= D; None: every request (d, D)
 
     @property
     def rounds(self) -> list[dict]:
@@ -179,15 +187,18 @@ class Scenario:
         return replace(self, policy=policy)
 
     def describe(self) -> str:
-        return (f"d={self.d} D={self.D} policy={self.policy} layers={self.cfg.num_layers} "
+        return (f"d={self.d} D={self.D} depths={self.depths} policy={self.policy} layers={self.cfg.num_layers} "
                 f"vocab={self.cfg.vocab_size} rounds={self.rounds}")
 
 
 @st.composite
 def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int | None = None,
-              params=None, cfg=None, weight_seed=None, depth=None, policy=None, fixed_requests=None):
+              params=None, cfg=None, weight_seed=None, depth=None, policy=None, fixed_requests=None,
+              ragged_depths=None):
     """A run of 1..ORACLE_MAX_ROUNDS rounds over ragged batches (per-round K_i, batch order,
-    joins and leaves drawn), on a random small model, mixed greedy/sampled requests.
+    joins and leaves drawn), on a random small model, mixed greedy/sampled requests; in about
+    half the runs each request has its own depths (d_i, D_i) with D_i <= D (ragged_depths:
+    True/False forces it).
 
     join_leave=False: every request is named in every round (no joins after round 0, no
     leaves). fixed_requests: a request id that must be in every round (for alone-vs-batch)."""
@@ -196,6 +207,8 @@ def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int
     d, D = depth if depth is not None else draw(depths())
     policy = policy or draw(policies())
     n = draw(st.integers(1, max_requests or cap("ORACLE_MAX_REQUESTS")))
+    ragged = draw(st.booleans()) if ragged_depths is None else ragged_depths
+    depth_list = tuple(draw(request_depths(D)) for _ in range(n)) if ragged else None
     prompt_list = tuple(draw(prompts(cfg.vocab_size)) for _ in range(n))
     param_list = tuple(draw(params if params is not None else sampling_params(cfg.vocab_size))
                        for _ in range(n))
@@ -223,7 +236,7 @@ def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int
                     ops.append(("remove", i))
                     live.remove(i)
                     left.add(i)
-    return Scenario(cfg, weight_seed, d, D, policy, prompt_list, param_list, tuple(ops))
+    return Scenario(cfg, weight_seed, d, D, policy, prompt_list, param_list, tuple(ops), depth_list)
 
 
 def single_rounds(**kw):
