@@ -22,6 +22,8 @@ class HostRequest:
     tokens: list                  # committed tokens known to the host (collected rounds)
     stream: UniformStream
     depths: tuple = None          # (d_i, D_i) of every round of the request
+    generated: int = 0            # tokens committed by collected rounds
+    finished: str | None = None   # "stop" | "length" once a collected round finished it
     in_flight: list = field(default_factory=list)     # handles not yet finished
 
 
@@ -88,7 +90,10 @@ def check_results(h, out: dict) -> list:
                                                            req.stream.consumed)
         assert len(events) == used, (rid, used, events)
         drafts = [int(t) for t in out["drafts"][i, :K]]
-        results.append((K, a, events, drafts, drafts[:a] + [int(out["final"][i])], used))
+        n, why = int(out["n"][i]), (None, "stop", "length")[int(out["why"][i])]
+        if not 1 <= n <= a + 1:
+            raise OracleError(f"round {h.round_idx}, request {rid}: the device kept {n} tokens of {a + 1} emitted")
+        results.append((K, a, events, drafts, drafts[:a] + [int(out["final"][i])], used, n, why))
     return results
 
 
@@ -101,7 +106,7 @@ def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
     tr.depths = {r.rid: list(dp) for r, dp in zip(h.reqs, h.depths)}
     tr.calls = [{"rows": [[h.reqs[i].rid, o, j] for i, o, j in c.rows],
                  "draft_head": [[h.reqs[i].rid, o] for i, o in c.draft_head]} for c in h.plan.schedule.calls]
-    for i, (req, T, (K, a, events, drafts, emitted, used)) in enumerate(zip(h.reqs, h.counts, results)):
+    for i, (req, T, (K, a, events, drafts, emitted, used, n, why)) in enumerate(zip(h.reqs, h.counts, results)):
         rid, start = req.rid, len(req.tokens) - 1
         if "vlog" in out:
             for o in range(T):
@@ -116,7 +121,11 @@ def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
                         tr.kv_writes[(rid, start + o, j, l)] = (call, k[l, i, j, o], v[l, i, j, o])
         tr.rng_events.extend(events)
         tr.drafts[rid], tr.accepted[rid], tr.emitted[rid] = drafts, a, emitted
-        req.tokens.extend(emitted)
+        tr.committed[rid], tr.generated[rid] = emitted[:n], req.generated
+        req.tokens.extend(emitted[:n])
+        req.generated += n
+        if why:
+            req.finished = tr.finished[rid] = why
         req.stream.consume(used)
     tr.stats = dict(h.stats, accepted=sum(tr.accepted.values()))
     return tr

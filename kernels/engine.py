@@ -46,6 +46,8 @@ class Engine:
             "temp": torch.ones(S, device=dev), "top_k": torch.full((S,), V, device=dev, dtype=I64),
             "top_p": torch.full((S,), float("inf"), device=dev),
             "greedy": torch.ones(S, device=dev, dtype=torch.bool),
+            "stop": z(S, V, dtype=torch.bool),                         # stop token ids as a mask
+            "left": torch.full((S,), 2**62, device=dev, dtype=I64),    # max_tokens not yet generated
         }
 
     def grow(self, max_requests: int, max_len: int) -> None:
@@ -66,6 +68,10 @@ class Engine:
         self.temp[slot] = 1.0 if params.greedy else params.temperature
         self.top_k[slot] = min(params.top_k or vocab, vocab)
         self.top_p[slot] = params.top_p if params.top_p is not None and params.top_p < 1 else float("inf")
+        self.stop[slot] = False
+        if params.stop_token_ids:
+            self.stop[slot, list(params.stop_token_ids)] = True
+        self.left[slot] = 2**62 if params.max_tokens is None else params.max_tokens
 
     def prefill(self, slot: int, prompt: torch.Tensor, D: int | None = None) -> None:
         """prompt: [n] token ids; KV of positions 0..n-2 at depths 0..D-1 (the request's D_i,
@@ -152,8 +158,9 @@ class Engine:
         return self.accept_commit(slots, K, fixed)
 
     def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, fixed: bool) -> dict:
-        """Acceptance for every request of the round, then commit on the device: frontier
-        start + a + 1, next offset-0 token, RNG cursor. slots, K: [R]."""
+        """Acceptance for every request of the round, then the cut (after the first stop token,
+        or at max_tokens) and the commit on the device: frontier start + n for n kept tokens,
+        next offset-0 token, RNG cursor. slots, K: [R]."""
         T, V = self.Tcap, self.p.shape[1]
         o = torch.arange(T - 1, device=slots.device)
         greedy = self.greedy.index_select(0, slots)                              # [R]
@@ -175,11 +182,21 @@ class Engine:
         final = torch.where(greedy, self.gtok.index_select(0, fa), drawn)
         used = torch.where(greedy, 0, 2 * K + 1 if fixed else torch.where(rej, K + a + 2, 2 * K + 1))
         start = self.start.index_select(0, slots)
-        out = {"a": a, "final": final, "drafts": drafts, "used": used, "start": start,
+        # emitted e[o] = draft o for o < a, the final token at o = a; cut after the first stop
+        # token s (kept) or when max_tokens is reached: n = min(s + 1, a + 1, left)
+        t = torch.arange(T, device=slots.device)
+        e = torch.where(t[None, :] < a[:, None], torch.cat([drafts, final[:, None]], 1), final[:, None])   # [R, T]
+        hit = self.stop.view(-1).index_select(0, (slots[:, None] * V + e).reshape(-1)).view(e.shape) & (t[None, :] <= a[:, None])
+        s = torch.where(hit.any(-1), hit.long().argmax(-1), T)                        # T: no stop token
+        left = self.left.index_select(0, slots)
+        n = torch.minimum(torch.minimum(s + 1, a + 1), left)
+        why = torch.where((s < T) & (s < left), 1, torch.where(n == left, 2, 0))      # 1 stop, 2 length
+        out = {"a": a, "final": final, "drafts": drafts, "used": used, "start": start, "n": n, "why": why,
                "residual_err": ~greedy & rej & ~res_ok,
                "dbad": self.dbad.view(-1, T).index_select(0, slots), "vbad": self.vbad.view(-1, T).index_select(0, slots)}
-        self.start.index_copy_(0, slots, start + a + 1)
-        self.last.index_copy_(0, slots, final)
+        self.start.index_copy_(0, slots, start + n)
+        self.last.index_copy_(0, slots, e.gather(1, (n - 1)[:, None])[:, 0])
+        self.left.index_copy_(0, slots, left - n)
         self.cursor.index_copy_(0, slots, self.cursor.index_select(0, slots) + used)
         return out
 

@@ -54,6 +54,9 @@ class TorchSession:
         bad = [t for t in prompt if not 0 <= t < self.cfg.vocab_size]
         if bad:
             raise OracleError(f"token id {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
+        bad = [t for t in params.stop_token_ids if t >= self.cfg.vocab_size]
+        if bad:
+            raise OracleError(f"request {rid}: stop token {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
         self._fit(len(prompt), f"request {rid}: prompt of {len(prompt)} tokens")
         if not self.engine.kv.free and self.grow:
             self.engine.grow(2 * (self.engine.kv.n_slots - 1), self.max_len)
@@ -102,6 +105,11 @@ class TorchSession:
             raise OracleError(f"round names unknown request(s) {missing}")
         T = list(validate(list(counts.values()), self.d, self.D))
         reqs = [self.requests[r] for r in counts]
+        if len(set(counts)) != len(reqs):
+            raise OracleError("a round names the same request twice")
+        for req in reqs:
+            if req.finished:
+                raise OracleError(f"request {req.rid} finished ({req.finished}) in an earlier round; it cannot run again")
         for req, t in zip(reqs, T):
             if t > self.Tcap:
                 raise OracleError(f"request {req.rid}: token count {t} exceeds max_tokens_per_round {self.Tcap}")
@@ -210,6 +218,10 @@ class TorchSession:
             r.in_flight.remove(h)
         h.trace = build_trace(h, out, results, self.dtype_name)
         h.out = h.keep = None
+        for r in h.reqs:                  # a round submitted after the one that finished r fails
+            for later in r.in_flight if r.finished else ():
+                later.error = later.error or OracleError(
+                    f"round {later.round_idx} names request {r.rid}, which finished ({r.finished}) in round {h.round_idx}")
 
     def _fail(self, h: Handle, error) -> None:
         """Drop every request of a failed round (freeing its slot); later rounds that

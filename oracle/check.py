@@ -32,8 +32,11 @@ def run_case(model, case: Case, mode: str, backend=None, replay: dict | None = N
     from .backends import ReferenceBackend
     s = (backend or ReferenceBackend()).session(model, case.d, case.D, mode, case.policy)
     traces = []
-    joined = set()
+    joined, finished = set(), set()
     for counts in case.rounds:
+        counts = {rid: t for rid, t in counts.items() if rid not in finished}   # finished: left the batch
+        if not counts:
+            continue
         for rid in counts:                         # requests join when first named
             if rid not in joined:
                 s.add(rid, case.prompts[rid], case.params[rid],
@@ -41,6 +44,7 @@ def run_case(model, case: Case, mode: str, backend=None, replay: dict | None = N
                       **({"depths": tuple(case.depths[rid])} if case.depths is not None else {}))
                 joined.add(rid)
         traces.append(s.step(counts))
+        finished |= set(traces[-1].finished)
     return traces, s
 
 
@@ -135,7 +139,7 @@ def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", pr
 
 def default_cases(vocab: int) -> list[Case]:
     """Several ragged batches, greedy and sampled (top-k, top-p), four (d, D) pairs and one
-    batch of per-request target depths, both RNG policies, multi-round generation with rollback and requests joining/leaving."""
+    batch of per-request target depths, stop tokens and max_tokens, both RNG policies, multi-round generation with rollback and requests joining/leaving."""
     G = SamplingParams()
     S = lambda seed, **kw: SamplingParams(temperature=kw.pop("t", 1.0), seed=seed, **kw)
     mixed = [G, S(1, top_k=8), S(2, top_p=0.8), S(3, t=0.7, top_k=20, top_p=0.9), G, S(5, t=1.5)]
@@ -156,6 +160,10 @@ def default_cases(vocab: int) -> list[Case]:
                            [{0: 5, 1: 3, 2: 1, 3: 4}, {0: 6, 1: 6, 2: 4, 3: 1}, {0: 3, 2: 2, 3: 3}],
                            2, 4, mixed[:4], seed=6, depths=[(2, 4), (2, 3), (2, 4), (2, 3)],
                            reproduce="python -m oracle check --counts 5,3,1,4 --depths 2:4,2:3,2:4,2:3"))
+    stop = [SamplingParams(stop_token_ids=(7,)), S(1, top_k=8, max_tokens=4),
+            S(2, top_p=0.9, t=0.7, stop_token_ids=(46,), max_tokens=5), S(3, stop_token_ids=(3, 7))]
+    cases.append(make_case("stop tokens and max_tokens, 4 rounds", [{0: 5, 1: 3, 2: 1, 3: 4}] * 4, 2, 4, stop, seed=7,
+                           reproduce="python -m oracle check --stop-tokens 3,7 --max-tokens 6"))
     cases.append(make_case("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
                            1, 2, [mixed[i % 6] for i in range(8)], seed=5))
     return cases

@@ -23,6 +23,8 @@ class Request:
     params: sampling.SamplingParams
     rng: RequestRng
     depths: tuple[int, int] | None = None     # (d_i, D_i); None: the session's (d, D)
+    generated: int = 0                        # tokens committed by earlier rounds (max_tokens)
+    finished: str | None = None               # "stop" | "length" once a round finished it
 
 
 class RoundState:
@@ -46,6 +48,9 @@ class RoundState:
                                   f"committed tokens - 1 = {len(r.tokens) - 1}")
         if len({r.rid for r in requests}) != len(requests):
             raise OracleError("a round names the same request twice")
+        for r in requests:
+            if r.finished:
+                raise OracleError(f"request {r.rid} finished ({r.finished}) in an earlier round; it cannot run again")
         for r in requests:                                  # state changes only after every check
             r.rng.start_round(round_idx)
         self.model, self.kv, self.requests, self.counts = model, kv, requests, counts
@@ -165,14 +170,21 @@ def accept(st: RoundState, i: int, logits: dict) -> tuple[int, list[int]]:
 
 
 def finish_round(st: RoundState, logits: dict):
-    """Accept, commit (append tokens, roll back KV past the frontier), seal the trace."""
+    """Accept, cut at a stop token or max_tokens, commit (append the kept tokens, roll back
+    KV past the frontier), seal the trace. A request that stopped leaves the batch."""
     tr = st.trace
     for i, req in enumerate(st.requests):
-        a, emitted = accept(st, i, logits)
+        a, emitted = accept(st, i, logits)             # decisions and RNG as without stops
+        n, why = sampling.stop_cut(emitted, req.params, req.generated)
+        kept = emitted[:n]                             # n >= 1: a finished request never runs
         tr.drafts[req.rid] = st.tokens[i][1:]
         tr.accepted[req.rid], tr.emitted[req.rid] = a, emitted
-        req.tokens.extend(emitted)
-        st.kv.truncate(req.rid, st.starts[i] + a + 1)
+        tr.committed[req.rid], tr.generated[req.rid] = kept, req.generated
+        req.tokens.extend(kept)
+        req.generated += n
+        st.kv.truncate(req.rid, st.starts[i] + n)      # KV of offsets 0..n-1 stays
+        if why:
+            req.finished = tr.finished[req.rid] = why
         tr.rng_events.extend(req.rng.events[st.n_events[i]:])
     for w in st.kv.log[st.n_kv:]:
         tr.kv_writes[(w.request, w.position, w.depth, w.layer)] = (w.call, w.k, w.v)

@@ -23,6 +23,8 @@ class SamplingParams:
     top_k: int | None = None          # None: off
     top_p: float | None = None        # None or 1.0: off
     seed: int = 0
+    stop_token_ids: tuple = ()        # emission stops after the first of these (kept)
+    max_tokens: int | None = None     # tokens a request may generate in all (None: no limit)
 
     def __post_init__(self):
         t = self.temperature
@@ -32,13 +34,38 @@ class SamplingParams:
             raise OracleError(f"top_k must be an integer >= 1, got {self.top_k!r}")
         if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             raise OracleError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        stops = tuple(self.stop_token_ids)
+        if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 for t in stops):
+            raise OracleError(f"stop_token_ids must be token ids >= 0, got {list(stops)!r}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in stops))
+        m = self.max_tokens
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise OracleError(f"max_tokens must be an integer >= 1 (or None), got {m!r}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
     def to_json(self) -> dict:
-        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
+        out = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
+        if self.stop_token_ids or self.max_tokens is not None:
+            out |= {"stop_token_ids": list(self.stop_token_ids), "max_tokens": self.max_tokens}
+        return out
+
+
+def stop_cut(emitted, params: SamplingParams, generated: int) -> tuple[int, str | None]:
+    """How many of a round's emitted tokens are kept, and why the request finishes:
+    (kept, "stop" | "length" | None). The decisions (and RNG draws) are made first, as
+    without stops; then emission is cut after the first stop token (which is kept) or when
+    the request has generated max_tokens tokens. generated: tokens before this round."""
+    for n, tok in enumerate(emitted):
+        if params.max_tokens is not None and generated + n >= params.max_tokens:
+            return n, "length"
+        if tok in params.stop_token_ids:
+            return n + 1, "stop"
+    if params.max_tokens is not None and generated + len(emitted) >= params.max_tokens:
+        return len(emitted), "length"
+    return len(emitted), None
 
 
 def check_logits(logits: np.ndarray, where: str = "logits") -> None:

@@ -41,6 +41,9 @@ class Session:
         if not prompt:
             raise OracleError(f"request {rid}: empty prompt")
         self.model.embed(prompt)                                  # range check of token ids
+        bad = [t for t in params.stop_token_ids if t >= self.model.cfg.vocab_size]
+        if bad:
+            raise OracleError(f"request {rid}: stop token {bad[0]} is outside the vocabulary [0, {self.model.cfg.vocab_size})")
         rng = RequestRng(rid, seed=params.seed) if replay is None else RequestRng(rid, replay=replay)
         req = Request(rid, prompt, params, rng, (di, Di))
         self.kv.set_depths(rid, Di)
@@ -65,15 +68,16 @@ class Session:
             raise OracleError(f"round names unknown request(s) {missing}")
         reqs = [self.requests[r] for r in counts]
         # a failed round leaves no trace: KV, tokens and RNG streams are restored
-        snap = [(r.rng.snapshot(), len(r.tokens), len(r.tokens) - 1) for r in reqs]
+        snap = [(r.rng.snapshot(), len(r.tokens), len(r.tokens) - 1, r.generated, r.finished) for r in reqs]
         n_log = len(self.kv.log)
         try:
             trace = self.round_fn(self.model, self.kv, reqs, list(counts.values()), [r.depths[0] for r in reqs],
                                   [r.depths[1] for r in reqs], self.round_idx, self.policy)
         except BaseException:
-            for r, (rng, n_tok, frontier) in zip(reqs, snap):
+            for r, (rng, n_tok, frontier, generated, finished) in zip(reqs, snap):
                 r.rng.restore(rng)
                 del r.tokens[n_tok:]
+                r.generated, r.finished = generated, finished
                 self.kv.truncate(r.rid, frontier)       # a round only appends past the frontier
             del self.kv.log[n_log:]
             raise

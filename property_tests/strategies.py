@@ -147,6 +147,16 @@ def sampled_params(vocab: int):
                      top_p=top_ps(), seed=seeds())
 
 
+@st.composite
+def stop_params(draw, vocab: int):
+    """Greedy or sampled params with frequent stops: up to vocab/4 stop token ids and
+    sometimes a small max_tokens (use with a small vocabulary)."""
+    from dataclasses import replace
+    p = draw(sampling_params(vocab))
+    stops = draw(st.lists(st.integers(0, vocab - 1), max_size=max(1, vocab // 4), unique=True))
+    return replace(p, stop_token_ids=tuple(stops), max_tokens=draw(st.none() | st.integers(1, 12)))
+
+
 def greedy_params():
     return st.builds(SamplingParams, seed=seeds())
 
