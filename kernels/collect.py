@@ -81,7 +81,7 @@ def check_results(h, out: dict) -> list:
         for name, bad, n in (("draft", out["dbad"][i], K), ("verification", out["vbad"][i], T)):
             if bad[:n].any():
                 raise OracleError(f"round {h.round_idx}: {name} logits of request {rid} offset "
-                                  f"{int(np.flatnonzero(bad[:n])[0])} hold a non-finite value")
+                                  f"{int(np.flatnonzero(bad[:n])[0])} hold a non-finite value (NaN or +inf) or mask every token")
         if out["residual_err"][i]:
             raise OracleError(f"round {h.round_idx}, request {rid}: residual max(0, p - q) is all zero "
                               f"after a rejection (p == q)")

@@ -47,6 +47,8 @@ class Engine:
             "top_p": torch.full((S,), float("inf"), device=dev),
             "greedy": torch.ones(S, device=dev, dtype=torch.bool),
             "stop": z(S, V, dtype=torch.bool),                         # stop token ids as a mask
+            "ban": z(S, V, dtype=torch.bool),                          # banned or not allowed: -inf
+            "min_p": z(S),                                             # 0: off
             "left": torch.full((S,), 2**62, device=dev, dtype=I64),    # max_tokens not yet generated
         }
 
@@ -68,6 +70,12 @@ class Engine:
         self.temp[slot] = 1.0 if params.greedy else params.temperature
         self.top_k[slot] = min(params.top_k or vocab, vocab)
         self.top_p[slot] = params.top_p if params.top_p is not None and params.top_p < 1 else float("inf")
+        self.min_p[slot] = params.min_p or 0.0
+        self.ban[slot] = params.allowed_token_ids is not None
+        if params.allowed_token_ids is not None:
+            self.ban[slot, list(params.allowed_token_ids)] = False
+        if params.banned_token_ids:
+            self.ban[slot, list(params.banned_token_ids)] = True
         self.stop[slot] = False
         if params.stop_token_ids:
             self.stop[slot, list(params.stop_token_ids)] = True
@@ -100,7 +108,7 @@ class Engine:
         if sampling == "plain":
             return sampler.plain_probs(logits, self.temp.index_select(0, slot))
         return sampler.filtered_probs(logits, self.temp.index_select(0, slot), self.top_k.index_select(0, slot),
-                                      self.top_p.index_select(0, slot))
+                                      self.top_p.index_select(0, slot), self.min_p.index_select(0, slot))
 
     def _uniform(self, slot, index):
         # uniform at stream index cursor + index of each slot, from its window
@@ -110,9 +118,10 @@ class Engine:
     def draft_step(self, meta: torch.Tensor, Mh: int, sampling: str) -> None:
         """sampling: plan.SAMPLING; "greedy" leaves q unwritten (no request of the round reads it)."""
         flat, slot, off = meta.view(3, Mh)
-        logits = self.model.head(self.hid.index_select(0, flat))                # [Mh, V]
-        self.dlog.index_copy_(0, flat, logits)
-        self.dbad.index_copy_(0, flat, sampler.nonfinite(logits))
+        raw = self.model.head(self.hid.index_select(0, flat))                   # [Mh, V]
+        self.dlog.index_copy_(0, flat, raw)                                      # traced unmasked
+        logits = sampler.mask(raw, self.ban.index_select(0, slot))              # banned: -inf
+        self.dbad.index_copy_(0, flat, sampler.nonfinite(raw, logits))
         if sampling == "greedy":
             self.tok.view(-1).index_copy_(0, flat + 1, sampler.greedy(logits))
             return
@@ -124,9 +133,10 @@ class Engine:
 
     def verify_step(self, meta: torch.Tensor, N: int, sampling: str) -> None:
         flat, slot = meta.view(2, N)
-        logits = self.model.head(self.hid.index_select(0, flat))                # [N, V]
-        self.vlog.index_copy_(0, flat, logits)
-        self.vbad.index_copy_(0, flat, sampler.nonfinite(logits))
+        raw = self.model.head(self.hid.index_select(0, flat))                   # [N, V]
+        self.vlog.index_copy_(0, flat, raw)                                      # traced unmasked
+        logits = sampler.mask(raw, self.ban.index_select(0, slot))
+        self.vbad.index_copy_(0, flat, sampler.nonfinite(raw, logits))
         self.gtok.index_copy_(0, flat, sampler.greedy(logits))
         if sampling != "greedy":                                                 # p: sampled rows only
             self.p.index_copy_(0, flat, self._probs(logits, slot, sampling))

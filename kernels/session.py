@@ -54,9 +54,7 @@ class TorchSession:
         bad = [t for t in prompt if not 0 <= t < self.cfg.vocab_size]
         if bad:
             raise OracleError(f"token id {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
-        bad = [t for t in params.stop_token_ids if t >= self.cfg.vocab_size]
-        if bad:
-            raise OracleError(f"request {rid}: stop token {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
+        params.check_vocab(self.cfg.vocab_size, f"request {rid}")
         self._fit(len(prompt), f"request {rid}: prompt of {len(prompt)} tokens")
         if not self.engine.kv.free and self.grow:
             self.engine.grow(2 * (self.engine.kv.n_slots - 1), self.max_len)

@@ -30,6 +30,9 @@ def add_round_options(p) -> None:
     p.add_argument("--stop-tokens", type=csv_ints, default=None, metavar="ID,...",
                    help="stop token ids of every request (emission ends after the first, kept)")
     p.add_argument("--max-tokens", type=int, default=None, help="tokens each request may generate in all")
+    p.add_argument("--banned-tokens", type=csv_ints, default=None, metavar="ID,...",
+                   help="token ids masked to -inf in draft and verification logits")
+    p.add_argument("--min-p", type=float, default=None, help="min-p filter (vLLM: p >= min_p * max p)")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--policy", default="sequential", help="RNG policy: sequential | fixed")
     p.add_argument("--prompt-len", type=int, default=None, help="prompt length (default: random 1..8)")
@@ -51,14 +54,16 @@ def custom_case(args):
             raise OracleError(f"--depths gives {len(depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
         validate(counts, [a for a, _ in depths], [b for _, b in depths])
         args.draft_loops, args.target_loops = min(a for a, _ in depths), max(b for _, b in depths)
-    stops = {"stop_token_ids": tuple(args.stop_tokens or ()), "max_tokens": args.max_tokens}
+    stops = {"stop_token_ids": tuple(args.stop_tokens or ()), "max_tokens": args.max_tokens,
+             "banned_token_ids": tuple(args.banned_tokens or ())}
+    filters = {"min_p": args.min_p}
     if args.temperature is None:                      # a mixed batch
         params = [SamplingParams(seed=args.seed + i, **stops) if i % 2 == 0 else
-                  SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i, **stops)
+                  SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i, **stops, **filters)
                   for i in range(len(counts))]
     else:
-        params = [SamplingParams(args.temperature, args.top_k, args.top_p, seed=args.seed + i, **stops)
-                  for i in range(len(counts))]
+        params = [SamplingParams(args.temperature, args.top_k, args.top_p, seed=args.seed + i, **stops,
+                                 **(filters if args.temperature else {})) for i in range(len(counts))]
     rounds = [{i: t for i, t in enumerate(counts)}] * args.rounds
     plen = (args.prompt_len, args.prompt_len) if args.prompt_len else (1, 8)
     if plen[0] < 1:
@@ -71,7 +76,9 @@ def custom_case(args):
                      + ([f"--temperature {args.temperature}"] if args.temperature is not None else [])
                      + ([f"--top-k {args.top_k}"] if args.top_k else []) + ([f"--top-p {args.top_p}"] if args.top_p else [])
                      + ([f"--stop-tokens {','.join(map(str, args.stop_tokens))}"] if args.stop_tokens else [])
-                     + ([f"--max-tokens {args.max_tokens}"] if args.max_tokens is not None else []))
+                     + ([f"--max-tokens {args.max_tokens}"] if args.max_tokens is not None else [])
+                     + ([f"--banned-tokens {','.join(map(str, args.banned_tokens))}"] if args.banned_tokens else [])
+                     + ([f"--min-p {args.min_p}"] if args.min_p is not None else []))
     name = f"counts {tuple(counts)} " + (f"d={args.draft_loops} D={args.target_loops}" if depths is None else
                                          "depths " + ",".join(f"{a}:{b}" for a, b in depths)) + f" x{args.rounds} rounds"
     return make_case(name, rounds, args.draft_loops, args.target_loops, params, seed=args.seed,
@@ -82,7 +89,8 @@ def run(args) -> int:
     t0 = time.perf_counter()
     model = build_model(args.preset, args.seed, args.checkpoint)
     custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len",
-                                                         "depths", "stop_tokens", "max_tokens")) \
+                                                         "depths", "stop_tokens", "max_tokens", "banned_tokens",
+                                                         "min_p")) \
         or (args.draft_loops, args.target_loops, args.rounds, args.policy) != (2, 4, 4, "sequential")
     cases = [custom_case(args)] if custom else default_cases(model.cfg.vocab_size)
     if args.backend and args.backend != "reference":

@@ -119,7 +119,7 @@ def draft_head(st: RoundState, heads) -> None:
         assert len(st.tokens[i]) == o + 1, f"draft of request {req.rid} offset {o + 1} drawn out of order"
         st.trace.draft_logits[(req.rid, o)] = lg
         if req.params.greedy:
-            tok = sampling.greedy_token(lg)
+            tok = sampling.greedy_token(lg, req.params)
         else:
             q = st.q[(i, o)] = sampling.filtered_probs(lg, req.params)
             tok = sampling.categorical(q, req.rng.draw("draft", o))
@@ -144,10 +144,10 @@ def accept(st: RoundState, i: int, logits: dict) -> tuple[int, list[int]]:
     drafts = st.tokens[i][1:]
     if req.params.greedy:
         for o in range(K):
-            best = sampling.greedy_token(logits[(i, o)])
+            best = sampling.greedy_token(logits[(i, o)], req.params)
             if drafts[o] != best:
                 return o, drafts[:o] + [best]
-        return K, drafts + [sampling.greedy_token(logits[(i, K)])]
+        return K, drafts + [sampling.greedy_token(logits[(i, K)], req.params)]
     p = [sampling.filtered_probs(logits[(i, o)], req.params) for o in range(K + 1)]
     q = [st.q[(i, o)] for o in range(K)]
     if st.policy == "sequential":

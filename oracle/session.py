@@ -41,9 +41,7 @@ class Session:
         if not prompt:
             raise OracleError(f"request {rid}: empty prompt")
         self.model.embed(prompt)                                  # range check of token ids
-        bad = [t for t in params.stop_token_ids if t >= self.model.cfg.vocab_size]
-        if bad:
-            raise OracleError(f"request {rid}: stop token {bad[0]} is outside the vocabulary [0, {self.model.cfg.vocab_size})")
+        params.check_vocab(self.model.cfg.vocab_size, f"request {rid}")
         rng = RequestRng(rid, seed=params.seed) if replay is None else RequestRng(rid, replay=replay)
         req = Request(rid, prompt, params, rng, (di, Di))
         self.kv.set_depths(rid, Di)

@@ -274,6 +274,12 @@ def policy_violation(tr: RoundTrace, params: dict, policy: str) -> str | None:
             return f"{where}: accepted count outside 0..K"
         if len(drafts) != K or len(emitted) != a + 1 or emitted[:a] != drafts[:a]:
             return f"{where}: drafts {drafts} and emitted {emitted} break the commit rule (a accepted drafts + 1)"
+        V = len(next(iter(tr.verify_logits.values()))) if tr.verify_logits else None
+        for x in drafts + emitted:                     # never a -1 placeholder or a wrapped id
+            try:
+                oracle_sampling.check_token(x, V if V is not None else 2**62, "token")
+            except Exception as e:
+                return f"{where}: drafts {drafts} / emitted {emitted}: {e}"
         problem = commit_violation(tr, rid, params[rid])
         if problem:
             return f"{where}: {problem}"

@@ -142,9 +142,26 @@ def top_ps():
     return st.none() | st.sampled_from([1.0, 1e-6]) | st.floats(0.05, 1.0)
 
 
-def sampled_params(vocab: int):
-    return st.builds(SamplingParams, temperature=temperatures(), top_k=top_ks(vocab),
-                     top_p=top_ps(), seed=seeds())
+def min_ps():
+    """None (off), 0 (off), anything in (0, 0.5], 1 (only the top token and its ties)."""
+    return st.none() | st.sampled_from([0.0, 1.0]) | st.floats(0.001, 0.5)
+
+
+@st.composite
+def masks(draw, vocab: int) -> dict:
+    """banned_token_ids / allowed_token_ids (in a quarter of the cases; one token always stays)."""
+    if draw(st.integers(0, 3)):
+        return {}
+    allowed = draw(st.none() | st.lists(st.integers(0, vocab - 1), min_size=1, max_size=vocab, unique=True))
+    keep = draw(st.sampled_from(list(range(vocab)) if allowed is None else allowed))   # never banned
+    banned = draw(st.lists(st.integers(0, vocab - 1).filter(lambda t: t != keep), max_size=3, unique=True))
+    return {"banned_token_ids": tuple(banned), "allowed_token_ids": None if allowed is None else tuple(allowed)}
+
+
+@st.composite
+def sampled_params(draw, vocab: int):
+    return SamplingParams(temperature=draw(temperatures()), top_k=draw(top_ks(vocab)), top_p=draw(top_ps()),
+                          seed=draw(seeds()), min_p=draw(min_ps()), **draw(masks(vocab)))
 
 
 @st.composite
@@ -157,14 +174,15 @@ def stop_params(draw, vocab: int):
     return replace(p, stop_token_ids=tuple(stops), max_tokens=draw(st.none() | st.integers(1, 12)))
 
 
-def greedy_params():
-    return st.builds(SamplingParams, seed=seeds())
+@st.composite
+def greedy_params(draw, vocab: int | None = None):
+    return SamplingParams(seed=draw(seeds()), **(draw(masks(vocab)) if vocab else {}))
 
 
 def sampling_params(vocab: int):
-    """Greedy or sampled (temperature, optional top-k, optional top-p); a list of these is a
-    mixed greedy/sampled batch."""
-    return greedy_params() | sampled_params(vocab)
+    """Greedy or sampled (temperature, optional min-p, top-k, top-p; banned/allowed token
+    masks on both); a list of these is a mixed greedy/sampled batch."""
+    return greedy_params(vocab) | sampled_params(vocab)
 
 
 def policies(supported=POLICIES):
@@ -259,7 +277,8 @@ def single_rounds(**kw):
 @st.composite
 def logit_pairs(draw, max_vocab: int = 32):
     """(target logits, draft logits, params) for one offset: random small vocabularies, the
-    draft sometimes close to the target, sometimes unrelated."""
+    draft sometimes close to the target, sometimes unrelated; in half the cases quantised
+    logits (steps of `step`: many exact ties, also at the top-k/top-p/min-p thresholds)."""
     import numpy as np
     V = draw(st.integers(2, max_vocab))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -268,5 +287,9 @@ def logit_pairs(draw, max_vocab: int = 32):
     closeness = draw(st.sampled_from([0.0, 0.1, 1.0, 0.01]))
     draft = (target + closeness * spread * rng.standard_normal(V)).astype(np.float32) \
         if closeness else (rng.standard_normal(V) * spread).astype(np.float32)
+    step = draw(st.sampled_from([None, None, 0.5 * spread, spread]))
+    if step:
+        target = (np.round(target / step) * step).astype(np.float32)
+        draft = (np.round(draft / step) * step).astype(np.float32)
     params = draw(sampled_params(V))
     return target, draft, params
