@@ -205,7 +205,8 @@ class Engine:
                "residual_err": ~greedy & rej & ~res_ok,
                "dbad": self.dbad.view(-1, T).index_select(0, slots), "vbad": self.vbad.view(-1, T).index_select(0, slots)}
         self.start.index_copy_(0, slots, start + n)
-        self.last.index_copy_(0, slots, e.gather(1, (n - 1)[:, None])[:, 0])
+        # n = 0 only in a round submitted after one that finished the request (the host fails it)
+        self.last.index_copy_(0, slots, e.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0])
         self.left.index_copy_(0, slots, left - n)
         self.cursor.index_copy_(0, slots, self.cursor.index_select(0, slots) + used)
         return out
