@@ -1,7 +1,9 @@
 """`python -m oracle cost`: predicted block vs loop round time from a c-table.
 
 Uniform rounds: `--k K --batch 1,4,16` (C requests with K drafts each, one line per C);
-ragged: `--counts 5,3,1` (token counts T_i = K_i + 1). Ratio = block/loop (> 1: loop faster).
+ragged: `--counts 5,3,1` (token counts T_i = K_i + 1), with `--depths 2:4,1:3,...` for
+per-request depths (the two rounds may then run different numbers of calls, and the
+deciding inequality compares plain sums). Ratio = block/loop (> 1: loop faster).
 """
 from __future__ import annotations
 
