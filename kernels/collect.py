@@ -21,6 +21,9 @@ class HostRequest:
     params: object
     tokens: list                  # committed tokens known to the host (collected rounds)
     stream: UniformStream
+    depths: tuple = None          # (d_i, D_i) of every round of the request
+    generated: int = 0            # tokens committed by collected rounds
+    finished: str | None = None   # "stop" | "length" once a collected round finished it
     in_flight: list = field(default_factory=list)     # handles not yet finished
 
 
@@ -29,10 +32,11 @@ class Handle:
     round_idx: int
     mode: str
     policy: str
-    d: int
-    D: int
+    d: int | None                 # shared depths (None: ragged, see depths)
+    D: int | None
     reqs: list
     counts: list
+    depths: list = None           # (d_i, D_i) per request
     plan: object = None
     stats: dict = None
     out: dict = None              # results (host tensors once the copy completes)
@@ -77,7 +81,7 @@ def check_results(h, out: dict) -> list:
         for name, bad, n in (("draft", out["dbad"][i], K), ("verification", out["vbad"][i], T)):
             if bad[:n].any():
                 raise OracleError(f"round {h.round_idx}: {name} logits of request {rid} offset "
-                                  f"{int(np.flatnonzero(bad[:n])[0])} hold a non-finite value")
+                                  f"{int(np.flatnonzero(bad[:n])[0])} hold a non-finite value (NaN or +inf) or mask every token")
         if out["residual_err"][i]:
             raise OracleError(f"round {h.round_idx}, request {rid}: residual max(0, p - q) is all zero "
                               f"after a rejection (p == q)")
@@ -86,7 +90,10 @@ def check_results(h, out: dict) -> list:
                                                            req.stream.consumed)
         assert len(events) == used, (rid, used, events)
         drafts = [int(t) for t in out["drafts"][i, :K]]
-        results.append((K, a, events, drafts, drafts[:a] + [int(out["final"][i])], used))
+        n, why = int(out["n"][i]), (None, "stop", "length")[int(out["why"][i])]
+        if not 1 <= n <= a + 1:
+            raise OracleError(f"round {h.round_idx}, request {rid}: the device kept {n} tokens of {a + 1} emitted")
+        results.append((K, a, events, drafts, drafts[:a] + [int(out["final"][i])], used, n, why))
     return results
 
 
@@ -96,9 +103,10 @@ def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
     tr.dtype = dtype
     tr.params = {r.rid: r.params.to_json() for r in h.reqs}
     tr.prefix = {r.rid: list(r.tokens) for r in h.reqs}
+    tr.depths = {r.rid: list(dp) for r, dp in zip(h.reqs, h.depths)}
     tr.calls = [{"rows": [[h.reqs[i].rid, o, j] for i, o, j in c.rows],
                  "draft_head": [[h.reqs[i].rid, o] for i, o in c.draft_head]} for c in h.plan.schedule.calls]
-    for i, (req, T, (K, a, events, drafts, emitted, used)) in enumerate(zip(h.reqs, h.counts, results)):
+    for i, (req, T, (K, a, events, drafts, emitted, used, n, why)) in enumerate(zip(h.reqs, h.counts, results)):
         rid, start = req.rid, len(req.tokens) - 1
         if "vlog" in out:
             for o in range(T):
@@ -107,13 +115,17 @@ def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
                 tr.verify_logits[(rid, o)] = out["vlog"][i, o]
             k, v = out["k"], out["v"]                    # [L, R, D, Tcap, nkv, hd]
             for o in range(T):
-                for j in range(h.D):
+                for j in range(h.depths[i][1]):
                     call = h.plan.wrote[(i, o, j)]
                     for l in range(k.shape[0]):
                         tr.kv_writes[(rid, start + o, j, l)] = (call, k[l, i, j, o], v[l, i, j, o])
         tr.rng_events.extend(events)
         tr.drafts[rid], tr.accepted[rid], tr.emitted[rid] = drafts, a, emitted
-        req.tokens.extend(emitted)
+        tr.committed[rid], tr.generated[rid] = emitted[:n], req.generated
+        req.tokens.extend(emitted[:n])
+        req.generated += n
+        if why:
+            req.finished = tr.finished[rid] = why
         req.stream.consume(used)
     tr.stats = dict(h.stats, accepted=sum(tr.accepted.values()))
     return tr

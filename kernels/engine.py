@@ -46,6 +46,10 @@ class Engine:
             "temp": torch.ones(S, device=dev), "top_k": torch.full((S,), V, device=dev, dtype=I64),
             "top_p": torch.full((S,), float("inf"), device=dev),
             "greedy": torch.ones(S, device=dev, dtype=torch.bool),
+            "stop": z(S, V, dtype=torch.bool),                         # stop token ids as a mask
+            "ban": z(S, V, dtype=torch.bool),                          # banned or not allowed: -inf
+            "min_p": z(S),                                             # 0: off
+            "left": torch.full((S,), 2**62, device=dev, dtype=I64),    # max_tokens not yet generated
         }
 
     def grow(self, max_requests: int, max_len: int) -> None:
@@ -66,14 +70,25 @@ class Engine:
         self.temp[slot] = 1.0 if params.greedy else params.temperature
         self.top_k[slot] = min(params.top_k or vocab, vocab)
         self.top_p[slot] = params.top_p if params.top_p is not None and params.top_p < 1 else float("inf")
+        self.min_p[slot] = params.min_p or 0.0
+        self.ban[slot] = params.allowed_token_ids is not None
+        if params.allowed_token_ids is not None:
+            self.ban[slot, list(params.allowed_token_ids)] = False
+        if params.banned_token_ids:
+            self.ban[slot, list(params.banned_token_ids)] = True
+        self.stop[slot] = False
+        if params.stop_token_ids:
+            self.stop[slot, list(params.stop_token_ids)] = True
+        self.left[slot] = 2**62 if params.max_tokens is None else params.max_tokens
 
-    def prefill(self, slot: int, prompt: torch.Tensor) -> None:
-        """prompt: [n] token ids; KV of positions 0..n-2 at every depth, offset 0 = prompt[-1]."""
+    def prefill(self, slot: int, prompt: torch.Tensor, D: int | None = None) -> None:
+        """prompt: [n] token ids; KV of positions 0..n-2 at depths 0..D-1 (the request's D_i,
+        default every plane), offset 0 = prompt[-1]."""
         P = prompt.shape[0] - 1
         if P:
             pos = torch.arange(P, device=self.device)
             h = self.model.embed(prompt[:P])
-            for depth in range(self.D):
+            for depth in range(self.D if D is None else D):
                 plane = self.kv.plane(slot, depth)
                 h = self.model.recurrent_call(h, pos, torch.full((P,), plane, device=self.device, dtype=I64),
                                               pos, torch.tensor([plane], device=self.device), P)
@@ -93,7 +108,7 @@ class Engine:
         if sampling == "plain":
             return sampler.plain_probs(logits, self.temp.index_select(0, slot))
         return sampler.filtered_probs(logits, self.temp.index_select(0, slot), self.top_k.index_select(0, slot),
-                                      self.top_p.index_select(0, slot))
+                                      self.top_p.index_select(0, slot), self.min_p.index_select(0, slot))
 
     def _uniform(self, slot, index):
         # uniform at stream index cursor + index of each slot, from its window
@@ -103,9 +118,10 @@ class Engine:
     def draft_step(self, meta: torch.Tensor, Mh: int, sampling: str) -> None:
         """sampling: plan.SAMPLING; "greedy" leaves q unwritten (no request of the round reads it)."""
         flat, slot, off = meta.view(3, Mh)
-        logits = self.model.head(self.hid.index_select(0, flat))                # [Mh, V]
-        self.dlog.index_copy_(0, flat, logits)
-        self.dbad.index_copy_(0, flat, sampler.nonfinite(logits))
+        raw = self.model.head(self.hid.index_select(0, flat))                   # [Mh, V]
+        self.dlog.index_copy_(0, flat, raw)                                      # traced unmasked
+        logits = sampler.mask(raw, self.ban.index_select(0, slot))              # banned: -inf
+        self.dbad.index_copy_(0, flat, sampler.nonfinite(raw, logits))
         if sampling == "greedy":
             self.tok.view(-1).index_copy_(0, flat + 1, sampler.greedy(logits))
             return
@@ -117,9 +133,10 @@ class Engine:
 
     def verify_step(self, meta: torch.Tensor, N: int, sampling: str) -> None:
         flat, slot = meta.view(2, N)
-        logits = self.model.head(self.hid.index_select(0, flat))                # [N, V]
-        self.vlog.index_copy_(0, flat, logits)
-        self.vbad.index_copy_(0, flat, sampler.nonfinite(logits))
+        raw = self.model.head(self.hid.index_select(0, flat))                   # [N, V]
+        self.vlog.index_copy_(0, flat, raw)                                      # traced unmasked
+        logits = sampler.mask(raw, self.ban.index_select(0, slot))
+        self.vbad.index_copy_(0, flat, sampler.nonfinite(raw, logits))
         self.gtok.index_copy_(0, flat, sampler.greedy(logits))
         if sampling != "greedy":                                                 # p: sampled rows only
             self.p.index_copy_(0, flat, self._probs(logits, slot, sampling))
@@ -151,8 +168,9 @@ class Engine:
         return self.accept_commit(slots, K, fixed)
 
     def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, fixed: bool) -> dict:
-        """Acceptance for every request of the round, then commit on the device: frontier
-        start + a + 1, next offset-0 token, RNG cursor. slots, K: [R]."""
+        """Acceptance for every request of the round, then the cut (after the first stop token,
+        or at max_tokens) and the commit on the device: frontier start + n for n kept tokens,
+        next offset-0 token, RNG cursor. slots, K: [R]."""
         T, V = self.Tcap, self.p.shape[1]
         o = torch.arange(T - 1, device=slots.device)
         greedy = self.greedy.index_select(0, slots)                              # [R]
@@ -174,11 +192,22 @@ class Engine:
         final = torch.where(greedy, self.gtok.index_select(0, fa), drawn)
         used = torch.where(greedy, 0, 2 * K + 1 if fixed else torch.where(rej, K + a + 2, 2 * K + 1))
         start = self.start.index_select(0, slots)
-        out = {"a": a, "final": final, "drafts": drafts, "used": used, "start": start,
+        # emitted e[o] = draft o for o < a, the final token at o = a; cut after the first stop
+        # token s (kept) or when max_tokens is reached: n = min(s + 1, a + 1, left)
+        t = torch.arange(T, device=slots.device)
+        e = torch.where(t[None, :] < a[:, None], torch.cat([drafts, final[:, None]], 1), final[:, None])   # [R, T]
+        hit = self.stop.view(-1).index_select(0, (slots[:, None] * V + e).reshape(-1)).view(e.shape) & (t[None, :] <= a[:, None])
+        s = torch.where(hit.any(-1), hit.long().argmax(-1), T)                        # T: no stop token
+        left = self.left.index_select(0, slots)
+        n = torch.minimum(torch.minimum(s + 1, a + 1), left)
+        why = torch.where((s < T) & (s < left), 1, torch.where(n == left, 2, 0))      # 1 stop, 2 length
+        out = {"a": a, "final": final, "drafts": drafts, "used": used, "start": start, "n": n, "why": why,
                "residual_err": ~greedy & rej & ~res_ok,
                "dbad": self.dbad.view(-1, T).index_select(0, slots), "vbad": self.vbad.view(-1, T).index_select(0, slots)}
-        self.start.index_copy_(0, slots, start + a + 1)
-        self.last.index_copy_(0, slots, final)
+        self.start.index_copy_(0, slots, start + n)
+        # n = 0 only in a round submitted after one that finished the request (the host fails it)
+        self.last.index_copy_(0, slots, e.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0])
+        self.left.index_copy_(0, slots, left - n)
         self.cursor.index_copy_(0, slots, self.cursor.index_select(0, slots) + used)
         return out
 

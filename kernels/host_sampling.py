@@ -11,14 +11,26 @@ from oracle.sampling import check_logits
 from . import sampler
 
 
+def banned_row(params, V: int) -> torch.Tensor:
+    """[1, V] bool: banned or outside allowed_token_ids (the engine's per-slot mask)."""
+    ban = torch.full((1, V), params.allowed_token_ids is not None)
+    if params.allowed_token_ids is not None:
+        ban[0, list(params.allowed_token_ids)] = False
+    ban[0, list(params.banned_token_ids)] = True
+    return ban
+
+
 def filtered_probs(logits, params) -> np.ndarray:
     check_logits(np.asarray(logits))
     assert not params.greedy, "greedy requests have no sampling distribution"
-    x = torch.as_tensor(np.asarray(logits, np.float32))[None]
-    V = x.shape[1]
+    raw = torch.as_tensor(np.asarray(logits, np.float32))[None]
+    V = raw.shape[1]
+    x = sampler.mask(raw, banned_row(params, V))
+    if bool(sampler.nonfinite(raw, x)[0]):
+        raise OracleError("masked logits: every token is masked (-inf)")
     top_p = params.top_p if params.top_p is not None and params.top_p < 1 else float("inf")
     out = sampler.filtered_probs(x, torch.tensor([float(params.temperature)]), torch.tensor([min(params.top_k or V, V)]),
-                                 torch.tensor([top_p]))
+                                 torch.tensor([top_p]), torch.tensor([float(params.min_p or 0.0)]))
     return out[0].numpy()
 
 

@@ -73,7 +73,8 @@ def call_indices(rows, slots, Tcap: int, n_slots: int):
 # (known on the host, so no data-dependent branch on the device; part of the graph key):
 #   greedy  every request greedy: argmax only, no probabilities
 #   plain   some sampled, none with top-k/top-p: softmax(logits / T), no sorts
-#   full    top-k/top-p masks (two sorts over the vocabulary per row)
+#   full    min-p/top-k/top-p masks (two sorts over the vocabulary per row)
+# (banned/allowed tokens are masked to -inf before any of them, in every variant)
 SAMPLING = ("greedy", "plain", "full")
 
 
@@ -82,7 +83,7 @@ def sampling_variant(params, vocab: int) -> str:
     if all(p.greedy for p in params):
         return "greedy"
     filtered = any(not p.greedy and ((p.top_k is not None and p.top_k < vocab) or
-                                     (p.top_p is not None and p.top_p < 1)) for p in params)
+                                     (p.top_p is not None and p.top_p < 1) or bool(p.min_p)) for p in params)
     return "full" if filtered else "plain"
 
 

@@ -2,7 +2,8 @@
 oracle/sampling.py). Every function is free of host syncs, so it can sit in a CUDA graph.
 
 Per-row parameters: temp [N] (1.0 for greedy rows, whose probabilities go unused),
-top_k [N] (>= V means off), top_p [N] (+inf means off)."""
+top_k [N] (>= V means off), top_p [N] (+inf means off), min_p [N] (0 means off). Banned and
+not-allowed tokens arrive already masked to -inf (mask)."""
 from __future__ import annotations
 
 import torch
@@ -10,21 +11,30 @@ import torch
 NEG_INF = float("-inf")
 
 
+def mask(logits: torch.Tensor, banned: torch.Tensor) -> torch.Tensor:
+    """logits [N, V] with banned [N, V] (banned or not allowed) set to -inf."""
+    return logits.masked_fill(banned, NEG_INF)
+
+
 def filtered_probs(logits: torch.Tensor, temp: torch.Tensor, top_k: torch.Tensor,
-                   top_p: torch.Tensor) -> torch.Tensor:
-    """logits: [N, V] FP32 -> probabilities [N, V] FP32: temperature, top-k (ties at the
-    threshold kept), top-p (a token is dropped once the mass before it exceeds p, so the
-    top token always stays), softmax."""
+                   top_p: torch.Tensor, min_p: torch.Tensor | None = None) -> torch.Tensor:
+    """logits: [N, V] FP32 (masked) -> probabilities [N, V] FP32: temperature, min-p
+    (softmax >= min_p * max), top-k (x >= the k-th value), top-p (p >= the probability of the
+    last token whose mass before it is <= p; the top token always stays), softmax. Ties with
+    the last survivor of top-k or top-p survive (oracle/sampling.py)."""
     V = logits.shape[-1]
     x = logits / temp[:, None]
+    if min_p is not None:
+        p = torch.softmax(x, dim=-1)
+        x = x.masked_fill(p < min_p[:, None] * p.max(-1, keepdim=True).values, NEG_INF)
     srt = torch.sort(x, dim=-1, descending=True).values
     kth = srt.gather(1, (top_k - 1).clamp(0, V - 1)[:, None])               # [N, 1]
     x = x.masked_fill(x < kth, NEG_INF)
     p = torch.softmax(x, dim=-1)
-    ps, order = torch.sort(p, dim=-1, descending=True, stable=True)         # ties: lower id first
-    drop_sorted = (ps.cumsum(-1) - ps) > top_p[:, None]                      # mass before each token
-    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-    return torch.softmax(x.masked_fill(drop, NEG_INF), dim=-1)
+    ps = torch.sort(p, dim=-1, descending=True).values
+    kept = ((ps.cumsum(-1) - ps) <= top_p[:, None]).sum(-1)                   # mass before each token
+    cut = ps.gather(1, (kept - 1).clamp(min=0)[:, None])                      # [N, 1]
+    return torch.softmax(x.masked_fill(p < cut, NEG_INF), dim=-1)
 
 
 def plain_probs(logits: torch.Tensor, temp: torch.Tensor) -> torch.Tensor:
@@ -58,5 +68,9 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return r / torch.where(ok, total, 1.0).float()[:, None], ok
 
 
-def nonfinite(logits: torch.Tensor) -> torch.Tensor:
-    return ~torch.isfinite(logits).all(-1)                                   # [N] bool
+def nonfinite(logits: torch.Tensor, masked: torch.Tensor | None = None) -> torch.Tensor:
+    """[N] bool: a NaN or +inf logit, or (given the masked logits) every token masked."""
+    bad = (torch.isnan(logits) | (logits == float("inf"))).any(-1)
+    if masked is not None:
+        bad = bad | (masked == NEG_INF).all(-1)
+    return bad

@@ -14,7 +14,8 @@ import torch
 
 from oracle.errors import OracleError
 from oracle.rng_trace import check_policy
-from oracle.schedule import plan as plan_schedule, validate
+from oracle.schedule import plan as plan_schedule, shared, validate
+from oracle.session import check_depths
 
 from .collect import Handle, HostRequest, build_trace, check_results
 from .engine import Engine
@@ -42,15 +43,18 @@ class TorchSession:
         self.device = weights.device
 
     # ---- requests ----
-    def add(self, rid, prompt, params, replay=None) -> None:
+    def add(self, rid, prompt, params, replay=None, depths=None) -> None:
+        """depths: (d_i, D_i) for every round of the request (default the session's)."""
         if rid in self.requests:
             raise OracleError(f"request {rid} is already in the session")
+        depths = check_depths(rid, depths, self.d, self.D)
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise OracleError(f"request {rid}: empty prompt")
         bad = [t for t in prompt if not 0 <= t < self.cfg.vocab_size]
         if bad:
             raise OracleError(f"token id {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
+        params.check_vocab(self.cfg.vocab_size, f"request {rid}")
         self._fit(len(prompt), f"request {rid}: prompt of {len(prompt)} tokens")
         if not self.engine.kv.free and self.grow:
             self.engine.grow(2 * (self.engine.kv.n_slots - 1), self.max_len)
@@ -60,11 +64,11 @@ class TorchSession:
             self.engine.set_params(slot, params, self.cfg.vocab_size)
             if self.debug_poison:
                 self._poison(torch.tensor([slot], device=self.device), torch.zeros(1, dtype=torch.int64, device=self.device))
-            self.engine.prefill(slot, torch.tensor(prompt, dtype=torch.int64, device=self.device))
+            self.engine.prefill(slot, torch.tensor(prompt, dtype=torch.int64, device=self.device), depths[1])
         except BaseException:
             self.engine.kv.release(slot)                                 # no leaked slot
             raise
-        self.requests[rid] = HostRequest(rid, slot, params, prompt, stream)
+        self.requests[rid] = HostRequest(rid, slot, params, prompt, stream, depths)
 
     def remove(self, rid) -> list[int]:
         req = self._get(rid)
@@ -99,6 +103,11 @@ class TorchSession:
             raise OracleError(f"round names unknown request(s) {missing}")
         T = list(validate(list(counts.values()), self.d, self.D))
         reqs = [self.requests[r] for r in counts]
+        if len(set(counts)) != len(reqs):
+            raise OracleError("a round names the same request twice")
+        for req in reqs:
+            if req.finished:
+                raise OracleError(f"request {req.rid} finished ({req.finished}) in an earlier round; it cannot run again")
         for req, t in zip(reqs, T):
             if t > self.Tcap:
                 raise OracleError(f"request {req.rid}: token count {t} exceeds max_tokens_per_round {self.Tcap}")
@@ -107,8 +116,9 @@ class TorchSession:
                       f"{len(req.tokens) - 2 + ahead + t}")
             while req.in_flight and self._need(req, t) > self.engine.Wcap:
                 self._finish(self.pending[0])                            # window too small: finish the oldest
-        h = Handle(self.round_idx, self.mode, self.policy, self.d, self.D, reqs, T)
-        sched = plan_schedule(self.mode, T, self.d, self.D)
+        dep = [r.depths for r in reqs]                                   # (d_i, D_i) per request
+        h = Handle(self.round_idx, self.mode, self.policy, *shared(dep), reqs, T, depths=dep)
+        sched = plan_schedule(self.mode, T, [a for a, _ in dep], [b for _, b in dep])
         W = max(1, max(self._need(r, t) for r, t in zip(reqs, T)))
         windows = np.stack([r.stream.window(W) if not r.params.greedy else np.zeros(W) for r in reqs])
         h.plan = build_plan(sched, [r.slot for r in reqs], self.Tcap, self.engine.kv.n_slots,
@@ -206,6 +216,10 @@ class TorchSession:
             r.in_flight.remove(h)
         h.trace = build_trace(h, out, results, self.dtype_name)
         h.out = h.keep = None
+        for r in h.reqs:                  # a round submitted after the one that finished r fails
+            for later in r.in_flight if r.finished else ():
+                later.error = later.error or OracleError(
+                    f"round {later.round_idx} names request {r.rid}, which finished ({r.finished}) in round {h.round_idx}")
 
     def _fail(self, h: Handle, error) -> None:
         """Drop every request of a failed round (freeing its slot); later rounds that

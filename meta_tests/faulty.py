@@ -19,6 +19,14 @@ fails (meta_tests/test_faults.py asserts which properties catch which fault).
                                     mass > p empties the distribution)
     make_residual_no_clamp          the residual is p - q without max(0, .)
     make_bonus_after_rejection      sequential policy: a bonus uniform is drawn after a rejection
+    make_top_k_drops_ties           top-k keeps exactly k tokens (the lower ids of a tie at the
+                                    threshold), not every token tied with the k-th
+    make_residual_unnormalised      the residual is max(0, p - q) without the division by its
+                                    sum (draws still look right: they rescale by the cdf's end)
+    make_stop_kv_not_rolled_back    after a stop token (or max_tokens) the tokens are cut but
+                                    the KV keeps every emitted token's position (start + a + 1)
+    make_mask_verify_only           banned/allowed masks applied to the verification logits
+                                    only: drafts come from the unmasked draft logits
     make_biased_sampler             the filtered distribution is moved by 2% total variation
                                     (property_tests.test_distribution.biased)
     make_logits_off_at_one_offset   verification logits of offset 1 off by 25% (self-consistent)
@@ -33,6 +41,7 @@ fails (meta_tests/test_faults.py asserts which properties catch which fault).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import types
 from unittest import mock
@@ -142,13 +151,17 @@ class FaultyBackend(ReferenceBackend):
 def block_round(bk, model, kv, requests, counts, d, D, round_idx=0, policy="sequential"):
     """oracle.reference_round.block_round with the backend's hooks."""
     st = RoundState(model, kv, requests, counts, d, D, round_idx, policy, "block")
-    counts = st.counts
+    counts, dep = st.counts, st.depths
     for o in range(max(counts)):
-        for depth in range(d):
-            bk.run_call(st, [(i, o, depth) for i, t in enumerate(counts) if o < t])
-        bk.draft_head(st, [(i, o) for i, t in enumerate(counts) if o + 1 < t])
-    for depth in range(d, D):
-        bk.run_call(st, [(i, o, depth) for i, t in enumerate(counts) for o in range(t)])
+        for j in range(max(di for di, _ in dep)):
+            rows = [(i, o, j) for i, t in enumerate(counts) if o < t and j < dep[i][0]]
+            if rows:
+                bk.run_call(st, rows)
+                bk.draft_head(st, [(i, o) for i, t in enumerate(counts) if o + 1 < t and j == dep[i][0] - 1])
+    for j in range(min(di for di, _ in dep), max(Di for _, Di in dep)):
+        rows = [(i, o, j) for i, t in enumerate(counts) for o in range(t) if dep[i][0] <= j < dep[i][1]]
+        if rows:
+            bk.run_call(st, rows)
     return bk.finish_round(st, bk.verify_head(st))
 
 
@@ -321,6 +334,79 @@ class BonusAfterRejection(FaultyBackend):
         return {"accept": accept}
 
 
+def _top_k_drops_ties(logits, params):
+    """The reference chain with top-k by position in a stable sort: exactly k survive."""
+    x = sampling.mask_logits(logits, params) / np.float32(params.temperature)
+    if params.min_p:
+        p = sampling.softmax(x)
+        x = np.where(p >= np.float32(params.min_p) * p.max(), x, np.float32(-np.inf))
+    if params.top_k is not None and params.top_k < len(x):
+        drop = np.argsort(-x, kind="stable")[params.top_k:]                     # BUG: ties split by id
+        x = x.copy()
+        x[drop] = -np.inf
+    if params.top_p is not None and params.top_p < 1:
+        p = sampling.softmax(x)
+        ps = p[np.argsort(-p, kind="stable")]
+        cut = ps[np.count_nonzero(np.cumsum(ps) - ps <= np.float32(params.top_p)) - 1]
+        x = np.where(p >= cut, x, np.float32(-np.inf))
+    return sampling.softmax(x)
+
+
+class TopKDropsTies(FaultyBackend):
+    fault = "top_k_drops_ties"
+    sampling = sampling_with(filtered_probs=_top_k_drops_ties)
+
+
+def _residual_unnormalised(p, q):
+    return np.maximum(np.asarray(p, np.float32) - np.asarray(q, np.float32), np.float32(0))   # BUG: no 1/sum
+
+
+class ResidualUnnormalised(FaultyBackend):
+    fault = "residual_unnormalised"
+    sampling = sampling_with(residual=_residual_unnormalised)
+
+
+class _KeepEmittedKV:
+    """KV whose rollback keeps every emitted token's position, ignoring the stop cut."""
+
+    def __init__(self, st):
+        self._st = st
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_kv"], name)
+
+    def truncate(self, request, frontier):
+        st = self._st
+        i = [r.rid for r in st.requests].index(request)
+        self._kv.truncate(request, st.starts[i] + len(st.trace.emitted[request]))   # BUG: not the cut
+
+
+class StopKVNotRolledBack(FaultyBackend):
+    fault = "stop_kv_not_rolled_back"
+
+    def finish_round(self, st, logits):
+        proxy = _KeepEmittedKV(st)
+        proxy._kv, st.kv = st.kv, proxy
+        try:
+            return phases.finish_round(st, logits)
+        finally:
+            st.kv = proxy._kv
+
+
+class MaskVerifyOnly(FaultyBackend):
+    fault = "mask_verify_only"
+
+    def draft_head(self, st, heads):
+        saved = [r.params for r in st.requests]
+        for r in st.requests:                                   # BUG: drafts see unmasked logits
+            r.params = dataclasses.replace(r.params, banned_token_ids=(), allowed_token_ids=None)
+        try:
+            phases.draft_head(st, heads)
+        finally:
+            for r, p in zip(st.requests, saved):
+                r.params = p
+
+
 def _biased_filtered_probs(logits, params):
     from property_tests.test_distribution import biased
     return biased(sampling.filtered_probs(logits, params)).astype(np.float32)
@@ -455,6 +541,22 @@ def make_bonus_after_rejection():
     return BonusAfterRejection()
 
 
+def make_top_k_drops_ties():
+    return TopKDropsTies()
+
+
+def make_residual_unnormalised():
+    return ResidualUnnormalised()
+
+
+def make_stop_kv_not_rolled_back():
+    return StopKVNotRolledBack()
+
+
+def make_mask_verify_only():
+    return MaskVerifyOnly()
+
+
 def make_biased_sampler():
     return BiasedSampler()
 
@@ -471,6 +573,10 @@ FAULTS = {  # factory name -> one-line description
     "make_top_p_no_shift": "top-p without the shift (crossing/top token dropped)",
     "make_residual_no_clamp": "residual p - q without clamping at zero",
     "make_bonus_after_rejection": "bonus uniform drawn after a rejection",
+    "make_top_k_drops_ties": "top-k keeps exactly k tokens, splitting ties at the threshold by id",
+    "make_residual_unnormalised": "residual max(0, p - q) not divided by its sum",
+    "make_stop_kv_not_rolled_back": "stop/max_tokens cut the tokens but not the KV frontier",
+    "make_mask_verify_only": "banned/allowed masks applied to verification logits only",
     "make_biased_sampler": "sampler biased by 2% total variation",
     "make_logits_off_at_one_offset": "verification logits of offset 1 off by 25%",
     "make_divergence_without_near_tie": "greedy final token replaced by the least likely one",

@@ -34,6 +34,16 @@ survey `HYPOTHESIS_PROFILE=ci python -m meta_tests.matrix`, . = passes):
     The sampling faults mostly surface in rounds as "categorical draw from a distribution with
     zero total mass" (an emptied top-p set, a residual that sums to ~0) before any comparison.
 
+Faults of issue 13 (masks, ties, stops; asserted below, ci profile):
+
+    top-k drops ties            filters follow the spec (quantised logits tie at the k-th value)
+    residual unnormalised       residual is a distribution (the draws alone cannot see it: the
+                                inverse CDF rescales by the cdf's last entry, so enumeration and
+                                chi-square pass)
+    stop KV not rolled back     stops cut emission, not decisions (KV frontier after the cut)
+    mask on verification only   rounds agree (drafts of banned tokens; sampled requests carry
+                                masks in a quarter of the examples)
+
 The correct-but-inexact backend (make_noisy_fp32: batch-variant 1e-7 noise, device-RNG
 replay path) must pass: test_correct_inexact_backend_passes (no false alarms).
 """
@@ -60,6 +70,8 @@ CHI2_TOP_P = "test_distribution::test_emitted_tokens_follow_the_target[config_id
 GOLDEN_SEQ = "test_golden::test_rng_order_matches_golden[name=sequential_mixed_d2_D4,mode=block]"
 GOLDEN_FIXED_LOOP = "test_golden::test_rng_order_matches_golden[name=fixed_mixed_d2_D4,mode=loop]"
 STATEFUL = "test_stateful::RoundLifecycle"
+RESIDUAL_SUM = "test_distribution::test_residual_is_a_distribution"
+STOPS = "test_stop_props::test_stops_cut_emission_not_decisions"
 
 # fault factory -> [(property, a substring the failure must contain, or "")]
 EXPECTED = {
@@ -83,6 +95,10 @@ EXPECTED = {
     "make_logits_off_at_one_offset": [(ROUNDS, "verify_logits"), (STATEFUL, "verify_logits")],
     "make_divergence_without_near_tie": [(ROUNDS, ""), (GENERATION, "")],
     "make_skips_one_kv_write": [(ROUNDS, "kv_writes"), (STATEFUL, "kv_writes")],
+    "make_top_k_drops_ties": [(FILTERS, "filtered probability 0, the spec gives")],
+    "make_residual_unnormalised": [(RESIDUAL_SUM, "not 1")],
+    "make_stop_kv_not_rolled_back": [(STOPS, "KV frontiers")],
+    "make_mask_verify_only": [(ROUNDS, "vs reference")],
 }
 PRECISIONS = ("fp32", "bf16")     # bf16: the same backend in emulated BF16, declared inexact
 

@@ -9,12 +9,12 @@ def cache_free_check(model, traces, tol: float = TOLERANCES["float32"]["logits"]
     """Returns (check, number of logits vectors compared)."""
     n, worst = 0, 0.0
     for tr in traces:
-        for rid in tr.requests:
+        for rid, (d, D) in zip(tr.requests, tr.request_depths()):
             prefix = tr.prefix[rid]
             start = len(prefix) - 1                                   # position of offset 0
-            full = model.forward_full(prefix + tr.drafts[rid], tr.D)  # per loop: [T, V]
-            for what, logits, depth in (("verification", tr.verify_logits, tr.D - 1),
-                                        ("draft", tr.draft_logits, tr.d - 1)):
+            full = model.forward_full(prefix + tr.drafts[rid], D)     # per loop: [T, V]
+            for what, logits, depth in (("verification", tr.verify_logits, D - 1),
+                                        ("draft", tr.draft_logits, d - 1)):
                 for (r, o), lg in logits.items():
                     if r != rid:
                         continue

@@ -42,20 +42,30 @@ def run(bk, model, sc, mode: str, replay: dict | None = None, after_step=None, s
     out = Run(getattr(bk, "name", type(bk).__name__), mode)
     out.session = s
     pending = []                                  # submitted, not yet collected (submit_ahead)
+    finished = set()                              # requests that stopped: they left the batch
+    depths = getattr(sc, "depths", None)
     for op, arg in list(sc.ops) + [("flush", None)]:
         if op != "step" and pending:
             for h in pending:
                 out.traces.append(s.collect(h))
+                finished |= set(out.traces[-1].finished)
                 if after_step is not None:
                     after_step(s, out.traces[-1])
             pending = []
         if op == "add":
             kw = {} if replay is None else {"replay": replay.get(arg, [])}
+            if depths is not None:
+                kw["depths"] = tuple(depths[arg])
             s.add(arg, list(sc.prompts[arg]), sc.params[arg], **kw)
-        elif op == "step" and submit_ahead:
-            pending.append(s.submit(dict(arg)))
         elif op == "step":
-            tr = s.step(dict(arg))
+            counts = {rid: t for rid, t in arg if rid not in finished}
+            if not counts:
+                continue
+            if submit_ahead:
+                pending.append(s.submit(counts))
+                continue
+            tr = s.step(counts)
+            finished |= set(tr.finished)
             out.traces.append(tr)
             if after_step is not None:
                 after_step(s, tr)

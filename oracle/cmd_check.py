@@ -6,6 +6,7 @@ import time
 
 from .check import check_case, default_cases, make_case
 from .cli import csv_ints
+from .cmd_schedule import depth_pairs
 from .errors import OracleError
 from .model import build_model
 from .rng_trace import check_policy
@@ -16,6 +17,7 @@ from .sampling import SamplingParams
 def add_round_options(p) -> None:
     """Options shared by `check` and `trace record`; checked by oracle.round_args before any work."""
     from .cli import csv_ints, finite_float, int_at_least, probability
+    from .cmd_schedule import depth_pairs
     from .round_args import check_round_args
     p.add_argument("--preset", default=None, help="model preset: tiny | small | ouro-1.4b (default: tiny "
                    "unless --checkpoint is given)")
@@ -37,6 +39,16 @@ def add_round_options(p) -> None:
     p.add_argument("--rounds", type=int_at_least(1), default=None, help="rounds of generation (default: 4)")
     p.add_argument("--policy", default=None, choices=("sequential", "fixed"),
                    help="RNG policy (default: sequential)")
+    p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,...",
+                   help="per-request draft:target loops, one pair per request (replaces -d/-D; default: none)")
+    p.add_argument("--stop-tokens", type=csv_ints, default=None, metavar="ID,...",
+                   help="stop token ids of every request; emission ends after the first, kept (default: none)")
+    p.add_argument("--max-tokens", type=int_at_least(1), default=None,
+                   help="tokens each request may generate in all (default: unlimited)")
+    p.add_argument("--banned-tokens", type=csv_ints, default=None, metavar="ID,...",
+                   help="token ids masked to -inf in draft and verification logits (default: none)")
+    p.add_argument("--min-p", type=probability, default=None,
+                   help="min-p filter, vLLM's p >= min_p * max p after temperature (default: off)")
     p.add_argument("--prompt-len", type=int_at_least(1), default=None,
                    help="prompt length of every request (default: random 1..8 drawn from the seed)")
     p.add_argument("--case", default=None, metavar="NAME",
@@ -59,19 +71,29 @@ def custom_case(args):
     if args.case is not None:
         return next(c for c in default_cases(cfg.vocab_size, model_flags(args)) if c.name == args.case)
     counts = args.counts or [5, 3, 1]
+    depths = args.depths
+    if depths is not None:                           # the session's (d, D): KV planes for max D_i
+        if len(depths) != len(counts):
+            raise OracleError(f"--depths gives {len(depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
+        validate(counts, [a for a, _ in depths], [b for _, b in depths])
+        args.draft_loops, args.target_loops = min(a for a, _ in depths), max(b for _, b in depths)
+    stops = {"stop_token_ids": tuple(args.stop_tokens or ()), "max_tokens": args.max_tokens,
+             "banned_token_ids": tuple(args.banned_tokens or ())}
+    filters = {"min_p": args.min_p}
     if args.temperature is None:                      # a mixed batch
-        params = [SamplingParams() if i % 2 == 0 else
-                  SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i)
+        params = [SamplingParams(seed=args.seed + i, **stops) if i % 2 == 0 else
+                  SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i, **stops, **filters)
                   for i in range(len(counts))]
     else:
-        params = [SamplingParams(args.temperature, args.top_k, args.top_p, seed=args.seed + i)
-                  for i in range(len(counts))]
+        params = [SamplingParams(args.temperature, args.top_k, args.top_p, seed=args.seed + i, **stops,
+                                 **(filters if args.temperature else {})) for i in range(len(counts))]
     rounds = [{i: t for i, t in enumerate(counts)}] * args.rounds
     plen = (args.prompt_len, args.prompt_len) if args.prompt_len else (1, 8)
     repro = command(["check", *model_flags(args), *round_flags(args, counts)])
-    name = f"counts {tuple(counts)} d={args.draft_loops} D={args.target_loops} x{args.rounds} rounds"
+    name = f"counts {tuple(counts)} " + (f"d={args.draft_loops} D={args.target_loops}" if depths is None else
+                                         "depths " + ",".join(f"{a}:{b}" for a, b in depths)) + f" x{args.rounds} rounds"
     return make_case(name, rounds, args.draft_loops, args.target_loops, params, seed=args.seed,
-                     policy=args.policy, prompt_len=plen, reproduce=repro, vocab=cfg.vocab_size)
+                     policy=args.policy, prompt_len=plen, reproduce=repro, vocab=cfg.vocab_size, depths=depths)
 
 
 def run(args) -> int:
@@ -80,7 +102,9 @@ def run(args) -> int:
         raise OracleError("--reference needs --backend (the backend it judges)")
     model = build_model(args.preset, args.seed, args.checkpoint)
     from .round_args import model_flags
-    custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len")) \
+    custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len",
+                                                         "depths", "stop_tokens", "max_tokens", "banned_tokens",
+                                                         "min_p")) \
         or (args.draft_loops, args.target_loops, args.rounds, args.policy) != (2, 4, 4, "sequential")
     cases = [custom_case(args)] if custom or args.case else default_cases(model.cfg.vocab_size, model_flags(args))
     if args.backend and args.backend != "reference":

@@ -1,7 +1,9 @@
 """`python -m oracle cost`: predicted block vs loop round time from a c-table.
 
 Uniform rounds: `--k K --batch 1,4,16` (C requests with K drafts each, one line per C);
-ragged: `--counts 5,3,1` (token counts T_i = K_i + 1). Ratio = block/loop (> 1: loop faster).
+ragged: `--counts 5,3,1` (token counts T_i = K_i + 1), with `--depths 2:4,1:3,...` for
+per-request depths (the two rounds may then run different numbers of calls, and the
+deciding inequality compares plain sums). Ratio = block/loop (> 1: loop faster).
 """
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import json
 
 from .cli import csv_ints, int_at_least
 from . import limits
-from .cmd_schedule import add_round_args
+from .cmd_schedule import add_round_args, max_depths, round_depths
 from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, load_ctable
 from .errors import OracleError
 from .schedule import validate
@@ -42,13 +44,17 @@ def check_cost_args(args) -> None:
             limits.refuse("schedule size C*(K+1)*D =", rows, limits.MAX_SCHEDULE_ROWS, " rows")
     todo = rounds(args)
     for _, counts in todo:
-        limits.check_counts([max(counts)], args.target_loops, args.allow_large)   # T_i and D (cost is cheap in C)
-        validate(counts, args.draft_loops, args.target_loops)
-        limits.check_schedule_size(counts, args.draft_loops, args.target_loops, args.allow_large)
+        d, D = round_depths(args, counts)
+        dmax, Dmax = max_depths(d, D)
+        limits.check_counts([max(counts)], Dmax, args.allow_large)   # T_i and D (cost is cheap in C)
+        validate(counts, d, D)
+        limits.check_schedule_size(counts, dmax, Dmax, args.allow_large)
 
 
 def rounds(args) -> list[tuple[int | None, list[int]]]:
     """[(batch C or None, token counts)] to compare."""
+    if args.depths is not None and args.counts is None:
+        raise OracleError("--depths gives one d_i:D_i pair per request: use it with --counts")
     if args.counts is not None:
         if args.k is not None or args.batch is not None:
             raise OracleError("--counts gives the whole round; do not combine it with --k or --batch")
@@ -67,7 +73,7 @@ def rounds(args) -> list[tuple[int | None, list[int]]]:
 
 def run(args) -> int:
     todo = rounds(args)
-    d, D = args.draft_loops, args.target_loops
+    d, D = round_depths(args, todo[0][1])     # ints, or per-request lists from --depths
     validate(todo[0][1], d, D)   # bad d/D/counts: say so before any table lookups
     ctable = load_ctable(args.ctable)
     heads = load_ctable(args.head_ctable, "head table") if args.head_ctable else None
@@ -90,7 +96,7 @@ def json_row(C, r) -> dict:
             "faster": r["faster"], "counts": r["counts"], "d": r["d"], "D": r["D"],
             "block_recurrent_ms": r["block"]["recurrent_ms"], "block_head_ms": r["block"]["head_ms"],
             "loop_recurrent_ms": r["loop"]["recurrent_ms"], "loop_head_ms": r["loop"]["head_ms"],
-            "recurrent_calls": r["block"]["calls"],
+            "recurrent_calls": r["block"]["calls"], "loop_recurrent_calls": r["loop"]["calls"],
             "block_rows": r["block"]["rows"], "loop_rows": r["loop"]["rows"],
             "block_extra_rows": {str(M): m for M, m in r["block_extra"].items()},
             "loop_extra_rows": {str(M): m for M, m in r["loop_extra"].items()},
@@ -103,13 +109,14 @@ def json_row(C, r) -> dict:
 
 def side_numbers(terms: dict[int, int], c, base: int) -> str:
     """'4*0.0032 = 0.0128' for one term, '0.0012 + 2*0.0030 = 0.0072' for several."""
-    parts = [f"{c(M) - c(base):.4f}" if m == 1 else f"{m}*{c(M) - c(base):.4f}" for M, m in terms.items()]
-    total = sum(m * (c(M) - c(base)) for M, m in terms.items())
+    cb = 0.0 if base is None else c(base)            # base None: ragged depths, plain sums
+    parts = [f"{c(M) - cb:.4f}" if m == 1 else f"{m}*{c(M) - cb:.4f}" for M, m in terms.items()]
+    total = sum(m * (c(M) - cb) for M, m in terms.items())
     return parts[0] if parts == [f"{total:.4f}"] else f"{' + '.join(parts) or '0'} = {total:.4f}"
 
 
 def report(args, ctable, heads, results) -> str:
-    d, D = args.draft_loops, args.target_loops
+    d, D = round_depths(args, results[0][1]["counts"])
     device = (ctable.meta or {}).get("device")
     where = f"oracle/data/{DEFAULT_CTABLE.name} (shipped default)" if args.ctable is None else args.ctable
     out = [f"c-table: {where}" + (f", {device}" if device else "")
@@ -129,8 +136,13 @@ def report(args, ctable, heads, results) -> str:
         out.append(f"loop beats block iff {ineq.text('C')}" if ineq else
                    "both rounds run the same row counts: the same time for any c")
     else:
-        out.append(f"round: counts T={first['counts']}, d={d}, D={D}: {first['block']['calls']} recurrent calls "
-                   f"and {sum(first['block']['rows'])} rows in both rounds")
+        if args.depths is None:
+            out.append(f"round: counts T={first['counts']}, d={d}, D={D}: {first['block']['calls']} recurrent calls "
+                       f"and {sum(first['block']['rows'])} rows in both rounds")
+        else:
+            out.append(f"round: counts T={first['counts']}, depths {','.join(f'{a}:{b}' for a, b in args.depths)}: "
+                       f"block {first['block']['calls']} recurrent calls, loop {first['loop']['calls']}, "
+                       f"{sum(first['block']['rows'])} rows in both rounds")
         out.append(f"  block rows per call: {first['block']['rows']}")
         out.append(f"  loop rows per wave:  {first['loop']['rows']}")
     out.append("ratio = block ms / loop ms (> 1: loop faster)")

@@ -11,6 +11,7 @@ import json
 
 from . import limits
 from .cli import csv_ints, int_at_least
+from .errors import OracleError
 from .schedule import Schedule, check_schedule, plan, validate
 
 
@@ -21,6 +22,31 @@ def add_round_args(p: argparse.ArgumentParser) -> None:
                    help="loops used to verify")
     p.add_argument("--allow-large", action="store_true",
                    help="lift the size limits on requests, token counts, D and schedule rows")
+    p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,d1:D1,...",
+                   help="per-request draft and target loops, one pair per request (replaces -d/-D)")
+
+
+def depth_pairs(text: str) -> list[tuple[int, int]]:
+    """'2:4,1:3' -> [(2, 4), (1, 3)] (range checks are the planner's)."""
+    out = []
+    for item in text.split(","):
+        d, sep, D = item.strip().partition(":")
+        try:
+            out.append((int(d), int(D)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair d_i:D_i of integers") from None
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair d_i:D_i of integers")
+    return out
+
+
+def round_depths(args, counts) -> tuple:
+    """(d, D) for the planner: two ints from -d/-D, or per-request lists from --depths."""
+    if args.depths is None:
+        return args.draft_loops, args.target_loops
+    if len(args.depths) != len(counts):
+        raise OracleError(f"--depths gives {len(args.depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
+    return [d for d, _ in args.depths], [D for _, D in args.depths]
 
 
 def register(subparsers) -> None:
@@ -35,15 +61,22 @@ def register(subparsers) -> None:
 
 def check_schedule_args(args) -> None:
     """Sizes and d/D before any planning."""
-    limits.check_counts(args.counts, args.target_loops, args.allow_large)
-    validate(args.counts, args.draft_loops, args.target_loops)
-    limits.check_schedule_size(args.counts, args.draft_loops, args.target_loops, args.allow_large,
-                               diagram=not args.json)
+    d, D = round_depths(args, args.counts)
+    dmax, Dmax = max_depths(d, D)
+    limits.check_counts(args.counts, Dmax, args.allow_large)
+    validate(args.counts, d, D)
+    limits.check_schedule_size(args.counts, dmax, Dmax, args.allow_large, diagram=not args.json)
+
+
+def max_depths(d, D) -> tuple[int, int]:
+    """The largest d and D of a round (ints, or per-request lists from --depths)."""
+    return (max(d) if isinstance(d, list) else d), (max(D) if isinstance(D, list) else D)
 
 
 def run(args) -> int:
-    counts = validate(args.counts, args.draft_loops, args.target_loops)
-    rounds = {mode: plan(mode, counts, args.draft_loops, args.target_loops) for mode in ("block", "loop")}
+    d, D = round_depths(args, args.counts)
+    counts = validate(args.counts, d, D)
+    rounds = {mode: plan(mode, counts, d, D) for mode in ("block", "loop")}
     for s in rounds.values():
         check_schedule(s)
     if args.json:
@@ -69,18 +102,19 @@ def diagram(s: Schedule) -> str:
         for i, o, j in call.rows:
             cell.setdefault((i, o), {})[c] = f"{j}*" if (i, o) in heads else str(j)
     rows, heads = s.row_counts(), s.draft_head_counts()
-    width = 1 + max(len(str(n - 1)), len(str(s.D - 1)) + 1, len(str(max(rows))))
+    width = 1 + max(len(str(n - 1)), len(str(max(D for _, D in s.depths) - 1)) + 1, len(str(max(rows))))
     label = 18
 
     def line(name: str, values) -> str:
         return name.ljust(label) + "".join(str(v).rjust(width) for v in values)
 
     unit = "call" if s.mode == "block" else "wave"
-    out = [f"{s.mode} round: counts T={list(s.token_counts)}, d={s.d}, D={s.D}  "
+    depths = f"d={s.d}, D={s.D}" if s.d is not None else "depths " + ",".join(f"{a}:{b}" for a, b in s.depths)
+    out = [f"{s.mode} round: counts T={list(s.token_counts)}, {depths}  "
            f"(cell = depth run in that {unit}; * = draft head runs on it after the {unit})",
            line(unit, range(n))]
     for i, t in enumerate(s.token_counts):
-        out.append(f"request {i} (T={t})")
+        out.append(f"request {i} (T={t})" if s.d is not None else f"request {i} (T={t}, d={s.depths[i][0]}, D={s.depths[i][1]})")
         for o in range(t):
             got = cell.get((i, o), {})
             out.append(line(f"  offset {o}", (got.get(c, ".") for c in range(n))))

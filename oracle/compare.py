@@ -226,7 +226,9 @@ def _calls(tr) -> list:
 
 def _judge_stats(rep, a, b, where, same_calls, diverged) -> None:
     sa, sb = a.stats or {}, b.stats or {}
-    keys = ["recurrent_calls", "drafted", "draft_head_rows"] + (["rows_per_call"] if same_calls else [])
+    shared = len({depths_of(a, r) for r in a.requests}) == 1     # ragged d_i: the modes' call counts differ
+    keys = ["drafted", "draft_head_rows"] + (["recurrent_calls"] if same_calls or shared else []) \
+        + (["rows_per_call"] if same_calls else [])
     keys += [] if diverged else ["accepted"]
     for key in keys:
         if key in sa and key in sb and sa[key] != sb[key]:

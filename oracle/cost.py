@@ -120,9 +120,10 @@ def multiset_difference(a, b) -> tuple[dict[int, int], dict[int, int]]:
     return dict(sorted((ca - cb).items())), dict(sorted((cb - ca).items()))
 
 
-def deciding_row_counts(token_counts, d: int, D: int) -> tuple[dict[int, int], dict[int, int]]:
+def deciding_row_counts(token_counts, d, D) -> tuple[dict[int, int], dict[int, int]]:
     """Row counts of block calls not matched by a loop wave, and of loop waves not matched by
-    a block call ({M: multiplicity}). Both sides have as many calls and as many rows, and
+    a block call ({M: multiplicity}). Both sides have as many rows, and as many calls when
+    the requests share (d, D) (ragged depths: the block round may run more calls), and
 
         block_ms - loop_ms = sum_block m*c(M) - sum_loop m*c(M).
 
@@ -140,8 +141,9 @@ class Inequality:
     """Loop wins iff sum_block m*[c(M)-c(base)] > sum_loop m*[c(M)-c(base)].
 
     block/loop are {M: m} with the base row count removed and multiplicities divided by
-    `scale`, so block_ms - loop_ms = scale * (block side - loop side)."""
-    base: int
+    `scale`, so block_ms - loop_ms = scale * (block side - loop side). base None (ragged
+    depths with unequal call counts): the sides are plain sums of m*c(M)."""
+    base: int | None
     block: dict[int, int]
     loop: dict[int, int]
     scale: int
@@ -149,13 +151,15 @@ class Inequality:
     def sides(self, c) -> tuple[float, float]:
         """(block side, loop side) in ms for a cost function c(M)."""
         def side(terms):
-            return sum(m * (c(M) - c(self.base)) for M, m in terms.items())
+            return sum(m * (c(M) - (0.0 if self.base is None else c(self.base))) for M, m in terms.items())
         return side(self.block), side(self.loop)
 
     def side_text(self, terms: dict[int, int], unit: str = "") -> str:
         """'4*[c(2C)-c(C)]' with unit='C' (row counts per request), '4*[c(8)-c(4)]' without."""
         def rows(M):
             return unit if unit and M == 1 else f"{M}{unit}"
+        if self.base is None:
+            return " + ".join(f"c({rows(M)})" if m == 1 else f"{m}*c({rows(M)})" for M, m in terms.items()) or "0"
         base = rows(self.base)
         bare = len(terms) == 1   # brackets only where a term is scaled or summed
         parts = [f"c({rows(M)})-c({base})" if m == 1 and bare else
@@ -174,7 +178,7 @@ class Inequality:
         return f"{self.block_text(unit)} > {self.loop_text(unit)}"
 
 
-def deciding_inequality(token_counts, d: int, D: int) -> Inequality | None:
+def deciding_inequality(token_counts, d, D) -> Inequality | None:
     """The deciding inequality, or None when both rounds run the same row counts (uniform K=0
     or K=1: same predicted time for any c).
 
@@ -183,8 +187,12 @@ def deciding_inequality(token_counts, d: int, D: int) -> Inequality | None:
     For uniform counts T=K+1 over C requests (K >= 2) the base is C and this is
     (D-d)*[c(T*C)-c(C)] > sum_w [c(n_w*C)-c(C)] over the loop waves w (n_w cells each)."""
     block, loop = deciding_row_counts(token_counts, d, D)
-    if not block:
+    if not block and not loop:
         return None
+    if sum(block.values()) != sum(loop.values()):        # ragged depths: no common base to subtract
+        scale = reduce(math.gcd, list(block.values()) + list(loop.values()), 0) or 1
+        return Inequality(None, {M: m // scale for M, m in block.items()},
+                          {M: m // scale for M, m in loop.items()}, scale)
     base = min(min(block), min(loop))
     block = {M: m for M, m in block.items() if M != base}
     loop = {M: m for M, m in loop.items() if M != base}
@@ -193,7 +201,7 @@ def deciding_inequality(token_counts, d: int, D: int) -> Inequality | None:
                       {M: m // scale for M, m in loop.items()}, scale)
 
 
-def compare_rounds(token_counts, d: int, D: int, ctable: CTable, head_table: CTable | None = None) -> dict:
+def compare_rounds(token_counts, d, D, ctable: CTable, head_table: CTable | None = None) -> dict:
     """Predicted block and loop ms for one round, their ratio block/loop (> 1: loop faster),
     and the deciding row counts with both sides of the inequality in ms."""
     counts = validate(token_counts, d, D)

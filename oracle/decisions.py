@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import OracleError
-from .sampling import SamplingParams, accepts, categorical, filtered_probs, greedy_token, residual
+from .sampling import SamplingParams, accepts, categorical, filtered_probs, greedy_token, mask_logits, residual, stop_cut
 
 
 class Divergence(NamedTuple):
@@ -66,8 +66,7 @@ def filter_margin(logits, params: SamplingParams) -> float:
     distance of the nearest token's preceding mass to p, times `temper`. A draw near such a
     boundary can land elsewhere in another precision even though its uniform sits far inside a
     CDF interval."""
-    lg = np.asarray(logits, np.float64)
-    lg = np.where(np.isfinite(lg), lg, -np.inf)
+    lg = np.asarray(mask_logits(logits, params), np.float64)
     r1 = np.sort(np.exp(lg - lg.max()))[::-1]                 # temperature 1, descending
     m = float("inf")
     kept = len(r1)
@@ -119,6 +118,15 @@ def trace_problem(tr, rid, T: int, V: int) -> str | None:
         return f"accepted count {a!r} is outside 0..{K}"
     if len(emitted) != a + 1 or list(emitted[:a]) != list(drafts[:a]):
         return f"emitted {list(emitted)} is not the {a} accepted drafts {list(drafts[:a])} plus one token"
+    committed = getattr(tr, "committed", {}).get(rid)
+    if committed is not None:
+        params = params_of(tr, rid)
+        kept, why = stop_cut(list(emitted), params, getattr(tr, "generated", {}).get(rid, 0))
+        if list(committed) != list(emitted[:kept]):
+            return f"committed {list(committed)} is not the emitted tokens {list(emitted)} cut by the stop rule " \
+                   f"({kept} kept)"
+        if (why is not None) != (rid in getattr(tr, "finished", {})):
+            return f"finished is {tr.finished.get(rid)!r}, the stop rule says {why!r}"
     for name, logits, n in (("verification", tr.verify_logits, T), ("draft", tr.draft_logits, K)):
         for o in range(n):
             lg = logits.get((rid, o))
@@ -139,7 +147,7 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
         x, y = a.drafts[rid][n], b.drafts[rid][n]
         if x != y:
             lg = a.draft_logits[(rid, n)]
-            m = greedy_margin(lg, x, y) if params.greedy else \
+            m = greedy_margin(mask_logits(lg, params), x, y) if params.greedy else \
                 min(temper(params) * draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n)),
                     filter_margin(lg, params))
             return Divergence(n + 1, f"draft token of offset {n + 1}: {x} vs {y}", m, "draft", n)
@@ -148,7 +156,7 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
         o = min(ar, br)
         x, lg = a.drafts[rid][o], a.verify_logits[(rid, o)]
         if params.greedy:
-            p = _softmax(lg)
+            p = _softmax(mask_logits(lg, params))
             m = float(abs(p[x] - np.delete(p, x).max()) / p.max())
         else:
             dl = a.draft_logits[(rid, o)]
@@ -160,7 +168,7 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
     if x != y:
         lg = a.verify_logits[(rid, ar)]
         if params.greedy:
-            m = greedy_margin(lg, x, y)
+            m = greedy_margin(mask_logits(lg, params), x, y)
         elif ar < K:
             dl = a.draft_logits[(rid, ar)]
             dist = residual(filtered_probs(lg, params), filtered_probs(dl, params))
@@ -180,7 +188,7 @@ def redecide(tr, rid, T: int):
     params, K = params_of(tr, rid), T - 1
     drafts, a_tr = tr.drafts[rid], tr.accepted[rid]
     probs = lambda lg: filtered_probs(lg, params)
-    redrafts = [greedy_token(tr.draft_logits[(rid, n)]) if params.greedy else
+    redrafts = [greedy_token(tr.draft_logits[(rid, n)], params) if params.greedy else
                 categorical(probs(tr.draft_logits[(rid, n)]), _u(tr, rid, "draft", n)) for n in range(K)]
     if redrafts != list(drafts):                       # later decisions would need other uniforms
         return replace(tr, drafts={**tr.drafts, rid: redrafts})
@@ -188,7 +196,7 @@ def redecide(tr, rid, T: int):
     for o in range(K):
         lg, x = tr.verify_logits[(rid, o)], drafts[o]
         if params.greedy:
-            ok = greedy_token(lg) == x
+            ok = greedy_token(lg, params) == x
         elif o > a_tr:                                  # no uniform: tr had rejected earlier
             break
         else:
@@ -200,7 +208,7 @@ def redecide(tr, rid, T: int):
     if a != a_tr:                                       # the acceptance differs: the final is not compared
         final = tr.emitted[rid][-1]
     elif params.greedy:
-        final = greedy_token(lg)
+        final = greedy_token(lg, params)
     elif a < K:
         final = categorical(residual(probs(lg), probs(tr.draft_logits[(rid, a)])), _u(tr, rid, "residual", a))
     else:

@@ -51,11 +51,21 @@ class KVCache:
         self.nkv, self.hd = num_kv_heads, head_dim
         self.planes: dict[tuple, _Plane] = {}
         self.log: list[KVWrite] = []
+        self.request_depths: dict = {}     # request -> its depth planes D_i (default: num_depths)
+
+    def set_depths(self, request, num_depths: int) -> None:
+        """A request whose rounds verify with D_i < num_depths loops owns planes 0..D_i-1 only."""
+        if not 1 <= num_depths <= self.num_depths:
+            raise KVError(f"request {request}: {num_depths} depth planes, the cache holds 1..{self.num_depths}")
+        self.request_depths[request] = num_depths
+
+    def depths_of(self, request) -> int:
+        return self.request_depths.get(request, self.num_depths)
 
     def _plane(self, request, depth, layer, create=False) -> _Plane:
-        if not (0 <= depth < self.num_depths and 0 <= layer < self.num_layers):
+        if not (0 <= depth < self.depths_of(request) and 0 <= layer < self.num_layers):
             raise KVError(f"KV address (request {request}, depth {depth}, layer {layer}) is outside "
-                          f"{self.num_depths} depths x {self.num_layers} layers")
+                          f"{self.depths_of(request)} depths x {self.num_layers} layers")
         key = (request, depth, layer)
         p = self.planes.get(key)
         if p is None:
@@ -86,13 +96,13 @@ class KVCache:
         return 0 if p is None else p.n
 
     def frontiers(self, request) -> set[int]:
-        return {self.frontier(request, j, l) for j in range(self.num_depths) for l in range(self.num_layers)}
+        return {self.frontier(request, j, l) for j in range(self.depths_of(request)) for l in range(self.num_layers)}
 
     def truncate(self, request, frontier: int) -> None:
         """Roll back every plane of `request` to positions 0..frontier-1."""
         if frontier < 0:
             raise KVError(f"rollback of request {request} to negative frontier {frontier}")
-        for j in range(self.num_depths):
+        for j in range(self.depths_of(request)):
             for l in range(self.num_layers):
                 p = self.planes.get((request, j, l))
                 n = 0 if p is None else p.n
@@ -105,3 +115,4 @@ class KVCache:
     def drop(self, request) -> None:
         for key in [k for k in self.planes if k[0] == request]:
             del self.planes[key]
+        self.request_depths.pop(request, None)

@@ -12,7 +12,7 @@ from .errors import OracleError
 from .kv import KVCache
 from .model import LoopedModel
 from .rng_trace import RequestRng, check_policy
-from .schedule import validate
+from .schedule import request_depths, shared, validate
 from .traces import RoundTrace
 
 
@@ -22,18 +22,24 @@ class Request:
     tokens: list[int]                 # committed tokens t[0..n-1]
     params: sampling.SamplingParams
     rng: RequestRng
+    depths: tuple[int, int] | None = None     # (d_i, D_i); None: the session's (d, D)
+    generated: int = 0                        # tokens committed by earlier rounds (max_tokens)
+    finished: str | None = None               # "stop" | "length" once a round finished it
 
 
 class RoundState:
-    """Everything one round holds between its calls."""
+    """Everything one round holds between its calls. d, D: ints, or one (d_i, D_i) per request."""
 
     def __init__(self, model: LoopedModel, kv: KVCache, requests: list[Request], counts, d, D,
                  round_idx: int, policy: str, mode: str):
         counts = list(validate(counts, d, D))
         assert len(counts) == len(requests), "one token count per request"
+        depths = request_depths(len(counts), d, D)
         check_policy(policy)
-        if D > kv.num_depths:
-            raise OracleError(f"target loops D={D} exceed the KV cache's {kv.num_depths} depth planes")
+        for r, (_, Di) in zip(requests, depths):
+            if Di > kv.depths_of(r.rid):
+                raise OracleError(f"request {r.rid}: target loops D={Di} exceed its {kv.depths_of(r.rid)} "
+                                  f"KV depth planes")
         for r in requests:
             if not r.tokens:
                 raise OracleError(f"request {r.rid} has no committed tokens")
@@ -42,19 +48,24 @@ class RoundState:
                                   f"committed tokens - 1 = {len(r.tokens) - 1}")
         if len({r.rid for r in requests}) != len(requests):
             raise OracleError("a round names the same request twice")
+        for r in requests:
+            if r.finished:
+                raise OracleError(f"request {r.rid} finished ({r.finished}) in an earlier round; it cannot run again")
         for r in requests:                                  # state changes only after every check
             r.rng.start_round(round_idx)
         self.model, self.kv, self.requests, self.counts = model, kv, requests, counts
-        self.d, self.D, self.policy = d, D, policy
+        self.depths, self.policy = depths, policy                          # (d_i, D_i) per request
+        self.d, self.D = shared(depths)                                    # ints when shared, else None
         self.starts = [len(r.tokens) - 1 for r in requests]               # position of offset 0
         self.tokens = [[r.tokens[-1]] for r in requests]                   # offset o's token
         self.hidden: dict[tuple[int, int], tuple[int, np.ndarray]] = {}    # (i, o) -> (depth, h)
         self.q: dict[tuple[int, int], np.ndarray] = {}                      # draft distributions
         self.n_events = [len(r.rng.events) for r in requests]
         self.n_kv = len(kv.log)
-        self.trace = RoundTrace(mode, round_idx, policy, d, D, [r.rid for r in requests], counts,
+        self.trace = RoundTrace(mode, round_idx, policy, self.d, self.D, [r.rid for r in requests], counts,
                                 prefix={r.rid: list(r.tokens) for r in requests},
-                                params={r.rid: r.params.to_json() for r in requests})
+                                params={r.rid: r.params.to_json() for r in requests},
+                                depths={r.rid: list(dp) for r, dp in zip(requests, depths)})
         self.stats = {"recurrent_calls": 0, "rows_per_call": [], "head_calls": 0, "head_rows": 0,
                       "draft_head_calls": 0, "draft_head_rows": 0, "drafted": sum(c - 1 for c in counts)}
 
@@ -85,29 +96,30 @@ def run_call(st: RoundState, rows) -> None:
     st.stats["rows_per_call"].append(len(rows))
 
 
-def head_call(st: RoundState, rows, depth: int, what: str, name: str) -> np.ndarray:
-    """lm_head over rows [(i, offset)] whose branch must be at `depth`: logits [n, V]."""
+def head_call(st: RoundState, rows, which: int, what: str, name: str) -> np.ndarray:
+    """lm_head over rows [(i, offset)] whose branch must be at depth (d_i, D_i)[which] - 1:
+    logits [n, V]."""
     for i, o in rows:
-        got = st.hidden.get((i, o), (-1, None))[0]
-        if got != depth:
+        got, want = st.hidden.get((i, o), (-1, None))[0], st.depths[i][which] - 1
+        if got != want:
             raise OracleError(f"{what} on (request {st.requests[i].rid}, offset {o}) at depth {got}, "
-                              f"expected depth {name} = {depth}")
+                              f"expected depth {name} = {want}")
     st.stats["head_calls"] += 1
     st.stats["head_rows"] += len(rows)
     return st.model.head(np.stack([st.hidden[r][1] for r in rows]))
 
 
 def draft_head(st: RoundState, heads) -> None:
-    """Draft head on rows [(i, offset)] at depth d-1, then draw offset+1's token."""
+    """Draft head on rows [(i, offset)] at depth d_i-1, then draw offset+1's token."""
     if not heads:
         return
-    logits = head_call(st, heads, st.d - 1, "draft head", "d-1")
+    logits = head_call(st, heads, 0, "draft head", "d_i-1")
     for (i, o), lg in zip(heads, logits):
         req = st.requests[i]
         assert len(st.tokens[i]) == o + 1, f"draft of request {req.rid} offset {o + 1} drawn out of order"
         st.trace.draft_logits[(req.rid, o)] = lg
         if req.params.greedy:
-            tok = sampling.greedy_token(lg)
+            tok = sampling.greedy_token(lg, req.params)
         else:
             q = st.q[(i, o)] = sampling.filtered_probs(lg, req.params)
             tok = sampling.categorical(q, req.rng.draw("draft", o))
@@ -118,9 +130,9 @@ def draft_head(st: RoundState, heads) -> None:
 
 
 def verify_head(st: RoundState) -> dict:
-    """One head call over every (i, offset) at depth D-1: the verification logits."""
+    """One head call over every (i, offset) at depth D_i-1: the verification logits."""
     rows = [(i, o) for i, t in enumerate(st.counts) for o in range(t)]
-    logits = head_call(st, rows, st.D - 1, "verification head", "D-1")
+    logits = head_call(st, rows, 1, "verification head", "D_i-1")
     for (i, o), lg in zip(rows, logits):
         st.trace.verify_logits[(st.requests[i].rid, o)] = lg
     return {r: lg for r, lg in zip(rows, logits)}
@@ -132,10 +144,10 @@ def accept(st: RoundState, i: int, logits: dict) -> tuple[int, list[int]]:
     drafts = st.tokens[i][1:]
     if req.params.greedy:
         for o in range(K):
-            best = sampling.greedy_token(logits[(i, o)])
+            best = sampling.greedy_token(logits[(i, o)], req.params)
             if drafts[o] != best:
                 return o, drafts[:o] + [best]
-        return K, drafts + [sampling.greedy_token(logits[(i, K)])]
+        return K, drafts + [sampling.greedy_token(logits[(i, K)], req.params)]
     p = [sampling.filtered_probs(logits[(i, o)], req.params) for o in range(K + 1)]
     q = [st.q[(i, o)] for o in range(K)]
     if st.policy == "sequential":
@@ -158,14 +170,21 @@ def accept(st: RoundState, i: int, logits: dict) -> tuple[int, list[int]]:
 
 
 def finish_round(st: RoundState, logits: dict):
-    """Accept, commit (append tokens, roll back KV past the frontier), seal the trace."""
+    """Accept, cut at a stop token or max_tokens, commit (append the kept tokens, roll back
+    KV past the frontier), seal the trace. A request that stopped leaves the batch."""
     tr = st.trace
     for i, req in enumerate(st.requests):
-        a, emitted = accept(st, i, logits)
+        a, emitted = accept(st, i, logits)             # decisions and RNG as without stops
+        n, why = sampling.stop_cut(emitted, req.params, req.generated)
+        kept = emitted[:n]                             # n >= 1: a finished request never runs
         tr.drafts[req.rid] = st.tokens[i][1:]
         tr.accepted[req.rid], tr.emitted[req.rid] = a, emitted
-        req.tokens.extend(emitted)
-        st.kv.truncate(req.rid, st.starts[i] + a + 1)
+        tr.committed[req.rid], tr.generated[req.rid] = kept, req.generated
+        req.tokens.extend(kept)
+        req.generated += n
+        st.kv.truncate(req.rid, st.starts[i] + n)      # KV of offsets 0..n-1 stays
+        if why:
+            req.finished = tr.finished[req.rid] = why
         tr.rng_events.extend(req.rng.events[st.n_events[i]:])
     for w in st.kv.log[st.n_kv:]:
         tr.kv_writes[(w.request, w.position, w.depth, w.layer)] = (w.call, w.k, w.v)

@@ -21,7 +21,7 @@ from .schedule import validate
 # option dest -> default; None in the parser so an explicit value can be told apart
 DEFAULTS = {"draft_loops": 2, "target_loops": 4, "rounds": 4, "policy": "sequential"}
 ROUND_SHAPE = ("counts", "temperature", "top_k", "top_p", "prompt_len", "draft_loops", "target_loops",
-               "rounds", "policy")
+               "rounds", "policy", "depths", "stop_tokens", "max_tokens", "banned_tokens", "min_p")
 DEFAULT_COUNTS = [5, 3, 1]
 
 
@@ -65,8 +65,17 @@ def check_round_args(args) -> None:
             return
     check_policy(args.policy)
     counts = DEFAULT_COUNTS if args.counts is None else args.counts
+    if args.depths is not None:
+        if len(args.depths) != len(counts):
+            raise OracleError(f"--depths gives {len(args.depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
+        validate(counts, [a for a, _ in args.depths], [b for _, b in args.depths])
+        args.draft_loops, args.target_loops = min(a for a, _ in args.depths), max(b for _, b in args.depths)
     limits.check_counts(counts, args.target_loops, args.allow_large)
     validate(counts, args.draft_loops, args.target_loops)
+    for flag, ids in (("--stop-tokens", args.stop_tokens), ("--banned-tokens", args.banned_tokens)):
+        bad = [t for t in ids or () if not 0 <= t < cfg.vocab_size]
+        if bad:
+            raise OracleError(f"{flag}: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
     if args.temperature is not None and args.temperature < 0:
         raise OracleError(f"--temperature {args.temperature}: must be >= 0 (0 = greedy)")
     if args.temperature == 0 and (args.top_k is not None or args.top_p is not None):
@@ -90,12 +99,18 @@ def model_flags(args) -> list[str]:
 
 def round_flags(args, counts) -> list[str]:
     """Every option that shapes a custom case, in a fixed order."""
-    out = ["--counts", ",".join(map(str, counts)), "-d", str(args.draft_loops), "-D", str(args.target_loops),
-           "--rounds", str(args.rounds), "--policy", args.policy]
+    out = ["--counts", ",".join(map(str, counts))]
+    out += ["--depths", ",".join(f"{a}:{b}" for a, b in args.depths)] if args.depths is not None else \
+        ["-d", str(args.draft_loops), "-D", str(args.target_loops)]
+    out += ["--rounds", str(args.rounds), "--policy", args.policy]
     for flag, value in (("--prompt-len", args.prompt_len), ("--temperature", args.temperature),
-                        ("--top-k", args.top_k), ("--top-p", args.top_p)):
+                        ("--top-k", args.top_k), ("--top-p", args.top_p), ("--max-tokens", args.max_tokens),
+                        ("--min-p", args.min_p)):
         if value is not None:
             out += [flag, repr(value)]
+    for flag, ids in (("--stop-tokens", args.stop_tokens), ("--banned-tokens", args.banned_tokens)):
+        if ids:
+            out += [flag, ",".join(map(str, ids))]
     if args.allow_large:
         out.append("--allow-large")
     return out

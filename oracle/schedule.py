@@ -29,10 +29,11 @@ class Call:
 class Schedule:
     mode: str                      # "block" | "loop"
     token_counts: tuple[int, ...]
-    d: int
-    D: int
+    d: int | None                  # the draft loops every request shares; None when they differ
+    D: int | None                  # the target loops every request shares; None when they differ
     calls: tuple[Call, ...]
     verify_head: tuple[HeadRow, ...]
+    depths: tuple[tuple[int, int], ...] = ()    # (d_i, D_i) per request
 
     def row_counts(self) -> list[int]:
         return [len(c.rows) for c in self.calls]
@@ -41,12 +42,21 @@ class Schedule:
         return [len(c.draft_head) for c in self.calls]
 
     def to_json(self) -> dict:
-        return {"calls": [c.to_json() for c in self.calls],
-                "verify_head": [list(h) for h in self.verify_head]}
+        out = {"calls": [c.to_json() for c in self.calls], "verify_head": [list(h) for h in self.verify_head]}
+        if self.d is None:                                    # ragged depths: (d_i, D_i) per request
+            out["depths"] = [list(x) for x in self.depths]
+        return out
 
 
-def validate(token_counts, d: int, D: int) -> tuple[int, ...]:
-    """Check a round's inputs; return the counts as a tuple of ints."""
+def _loops(x, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise OracleError(f"{what}={x!r}: must be an integer >= 1")
+    return x
+
+
+def validate(token_counts, d, D) -> tuple[int, ...]:
+    """Check a round's inputs; return the counts as a tuple of ints. d and D are ints (every
+    request) or one value per request."""
     counts = list(token_counts)
     if not counts:
         raise OracleError("token counts are empty: a round needs at least one request")
@@ -59,51 +69,91 @@ def validate(token_counts, d: int, D: int) -> tuple[int, ...]:
             raise OracleError(f"token count of request {i} is {t!r}, not an integer") from None
         if t < 1:
             raise OracleError(f"token count of request {i} is {t}; it must be >= 1 (K_i = T_i - 1 >= 0)")
-    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-        raise OracleError(f"draft loops d={d!r}: must be an integer >= 1")
-    if isinstance(D, bool) or not isinstance(D, int) or D < 1:
-        raise OracleError(f"target loops D={D!r}: must be an integer >= 1")
-    if d >= D:
-        raise OracleError(f"draft loops d={d} must be < target loops D={D}")
+    request_depths(len(counts), d, D)
     return tuple(counts)
+
+
+def request_depths(n: int, d, D) -> tuple[tuple[int, int], ...]:
+    """(d_i, D_i) for each of n requests; d and D are ints (shared) or sequences of n ints."""
+    per = []
+    for x, name in ((d, "draft loops d"), (D, "target loops D")):
+        if isinstance(x, (list, tuple)):
+            if len(x) != n:
+                raise OracleError(f"{name}: {len(x)} values for {n} requests (one per request)")
+            per.append([_loops(v, f"{name} of request {i}") for i, v in enumerate(x)])
+        else:
+            per.append([_loops(x, name)] * n)
+    for i, (di, Di) in enumerate(zip(*per)):
+        if di >= Di:
+            who = f" of request {i}" if isinstance(d, (list, tuple)) or isinstance(D, (list, tuple)) else ""
+            raise OracleError(f"draft loops d={di}{who} must be < target loops D={Di}")
+    return tuple(zip(*per))
+
+
+def shared(depths) -> tuple[int | None, int | None]:
+    """(d, D) when every request has the same depths, else (None, None)."""
+    return depths[0] if len(set(depths)) == 1 else (None, None)
 
 
 def _verify_head(counts) -> tuple[HeadRow, ...]:
     return tuple((i, o) for i, t in enumerate(counts) for o in range(t))
 
 
-def block_calls(token_counts, d: int, D: int) -> Schedule:
+def block_calls(token_counts, d, D) -> Schedule:
+    """Per offset o, depths 0..max(d_i)-1 over the rows with o < T_i and j < d_i (draft head
+    after j = d_i - 1 where o + 1 < T_i); then depths min(d_i)..max(D_i)-1 over every
+    (i, o, j) with d_i <= j < D_i. Calls without rows are skipped."""
     counts = validate(token_counts, d, D)
+    dep = request_depths(len(counts), d, D)
     calls = []
     for o in range(max(counts)):
-        for depth in range(d):
-            rows = tuple((i, o, depth) for i, t in enumerate(counts) if o < t)
-            head = tuple((i, o) for i, t in enumerate(counts) if o + 1 < t) if depth == d - 1 else ()
-            calls.append(Call(rows, head))
-    for depth in range(d, D):
-        calls.append(Call(tuple((i, o, depth) for i, t in enumerate(counts) for o in range(t))))
-    return Schedule("block", counts, d, D, tuple(calls), _verify_head(counts))
+        for j in range(max(di for di, _ in dep)):
+            rows = tuple((i, o, j) for i, t in enumerate(counts) if o < t and j < dep[i][0])
+            head = tuple((i, o) for i, t in enumerate(counts) if o + 1 < t and j == dep[i][0] - 1)
+            if rows:
+                calls.append(Call(rows, head))
+    for j in range(min(di for di, _ in dep), max(Di for _, Di in dep)):
+        rows = tuple((i, o, j) for i, t in enumerate(counts) for o in range(t) if dep[i][0] <= j < dep[i][1])
+        if rows:
+            calls.append(Call(rows))
+    return Schedule("block", counts, *shared(dep), tuple(calls), _verify_head(counts), dep)
 
 
-def loop_waves(token_counts, d: int, D: int) -> Schedule:
+def loop_waves(token_counts, d, D) -> Schedule:
+    """Wave w holds (i, o, j) with j = w - o*d_i, 0 <= j < D_i, o < T_i; the draft head runs
+    on (i, o) in the wave where j = d_i - 1 and o + 1 < T_i. max_i((T_i-1)*d_i + D_i) waves."""
     counts = validate(token_counts, d, D)
-    n_waves = max((t - 1) * d + D for t in counts)
+    dep = request_depths(len(counts), d, D)
+    n_waves = max((t - 1) * di + Di for t, (di, Di) in zip(counts, dep))
     calls = []
     for w in range(n_waves):
         rows, head = [], []
         for i, t in enumerate(counts):
-            for o in range(min(t - 1, w // d), -1, -1):   # offsets whose depth w - o*d is < D
-                j = w - o * d
-                if j >= D:
+            di, Di = dep[i]
+            for o in range(min(t - 1, w // di), -1, -1):   # offsets whose depth w - o*d_i is < D_i
+                j = w - o * di
+                if j >= Di:
                     break
                 rows.append((i, o, j))
-                if j == d - 1 and o + 1 < t:
+                if j == di - 1 and o + 1 < t:
                     head.append((i, o))
         calls.append(Call(tuple(sorted(rows)), tuple(sorted(head))))
-    return Schedule("loop", counts, d, D, tuple(calls), _verify_head(counts))
+    return Schedule("loop", counts, *shared(dep), tuple(calls), _verify_head(counts), dep)
 
 
-def plan(mode: str, token_counts, d: int, D: int) -> Schedule:
+def expected_calls(mode: str, token_counts, d, D) -> int:
+    """Recurrent calls of a round: (max(T)-1)*d + D in both modes when the depths are shared.
+    Ragged depths: block = sum over offsets of the deepest draft among the requests there,
+    plus the depths some request verifies; loop = max_i((T_i-1)*d_i + D_i)."""
+    counts = validate(token_counts, d, D)
+    dep = request_depths(len(counts), d, D)
+    if mode == "loop":
+        return max((t - 1) * di + Di for t, (di, Di) in zip(counts, dep))
+    draft = sum(max(di for t, (di, _) in zip(counts, dep) if o < t) for o in range(max(counts)))
+    return draft + len({j for di, Di in dep for j in range(di, Di)})
+
+
+def plan(mode: str, token_counts, d, D) -> Schedule:
     if mode == "block":
         return block_calls(token_counts, d, D)
     if mode == "loop":
@@ -113,7 +163,8 @@ def plan(mode: str, token_counts, d: int, D: int) -> Schedule:
 
 def check_schedule(s: Schedule) -> None:
     """Raise OracleError naming the first violated invariant of DESIGN.md section 4."""
-    counts, d, D = s.token_counts, s.d, s.D
+    counts = s.token_counts
+    dep = s.depths or request_depths(len(counts), s.d, s.D)
     when: dict[Row, int] = {}
     head_at: dict[HeadRow, int] = {}
     for c, call in enumerate(s.calls):
@@ -123,12 +174,12 @@ def check_schedule(s: Schedule) -> None:
             if r in when:
                 raise OracleError(f"{s.mode}: row {r} appears in call {when[r]} and call {c}")
             i, o, j = r
-            if not (0 <= i < len(counts) and 0 <= o < counts[i] and 0 <= j < D):
+            if not (0 <= i < len(counts) and 0 <= o < counts[i] and 0 <= j < dep[i][1]):
                 raise OracleError(f"{s.mode} call {c}: row {r} is outside the round")
             when[r] = c
         for h in call.draft_head:
             i, o = h
-            if (i, o, d - 1) not in call.rows or o + 1 >= counts[i]:
+            if not 0 <= i < len(counts) or (i, o, dep[i][0] - 1) not in call.rows or o + 1 >= counts[i]:
                 raise OracleError(f"{s.mode} call {c}: draft head on {h} is not a draft-ready row")
             if h in head_at:
                 raise OracleError(f"{s.mode}: draft head on {h} runs twice")
@@ -137,7 +188,7 @@ def check_schedule(s: Schedule) -> None:
         for o in range(t):
             if o + 1 < t and (i, o) not in head_at:
                 raise OracleError(f"{s.mode}: draft head never runs on (request {i}, offset {o})")
-            for j in range(D):
+            for j in range(dep[i][1]):
                 r = (i, o, j)
                 if r not in when:
                     raise OracleError(f"{s.mode}: row {r} is missing")
@@ -148,8 +199,9 @@ def check_schedule(s: Schedule) -> None:
                 if o > 0 and j == 0 and head_at[(i, o - 1)] >= when[r]:
                     raise OracleError(f"{s.mode}: row {r} runs in call {when[r]}, before its draft token "
                                       f"is drawn (draft head in call {head_at[(i, o - 1)]})")
-    expected_calls = (max(counts) - 1) * d + D
-    if len(s.calls) != expected_calls:
-        raise OracleError(f"{s.mode}: {len(s.calls)} recurrent calls, expected (max(T)-1)*d+D = {expected_calls}")
+    want = expected_calls(s.mode, counts, [x for x, _ in dep], [x for _, x in dep])
+    if len(s.calls) != want:
+        formula = "(max(T)-1)*d+D" if len(set(dep)) == 1 else "the ragged-depth count"
+        raise OracleError(f"{s.mode}: {len(s.calls)} recurrent calls, expected {formula} = {want}")
     if sorted(s.verify_head) != sorted(_verify_head(counts)):
         raise OracleError(f"{s.mode}: verification head rows are not every (request, offset)")

@@ -30,21 +30,25 @@ class Session:
         self.round_idx = 0
         self.traces = []
 
-    def add(self, rid, prompt, params: SamplingParams, replay=None) -> None:
-        """Join a request: prefill its prompt t[0..n-2] at every depth (offset 0 of its
-        first round is the prompt's last token)."""
+    def add(self, rid, prompt, params: SamplingParams, replay=None, depths=None) -> None:
+        """Join a request: prefill its prompt t[0..n-2] at every depth 0..D_i-1 (offset 0 of
+        its first round is the prompt's last token). depths: (d_i, D_i) with d_i < D_i <= the
+        session's D, used by every round of the request; default the session's (d, D)."""
         if rid in self.requests:
             raise OracleError(f"request {rid} is already in the session")
+        di, Di = check_depths(rid, depths, self.d, self.D)
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise OracleError(f"request {rid}: empty prompt")
         self.model.embed(prompt)                                  # range check of token ids
+        params.check_vocab(self.model.cfg.vocab_size, f"request {rid}")
         rng = RequestRng(rid, seed=params.seed) if replay is None else RequestRng(rid, replay=replay)
-        req = Request(rid, prompt, params, rng)
+        req = Request(rid, prompt, params, rng, (di, Di))
+        self.kv.set_depths(rid, Di)
         n = len(prompt) - 1
         if n:
             h = self.model.embed(prompt[:n])                      # h: [n, H]
-            for depth in range(self.D):
+            for depth in range(Di):
                 h = self.model.recurrent_call([(rid, p, depth) for p in range(n)], h, self.kv, -1 - depth)
         self.requests[rid] = req
 
@@ -62,21 +66,40 @@ class Session:
             raise OracleError(f"round names unknown request(s) {missing}")
         reqs = [self.requests[r] for r in counts]
         # a failed round leaves no trace: KV, tokens and RNG streams are restored
-        snap = [(r.rng.snapshot(), len(r.tokens), len(r.tokens) - 1) for r in reqs]
+        snap = [(r.rng.snapshot(), len(r.tokens), len(r.tokens) - 1, r.generated, r.finished) for r in reqs]
         n_log = len(self.kv.log)
         try:
-            trace = self.round_fn(self.model, self.kv, reqs, list(counts.values()), self.d, self.D,
-                                  self.round_idx, self.policy)
+            trace = self.round_fn(self.model, self.kv, reqs, list(counts.values()), [r.depths[0] for r in reqs],
+                                  [r.depths[1] for r in reqs], self.round_idx, self.policy)
         except BaseException:
-            for r, (rng, n_tok, frontier) in zip(reqs, snap):
+            for r, (rng, n_tok, frontier, generated, finished) in zip(reqs, snap):
                 r.rng.restore(rng)
                 del r.tokens[n_tok:]
+                r.generated, r.finished = generated, finished
                 self.kv.truncate(r.rid, frontier)       # a round only appends past the frontier
             del self.kv.log[n_log:]
             raise
         self.round_idx += 1
         self.traces.append(trace)
         return trace
+
+
+def check_depths(rid, depths, d: int, D: int) -> tuple[int, int]:
+    """A request's (d_i, D_i): the session's (d, D) when None; D_i may not exceed the
+    session's D (the KV cache's depth planes)."""
+    if depths is None:
+        return d, D
+    if not isinstance(depths, (tuple, list)) or len(depths) != 2:
+        raise OracleError(f"request {rid}: depths {depths!r} must be a pair (d_i, D_i)")
+    di, Di = depths
+    for x, name in ((di, "draft loops d_i"), (Di, "target loops D_i")):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise OracleError(f"request {rid}: {name}={x!r} must be an integer >= 1")
+    if di >= Di:
+        raise OracleError(f"request {rid}: draft loops d_i={di} must be < target loops D_i={Di}")
+    if Di > D:
+        raise OracleError(f"request {rid}: target loops D_i={Di} exceed the session's D={D} (its KV depth planes)")
+    return di, Di
 
 
 def generate(model, prompts, max_tokens: int, mode: str, K: int, d: int, D: int,

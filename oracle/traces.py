@@ -22,8 +22,8 @@ class RoundTrace:
     mode: str                              # "block" | "loop" | a backend's name
     round: int
     policy: str
-    d: int
-    D: int
+    d: int | None                          # draft loops every request shares (None: ragged depths)
+    D: int | None                          # target loops every request shares (None: ragged depths)
     requests: list                         # request ids, in batch order
     token_counts: list[int]
     prefix: dict = field(default_factory=dict)         # rid -> committed tokens before the round
@@ -34,10 +34,23 @@ class RoundTrace:
     rng_events: list = field(default_factory=list)     # [RngEvent]
     drafts: dict = field(default_factory=dict)         # rid -> draft tokens of offsets 1..K
     accepted: dict = field(default_factory=dict)       # rid -> accepted drafts
-    emitted: dict = field(default_factory=dict)        # rid -> emitted tokens
+    emitted: dict = field(default_factory=dict)        # rid -> emitted tokens: the a+1 decisions
     stats: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)         # rid -> SamplingParams.to_json()
     dtype: str = "float32"
+    depths: dict = field(default_factory=dict)         # rid -> [d_i, D_i] (empty: every request (d, D))
+    committed: dict = field(default_factory=dict)      # rid -> tokens kept: emitted cut after a stop
+                                                       # token or at max_tokens (missing: all emitted)
+    generated: dict = field(default_factory=dict)      # rid -> tokens generated before the round
+    finished: dict = field(default_factory=dict)       # rid -> "stop" | "length": left the batch
+
+    def kept(self, rid) -> list:
+        """The tokens the round committed for rid."""
+        return self.committed.get(rid, self.emitted.get(rid, []))
+
+    def request_depths(self) -> list[tuple[int, int]]:
+        """(d_i, D_i) per request in batch order."""
+        return [tuple(self.depths[r]) if r in self.depths else (self.d, self.D) for r in self.requests]
 
     # ---- serialization ----
     def to_json(self) -> dict:
@@ -55,6 +68,10 @@ class RoundTrace:
             "emitted": [[r, list(t)] for r, t in self.emitted.items()],
             "stats": self.stats,
             "params": [[r, p] for r, p in self.params.items()],
+            "depths": [[r, list(x)] for r, x in self.depths.items()],
+            "committed": [[r, list(t)] for r, t in self.committed.items()],
+            "generated": [[r, int(n)] for r, n in self.generated.items()],
+            "finished": [[r, why] for r, why in self.finished.items()],
         }
 
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
@@ -85,6 +102,10 @@ class RoundTrace:
         t.emitted = {r: list(x) for r, x in j["emitted"]}
         t.stats = j["stats"]
         t.params = {r: p for r, p in j.get("params", [])}
+        t.depths = {r: list(x) for r, x in j.get("depths", [])}
+        t.committed = {r: list(x) for r, x in j.get("committed", [])}
+        t.generated = {r: n for r, n in j.get("generated", [])}
+        t.finished = {r: why for r, why in j.get("finished", [])}
         return t
 
 

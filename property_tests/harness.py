@@ -133,6 +133,12 @@ def assert_runs_match(ref: Run, other: Run, dtype: str, nodeid: str = "") -> Non
         bad = [c for c in rep.checks if not c.ok]
         more = f" (+{len(bad) - 1} more failed checks: {', '.join(c.name for c in bad[1:])})" if len(bad) > 1 else ""
         raise AssertionError(f"{what}: {bad[0].name}: {bad[0].detail}{more}")
+    for a, b in zip(ref.traces, other.traces):       # the commit cut, where the decisions agree
+        for rid in a.requests:
+            if a.emitted.get(rid) == b.emitted.get(rid) and (a.kept(rid), a.finished.get(rid)) != \
+                    (b.kept(rid), b.finished.get(rid)):
+                raise AssertionError(f"{what}: round {a.round} request {rid} emitted {a.emitted[rid]}: committed "
+                                     f"{a.kept(rid)} ({a.finished.get(rid)}) vs {b.kept(rid)} ({b.finished.get(rid)})")
     if dtype == "exact" and ref.tokens != other.tokens:
         rid = next(r for r in ref.tokens if ref.tokens[r] != other.tokens.get(r))
         raise AssertionError(f"{what}: committed tokens of request {rid}: {ref.tokens[rid]} vs {other.tokens.get(rid)}")
@@ -168,12 +174,13 @@ def subset(tr: RoundTrace, rids) -> RoundTrace:
     out = RoundTrace(tr.mode, tr.round, tr.policy, tr.d, tr.D, keep,
                      [tr.token_counts[tr.requests.index(r)] for r in keep])
     out.prefix = {r: v for r, v in tr.prefix.items() if r in keep}
+    out.depths = {r: v for r, v in tr.depths.items() if r in keep}
     out.calls = []
     out.kv_writes = {k: v for k, v in tr.kv_writes.items() if k[0] in keep}
     out.draft_logits = {k: v for k, v in tr.draft_logits.items() if k[0] in keep}
     out.verify_logits = {k: v for k, v in tr.verify_logits.items() if k[0] in keep}
     out.rng_events = [e for e in tr.rng_events if e.request in keep]
-    for name in ("drafts", "accepted", "emitted", "params"):
+    for name in ("drafts", "accepted", "emitted", "params", "committed", "generated", "finished"):
         setattr(out, name, {r: v for r, v in getattr(tr, name).items() if r in keep})
     out.stats = {}
     out.dtype = tr.dtype
@@ -219,6 +226,15 @@ def policy_violation(tr: RoundTrace, params: dict, policy: str) -> str | None:
             return f"{where}: accepted count outside 0..K"
         if len(drafts) != K or len(emitted) != a + 1 or emitted[:a] != drafts[:a]:
             return f"{where}: drafts {drafts} and emitted {emitted} break the commit rule (a accepted drafts + 1)"
+        V = len(next(iter(tr.verify_logits.values()))) if tr.verify_logits else None
+        for x in drafts + emitted:                     # never a -1 placeholder or a wrapped id
+            try:
+                oracle_sampling.check_token(x, V if V is not None else 2**62, "token")
+            except Exception as e:
+                return f"{where}: drafts {drafts} / emitted {emitted}: {e}"
+        problem = commit_violation(tr, rid, params[rid])
+        if problem:
+            return f"{where}: {problem}"
         if params[rid].greedy:
             if ev:
                 return f"{where}: greedy request drew {len(ev)} uniform(s), first {ev[0]}"
@@ -231,6 +247,18 @@ def policy_violation(tr: RoundTrace, params: dict, policy: str) -> str | None:
                     f"{want[n] if n < len(want) else 'nothing more'} (events {got})")
         if [e.seq for e in ev] != list(range(len(ev))) or any(e.round != tr.round for e in ev):
             return f"{where}: event seq/round numbering {[(e.round, e.seq) for e in ev]} is not 0..n-1 of round {tr.round}"
+    return None
+
+
+def commit_violation(tr: RoundTrace, rid, params) -> str | None:
+    """The round must commit emitted[:n] with n = oracle.sampling.stop_cut(emitted, ...), and
+    finish the request exactly when the cut says so."""
+    emitted = tr.emitted.get(rid, [])
+    n, why = oracle_sampling.stop_cut(emitted, params, tr.generated.get(rid, 0))
+    if tr.kept(rid) != emitted[:n] or tr.finished.get(rid) != why:
+        return (f"emitted {emitted} with stops {list(params.stop_token_ids)}, max_tokens {params.max_tokens} "
+                f"({tr.generated.get(rid, 0)} generated before): committed {tr.kept(rid)} "
+                f"({tr.finished.get(rid)}), the cut is {emitted[:n]} ({why})")
     return None
 
 

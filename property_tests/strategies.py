@@ -102,6 +102,13 @@ def depths(draw, max_D: int | None = None) -> tuple[int, int]:
     return draw(st.integers(1, D - 1)), D
 
 
+@st.composite
+def request_depths(draw, max_D: int) -> tuple[int, int]:
+    """One request's (d_i, D_i): D_i in 2..max_D, d_i in 1..D_i-1."""
+    Di = draw(st.integers(2, max_D))
+    return draw(st.integers(1, Di - 1)), Di
+
+
 def token_counts(max_tokens: int | None = None):
     """A request's T_i = K_i + 1 in 1..9."""
     return st.integers(1, max_tokens or cap("ORACLE_MAX_TOKENS"))
@@ -135,19 +142,47 @@ def top_ps():
     return st.none() | st.sampled_from([1.0, 1e-6]) | st.floats(0.05, 1.0)
 
 
-def sampled_params(vocab: int):
-    return st.builds(SamplingParams, temperature=temperatures(), top_k=top_ks(vocab),
-                     top_p=top_ps(), seed=seeds())
+def min_ps():
+    """None (off), 0 (off), anything in (0, 0.5], 1 (only the top token and its ties)."""
+    return st.none() | st.sampled_from([0.0, 1.0]) | st.floats(0.001, 0.5)
 
 
-def greedy_params():
-    return st.builds(SamplingParams, seed=seeds())
+@st.composite
+def masks(draw, vocab: int) -> dict:
+    """banned_token_ids / allowed_token_ids (in a quarter of the cases; one token always stays)."""
+    if draw(st.integers(0, 3)):
+        return {}
+    allowed = draw(st.none() | st.lists(st.integers(0, vocab - 1), min_size=1, max_size=vocab, unique=True))
+    keep = draw(st.sampled_from(list(range(vocab)) if allowed is None else allowed))   # never banned
+    banned = draw(st.lists(st.integers(0, vocab - 1).filter(lambda t: t != keep), max_size=3, unique=True))
+    return {"banned_token_ids": tuple(banned), "allowed_token_ids": None if allowed is None else tuple(allowed)}
+
+
+@st.composite
+def sampled_params(draw, vocab: int):
+    return SamplingParams(temperature=draw(temperatures()), top_k=draw(top_ks(vocab)), top_p=draw(top_ps()),
+                          seed=draw(seeds()), min_p=draw(min_ps()), **draw(masks(vocab)))
+
+
+@st.composite
+def stop_params(draw, vocab: int):
+    """Greedy or sampled params with frequent stops: up to vocab/4 stop token ids and
+    sometimes a small max_tokens (use with a small vocabulary)."""
+    from dataclasses import replace
+    p = draw(sampling_params(vocab))
+    stops = draw(st.lists(st.integers(0, vocab - 1), max_size=max(1, vocab // 4), unique=True))
+    return replace(p, stop_token_ids=tuple(stops), max_tokens=draw(st.none() | st.integers(1, 12)))
+
+
+@st.composite
+def greedy_params(draw, vocab: int | None = None):
+    return SamplingParams(seed=draw(seeds()), **(draw(masks(vocab)) if vocab else {}))
 
 
 def sampling_params(vocab: int):
-    """Greedy or sampled (temperature, optional top-k, optional top-p); a list of these is a
-    mixed greedy/sampled batch."""
-    return greedy_params() | sampled_params(vocab)
+    """Greedy or sampled (temperature, optional min-p, top-k, top-p, banned/allowed token
+    masks, on greedy requests too); a list of these is a mixed greedy/sampled batch."""
+    return greedy_params(vocab) | sampled_params(vocab)
 
 
 def policies(supported=POLICIES):
@@ -169,6 +204,7 @@ class Scenario:
     prompts: tuple
     params: tuple
     ops: tuple
+    depths: tuple | None = None      # (d_i, D_i) per request, D_i <= D; None: every request (d, D)
 
     @property
     def rounds(self) -> list[dict]:
@@ -179,15 +215,18 @@ class Scenario:
         return replace(self, policy=policy)
 
     def describe(self) -> str:
-        return (f"d={self.d} D={self.D} policy={self.policy} layers={self.cfg.num_layers} "
+        return (f"d={self.d} D={self.D} depths={self.depths} policy={self.policy} layers={self.cfg.num_layers} "
                 f"vocab={self.cfg.vocab_size} rounds={self.rounds}")
 
 
 @st.composite
 def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int | None = None,
-              params=None, cfg=None, weight_seed=None, depth=None, policy=None, fixed_requests=None):
+              params=None, cfg=None, weight_seed=None, depth=None, policy=None, fixed_requests=None,
+              ragged_depths=None):
     """A run of 1..ORACLE_MAX_ROUNDS rounds over ragged batches (per-round K_i, batch order,
-    joins and leaves drawn), on a random small model, mixed greedy/sampled requests.
+    joins and leaves drawn), on a random small model, mixed greedy/sampled requests; in about
+    half the runs each request has its own depths (d_i, D_i) with D_i <= D (ragged_depths:
+    True/False forces it).
 
     join_leave=False: every request is named in every round (no joins after round 0, no
     leaves). fixed_requests: a request id that must be in every round (for alone-vs-batch)."""
@@ -196,6 +235,8 @@ def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int
     d, D = depth if depth is not None else draw(depths())
     policy = policy or draw(policies())
     n = draw(st.integers(1, max_requests or cap("ORACLE_MAX_REQUESTS")))
+    ragged = draw(st.booleans()) if ragged_depths is None else ragged_depths
+    depth_list = tuple(draw(request_depths(D)) for _ in range(n)) if ragged else None
     prompt_list = tuple(draw(prompts(cfg.vocab_size)) for _ in range(n))
     param_list = tuple(draw(params if params is not None else sampling_params(cfg.vocab_size))
                        for _ in range(n))
@@ -223,7 +264,7 @@ def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int
                     ops.append(("remove", i))
                     live.remove(i)
                     left.add(i)
-    return Scenario(cfg, weight_seed, d, D, policy, prompt_list, param_list, tuple(ops))
+    return Scenario(cfg, weight_seed, d, D, policy, prompt_list, param_list, tuple(ops), depth_list)
 
 
 def single_rounds(**kw):
@@ -236,7 +277,9 @@ def single_rounds(**kw):
 @st.composite
 def logit_pairs(draw, max_vocab: int = 32):
     """(target logits, draft logits, params) for one offset: random small vocabularies, the
-    draft sometimes close to the target, sometimes unrelated."""
+    draft sometimes close to the target, sometimes unrelated; in two thirds of the cases
+    quantised logits (a few levels `step` apart: many exact ties, also at the top-k, top-p
+    and min-p thresholds)."""
     import numpy as np
     V = draw(st.integers(2, max_vocab))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -245,5 +288,9 @@ def logit_pairs(draw, max_vocab: int = 32):
     closeness = draw(st.sampled_from([0.0, 0.1, 1.0, 0.01]))
     draft = (target + closeness * spread * rng.standard_normal(V)).astype(np.float32) \
         if closeness else (rng.standard_normal(V) * spread).astype(np.float32)
+    step = draw(st.sampled_from([None, spread, 2 * spread]))
+    if step:
+        target = (np.round(target / step) * step).astype(np.float32)
+        draft = (np.round(draft / step) * step).astype(np.float32)
     params = draw(sampled_params(V))
     return target, draft, params

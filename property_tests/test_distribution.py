@@ -8,7 +8,10 @@
       uniforms through the actual functions (categorical for the draft, accepts, residual +
       categorical on rejection) gives the target within (V + 4) / G, for G = 512 and 4096;
     * test_filters_follow_the_spec: filtered_probs against an independent implementation
-      of "temperature, top-k with ties, top-p on the mass before a token, softmax".
+      of "mask, temperature, min-p, top-k, top-p on the mass before a token, softmax" where
+      tied logits share their fate (logit_pairs quantises logits in half the cases);
+    * test_residual_is_a_distribution: the backend's residual sums to 1 and is
+      normalize(max(0, p - q)).
 (b) sampled, real rounds of the backend (vocab 24, d=1, D=2, K=1..2, N seeded requests with
     the same one-token prompt in one batch): the first emitted token of each request must
     follow the filtered target p of offset 0 (from the reference's verification logits), by a
@@ -96,32 +99,44 @@ def test_enumeration_through_the_sampler_converges(case):
     event("draft == target" if np.array_equal(p, q) else "draft != target")
 
 
-AMBIGUOUS = 1e-5      # top-p: tokens whose mass-before is this close to p may go either way
+AMBIGUOUS = 1e-5      # top-p/min-p: tokens this close to the threshold may go either way
 
 
 def spec_filter(logits, params: SamplingParams):
-    """Independent FP64 implementation of DESIGN.md section 5's filters; returns
-    (probabilities, ambiguous token mask)."""
-    x = np.asarray(logits, np.float32) / np.float32(params.temperature)
-    keep = np.ones(len(x), bool)
-    if params.top_k is not None and params.top_k < len(x):
-        keep &= x >= np.sort(x)[-params.top_k]                    # ties at the threshold stay
-    ambiguous = np.zeros(len(x), bool)
-    if params.top_p is not None and params.top_p < 1:
+    """Independent FP64 implementation of the filter chain (oracle/sampling.py docstring):
+    mask, temperature, min-p, top-k, top-p, softmax, where a token's survival depends only on
+    its value (tied tokens share their fate). Returns (probabilities, ambiguous token mask)."""
+    V = len(logits)
+    x = np.asarray(logits, np.float32).copy()
+    if params.allowed_token_ids is not None:
+        x[[t for t in range(V) if t not in set(params.allowed_token_ids)]] = -np.inf
+    x[list(params.banned_token_ids)] = -np.inf
+    x = x / np.float32(params.temperature)
+    keep = x > -np.inf
+    ambiguous = np.zeros(V, bool)
+
+    def probs():
         e = np.where(keep, np.exp(x.astype(np.float64) - x[keep].max()), 0.0)
-        pr = e / e.sum()
-        order = sorted(np.flatnonzero(keep), key=lambda t: (-pr[t], t))
-        before = 0.0
-        for t in order:
-            if abs(before - params.top_p) <= AMBIGUOUS:
+        return e / e.sum()
+
+    if params.min_p:
+        pr = probs()
+        edge = params.min_p * pr.max()
+        ambiguous |= keep & (np.abs(pr - edge) <= AMBIGUOUS * pr.max())
+        keep &= pr >= edge
+    if params.top_k is not None and params.top_k < V:
+        kth = np.sort(np.where(keep, x, -np.inf))[-params.top_k]
+        keep &= x >= kth                                           # every token tied at the k-th value stays
+    if params.top_p is not None and params.top_p < 1:
+        pr = probs()
+        for t in np.flatnonzero(keep):
+            above = pr[keep & (pr > pr[t])].sum()                  # mass of the strictly more probable tokens
+            if abs(above - params.top_p) <= AMBIGUOUS:
                 ambiguous[t] = True
-            elif before > params.top_p:
+            elif above > params.top_p:
                 keep[t] = False
-            before += pr[t]
-        keep[order[0]] = True                                      # the top token always stays
-        ambiguous[order[0]] = False
-    e = np.where(keep, np.exp(x.astype(np.float64) - x[keep].max()), 0.0)
-    return e / e.sum(), ambiguous
+    ambiguous[np.argmax(x)] = False                                # the top token always stays
+    return probs(), ambiguous
 
 
 @settings(max_examples=examples(100))
@@ -136,14 +151,44 @@ def test_filters_follow_the_spec(case):
     underflow = (want > 0) & (want < 1e-30)                 # FP32 may round these to 0
     bad = np.flatnonzero(((got > 0) != (want > 0)) & ~ambiguous & ~underflow)
     assert not bad.size, (f"token {bad[0]}: filtered probability {got[bad[0]]:.4g}, the spec gives {want[bad[0]]:.4g} "
-                          f"(params {params})")
+                          f"(params {params}, logits {logits.tolist()})")
     kept = got > 0
-    assert got[int(np.argmax(logits))] > 0, "the top token was filtered out"
+    masked = np.where(want > 0, logits, -np.inf) if (want > 0).any() else logits
+    assert got[int(np.argmax(masked))] > 0, "the top token was filtered out"
+    live = np.ones(len(logits), bool)                      # not masked by banned/allowed ids
+    if params.allowed_token_ids is not None:
+        live[:] = False
+        live[list(params.allowed_token_ids)] = True
+    live[list(params.banned_token_ids)] = False
+    same = (np.asarray(logits)[:, None] == np.asarray(logits)[None, :]) & live[:, None] & live[None, :]
+    assert not np.any(same & (kept[:, None] != kept[None, :]) & ~ambiguous[:, None] & ~ambiguous[None, :]), \
+        f"tied logits {logits.tolist()} were split by the filters (kept {kept.tolist()}, params {params})"
     renorm = np.where(kept, want, 0.0)
     renorm /= renorm.sum()
     err = np.max(np.abs(got - renorm))
     assert err < 1e-5, f"filtered probabilities differ from the spec's by {err:.3g} (params {params})"
-    event(f"kept {int(kept.sum())} token(s)" if kept.sum() <= 2 else "kept > 2 tokens")
+    ties = int(same.sum()) > int(live.sum())
+    event(("tied logits, " if ties else "") + (f"kept {int(kept.sum())} token(s)" if kept.sum() <= 2 else "kept > 2 tokens"))
+
+
+@settings(max_examples=examples(100))
+@given(case=logit_pairs())
+def test_residual_is_a_distribution(case):
+    """The backend's residual normalize(max(0, p - q)) sums to 1 (not only after the draw's
+    rescaling by the cdf's last entry) and is proportional to max(0, p - q)."""
+    impl = harness.sampling_impl()
+    lp, lq, params = case
+    p = np.asarray(impl.filtered_probs(lp, params), np.float32)
+    q = np.asarray(impl.filtered_probs(lq, params), np.float32)
+    diff = np.maximum(p.astype(np.float64) - q, 0.0)
+    if not diff.sum() > 1e-6:
+        event("p == q: no residual")
+        return
+    r = np.asarray(impl.residual(p, q), np.float64)
+    assert np.all(r >= 0) and abs(r.sum() - 1) <= 1e-5, f"residual sums to {r.sum():.7g}, not 1 (min {r.min():.3g})"
+    err = np.max(np.abs(r - diff / diff.sum()))
+    assert err <= 1e-5, f"residual differs from normalize(max(0, p - q)) by {err:.3g}"
+    event("residual checked")
 
 
 # ---- (b) sampled: chi-square on real rounds -------------------------------------------------

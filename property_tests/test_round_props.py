@@ -61,9 +61,10 @@ def test_logits_match_cache_free_recompute(sc):
         event(f"logits vectors compared: {'< 20' if n < 20 else '>= 20'}")
 
 
-def check_committed_kv(session, active: dict, D: int, layers: int, where: str) -> bool:
+def check_committed_kv(session, active: dict, D: int, layers: int, where: str, request_D=None) -> bool:
     """Frontier == len(tokens) - 1 everywhere; a read at the frontier raises. Returns False
-    when the backend does not expose its KV."""
+    when the backend does not expose its KV. request_D: rid -> D_i (ragged depths; the
+    request owns depth planes 0..D_i-1)."""
     seen = False
     for rid in active:
         f = harness.kv_frontiers(session, rid)
@@ -75,7 +76,7 @@ def check_committed_kv(session, active: dict, D: int, layers: int, where: str) -
         kv = getattr(session, "kv", None)
         if kv is None or not hasattr(kv, "read"):
             continue
-        for depth in range(D):
+        for depth in range(D if request_D is None else request_D[rid]):
             for layer in range(layers):
                 if n > 1:
                     kv.read(rid, depth, layer, n - 2)      # the last committed position reads
@@ -94,13 +95,15 @@ def test_rollback_leaves_exactly_the_committed_kv(sc):
 
         def after_step(session, tr, mode=mode):
             checked.append(check_committed_kv(session, active, sc.D, sc.cfg.num_layers,
-                                              f"{bk.name} {mode} round {tr.round}"))
+                                              f"{bk.name} {mode} round {tr.round}", request_D))
 
         model = build_model(sc.cfg, sc.weight_seed)
         s = bk.session(model, sc.d, sc.D, mode, sc.policy)
+        request_D = None if sc.depths is None else {rid: Di for rid, (_, Di) in enumerate(sc.depths)}
         for op, arg in sc.ops:
             if op == "add":
-                s.add(arg, list(sc.prompts[arg]), sc.params[arg])
+                s.add(arg, list(sc.prompts[arg]), sc.params[arg],
+                      **({} if sc.depths is None else {"depths": sc.depths[arg]}))
                 active[arg] = True
             elif op == "remove":
                 s.remove(arg)

@@ -10,10 +10,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from oracle.errors import OracleError
-from oracle.schedule import Call, block_calls, check_schedule, loop_waves
+from oracle.schedule import Call, block_calls, check_schedule, expected_calls, loop_waves
 
 from .harness import examples
-from .strategies import depths, ragged_counts
+from .strategies import depths, ragged_counts, request_depths
 
 
 @settings(max_examples=examples(300))
@@ -36,6 +36,52 @@ def test_both_schedules_satisfy_the_invariants(counts, depth):
         assert len({j for _, _, j in c.rows}) == 1
     assert block.verify_head == loop.verify_head
     event(f"{len(counts)} requests" if len(counts) < 4 else ">= 4 requests")
+
+
+@st.composite
+def ragged_rounds(draw, max_requests: int = 16):
+    """(counts, d per request, D per request)."""
+    counts = draw(ragged_counts(max_requests=max_requests))
+    dep = [draw(request_depths(6)) for _ in counts]
+    return counts, [a for a, _ in dep], [b for _, b in dep]
+
+
+@settings(max_examples=examples(200))
+@given(case=ragged_rounds())
+def test_ragged_depth_schedules_satisfy_the_invariants(case):
+    """Per-request (d_i, D_i): both plans pass the checker, cover every (i, o, j < D_i) once,
+    draft-head (i, o) at depth d_i - 1 in wave o*d_i + d_i - 1, run as many rows, and the
+    block round runs one depth per call; with equal depths they are today's plans."""
+    counts, d, D = case
+    block, loop = block_calls(counts, d, D), loop_waves(counts, d, D)
+    check_schedule(block)
+    check_schedule(loop)
+    rows = lambda s: sorted(r for c in s.calls for r in c.rows)
+    assert rows(block) == rows(loop) == sorted((i, o, j) for i, t in enumerate(counts) for o in range(t)
+                                               for j in range(D[i]))
+    assert len(block.calls) == expected_calls("block", counts, d, D)
+    assert len(loop.calls) == expected_calls("loop", counts, d, D) == max((t - 1) * a + b for t, a, b in zip(counts, d, D))
+    for w, c in enumerate(loop.calls):
+        assert all(j == w - o * d[i] for i, o, j in c.rows)
+        assert all(w == o * d[i] + d[i] - 1 for i, o in c.draft_head)
+    for c in block.calls:
+        assert len({j for _, _, j in c.rows}) == 1 and c.rows
+    if len(set(zip(d, D))) == 1:
+        assert block == block_calls(counts, d[0], D[0]) and loop == loop_waves(counts, d[0], D[0])
+        event("depths shared")
+    else:
+        assert block.d is None and loop.D is None
+        event("ragged depths")
+
+
+@settings(max_examples=examples(100))
+@given(case=ragged_rounds(max_requests=8), mode=st.sampled_from(["block", "loop"]))
+def test_checker_rejects_broken_ragged_schedules(case, mode):
+    s = (block_calls if mode == "block" else loop_waves)(*case)
+    for name, broken in _mutations(s):
+        event(f"mutation: {name}")
+        with pytest.raises(OracleError):
+            check_schedule(broken)
 
 
 def _mutations(s):

@@ -257,3 +257,20 @@ def test_cli_missing_row_count_is_named(tmp_path):
     small.write_text(json.dumps({"c_ms": {"1": 1.0, "8": 1.1}}))
     r = cli("--ctable", str(small), "--batch", "1,4")
     assert r.returncode == 2 and "C=4" in r.stderr and "M=20" in r.stderr
+
+
+def test_ragged_depth_rounds_are_predicted_from_their_own_plans():
+    """Per-request depths: each round's prediction is the sum of c over its own calls (block 15,
+    loop 12 calls here), and the inequality's sides give the exact difference."""
+    table = ctable_from_dict({"c_ms": {"1": 1.0, "4": 1.3, "16": 2.5}})
+    counts, d, D = (5, 3, 1, 4), [2, 1, 3, 1], [4, 3, 5, 4]
+    r = compare_rounds(counts, d, D, table)
+    assert r["block"]["calls"] == 15 and r["loop"]["calls"] == 12
+    assert r["block_ms"] == pytest.approx(sum(table.c(n) for n in block_calls(counts, d, D).row_counts()))
+    assert r["loop_ms"] == pytest.approx(sum(table.c(n) for n in loop_waves(counts, d, D).row_counts()))
+    ineq = r["inequality"]
+    assert ineq.base is None                                    # unequal call counts: plain sums
+    assert r["block_ms"] - r["loop_ms"] == pytest.approx(ineq.scale * (r["block_side_ms"] - r["loop_side_ms"]))
+    same = compare_rounds((5, 5), [2, 2], [4, 4], table)       # equal depths: today's answer
+    assert same["block_ms"] == compare_rounds((5, 5), 2, 4, table)["block_ms"]
+    assert deciding_inequality((5, 5), [2, 2], [4, 4]).text("") == deciding_inequality((5, 5), 2, 4).text("")

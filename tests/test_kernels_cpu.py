@@ -480,3 +480,22 @@ def test_single_row_padding_path(model, monkeypatch):
     counts = [{1: c[0]} for c in rounds]
     assert_same([ref.step(c) for c in counts], [got.step(c) for c in counts])
     assert 1 in seen                 # a dummy written to a request's plane would corrupt its position 0
+
+
+def test_round_in_flight_after_a_finishing_round_fails(model):
+    """max_tokens=1: the first round (K=3) finishes the request on the device; a second round
+    submitted before collection fails at collection, naming the finished request; the
+    committed tokens follow the cut; the failed round drops request 0 (its device state ran
+    past the finish), the other request keeps its tokens."""
+    s = TORCH.session(model, 2, 4, "loop", "sequential")
+    s.add(0, PROMPTS[0], SP(max_tokens=1))
+    s.add(1, PROMPTS[1], MIXED[1])
+    h1 = s.submit({0: 4, 1: 2})
+    h2 = s.submit({0: 2})
+    tr = s.collect(h1)
+    assert tr.finished == {0: "length"} and tr.committed[0] == tr.emitted[0][:1]
+    with pytest.raises(OracleError, match="finished"):
+        s.collect(h2)
+    assert s.tokens(1) == PROMPTS[1] + tr.emitted[1]
+    with pytest.raises(OracleError, match="finished|unknown request"):
+        s.step({0: 1})

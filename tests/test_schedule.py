@@ -238,3 +238,56 @@ def test_cli_bad_input_is_one_line(args):
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("error: ")
     assert r.stdout == ""
+
+
+# ---- ragged depths (issue 13 part 1) ------------------------------------------------------
+
+RAGGED = ((5, 3, 1, 4), [2, 1, 3, 1], [4, 3, 5, 4])
+
+
+def test_ragged_depths_hand_checked():
+    """counts 5,3,1,4 with depths 2:4,1:3,3:5,1:4: block = per offset max(d_i) calls over the
+    rows with j < d_i (11), then depths 1..4 over the rows d_i <= j < D_i (4); loop = waves
+    o*d_i + j, max_i((T_i-1)*d_i + D_i) = 12."""
+    block, loop = block_calls(*RAGGED), loop_waves(*RAGGED)
+    assert block.row_counts() == [4, 2, 1, 3, 1, 3, 1, 2, 1, 1, 1, 7, 12, 10, 1]
+    assert block.draft_head_counts() == [2, 1, 0, 2, 1, 1, 1, 0, 1] + [0] * 6
+    assert block.calls[0].draft_head == ((1, 0), (3, 0))            # d_i = 1: head after depth 0
+    assert block.calls[1].rows == ((0, 0, 1), (2, 0, 1)) and block.calls[1].draft_head == ((0, 0),)
+    assert block.calls[14].rows == ((2, 0, 4),)                      # only request 2 reaches depth 4
+    assert loop.row_counts() == [4, 6, 9, 9, 7, 4, 3, 2, 2, 2, 1, 1]
+    assert loop.calls[1].draft_head == ((0, 0), (1, 1), (3, 1))     # wave o*d_i + d_i - 1
+    for s in (block, loop):
+        check_schedule(s)
+        assert s.d is None and s.D is None and s.depths == ((2, 4), (1, 3), (3, 5), (1, 4))
+        assert sum(s.row_counts()) == 5 * 4 + 3 * 3 + 1 * 5 + 4 * 4
+
+
+def test_ragged_depths_skip_empty_block_calls():
+    # depths 1:2 and 3:4 leave no request at depth 2 of the verify phase: that call is skipped
+    s = block_calls((2, 1), [1, 3], [2, 4])
+    assert [sorted({j for _, _, j in c.rows}) for c in s.calls] == [[0], [1], [2], [0], [1], [3]]
+    check_schedule(s)
+
+
+def test_equal_per_request_depths_are_todays_schedules():
+    for fn in (block_calls, loop_waves):
+        assert fn((5, 3, 1), [2, 2, 2], [4, 4, 4]) == fn((5, 3, 1), 2, 4)
+
+
+@pytest.mark.parametrize("d,D,msg", [([1, 2], [3], "2 values for 1"), ([2, 1], [2, 3], "d=2 of request 0 must be < "),
+                                     ([0, 1], [2, 2], "request 0"), (2, [4, 5, 2], "3 values for 2")])
+def test_ragged_depths_bad_input(d, D, msg):
+    counts = (3, 2) if msg != "2 values for 1" else (3,)
+    with pytest.raises(OracleError, match=msg):
+        block_calls(counts, d, D)
+
+
+def test_cli_json_ragged_depths():
+    r = cli("--counts", "5,3,1,4", "--depths", "2:4,1:3,3:5,1:4", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["block"] == block_calls(*RAGGED).to_json() and data["loop"] == loop_waves(*RAGGED).to_json()
+    assert data["loop"]["depths"] == [[2, 4], [1, 3], [3, 5], [1, 4]]
+    assert cli("--counts", "5,3", "--depths", "2:4").returncode == 2
+    assert cli("--counts", "5,3", "--depths", "2:4,1").returncode == 2
