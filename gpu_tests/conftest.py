@@ -62,7 +62,8 @@ def pytest_terminal_summary(terminalreporter):
             f"{preset}: {s['cases']} cases, {s['request_rounds']} request-rounds compared, max relative error "
             f"KV {s['max_rel_err']['kv']:.3g}, logits {s['max_rel_err']['logits']:.3g}; tokens identical up to the "
             f"first divergence in every request-round, {s['excused_divergences']} excused near-tie divergences, "
-            f"every decision explained by the backend's own logits; {s['graph_fallbacks']} graph fallbacks")
+            f"every decision explained by the backend's own logits; {s['graph_fallbacks']} graph fallbacks; "
+            f"cases with ragged depths {s['ragged_depths']}, stops {s['stops']}, masks {s['masks']}")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "gpu_parity_summary.json"), "w") as f:
             json.dump(SUMMARY, f, indent=1)

@@ -22,7 +22,7 @@ from oracle.compare import compare_runs
 from oracle.config import preset as preset_cfg
 from oracle.sampling import SamplingParams as SP
 from property_tests import harness
-from property_tests.strategies import build_model, scenarios
+from property_tests.strategies import build_model, sampling_params, scenarios, stop_params
 
 pytestmark = pytest.mark.gpu
 SCALE = float(os.environ.get("GPU_TESTS_EXAMPLES", "1"))      # scales Hypothesis example counts
@@ -76,10 +76,14 @@ def test_rounds_judged_like_check_backend(preset, examples):
     backend's uniforms), and backend block vs loop, by the backend's tolerance row."""
     cfg, bk = preset_cfg(preset), backend()
     seen = {"cases": 0, "request_rounds": 0, "excused_divergences": 0, "graph_fallbacks": 0,
-            "max_rel_err": {"kv": 0.0, "logits": 0.0}}
+            "ragged_depths": 0, "stops": 0, "masks": 0, "max_rel_err": {"kv": 0.0, "logits": 0.0}}
+
+    # per-request depths in about half the scenarios, masks and min-p on any request, and
+    # stop tokens / max_tokens on a third of them (property_tests.strategies)
+    params = st.one_of(sampling_params(cfg.vocab_size), sampling_params(cfg.vocab_size), stop_params(cfg.vocab_size))
 
     @settings(max_examples=max(1, int(examples * SCALE)), **SETTINGS)
-    @given(sc=scenarios(cfg=cfg, weight_seed=0))
+    @given(sc=scenarios(cfg=cfg, weight_seed=0, params=params))
     def check(sc):
         reports = []
         runs = harness.check_equivalence(sc, bk, reports=reports)
@@ -93,6 +97,9 @@ def test_rounds_judged_like_check_backend(preset, examples):
             for k in ("kv", "logits"):
                 seen["max_rel_err"][k] = max(seen["max_rel_err"][k], rep.max_rel_err[k])
         seen["cases"] += 1
+        seen["ragged_depths"] += sc.depths is not None and len(set(sc.depths)) > 1
+        seen["stops"] += any(p.stop_token_ids or p.max_tokens for p in sc.params)
+        seen["masks"] += any(p.banned_token_ids or p.allowed_token_ids is not None for p in sc.params)
 
     check()
     SUMMARY[preset] = seen

@@ -17,6 +17,7 @@ from oracle.kv import KVWrite
 from oracle.phases import Request, RoundState, draft_head, finish_round, run_call, verify_head
 from oracle.rng_trace import RequestRng, check_policy
 from oracle.schedule import plan, validate
+from oracle.session import check_depths
 
 from .kvplanes import DeviceKV
 from .model import JaxLoopedModel
@@ -63,24 +64,27 @@ class JaxSession:
         self.requests: dict = {}
         self.round_idx = 0
 
-    def add(self, rid, prompt, params, replay=None) -> None:
-        """Join a request: prefill t[0..n-2] at every depth (offset 0 of its first round is
-        the prompt's last token). replay: uniforms to consume instead of its seeded stream."""
+    def add(self, rid, prompt, params, replay=None, depths=None) -> None:
+        """Join a request: prefill t[0..n-2] at every depth 0..D_i-1 (offset 0 of its first
+        round is the prompt's last token). replay: uniforms to consume instead of its seeded
+        stream; depths: (d_i, D_i), default the session's (d, D)."""
         if rid in self.requests:
             raise OracleError(f"request {rid} is already in the session")
+        di, Di = check_depths(rid, depths, self.d, self.D)
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise OracleError(f"request {rid}: empty prompt")
         self.jm.check_tokens(prompt)
         rng = RequestRng(rid, seed=params.seed) if replay is None else RequestRng(rid, replay=replay)
-        self.kv.add(rid)
+        params.check_vocab(self.jm.cfg.vocab_size, f"request {rid}")
+        self.kv.add(rid, Di)
         try:
             n = len(prompt) - 1
             if n:
                 prefill = _RoundModel(self.jm, record=False)
                 h = self.jm.embed(prompt[:n])                     # h: [n, H]
                 c = self.prefill_chunk
-                for depth in range(self.D):         # in chunks: a chunk attends to the ones before it
+                for depth in range(Di):             # in chunks: a chunk attends to the ones before it
                     outs = []
                     for a in range(0, n, c):
                         rows = [(rid, p, depth) for p in range(a, min(a + c, n))]
@@ -89,7 +93,7 @@ class JaxSession:
         except BaseException:
             self.kv.drop(rid)
             raise
-        self.requests[rid] = Request(rid, prompt, params, rng)
+        self.requests[rid] = Request(rid, prompt, params, rng, (di, Di))
 
     def remove(self, rid) -> list[int]:
         req = self._get(rid)
@@ -115,15 +119,16 @@ class JaxSession:
         if missing:
             raise OracleError(f"round names unknown request(s) {missing}")
         reqs = [self.requests[r] for r in counts]
-        snap = [(r.rng.snapshot(), len(r.tokens), list(self.kv.front[r.rid])) for r in reqs]
+        snap = [(r.rng.snapshot(), len(r.tokens), list(self.kv.front[r.rid]), r.generated, r.finished) for r in reqs]
         self.kv.log = []
         try:
             trace = self._round(reqs, list(counts.values()))
         except BaseException:                                     # a failed round leaves no trace
-            for r, (rng, n_tok, front) in zip(reqs, snap):
+            for r, (rng, n_tok, front, generated, finished) in zip(reqs, snap):
                 r.rng.restore(rng)
                 del r.tokens[n_tok:]
                 self.kv.front[r.rid] = front
+                r.generated, r.finished = generated, finished
             raise
         finally:
             self.kv.log = []
@@ -131,9 +136,9 @@ class JaxSession:
         return trace
 
     def _round(self, reqs, counts):
-        st = RoundState(_RoundModel(self.jm), self.kv, reqs, counts, self.d, self.D, self.round_idx,
-                        self.policy, self.mode)
-        sched = plan(self.mode, st.counts, self.d, self.D)
+        d, D = [r.depths[0] for r in reqs], [r.depths[1] for r in reqs]
+        st = RoundState(_RoundModel(self.jm), self.kv, reqs, counts, d, D, self.round_idx, self.policy, self.mode)
+        sched = plan(self.mode, st.counts, d, D)
         for call in sched.calls:
             run_call(st, list(call.rows))
             draft_head(st, list(call.draft_head))

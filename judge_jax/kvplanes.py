@@ -58,7 +58,8 @@ class DeviceKV:
             self._alloc(self.slots, max(2 * self.max_len, pow2(need_len)))
 
     # ---- requests ----
-    def add(self, rid) -> int:
+    def add(self, rid, num_depths: int | None = None) -> int:
+        """A slot for rid, owning depth planes 0..num_depths-1 (default all)."""
         assert rid not in self.slot_of, rid
         if not self.free:
             n = self.slots
@@ -66,8 +67,12 @@ class DeviceKV:
             self.free = list(range(n, 2 * n))
         slot = self.free.pop(0)
         self.slot_of[rid] = slot
-        self.front[rid] = [0] * self.num_depths
+        self.front[rid] = [0] * (num_depths or self.num_depths)
         return slot
+
+    def depths_of(self, rid) -> int:
+        """Depth planes rid owns (its D_i)."""
+        return len(self.front[rid]) if rid in self.front else self.num_depths
 
     def drop(self, rid) -> None:
         self.free.append(self.slot_of.pop(rid))
@@ -91,7 +96,7 @@ class DeviceKV:
 
     def read(self, rid, depth: int, layer: int, upto: int):
         """K, V of positions 0..upto: [upto+1, nkv, hd] each (copied to the host)."""
-        if rid not in self.front or not (0 <= depth < self.num_depths and 0 <= layer < self.num_layers):
+        if rid not in self.front or not (0 <= depth < len(self.front[rid]) and 0 <= layer < self.num_layers):
             raise KVError(f"KV read of request {rid} depth {depth} layer {layer}: plane never written")
         if upto >= self.front[rid][depth]:
             raise KVError(f"KV read of request {rid} position {upto} depth {depth} layer {layer}: "
@@ -107,8 +112,8 @@ class DeviceKV:
         for rid, pos, depth in rows:
             if rid not in self.front:
                 raise KVError(f"KV write of unknown request {rid} (call {call})")
-            if not 0 <= depth < self.num_depths:
-                raise KVError(f"KV write of request {rid} at depth {depth}: outside {self.num_depths} depths")
+            if not 0 <= depth < len(self.front[rid]):
+                raise KVError(f"KV write of request {rid} at depth {depth}: outside its {len(self.front[rid])} depths")
             f = self.front[rid]
             if pos != f[depth]:
                 raise KVError(f"KV write of request {rid} position {pos} depth {depth} (call {call}): "

@@ -39,6 +39,7 @@ def test_greedy_near_tie_flip_is_a_decision_bug(tiny):
     rid, T, second = ties[0]
     bad = copy.deepcopy(tr)                       # the runner-up emitted from unchanged logits
     bad.emitted[rid] = bad.emitted[rid][:-1] + [second]
+    bad.committed[rid] = list(bad.emitted[rid])
     div = first_divergence(tr, bad, rid, T)
     assert div is not None and div[2] <= 0.1      # the first-divergence rule alone excuses it
     assert unexplained_decision(bad, rid, T, 1e-5) is not None
@@ -57,6 +58,7 @@ def test_near_tie_flip_explained_by_the_backends_logits_is_excused(tiny):
     lg[best], lg[second] = lg[second], lg[best]
     other.verify_logits[key] = lg
     other.emitted[rid] = other.emitted[rid][:-1] + [second]
+    other.committed[rid] = list(other.emitted[rid])
     assert unexplained_decision(other, rid, T, 1e-5) is None
     rep = compare_runs([tr], [other], "bfloat16")
     assert rep.ok, rep.first_failure()

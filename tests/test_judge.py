@@ -35,7 +35,8 @@ def test_one_kv_write_scaled_fails_and_names_it():
     assert bad and all(c["name"].endswith("kv_writes") for c in bad), bad
     # the first request of the first case, offset 0 (position = its prompt length - 1), depth 1, layer 0
     assert "round 0 request 0: KV write of offset 0 (position" in bad[0]["detail"]
-    assert "depth 1 layer 0 differs: relative error 0.5" in bad[0]["detail"]
+    err = float(bad[0]["detail"].split("depth 1 layer 0 differs: relative error ")[1].split()[0])
+    assert 0.3 < err <= 0.5, bad[0]["detail"]              # 0.5 of its norm, or less of a larger typical one
     assert "reproduce: " in bad[0]["detail"]
 
 
@@ -77,6 +78,7 @@ def excused_flip(tr, rid):
     lg[best], lg[second] = lg[second], lg[best]
     b.verify_logits[key] = lg
     b.emitted[rid] = b.emitted[rid][:-1] + [int(second)]
+    b.committed[rid] = list(b.emitted[rid])
     return b
 
 
@@ -102,7 +104,7 @@ def test_other_requests_are_still_compared_after_one_diverges(tiny, monkeypatch)
     b = excused_flip(tr, flippable(tr, avoid=4))
     key = (4, len(tr.prefix[4]) - 1 + 3, 3, 1)
     c, k, v = b.kv_writes[key]
-    b.kv_writes[key] = (c, k * np.float32(1.2), v)
+    b.kv_writes[key] = (c, k * np.float32(2.0), v)
     rep = compare_runs([tr], [b], "bfloat16")
     assert not rep.ok and "request 4: KV write of offset 3" in rep.first_failure().detail
 

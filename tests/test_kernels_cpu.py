@@ -398,6 +398,7 @@ def test_parity_excuses_only_near_ties(model):
     got.drafts[rid][0] = far                                             # a clear (non-tie) divergence
     got.accepted[rid] = 0                                                # ... rejected at offset 0
     got.emitted[rid] = [int(np.argmax(got.verify_logits[(rid, 0)]))]
+    got.committed[rid] = list(got.emitted[rid])
     got.stats = dict(got.stats, accepted=sum(got.accepted.values()))
     rep = compare_runs([ref], [got], "float32")
     assert not rep.ok and "draft token of offset 1" in next(c.detail for c in rep.checks if c.name == "tokens")
