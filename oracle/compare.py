@@ -33,12 +33,10 @@ from .rng_trace import first_difference
 # round) allowed per KV write and per logits vector at depth 0; growth: the factor each further
 # loop multiplies it by (errors compound through every pass of the stack), so the bound at depth
 # j is base * growth**j (`allowed`). margin: how close the reference's decision must be to its
-# threshold for a token divergence to be excused (oracle/decisions.py), for a decision made from
-# logits of depth 0, growing like the logits' bound (a draft decision is made at depth d_i - 1,
-# acceptance and the final token at D_i - 1). Measured on the H200 with torch-cuda (tiny and
-# small presets, property-suite scenarios): correct near-tie flips with reference margins up to
-# 0.0456 at depth 1 (a draft), ~0.1 at depth 3, 0.106 and 0.132 at depth 4; the row allows
-# 0.075, 0.17 and 0.25 there.
+# threshold for a token divergence to be excused (oracle/decisions.py); it does not grow with
+# depth: on the H200 (torch-cuda vs the reference on tiny/small, and vs the JAX judge at the
+# ouro-1.4b shape) correct near-tie flips had reference margins up to 0.0516 at depth 0 (a draft,
+# ouro-1.4b), 0.0456 at depth 1, 0.106 at depth 2 and ~0.1 at depth 3 (docs/results.md).
 # bfloat16: measured with the torch backend in BF16 on the CPU over 40 random property-suite
 # models (hidden 8-32, 1-2 layers, D up to 6, 1-2 rounds; docs/results.md): max KV error by
 # depth 0..5 was 0.012, 0.028, 0.058, 0.037, 0.092, 0.21 (bounds 0.04 ... 0.30); on the
@@ -48,8 +46,8 @@ from .rng_trace import first_difference
 TOLERANCES = {
     "exact": {"kv": 0.0, "logits": 0.0, "margin": 0.0, "growth": 1.0, "self_margin": 0.0},
     "float32": {"kv": 1e-5, "logits": 1e-5, "margin": 1e-5, "growth": 1.0, "self_margin": 1e-5},
-    "bfloat16": {"kv": 0.04, "logits": 0.04, "margin": 0.05, "growth": 1.5, "self_margin": 1e-5},
-    "float16": {"kv": 1e-2, "logits": 1e-2, "margin": 1e-2, "growth": 1.5, "self_margin": 1e-5},
+    "bfloat16": {"kv": 0.04, "logits": 0.04, "margin": 0.12, "growth": 1.5, "self_margin": 1e-5},
+    "float16": {"kv": 1e-2, "logits": 1e-2, "margin": 3e-2, "growth": 1.5, "self_margin": 1e-5},
 }
 
 
@@ -170,8 +168,7 @@ def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms
     if diff:
         rep.fail("rng_events", f"{at}: {diff}")
     if div is not None:
-        d, D = depths_of(a, rid)
-        margin = allowed(tol, "margin", d - 1 if div.kind == "draft" else D - 1)
+        margin = tol["margin"]
         if exact or div.margin > margin:
             rep.fail("tokens", f"{at}: {div.what} (reference margin {div.margin:.3g}"
                      + ("" if exact else f" > allowed {margin:.3g}") + ")")
