@@ -1,18 +1,23 @@
 PY ?= python
 
-.PHONY: install test test-parallel check gpu-parity gpu-parity-full bench golden
+.PHONY: install test test-serial check gpu-parity gpu-parity-full bench golden
 
 install:
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e .
+	$(PY) -m pip install -e ".[test]"
 
+# Unit tests, the property suite and its meta-tests on the reference, then the property suite
+# against every backend CI can run: torch FP32 and BF16 on the CPU (judged by the float32 and
+# bfloat16 rows) and the JAX FP32 backend. pytest-xdist spreads each over the cores.
+BACKENDS ?= torch-cpu torch-cpu-bf16 jax
 test:
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --hypothesis-show-statistics tests property_tests meta_tests
-	ORACLE_BACKEND=torch-cpu HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q property_tests
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto tests property_tests meta_tests
+	for b in $(BACKENDS); do \
+	  ORACLE_BACKEND=$$b HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests || exit 1; done
 
-# The test paths of `make test`'s first line, spread over every core (pytest-xdist).
-test-parallel:
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto --hypothesis-show-statistics tests property_tests meta_tests
+# The first line of `make test` without xdist, with Hypothesis statistics (one process).
+test-serial:
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --hypothesis-show-statistics tests property_tests meta_tests
 
 check:
 	$(PY) -m oracle check

@@ -83,7 +83,8 @@ EXPECTED = {
     "make_kv_wrong_plane": [
         (ROUNDS, "kv_writes"), (CACHE_FREE, "cache-free"), (ALONE, "kv_writes"), (STATEFUL, "kv_writes")],
     "make_rollback_off_by_one": [
-        (ROLLBACK, "KV frontiers"), (FORCED, "KV frontier"), (GENERATION, "KV frontiers"), (STATEFUL, "KV frontiers")],
+        (ROLLBACK, "KV frontiers"), (FORCED, "KV frontier"), (GENERATION, "KV frontiers"),
+        (STATEFUL, "KV frontiers|a failed round (zero tokens) changed the backend's state")],
     "make_top_p_no_shift": [
         (FILTERS, "filtered probabilit"), (CHI2_TOP_P, "chi-square"), (ROUNDS, "")],
     "make_residual_no_clamp": [
@@ -101,6 +102,11 @@ EXPECTED = {
     "make_mask_verify_only": [(ROUNDS, "vs reference")],
 }
 PRECISIONS = ("fp32", "bf16")     # bf16: the same backend in emulated BF16, declared inexact
+# In reduced precision the golden RNG-order test judges each request's draws only up to its
+# first divergence (a near-tie flip changes the later ones), so a fault that shows in the
+# logits rather than in the draws is left to the properties that compare logits (ROUNDS,
+# SCHEDULE, CACHE_FREE, STATEFUL catch draft_head_late in BF16 too).
+BF16_SKIP = {("make_draft_head_late", GOLDEN_FIXED_LOOP)}
 
 CASES = [(f, prop, why) for f, props in EXPECTED.items() for prop, why in props]
 
@@ -119,10 +125,13 @@ def backend(factory: str, precision: str):
 @pytest.mark.parametrize("factory,prop,why", CASES,
                          ids=[f"{f.removeprefix('make_')}-{_id(p)}" for f, p, _ in CASES])
 def test_fault_is_caught(factory, prop, why, precision):
+    if precision == "bf16" and (factory, prop) in BF16_SKIP:
+        pytest.skip("golden RNG order in reduced precision: see BF16_SKIP")
     o = check(backend(factory, precision), f"meta_tests.faulty:{factory}", prop)
     RESULTS.append((f"{factory} [{precision}]", prop, o))
     assert o.caught, f"fault {factory} was NOT caught by {prop} ({o.message})"
-    assert why in o.message, f"fault {factory} made {prop} fail, but not for the expected reason ({why!r}): {o.message}"
+    assert any(w in o.message for w in why.split("|")), \
+        f"fault {factory} made {prop} fail, but not for the expected reason ({why!r}): {o.message}"
 
 
 def test_every_fault_has_catchers():

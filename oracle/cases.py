@@ -96,12 +96,18 @@ def reference_run(model, sc, mode: str, replay_from: Run | None = None, judge=No
                replay=None if replay_from is None else replay_lists(replay_from, sc))
 
 
+def draws_host_stream(bk) -> bool:
+    """Whether a backend's uniforms are each request's seeded host stream (exact backends and
+    `host_rng = True`): then the reference draws its own and the order is checked too; else
+    the reference replays the backend's recorded uniforms (a device RNG need not match)."""
+    return bool(bk.exact or getattr(bk, "host_rng", False))
+
+
 def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None) -> tuple[Report, Run]:
-    """The backend's run in one mode against the judge's (default the reference). Inexact
-    backends are judged against the judge replaying their recorded uniforms (a device RNG need
-    not match the host's); the tolerance row is the backend's dtype."""
+    """The backend's run in one mode against the judge's (default the reference), by the
+    backend's tolerance row; device-RNG backends against the judge replaying their uniforms."""
     got = run(bk, model, sc, mode)
-    ref = reference_run(model, sc, mode, replay_from=None if bk.exact else got, judge=judge)
+    ref = reference_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge)
     return compare_runs(ref.traces, got.traces, "exact" if bk.exact else bk.dtype, reproduce, case), got
 
 

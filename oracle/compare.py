@@ -1,7 +1,8 @@
 """The one judge: round traces of a backend against the reference's (docs/DESIGN.md, "The judge").
 
-`compare_runs(ref, other, dtype)` is the only comparison in the project: `check`, `check
---backend`, `trace diff`, the property suite, gpu_tests and the benchmarks' refusal all call it.
+`compare_runs(ref, other, dtype)` is the only comparison of round traces in the project: `check`,
+`check --backend`, `trace diff`, the property suite, gpu_tests and scripts/gpu_parity_full.py
+all call it.
 
 * dtype "exact": everything bit for bit (KV writes, logits, RNG events, decisions, stats).
 * a reduced-precision dtype: KV writes and logits by relative error from TOLERANCES; token
@@ -159,7 +160,8 @@ def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms
     if rid in stopped:
         return
     rep.request_rounds += 1
-    div, cut = first_divergence(a, b, rid, T), T
+    div = first_divergence(a, b, rid, T)
+    cut = T if div is None else div.cut
     # RNG events first: the order contract (a misplaced draw is the cause of what follows)
     ea = _events_before([e for e in a.rng_events if e.request == rid], None if exact else div)
     eb = _events_before([e for e in b.rng_events if e.request == rid], None if exact else div)
@@ -167,16 +169,6 @@ def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms
     rep.rng_events_compared += min(len(ea), len(eb))
     if diff:
         rep.fail("rng_events", f"{at}: {diff}")
-    if div is not None:
-        margin = tol["margin"]
-        if exact or div.margin > margin:
-            rep.fail("tokens", f"{at}: {div.what} (reference margin {div.margin:.3g}"
-                     + ("" if exact else f" > allowed {margin:.3g}") + ")")
-        else:
-            rep.divergences.append(f"{at}: {div.what}, reference margin {div.margin:.2g} <= {margin:.3g}; "
-                                   f"request {rid} is compared up to offset {div.cut - 1} and not after")
-        stopped.add(rid)
-        cut = div.cut
     rep.tokens_compared += len(a.emitted[rid]) if div is None else div.offset
     # KV writes: every address exactly; values at offsets that ran on identical tokens
     start = len(a.prefix[rid]) - 1
@@ -211,6 +203,16 @@ def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms
             if differs:
                 rep.fail(check, f"{at}: {check} of offset {o} differ: relative error {err:.3g}"
                          + ("" if exact else f" > tolerance {bound:g}"))
+    # the token decision last: a KV or logits difference above is its cause, reported first
+    if div is not None:
+        margin = tol["margin"]
+        if exact or div.margin > margin:
+            rep.fail("tokens", f"{at}: {div.what} (reference margin {div.margin:.3g}"
+                     + ("" if exact else f" > allowed {margin:.3g}") + ")")
+        else:
+            rep.divergences.append(f"{at}: {div.what}, reference margin {div.margin:.2g} <= {margin:.3g}; "
+                                   f"request {rid} is compared up to offset {div.cut - 1} and not after")
+        stopped.add(rid)
 
 
 def depths_of(tr, rid) -> tuple[int, int]:

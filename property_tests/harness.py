@@ -6,10 +6,11 @@ with `use_backend(...)`. The reference is always `oracle.backends.ReferenceBacke
 
 Comparison rules:
 * exact backends (`backend.exact`): `compare_runs(ref, other, "exact")`, bit for bit;
-* other backends: `compare_runs(ref, other, backend.dtype)` (tolerance table, first-divergence
-  rule) and the reference runs in replay mode: each request is added to the reference session
-  with `replay=[e.value for e in the backend's events of that request]`, so a device RNG need
-  not match the host's.
+* other backends: `compare_runs(ref, other, backend.dtype)` (tolerance row, per-request
+  first-divergence rule). A backend that draws each request's seeded host stream
+  (`host_rng = True`) is judged against the reference drawing its own, so the draw order is
+  checked too; a device-RNG backend against the reference in replay mode (each request added
+  with `replay=[the backend's recorded uniforms]`).
 
 Optional backend hooks the suite uses when present:
 * `session.kv.frontiers(rid)` / `session.kv.read(rid, depth, layer, pos)` (the reference's
@@ -155,7 +156,7 @@ def check_equivalence(sc: Scenario, bk=None, reports: list | None = None) -> dic
     runs = {mode: run(bk, sc, mode) for mode in MODES}
     if not is_reference(bk):
         for mode in MODES:
-            ref = reference_run(sc, mode, replay_from=None if bk.exact else runs[mode])
+            ref = reference_run(sc, mode, replay_from=None if host_rng(bk) else runs[mode])
             rep = assert_runs_match(ref, runs[mode], dt)
             if reports is not None:
                 reports.append(rep)

@@ -15,6 +15,8 @@ import pytest
 
 from oracle.rng_trace import first_difference, load_events
 
+from oracle.compare import compare_runs
+
 from . import harness
 from .golden_cases import CASES, path, run_events
 from .strategies import MODES
@@ -27,6 +29,19 @@ def test_rng_order_matches_golden(name, mode):
     if CASES[name].policy not in bk.policies:
         pytest.skip(f"backend {bk.name} does not implement policy {CASES[name].policy}")
     golden = load_events(path(name))
+    if not bk.exact:
+        # reduced precision: a near-tie flip legitimately changes a request's later draws, so the
+        # backend's events are judged per request up to its first divergence by the one judge,
+        # against the reference replaying its uniforms; the reference itself must give the golden
+        # order (the same test under ORACLE_BACKEND=reference checks that bit for bit)
+        got_run = harness.run(bk, CASES[name], mode)
+        ref = harness.reference_run(CASES[name], mode, replay_from=None if harness.host_rng(bk) else got_run)
+        rep = compare_runs(ref.traces, got_run.traces, bk.dtype)
+        bad = next((c for c in rep.checks if c.name in ("rng_events", "malformed") and not c.ok), None)
+        assert bad is None, f"golden/{name}.json case on {bk.name} {mode}: the RNG order changed: {bad.detail}"
+        ref_order = [dataclasses.replace(e, value=0.0) for e in run_events(harness.REFERENCE, name, mode)]
+        assert first_difference([dataclasses.replace(e, value=0.0) for e in golden], ref_order) is None
+        return
     got = run_events(bk, name, mode)
     if not harness.host_rng(bk):
         golden = [dataclasses.replace(e, value=0.0) for e in golden]

@@ -58,7 +58,7 @@ class RoundLifecycle(RuleBasedStateMachine):
         model = build_model(cfg, seed)
         self.sut = self.bk.session(model, self.d, self.D, mode, policy)
         self.ref = harness.REFERENCE.session(model, self.d, self.D, "loop" if mode == "block" else "block", policy)
-        self.replay = not self.bk.exact
+        self.replay = not harness.host_rng(self.bk)      # device RNG: the reference replays its uniforms
         self.deferred = hasattr(self.sut, "submit") and hasattr(self.sut, "collect")
         self.max_in_flight = getattr(self.bk, "max_in_flight", 2)
         self.active, self.preempted, self.in_flight, self.events = {}, {}, [], {}
@@ -122,9 +122,10 @@ class RoundLifecycle(RuleBasedStateMachine):
         self.rounds += 1
         handle, counts = self.in_flight.pop(0)
         tr = self.sut.collect(handle) if self.deferred else self.sut.step(counts)
-        if self.replay:
-            for rid in counts:
-                self.ref.requests[rid].rng.replay.extend(e.value for e in tr.rng_events if e.request == rid)
+        if self.replay:          # this round's uniforms, and padding a diverged path may consume
+            for rid in counts:   # (dropped unconsumed next round, so agreeing requests stay aligned)
+                rng = self.ref.requests[rid].rng
+                rng.replay[rng.pos:] = [e.value for e in tr.rng_events if e.request == rid] + [0.5] * (2 * counts[rid] + 1)
         ref_tr = self.ref.step(counts)
         assert tr.round == ref_tr.round, f"round counter {tr.round}, the reference's {ref_tr.round}"
         live = [rid for rid in counts if rid not in self.diverged]

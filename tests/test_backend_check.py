@@ -15,6 +15,20 @@ def test_torch_cpu_backend_passes_check():
     assert j["max_rel_err"]["logits"] < 1e-5
 
 
+def test_torch_cpu_bf16_backend_passes_check():
+    """The reduced-precision backend CI can run: BF16 on the CPU, the bfloat16 row."""
+    rc, j, err = run("--backend", "torch-cpu-bf16")
+    assert rc == 0, (err, [c for c in (j or {}).get("checks", []) if not c["ok"]][:3])
+    assert j["dtype"] == "bfloat16" and j["tolerance_row"] == "bfloat16" and not j["exact"]
+    assert j["kv_writes_compared"] > 0 and 0 < j["max_rel_err"]["kv"] < 0.1
+
+
+def test_jax_backend_passes_check():
+    rc, j, err = run("--backend", "jax")
+    assert rc == 0, (err, [c for c in (j or {}).get("checks", []) if not c["ok"]][:3])
+    assert j["backend"] == "jax" and j["tolerance_row"] == "float32" and j["max_rel_err"]["logits"] < 1e-5
+
+
 def test_faulty_backend_fails_check_and_names_the_place():
     rc, j, _ = run("--backend", "meta_tests.faulty:make_kv_wrong_plane", "--rounds", "1", "--counts", "3,2")
     assert rc == 1 and not j["ok"]
