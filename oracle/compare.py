@@ -242,36 +242,75 @@ def _judge_stats(rep, a, b, where, same_calls, diverged) -> None:
                  "addresses (a duplicate write)")
 
 
+def _live(tr, stopped) -> list:
+    return [(r, t) for r, t in zip(tr.requests, tr.token_counts) if r not in stopped]
+
+
 def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = "", case: str = "") -> Report:
     """Judge round traces `other` against `ref` (same requests, rounds and inputs). dtype:
-    "exact" or a row of TOLERANCES (a backend's dtype). case: prefix of every place named."""
+    "exact" or a row of TOLERANCES (a backend's dtype). case: prefix of every place named.
+    After a request diverged (reduced precision) its rounds may differ in number and members
+    (a stop token one side drew and the other did not): rounds are paired on the requests
+    still compared, and a round holding only diverged requests on one side is not paired."""
     if dtype not in TOLERANCES:
         raise OracleError(f"no tolerance row for dtype {dtype!r} (known: {', '.join(TOLERANCES)})")
     tol, exact = TOLERANCES[dtype], dtype == "exact"
     rep = Report(reproduce=reproduce)
     pre = f"{case}: " if case else ""
-    if len(ref) != len(other):
-        rep.fail("rounds", f"{pre}{len(ref)} rounds in the reference, {len(other)} in the backend's trace")
-        return rep.finish()
     stopped: set = set()                  # requests past a divergence
-    for a, b in zip(ref, other):
+    i = j = 0
+    while i < len(ref) or j < len(other):
+        a, b = (ref[i] if i < len(ref) else None), (other[j] if j < len(other) else None)
+        if a is not None and stopped and not _live(a, stopped):
+            i += 1                                         # only diverged requests: nothing to pair
+            continue
+        if b is not None and stopped and not _live(b, stopped):
+            self_consistent(rep, b, tol, exact, f"{pre}backend round {b.round}")
+            j += 1
+            continue
+        if a is None or b is None:
+            rep.fail("rounds", f"{pre}{len(ref)} rounds in the reference, {len(other)} in the backend's trace")
+            break
         where = f"{pre}round {a.round}"
-        if a.round != b.round or list(a.requests) != list(b.requests) or list(a.token_counts) != list(b.token_counts):
-            rep.fail("rounds", f"{where}: round index, requests or token counts differ (backend: round {b.round}, "
-                     f"requests {b.requests}, counts {b.token_counts})")
-            return rep.finish()
-        same_calls = a.mode == b.mode and bool(a.calls) and bool(b.calls)
+        full = list(a.requests) == list(b.requests) and list(a.token_counts) == list(b.token_counts)
+        if not full and (not stopped or _live(a, stopped) != _live(b, stopped)):
+            rep.fail("rounds", f"{where}: requests or token counts differ (backend: round {b.round}, "
+                     f"requests {b.requests}, counts {b.token_counts}; reference: {a.requests}, {a.token_counts})")
+            break
+        same_calls = full and a.mode == b.mode and bool(a.calls) and bool(b.calls)
         if same_calls and _calls(a) != _calls(b):
             n = next((n for n, (x, y) in enumerate(zip(_calls(a), _calls(b))) if x != y), min(len(a.calls), len(b.calls)))
             rep.fail("schedule", f"{where}: call {n} of the backend's {b.mode} round differs from the reference's "
                      f"({len(b.calls)} calls vs {len(a.calls)})")
         norms = {} if exact else typical_norms(a)
-        for rid, T in zip(a.requests, a.token_counts):
+        live = dict(_live(a, stopped)) if not full else dict(zip(a.requests, a.token_counts))
+        for rid, T in zip(b.requests, b.token_counts):
             at = f"{where} request {rid}"
             try:
-                _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms)
+                if rid in live:
+                    _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms)
+                elif not exact:                             # diverged earlier: its own decisions still
+                    own = unexplained_decision(b, rid, T, tol["self_margin"])
+                    if own:
+                        rep.fail("decisions", f"{at}: {own}")
             except (OracleError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
                 rep.fail("malformed", f"{at}: the backend's trace cannot be judged ({type(e).__name__}: {e})")
                 stopped.add(rid)
-        _judge_stats(rep, a, b, where, same_calls, diverged=bool(stopped & set(a.requests)))
+        if full:
+            _judge_stats(rep, a, b, where, same_calls, diverged=bool(stopped & set(a.requests)))
+        i, j = i + 1, j + 1
     return rep.finish()
+
+
+def self_consistent(rep, b, tol, exact, where) -> None:
+    """A backend round of requests no longer compared: its decisions must still be explained
+    by its own logits and uniforms."""
+    if exact:
+        return
+    for rid, T in zip(b.requests, b.token_counts):
+        try:
+            own = unexplained_decision(b, rid, T, tol["self_margin"])
+        except (OracleError, KeyError, IndexError, ValueError, TypeError) as e:
+            own = f"request {rid}: cannot be judged ({type(e).__name__}: {e})"
+        if own:
+            rep.fail("decisions", f"{where} request {rid}: {own}")

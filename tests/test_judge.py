@@ -115,3 +115,40 @@ def test_duplicate_kv_write_is_counted(tiny):
     b.stats = dict(b.stats, kv_writes=b.stats["kv_writes"] + 1)
     rep = compare_runs([tr], [b], "exact")
     assert not rep.ok and "duplicate write" in rep.first_failure().detail
+
+
+def two_rounds(model):
+    rng = np.random.default_rng(1)
+    s = Session(model, 2, 4, "block")
+    for rid in range(4):
+        s.add(rid, list(map(int, rng.integers(0, model.cfg.vocab_size, 3 + rid))), SP())
+    return [s.step({rid: 3 for rid in range(4)}), s.step({rid: 2 for rid in range(4)})]
+
+
+def without(tr, rid):
+    """The round as if request rid had left the batch (finished on that side)."""
+    keep = [i for i, r in enumerate(tr.requests) if r != rid]
+    out = copy.deepcopy(tr)
+    out.requests = [tr.requests[i] for i in keep]
+    out.token_counts = [tr.token_counts[i] for i in keep]
+    for name in ("kv_writes", "draft_logits", "verify_logits"):
+        setattr(out, name, {k: v for k, v in getattr(tr, name).items() if k[0] != rid})
+    out.rng_events = [e for e in tr.rng_events if e.request != rid]
+    for name in ("drafts", "accepted", "emitted", "committed", "params"):
+        getattr(out, name).pop(rid, None)
+    return out
+
+
+def test_rounds_pair_on_requests_still_compared(tiny, monkeypatch):
+    """After a request diverged (excused), the two sides may run it in different rounds (it drew
+    a stop token on one side only): the judge pairs rounds on the requests it still compares."""
+    import oracle.compare as cmp
+    monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
+    ref = two_rounds(tiny)
+    rid = flippable(ref[0], avoid=None)
+    got = [excused_flip(ref[0], rid), copy.deepcopy(ref[1])]
+    rep = compare_runs([ref[0], without(ref[1], rid)], got, "bfloat16")
+    assert rep.ok and len(rep.divergences) == 1, rep.first_failure()
+    other = next(r for r in ref[0].requests if r != rid)          # a request still compared
+    rep = compare_runs([ref[0], without(ref[1], other)], got, "bfloat16")
+    assert not rep.ok and rep.first_failure().name == "rounds", rep.checks
