@@ -3,6 +3,7 @@
 Profiles (pick with HYPOTHESIS_PROFILE=dev|ci|nightly or --hypothesis-profile=...; default dev):
     dev      random search, example database (.hypothesis/) replays failures
     ci       derandomize=True, deadline=None, database=None, print_blob=True (.ci/run)
+    ci-slow-backend  ci with a quarter of the examples (make test: torch-cpu-bf16)
     nightly  10x the ci examples, random, long stateful runs (stateful_step_count=200),
              and the size caps of property_tests/strategies.py at their full ranges
 
@@ -37,6 +38,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "ci", max_examples=CI_EXAMPLES, derandomize=True, deadline=None, database=None,
+    print_blob=True, stateful_step_count=30, suppress_health_check=[HealthCheck.too_slow])
+# ci for backends whose rounds are slow on a CPU (torch BF16 emulates bfloat16 matmuls on
+# x86 without AMX: ~10x the FP32 time): the same properties, derandomized, a quarter of the
+# examples (every test's harness.examples(n) scales with max_examples)
+settings.register_profile(
+    "ci-slow-backend", max_examples=CI_EXAMPLES // 4, derandomize=True, deadline=None, database=None,
     print_blob=True, stateful_step_count=30, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "nightly", max_examples=10 * CI_EXAMPLES, deadline=None, database=None, print_blob=True,
