@@ -4,10 +4,12 @@ the reduced-precision rules (tolerance row, per-request first-divergence rule, d
 explained by the backend's own logits). Every fault must still be caught that way, and the
 fault-free backend must still pass (meta_tests/test_faults.py).
 
-Emulation: weights rounded to bfloat16 once; every stored tensor (hidden states between
-calls, K/V written to the planes, embeddings, logits) rounded to bfloat16 (nearest even);
-the arithmetic inside a call stays FP32. On the tiny/small models this gives relative errors
-of ~0.5-3% on KV and logits and near-tie token flips, like the torch BF16 backend.
+Emulation: every stored tensor (hidden states between calls, K/V written to the planes,
+embeddings, logits) is rounded to bfloat16 (nearest even); weights and the arithmetic inside
+a call stay FP32. This gives relative errors of ~0.3-2% on KV and logits and near-tie token
+flips. (Rounding the weights too gave errors beyond those of the torch BF16 backend on long
+stateful runs, 0.125 on verification logits at depth 2, and flips at reference margin 0.132:
+an emulation harsher than the engine it stands for.)
 """
 from __future__ import annotations
 
@@ -37,10 +39,10 @@ class _RoundingKV:
 
 
 class BF16Model:
-    """A LoopedModel whose weights and stored tensors are bfloat16 values."""
+    """A LoopedModel whose stored tensors are bfloat16 values."""
 
     def __init__(self, model: LoopedModel):
-        self.inner = LoopedModel(model.cfg, {k: bf16(v) for k, v in model.weights.items()})
+        self.inner = model
         self.cfg, self.weights = model.cfg, model.weights        # what the judge's reference uses
 
     def embed(self, tokens):

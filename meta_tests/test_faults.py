@@ -88,7 +88,7 @@ EXPECTED = {
     "make_top_p_no_shift": [
         (FILTERS, "filtered probabilit"), (CHI2_TOP_P, "chi-square"), (ROUNDS, "")],
     "make_residual_no_clamp": [
-        (ENUMERATION, ""), (CHI2_TOP_P, "chi-square"), (ROUNDS, "")],
+        (ENUMERATION, ""), (CHI2_TOP_P, "chi-square|zero total mass"), (ROUNDS, "")],
     "make_bonus_after_rejection": [
         (RNG, "the policy requires nothing more"), (ROUNDS, "rng_events"), (GOLDEN_SEQ, "RNG order changed"),
         (STATEFUL, "rng_events")],

@@ -73,6 +73,10 @@ def filter_margin(logits, params: SamplingParams) -> float:
     if params.top_k is not None and params.top_k < kept:
         kept = params.top_k
         m = min(m, float((r1[kept - 1] - r1[kept]) / r1[0]))
+    if getattr(params, "min_p", None):                         # p >= min_p * max p, after temperature
+        x = lg / params.temperature
+        ratio = np.exp(x - x.max())
+        m = min(m, temper(params) * float(np.min(np.abs(ratio[np.isfinite(x)] - params.min_p))))
     if params.top_p is not None and params.top_p < 1 and kept > 1:
         x = lg / params.temperature
         s = np.sort(np.exp(x - x.max()))[::-1][:kept]
