@@ -4,7 +4,7 @@ k, v: [L, P, S, N, nkv, hd] device arrays (L layers, P >= D depth planes, S requ
 N positions), preallocated and grown (doubled) when a request or a position does not fit.
 The host keeps one frontier per (request, depth) (all layers of a depth are written by the
 same rows); writes must append at the frontier, rollback moves it back, and a read of a
-position at or past it raises KVError (shared/DESIGN.md section 7). Device data past a
+position at or past it raises KVError (docs/DESIGN.md section 7). Device data past a
 frontier is stale but never attended: a row at position p attends to positions <= p, and p
 is written by that same call before it is read.
 """

@@ -1,4 +1,4 @@
-"""The Ouro layer math in JAX, FP32 (shared/DESIGN.md section 2), as pure functions.
+"""The Ouro layer math in JAX, FP32 (docs/DESIGN.md section 2), as pure functions.
 
 Weights are stacked over layers and stored [in, out] so a row vector multiplies from the
 left. Every matmul and einsum runs at Precision.HIGHEST: true FP32, no TF32 / bf16 passes.

@@ -1,4 +1,4 @@
-"""Torch implementation of both speculative rounds (shared/DESIGN.md section 9).
+"""Torch implementation of both speculative rounds (docs/DESIGN.md section 9).
 
 FP32 on CPU (CI checks the logic against the reference), BF16 on CUDA with CUDA graphs.
 Entry point: `kernels.backend.make_torch_backend(device)`.

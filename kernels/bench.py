@@ -1,4 +1,4 @@
-"""Timing helpers for a benchmark CLI (shared/DESIGN.md section 10); no CLI here.
+"""Timing helpers for a benchmark CLI (docs/DESIGN.md section 10); no CLI here.
 
 measure_c_table: c(M) = one recurrent call over M rows, each row on its own KV plane at
 position context_len (so it attends to context_len + 1 keys, like a loop-round wave),

@@ -1,4 +1,4 @@
-"""Round benchmarks on the torch backend (shared/DESIGN.md section 10): head-call costs,
+"""Round benchmarks on the torch backend (docs/DESIGN.md section 10): head-call costs,
 device copy bandwidth, and paired block/loop rounds. Used by `python -m oracle bench`."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Backends: what runs rounds and returns traces (shared/DESIGN.md section 9).
+"""Backends: what runs rounds and returns traces (docs/DESIGN.md section 9).
 
 A backend is an object with
     name: str, dtype: str ("float32" | "bfloat16" | ...), exact: bool (bit-identical to the

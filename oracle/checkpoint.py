@@ -1,5 +1,5 @@
 """HF-style checkpoint folders: config.json + model.safetensors (or shards with
-model.safetensors.index.json), HF tensor names (shared/DESIGN.md section 2).
+model.safetensors.index.json), HF tensor names (docs/DESIGN.md section 2).
 
 Everything read from the folder is checked: config.json and the index are JSON objects of the
 right shape, every shard is a readable safetensors file, every tensor the model uses is a

@@ -1,4 +1,4 @@
-"""`python -m oracle bench c-table | rounds | sweep` on the torch backend (shared/DESIGN.md
+"""`python -m oracle bench c-table | rounds | sweep` on the torch backend (docs/DESIGN.md
 section 10). c-table: c(M) of one recurrent call over M rows (graph replay, median).
 rounds: paired block/loop generations. sweep: both, per C, with the predicted ratio from
 the c-table measured in the same run."""

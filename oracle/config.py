@@ -1,4 +1,4 @@
-"""Model configuration and presets (shared/DESIGN.md section 2)."""
+"""Model configuration and presets (docs/DESIGN.md section 2)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

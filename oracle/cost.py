@@ -1,4 +1,4 @@
-"""Cost model of a speculative round (shared/DESIGN.md section 10; docs/cost_model.md).
+"""Cost model of a speculative round (docs/DESIGN.md section 10; docs/cost_model.md).
 
 c(M) = measured ms of one recurrent call (one pass of the layer stack) over M rows; a round's
 predicted time is the sum of c(rows) over its recurrent calls, plus, given a head table h(M),

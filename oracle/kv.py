@@ -1,4 +1,4 @@
-"""KV planes: one per (request, depth, layer) (shared/DESIGN.md sections 3 and 7).
+"""KV planes: one per (request, depth, layer) (docs/DESIGN.md sections 3 and 7).
 
 A plane holds positions 0..frontier-1 contiguously. Writes append at the frontier (a write
 anywhere else is an error), every write is logged with the call that made it, rollback

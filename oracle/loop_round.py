@@ -1,4 +1,4 @@
-"""The loop round (shared/DESIGN.md section 4): mixed-depth waves. Request i's offset o at
+"""The loop round (docs/DESIGN.md section 4): mixed-depth waves. Request i's offset o at
 depth j runs in wave w = o*d_i + j; the whole wave schedule is planned from the counts and
 depths before compute."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The looped (Ouro) model in NumPy FP32 (shared/DESIGN.md section 2).
+"""The looped (Ouro) model in NumPy FP32 (docs/DESIGN.md section 2).
 
 One entry point does the work of both rounds: `recurrent_call(rows, h, kv, call)` runs one
 loop of the layer stack over an arbitrary list of rows (request, position, depth) at mixed

@@ -1,4 +1,4 @@
-"""The block round (shared/DESIGN.md section 4): draft offsets one after another with d_i
+"""The block round (docs/DESIGN.md section 4): draft offsets one after another with d_i
 calls each, then one packed verification of loops d_i..D_i-1 over every offset. With ragged
 depths a call holds the rows whose request runs that depth; calls without rows are skipped."""
 from __future__ import annotations

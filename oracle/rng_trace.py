@@ -1,4 +1,4 @@
-"""Per-request random streams and the RNG event trace (shared/DESIGN.md section 6).
+"""Per-request random streams and the RNG event trace (docs/DESIGN.md section 6).
 
 Every draw is an event (request, round, seq, purpose, offset, value). Policy `sequential`:
 drafts by offset, then per offset one accept uniform, on rejection one residual draw and

@@ -1,4 +1,4 @@
-"""Sampling filters, categorical draws and acceptance (shared/DESIGN.md section 5).
+"""Sampling filters, categorical draws and acceptance (docs/DESIGN.md section 5).
 
 The chain, in FP32, on the draft and on the verification logits alike:
   1. mask: banned token ids, and every id outside allowed_token_ids, become -inf (a row

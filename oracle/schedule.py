@@ -1,4 +1,4 @@
-"""Schedule planner for both speculative rounds (shared/DESIGN.md section 4).
+"""Schedule planner for both speculative rounds (docs/DESIGN.md section 4).
 
 Pure Python, no arrays. A row is (request, offset, depth); a call runs one loop of the
 layer stack over its rows; after a call, the draft head runs on `draft_head` rows

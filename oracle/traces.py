@@ -1,4 +1,4 @@
-"""A round's trace (shared/DESIGN.md section 8) and its JSON + NPZ form.
+"""A round's trace (docs/DESIGN.md section 8) and its JSON + NPZ form.
 
 JSON holds everything but the arrays; the NPZ beside it holds KV writes and logits, so an
 external engine can emit a trace and have it diffed.

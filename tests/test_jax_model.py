@@ -1,5 +1,5 @@
 """The JAX model against the NumPy reference: two implementations written separately from
-shared/DESIGN.md section 2, cross-checked as Hypothesis properties (they follow
+docs/DESIGN.md section 2, cross-checked as Hypothesis properties (they follow
 HYPOTHESIS_PROFILE: dev / ci / nightly, as in property_tests/conftest.py).
 
 * cache-free: JaxLoopedModel.forward_full == LoopedModel.forward_full within 1e-5 relative,
