@@ -128,20 +128,27 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="torch-cuda", help="backend under test (oracle.backends.load_backend)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cases", type=int, default=12)
+    p.add_argument("--only", help="run only cases A..B-1 of the --cases generated (A:B); the same cases as in a full run")
     p.add_argument("--rounds", type=int, default=2, help="rounds per case")
     p.add_argument("--max-prompt", type=int, default=2048)
     p.add_argument("--max-requests", type=int, default=64)
     p.add_argument("--max-cells", type=int, default=24576, help="bound on C * max_len per case (memory)")
     p.add_argument("--time-judge", action="store_true", help="also time the judge's rounds at C=16, context 1024")
     p.add_argument("--json", help="write the summary here")
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="merge the JSON summaries of earlier runs and report")
     args = p.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.json)
     t0 = time.perf_counter()
     model = build_model(args.preset, seed=args.seed)
     backend, judge = load_backend(args.backend), make_jax_backend()
     dtype = "exact" if backend.exact else backend.dtype
     cases = make_cases(args.cases, model.cfg.vocab_size, args.max_prompt, args.max_requests, args.max_cells,
                        args.rounds, args.seed)
-    summary = {"preset": args.preset, "backend": backend.name, "tolerance_row": dtype, "cases": 0, "failed": [],
+    if args.only:
+        a, b = (int(x) for x in args.only.split(":"))
+        cases = cases[a:b]
+    summary = {"preset": args.preset, "backend": f"{backend.name} ({backend.dtype})", "tolerance_row": dtype, "cases": 0, "failed": [],
                "request_rounds": 0, "kv_writes": 0, "logits": 0, "rng_events": 0, "tokens": 0,
                "max_rel_err": {"kv": 0.0, "logits": 0.0}, "excused": []}
     for case in cases:
@@ -172,9 +179,14 @@ def main(argv=None) -> int:
     if args.time_judge:
         summary["judge_round_ms_C16_ctx1024"] = time_judge(judge, model)
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
+    return report(summary, args.json)
+
+
+def report(summary: dict, json_path=None) -> int:
+    """Print the summary (one run, or several merged) and write it as JSON; the exit code."""
     ok = not summary["failed"] and summary["cases"] > 0
-    print(f"--- parity summary: {args.backend} ({backend.dtype}) vs the JAX FP32 judge, tolerance row {dtype!r}, "
-          f"preset {args.preset}")
+    print(f"--- parity summary: {summary['backend']} vs the JAX FP32 judge, tolerance row "
+          f"{summary['tolerance_row']!r}, preset {summary['preset']}")
     print(f"{summary['cases']} cases ({len(summary['failed'])} failed), {summary['request_rounds']} request-rounds; "
           f"compared {summary['kv_writes']} KV writes, {summary['logits']} logits vectors, {summary['rng_events']} "
           f"RNG events, {summary['tokens']} emitted tokens")
@@ -183,12 +195,30 @@ def main(argv=None) -> int:
           f"reference's rule on its own logits and uniforms (else a 'decisions' failure above)")
     for e in summary["excused"]:
         print(f"  excused: {e}")
+    for f in summary["failed"]:
+        print(f"  FAILED: {f}")
     if "judge_round_ms_C16_ctx1024" in summary:
         print(f"judge round time, C=16, context 1024, K=4, d=2, D=4 (median ms): {summary['judge_round_ms_C16_ctx1024']}")
     print(f"{'OK' if ok else 'FAILED'} in {summary['wall_s']} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
+    if json_path:
+        Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")
     return 0 if ok else 1
+
+
+def merge(paths: list, json_path=None) -> int:
+    """Several runs' JSON summaries (e.g. --only halves run side by side on two GPUs) as one;
+    wall_s is the longest of them (they ran at the same time)."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    out = dict(parts[0])
+    for k in ("cases", "request_rounds", "kv_writes", "logits", "rng_events", "tokens"):
+        out[k] = sum(p[k] for p in parts)
+    for k in ("failed", "excused"):
+        out[k] = [x for p in parts for x in p[k]]
+    out["max_rel_err"] = {k: max(p["max_rel_err"][k] for p in parts) for k in ("kv", "logits")}
+    out["wall_s"] = max(p["wall_s"] for p in parts)
+    for p in parts:
+        out.update({k: v for k, v in p.items() if k == "judge_round_ms_C16_ctx1024"})
+    return report(out, json_path)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
 #   bash scripts/gpu_run.sh [check|parity|full|floor|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
+#   full2: its 12 cases as two halves on two GPUs; sharded: the JAX judge over 2 GPUs (scripts/gpu_sharded_judge.py)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -17,6 +18,18 @@ check)
 full)
   timeout ${FULL_TIMEOUT:-560} python3 scripts/gpu_parity_full.py --cases ${CASES:-12} ${FULL_ARGS:-} \
     --json "$OUT/parity_full.json" 2>&1 | tee "$OUT/parity_full.log" | tail -30 ;;
+full2)   # the 12 cases in two halves side by side, one per GPU (2 GPUs), then merged
+  ( CUDA_VISIBLE_DEVICES=0 timeout ${FULL_TIMEOUT:-560} python3 scripts/gpu_parity_full.py --cases 12 --only 0:6 \
+      --json "$OUT/parity_full_a.json" > "$OUT/parity_full_a.log" 2>&1 ) &
+  ( CUDA_VISIBLE_DEVICES=1 timeout ${FULL_TIMEOUT:-560} python3 scripts/gpu_parity_full.py --cases 12 --only 6:12 \
+      --time-judge --json "$OUT/parity_full_b.json" > "$OUT/parity_full_b.log" 2>&1 ) &
+  wait
+  grep -h "^ok\|^FAIL\|^     " "$OUT/parity_full_a.log" "$OUT/parity_full_b.log"
+  python3 scripts/gpu_parity_full.py --merge "$OUT/parity_full_a.json" "$OUT/parity_full_b.json" \
+    --json "$OUT/parity_full.json" > "$OUT/parity_full.log" 2>&1; grep -v "excused:" "$OUT/parity_full.log" ;;
+sharded)
+  timeout ${SHARD_TIMEOUT:-400} python3 scripts/gpu_sharded_judge.py --devices 2 --json "$OUT/sharded_judge.json" \
+    2>&1 | tee "$OUT/sharded_judge.log" | tail -12 ;;
 parity)
   /usr/bin/time -f "gpu-parity wall %e s" env HYPOTHESIS_PROFILE=ci timeout 400 python3 -m pytest -q -m gpu gpu_tests \
     -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/gpu_parity.log" | tail -40 ;;
