@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from kernels.bench import measure_c_table
 from oracle.cases import reference_run, run
-from oracle.check import Case
+from oracle.cases import Case
 from oracle.compare import compare_runs
 from oracle.config import preset as preset_cfg
 from oracle.sampling import SamplingParams as SP

@@ -15,7 +15,12 @@ import numpy as np
 from oracle.config import ModelConfig
 from oracle.errors import OracleError
 
-from .model import HF_LAYER
+# the judge's per-layer parameter keys -> HF tensor names (judge_jax/model.py host_params)
+HF_LAYER = {"wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight",
+            "wo": "self_attn.o_proj.weight", "wg": "mlp.gate_proj.weight", "wu": "mlp.up_proj.weight",
+            "wd": "mlp.down_proj.weight", "n_in": "input_layernorm.weight",
+            "n_attn_out": "input_layernorm_2.weight", "n_post": "post_attention_layernorm.weight",
+            "n_mlp_out": "post_attention_layernorm_2.weight"}
 
 
 def required_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

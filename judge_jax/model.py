@@ -23,14 +23,9 @@ from oracle.config import ModelConfig
 from oracle.errors import OracleError
 
 from . import layers
+from .checkpoint import HF_LAYER, read_checkpoint
 from .layers import Dims
 from .layout import Layout
-
-HF_LAYER = {"wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight",
-            "wo": "self_attn.o_proj.weight", "wg": "mlp.gate_proj.weight", "wu": "mlp.up_proj.weight",
-            "wd": "mlp.down_proj.weight", "n_in": "input_layernorm.weight",
-            "n_attn_out": "input_layernorm_2.weight", "n_post": "post_attention_layernorm.weight",
-            "n_mlp_out": "post_attention_layernorm_2.weight"}
 
 
 def pow2(n: int, floor: int = 1) -> int:
@@ -101,7 +96,6 @@ class JaxLoopedModel:
 
     @classmethod
     def from_checkpoint(cls, folder, **kw) -> "JaxLoopedModel":
-        from .checkpoint import read_checkpoint
         cfg, weights = read_checkpoint(folder)
         return cls(cfg, weights, **kw)
 

@@ -1,20 +1,105 @@
-"""The one runner: a scenario through a backend's session, and a backend judged against the
-reference on it (used by `check`, `check --backend`, the property suite and gpu_tests).
+"""Cases and running them: the one Case type, the built-in cases `python -m oracle check`
+runs, the one runner (a scenario through a backend's session), and the two verdicts built on
+it: block vs loop on the reference (`check_case`) and a backend against the judge
+(`judge_backend`, `judge_cases`). Used by `check`, `check --backend`, `trace record`, the
+property suite and gpu_tests; every comparison is oracle.compare.compare_runs.
 
 A scenario is any object with d, D, policy, prompts, params and `ops`: a sequence of
-("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid). `oracle.check.Case` and
-`property_tests.strategies.Scenario` both are one.
+("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid); optionally `depths`, one
+(d_i, D_i) per request. `Case` below and `property_tests.strategies.Scenario` both are one.
 """
 from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
 
 import numpy as np
 
 from .backends import ReferenceBackend
-from .compare import Report, compare_runs
+from .cache_free import cache_free_check
+from .compare import Check, Report, compare_runs
+from .errors import OracleError
+from .sampling import SamplingParams
+from .schedule import schedule_violation
 
 MODES = ("block", "loop")
 REFERENCE = ReferenceBackend()
+COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
 
+
+@dataclass(slots=True)
+class Case:
+    name: str
+    prompts: list                      # token lists
+    params: list                       # SamplingParams per request
+    rounds: list                       # per round: {rid: T_i}
+    d: int
+    D: int
+    policy: str = "sequential"
+    reproduce: str = ""
+    depths: list | None = None         # (d_i, D_i) per request; None: every request (d, D)
+
+    @property
+    def ops(self) -> tuple:
+        """The rounds as runner ops: a request joins right before the first round naming it."""
+        ops, joined = [], set()
+        for counts in self.rounds:
+            ops += [("add", rid) for rid in counts if rid not in joined]
+            joined |= set(counts)
+            ops.append(("step", tuple(counts.items())))
+        return tuple(ops)
+
+
+def command(words: list[str]) -> str:
+    """The shell line `python -m oracle WORDS...` (a case's reproduce line)."""
+    return shlex.join(["python", "-m", "oracle", *words])
+
+
+def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", prompt_len=(1, 8), reproduce="",
+              vocab=64, depths=None) -> Case:
+    """Prompts drawn from `seed` (token ids below min(vocab, 64), lengths in prompt_len);
+    depths: (d_i, D_i) per request, or None for every request at (d, D)."""
+    rng = np.random.default_rng(seed)
+    n_req = max(max(r) for r in counts_rounds if r) + 1 if counts_rounds else 0
+    prompts = [list(map(int, rng.integers(0, min(vocab, 64), rng.integers(prompt_len[0], prompt_len[1] + 1))))
+               for _ in range(n_req)]
+    return Case(name, prompts, params, counts_rounds, d, D, policy, reproduce, depths)
+
+
+def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case]:
+    """Several ragged batches, greedy and sampled (top-k, top-p), four (d, D) pairs, one batch
+    of per-request target depths, stop tokens and max_tokens, both RNG policies, multi-round
+    generation with rollback and requests joining/leaving. Each case's reproduce line runs it
+    alone: `check <model_flags> --case NAME`, where model_flags name the model the check ran on
+    (default: the tiny preset, seed 0)."""
+    flags = list(model_flags) if model_flags is not None else ["--preset", "tiny", "--seed", "0"]
+    G = SamplingParams()
+    S = lambda seed, **kw: SamplingParams(temperature=kw.pop("t", 1.0), seed=seed, **kw)
+    mixed = [G, S(1, top_k=8), S(2, top_p=0.8), S(3, t=0.7, top_k=20, top_p=0.9), G, S(5, t=1.5)]
+    stop = [SamplingParams(stop_token_ids=(7,)), S(1, top_k=8, max_tokens=4),
+            S(2, top_p=0.9, t=0.7, stop_token_ids=(46,), max_tokens=5), S(3, stop_token_ids=(3, 7))]
+    specs = [
+        ("ragged (5,3,1) d=2 D=4", [{0: 5, 1: 3, 2: 1}], 2, 4, mixed[:3], 1, "sequential", None),
+        ("uniform (5,5,5,5) d=2 D=4, 6 rounds", [{i: 5 for i in range(4)}] * 6, 2, 4, mixed[:4], 2, "sequential", None),
+        ("ragged d=1 D=3, K changes per round",
+         [{0: 3, 1: 1, 2: 6}, {0: 1, 1: 4, 2: 2}, {0: 9, 1: 2, 2: 1}, {0: 2, 1: 5, 2: 3}],
+         1, 3, [mixed[1], mixed[0], mixed[2]], 3, "sequential", None),
+        ("d=3 D=5 fixed policy, joins and leaves",
+         [{0: 4, 1: 2}, {0: 4, 1: 3, 2: 5}, {2: 2, 3: 4}, {0: 1, 2: 5, 3: 3, 4: 2}], 3, 5, mixed[1:6], 4, "fixed",
+         None),
+        ("per-request depths 2:4,1:3,3:5,1:4, 3 rounds",
+         [{0: 5, 1: 3, 2: 1, 3: 4}, {0: 6, 1: 6, 2: 4, 3: 1}, {0: 3, 2: 2, 3: 3}],
+         1, 5, mixed[:4], 6, "sequential", [(2, 4), (1, 3), (3, 5), (1, 4)]),
+        ("stop tokens and max_tokens, 4 rounds", [{0: 5, 1: 3, 2: 1, 3: 4}] * 4, 2, 4, stop, 7, "sequential", None),
+        ("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
+         1, 2, [mixed[i % 6] for i in range(8)], 5, "sequential", None),
+    ]
+    return [make_case(name, rounds, d, D, params, seed=seed, policy=policy, vocab=vocab, depths=depths,
+                      reproduce=command(["check", *flags, "--case", name]))
+            for name, rounds, d, D, params, seed, policy, depths in specs]
+
+
+# ---- the one runner ----
 
 class Run:
     """One scenario run on one backend in one mode."""
@@ -130,4 +215,86 @@ def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: boo
         label = f"{case} [block vs loop]" if case else "block vs loop"
         out.append((label, compare_runs(runs["block"].traces, runs["loop"].traces,
                                         "exact" if bk.exact else bk.dtype, reproduce, label)))
+    return out
+
+
+# ---- block vs loop on the reference (`python -m oracle check`) ----
+
+def schedule_check(traces) -> Check:
+    """The calls each round executed are exactly its planned schedule."""
+    for tr in traces:
+        problem = schedule_violation(tr, tr.mode) if tr.mode in MODES else None
+        if problem:
+            return Check(f"schedule_{tr.mode}", False, problem)
+    return Check(f"schedule_{traces[0].mode if traces else ''}", True)
+
+
+def frontier_check(session) -> Check:
+    """After commit or rollback every request's KV frontier is its committed tokens - 1."""
+    for rid, req in session.requests.items():
+        f = session.kv.frontiers(rid)
+        if f != {len(req.tokens) - 1}:
+            return Check("kv_frontier", False, f"request {rid}: KV frontiers {sorted(f)} after commit, "
+                         f"expected {len(req.tokens) - 1}")
+    return Check("kv_frontier", True)
+
+
+def check_case(model, case: Case) -> Report:
+    """Block and loop on the reference, bit for bit, plus each run's schedule and KV frontiers
+    and the cache-free recompute of the block run's logits. A mode that raises fails."""
+    runs = {}
+    for mode in MODES:
+        try:
+            runs[mode] = run(REFERENCE, model, case, mode)
+        except (OracleError, AssertionError, IndexError, KeyError) as e:
+            rep = Report()
+            rep.checks.append(Check(f"{mode}_round", False, f"{mode} round raised {type(e).__name__}: {e}"
+                                    + (f" (reproduce: {case.reproduce})" if case.reproduce else "")))
+            return rep
+    rep = compare_runs(runs["block"].traces, runs["loop"].traces, "exact", case.reproduce)
+    for r in runs.values():
+        rep.checks.append(schedule_check(r.traces))
+        rep.checks.append(frontier_check(r.session))
+    rep.checks.append(cache_free_check(model, runs["block"].traces)[0])
+    return rep
+
+
+def check_cases(model, cases) -> dict:
+    """check_case on every case, summed: {"ok", "cases", "checks", counters, "layers"}."""
+    out = {"ok": True, "checks": [], "cases": [], **{k: 0 for k in COUNTERS[:4]}, "layers": model.cfg.num_layers}
+    for case in cases:
+        rep = check_case(model, case)
+        out["ok"] &= rep.ok
+        for k in COUNTERS[:4]:
+            out[k] += getattr(rep, k)
+        out["checks"] += [{"name": f"{case.name}: {c.name}", "ok": c.ok, "detail": c.detail} for c in rep.checks]
+        out["cases"].append({"name": case.name, "ok": rep.ok, "d": case.d, "D": case.D, "policy": case.policy,
+                             "requests": len(case.prompts), "rounds": len(case.rounds)})
+    return out
+
+
+# ---- a backend against the judge on many cases (`python -m oracle check --backend`) ----
+
+def judge_cases(backend, model, cases, suffix: str = "", judge=None) -> dict:
+    """judge_backend on every case whose policy the backend supports, summed into one verdict:
+    {"ok", "cases", "checks", counters, "max_rel_err", "excused_divergences", "skipped"}.
+    suffix: appended to each case's reproduce line (`--backend X [--reference Y]`)."""
+    out = {"ok": True, "checks": [], "cases": [], **{k: 0 for k in COUNTERS}, "excused_divergences": [],
+           "max_rel_err": {"kv": 0.0, "logits": 0.0}, "skipped": []}
+    for case in cases:
+        if case.policy not in backend.policies:
+            out["skipped"].append(f"{case.name} (policy {case.policy} not supported by {backend.name})")
+            continue
+        reproduce = (case.reproduce or "python -m oracle check") + suffix
+        reports = judge_backend(backend, model, case, reproduce, case.name, catch=True, judge=judge)
+        case_ok = all(rep.ok for _, rep in reports)
+        out["ok"] &= case_ok
+        out["cases"].append({"name": case.name, "ok": case_ok})
+        for label, rep in reports:
+            for k in COUNTERS:
+                out[k] += getattr(rep, k)
+            for k in ("kv", "logits"):
+                out["max_rel_err"][k] = max(out["max_rel_err"][k], rep.max_rel_err[k])
+            out["excused_divergences"] += rep.divergences
+            out["checks"] += [{"name": f"{label}: {c.name}", "ok": c.ok, "detail": c.detail} for c in rep.checks]
     return out

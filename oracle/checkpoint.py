@@ -15,7 +15,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .errors import OracleError
-from .model import check_weights, weight_shapes
+from .weights import check_weights, weight_shapes
 
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 IGNORED_QUIETLY = ("rotary_emb.inv_freq",)      # buffers some exporters save

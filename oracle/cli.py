@@ -1,5 +1,6 @@
-"""`python -m oracle <command>`: each command lives in oracle/cmd_<name>.py with
-`register(subparsers)` that adds its parser and sets `func(args) -> int`.
+"""`python -m oracle <command>`: each command lives in the module COMMANDS names
+(oracle/cmd_<name>.py; `bench` in kernels/cli_bench.py), whose `register(subparsers)` adds its
+parser and sets `func(args) -> int`. Argument types live in oracle/argtypes.py.
 
 Exit codes, the same for every command:
     0  ok
@@ -12,16 +13,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import sys
 import tempfile
 import time
 import traceback
 
-from .errors import OracleError
+from .errors import OracleError, one_line
 
-COMMANDS = ("check", "schedule", "model", "cost", "trace", "bench")
+# command -> "module:register". Commands resolve by name, like backends (oracle/backends.py), so
+# the oracle imports nothing of the engines it judges: `bench` lives beside the torch kernels.
+COMMANDS = {
+    "check": "oracle.cmd_check:register",
+    "schedule": "oracle.cmd_schedule:register",
+    "model": "oracle.cmd_model:register",
+    "cost": "oracle.cmd_cost:register",
+    "trace": "oracle.cmd_trace:register",
+    "bench": "kernels.cli_bench:register",
+}
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
@@ -85,83 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"loopspec-oracle {package_version()}",
                         help="print the package version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for target in COMMANDS.values():
+        mod_name, _, attr = target.partition(":")
         try:
-            mod = importlib.import_module(f"oracle.cmd_{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"oracle.cmd_{name}":
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as e:             # a package left out of this install
+            parts = mod_name.split(".")
+            if e.name not in {".".join(parts[:n]) for n in range(1, len(parts) + 1)}:
                 raise
             continue
-        mod.register(sub)
+        getattr(mod, attr)(sub)
     return parser
-
-
-# ---- argparse value types: each refuses a bad value with a message naming it ----
-
-def csv_ints(text: str) -> list[int]:
-    """argparse type for '5,3,1'; empty items ('5,,3', '5,') are refused."""
-    items = text.split(",")
-    if any(x.strip() == "" for x in items):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers without empty items, got {text!r}")
-    try:
-        return [int(x) for x in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def int_at_least(low: int):
-    """argparse type: an integer >= low."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
-        return value
-    parse.__name__ = f"integer >= {low}"
-    return parse
-
-
-def finite_float(text: str) -> float:
-    """argparse type: a finite float (no nan, no inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def probability(text: str) -> float:
-    """argparse type: a number in (0, 1]."""
-    value = finite_float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
-    return value
-
-
-# ---- output files ----
-
-def check_out_path(path: str, option: str = "--out") -> None:
-    """An output file path: not a directory, in a folder that exists."""
-    from pathlib import Path
-    p = Path(path)
-    if path.strip() == "":
-        raise OracleError(f"{option}: empty file name")
-    if p.is_dir():
-        raise OracleError(f"{option} {path}: is a directory; give a file name")
-    if not p.parent.is_dir():
-        raise OracleError(f"{option} {path}: folder {p.parent} does not exist")
-
-
-def write_out(path: str, text: str, summary: str, option: str = "--out") -> None:
-    """Write the result to a file and print one summary line instead of the result."""
-    check_out_path(path, option)
-    with open(path, "w") as f:
-        f.write(text if text.endswith("\n") else text + "\n")
-    print(f"{summary}; wrote {path}")
 
 
 # ---- running a command ----
@@ -172,11 +115,6 @@ def save_traceback() -> str:
     with os.fdopen(fd, "w") as f:
         f.write(traceback.format_exc())
     return path
-
-
-def one_line(text: str) -> str:
-    """Control characters (a newline inside a user's argument, say) escaped: one line always."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text.strip())
 
 
 def _one_line(e: BaseException) -> str:

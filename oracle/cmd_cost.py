@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-from .cli import csv_ints, int_at_least
 from . import limits
-from .cmd_schedule import add_round_args, max_depths, round_depths
+from .argtypes import csv_ints, int_at_least
+from .round_args import add_schedule_options, max_depths, round_depths
 from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, load_ctable
 from .errors import OracleError
 from .schedule import validate
@@ -29,7 +29,7 @@ def register(subparsers) -> None:
                    help=f"concurrencies C (default: {','.join(map(str, DEFAULT_BATCH))})")
     p.add_argument("--counts", type=csv_ints, default=None, metavar="T0,T1,...",
                    help="ragged round: token count T_i = K_i + 1 per request (instead of --k/--batch; default: none)")
-    add_round_args(p)
+    add_schedule_options(p)
     p.add_argument("--head-ctable", default=None, metavar="FILE",
                    help="h(M) table for head calls (draft heads and the verification head); default: none")
     p.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON')

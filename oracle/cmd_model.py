@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from . import limits
-from .cli import csv_ints, int_at_least
+from .argtypes import csv_ints, int_at_least
 from .errors import OracleError
 from .model import build_model
 from .progress import warn

@@ -6,47 +6,12 @@ depth that row runs in that call, `*` when the draft head runs on it after the c
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 from . import limits
-from .cli import csv_ints, int_at_least
-from .errors import OracleError
+from .argtypes import csv_ints
+from .round_args import add_schedule_options, max_depths, round_depths
 from .schedule import Schedule, check_schedule, plan, validate
-
-
-def add_round_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-d", "--draft-loops", type=int_at_least(1), default=2, metavar="d",
-                   help="loops used to draft, 1 <= d < D")
-    p.add_argument("-D", "--target-loops", type=int_at_least(1), default=4, metavar="D",
-                   help="loops used to verify")
-    p.add_argument("--allow-large", action="store_true",
-                   help="lift the size limits on requests, token counts, D and schedule rows")
-    p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,d1:D1,...",
-                   help="per-request draft and target loops, one pair per request (replaces -d/-D)")
-
-
-def depth_pairs(text: str) -> list[tuple[int, int]]:
-    """'2:4,1:3' -> [(2, 4), (1, 3)] (range checks are the planner's)."""
-    out = []
-    for item in text.split(","):
-        d, sep, D = item.strip().partition(":")
-        try:
-            out.append((int(d), int(D)))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair d_i:D_i of integers") from None
-        if not sep:
-            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair d_i:D_i of integers")
-    return out
-
-
-def round_depths(args, counts) -> tuple:
-    """(d, D) for the planner: two ints from -d/-D, or per-request lists from --depths."""
-    if args.depths is None:
-        return args.draft_loops, args.target_loops
-    if len(args.depths) != len(counts):
-        raise OracleError(f"--depths gives {len(args.depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
-    return [d for d, _ in args.depths], [D for _, D in args.depths]
 
 
 def register(subparsers) -> None:
@@ -54,7 +19,7 @@ def register(subparsers) -> None:
                               description="Print the block and loop schedules of one speculative round.")
     p.add_argument("--counts", type=csv_ints, required=True, metavar="T0,T1,...",
                    help="token count T_i = K_i + 1 per request, e.g. 5,3,1 (required)")
-    add_round_args(p)
+    add_schedule_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the diagram")
     p.set_defaults(func=run, preflight=check_schedule_args)
 
@@ -66,11 +31,6 @@ def check_schedule_args(args) -> None:
     limits.check_counts(args.counts, Dmax, args.allow_large)
     validate(args.counts, d, D)
     limits.check_schedule_size(args.counts, dmax, Dmax, args.allow_large, diagram=not args.json)
-
-
-def max_depths(d, D) -> tuple[int, int]:
-    """The largest d and D of a round (ints, or per-request lists from --depths)."""
-    return (max(d) if isinstance(d, list) else d), (max(D) if isinstance(D, list) else D)
 
 
 def run(args) -> int:

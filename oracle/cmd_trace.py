@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
-from .check import run_case
-from .cmd_check import add_round_options, custom_case
+from .argtypes import check_out_path
+from .cases import REFERENCE, command, run
 from .compare import TOLERANCES, compare_runs
 from .model import build_model
-from .round_args import command, model_flags, round_flags
+from .round_args import add_round_options, custom_case, model_flags, round_flags
 from .traces import load_traces, save_traces
 
 
@@ -22,11 +22,10 @@ def record_command(args, out: str) -> str:
 
 
 def record(args) -> int:
-    from .cli import check_out_path
     check_out_path(args.out, "--out")
     case = custom_case(args)
     model = build_model(args.preset, args.seed, args.checkpoint)
-    traces, _ = run_case(model, case, args.mode)
+    traces = run(REFERENCE, model, case, args.mode).traces
     save_traces(args.out, traces, {"case": case.name, "mode": args.mode, "reproduce": record_command(args, args.out),
                                    "check": case.reproduce})
     n_ev = sum(len(t.rng_events) for t in traces)

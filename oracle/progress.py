@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+from .errors import one_line
+
 
 def progress(items, desc: str, quiet: bool = False, total: int | None = None):
     """Iterate over items with a progress bar on stderr unless quiet (or tqdm is missing)."""
@@ -26,5 +28,4 @@ def add_quiet_option(parser) -> None:
 
 def warn(message: str) -> None:
     """One `warning: ...` line on stderr."""
-    from .cli import one_line
     print(f"warning: {one_line(message)}", file=sys.stderr)

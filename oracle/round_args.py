@@ -1,6 +1,7 @@
-"""The round options shared by `check` and `trace record` (added by
-oracle.cmd_check.add_round_options): their defaults, their checks before any work, and the
-command line that reproduces a run.
+"""Round options shared by commands. `check` and `trace record` take `add_round_options`:
+their defaults, their checks before any work (`check_round_args`), the case they describe
+(`custom_case`) and the command line that reproduces a run (`model_flags`, `round_flags`).
+`schedule` and `cost` take `add_schedule_options` (-d/-D or --depths of one planned round).
 
 `check_round_args(args)` runs in cli.main before the command (argparse `preflight` default):
 it resolves defaults, refuses bad or contradictory values and sizes beyond oracle.limits,
@@ -9,14 +10,62 @@ and warns about values that are legal but suspicious.
 from __future__ import annotations
 
 import os
-import shlex
 
 from . import limits
+from .argtypes import csv_ints, depth_pairs, finite_float, int_at_least, probability
+from .cases import command, default_cases, make_case
 from .config import ModelConfig, preset
 from .errors import OracleError
 from .progress import warn
 from .rng_trace import check_policy
+from .sampling import SamplingParams
 from .schedule import validate
+
+
+def add_round_options(p) -> None:
+    """Options shared by `check` and `trace record`; check_round_args checks them before any work."""
+    p.add_argument("--preset", default=None, help="model preset: tiny | small | ouro-1.4b (default: tiny "
+                   "unless --checkpoint is given)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="HF-style checkpoint folder instead of a preset (default: none)")
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="weights seed (presets) and base request seed (request i uses seed+i)")
+    p.add_argument("--counts", type=csv_ints, default=None, metavar="T0,T1,...",
+                   help="token counts T_i = K_i + 1 per request per round, e.g. 5,3,1 "
+                        "(default: the built-in cases; with other round options 5,3,1)")
+    p.add_argument("--draft-loops", "-d", type=int_at_least(1), default=None, metavar="d",
+                   help="loops used to draft, 1 <= d < D (default: 2)")
+    p.add_argument("--target-loops", "-D", type=int_at_least(1), default=None, metavar="D",
+                   help="loops used to verify (default: 4)")
+    p.add_argument("--temperature", type=finite_float, default=None,
+                   help="0 = greedy (default: a mixed batch, even requests greedy and odd ones at 1.0)")
+    p.add_argument("--top-k", type=int_at_least(1), default=None, help="keep the k most likely tokens (default: off)")
+    p.add_argument("--top-p", type=probability, default=None, help="nucleus mass in (0, 1] (default: off)")
+    p.add_argument("--rounds", type=int_at_least(1), default=None, help="rounds of generation (default: 4)")
+    p.add_argument("--policy", default=None, choices=("sequential", "fixed"),
+                   help="RNG policy (default: sequential)")
+    p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,...",
+                   help="per-request draft:target loops, one pair per request (replaces -d/-D; default: none)")
+    p.add_argument("--stop-tokens", type=csv_ints, default=None, metavar="ID,...",
+                   help="stop token ids of every request; emission ends after the first, kept (default: none)")
+    p.add_argument("--max-tokens", type=int_at_least(1), default=None,
+                   help="tokens each request may generate in all (default: unlimited)")
+    p.add_argument("--banned-tokens", type=csv_ints, default=None, metavar="ID,...",
+                   help="token ids masked to -inf in draft and verification logits (default: none)")
+    p.add_argument("--min-p", type=probability, default=None,
+                   help="min-p filter, vLLM's p >= min_p * max p after temperature (default: off)")
+    p.add_argument("--prompt-len", type=int_at_least(1), default=None,
+                   help="prompt length of every request (default: random 1..8 drawn from the seed)")
+    p.add_argument("--case", default=None, metavar="NAME",
+                   help="run one built-in case by name (see the reproduce lines; default: all of them)")
+    p.add_argument("--allow-large", action="store_true",
+                   help="lift the size limits of oracle/limits.py (runs may then take minutes or hours)")
+    p.set_defaults(preflight=check_round_args)
+    if not p.description:          # `check` (its register() gives none)
+        p.description = ("Run the block and loop rounds on the FP32 reference, for the built-in cases or the "
+                         "case the round options describe, and compare them bit for bit. Exit 0 all equal, "
+                         "1 a check failed, 2 bad usage or input, 3 internal error.")
+
 
 # option dest -> default; None in the parser so an explicit value can be told apart
 DEFAULTS = {"draft_loops": 2, "target_loops": 4, "rounds": 4, "policy": "sequential"}
@@ -53,7 +102,6 @@ def check_round_args(args) -> None:
     cfg = model_config(args)
     recording = hasattr(args, "mode")               # trace record: one mode, no cache-free recompute
     if args.case is not None or not explicit:       # built-in cases: one named, or all of them (check)
-        from .check import default_cases
         cases = default_cases(cfg.vocab_size)
         if args.case is not None:
             if args.case not in [c.name for c in cases]:
@@ -116,5 +164,62 @@ def round_flags(args, counts) -> list[str]:
     return out
 
 
-def command(words: list[str]) -> str:
-    return shlex.join(["python", "-m", "oracle", *words])
+def custom_case(args):
+    """The case described by --counts and friends, or the built-in case named by --case; its
+    reproduce line is the exact command that regenerates it."""
+    check_round_args(args)
+    cfg = model_config(args)
+    if args.case is not None:
+        return next(c for c in default_cases(cfg.vocab_size, model_flags(args)) if c.name == args.case)
+    counts = args.counts or DEFAULT_COUNTS
+    depths = args.depths
+    if depths is not None:                           # the session's (d, D): KV planes for max D_i
+        if len(depths) != len(counts):
+            raise OracleError(f"--depths gives {len(depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
+        validate(counts, [a for a, _ in depths], [b for _, b in depths])
+        args.draft_loops, args.target_loops = min(a for a, _ in depths), max(b for _, b in depths)
+    stops = {"stop_token_ids": tuple(args.stop_tokens or ()), "max_tokens": args.max_tokens,
+             "banned_token_ids": tuple(args.banned_tokens or ())}
+    filters = {"min_p": args.min_p}
+    if args.temperature is None:                      # a mixed batch
+        params = [SamplingParams(seed=args.seed + i, **stops) if i % 2 == 0 else
+                  SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i, **stops, **filters)
+                  for i in range(len(counts))]
+    else:
+        params = [SamplingParams(args.temperature, args.top_k, args.top_p, seed=args.seed + i, **stops,
+                                 **(filters if args.temperature else {})) for i in range(len(counts))]
+    rounds = [{i: t for i, t in enumerate(counts)}] * args.rounds
+    plen = (args.prompt_len, args.prompt_len) if args.prompt_len else (1, 8)
+    repro = command(["check", *model_flags(args), *round_flags(args, counts)])
+    name = f"counts {tuple(counts)} " + (f"d={args.draft_loops} D={args.target_loops}" if depths is None else
+                                         "depths " + ",".join(f"{a}:{b}" for a, b in depths)) + f" x{args.rounds} rounds"
+    return make_case(name, rounds, args.draft_loops, args.target_loops, params, seed=args.seed,
+                     policy=args.policy, prompt_len=plen, reproduce=repro, vocab=cfg.vocab_size, depths=depths)
+
+
+# ---- `schedule` and `cost`: one planned round ----
+
+def add_schedule_options(p) -> None:
+    """-d/-D, --depths and --allow-large of `schedule` and `cost` (one round, planned only)."""
+    p.add_argument("-d", "--draft-loops", type=int_at_least(1), default=2, metavar="d",
+                   help="loops used to draft, 1 <= d < D")
+    p.add_argument("-D", "--target-loops", type=int_at_least(1), default=4, metavar="D",
+                   help="loops used to verify")
+    p.add_argument("--allow-large", action="store_true",
+                   help="lift the size limits on requests, token counts, D and schedule rows")
+    p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,d1:D1,...",
+                   help="per-request draft and target loops, one pair per request (replaces -d/-D)")
+
+
+def round_depths(args, counts) -> tuple:
+    """(d, D) for the planner: two ints from -d/-D, or per-request lists from --depths."""
+    if args.depths is None:
+        return args.draft_loops, args.target_loops
+    if len(args.depths) != len(counts):
+        raise OracleError(f"--depths gives {len(args.depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
+    return [d for d, _ in args.depths], [D for _, D in args.depths]
+
+
+def max_depths(d, D) -> tuple[int, int]:
+    """The largest d and D of a round (ints, or per-request lists from --depths)."""
+    return (max(d) if isinstance(d, list) else d), (max(D) if isinstance(D, list) else D)

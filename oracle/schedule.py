@@ -3,7 +3,8 @@
 Pure Python, no arrays. A row is (request, offset, depth); a call runs one loop of the
 layer stack over its rows; after a call, the draft head runs on `draft_head` rows
 (request, offset) and offset+1's draft token is drawn. The verification head then runs
-once over every (request, offset).
+once over every (request, offset). `check_schedule` checks a plan's invariants;
+`schedule_violation` checks a round's trace (the calls it ran, its stats) against its plan.
 """
 from __future__ import annotations
 
@@ -205,3 +206,33 @@ def check_schedule(s: Schedule) -> None:
         raise OracleError(f"{s.mode}: {len(s.calls)} recurrent calls, expected {formula} = {want}")
     if sorted(s.verify_head) != sorted(_verify_head(counts)):
         raise OracleError(f"{s.mode}: verification head rows are not every (request, offset)")
+
+
+def schedule_violation(tr, mode: str) -> str | None:
+    """What in a round's trace departs from its planned schedule (the plan itself checked
+    first), or None. Row order inside a call is free; a backend that records no calls is
+    checked on its stats only."""
+    dep = tr.request_depths()
+    d, D = [x for x, _ in dep], [x for _, x in dep]
+    s = plan(mode, tr.token_counts, d, D)
+    check_schedule(s)
+    want_calls = expected_calls(mode, tr.token_counts, d, D)
+    formula = "(max(T)-1)*d+D" if len(set(dep)) == 1 else f"the {mode} plan's count for depths {dep}"
+    stats = tr.stats or {}
+    if "recurrent_calls" in stats and stats["recurrent_calls"] != want_calls:
+        return f"round {tr.round}: {stats['recurrent_calls']} recurrent calls, expected {formula} = {want_calls}"
+    if "rows_per_call" in stats and stats["rows_per_call"] != s.row_counts():
+        return f"round {tr.round}: rows per call {stats['rows_per_call']}, the {mode} plan has {s.row_counts()}"
+    if not tr.calls:                                   # the backend does not record its calls
+        return None
+    idx = {rid: i for i, rid in enumerate(tr.requests)}
+    got = [{"rows": sorted([idx[r], o, j] for r, o, j in c["rows"]),
+            "draft_head": sorted([idx[r], o] for r, o in c.get("draft_head", []))} for c in tr.calls]
+    want = [{"rows": sorted(r), "draft_head": sorted(h)} for r, h in
+            ((c["rows"], c["draft_head"]) for c in s.to_json()["calls"])]
+    for n, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            return f"round {tr.round}: {mode} call {n} ran {g}, the plan has {w}"
+    if len(got) != len(want):
+        return f"round {tr.round}: {len(got)} calls, the {mode} plan has {len(want)}"
+    return None

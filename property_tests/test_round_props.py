@@ -19,7 +19,7 @@ from hypothesis import event, given, settings
 from oracle.cache_free import cache_free_check
 from oracle.compare import TOLERANCES, allowed
 from oracle.kv import KVError
-from oracle.check import schedule_violation
+from oracle.schedule import schedule_violation
 
 from . import harness
 from .harness import examples

@@ -1,6 +1,7 @@
 """Plots of the H200 sweep under docs/: c(M) (ours, all of a recurrent call, against the
 shared linear-layers table) and predicted vs measured block/loop ratio per C.
-    python scripts/plot_results.py   (reads docs/results/sweep_*.json)"""
+    python scripts/plot_results.py   (reads docs/results/sweep_*.json)
+Needs matplotlib, the `plots` extra: pip install -e ".[plots]"."""
 import glob
 import json
 from pathlib import Path

@@ -16,7 +16,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from oracle.cli import build_parser, csv_ints, finite_float, main, probability
+from oracle.argtypes import csv_ints, finite_float, probability
+from oracle.cli import build_parser, main
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 SCALE = 10 if PROFILE == "nightly" else 1

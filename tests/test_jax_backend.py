@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from judge_jax.backend import make_jax_backend
-from oracle.check import Case, run_case
+from oracle.cases import REFERENCE, Case, run
 from oracle.compare import compare_runs
 from oracle.errors import OracleError
 from oracle.kv import KVError
@@ -21,8 +21,8 @@ def case(seed=0):
 
 @pytest.mark.parametrize("chunk", [7, 512])
 def test_chunked_prefill_matches_reference(tiny, chunk):
-    ref = run_case(tiny, case(), "loop")[0]
-    got, s = run_case(tiny, case(), "loop", make_jax_backend(prefill_chunk=chunk))
+    ref = run(REFERENCE, tiny, case(), "loop").traces
+    got = run(make_jax_backend(prefill_chunk=chunk), tiny, case(), "loop").traces
     rep = compare_runs(ref, got, "float32")
     assert rep.ok, rep.first_failure()
     assert rep.kv_writes_compared > 0 and rep.logits_compared > 0

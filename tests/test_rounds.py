@@ -5,7 +5,7 @@ import sys
 import pytest
 
 import oracle.loop_round as loop_round_mod
-from oracle.check import check_case, default_cases, make_case
+from oracle.cases import check_case, default_cases, make_case
 from oracle.compare import compare_runs
 from oracle.sampling import SamplingParams as SP
 from oracle.schedule import Call, Schedule, loop_waves

@@ -1,23 +1,28 @@
 """`python -m oracle bench c-table | rounds | sweep` on the torch backend (docs/DESIGN.md
 section 10). c-table: c(M) of one recurrent call over M rows (graph replay, median).
 rounds: paired block/loop generations. sweep: both, per C, with the predicted ratio from
-the c-table measured in the same run."""
+the c-table measured in the same run.
+
+oracle/cli.py loads this command by name (its COMMANDS registry, like the backends' NAMED),
+so imports run one way: kernels -> oracle, never the reverse."""
 from __future__ import annotations
 
 import json
 
-from . import limits
-from .bench_stats import paired_summary
-from .cli import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
-from .errors import OracleError
-from .progress import add_quiet_option, progress
-from .sampling import SamplingParams
-from .schedule import plan, validate
+from oracle import limits
+from oracle.argtypes import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
+from oracle.bench_stats import paired_summary
+from oracle.errors import OracleError
+from oracle.progress import add_quiet_option, progress
+from oracle.sampling import SamplingParams
+from oracle.schedule import plan, validate
 
 
 def _torch_bench():
+    """kernels.bench and kernels.bench_rounds, imported on use: `--help` and the option checks
+    need no torch."""
     try:
-        from kernels import bench, bench_rounds
+        from . import bench, bench_rounds
     except ImportError as e:
         raise OracleError(f"bench needs torch and the kernels package ({e})") from None
     return bench, bench_rounds
@@ -64,7 +69,7 @@ MAX_CPU_PARAMS = 50e6    # larger models are benchmarked on CUDA only
 
 def check_bench_args(args) -> None:
     """Every option of bench c-table | rounds | sweep, before torch does any work."""
-    from .config import preset
+    from oracle.config import preset
     cfg = preset(args.preset)
     if args.device == "cpu" and not args.allow_large and limits.params_per_row(cfg) > MAX_CPU_PARAMS:
         raise OracleError(f"bench on the CPU with preset {args.preset} ({limits.params_per_row(cfg) / 1e6:.0f}M "
@@ -179,7 +184,7 @@ def cmd_rounds(args) -> int:
 
 def cmd_sweep(args) -> int:
     """c-table and head table measured in this run, then paired rounds per C; predicted vs measured."""
-    from .cost import compare_rounds, ctable_from_dict
+    from oracle.cost import compare_rounds, ctable_from_dict
     _common(args)
     bench, br = _torch_bench()
     dev = _device(args)

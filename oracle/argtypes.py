@@ -1,0 +1,89 @@
+"""argparse value types and output-file checks shared by the commands (oracle/cmd_*.py and
+kernels/cli_bench.py). Each type refuses a bad value with a message naming it; argparse turns
+that into one `error: ...` line (exit 2)."""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from .errors import OracleError
+
+
+def csv_ints(text: str) -> list[int]:
+    """argparse type for '5,3,1'; empty items ('5,,3', '5,') are refused."""
+    items = text.split(",")
+    if any(x.strip() == "" for x in items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers without empty items, got {text!r}")
+    try:
+        return [int(x) for x in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def int_at_least(low: int):
+    """argparse type: an integer >= low."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite float (no nan, no inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def probability(text: str) -> float:
+    """argparse type: a number in (0, 1]."""
+    value = finite_float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def depth_pairs(text: str) -> list[tuple[int, int]]:
+    """argparse type: '2:4,1:3' -> [(2, 4), (1, 3)] (range checks are the planner's)."""
+    out = []
+    for item in text.split(","):
+        d, sep, D = item.strip().partition(":")
+        try:
+            out.append((int(d), int(D)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair d_i:D_i of integers") from None
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair d_i:D_i of integers")
+    return out
+
+
+# ---- output files ----
+
+def check_out_path(path: str, option: str = "--out") -> None:
+    """An output file path: not a directory, in a folder that exists."""
+    p = Path(path)
+    if path.strip() == "":
+        raise OracleError(f"{option}: empty file name")
+    if p.is_dir():
+        raise OracleError(f"{option} {path}: is a directory; give a file name")
+    if not p.parent.is_dir():
+        raise OracleError(f"{option} {path}: folder {p.parent} does not exist")
+
+
+def write_out(path: str, text: str, summary: str, option: str = "--out") -> None:
+    """Write the result to a file and print one summary line instead of the result."""
+    check_out_path(path, option)
+    with open(path, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    print(f"{summary}; wrote {path}")

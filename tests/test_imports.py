@@ -1,0 +1,154 @@
+"""Imports run one way: kernels -> oracle and judge_jax -> oracle, never the reverse, and no
+module of oracle/, kernels/ or judge_jax/ imports itself back through others (no cycles).
+
+The graph is read with `ast` from the source files, so imports inside functions count as
+much as module-level ones, relative and absolute alike. Engines reach the oracle only by
+name: oracle/backends.py (NAMED) and oracle/cli.py (COMMANDS) hold "module:attr" strings,
+which are not imports."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("oracle", "kernels", "judge_jax")
+JUDGED = ("kernels", "judge_jax")          # what the oracle judges: it must not import them
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def resolve(name: str, known) -> str | None:
+    """The known module `name` is, or the longest known package holding it."""
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(mod: str, path: Path, known) -> set[str]:
+    """Every module of the three packages that `mod` imports, anywhere in its source."""
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module
+            # `from pkg import sub` imports the submodule when there is one
+            targets = [f"{stem}.{a.name}" if f"{stem}.{a.name}" in known else stem for a in node.names]
+        else:
+            continue
+        out |= {t for t in (resolve(x, known) for x in targets) if t and t != mod}
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {mod: imports_of(mod, path, known) for mod, path in known.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_walk_sees_function_level_and_relative_imports():
+    graph = import_graph()
+    assert "oracle.errors" in graph["kernels.session"]               # absolute, module level
+    assert "oracle.checkpoint" in graph["oracle.model"]              # relative, inside build_model
+    assert {"kernels.bench", "kernels.bench_rounds"} <= graph["kernels.cli_bench"]   # `from . import a, b`
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_oracle_imports_nothing_it_judges():
+    bad = sorted(f"{m} -> {t}" for m, ts in import_graph().items() if m.split(".")[0] == "oracle"
+                 for t in ts if t.split(".")[0] in JUDGED)
+    assert not bad, "the oracle imports the engines it judges: " + ", ".join(bad)
+
+
+def test_engines_are_reached_by_name_only():
+    """The registry strings name modules that exist (a typo would hide a command or backend)."""
+    from oracle.backends import NAMED
+    from oracle.cli import COMMANDS
+    known = modules()
+    for target in [*NAMED.values(), *COMMANDS.values()]:
+        mod, _, attr = target.partition(":")
+        assert mod in known and attr, target
+        assert f"def {attr}(" in known[mod].read_text(), target
+
+
+def loaded_after(code: str) -> list[str]:
+    probe = (f"import sys\n{code}\n"
+             "import json; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+HEAVY = ("kernels", "judge_jax", "torch", "jax", "jaxlib")
+
+
+def test_importing_the_cli_loads_no_engine_and_no_framework():
+    loaded = loaded_after("import oracle.cli")
+    assert [m for m in loaded if m in HEAVY] == []
+
+
+@pytest.mark.parametrize("argv", [["check", "--rounds", "1", "--counts", "2,1"], ["schedule", "--counts", "3,1"],
+                                  ["--help"]])
+def test_reference_commands_need_no_framework_and_no_test_tool(argv):
+    """The reference's commands run on NumPy: torch, jax and the test/plot extras stay unloaded
+    (building the parser loads kernels/cli_bench.py by name, which imports no torch)."""
+    loaded = loaded_after("import contextlib, io, oracle.cli\n"
+                          "with contextlib.redirect_stdout(io.StringIO()):\n"
+                          f"    oracle.cli.main({argv!r})")
+    assert [m for m in loaded if m in ("torch", "jax", "jaxlib", "judge_jax", "hypothesis", "pytest", "scipy",
+                                        "matplotlib")] == []
