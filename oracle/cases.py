@@ -174,11 +174,11 @@ def replay_lists(other: Run, sc) -> dict:
     return {rid: [e.value for e in other.events(rid)] + pad for rid in range(len(sc.prompts))}
 
 
-def reference_run(model, sc, mode: str, replay_from: Run | None = None, judge=None) -> Run:
+def reference_run(model, sc, mode: str, replay_from: Run | None = None, judge=None, **options) -> Run:
     """A reference run; with replay_from, in replay mode consuming that run's uniforms.
     judge: the backend computing the judge's side (default the NumPy reference)."""
     return run(judge or REFERENCE, model, sc, mode,
-               replay=None if replay_from is None else replay_lists(replay_from, sc))
+               replay=None if replay_from is None else replay_lists(replay_from, sc), **options)
 
 
 def draws_host_stream(bk) -> bool:
@@ -188,11 +188,14 @@ def draws_host_stream(bk) -> bool:
     return bool(bk.exact or getattr(bk, "host_rng", False))
 
 
-def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None) -> tuple[Report, Run]:
+def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None,
+               **options) -> tuple[Report, Run]:
     """The backend's run in one mode against the judge's (default the reference), by the
-    backend's tolerance row; device-RNG backends against the judge replaying their uniforms."""
-    got = run(bk, model, sc, mode)
-    ref = reference_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge)
+    backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
+    options: session options for both sides (e.g. max_requests, max_len to size the KV)."""
+    got = run(bk, model, sc, mode, **options)
+    ref = reference_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge,
+                        **options)
     return compare_runs(ref.traces, got.traces, "exact" if bk.exact else bk.dtype, reproduce, case), got
 
 

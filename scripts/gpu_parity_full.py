@@ -24,7 +24,6 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
-from oracle.compare import compare_runs  # noqa: E402
+from oracle.cases import Case, judge_mode  # noqa: E402
 from oracle.model import build_model  # noqa: E402
 from oracle.sampling import SamplingParams as SP  # noqa: E402
 
@@ -44,20 +43,8 @@ KINDS = (SP(), SP(1.0, top_k=50), SP(0.8, top_p=0.9), SP(1.2, top_k=200, top_p=0
 MAX_T = 9                                                  # K_i = 0..8
 
 
-@dataclass
-class Case:
-    name: str
-    d: int
-    D: int
-    mode: str
-    policy: str
-    prompts: list
-    params: list
-    rounds: list                                           # per round {rid: T_i}
-
-    @property
-    def max_len(self) -> int:
-        return max(len(p) for p in self.prompts) + len(self.rounds) * MAX_T + 1
+def max_len(case: Case) -> int:
+    return max(len(p) for p in case.prompts) + len(case.rounds) * MAX_T + 1
 
 
 def make_cases(n: int, vocab: int, max_prompt: int, max_C: int, max_cells: int, n_rounds: int, seed: int):
@@ -82,26 +69,9 @@ def make_cases(n: int, vocab: int, max_prompt: int, max_C: int, max_cells: int, 
             if r == 0:                                     # K = 8 and K = 0 in every case
                 T[0], T[-1] = MAX_T, 1
             rounds.append(dict(enumerate(T)))
-        cases.append(Case(f"#{i} {shape} C={C} prompts {min(lens[:C])}..{max(lens[:C])} d={d} D={D} {mode} {policy}",
-                          d, D, mode, policy, prompts, params, rounds))
+        name = f"#{i} {shape} C={C} prompts {min(lens[:C])}..{max(lens[:C])} d={d} D={D} {mode} {policy}"
+        cases.append((Case(name, prompts, params, rounds, d, D, policy), mode))
     return cases
-
-
-def run(backend, model, case: Case, replay=None):
-    s = backend.session(model, case.d, case.D, case.mode, case.policy,
-                        max_requests=len(case.prompts), max_len=case.max_len)
-    for rid, (prompt, params) in enumerate(zip(case.prompts, case.params)):
-        s.add(rid, prompt, params, **({"replay": replay[rid]} if replay is not None else {}))
-    return [s.step(counts) for counts in case.rounds]
-
-
-def replay_of(traces, n: int) -> dict:
-    """The uniforms a device-RNG backend drew, per request, padded past a divergence."""
-    us = {rid: [] for rid in range(n)}
-    for tr in traces:
-        for e in tr.rng_events:
-            us[e.request].append(e.value)
-    return {rid: u + [0.5] * (2 * MAX_T) for rid, u in us.items()}
 
 
 def time_judge(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 5) -> dict:
@@ -151,14 +121,12 @@ def main(argv=None) -> int:
     summary = {"preset": args.preset, "backend": f"{backend.name} ({backend.dtype})", "tolerance_row": dtype, "cases": 0, "failed": [],
                "request_rounds": 0, "kv_writes": 0, "logits": 0, "rng_events": 0, "tokens": 0,
                "max_rel_err": {"kv": 0.0, "logits": 0.0}, "excused": []}
-    for case in cases:
+    for case, mode in cases:
         if case.policy not in backend.policies:
             continue
         tc = time.perf_counter()
-        got = run(backend, model, case)
-        ref = run(judge, model, case, None if getattr(backend, "host_rng", False) else
-                  replay_of(got, len(case.prompts)))
-        rep = compare_runs(ref, got, dtype, f"scripts/gpu_parity_full.py case {case.name}")
+        rep, _ = judge_mode(backend, model, case, mode, f"scripts/gpu_parity_full.py case {case.name}", case.name,
+                            judge, max_requests=len(case.prompts), max_len=max_len(case))
         summary["cases"] += 1
         summary["request_rounds"] += sum(len(r) for r in case.rounds)
         for k, attr in (("kv_writes", "kv_writes_compared"), ("logits", "logits_compared"),
@@ -175,7 +143,6 @@ def main(argv=None) -> int:
               flush=True)
         for b in bad[:5]:
             print(f"     {b}")
-        del got, ref
     if args.time_judge:
         summary["judge_round_ms_C16_ctx1024"] = time_judge(judge, model)
     summary["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -21,12 +21,13 @@ def load_script():
 
 def test_cases_cover_the_grid():
     mod = load_script()
-    cases = mod.make_cases(12, 49152, 2048, 64, 24576, 2, 0)
+    pairs = mod.make_cases(12, 49152, 2048, 64, 24576, 2, 0)
+    cases = [c for c, _ in pairs]
     assert {(c.d, c.D) for c in cases} == {(1, 4), (2, 4), (3, 4)}
-    assert {c.mode for c in cases} == {"block", "loop"} and {c.policy for c in cases} == {"sequential", "fixed"}
+    assert {m for _, m in pairs} == {"block", "loop"} and {c.policy for c in cases} == {"sequential", "fixed"}
     assert max(len(c.prompts) for c in cases) == 64
     assert max(len(p) for c in cases for p in c.prompts) == 2048 and min(len(p) for c in cases for p in c.prompts) == 1
-    assert all(len(c.prompts) * c.max_len <= 24576 for c in cases)          # the memory bound
+    assert all(len(c.prompts) * mod.max_len(c) <= 24576 for c in cases)          # the memory bound
     Ts = {t for c in cases for r in c.rounds for t in r.values()}
     assert Ts == set(range(1, 10))
     kinds = {p.greedy for c in cases for p in c.params}
@@ -50,11 +51,13 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
     device_rng.host_rng = False          # as if it drew its own uniforms: the judge must replay them
     seen = []
 
-    def fake_run(backend, model, case, replay=None, _run=mod.run):
+    import oracle.cases as cases
+
+    def fake_run(backend, model, sc, mode, replay=None, _run=cases.run, **kw):
         seen.append(replay is not None)
-        return _run(backend, model, case, replay)
+        return _run(backend, model, sc, mode, replay, **kw)
 
     monkeypatch.setattr(mod, "load_backend", lambda spec: device_rng)
-    monkeypatch.setattr(mod, "run", fake_run)
+    monkeypatch.setattr(cases, "run", fake_run)
     assert mod.main(SMALL + ["--backend", "device-rng"]) == 0, capsys.readouterr().out
     assert seen == [False, True, False, True]       # backend first, then the judge in replay mode
