@@ -4,9 +4,9 @@ lifts them all (the work then takes as long as it takes).
 
 The time estimate of a reference run (check, trace record) is calibrated on this project's
 2-core machine (tiny and small presets, up to 200 rounds; within about 3x): a row of a round
-costs ROW_SECONDS per layer plus its multiply-adds at FLOPS_PER_SECOND, and the cache-free
-recompute of each round re-runs the whole sequence, whose attention grows with the square of
-its length.
+costs ROW_SECONDS per layer plus its multiply-adds at FLOPS_PER_SECOND; the cache-free
+recompute forwards each committed position once and each round's tokens once, attending over
+the context (linear in the rounds, like decoding itself).
 """
 from __future__ import annotations
 
@@ -74,8 +74,8 @@ def params_per_row(cfg: ModelConfig) -> int:
 
 def estimate_seconds(cfg: ModelConfig, rounds: list[dict], D: int, prompt_len: int, check: bool = True) -> float:
     """Seconds of a reference check of rounds [{request: T_i}]: both rounds' rows, plus the
-    cache-free recompute of every round (whole sequence, all loops), whose attention term is
-    quadratic in its length. check=False: one mode, no recompute (trace record)."""
+    cache-free recompute (each prompt once, then each round's tokens and its committed tokens,
+    attending over the context). check=False: one mode, no recompute (trace record)."""
     flops_s = 2 * params_per_row(cfg) / FLOPS_PER_SECOND
     row_s, recompute_row_s = ROW_SECONDS * cfg.num_layers + flops_s, RECOMPUTE_ROW_SECONDS * cfg.num_layers + flops_s
     round_rows = (2 if check else 1) * D * sum(sum(r.values()) for r in rounds)
@@ -83,9 +83,13 @@ def estimate_seconds(cfg: ModelConfig, rounds: list[dict], D: int, prompt_len: i
     length: dict = {}
     for r in (rounds if check else ()):
         for rid, t in r.items():
-            n = length.setdefault(rid, prompt_len)
-            recompute_rows += D * n
-            recompute_pairs += D * n * n
+            if rid not in length:                    # the prompt, once
+                length[rid] = prompt_len
+                recompute_rows += D * prompt_len
+                recompute_pairs += D * prompt_len * prompt_len // 2
+            n = length[rid]
+            recompute_rows += 2 * D * t              # the round's tokens, then the committed ones
+            recompute_pairs += 2 * D * t * n
             length[rid] = n + t                      # at most T_i tokens are committed per round
     width = cfg.num_layers * cfg.num_heads * cfg.head_dim / (TINY_SHAPE.num_layers * 32)
     return round_rows * row_s + recompute_rows * recompute_row_s + recompute_pairs * ATTENTION_SECONDS * max(1.0, width)

@@ -106,23 +106,33 @@ class LoopedModel:
             np.zeros((0, self.cfg.vocab_size), F32)
 
     # ---- second path: full sequence, no KV cache, batched matmuls ----
-    def forward_full(self, tokens, loops: int) -> list[np.ndarray]:
-        """Logits [T, V] of every position after each of `loops` loops."""
+    def forward_full(self, tokens, loops: int, past=None, keep: bool = False):
+        """Logits [T, V] of every position after each of `loops` loops, computed from tokens
+        alone (no KV cache). past: the keys/values of P earlier positions, as returned by a
+        forward of those positions with keep=True; `tokens` then stand at positions P..P+T-1
+        and also attend to them (a prefix is computed once, never taken from a cache).
+        keep=True: returns (logits, kv) with kv[loop][layer] = (K, V) [P+T, nkv, hd]."""
         cfg = self.cfg
         nh, nkv, hd, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
         T = len(tokens)
-        cos, sin = rope_cos_sin(np.arange(T), hd, cfg.rope_theta)        # [T, hd]
-        mask = np.triu(np.full((T, T), -np.inf, F32), k=1)
+        P = 0 if past is None else len(past[0][0][0])
+        assert past is None or len(past) >= loops, "past holds fewer loops than asked for"
+        cos, sin = rope_cos_sin(np.arange(P, P + T), hd, cfg.rope_theta)        # [T, hd]
+        mask = np.triu(np.full((T, P + T), -np.inf, F32), k=P + 1)             # [T, P+T]
         h = self.embed(tokens)
-        out = []
-        for _ in range(loops):
-            for L in self.layers:
+        out, kv = [], []
+        for j in range(loops):
+            kv.append([])
+            for l, L in enumerate(self.layers):
                 x = rms_norm(h, L.n_in, eps)
                 q = (x @ L.q.T).reshape(T, nh, hd)
                 k = (x @ L.k.T).reshape(T, nkv, hd)
                 v = (x @ L.v.T).reshape(T, nkv, hd)
                 q = q * cos[:, None] + rotate_half(q) * sin[:, None]
                 k = k * cos[:, None] + rotate_half(k) * sin[:, None]
+                if past is not None:                                          # [P+T, nkv, hd]
+                    k, v = np.concatenate([past[j][l][0], k]), np.concatenate([past[j][l][1], v])
+                kv[j].append((k, v))
                 k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
                 s = np.einsum("qhd,khd->hqk", q, k) * F32(hd ** -0.5) + mask
                 p = np.exp(s - s.max(-1, keepdims=True))
@@ -133,7 +143,7 @@ class LoopedModel:
                 h = h + rms_norm((silu(y @ L.gate.T) * (y @ L.up.T)) @ L.down.T, L.n_mlp_out, eps)
             h = rms_norm(h, self.norm_w, eps)
             out.append(h @ self.lm_head.T)
-        return out
+        return (out, kv) if keep else out
 
 
 def attend(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:

@@ -172,3 +172,32 @@ def test_bad_input_one_line_error(args):
     assert r.returncode != 0
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:"), r.stderr
+
+
+@pytest.mark.parametrize("cut", [1, 3, 7])
+def test_forward_full_with_past_equals_one_forward(tiny, cut):
+    """The cache-free check forwards a prefix once and later tokens against its own K/V: the
+    logits equal one forward of the whole sequence."""
+    tokens = [3, 17, 5, 9, 22, 1, 63, 0, 4, 8]
+    whole = tiny.forward_full(tokens, 3)
+    first, kv = tiny.forward_full(tokens[:cut], 3, keep=True)
+    rest = tiny.forward_full(tokens[cut:], 3, past=kv)
+    assert len(kv) == 3 and kv[0][0][0].shape == (cut, tiny.cfg.num_kv_heads, tiny.cfg.head_dim)
+    for j in range(3):
+        got = np.concatenate([first[j], rest[j]])
+        assert np.abs(got - whole[j]).max() <= 1e-5 * np.abs(whole[j]).max(), j
+
+
+def test_cache_free_check_catches_a_late_round(tiny):
+    """A logit wrong in round 5 of 6 only (the prefix K/V was extended four times) is caught."""
+    from oracle.cache_free import cache_free_check
+    from oracle.cases import REFERENCE, make_case, run
+    from oracle.sampling import SamplingParams as SP
+    case = make_case("late", [{0: 3, 1: 2}] * 6, 2, 4, [SP(), SP(0.9, seed=1)])
+    traces = run(REFERENCE, tiny, case, "loop").traces
+    ok, n = cache_free_check(tiny, traces)
+    assert ok.ok and n == sum(len(t.verify_logits) + len(t.draft_logits) for t in traces)
+    key = next(k for k in traces[4].verify_logits if k[0] == 1)
+    traces[4].verify_logits[key] = traces[4].verify_logits[key] * 1.001
+    bad, _ = cache_free_check(tiny, traces)
+    assert not bad.ok and "round 4" in bad.detail and "request 1" in bad.detail, bad.detail
