@@ -18,7 +18,7 @@ linear = json.load(open(docs.parent / "oracle" / "data" / "h200_ouro1.4b_linear_
 fig, ax = plt.subplots(figsize=(6.4, 4.2))
 for s in sweeps:
     c = {int(k): v for k, v in s["ctable"]["c_ms"].items()}
-    ax.plot(sorted(c), [c[m] for m in sorted(c)], "o-", label=f"ours, one recurrent call (C={s['rows'][0]['batch']}..{s['rows'][-1]['batch']} run)")
+    ax.plot(sorted(c), [c[m] for m in sorted(c)], "o-", label=f"ours, one recurrent call ({'%d rounds in flight' % s['in_flight'] if s.get('in_flight', 1) > 1 else 'synchronous'} sweep)")
 lin = {int(k): v for k, v in linear.items()}
 ax.plot(sorted(lin), [lin[m] for m in sorted(lin)], "s--", label="shared table: linear layers only")
 ax.set_xscale("log", base=2)
@@ -29,13 +29,16 @@ ax.legend(fontsize=8)
 fig.tight_layout()
 fig.savefig(docs / "c_table.png", dpi=120)
 
-rows = [r for s in sweeps for r in s["rows"]]
-C = [r["batch"] for r in rows]
 fig, ax = plt.subplots(figsize=(6.4, 4.2))
-ax.errorbar(C, [r["ratio_median"] for r in rows],
-            yerr=[[r["ratio_median"] - r["ratio_ci95"][0] for r in rows], [r["ratio_ci95"][1] - r["ratio_median"] for r in rows]],
-            fmt="o-", capsize=3, label="measured (median paired ratio, 95% CI)")
-ax.plot(C, [r["predicted_ratio"] for r in rows], "s--", label="predicted from this run's c-table + head table")
+for s in sweeps:
+    rows = s["rows"]
+    C = [r["batch"] for r in rows]
+    tag = f"{s['in_flight']} in flight" if s.get("in_flight", 1) > 1 else "synchronous"
+    ax.errorbar(C, [r["ratio_median"] for r in rows],
+                yerr=[[r["ratio_median"] - r["ratio_ci95"][0] for r in rows],
+                      [r["ratio_ci95"][1] - r["ratio_median"] for r in rows]],
+                fmt="o-", capsize=3, label=f"measured, {tag} (median paired ratio, 95% CI)")
+    ax.plot(C, [r["predicted_ratio"] for r in rows], "s--", label=f"predicted, {tag} (this run's c-table + heads)")
 ax.axhline(1.0, color="gray", lw=0.8)
 ax.set_xscale("log", base=2)
 ax.set_xlabel("concurrency C (K=4, d=2, D=4)")
