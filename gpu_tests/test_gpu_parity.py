@@ -183,7 +183,7 @@ def test_max_graphs_limit():
 def test_fp32_on_the_device_is_judged_by_the_float32_row():
     from kernels.backend import TorchBackend
     bk = backend()
-    fp32 = TorchBackend(str(bk.device), dtype="float32", name=f"{bk.name}-fp32")
+    fp32 = TorchBackend(str(bk.device), dtype="float32", name=f"{bk.name}-fp32", kernel_options=bk.kernel_options)
     cfg = preset_cfg("small")
 
     @settings(max_examples=max(1, int(8 * SCALE)), **SETTINGS)
@@ -213,12 +213,13 @@ def test_c_table_measurement():
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])
 def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
-    """One-row recurrent calls run through kernels/gemv.py on CUDA (LOOPSPEC_GEMV, default on):
-    a loop round of one request has one-row waves; it is judged against the reference, and
-    the same session with the path off agrees within the BF16 tolerance."""
+    """One-row recurrent calls run through kernels/gemv.py on CUDA (KernelOptions.gemv, default
+    on where Triton runs): a loop round of one request has one-row waves; it is judged against
+    the reference, and the same session with the path off agrees within the BF16 tolerance."""
+    import dataclasses
     import kernels.model as km
     bk = backend()
-    if not str(bk.device).startswith("cuda") or not km.GEMV_DEFAULT:
+    if not str(bk.device).startswith("cuda") or not bk.kernel_options.resolve(bk.device)[0]:
         pytest.skip("the gemv path is CUDA-only and on by default")
     m = model(preset)
     calls = []
@@ -228,8 +229,7 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
     got = run(bk, m, c, "loop", graphs="off")
     assert calls and set(calls) == {1}
     judged(reference_run(m, c, "loop", got), got)
-    monkeypatch.setattr(km, "GEMV_MAX_ROWS", 0)                   # the compiled/cuBLAS path instead
-    calls.clear()
-    other = run(bk, m, c, "loop", graphs="off")
+    calls.clear()                                                  # the compiled/cuBLAS path instead
+    other = run(bk, m, c, "loop", graphs="off", kernel_options=dataclasses.replace(bk.kernel_options, gemv=False))
     assert not calls
     judged(other, got)

@@ -1,5 +1,8 @@
-"""make_torch_backend(device): the torch rounds as an oracle backend (oracle/backends.py).
-FP32 on CPU, BF16 with CUDA graphs on CUDA."""
+"""make_torch_backend(device, kernel_options=): the torch rounds as an oracle backend
+(oracle/backends.py). FP32 on CPU, BF16 with CUDA graphs on CUDA. The registry factories
+(make_torch_cpu, make_torch_cpu_bf16, make_torch_cuda: `--backend NAME`, ORACLE_BACKEND) take
+their KernelOptions from the LOOPSPEC_* variables (KernelOptions.from_env); make_torch_backend
+does not read the environment."""
 from __future__ import annotations
 
 import weakref
@@ -9,6 +12,7 @@ import torch
 from oracle.errors import OracleError
 
 from . import host_sampling
+from .options import KernelOptions
 from .session import TorchSession
 from .weights import TorchWeights
 
@@ -21,7 +25,8 @@ class TorchBackend:
     host_rng = True                  # uniforms come from PCG64(seed), drawn on the host like the reference
     sampling = host_sampling         # the device sampler behind oracle.sampling's interface
 
-    def __init__(self, device: str = "cpu", dtype: str | None = None, name: str | None = None, **session_defaults):
+    def __init__(self, device: str = "cpu", dtype: str | None = None, name: str | None = None,
+                 kernel_options: KernelOptions | None = None, **session_defaults):
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise OracleError("backend torch-cuda: no CUDA device is available")
@@ -31,7 +36,9 @@ class TorchBackend:
         if self.dtype not in DTYPES:
             raise OracleError(f"backend {self.name}: unknown dtype {self.dtype!r} (known: {', '.join(DTYPES)})")
         graphs = "cuda" if dev.type == "cuda" else "off"
-        self.defaults = {"graphs": graphs} | session_defaults
+        self.kernel_options = KernelOptions() if kernel_options is None else kernel_options
+        self.kernel_options.resolve(dev)                        # refuses a path this device cannot take
+        self.defaults = {"graphs": graphs, "kernel_options": self.kernel_options} | session_defaults
         self._weights = weakref.WeakKeyDictionary()      # reference model -> converted weights
 
     def weights(self, model) -> TorchWeights:
@@ -47,23 +54,24 @@ class TorchBackend:
                             **(self.defaults | options))
 
 
-def make_torch_backend(device: str = "cpu", **options) -> TorchBackend:
-    """device: "cpu" | "cuda" | "cuda:N"; options: dtype and session defaults
+def make_torch_backend(device: str = "cpu", kernel_options: KernelOptions | None = None, **options) -> TorchBackend:
+    """device: "cpu" | "cuda" | "cuda:N"; kernel_options: the device fast paths (default
+    KernelOptions(): each on where available); options: dtype and session defaults
     (max_requests, max_len, max_tokens_per_round, graphs, max_batch_size, max_graphs, trace)."""
-    return TorchBackend(device, **options)
+    return TorchBackend(device, kernel_options=kernel_options, **options)
 
 
 def make_torch_cpu() -> TorchBackend:
     """ORACLE_BACKEND=torch-cpu: FP32 on the CPU (the kernels' logic, judged in the float32 row)."""
-    return TorchBackend("cpu")
+    return TorchBackend("cpu", kernel_options=KernelOptions.from_env())
 
 
 def make_torch_cpu_bf16() -> TorchBackend:
     """ORACLE_BACKEND=torch-cpu-bf16: BF16 weights, activations and KV on the CPU: a
     reduced-precision backend CI can judge with the bfloat16 row, no GPU needed."""
-    return TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16")
+    return TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions.from_env())
 
 
 def make_torch_cuda() -> TorchBackend:
     """ORACLE_BACKEND=torch-cuda: BF16 with CUDA graphs."""
-    return TorchBackend("cuda")
+    return TorchBackend("cuda", kernel_options=KernelOptions.from_env())

@@ -18,6 +18,7 @@ from oracle.config import ModelConfig, preset as get_preset
 from .backend import DTYPES
 from .kvplanes import KVPlanes
 from .model import PackedModel
+from .options import KernelOptions
 from .weights import TorchWeights
 
 
@@ -28,15 +29,16 @@ def _sync(device):
 
 def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, device: str = "cuda",
                     dtype: str | None = None, repeats: int = 50, rotate: int = 4, seed: int = 0,
-                    graphs: bool = True) -> dict:
-    """Returns {"c_ms": {"M": median ms}, ...}; the layout of oracle's c-table JSON."""
+                    graphs: bool = True, kernel_options: KernelOptions | None = None) -> dict:
+    """Returns {"c_ms": {"M": median ms}, ...}; the layout of oracle's c-table JSON.
+    kernel_options: default KernelOptions.from_env() (this is `oracle bench c-table`'s entry point)."""
     cfg = get_preset(preset) if isinstance(preset, str) else preset
     dev = torch.device(device)
     dtype = dtype or ("bfloat16" if dev.type == "cuda" else "float32")
     use_graphs = graphs and dev.type == "cuda"
     w = TorchWeights.random(cfg, dev, DTYPES[dtype], seed)
     kv = KVPlanes(cfg, 1, max(row_counts), context_len + 1, dev, DTYPES[dtype])
-    model = PackedModel(w, kv)
+    model = PackedModel(w, kv, KernelOptions.from_env() if kernel_options is None else kernel_options)
     g = torch.Generator(device=dev).manual_seed(seed + 1)
     table = {}
     for M in sorted(set(row_counts)):

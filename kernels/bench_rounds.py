@@ -13,6 +13,7 @@ from oracle.sampling import SamplingParams
 
 from .backend import DTYPES
 from .bench import _time
+from .options import KernelOptions
 from .session import TorchSession
 from .weights import TorchWeights
 
@@ -53,8 +54,12 @@ def measure_head_table(w: TorchWeights, row_counts, repeats: int = 50) -> dict:
 
 def make_session(w: TorchWeights, mode: str, n_requests: int, context_len: int, tokens: int, K: int, d: int, D: int,
                  **options) -> TorchSession:
+    """options: TorchSession's; kernel_options defaults to KernelOptions.from_env() (this is
+    `oracle bench`'s entry point)."""
     dev = w.device
     opts = {"graphs": "cuda" if dev.type == "cuda" else "off", "trace": False} | options
+    if opts.get("kernel_options") is None:
+        opts["kernel_options"] = KernelOptions.from_env()
     return TorchSession(w, d, D, mode, "sequential", name=f"torch-{dev.type}",
                         dtype_name="bfloat16" if w.dtype == torch.bfloat16 else "float32",
                         max_requests=n_requests, max_len=context_len + tokens + 4 * (K + 1) + 2,       # room for rounds in flight

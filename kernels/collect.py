@@ -1,6 +1,7 @@
 """Host side of a round: the request and round-handle records; at collection, check the
-device results, record RNG events with the exact stream values the device used, commit
-tokens, and assemble the RoundTrace in the reference's structure (oracle/phases.py)."""
+device results, record RNG events with the exact stream values the device used, and
+assemble the RoundTrace in the reference's structure (oracle/phases.py). The host-side
+commit is TorchSession.commit_round."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oracle.errors import OracleError
-from oracle.rng_trace import RngEvent
+from oracle.rng_trace import RngEvent, round_layout
 from oracle.traces import RoundTrace
 
 from .streams import UniformStream
@@ -49,25 +50,10 @@ class Handle:
 
 
 def round_events(rid, round_idx: int, K: int, a: int, policy: str, stream, c: int) -> list[RngEvent]:
-    """The events of one sampled request's round; stream index c is the round's first uniform.
-    Layout: drafts c..c+K-1, accepts c+K.., final (residual/bonus) right after the last
-    accept uniform used (sequential) or at c+2K (fixed)."""
-    ev = []
-
-    def rec(purpose, offset, idx, used=True):
-        ev.append(RngEvent(rid, round_idx, len(ev), purpose, offset, stream.value(c + idx), used))
-
-    for o in range(K):
-        rec("draft", o, o)
-    if policy == "sequential":
-        for o in range(min(a + 1, K)):
-            rec("accept", o, K + o)
-        rec("residual", a, K + a + 1) if a < K else rec("bonus", K, 2 * K)
-    else:
-        for o in range(K):
-            rec("accept", o, K + o, used=o <= a)
-        rec("residual", a, 2 * K) if a < K else rec("bonus", K, 2 * K)
-    return ev
+    """The events of one sampled request's round; stream index c is the round's first uniform
+    (the layout: oracle.rng_trace.round_layout)."""
+    return [RngEvent(rid, round_idx, n, d.purpose, d.offset, stream.value(c + d.index), d.used)
+            for n, d in enumerate(round_layout(policy, K, a))]
 
 
 def check_results(h, out: dict) -> list:
@@ -98,7 +84,8 @@ def check_results(h, out: dict) -> list:
 
 
 def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
-    """Commit each request's tokens and uniforms; returns the round's trace."""
+    """The round's trace, from its checked results (check_results); call it before the
+    round is committed (the prefix and generated counts are the ones the round started from)."""
     tr = RoundTrace(h.mode, h.round_idx, h.policy, h.d, h.D, [r.rid for r in h.reqs], list(h.counts))
     tr.dtype = dtype
     tr.params = {r.rid: r.params.to_json() for r in h.reqs}
@@ -122,10 +109,7 @@ def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
         tr.rng_events.extend(events)
         tr.drafts[rid], tr.accepted[rid], tr.emitted[rid] = drafts, a, emitted
         tr.committed[rid], tr.generated[rid] = emitted[:n], req.generated
-        req.tokens.extend(emitted[:n])
-        req.generated += n
         if why:
-            req.finished = tr.finished[rid] = why
-        req.stream.consume(used)
+            tr.finished[rid] = why
     tr.stats = dict(h.stats, accepted=sum(tr.accepted.values()))
     return tr

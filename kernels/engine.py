@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import torch
 
+from oracle.rng_trace import accept_index, draft_index, draws_used, final_index
+
 from . import sampler
 from .graphs import GraphRunner
 from .kvplanes import KVPlanes
 from .model import PackedModel
-from .plan import RoundPlan, scratch_call_meta, scratch_head_meta
+from .options import KernelOptions
+from .round_buffer import RoundPlan, scratch_call_meta, scratch_head_meta
 
 I64 = torch.int64
 
 
 class Engine:
     def __init__(self, weights, D: int, max_requests: int, max_len: int, Tcap: int, Wcap: int,
-                 graphs: GraphRunner):
+                 graphs: GraphRunner, options: KernelOptions | None = None):
         self.weights, self.D, self.Tcap, self.Wcap, self.graphs = weights, D, Tcap, Wcap, graphs
-        self.device = weights.device
+        self.device, self.options = weights.device, options
         self.kv = KVPlanes(weights.cfg, D, max_requests, max_len, self.device, weights.dtype)
-        self.model = PackedModel(weights, self.kv)
+        self.model = PackedModel(weights, self.kv, options)
         for name, t in self._buffers(self.kv.n_slots).items():
             setattr(self, name, t)
 
@@ -61,7 +64,7 @@ class Engine:
             t.view(max_requests + 1, -1)[:keep].copy_(getattr(self, name).view(old_S, -1)[:keep])
             setattr(self, name, t)
         self.kv = self.kv.grown(max_requests, max_len)
-        self.model = PackedModel(self.weights, self.kv)
+        self.model = PackedModel(self.weights, self.kv, self.options)
         self.graphs.reset()
 
     # ---- per-request setup ----
@@ -116,7 +119,7 @@ class Engine:
         return self.ubuf.view(-1).index_select(0, slot * self.Wcap + idx)
 
     def draft_step(self, meta: torch.Tensor, Mh: int, sampling: str) -> None:
-        """sampling: plan.SAMPLING; "greedy" leaves q unwritten (no request of the round reads it)."""
+        """sampling: round_buffer.SAMPLING; "greedy" leaves q unwritten (no request of the round reads it)."""
         flat, slot, off = meta.view(3, Mh)
         raw = self.model.head(self.hid.index_select(0, flat))                   # [Mh, V]
         self.dlog.index_copy_(0, flat, raw)                                      # traced unmasked
@@ -126,7 +129,7 @@ class Engine:
             self.tok.view(-1).index_copy_(0, flat + 1, sampler.greedy(logits))
             return
         q = self._probs(logits, slot, sampling)
-        drawn = sampler.categorical(q, self._uniform(slot, off))                # draft uniform of offset o
+        drawn = sampler.categorical(q, self._uniform(slot, draft_index(off)))   # draft uniform of offset o
         tok = torch.where(self.greedy.index_select(0, slot), sampler.greedy(logits), drawn)
         self.q.index_copy_(0, flat, q)
         self.tok.view(-1).index_copy_(0, flat + 1, tok)                          # offset o+1's token
@@ -142,7 +145,7 @@ class Engine:
             self.p.index_copy_(0, flat, self._probs(logits, slot, sampling))
 
     # ---- a whole round ----
-    def run_round(self, plan: RoundPlan, buf: torch.Tensor, fixed: bool) -> dict:
+    def run_round(self, plan: RoundPlan, buf: torch.Tensor, policy: str) -> dict:
         """Enqueue every step of the round; returns device tensors of the results."""
         sc, T = self.kv.scratch, self.Tcap
         a0, n, R = plan.requests
@@ -165,12 +168,12 @@ class Engine:
         s, ln, N = plan.verify
         self.graphs.run("verify", (N, plan.sampling), N, buf[s:s + ln], lambda m: self.verify_step(m, N, plan.sampling),
                         lambda: torch.from_numpy(scratch_head_meta(N, 2, sc, T)))
-        return self.accept_commit(slots, K, fixed)
+        return self.accept_commit(slots, K, policy)
 
-    def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, fixed: bool) -> dict:
+    def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, policy: str) -> dict:
         """Acceptance for every request of the round, then the cut (after the first stop token,
         or at max_tokens) and the commit on the device: frontier start + n for n kept tokens,
-        next offset-0 token, RNG cursor. slots, K: [R]."""
+        next offset-0 token, RNG cursor. slots, K: [R]. Stream indices: oracle.rng_trace."""
         T, V = self.Tcap, self.p.shape[1]
         o = torch.arange(T - 1, device=slots.device)
         greedy = self.greedy.index_select(0, slots)                              # [R]
@@ -178,7 +181,7 @@ class Engine:
         rows = base[:, None] + o[None, :]                                        # [R, T-1] flat of offset o
         drafts = self.tok.index_select(0, slots)[:, 1:]                          # draft of offset o+1
         pick = lambda t: t.view(-1).index_select(0, (rows * V + drafts).reshape(-1)).view(rows.shape)
-        u_acc = self._uniform_grid(slots, K[:, None] + o[None, :])
+        u_acc = self._uniform_grid(slots, accept_index(K[:, None], o[None, :]))
         ok = torch.where(greedy[:, None], drafts == self.gtok[rows],
                          sampler.accepts(u_acc, pick(self.p), pick(self.q)))
         ok = ok | (o[None, :] >= K[:, None])
@@ -187,10 +190,10 @@ class Engine:
         fa = base + a                                                             # flat of offset a
         p_a = self.p.index_select(0, fa)
         res, res_ok = sampler.residual(p_a, self.q.index_select(0, fa))
-        final_at = 2 * K if fixed else torch.where(rej, K + a + 1, 2 * K)       # stream index of the last uniform
+        final_at = final_index(policy, K, a, torch.minimum)                      # stream index of the last uniform
         drawn = sampler.categorical(torch.where(rej[:, None], res, p_a), self._uniform_grid(slots, final_at[:, None])[:, 0])
         final = torch.where(greedy, self.gtok.index_select(0, fa), drawn)
-        used = torch.where(greedy, 0, 2 * K + 1 if fixed else torch.where(rej, K + a + 2, 2 * K + 1))
+        used = torch.where(greedy, 0, draws_used(policy, K, a, torch.minimum))
         start = self.start.index_select(0, slots)
         # emitted e[o] = draft o for o < a, the final token at o = a; cut after the first stop
         # token s (kept) or when max_tokens is reached: n = min(s + 1, a + 1, left)

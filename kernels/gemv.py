@@ -22,7 +22,6 @@ products and sum, silu, silu * up); the values are carried in FP32 in between.
 """
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -34,12 +33,8 @@ except ImportError:          # CPU installs: the torch path is used
     triton = None
 
 MAX_ROWS = 4
-# per-kernel overrides {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages])}, e.g. the JSON
-# that scripts/gpu_gemv_tune.py writes, named by LOOPSPEC_GEMV_CONFIG
-CONFIG: dict[str, tuple] = {}
-if os.environ.get("LOOPSPEC_GEMV_CONFIG"):
-    with open(os.environ["LOOPSPEC_GEMV_CONFIG"]) as f:
-        CONFIG = {k: tuple(v) for k, v in json.load(f).items()}
+# Tile overrides arrive as `config`, {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages])}
+# (KernelOptions.gemv_config, e.g. the JSON that scripts/gpu_gemv_tune.py writes).
 
 
 def available(device: torch.device) -> bool:
@@ -237,14 +232,14 @@ if triton is not None:
             tl.store(Out + m[:, None] * K + k[None, :], x.to(DT), mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :])
 
 
-def _config(name: str, M: int) -> tuple[int, int, int, int, int]:
+def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages). BLOCK_N counts output columns
     (qkv: column pairs, gate_up: gate/up pairs, so those programs read 2*BLOCK_N weight rows).
     Register tiles are BLOCK_M x BLOCK_N x BLOCK_K per weight tile: narrower K for more rows.
-    CONFIG[name] = (BLOCK_N, BLOCK_K, num_warps[, num_stages]) overrides."""
+    config[name] = (BLOCK_N, BLOCK_K, num_warps[, num_stages]) overrides."""
     BM = triton.next_power_of_2(M)
-    if name in CONFIG:
-        c = tuple(CONFIG[name])
+    if config and name in config:
+        c = tuple(config[name])
         return (BM, *c, *((3,) if len(c) == 3 else ()))
     if BM == 1:         # tuned on the H200 at the ouro-1.4b shape (scripts/gpu_gemv_tune.py, docs/results/s2)
         return (1, *{"qkv": (4, 2048, 8, 2), "o": (2, 2048, 4, 2), "gate_up": (16, 512, 8, 3),
@@ -259,17 +254,17 @@ def _rows(x: torch.Tensor) -> int:
     return M
 
 
-def gemv(x: torch.Tensor, w: torch.Tensor, name: str = "o") -> torch.Tensor:
+def gemv(x: torch.Tensor, w: torch.Tensor, name: str = "o", config: dict | None = None) -> torch.Tensor:
     """x [M, K] @ w [N, K].T -> [M, N] in x's dtype (`name` picks the tile config)."""
     M, (N, K) = _rows(x), w.shape
-    BM, BN, BK, nw, ns = _config(name, M)
+    BM, BN, BK, nw, ns = _config(name, M, config)
     out = torch.empty(M, N, device=x.device, dtype=x.dtype)
     _gemv_kernel[(triton.cdiv(N, BN),)](x, w, out, M, N, K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=nw, num_stages=ns)
     return out
 
 
 def qkv_rope_kv(h, y_prev, n_prev, n_in, qkv, cos, sin, k_layer, v_layer, plane, pos,
-                nh: int, nkv: int, hd: int, eps: float):
+                nh: int, nkv: int, hd: int, eps: float, config: dict | None = None):
     """h [M, H] residual in (with y_prev [M, H] and n_prev [H] of the previous layer, or
     None, None for the first layer): r = h + rms_norm(y_prev, n_prev), x = rms_norm(r, n_in),
     q, k, v = x @ qkv.T; RoPE (cos, sin [max_len, hd] tables, at positions pos [M]) on q, k.
@@ -277,7 +272,7 @@ def qkv_rope_kv(h, y_prev, n_prev, n_in, qkv, cos, sin, k_layer, v_layer, plane,
     Returns q [M, nh, hd] and r [M, H] (h itself for the first layer)."""
     M, H = _rows(h), h.shape[1]
     assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
-    BM, BN, BK, nw, ns = _config("qkv", M)
+    BM, BN, BK, nw, ns = _config("qkv", M, config)
     has_y = y_prev is not None
     r = torch.empty_like(h) if has_y else h
     q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
@@ -288,12 +283,12 @@ def qkv_rope_kv(h, y_prev, n_prev, n_in, qkv, cos, sin, k_layer, v_layer, plane,
     return q, r
 
 
-def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float):
+def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | None = None):
     """r, y [M, H] -> r2 = r + rms_norm(y, n_attn_out) [M, H] and
     act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first)."""
     M, H = _rows(r), r.shape[1]
     I = gate_up.shape[0] // 2
-    BM, BN, BK, nw, ns = _config("gate_up", M)
+    BM, BN, BK, nw, ns = _config("gate_up", M, config)
     r2 = torch.empty_like(r)
     act = torch.empty(M, I, device=r.device, dtype=r.dtype)
     _gate_up_kernel[(triton.cdiv(I, BN),)](r, y, n_attn_out, n_post, r2, gate_up, act, M, H, I, eps,

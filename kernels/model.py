@@ -5,13 +5,14 @@ written into their depth planes before any row attends, each row masked to posit
 each plane of a call once (rows grouped by plane, as a varlen attention kernel would)."""
 from __future__ import annotations
 
-import os
+import functools
 
 import torch
 import torch.nn.functional as F
 
 from . import gemv as gemv_kernels, triton_attention
 from .kvplanes import KVPlanes
+from .options import KernelOptions
 from .weights import TorchWeights
 
 
@@ -42,36 +43,29 @@ def post_attn(h, a, o, n_attn_out, n_post, gate_up, down, n_mlp_out, eps: float)
     return x + rms_norm((F.silu(g) * u) @ down.T, n_mlp_out, eps)
 
 
-_FUSED = None
-
-
+# compile_dynamic (KernelOptions):
 # "rows": only the row count is symbolic (marked dynamic on the first call, so one compile
 # serves every M >= 2); hidden sizes stay static and Inductor's norm reductions get static
 # configs. "all": dynamic=True, every dimension symbolic; on the H200 its norm kernels took
 # 27-50 us each at M = 2 (2.5 ms of a 4.4 ms call; docs/gpu_results.md).
-COMPILE_DYNAMIC = os.environ.get("LOOPSPEC_COMPILE_DYNAMIC", "rows")
-
-
-def _fused():
+@functools.cache
+def _fused(compile_dynamic: str = "rows"):
     """pre_attn/post_attn through torch.compile (Inductor fuses the norms, RoPE and SiLU
-    into a few kernels around the GEMMs)."""
-    global _FUSED
-    if _FUSED is None:
-        assert COMPILE_DYNAMIC in ("rows", "all"), f"LOOPSPEC_COMPILE_DYNAMIC={COMPILE_DYNAMIC!r}: rows or all"
-        dyn = True if COMPILE_DYNAMIC == "all" else None
-        pre, post = torch.compile(pre_attn, dynamic=dyn), torch.compile(post_attn, dynamic=dyn)
-        if COMPILE_DYNAMIC == "rows":
-            def pre_rows(h, n_in, qkv, cos, sin, *rest):
-                _rows_dynamic(h, cos, sin)
-                return pre(h, n_in, qkv, cos, sin, *rest)
+    into a few kernels around the GEMMs); compiled once per process and compile_dynamic."""
+    assert compile_dynamic in ("rows", "all"), compile_dynamic
+    dyn = True if compile_dynamic == "all" else None
+    pre, post = torch.compile(pre_attn, dynamic=dyn), torch.compile(post_attn, dynamic=dyn)
+    if compile_dynamic == "all":
+        return pre, post
 
-            def post_rows(h, a, *rest):
-                _rows_dynamic(h, a)
-                return post(h, a, *rest)
-            _FUSED = (pre_rows, post_rows)
-        else:
-            _FUSED = (pre, post)
-    return _FUSED
+    def pre_rows(h, n_in, qkv, cos, sin, *rest):
+        _rows_dynamic(h, cos, sin)
+        return pre(h, n_in, qkv, cos, sin, *rest)
+
+    def post_rows(h, a, *rest):
+        _rows_dynamic(h, a)
+        return post(h, a, *rest)
+    return pre_rows, post_rows
 
 
 def _rows_dynamic(*xs) -> None:
@@ -80,22 +74,17 @@ def _rows_dynamic(*xs) -> None:
         torch._dynamo.maybe_mark_dynamic(x, 0)
 
 
-FUSE_DEFAULT = os.environ.get("LOOPSPEC_FUSE", "1") == "1"                   # CUDA only
-TRITON_ATTN_DEFAULT = os.environ.get("LOOPSPEC_TRITON_ATTN", "1") == "1"      # CUDA only
-GEMV_DEFAULT = os.environ.get("LOOPSPEC_GEMV", "1") == "1"                   # CUDA only, one-row calls
 # kernels/gemv.py serves up to 4 rows, but on the H200 only M = 1 beats the compiled cuBLAS path
 # (c(1) 1.10 ms with tuned tiles vs 1.62; c(2) 3.15 vs 1.61; c(4) 15.2 vs 1.65: docs/results/s2/gemv_*.json)
 GEMV_MAX_ROWS = 1
 
 
 class PackedModel:
-    def __init__(self, w: TorchWeights, kv: KVPlanes, fuse: bool | None = None, triton_attn: bool | None = None,
-                 gemv: bool | None = None):
+    def __init__(self, w: TorchWeights, kv: KVPlanes, options: KernelOptions | None = None):
+        """options: the fast paths (default KernelOptions(): each on where available, i.e. on CUDA)."""
         self.w, self.kv, self.cfg = w, kv, w.cfg
-        self.fuse = (FUSE_DEFAULT and w.device.type == "cuda") if fuse is None else fuse
-        self.triton_attn = triton_attention.available(w.device) and TRITON_ATTN_DEFAULT if triton_attn is None \
-            else triton_attn
-        self.gemv = gemv_kernels.available(w.device) and GEMV_DEFAULT if gemv is None else gemv
+        self.options = options = KernelOptions() if options is None else options
+        self.gemv, self.fuse, self.triton_attn = options.resolve(w.device)
         self.cos, self.sin = w.rope_table(kv.max_len)       # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
 
@@ -129,7 +118,7 @@ class PackedModel:
         if not self.triton_attn:
             qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)         # padding: position 0
             masked = torch.arange(span, device=h.device)[None, None, :] > qpos[:, :, None]  # [G, Qm, span]
-        pre, post = _fused() if self.fuse else (pre_attn, post_attn)
+        pre, post = _fused(self.options.compile_dynamic) if self.fuse else (pre_attn, post_attn)
         for l, L in enumerate(self.w.layers):
             q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)                # [M, heads, hd]
             kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
@@ -149,13 +138,14 @@ class PackedModel:
         kernel each for norms+qkv+RoPE+KV writes, attention, o, norms+gate_up+SiLU, down."""
         cfg, kv, eps = self.cfg, self.kv, self.eps
         y2 = n_prev = None                                  # the previous layer's MLP output and its norm
+        tiles = self.options.gemv_config
         for l, L in enumerate(self.w.layers):
             q, r = gemv_kernels.qkv_rope_kv(h, y2, n_prev, L.n_in, L.qkv, self.cos, self.sin, kv.k[l], kv.v[l],
-                                            plane, pos, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, eps)
+                                            plane, pos, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, eps, tiles)
             a = triton_attention.decode_attention(q, kv, l, plane, pos)          # [M, nh*hd]
-            y = gemv_kernels.gemv(a, L.o, "o")                                   # [M, H]
-            h, act = gemv_kernels.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, eps)  # [M, H], [M, I]
-            y2, n_prev = gemv_kernels.gemv(act, L.down, "down"), L.n_mlp_out    # [M, H]
+            y = gemv_kernels.gemv(a, L.o, "o", tiles)                            # [M, H]
+            h, act = gemv_kernels.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles)  # [M, H], [M, I]
+            y2, n_prev = gemv_kernels.gemv(act, L.down, "down", tiles), L.n_mlp_out   # [M, H]
         return gemv_kernels.residual_norm(h, y2, n_prev, self.w.norm, eps)
 
 

@@ -13,30 +13,34 @@ import numpy as np
 import torch
 
 from oracle.errors import OracleError
-from oracle.rng_trace import check_policy
+from oracle.rng_trace import check_policy, max_draws
 from oracle.schedule import plan as plan_schedule, shared, validate
 from oracle.session import check_depths
 
 from .collect import Handle, HostRequest, build_trace, check_results
 from .engine import Engine
 from .graphs import GraphRunner
-from .plan import build_plan, sampling_variant
+from .options import KernelOptions
+from .round_buffer import build_plan, sampling_variant
 from .streams import UniformStream
 
 
 class TorchSession:
     def __init__(self, weights, d, D, mode, policy="sequential", *, name="torch", dtype_name="float32",
                  max_requests=8, max_len=256, max_tokens_per_round=16, grow=True, graphs="off",
-                 max_batch_size=512, max_graphs=512, trace=True, debug_poison=False):
+                 max_batch_size=512, max_graphs=512, trace=True, debug_poison=False,
+                 kernel_options: KernelOptions | None = None):
+        """kernel_options: the device fast paths (kernels/options.py; default KernelOptions())."""
         validate([1], d, D)
         plan_schedule(mode, [1], d, D)                                  # checks the mode
         self.d, self.D, self.mode, self.policy = d, D, mode, check_policy(policy)
         self.cfg, self.name, self.dtype_name = weights.cfg, name, dtype_name
         self.Tcap, self.trace, self.debug_poison = max_tokens_per_round, trace, debug_poison
         self.grow = grow          # capacity (requests, max_len) doubles on demand; else errors
-        per_round = 2 * max_tokens_per_round - 1                        # uniforms of one round, at most
+        per_round = max_draws(max_tokens_per_round - 1)                 # uniforms of one round, at most
         self.graphs = GraphRunner(graphs, max_batch_size, max_graphs)
-        self.engine = Engine(weights, D, max_requests, max_len, max_tokens_per_round, 2 * per_round, self.graphs)
+        self.engine = Engine(weights, D, max_requests, max_len, max_tokens_per_round, 2 * per_round, self.graphs,
+                             kernel_options)
         self.requests: dict = {}
         self.pending: list[Handle] = []
         self.round_idx = 0
@@ -163,14 +167,14 @@ class TorchSession:
         """Stream uniforms a new round of t tokens may read past the host's cursor."""
         if req.params.greedy:
             return 0
-        return sum(2 * x.counts[x.reqs.index(req)] - 1 for x in req.in_flight) + 2 * t - 1
+        return sum(max_draws(x.counts[x.reqs.index(req)] - 1) for x in req.in_flight) + max_draws(t - 1)
 
     def _enqueue(self, h: Handle):
         host = torch.from_numpy(h.plan.buf)
         if self.device.type == "cuda":
             host = host.pin_memory()
         buf = host.to(self.device, non_blocking=True)                   # the round's one upload
-        out = self.engine.run_round(h.plan, buf, self.policy == "fixed")
+        out = self.engine.run_round(h.plan, buf, self.policy)
         h.committed = True
         slots = buf[h.plan.requests[0]:h.plan.requests[0] + len(h.reqs)]
         if self.trace:
@@ -215,11 +219,23 @@ class TorchSession:
         for r in h.reqs:
             r.in_flight.remove(h)
         h.trace = build_trace(h, out, results, self.dtype_name)
+        self.commit_round(h, results)
         h.out = h.keep = None
         for r in h.reqs:                  # a round submitted after the one that finished r fails
             for later in r.in_flight if r.finished else ():
                 later.error = later.error or OracleError(
                     f"round {later.round_idx} names request {r.rid}, which finished ({r.finished}) in round {h.round_idx}")
+
+    def commit_round(self, h: Handle, results) -> None:
+        """The host side of a collected round's commit (the device committed its own state in
+        Engine.accept_commit): each request's kept tokens, generated count and finish reason,
+        and its stream cursor past the uniforms the round used. results: check_results'."""
+        for req, (K, a, events, drafts, emitted, used, n, why) in zip(h.reqs, results):
+            req.tokens.extend(emitted[:n])
+            req.generated += n
+            if why:
+                req.finished = why
+            req.stream.consume(used)
 
     def _fail(self, h: Handle, error) -> None:
         """Drop every request of a failed round (freeing its slot); later rounds that

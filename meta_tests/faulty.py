@@ -40,19 +40,17 @@ fails (meta_tests/test_faults.py asserts which properties catch which fault).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import types
-from unittest import mock
 
 import numpy as np
 
 from oracle import phases, sampling
 from oracle.backends import ReferenceBackend, ReferenceSession
 from oracle.kv import KVCache, KVWrite
-from oracle.phases import RoundState
-from oracle.schedule import loop_waves
+from oracle.phases import PHASES, Phases
+from oracle.session import get_round
 
 
 class DenseKV(KVCache):
@@ -97,16 +95,15 @@ class FaultySession(ReferenceSession):
             cfg = model.cfg
             self.kv = DenseKV(cfg.num_layers, D, cfg.num_kv_heads, cfg.head_dim)
 
-    def step(self, counts):
-        with self.backend.patched():
-            return super().step(counts)
-
 
 class FaultyBackend(ReferenceBackend):
-    """The reference, with hooks a fault overrides. Defaults are the reference's phases."""
+    """The reference, with hooks a fault overrides. Defaults are the reference's phases; the
+    rounds (oracle.reference_round, oracle.loop_round) run them through their `phases`
+    argument, so no round is copied and no module is patched."""
     fault = "none"
     exact = True
     dense_kv = False
+    sampling = None               # a namespace like oracle.sampling (sampling_with), or None
 
     @property
     def name(self):
@@ -114,8 +111,14 @@ class FaultyBackend(ReferenceBackend):
 
     def session(self, model, d, D, mode, policy="sequential"):
         s = FaultySession(model, d, D, mode, policy, self)
-        s.round_fn = functools.partial(block_round if mode == "block" else loop_round, self)
+        s.round_fn = functools.partial(get_round(mode), phases=self.phases(mode))
         return s
+
+    def phases(self, mode: str) -> Phases:
+        """The phases a round of `mode` runs: the hooks below."""
+        return dataclasses.replace(PHASES, run_call=self.run_call, draft_head=self.draft_head,
+                                   verify_head=self.verify_head, accept=self.accept, finish_round=self.finish_round,
+                                   sampling=self.sampling or PHASES.sampling)
 
     # -- hooks --
     def run_call(self, st, rows):
@@ -127,48 +130,11 @@ class FaultyBackend(ReferenceBackend):
     def verify_head(self, st):
         return phases.verify_head(st)
 
+    def accept(self, st, i, logits):
+        return phases.accept(st, i, logits)
+
     def finish_round(self, st, logits):
         return phases.finish_round(st, logits)
-
-    def loop_body(self, st, plan):
-        for wave in plan.calls:
-            self.run_call(st, list(wave.rows))
-            self.draft_head(st, list(wave.draft_head))
-        return self.finish_round(st, self.verify_head(st))
-
-    def phase_patches(self) -> dict:
-        """oracle.phases globals replaced while a round runs (e.g. sampling, accept)."""
-        return {"sampling": self.sampling} if getattr(self, "sampling", None) is not None else {}
-
-    @contextlib.contextmanager
-    def patched(self):
-        with contextlib.ExitStack() as stack:
-            for attr, value in self.phase_patches().items():
-                stack.enter_context(mock.patch.object(phases, attr, value))
-            yield
-
-
-def block_round(bk, model, kv, requests, counts, d, D, round_idx=0, policy="sequential"):
-    """oracle.reference_round.block_round with the backend's hooks."""
-    st = RoundState(model, kv, requests, counts, d, D, round_idx, policy, "block")
-    counts, dep = st.counts, st.depths
-    for o in range(max(counts)):
-        for j in range(max(di for di, _ in dep)):
-            rows = [(i, o, j) for i, t in enumerate(counts) if o < t and j < dep[i][0]]
-            if rows:
-                bk.run_call(st, rows)
-                bk.draft_head(st, [(i, o) for i, t in enumerate(counts) if o + 1 < t and j == dep[i][0] - 1])
-    for j in range(min(di for di, _ in dep), max(Di for _, Di in dep)):
-        rows = [(i, o, j) for i, t in enumerate(counts) for o in range(t) if dep[i][0] <= j < dep[i][1]]
-        if rows:
-            bk.run_call(st, rows)
-    return bk.finish_round(st, bk.verify_head(st))
-
-
-def loop_round(bk, model, kv, requests, counts, d, D, round_idx=0, policy="sequential"):
-    """oracle.loop_round.loop_round with the backend's hooks."""
-    st = RoundState(model, kv, requests, counts, d, D, round_idx, policy, "loop")
-    return bk.loop_body(st, loop_waves(st.counts, d, D))
 
 
 def sampling_with(**overrides):
@@ -192,51 +158,48 @@ class AcceptBeforeLastDraft(FaultyBackend):
                 st.pre_accept[i] = [req.rng.uniform() for _ in range(K)]
         phases.draft_head(st, heads)
 
-    def phase_patches(self):
-        orig = phases.accept
-
-        def accept(st, i, logits):
-            queue = list(getattr(st, "pre_accept", {}).get(i, []))
-            rng = st.requests[i].rng
-            if not queue:
-                return orig(st, i, logits)
-            if st.policy == "sequential":
-                def draw(purpose, offset, _draw=rng.draw):
-                    if purpose == "accept" and queue:
-                        u = queue.pop(0)
-                        rng.record(purpose, offset, u)
-                        return u
-                    return _draw(purpose, offset)
-                rng.draw = draw
-            else:
-                rng.uniform = lambda _u=rng.uniform: queue.pop(0) if queue else _u()
-            try:
-                return orig(st, i, logits)
-            finally:
-                rng.__dict__.pop("draw", None)
-                rng.__dict__.pop("uniform", None)
-        return {"accept": accept}
+    def accept(self, st, i, logits):
+        queue = list(getattr(st, "pre_accept", {}).get(i, []))
+        rng = st.requests[i].rng
+        if not queue:
+            return phases.accept(st, i, logits)
+        recorded = []                  # phases.accept records the accept events before it draws the final
+        rng.uniform = lambda _u=rng.uniform: queue.pop(0) if queue and not recorded else _u()
+        rng.record = lambda *a, _r=rng.record, **k: recorded.append(1) or _r(*a, **k)
+        try:
+            return phases.accept(st, i, logits)           # accept uniforms from the queue, the final from the stream
+        finally:
+            rng.__dict__.pop("uniform", None)
+            rng.__dict__.pop("record", None)
 
 
 class DraftHeadLate(FaultyBackend):
     fault = "draft_head_late"
 
-    def loop_body(self, st, plan):
-        pending, saved = [], {}
-        for wave in plan.calls:
-            stale = []
-            for i, o, j in wave.rows:                     # token not drawn yet: embed a stale one
-                if j == 0 and o >= len(st.tokens[i]):
-                    st.tokens[i].append(st.tokens[i][-1])
-                    stale.append(i)
-            self.run_call(st, list(wave.rows))
-            for i in stale:
-                st.tokens[i].pop()
-            self._late_head(st, pending, saved)           # BUG: one wave late
-            pending = list(wave.draft_head)
-            saved = {h: st.hidden[h] for h in pending}    # the depth d-1 states, kept in a buffer
-        self._late_head(st, pending, saved)
-        return self.finish_round(st, self.verify_head(st))
+    def phases(self, mode):
+        ph = super().phases(mode)
+        if mode != "loop":
+            return ph
+        return dataclasses.replace(ph, run_call=self._run_call_stale, draft_head=self._head_one_wave_late,
+                                   verify_head=self._verify_after_last_head)
+
+    def _run_call_stale(self, st, rows):
+        stale = []
+        for i, o, j in rows:                              # token not drawn yet: embed a stale one
+            if j == 0 and o >= len(st.tokens[i]):
+                st.tokens[i].append(st.tokens[i][-1])
+                stale.append(i)
+        self.run_call(st, list(rows))
+        for i in stale:
+            st.tokens[i].pop()
+
+    def _head_one_wave_late(self, st, heads):
+        self._late_head(st, *getattr(st, "late", ([], {})))       # BUG: the previous wave's heads, now
+        st.late = (list(heads), {h: st.hidden[h] for h in heads})  # the depth d-1 states, kept in a buffer
+
+    def _verify_after_last_head(self, st):
+        self._late_head(st, *getattr(st, "late", ([], {})))
+        return self.verify_head(st)
 
     def _late_head(self, st, heads, saved):
         now = {h: st.hidden[h] for h in heads}
@@ -322,16 +285,12 @@ class ResidualNoClamp(FaultyBackend):
 class BonusAfterRejection(FaultyBackend):
     fault = "bonus_after_rejection"
 
-    def phase_patches(self):
-        orig = phases.accept
-
-        def accept(st, i, logits):
-            a, emitted = orig(st, i, logits)
-            req, K = st.requests[i], st.counts[i] - 1
-            if st.policy == "sequential" and not req.params.greedy and a < K:
-                req.rng.draw("bonus", K)                   # BUG: drawn after the residual
-            return a, emitted
-        return {"accept": accept}
+    def accept(self, st, i, logits):
+        a, emitted = phases.accept(st, i, logits)
+        req, K = st.requests[i], st.counts[i] - 1
+        if st.policy == "sequential" and not req.params.greedy and a < K:
+            req.rng.draw("bonus", K)                       # BUG: drawn after the residual
+        return a, emitted
 
 
 def _top_k_drops_ties(logits, params):
@@ -456,15 +415,11 @@ class DivergenceWithoutNearTie(FaultyBackend):
     where the reference had no near-tie."""
     fault = "divergence_without_near_tie"
 
-    def phase_patches(self):
-        orig = phases.accept
-
-        def accept(st, i, logits):
-            a, emitted = orig(st, i, logits)
-            if st.requests[i].params.greedy:
-                emitted = emitted[:-1] + [int(np.argmin(logits[(i, a)]))]
-            return a, emitted
-        return {"accept": accept}
+    def accept(self, st, i, logits):
+        a, emitted = phases.accept(st, i, logits)
+        if st.requests[i].params.greedy:
+            emitted = emitted[:-1] + [int(np.argmin(logits[(i, a)]))]
+        return a, emitted
 
 
 class SkipsOneKVWrite(FaultyBackend):

@@ -2,9 +2,10 @@
 is refused in one line instead of being ignored or failing deep inside an import.
 
     ORACLE_BACKEND             read by the property suite; `check` takes --backend instead
-    LOOPSPEC_GEMV, LOOPSPEC_FUSE, LOOPSPEC_TRITON_ATTN    "0" or "1" (kernels/model.py)
-    LOOPSPEC_COMPILE_DYNAMIC   "rows" or "all" (kernels/model.py)
-    LOOPSPEC_GEMV_CONFIG       a JSON object file of GEMV tiles (kernels/gemv.py)
+    LOOPSPEC_GEMV, LOOPSPEC_FUSE, LOOPSPEC_TRITON_ATTN    "0" or "1"
+    LOOPSPEC_COMPILE_DYNAMIC   "rows" or "all"
+    LOOPSPEC_GEMV_CONFIG       a JSON object file of GEMV tiles
+    (the defaults of kernels.options.KernelOptions, read by KernelOptions.from_env)
 """
 from __future__ import annotations
 

@@ -1,9 +1,15 @@
 """The phases both rounds share: one recurrent call, the draft head, the verification
 head, acceptance and commit. The rounds differ only in the order of their calls
-(reference_round.py: block; loop_round.py: waves)."""
+(reference_round.py: block; loop_round.py: waves).
+
+A round takes its phases as an argument (`Phases`, default `PHASES`: the functions below and
+oracle.sampling); meta_tests/faulty.py injects a fault by passing a `Phases` with one
+replaced (dataclasses.replace), never by patching this module."""
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -11,7 +17,7 @@ from . import sampling
 from .errors import OracleError
 from .kv import KVCache
 from .model import LoopedModel
-from .rng_trace import RequestRng, check_policy
+from .rng_trace import RequestRng, check_policy, round_layout
 from .schedule import request_depths, shared, validate
 from .traces import RoundTrace
 
@@ -31,7 +37,7 @@ class RoundState:
     """Everything one round holds between its calls. d, D: ints, or one (d_i, D_i) per request."""
 
     def __init__(self, model: LoopedModel, kv: KVCache, requests: list[Request], counts, d, D,
-                 round_idx: int, policy: str, mode: str):
+                 round_idx: int, policy: str, mode: str, phases: "Phases | None" = None):
         counts = list(validate(counts, d, D))
         assert len(counts) == len(requests), "one token count per request"
         depths = request_depths(len(counts), d, D)
@@ -54,6 +60,7 @@ class RoundState:
         for r in requests:                                  # state changes only after every check
             r.rng.start_round(round_idx)
         self.model, self.kv, self.requests, self.counts = model, kv, requests, counts
+        self.phases = PHASES if phases is None else phases                   # what draft_head etc. call
         self.depths, self.policy = depths, policy                          # (d_i, D_i) per request
         self.d, self.D = shared(depths)                                    # ints when shared, else None
         self.starts = [len(r.tokens) - 1 for r in requests]               # position of offset 0
@@ -114,6 +121,7 @@ def draft_head(st: RoundState, heads) -> None:
     if not heads:
         return
     logits = head_call(st, heads, 0, "draft head", "d_i-1")
+    sampling = st.phases.sampling
     for (i, o), lg in zip(heads, logits):
         req = st.requests[i]
         assert len(st.tokens[i]) == o + 1, f"draft of request {req.rid} offset {o + 1} drawn out of order"
@@ -139,8 +147,10 @@ def verify_head(st: RoundState) -> dict:
 
 
 def accept(st: RoundState, i: int, logits: dict) -> tuple[int, list[int]]:
-    """Acceptance for request i: (accepted drafts, emitted tokens)."""
-    req, K = st.requests[i], st.counts[i] - 1
+    """Acceptance for request i: (accepted drafts, emitted tokens). The uniforms after the
+    drafts are drawn in stream order, as the decisions need them (fixed: all up front), and
+    recorded as rng_trace.round_layout lays them out."""
+    req, K, sampling = st.requests[i], st.counts[i] - 1, st.phases.sampling
     drafts = st.tokens[i][1:]
     if req.params.greedy:
         for o in range(K):
@@ -150,23 +160,20 @@ def accept(st: RoundState, i: int, logits: dict) -> tuple[int, list[int]]:
         return K, drafts + [sampling.greedy_token(logits[(i, K)], req.params)]
     p = [sampling.filtered_probs(logits[(i, o)], req.params) for o in range(K + 1)]
     q = [st.q[(i, o)] for o in range(K)]
-    if st.policy == "sequential":
-        for o in range(K):
-            if not sampling.accepts(req.rng.draw("accept", o), p[o][drafts[o]], q[o][drafts[o]]):
-                res = sampling.residual(p[o], q[o])
-                return o, drafts[:o] + [sampling.categorical(res, req.rng.draw("residual", o))]
-        return K, drafts + [sampling.categorical(p[K], req.rng.draw("bonus", K))]
-    # fixed: K accept uniforms and one final uniform, drawn whatever happens
-    us = [req.rng.uniform() for _ in range(K)]
-    final = req.rng.uniform()
-    a = next((o for o in range(K) if not sampling.accepts(us[o], p[o][drafts[o]], q[o][drafts[o]])), K)
-    for o in range(K):
-        req.rng.record("accept", o, us[o], used=o <= a)
-    if a < K:
-        req.rng.record("residual", a, final)
-        return a, drafts[:a] + [sampling.categorical(sampling.residual(p[a], q[a]), final)]
-    req.rng.record("bonus", K, final)
-    return K, drafts + [sampling.categorical(p[K], final)]
+    drawn = {}                                          # stream index (from the round's start) -> uniform
+
+    def u(index):
+        while K + len(drawn) <= index:
+            drawn[K + len(drawn)] = req.rng.uniform()
+        return drawn[index]
+    if st.policy == "fixed":
+        u(2 * K)                                        # K accept uniforms and the final: drawn whatever happens
+    a = next((o for o in range(K) if not sampling.accepts(u(K + o), p[o][drafts[o]], q[o][drafts[o]])), K)
+    target = sampling.residual(p[a], q[a]) if a < K else p[K]
+    layout = round_layout(st.policy, K, a)[K:]          # accepts, then the residual or the bonus
+    for dr in layout:
+        req.rng.record(dr.purpose, dr.offset, u(dr.index), dr.used)
+    return a, drafts[:a] + [sampling.categorical(target, u(layout[-1].index))]
 
 
 def finish_round(st: RoundState, logits: dict):
@@ -174,8 +181,8 @@ def finish_round(st: RoundState, logits: dict):
     KV past the frontier), seal the trace. A request that stopped leaves the batch."""
     tr = st.trace
     for i, req in enumerate(st.requests):
-        a, emitted = accept(st, i, logits)             # decisions and RNG as without stops
-        n, why = sampling.stop_cut(emitted, req.params, req.generated)
+        a, emitted = st.phases.accept(st, i, logits)   # decisions and RNG as without stops
+        n, why = st.phases.sampling.stop_cut(emitted, req.params, req.generated)
         kept = emitted[:n]                             # n >= 1: a finished request never runs
         tr.drafts[req.rid] = st.tokens[i][1:]
         tr.accepted[req.rid], tr.emitted[req.rid] = a, emitted
@@ -192,3 +199,18 @@ def finish_round(st: RoundState, logits: dict):
     st.stats["kv_writes"] = len(st.kv.log) - st.n_kv          # writes made (a duplicate shows here)
     tr.stats = st.stats
     return tr
+
+
+@dataclass(frozen=True)
+class Phases:
+    """What a round runs (the rounds call these; draft_head, accept and finish_round reach
+    the others through RoundState.phases). Replace one with dataclasses.replace."""
+    run_call: Callable = run_call
+    draft_head: Callable = draft_head
+    verify_head: Callable = verify_head
+    accept: Callable = accept
+    finish_round: Callable = finish_round
+    sampling: types.ModuleType | types.SimpleNamespace = sampling    # the oracle.sampling interface
+
+
+PHASES = Phases()

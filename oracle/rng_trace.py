@@ -5,6 +5,10 @@ drafts by offset, then per offset one accept uniform, on rejection one residual 
 stop, else one bonus draw. Policy `fixed`: 2*K+1 uniforms per round in a fixed layout
 (K draft, K accept, 1 final used as residual or bonus); unused ones are recorded with
 used=False. Greedy requests draw nothing.
+
+`round_layout(policy, K, accepted)` is the one statement of that layout (which stream
+index each draw takes); the reference (oracle/phases.py), the torch engine and collector
+(kernels/), and the property harness all follow it.
 """
 from __future__ import annotations
 
@@ -23,6 +27,59 @@ def check_policy(policy: str) -> str:
     if policy not in POLICIES:
         raise OracleError(f"unknown RNG policy {policy!r} (known: {', '.join(POLICIES)})")
     return policy
+
+
+@dataclass(slots=True, frozen=True)
+class Draw:
+    """One uniform of a sampled request's round: `index` is its place in the request's
+    stream counted from the round's first uniform (drafts take 0..K-1)."""
+    purpose: str
+    offset: int
+    index: int
+    used: bool = True
+
+
+def draft_index(offset):
+    """Stream index of the draft uniform of `offset` (ints or tensors)."""
+    return offset
+
+
+def accept_index(K, offset):
+    """Stream index of the accept uniform of `offset` (ints or tensors)."""
+    return K + offset
+
+
+def final_index(policy: str, K, accepted, minimum=min):
+    """Stream index of the final uniform: the residual of offset `accepted` < K, or the bonus
+    (accepted = K). sequential: right after the last accept uniform drawn (K + a + 1, the bonus
+    at 2K); fixed: always 2K. Works on ints, or on tensors with minimum=torch.minimum."""
+    return 2 * K if check_policy(policy) == "fixed" else minimum(K + accepted + 1, 2 * K)
+
+
+def draws_used(policy: str, K, accepted, minimum=min):
+    """Uniforms a round consumes from the stream: the final one's index + 1."""
+    return final_index(policy, K, accepted, minimum) + 1
+
+
+def max_draws(K: int) -> int:
+    """The most uniforms a round of K drafts can consume (either policy): 2K + 1."""
+    return 2 * K + 1
+
+
+def round_layout(policy: str, K: int, accepted: int) -> list[Draw]:
+    """Every draw of a sampled request's round with K drafts of which `accepted` were
+    accepted, in event (= stream) order: K drafts, the accept uniforms (sequential: offsets
+    0..min(a, K-1); fixed: all K, used only up to a), then the residual or the bonus."""
+    assert 0 <= accepted <= K, (K, accepted)
+    draws = [Draw("draft", o, draft_index(o)) for o in range(K)]
+    if check_policy(policy) == "sequential":
+        draws += [Draw("accept", o, accept_index(K, o)) for o in range(min(accepted + 1, K))]
+    else:
+        draws += [Draw("accept", o, accept_index(K, o), o <= accepted) for o in range(K)]
+    final = final_index(policy, K, accepted)
+    draws.append(Draw("residual", accepted, final) if accepted < K else Draw("bonus", K, final))
+    assert len(draws) == draws_used(policy, K, accepted) and [d.index for d in draws] == list(range(len(draws)))
+    return draws
 
 
 @dataclass(slots=True, frozen=True)

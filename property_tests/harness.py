@@ -35,6 +35,7 @@ from oracle.backends import ReferenceBackend, load_backend
 from oracle import cases
 from oracle.cases import Run, replay_lists  # noqa: F401  (the one runner; tests use these names)
 from oracle.compare import compare_runs
+from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
 
 from .strategies import MODES, Scenario, build_model, profile_name
@@ -207,12 +208,8 @@ def kv_frontiers(session, rid):
 # ---- RNG policy ---------------------------------------------------------------------------
 
 def expected_layout(policy: str, K: int, accepted: int) -> list[tuple]:
-    """(purpose, offset, used) of a sampled request's events in one round."""
-    drafts = [("draft", o, True) for o in range(K)]
-    final = [("residual", accepted, True)] if accepted < K else [("bonus", K, True)]
-    if policy == "sequential":
-        return drafts + [("accept", o, True) for o in range(min(accepted + 1, K))] + final
-    return drafts + [("accept", o, o <= accepted) for o in range(K)] + final
+    """(purpose, offset, used) of a sampled request's events in one round (oracle.rng_trace.round_layout)."""
+    return [(d.purpose, d.offset, d.used) for d in round_layout(policy, K, accepted)]
 
 
 def policy_violation(tr: RoundTrace, params: dict, policy: str) -> str | None:

@@ -12,6 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 from kernels import bench
 from kernels.kvplanes import KVPlanes
 from kernels.model import PackedModel
+from kernels.options import KernelOptions
 from kernels.weights import TorchWeights
 from oracle.config import preset
 
@@ -19,7 +20,7 @@ M = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 cfg, dev, ctx, n = preset("ouro-1.4b"), torch.device("cuda"), 256, 10
 w = TorchWeights.random(cfg, dev, torch.bfloat16, 0)
 kv = KVPlanes(cfg, 1, M, ctx + 1, dev, torch.bfloat16)
-model = PackedModel(w, kv)
+model = PackedModel(w, kv, KernelOptions.from_env())
 rows = torch.arange(M, device=dev)
 pos = torch.full((M,), ctx, device=dev, dtype=torch.int64)
 h = torch.randn(M, cfg.hidden_size, device=dev).to(torch.bfloat16)

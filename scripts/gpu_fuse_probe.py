@@ -11,14 +11,15 @@ import kernels.model as km
 from kernels import bench
 from kernels.bench_rounds import random_weights
 from kernels.kvplanes import KVPlanes
+from kernels.options import KernelOptions
 from oracle.config import preset
 
 out = {}
 rows = [1, 4, 16, 64, 160, 320, 640]
 for fuse, tri in ((False, True), (True, True), (True, False)):
-    km.FUSE_DEFAULT, km.TRITON_ATTN_DEFAULT = fuse, tri
     t0 = time.time()
-    ct = bench.measure_c_table("ouro-1.4b", rows if tri else rows[:4], 256, device="cuda", repeats=50)
+    ct = bench.measure_c_table("ouro-1.4b", rows if tri else rows[:4], 256, device="cuda", repeats=50,
+                               kernel_options=KernelOptions(fuse=fuse, triton_attn=tri))
     out[f"fuse={fuse},triton_attn={tri}"] = {"c_ms": ct["c_ms"], "seconds": round(time.time() - t0, 1)}
     print(fuse, tri, out[f"fuse={fuse},triton_attn={tri}"], flush=True)
 w = random_weights("ouro-1.4b", "cuda")
@@ -33,7 +34,7 @@ for fuse, tri in ((False, False), (False, True), (True, True)):
     gk = torch.Generator(device="cuda").manual_seed(1)         # same KV content for every variant
     kv.k.normal_(generator=gk)
     kv.v.normal_(generator=gk)
-    m = km.PackedModel(w, kv, fuse=fuse, triton_attn=tri)
+    m = km.PackedModel(w, kv, KernelOptions(fuse=fuse, triton_attn=tri))
     gplane = torch.arange(6, device="cuda")
     qidx = plane * 4 + pos - 40
     res[(fuse, tri)] = m.recurrent_call(h, pos, plane, qidx, gplane, 4).float()

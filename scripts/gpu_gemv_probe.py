@@ -13,6 +13,7 @@ import torch
 import kernels.model as km
 from kernels import bench, gemv as G
 from kernels.kvplanes import KVPlanes
+from kernels.options import KernelOptions
 from kernels.weights import TorchWeights
 from oracle.config import preset
 
@@ -28,7 +29,7 @@ t_start = time.time()
 # ---- (a) kernels alone: one launch per layer's weight (24 different matrices, so not from L2)
 w = TorchWeights.random(CFG, DEV, torch.bfloat16, 0)
 kv = KVPlanes(CFG, 1, 4, 257, DEV, torch.bfloat16)
-model = km.PackedModel(w, kv, gemv=True)
+model = km.PackedModel(w, kv, KernelOptions(gemv=True))
 Ls = w.layers
 kern = {}
 for M in (1, 2, 4):
@@ -37,12 +38,12 @@ for M in (1, 2, 4):
     x_i = torch.randn(M, I, generator=g, device=DEV).bfloat16()
     pos = torch.full((M,), 256, device=DEV)
     plane = torch.arange(M, device=DEV)
-    ours = {
-        "qkv": lambda: [G.qkv_rope_kv(x_h, y_h, L.n_mlp_out, L.n_in, L.qkv, model.cos, model.sin, kv.k[l], kv.v[l],
-                                      plane, pos, NH, NKV, HD, EPS) for l, L in enumerate(Ls)],
-        "o": lambda: [G.gemv(x_h, L.o, "o") for L in Ls],
-        "gate_up": lambda: [G.gate_up_silu(x_h, y_h, L.n_attn_out, L.n_post, L.gate_up, EPS) for L in Ls],
-        "down": lambda: [G.gemv(x_i, L.down, "down") for L in Ls],
+    ours = {                                       # t: the tile overrides (KernelOptions.gemv_config)
+        "qkv": lambda t: [G.qkv_rope_kv(x_h, y_h, L.n_mlp_out, L.n_in, L.qkv, model.cos, model.sin, kv.k[l], kv.v[l],
+                                        plane, pos, NH, NKV, HD, EPS, t) for l, L in enumerate(Ls)],
+        "o": lambda t: [G.gemv(x_h, L.o, "o", t) for L in Ls],
+        "gate_up": lambda t: [G.gate_up_silu(x_h, y_h, L.n_attn_out, L.n_post, L.gate_up, EPS, t) for L in Ls],
+        "down": lambda t: [G.gemv(x_i, L.down, "down", t) for L in Ls],
     }
     cublas = {"qkv": lambda: [x_h @ L.qkv.T for L in Ls], "o": lambda: [x_h @ L.o.T for L in Ls],
               "gate_up": lambda: [x_h @ L.gate_up.T for L in Ls], "down": lambda: [x_i @ L.down.T for L in Ls]}
@@ -53,16 +54,13 @@ for M in (1, 2, 4):
         res = {"cublas_us": round(t_cub * 1e3, 2), "cublas_GBps": gbs(t_cub)}
         configs = [None] + (SWEEP if M in (1, 4) else [])
         for cfg in configs:
-            G.CONFIG.pop(name, None)
-            if cfg is not None:
-                G.CONFIG[name] = cfg
+            tiles = {} if cfg is None else {name: cfg}
             try:
-                t = bench.graph_replay_ms(ours[name], 20, len(Ls))
+                t = bench.graph_replay_ms(lambda: ours[name](tiles), 20, len(Ls))
                 key = "default" + str(G._config(name, M)[1:]) if cfg is None else str(cfg)
                 res[key] = {"us": round(t * 1e3, 2), "GBps": gbs(t)}
             except Exception as e:                     # e.g. out of resources for a big tile
                 res[str(cfg)] = repr(e)[:200]
-        G.CONFIG.pop(name, None)
         kern[f"{name} M={M}"] = res
         print(name, M, res, flush=True)
 out["kernels"] = kern
@@ -84,7 +82,7 @@ for M in (1, 2, 4):
         gk = torch.Generator(device=DEV).manual_seed(1)                # same earlier keys for every path
         kvm.k.copy_(torch.randn(kvm.k.shape, generator=gk, device=DEV).bfloat16())
         kvm.v.copy_(torch.randn(kvm.v.shape, generator=gk, device=DEV).bfloat16())
-        m = km.PackedModel(ww, kvm, **kw)
+        m = km.PackedModel(ww, kvm, KernelOptions(**kw))
         res[name] = (m.recurrent_call(h.to(ww.dtype), pos, plane, torch.arange(M, device=DEV), plane, 1).float(),
                      kvm.k[:, plane, pos].float())                             # [L, M, nkv, hd] written
     ref_out = res["gemv"][0]
@@ -106,9 +104,9 @@ torch.cuda.empty_cache()
 w = kv = model = None                                   # free the weights for (c)
 torch.cuda.empty_cache()
 for on in (True, False):
-    km.GEMV_DEFAULT = on
     t0 = time.time()
-    ct = bench.measure_c_table("ouro-1.4b", [1, 2, 4], 256, device="cuda", repeats=50)
+    ct = bench.measure_c_table("ouro-1.4b", [1, 2, 4], 256, device="cuda", repeats=50,
+                               kernel_options=KernelOptions(gemv=None if on else False))
     out[f"c_ms gemv={on}"] = {"c_ms": ct["c_ms"], "seconds": round(time.time() - t0, 1)}
     print(on, out[f"c_ms gemv={on}"], flush=True)
 out["floor_ms"] = round(CFG.num_layers * ((NH + 2 * NKV) * HD * H + H * NH * HD + 3 * I * H) * 2 / 4.25e9, 4)  # 4.25 TB/s

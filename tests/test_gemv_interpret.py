@@ -23,6 +23,7 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from kernels import gemv as G, model as km
 from kernels.kvplanes import KVPlanes
+from kernels.options import KernelOptions
 from kernels.weights import TorchWeights
 from oracle.config import ModelConfig
 
@@ -42,7 +43,8 @@ TILES = {"qkv": (64, 32, 4), "o": (32, 32, 4), "down": (32, 64, 4), "gate_up": (
 
 @pytest.fixture(autouse=True)
 def interpreted(request, monkeypatch):
-    """Small tiles for every test; where triton was imported (compiled) before this module,
+    """The interpreter for every test (each passes the small TILES); where triton was
+    imported (compiled) before this module,
     the tests run in a fresh interpreter instead (test_in_fresh_process)."""
     if request.node.name == "test_in_fresh_process":
         yield
@@ -50,11 +52,7 @@ def interpreted(request, monkeypatch):
     if not INTERPRETED:
         pytest.skip("triton was imported without TRITON_INTERPRET=1; see test_in_fresh_process")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    saved = dict(G.CONFIG)
-    G.CONFIG.update(TILES)
     yield
-    G.CONFIG.clear()
-    G.CONFIG.update(saved)
 
 
 def test_in_fresh_process():
@@ -89,7 +87,7 @@ def weights(dtype, seed=0):
 @pytest.mark.parametrize("name,N,K", [("o", 64, 64), ("down", 64, 96), ("o", 50, 80)])
 def test_gemv(dtype, M, name, N, K):
     x, w = rand(M, K, dtype=dtype, seed=1), rand(N, K, dtype=dtype, seed=2, scale=K ** -0.5)
-    assert rel(G.gemv(x, w, name), x @ w.T) < TOL[dtype]
+    assert rel(G.gemv(x, w, name, TILES), x @ w.T) < TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -105,7 +103,7 @@ def test_qkv_rope_kv(dtype, M, first):
     pos = torch.tensor([5, 0, 11, 7][:M])
     plane = torch.tensor([1, 4, 1, 7][:M])
     q, r = G.qkv_rope_kv(h, None if first else y, None if first else Lp.n_mlp_out, L.n_in, L.qkv, cos, sin,
-                         kv.k[1], kv.v[1], plane, pos, nh, nkv, hd, EPS)
+                         kv.k[1], kv.v[1], plane, pos, nh, nkv, hd, EPS, TILES)
     r_ref = h if first else h + km.rms_norm(y, Lp.n_mlp_out, EPS)
     q_ref, k_ref, v_ref = km.pre_attn(r_ref, L.n_in, L.qkv, cos[pos], sin[pos], nh, nkv, hd, EPS)
     assert rel(r, r_ref) < TOL[dtype] / 10
@@ -123,7 +121,7 @@ def test_qkv_rope_kv(dtype, M, first):
 def test_gate_up_silu(dtype, M):
     L = weights(dtype).layers[0]
     r, y = rand(M, CFG.hidden_size, dtype=dtype, seed=5), rand(M, CFG.hidden_size, dtype=dtype, seed=6)
-    r2, act = G.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, EPS)
+    r2, act = G.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, EPS, TILES)
     r2_ref = r + km.rms_norm(y, L.n_attn_out, EPS)
     g, u = (km.rms_norm(r2_ref, L.n_post, EPS) @ L.gate_up.T).chunk(2, dim=-1)
     assert rel(r2, r2_ref) < TOL[dtype] / 10
@@ -154,8 +152,6 @@ def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
     """The gemv path's whole call (both layers, attention over earlier keys) against the
     unfused torch path; K/V written by both must agree too."""
     monkeypatch.setattr(km.triton_attention, "decode_attention", torch_decode_attention)
-    if default_tiles:
-        monkeypatch.setattr(G, "CONFIG", {})
     w = weights(dtype)
     outs, kvs = [], []
     for gemv in (True, False):
@@ -163,7 +159,8 @@ def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
         g = torch.Generator().manual_seed(9)                 # same earlier keys for both paths
         kv.k.copy_(torch.randn(kv.k.shape, generator=g))
         kv.v.copy_(torch.randn(kv.v.shape, generator=g))
-        m = km.PackedModel(w, kv, fuse=False, triton_attn=False, gemv=gemv)
+        m = km.PackedModel(w, kv, KernelOptions(fuse=False, triton_attn=False, gemv=gemv,
+                                                gemv_config={} if default_tiles else TILES))
         h = rand(M, CFG.hidden_size, dtype=dtype, seed=10)
         pos = torch.tensor([9, 3, 15, 0][:M])
         plane = torch.tensor([2, 5, 0, 7][:M])                # distinct planes: Qm = 1

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from kernels.backend import make_torch_backend
 from kernels.bench import measure_c_table
 from kernels.bench_rounds import make_session, random_weights, run_generation
-from kernels.plan import build_plan, sampling_variant
+from kernels.options import KernelOptions
+from kernels.round_buffer import build_plan, sampling_variant
 from kernels import sampler
 from oracle import sampling
 from oracle.backends import ReferenceBackend, load_backend
@@ -298,7 +299,7 @@ def test_scratch_warmup_touches_no_request(model):
     s = start(TORCH, model, "loop", "sequential", range(2), graphs="fake")
     kv = s.engine.kv
     before = [t[:, [kv.plane(sl, j) for sl in (0, 1) for j in range(4)]].clone() for t in (kv.k, kv.v)]
-    from kernels.plan import scratch_call_meta
+    from kernels.round_buffer import scratch_call_meta
     meta = torch.from_numpy(scratch_call_meta((3, 3, 1), kv.scratch, s.Tcap))
     s.graphs.run("call", (3, 3, 1), 3, meta, lambda m: s.engine.call_step(m, 3, 3, 1), lambda: meta)
     after = [t[:, [kv.plane(sl, j) for sl in (0, 1) for j in range(4)]] for t in (kv.k, kv.v)]
@@ -469,7 +470,7 @@ def test_single_row_padding_path(model, monkeypatch):
     """The CUDA fused path runs a one-row call as two, the second a dummy row on the scratch
     plane: exercised here on CPU with the unfused blocks standing in for torch.compile."""
     import kernels.model as km
-    monkeypatch.setattr(km, "_FUSED", (km.pre_attn, km.post_attn))
+    monkeypatch.setattr(km, "_fused", lambda compile_dynamic: (km.pre_attn, km.post_attn))
     rounds = [{0: 3}, {0: 5}, {0: 1}]                  # loop waves of one row; prefill of one row
     ref = start(ReferenceBackend(), model, "loop", "sequential", [1])
     got = start(TORCH, model, "loop", "sequential", [])
@@ -500,3 +501,40 @@ def test_round_in_flight_after_a_finishing_round_fails(model):
     assert s.tokens(1) == PROMPTS[1] + tr.emitted[1]
     with pytest.raises(OracleError, match="finished|unknown request"):
         s.step({0: 1})
+
+
+# ---- KernelOptions: every combination the CPU can take ----------------------------------------
+# gemv and triton_attn need Triton (CUDA; tests/test_gemv_interpret.py runs the GEMV kernels in
+# the interpreter): None (on where available) and False both take the torch path here. fuse=True
+# runs torch.compile on the CPU (and pads one-row calls); compile_dynamic picks what is symbolic.
+COMBOS = [KernelOptions(gemv=g, fuse=f, triton_attn=t, compile_dynamic=c)
+          for g in (None, False) for t in (None, False) for f in (None, False, True) for c in ("rows", "all")]
+
+
+@pytest.mark.parametrize("opts", COMBOS, ids=[f"gemv={o.gemv}-attn={o.triton_attn}-fuse={o.fuse}-{o.compile_dynamic}"
+                                              for o in COMBOS])
+def test_kernel_options_on_the_cpu(model, opts):
+    bk = make_torch_backend("cpu", kernel_options=opts)
+    rounds = [{0: 3, 1: 1}, {1: 4}, {0: 2, 1: 3}]          # one-row waves too (the padded call when fused)
+    ref = start(ReferenceBackend(), model, "loop", "sequential", [0, 1])
+    got = start(bk, model, "loop", "sequential", [0, 1])
+    m = got.engine.model
+    assert (m.gemv, m.fuse, m.triton_attn) == (False, opts.fuse is True, False) and m.options is opts
+    assert_same([ref.step(c) for c in rounds], [got.step(c) for c in rounds])
+
+
+def test_kernel_options_come_from_the_environment_only_at_the_cli_edge(monkeypatch, tmp_path):
+    tiles = tmp_path / "tiles.json"
+    tiles.write_text('{"o": [32, 64, 4]}')
+    monkeypatch.setenv("LOOPSPEC_FUSE", "0")
+    monkeypatch.setenv("LOOPSPEC_COMPILE_DYNAMIC", "all")
+    monkeypatch.setenv("LOOPSPEC_GEMV_CONFIG", str(tiles))
+    assert make_torch_backend("cpu").kernel_options == KernelOptions()          # no environment here
+    want = KernelOptions(fuse=False, compile_dynamic="all", gemv_config={"o": (32, 64, 4)})
+    assert load_backend("torch-cpu").kernel_options == want                   # the registry factory
+    assert load_backend("torch-cpu").session(build_model("tiny", seed=0), 1, 2, "loop").engine.model.options == want
+    monkeypatch.setenv("LOOPSPEC_GEMV", "yes")
+    with pytest.raises(OracleError, match="LOOPSPEC_GEMV='yes'"):
+        KernelOptions.from_env()
+    with pytest.raises(OracleError, match="compile_dynamic"):
+        KernelOptions(compile_dynamic="some")

@@ -1,3 +1,5 @@
+import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -5,7 +7,9 @@ import sys
 import pytest
 
 import oracle.loop_round as loop_round_mod
+import oracle.session as session_mod
 from oracle.cases import check_case, default_cases, make_case
+from oracle.phases import PHASES
 from oracle.compare import compare_runs
 from oracle.sampling import SamplingParams as SP
 from oracle.schedule import Call, Schedule, loop_waves
@@ -147,8 +151,14 @@ def test_broken_loop_round_draft_head_late(tiny, monkeypatch):
     assert f.name == "loop_round" and "offset 1, depth 0) runs before its draft token is drawn" in f.detail
 
 
+def with_phases(monkeypatch, **replaced):
+    """Sessions made from now on run loop rounds with these phases replaced (the seam)."""
+    phases = dataclasses.replace(PHASES, **replaced)
+    monkeypatch.setitem(session_mod.ROUNDS, "loop", functools.partial(loop_round_mod.loop_round, phases=phases))
+
+
 def test_broken_loop_round_kv_wrong_plane(tiny, monkeypatch):
-    real = loop_round_mod.run_call
+    real = PHASES.run_call
 
     def wrong_plane(st, rows):
         # the model writes depth j's KV into plane j+1 (mod D) for every row at depth 1
@@ -161,7 +171,7 @@ def test_broken_loop_round_kv_wrong_plane(tiny, monkeypatch):
             real(st, rows)
         finally:
             del st.model.recurrent_call
-    monkeypatch.setattr(loop_round_mod, "run_call", wrong_plane)
+    with_phases(monkeypatch, run_call=wrong_plane)
     rep = check_case(tiny, default_cases(64)[0])
     assert not rep.ok
     f = rep.first_failure()
@@ -169,7 +179,7 @@ def test_broken_loop_round_kv_wrong_plane(tiny, monkeypatch):
 
 
 def test_broken_loop_round_uniforms_before_last_draft(tiny, monkeypatch):
-    real = loop_round_mod.draft_head
+    real = PHASES.draft_head
 
     def early(st, heads):
         for i, o in heads:
@@ -177,7 +187,7 @@ def test_broken_loop_round_uniforms_before_last_draft(tiny, monkeypatch):
             if o == st.counts[i] - 2 and not req.params.greedy:      # before the last draft
                 req.rng.draw("accept", 0)
         real(st, heads)
-    monkeypatch.setattr(loop_round_mod, "draft_head", early)
+    with_phases(monkeypatch, draft_head=early)
     rep = check_case(tiny, default_cases(64)[0])
     assert not rep.ok
     f = rep.first_failure()
@@ -185,25 +195,24 @@ def test_broken_loop_round_uniforms_before_last_draft(tiny, monkeypatch):
     assert "reproduce: python -m oracle check" in f.detail
 
 
-def test_failed_round_leaves_session_unchanged(tiny, monkeypatch):
+def test_failed_round_leaves_session_unchanged(tiny):
     """A round that fails midway restores KV frontiers, tokens and RNG streams."""
-    import oracle.phases as phases
     s = Session(tiny, 2, 4, "loop")
     s.add(0, [1, 2, 3], SP(1.0, seed=3))
     s.add(1, [4, 5], SP())
     s.step({0: 3, 1: 2})
     before = {rid: (list(r.tokens), r.rng.snapshot()) for rid, r in s.requests.items()}
-    real, calls = phases.draft_head, []
+    real, calls = PHASES.draft_head, []
 
     def boom(st, heads):
         calls.append(1)
         if len(calls) == 3:
             raise RuntimeError("device fault")
         real(st, heads)
-    monkeypatch.setattr(loop_round_mod, "draft_head", boom)
+    s.round_fn = functools.partial(loop_round_mod.loop_round, phases=dataclasses.replace(PHASES, draft_head=boom))
     with pytest.raises(RuntimeError, match="device fault"):
         s.step({0: 5, 1: 4})
-    monkeypatch.undo()
+    s.round_fn = loop_round_mod.loop_round
     for rid, r in s.requests.items():
         assert r.tokens == before[rid][0]
         assert s.kv.frontiers(rid) == {len(r.tokens) - 1}

@@ -1,4 +1,4 @@
-"""Host-side round planning: the whole schedule (oracle.schedule) turned into every call's
+"""The round buffer, built on the host: the whole schedule (oracle.schedule) turned into every call's
 gather/scatter indices, packed into ONE int64 buffer that is uploaded once per round.
 
 Row indices are slot-based so that every device buffer is persistent (CUDA graphs read

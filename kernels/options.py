@@ -1,0 +1,74 @@
+"""KernelOptions: which device fast paths the torch backend takes (docs/DESIGN.md section 9).
+
+Passed explicitly: make_torch_backend(..., kernel_options=) -> TorchSession -> Engine ->
+PackedModel. Nothing reads the environment at import; `KernelOptions.from_env()` turns the
+LOOPSPEC_* variables into options and is called only at the edges a person starts: the
+registry factories make_torch_cpu / make_torch_cpu_bf16 / make_torch_cuda (`--backend NAME`,
+ORACLE_BACKEND) and the `oracle bench` entry points (kernels/bench.py, kernels/bench_rounds.py).
+
+Fields (None: on where available; True: on, False: off) and their variables:
+    gemv             one-row calls through kernels/gemv.py; available on CUDA with Triton   LOOPSPEC_GEMV
+    fuse             torch.compile of the norm/RoPE/SiLU blocks; None: on CUDA only;
+                     True also compiles on the CPU                                          LOOPSPEC_FUSE
+    triton_attn      split-KV decode attention (kernels/triton_attention.py); CUDA+Triton  LOOPSPEC_TRITON_ATTN
+    compile_dynamic  "rows" | "all": what torch.compile treats as symbolic (with fuse)      LOOPSPEC_COMPILE_DYNAMIC
+    gemv_config      GEMV tile overrides {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages])}  LOOPSPEC_GEMV_CONFIG (a JSON file)
+A switch variable "1" (or unset) leaves the field None, "0" sets it False.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from oracle.errors import OracleError
+
+COMPILE_DYNAMIC = ("rows", "all")
+ENV = {"gemv": "LOOPSPEC_GEMV", "fuse": "LOOPSPEC_FUSE", "triton_attn": "LOOPSPEC_TRITON_ATTN",
+       "compile_dynamic": "LOOPSPEC_COMPILE_DYNAMIC", "gemv_config": "LOOPSPEC_GEMV_CONFIG"}
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    gemv: bool | None = None            # one-row recurrent calls through kernels/gemv.py
+    fuse: bool | None = None            # torch.compile of the norm/RoPE/SiLU blocks (pads M=1 calls)
+    triton_attn: bool | None = None     # split-KV decode attention (kernels/triton_attention.py)
+    compile_dynamic: str = "rows"       # torch.compile: only the row count symbolic ("rows") or every dim ("all")
+    gemv_config: dict = field(default_factory=dict)   # GEMV tile overrides per kernel name
+
+    def __post_init__(self):
+        if self.compile_dynamic not in COMPILE_DYNAMIC:
+            raise OracleError(f"KernelOptions.compile_dynamic={self.compile_dynamic!r}: expected one of "
+                              f"{', '.join(COMPILE_DYNAMIC)}")
+        for name in ("gemv", "fuse", "triton_attn"):
+            if getattr(self, name) not in (None, True, False):
+                raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
+        object.__setattr__(self, "gemv_config", {k: tuple(v) for k, v in dict(self.gemv_config).items()})
+
+    @classmethod
+    def from_env(cls, env=None) -> "KernelOptions":
+        """The options the LOOPSPEC_* variables ask for (checked: oracle.environment); only the
+        CLI-facing factories call this."""
+        from oracle.environment import check_kernel_switches
+        env = os.environ if env is None else env
+        check_kernel_switches(env)
+        kw = {name: False for name in ("gemv", "fuse", "triton_attn") if env.get(ENV[name], "1") == "0"}
+        kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
+        path = env.get(ENV["gemv_config"])
+        if path:
+            with open(path) as f:
+                kw["gemv_config"] = json.load(f)
+        return cls(**kw)
+
+    def resolve(self, device: torch.device) -> tuple[bool, bool, bool]:
+        """(gemv, fuse, triton_attn) as taken on `device`: None means on where available."""
+        from . import gemv as gemv_kernels, triton_attention
+        device = torch.device(device)
+        on = {"gemv": gemv_kernels.available(device), "fuse": device.type == "cuda",
+              "triton_attn": triton_attention.available(device)}
+        for name in ("gemv", "triton_attn"):
+            if getattr(self, name) and gemv_kernels.triton is None:
+                raise OracleError(f"KernelOptions.{name}=True needs Triton (not installed)")
+        return tuple(on[n] if getattr(self, n) is None else getattr(self, n) for n in ("gemv", "fuse", "triton_attn"))
