@@ -1,6 +1,6 @@
 PY ?= python
 
-.PHONY: install test test-serial check gpu-parity gpu-parity-full bench golden
+.PHONY: install test test-parallel test-serial check gpu-parity gpu-parity-full bench golden
 
 install:
 	$(PY) -m pip install torch==2.13.0
@@ -15,6 +15,10 @@ test:
 	ORACLE_BACKEND=torch-cpu HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests
 	ORACLE_BACKEND=torch-cpu-bf16 HYPOTHESIS_PROFILE=ci-slow-backend $(PY) -m pytest -q -n auto property_tests
 	ORACLE_BACKEND=jax HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests
+
+# `make test` already spreads over every core (pytest-xdist -n auto); the name the README uses
+# for the timing on a many-core host.
+test-parallel: test
 
 # The first line of `make test` without xdist, with Hypothesis statistics (one process).
 test-serial:

@@ -112,6 +112,8 @@ class PackedModel:
             h, pos, plane, gplane = (torch.cat([h, torch.zeros_like(h)]), torch.cat([pos, torch.zeros_like(pos)]),
                                      torch.cat([plane, scratch]), torch.cat([gplane, scratch]))
         G, span = gplane.shape[0], kv.max_len
+        if h.device.type == "cpu":                # no graphs on the CPU: read keys up to the call's last position only
+            span = int(pos.max()) + 1
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)      # [M, hd]
         write = plane * kv.max_len + pos                                               # [M] flat KV index
@@ -126,8 +128,8 @@ class PackedModel:
             if self.triton_attn:                                  # reads only keys 0..pos per row
                 a = triton_attention.decode_attention(q.contiguous(), kv, l, plane, pos)
             else:
-                K = kv.k[l].index_select(0, gplane)               # [G, span, nkv, hd]
-                V = kv.v[l].index_select(0, gplane)
+                K = kv.k[l][:, :span].index_select(0, gplane)     # [G, span, nkv, hd]
+                V = kv.v[l][:, :span].index_select(0, gplane)
                 Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
                 a = attend(Q, K, V, masked).index_select(0, qidx)  # [M, nh*hd]
             h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps)
