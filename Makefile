@@ -8,12 +8,12 @@ install:
 
 # Unit tests, the property suite and its meta-tests on the reference, then the property suite
 # against every backend CI can run: torch FP32 and BF16 on the CPU (judged by the float32 and
-# bfloat16 rows; BF16 under the ci-slow-backend profile, a quarter of the examples) and the JAX
-# FP32 backend. pytest-xdist spreads each over the cores.
+# bfloat16 rows) and the JAX FP32 backend, all in the ci profile. pytest-xdist spreads each
+# over the cores (one torch thread per worker: conftest.py).
 test:
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto tests property_tests meta_tests
 	ORACLE_BACKEND=torch-cpu HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests
-	ORACLE_BACKEND=torch-cpu-bf16 HYPOTHESIS_PROFILE=ci-slow-backend $(PY) -m pytest -q -n auto property_tests
+	ORACLE_BACKEND=torch-cpu-bf16 HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests
 	ORACLE_BACKEND=jax HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests
 
 # `make test` already spreads over every core (pytest-xdist -n auto); the name the README uses
