@@ -17,7 +17,7 @@ from oracle.kv import KVWrite
 from oracle.phases import Request, RoundState, draft_head, finish_round, run_call, verify_head
 from oracle.rng_trace import RequestRng, check_policy
 from oracle.schedule import plan, validate
-from oracle.session import check_depths
+from oracle.session import admit
 
 from .kvplanes import DeviceKV
 from .model import JaxLoopedModel
@@ -68,12 +68,7 @@ class JaxSession:
         """Join a request: prefill t[0..n-2] at every depth 0..D_i-1 (offset 0 of its first
         round is the prompt's last token). replay: uniforms to consume instead of its seeded
         stream; depths: (d_i, D_i), default the session's (d, D)."""
-        if rid in self.requests:
-            raise OracleError(f"request {rid} is already in the session")
-        di, Di = check_depths(rid, depths, self.d, self.D)
-        prompt = [int(t) for t in prompt]
-        if not prompt:
-            raise OracleError(f"request {rid}: empty prompt")
+        di, Di, prompt = admit(self.requests, rid, prompt, depths, self.d, self.D)
         self.jm.check_tokens(prompt)
         rng = RequestRng(rid, seed=params.seed) if replay is None else RequestRng(rid, replay=replay)
         params.check_vocab(self.jm.cfg.vocab_size, f"request {rid}")

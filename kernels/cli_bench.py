@@ -242,6 +242,8 @@ def _round_args(p) -> None:
 
 
 def register(sub) -> None:
+    # The argparse shape every command with subcommands has (cmd_trace.register too): a
+    # parser, its subparsers, one parser per subcommand; deliberately not abstracted.
     p = sub.add_parser("bench", help="c(M) tables and paired block-vs-loop round benchmarks (torch backend)",
                        description="Measure c(M) tables and run paired block-vs-loop round benchmarks on the "
                                    "torch backend (CUDA graphs on a GPU).")

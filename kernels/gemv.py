@@ -209,6 +209,8 @@ if triton is not None:
         j = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         j_ok = j < I
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, BLOCK_K)
+        # The same two-accumulator K loop as qkv_rope_kv's (deliberately written out in each
+        # kernel: Triton inlines it either way, and each pairs its columns differently).
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for k0 in range(0, K, BLOCK_K):

@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from oracle.errors import OracleError
+from oracle.rng_trace import uniform_source
 
 
 class UniformStream:
     def __init__(self, rid, seed: int | None = None, replay=None):
-        assert (seed is None) != (replay is None), "give a seed or a replay list"
         self.rid = rid
-        self.gen = np.random.Generator(np.random.PCG64(seed)) if replay is None else None
-        self.replay = None if replay is None else [float(u) for u in replay]
+        self.gen, self.replay = uniform_source(seed, replay)
         self.drawn: list[float] = []    # generator values drawn so far, from index `base`
         self.base = 0
         self.consumed = 0               # uniforms used by collected rounds

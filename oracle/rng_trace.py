@@ -96,14 +96,21 @@ class RngEvent:
         return (self.request, self.round, self.seq, self.purpose, self.offset, self.used)
 
 
+def uniform_source(seed: int | None = None, replay=None) -> tuple:
+    """(generator, replay list), exactly one of them set: a request's uniforms come from numpy
+    PCG64(seed) (the RNG contract) or from a list of uniforms to replay."""
+    assert (seed is None) != (replay is None), "give a seed or a replay list"
+    if replay is None:
+        return np.random.Generator(np.random.PCG64(seed)), None
+    return None, [float(u) for u in replay]
+
+
 class RequestRng:
     """A request's uniform source: its seeded generator, or a replayed list of uniforms."""
 
     def __init__(self, request, seed: int | None = None, replay=None):
-        assert (seed is None) != (replay is None), "give a seed or a replay list"
         self.request = request
-        self.gen = np.random.Generator(np.random.PCG64(seed)) if replay is None else None
-        self.replay = None if replay is None else [float(u) for u in replay]
+        self.gen, self.replay = uniform_source(seed, replay)
         self.pos = 0
         self.events: list[RngEvent] = []
         self.round, self.seq = 0, 0

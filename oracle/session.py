@@ -34,12 +34,7 @@ class Session:
         """Join a request: prefill its prompt t[0..n-2] at every depth 0..D_i-1 (offset 0 of
         its first round is the prompt's last token). depths: (d_i, D_i) with d_i < D_i <= the
         session's D, used by every round of the request; default the session's (d, D)."""
-        if rid in self.requests:
-            raise OracleError(f"request {rid} is already in the session")
-        di, Di = check_depths(rid, depths, self.d, self.D)
-        prompt = [int(t) for t in prompt]
-        if not prompt:
-            raise OracleError(f"request {rid}: empty prompt")
+        di, Di, prompt = admit(self.requests, rid, prompt, depths, self.d, self.D)
         self.model.embed(prompt)                                  # range check of token ids
         params.check_vocab(self.model.cfg.vocab_size, f"request {rid}")
         rng = RequestRng(rid, seed=params.seed) if replay is None else RequestRng(rid, replay=replay)
@@ -82,6 +77,18 @@ class Session:
         self.round_idx += 1
         self.traces.append(trace)
         return trace
+
+
+def admit(requests, rid, prompt, depths, d: int, D: int) -> tuple[int, int, list[int]]:
+    """The checks of a joining request, the same in every session (reference, JAX):
+    a new id, its (d_i, D_i), a non-empty prompt. Returns (d_i, D_i, prompt as ints)."""
+    if rid in requests:
+        raise OracleError(f"request {rid} is already in the session")
+    di, Di = check_depths(rid, depths, d, D)
+    prompt = [int(t) for t in prompt]
+    if not prompt:
+        raise OracleError(f"request {rid}: empty prompt")
+    return di, Di, prompt
 
 
 def check_depths(rid, depths, d: int, D: int) -> tuple[int, int]:

@@ -103,6 +103,12 @@ def supported(sc: Scenario, bk) -> Scenario:
     return sc if sc.policy in bk.policies else sc.with_policy(bk.policies[0])
 
 
+def backend_for(sc: Scenario):
+    """(the backend under test, the scenario with a policy it declares)."""
+    bk = backend()
+    return bk, supported(sc, bk)
+
+
 def reproduce_line(nodeid: str = "") -> str:
     """The one-line command that reruns a property under the current backend/profile/caps."""
     env = {"HYPOTHESIS_PROFILE": profile_name(), "ORACLE_BACKEND": backend_spec()}

@@ -143,8 +143,7 @@ def alone(sc: Scenario, rid: int = 0) -> Scenario:
 @settings(max_examples=examples(40))
 @given(sc=scenarios(rounds=(1, 3), fixed_requests=0), modes=st.tuples(st.sampled_from(MODES), st.sampled_from(MODES)))
 def test_seeded_request_same_alone_and_in_batch(sc, modes):
-    bk = harness.backend()
-    sc = harness.supported(sc, bk)
+    bk, sc = harness.backend_for(sc)
     solo = harness.run(bk, alone(sc), modes[0])
     batch = harness.run(bk, sc, modes[1])
     a = [harness.only(tr, 0) for tr in solo.traces]

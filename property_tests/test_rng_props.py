@@ -22,8 +22,7 @@ from .strategies import MODES, scenarios
 @settings(max_examples=examples(80))
 @given(sc=scenarios(rounds=(1, 3)))
 def test_rng_events_follow_policy(sc):
-    bk = harness.backend()
-    sc = harness.supported(sc, bk)
+    bk, sc = harness.backend_for(sc)
     params = dict(enumerate(sc.params))
     runs = {mode: harness.run(bk, sc, mode) for mode in MODES}
     for mode, r in runs.items():

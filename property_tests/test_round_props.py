@@ -37,8 +37,7 @@ def test_block_and_loop_rounds_agree(sc):
 @settings(max_examples=examples(40))
 @given(sc=scenarios(rounds=(1, 2)))
 def test_rounds_follow_their_schedule(sc):
-    bk = harness.backend()
-    sc = harness.supported(sc, bk)
+    bk, sc = harness.backend_for(sc)
     for mode in MODES:
         r = harness.run(bk, sc, mode)
         for tr in r.traces:
@@ -49,8 +48,7 @@ def test_rounds_follow_their_schedule(sc):
 @settings(max_examples=examples(40))
 @given(sc=scenarios(rounds=(1, 3)))
 def test_logits_match_cache_free_recompute(sc):
-    bk = harness.backend()
-    sc = harness.supported(sc, bk)
+    bk, sc = harness.backend_for(sc)
     row = TOLERANCES["float32" if bk.exact else bk.dtype]
     tol = max(TOLERANCES["float32"]["logits"], allowed(row, "logits", sc.D - 1))   # the deepest logits
     model = build_model(sc.cfg, sc.weight_seed)
@@ -88,8 +86,7 @@ def check_committed_kv(session, active: dict, D: int, layers: int, where: str, r
 @settings(max_examples=examples(40))
 @given(sc=scenarios(rounds=(1, 3)))
 def test_rollback_leaves_exactly_the_committed_kv(sc):
-    bk = harness.backend()
-    sc = harness.supported(sc, bk)
+    bk, sc = harness.backend_for(sc)
     for mode in MODES:
         active, checked = {}, []
 

@@ -45,8 +45,7 @@ def _labels(tr, params) -> list[str]:
 @settings(max_examples=examples(40))
 @given(sc=single_rounds(max_requests=4), data=st.data())
 def test_stops_cut_emission_not_decisions(sc, data):
-    bk = harness.backend()
-    sc = harness.supported(sc, bk)
+    bk, sc = harness.backend_for(sc)
     plain = harness.run(bk, sc, "loop").traces[0]
     params = []
     for rid, p in enumerate(sc.params):
@@ -84,8 +83,7 @@ def test_stops_cut_emission_not_decisions(sc, data):
 def test_generation_with_stops_agrees(data):
     cfg = data.draw(model_configs(vocab=(8, 24)), label="model")
     sc = data.draw(scenarios(rounds=(2, None), cfg=cfg, params=stop_params(cfg.vocab_size)), label="scenario")
-    bk = harness.backend()
-    sc = harness.supported(sc, bk)
+    bk, sc = harness.backend_for(sc)
     runs = harness.check_equivalence(sc, bk)
     params = dict(enumerate(sc.params))
     for mode in MODES:

@@ -105,6 +105,7 @@ CATALOGUE = [
     # ---- option values of check / trace record ----
     ("values", "seed -1", lambda f: ["check", "--seed", "-1"]),
     ("values", "counts empty item", lambda f: ["check", "--counts", "5,,3"]),
+    # (rows of one shape: the catalogue is data, one invalid input per row, deliberately)
     ("values", "counts trailing comma", lambda f: ["check", "--counts", "5,"]),
     ("values", "counts empty", lambda f: ["check", "--counts", ""]),
     ("values", "counts zero", lambda f: ["check", "--counts", "3,0"]),
