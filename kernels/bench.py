@@ -54,7 +54,10 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
             times.append(_time(graph.replay if graph is not None else step, dev))
         table[str(M)] = round(statistics.median(times[1:]), 4)
         del graph
-    return {"c_ms": table, "preset": cfg.to_dict(), "context_len": context_len, "dtype": dtype,
+    small = model.gemv and model.options.gemv_max_rows
+    path = {str(M): ("gemv" if M == 1 else "gemv-small-m") if model.gemv and M <= small else "cublas+compiled"
+            for M in sorted(set(row_counts))}
+    return {"c_ms": table, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "dtype": dtype,
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "torch": torch.__version__, "graphs": use_graphs, "repeats": repeats,
             "description": "c(M): ms of one recurrent call (all layers, attention over context_len+1 keys per "

@@ -32,9 +32,10 @@ try:
 except ImportError:          # CPU installs: the torch path is used
     triton = None
 
-MAX_ROWS = 4
-# Tile overrides arrive as `config`, {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages])}
-# (KernelOptions.gemv_config, e.g. the JSON that scripts/gpu_gemv_tune.py writes).
+MAX_ROWS = 16
+# Tile overrides arrive as `config`, {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages])} for
+# one-row calls and {name + "/16": ...} for the small-M path (2..16 rows, padded to 16 for
+# tensor-core products) (KernelOptions.gemv_config, e.g. the JSON of scripts/gpu_gemv_tune.py).
 
 
 def available(device: torch.device) -> bool:
@@ -127,12 +128,25 @@ if triton is not None:
         """acc [BLOCK_M, BLOCK_N] += x [BLOCK_M, BLOCK_K] @ W[rows, k0:k0+BLOCK_K].T"""
         k = k0 + tl.arange(0, BLOCK_K)
         w = tl.load(W + rows.to(tl.int64)[:, None] * K + k[None, :], mask=row_mask[:, None] & _k_ok(k, K, BLOCK_K)[None, :],
-                    other=0.0).to(tl.float32)
-        # row by row as 2D products (a 3D [M, N, K] product would un-vectorize the weight loads)
-        m = tl.arange(0, BLOCK_M)[:, None]
-        for i in tl.static_range(BLOCK_M):
-            x_i = tl.sum(tl.where(m == i, x, 0.0), 0)                         # row i: [BLOCK_K]
-            acc += tl.where(m == i, tl.sum(w * x_i[None, :], 1)[None, :], 0.0)
+                    other=0.0)
+        if BLOCK_M >= 16:
+            # small-M path (2..16 rows padded to 16): one tensor-core product per weight tile,
+            # so the tile is streamed once for all rows of the call. For BF16 weights x is
+            # already a BF16 value (rounded by _normed_chunk, or a BF16 activation), and BF16
+            # values are exact in TF32: the TF32 product is the BF16 product, accumulated in
+            # FP32 (and, unlike a BF16 tl.dot, right under the Triton interpreter too).
+            wf = tl.trans(w.to(tl.float32))                                       # [BLOCK_K, BLOCK_N]
+            if W.dtype.element_ty == tl.float32:
+                acc += tl.dot(x, wf, input_precision="ieee")
+            else:
+                acc += tl.dot(x, wf, input_precision="tf32")
+        else:
+            w = w.to(tl.float32)
+            # row by row as 2D products (a 3D [M, N, K] product would un-vectorize the weight loads)
+            m = tl.arange(0, BLOCK_M)[:, None]
+            for i in tl.static_range(BLOCK_M):
+                x_i = tl.sum(tl.where(m == i, x, 0.0), 0)                         # row i: [BLOCK_K]
+                acc += tl.where(m == i, tl.sum(w * x_i[None, :], 1)[None, :], 0.0)
         return acc
 
     @triton.jit
@@ -237,17 +251,22 @@ if triton is not None:
 def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages). BLOCK_N counts output columns
     (qkv: column pairs, gate_up: gate/up pairs, so those programs read 2*BLOCK_N weight rows).
-    Register tiles are BLOCK_M x BLOCK_N x BLOCK_K per weight tile: narrower K for more rows.
-    config[name] = (BLOCK_N, BLOCK_K, num_warps[, num_stages]) overrides."""
-    BM = triton.next_power_of_2(M)
-    if config and name in config:
-        c = tuple(config[name])
+    One row: a register GEMV (BLOCK_M 1). 2..16 rows: BLOCK_M 16, tensor-core products
+    (tl.dot needs 16 in every dimension). config[name] (one row) or config[name + "/16"]
+    = (BLOCK_N, BLOCK_K, num_warps[, num_stages]) overrides."""
+    BM = 1 if M == 1 else 16
+    key = name if BM == 1 else f"{name}/16"
+    if config and key in config:
+        c = tuple(config[key])
         return (BM, *c, *((3,) if len(c) == 3 else ()))
-    if BM == 1:         # tuned on the H200 at the ouro-1.4b shape (scripts/gpu_gemv_tune.py, docs/results/s2)
+    if BM == 1:         # tuned on the H200 at the ouro-1.4b shape (scripts/gpu_gemv_tune.py, docs/results/gemv_tune.json)
         return (1, *{"qkv": (4, 2048, 8, 2), "o": (2, 2048, 4, 2), "gate_up": (16, 512, 8, 3),
                      "down": (2, 2048, 4, 2)}[name])
-    BK = {2: 256}.get(BM, 128)
-    return BM, {"o": 4, "down": 4}.get(name, 8), BK, 4, 3
+    return (16, *SMALL_M_TILES[name])
+
+
+# (BLOCK_N, BLOCK_K, num_warps, num_stages) of the small-M path; 16 in every dimension at least
+SMALL_M_TILES = {"qkv": (32, 128, 4, 3), "o": (32, 128, 4, 3), "gate_up": (32, 128, 4, 3), "down": (32, 128, 4, 3)}
 
 
 def _rows(x: torch.Tensor) -> int:

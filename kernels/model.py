@@ -74,11 +74,6 @@ def _rows_dynamic(*xs) -> None:
         torch._dynamo.maybe_mark_dynamic(x, 0)
 
 
-# kernels/gemv.py serves up to 4 rows, but on the H200 only M = 1 beats the compiled cuBLAS path
-# (c(1) 1.10 ms with tuned tiles vs 1.62; c(2) 3.15 vs 1.61; c(4) 15.2 vs 1.65: docs/results/s2/gemv_*.json)
-GEMV_MAX_ROWS = 1
-
-
 class PackedModel:
     def __init__(self, w: TorchWeights, kv: KVPlanes, options: KernelOptions | None = None):
         """options: the fast paths (default KernelOptions(): each on where available, i.e. on CUDA)."""
@@ -101,8 +96,8 @@ class PackedModel:
         Attention is grouped by plane: the call's G distinct planes are `gplane` [G], and row
         r is query slot qidx[r] = g*Qm + i of the padded [G, Qm] query grid, so a plane's keys
         are read once however many of the call's rows attend to it. Returns [M, H].
-        Calls of <= GEMV_MAX_ROWS rows go through _gemv_call when self.gemv is on."""
-        if self.gemv and 0 < h.shape[0] <= GEMV_MAX_ROWS:
+        Calls of <= options.gemv_max_rows rows go through _gemv_call when self.gemv is on."""
+        if self.gemv and 0 < h.shape[0] <= self.options.gemv_max_rows:
             return self._gemv_call(h, pos, plane)
         cfg, kv, eps = self.cfg, self.kv, self.eps
         pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/gpu_results.md):

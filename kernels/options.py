@@ -13,6 +13,8 @@ Fields (None: on where available; True: on, False: off) and their variables:
     triton_attn      split-KV decode attention (kernels/triton_attention.py); CUDA+Triton  LOOPSPEC_TRITON_ATTN
     compile_dynamic  "rows" | "all": what torch.compile treats as symbolic (with fuse)      LOOPSPEC_COMPILE_DYNAMIC
     gemv_config      GEMV tile overrides {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages])}  LOOPSPEC_GEMV_CONFIG (a JSON file)
+    gemv_max_rows    calls of 1..gemv_max_rows rows take the GEMV path (2..16: the small-M
+                     tensor-core path of kernels/gemv.py); larger calls cuBLAS + compiled blocks LOOPSPEC_GEMV_MAX_ROWS
 A switch variable "1" (or unset) leaves the field None, "0" sets it False.
 """
 from __future__ import annotations
@@ -27,7 +29,11 @@ from oracle.errors import OracleError
 
 COMPILE_DYNAMIC = ("rows", "all")
 ENV = {"gemv": "LOOPSPEC_GEMV", "fuse": "LOOPSPEC_FUSE", "triton_attn": "LOOPSPEC_TRITON_ATTN",
-       "compile_dynamic": "LOOPSPEC_COMPILE_DYNAMIC", "gemv_config": "LOOPSPEC_GEMV_CONFIG"}
+       "compile_dynamic": "LOOPSPEC_COMPILE_DYNAMIC", "gemv_config": "LOOPSPEC_GEMV_CONFIG",
+       "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS"}
+# The handover between the GEMV paths and cuBLAS, chosen by measurement on the H200
+# (docs/results.md, "Kernels at the ouro-1.4b shape").
+GEMV_MAX_ROWS = 1
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,15 @@ class KernelOptions:
     triton_attn: bool | None = None     # split-KV decode attention (kernels/triton_attention.py)
     compile_dynamic: str = "rows"       # torch.compile: only the row count symbolic ("rows") or every dim ("all")
     gemv_config: dict = field(default_factory=dict)   # GEMV tile overrides per kernel name
+    gemv_max_rows: int = GEMV_MAX_ROWS  # calls of up to this many rows take the GEMV path (1..16)
 
     def __post_init__(self):
         if self.compile_dynamic not in COMPILE_DYNAMIC:
             raise OracleError(f"KernelOptions.compile_dynamic={self.compile_dynamic!r}: expected one of "
                               f"{', '.join(COMPILE_DYNAMIC)}")
+        if isinstance(self.gemv_max_rows, bool) or not isinstance(self.gemv_max_rows, int) \
+                or not 1 <= self.gemv_max_rows <= 16:
+            raise OracleError(f"KernelOptions.gemv_max_rows={self.gemv_max_rows!r}: expected an integer in 1..16")
         for name in ("gemv", "fuse", "triton_attn"):
             if getattr(self, name) not in (None, True, False):
                 raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
@@ -56,6 +66,8 @@ class KernelOptions:
         check_kernel_switches(env)
         kw = {name: False for name in ("gemv", "fuse", "triton_attn") if env.get(ENV[name], "1") == "0"}
         kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
+        if env.get(ENV["gemv_max_rows"]):
+            kw["gemv_max_rows"] = int(env[ENV["gemv_max_rows"]])
         path = env.get(ENV["gemv_config"])
         if path:
             with open(path) as f:

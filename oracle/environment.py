@@ -5,6 +5,7 @@ is refused in one line instead of being ignored or failing deep inside an import
     LOOPSPEC_GEMV, LOOPSPEC_FUSE, LOOPSPEC_TRITON_ATTN    "0" or "1"
     LOOPSPEC_COMPILE_DYNAMIC   "rows" or "all"
     LOOPSPEC_GEMV_CONFIG       a JSON object file of GEMV tiles
+    LOOPSPEC_GEMV_MAX_ROWS     calls of up to this many rows (1..16) take the GEMV path
     (the defaults of kernels.options.KernelOptions, read by KernelOptions.from_env)
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ import os
 from .errors import OracleError
 
 SWITCHES = ("LOOPSPEC_GEMV", "LOOPSPEC_FUSE", "LOOPSPEC_TRITON_ATTN")
-CHOICES = {"LOOPSPEC_COMPILE_DYNAMIC": ("rows", "all")}
+CHOICES = {"LOOPSPEC_COMPILE_DYNAMIC": ("rows", "all"),
+           "LOOPSPEC_GEMV_MAX_ROWS": tuple(str(m) for m in range(1, 17))}
 
 
 def uses_kernels(args) -> bool:

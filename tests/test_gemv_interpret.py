@@ -38,7 +38,18 @@ DTYPES = [torch.float32, torch.bfloat16]
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 # (BLOCK_N, BLOCK_K, warps): partial last tiles in N (qkv: 96 column pairs, gate_up: 96,
 # o at N=50) and in K (down: K=96)
-TILES = {"qkv": (64, 32, 4), "o": (32, 32, 4), "down": (32, 64, 4), "gate_up": (64, 32, 4)}
+TILES = {"qkv": (64, 32, 4), "o": (32, 32, 4), "down": (32, 64, 4), "gate_up": (64, 32, 4),
+         # the small-M path (2..16 rows, tensor-core products): 16 in every dimension at least
+         "qkv/16": (16, 32, 4), "o/16": (16, 32, 4), "down/16": (32, 64, 4), "gate_up/16": (32, 32, 4)}
+
+
+def rows(M: int, n_pos: int, n_planes: int, pos0=(5, 0, 11, 7), plane0=(1, 4, 1, 7)):
+    """M distinct (plane, position) pairs: the first four fixed, then generated."""
+    pairs = list(zip(plane0, pos0))[:M]
+    free = ((pl, (3 * pl + j) % n_pos) for j in range(2, n_pos) for pl in range(n_planes))
+    pairs += [p for p in free if p not in pairs][:M - len(pairs)]
+    assert len(set(pairs)) == M
+    return torch.tensor([p for _, p in pairs]), torch.tensor([pl for pl, _ in pairs])
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +94,7 @@ def weights(dtype, seed=0):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 3, 4])
+@pytest.mark.parametrize("M", [1, 3, 4, 16])
 @pytest.mark.parametrize("name,N,K", [("o", 64, 64), ("down", 64, 96), ("o", 50, 80)])
 def test_gemv(dtype, M, name, N, K):
     x, w = rand(M, K, dtype=dtype, seed=1), rand(N, K, dtype=dtype, seed=2, scale=K ** -0.5)
@@ -91,7 +102,7 @@ def test_gemv(dtype, M, name, N, K):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 2, 4])
+@pytest.mark.parametrize("M", [1, 2, 4, 11, 16])
 @pytest.mark.parametrize("first", [True, False])
 def test_qkv_rope_kv(dtype, M, first):
     w = weights(dtype)
@@ -100,8 +111,7 @@ def test_qkv_rope_kv(dtype, M, first):
     kv = KVPlanes(CFG, 2, 3, 12, "cpu", dtype)
     cos, sin = w.rope_table(kv.max_len)
     h, y = rand(M, H, dtype=dtype, seed=3), rand(M, H, dtype=dtype, seed=4)
-    pos = torch.tensor([5, 0, 11, 7][:M])
-    plane = torch.tensor([1, 4, 1, 7][:M])
+    pos, plane = rows(M, kv.max_len, kv.k.shape[1])
     q, r = G.qkv_rope_kv(h, None if first else y, None if first else Lp.n_mlp_out, L.n_in, L.qkv, cos, sin,
                          kv.k[1], kv.v[1], plane, pos, nh, nkv, hd, EPS, TILES)
     r_ref = h if first else h + km.rms_norm(y, Lp.n_mlp_out, EPS)
@@ -117,7 +127,7 @@ def test_qkv_rope_kv(dtype, M, first):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 2, 4])
+@pytest.mark.parametrize("M", [1, 2, 4, 16])
 def test_gate_up_silu(dtype, M):
     L = weights(dtype).layers[0]
     r, y = rand(M, CFG.hidden_size, dtype=dtype, seed=5), rand(M, CFG.hidden_size, dtype=dtype, seed=6)
@@ -129,7 +139,7 @@ def test_gate_up_silu(dtype, M):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 4])
+@pytest.mark.parametrize("M", [1, 4, 16])
 def test_residual_norm(dtype, M):
     w = weights(dtype)
     h, y = rand(M, CFG.hidden_size, dtype=dtype, seed=7), rand(M, CFG.hidden_size, dtype=dtype, seed=8)
@@ -146,7 +156,7 @@ def torch_decode_attention(q, kv, layer, plane, pos):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 2, 3, 4])
+@pytest.mark.parametrize("M", [1, 2, 3, 4, 16])
 @pytest.mark.parametrize("default_tiles", [False, True])
 def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
     """The gemv path's whole call (both layers, attention over earlier keys) against the
@@ -155,17 +165,17 @@ def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
     w = weights(dtype)
     outs, kvs = [], []
     for gemv in (True, False):
-        kv = KVPlanes(CFG, 2, 3, 16, "cpu", dtype)
+        kv = KVPlanes(CFG, 2, 9, 16, "cpu", dtype)          # 20 planes
         g = torch.Generator().manual_seed(9)                 # same earlier keys for both paths
         kv.k.copy_(torch.randn(kv.k.shape, generator=g))
         kv.v.copy_(torch.randn(kv.v.shape, generator=g))
-        m = km.PackedModel(w, kv, KernelOptions(fuse=False, triton_attn=False, gemv=gemv,
+        m = km.PackedModel(w, kv, KernelOptions(fuse=False, triton_attn=False, gemv=gemv, gemv_max_rows=16,
                                                 gemv_config={} if default_tiles else TILES))
         h = rand(M, CFG.hidden_size, dtype=dtype, seed=10)
-        pos = torch.tensor([9, 3, 15, 0][:M])
-        plane = torch.tensor([2, 5, 0, 7][:M])                # distinct planes: Qm = 1
-        # the gemv path directly: recurrent_call dispatches only M <= km.GEMV_MAX_ROWS to it
-        outs.append(m._gemv_call(h, pos, plane) if gemv else m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1))
+        plane = torch.tensor([2, 5, 0, 7, *range(8, 20)][:M])  # distinct planes: Qm = 1
+        pos = torch.tensor([9, 3, 15, 0, *(3 * i % 16 for i in range(8, 20))][:M])
+        # recurrent_call dispatches M <= gemv_max_rows to the gemv path when gemv is on
+        outs.append(m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1))
         kvs.append((kv.k.clone(), kv.v.clone()))
     assert outs[0].shape == (M, CFG.hidden_size) and outs[0].dtype == dtype
     assert rel(outs[0], outs[1]) < TOL[dtype]
