@@ -227,7 +227,7 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
     monkeypatch.setattr(km.PackedModel, "_gemv_call", lambda self, *a: calls.append(a[0].shape[0]) or real(self, *a))
     c = Case("one row", [[3, 1, 4, 1, 5]], [SP()], [{0: 5}, {0: 3}, {0: 5}], 2, 4)
     got = run(bk, m, c, "loop", graphs="off")
-    assert calls and set(calls) == {1}
+    assert calls and 1 in calls and max(calls) <= bk.kernel_options.gemv_max_rows   # 1 row, or up to the handover
     judged(reference_run(m, c, "loop", got), got)
     calls.clear()                                                  # the compiled/cuBLAS path instead
     other = run(bk, m, c, "loop", graphs="off", kernel_options=dataclasses.replace(bk.kernel_options, gemv=False))
