@@ -47,7 +47,7 @@ def post_attn(h, a, o, n_attn_out, n_post, gate_up, down, n_mlp_out, eps: float)
 # "rows": only the row count is symbolic (marked dynamic on the first call, so one compile
 # serves every M >= 2); hidden sizes stay static and Inductor's norm reductions get static
 # configs. "all": dynamic=True, every dimension symbolic; on the H200 its norm kernels took
-# 27-50 us each at M = 2 (2.5 ms of a 4.4 ms call; docs/gpu_results.md).
+# 27-50 us each at M = 2 (2.5 ms of a 4.4 ms call; the history table of docs/results.md).
 @functools.cache
 def _fused(compile_dynamic: str = "rows"):
     """pre_attn/post_attn through torch.compile (Inductor fuses the norms, RoPE and SiLU
@@ -100,7 +100,7 @@ class PackedModel:
         if self.gemv and 0 < h.shape[0] <= self.options.gemv_max_rows:
             return self._gemv_call(h, pos, plane)
         cfg, kv, eps = self.cfg, self.kv, self.eps
-        pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/gpu_results.md):
+        pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/results.md, history):
         if pad:                                   # add a dummy row at position 0 of the scratch plane
             scratch = torch.full_like(plane, kv.scratch)                # (depth 0 of the scratch slot)
             qidx = torch.cat([qidx, torch.full_like(qidx, gplane.shape[0] * Qm)])
