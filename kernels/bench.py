@@ -54,8 +54,8 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
             times.append(_time(graph.replay if graph is not None else step, dev))
         table[str(M)] = round(statistics.median(times[1:]), 4)
         del graph
-    small = model.gemv and model.options.gemv_max_rows
-    path = {str(M): ("gemv" if M == 1 else "gemv-small-m") if model.gemv and M <= small else "cublas+compiled"
+    gemv = lambda M: model.gemv and M <= model.options.gemv_max_rows          # noqa: E731
+    path = {str(M): ("gemv" if M == 1 else "gemv-small-m") if gemv(M) else "torch"   # cuBLAS (+ compiled blocks)
             for M in sorted(set(row_counts))}
     return {"c_ms": table, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "dtype": dtype,
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",

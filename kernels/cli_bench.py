@@ -99,7 +99,8 @@ def measure_ctable(bench, args, rows, repeats: int) -> dict:
     table = None
     for M in progress(sorted(set(rows)), "c(M)", args.quiet):
         t = bench.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=repeats)
-        table = t if table is None else {**t, "c_ms": {**table["c_ms"], **t["c_ms"]}}
+        table = t if table is None else {**t, "c_ms": {**table["c_ms"], **t["c_ms"]},
+                                         "path": {**table["path"], **t["path"]}}
     return table
 
 
