@@ -79,7 +79,7 @@ class PackedModel:
         """options: the fast paths (default KernelOptions(): each on where available, i.e. on CUDA)."""
         self.w, self.kv, self.cfg = w, kv, w.cfg
         self.options = options = KernelOptions() if options is None else options
-        self.gemv, self.fuse, self.triton_attn = options.resolve(w.device)
+        self.gemv, self.fuse, self.triton_attn, self.pdl = options.resolve(w.device)
         self.cos, self.sin = w.rope_table(kv.max_len)       # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
 
@@ -135,15 +135,15 @@ class PackedModel:
         kernel each for norms+qkv+RoPE+KV writes, attention, o, norms+gate_up+SiLU, down."""
         cfg, kv, eps = self.cfg, self.kv, self.eps
         y2 = n_prev = None                                  # the previous layer's MLP output and its norm
-        tiles = self.options.gemv_config
+        tiles, pdl = self.options.gemv_config, self.pdl    # pdl: each kernel launched as its predecessor's dependent
         for l, L in enumerate(self.w.layers):
             q, r = gemv_kernels.qkv_rope_kv(h, y2, n_prev, L.n_in, L.qkv, self.cos, self.sin, kv.k[l], kv.v[l],
-                                            plane, pos, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, eps, tiles)
-            a = triton_attention.decode_attention(q, kv, l, plane, pos)          # [M, nh*hd]
-            y = gemv_kernels.gemv(a, L.o, "o", tiles)                            # [M, H]
-            h, act = gemv_kernels.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles)  # [M, H], [M, I]
-            y2, n_prev = gemv_kernels.gemv(act, L.down, "down", tiles), L.n_mlp_out   # [M, H]
-        return gemv_kernels.residual_norm(h, y2, n_prev, self.w.norm, eps)
+                                            plane, pos, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, eps, tiles, pdl)
+            a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl)     # [M, nh*hd]
+            y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)                       # [M, H]
+            h, act = gemv_kernels.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles, pdl)  # [M, H], [M, I]
+            y2, n_prev = gemv_kernels.gemv(act, L.down, "down", tiles, pdl), L.n_mlp_out   # [M, H]
+        return gemv_kernels.residual_norm(h, y2, n_prev, self.w.norm, eps, pdl)
 
 
 def attend(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:

@@ -12,9 +12,12 @@ Fields (None: on where available; True: on, False: off) and their variables:
                      True also compiles on the CPU                                          LOOPSPEC_FUSE
     triton_attn      split-KV decode attention (kernels/triton_attention.py); CUDA+Triton  LOOPSPEC_TRITON_ATTN
     compile_dynamic  "rows" | "all": what torch.compile treats as symbolic (with fuse)      LOOPSPEC_COMPILE_DYNAMIC
-    gemv_config      GEMV tile overrides {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages])}  LOOPSPEC_GEMV_CONFIG (a JSON file)
+    gemv_config      GEMV tile overrides {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages[, peel]])}  LOOPSPEC_GEMV_CONFIG (a JSON file)
     gemv_max_rows    calls of 1..gemv_max_rows rows take the GEMV path (2..16: the small-M
                      tensor-core path of kernels/gemv.py); larger calls cuBLAS + compiled blocks LOOPSPEC_GEMV_MAX_ROWS
+    pdl              programmatic dependent launch of the GEMV-path kernels (each starts while its
+                     predecessor drains, streams its first weight tile, then waits for the
+                     predecessor's writes); available on CUDA devices of compute capability >= 9   LOOPSPEC_PDL
 A switch variable "1" (or unset) leaves the field None, "0" sets it False.
 """
 from __future__ import annotations
@@ -30,10 +33,10 @@ from oracle.errors import OracleError
 COMPILE_DYNAMIC = ("rows", "all")
 ENV = {"gemv": "LOOPSPEC_GEMV", "fuse": "LOOPSPEC_FUSE", "triton_attn": "LOOPSPEC_TRITON_ATTN",
        "compile_dynamic": "LOOPSPEC_COMPILE_DYNAMIC", "gemv_config": "LOOPSPEC_GEMV_CONFIG",
-       "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS"}
+       "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS", "pdl": "LOOPSPEC_PDL"}
 # The handover between the GEMV paths and cuBLAS, chosen by measurement on the H200
 # (docs/results.md, "Kernels at the ouro-1.4b shape").
-GEMV_MAX_ROWS = 1
+GEMV_MAX_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class KernelOptions:
     compile_dynamic: str = "rows"       # torch.compile: only the row count symbolic ("rows") or every dim ("all")
     gemv_config: dict = field(default_factory=dict)   # GEMV tile overrides per kernel name
     gemv_max_rows: int = GEMV_MAX_ROWS  # calls of up to this many rows take the GEMV path (1..16)
+    pdl: bool | None = None             # programmatic dependent launch of the GEMV-path kernels (sm_90+)
 
     def __post_init__(self):
         if self.compile_dynamic not in COMPILE_DYNAMIC:
@@ -52,7 +56,7 @@ class KernelOptions:
         if isinstance(self.gemv_max_rows, bool) or not isinstance(self.gemv_max_rows, int) \
                 or not 1 <= self.gemv_max_rows <= 16:
             raise OracleError(f"KernelOptions.gemv_max_rows={self.gemv_max_rows!r}: expected an integer in 1..16")
-        for name in ("gemv", "fuse", "triton_attn"):
+        for name in ("gemv", "fuse", "triton_attn", "pdl"):
             if getattr(self, name) not in (None, True, False):
                 raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
         object.__setattr__(self, "gemv_config", {k: tuple(v) for k, v in dict(self.gemv_config).items()})
@@ -64,7 +68,7 @@ class KernelOptions:
         from oracle.environment import check_kernel_switches
         env = os.environ if env is None else env
         check_kernel_switches(env)
-        kw = {name: False for name in ("gemv", "fuse", "triton_attn") if env.get(ENV[name], "1") == "0"}
+        kw = {name: False for name in ("gemv", "fuse", "triton_attn", "pdl") if env.get(ENV[name], "1") == "0"}
         kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
         if env.get(ENV["gemv_max_rows"]):
             kw["gemv_max_rows"] = int(env[ENV["gemv_max_rows"]])
@@ -74,13 +78,17 @@ class KernelOptions:
                 kw["gemv_config"] = json.load(f)
         return cls(**kw)
 
-    def resolve(self, device: torch.device) -> tuple[bool, bool, bool]:
-        """(gemv, fuse, triton_attn) as taken on `device`: None means on where available."""
+    def resolve(self, device: torch.device) -> tuple[bool, bool, bool, bool]:
+        """(gemv, fuse, triton_attn, pdl) as taken on `device`: None means on where available."""
         from . import gemv as gemv_kernels, triton_attention
         device = torch.device(device)
         on = {"gemv": gemv_kernels.available(device), "fuse": device.type == "cuda",
-              "triton_attn": triton_attention.available(device)}
+              "triton_attn": triton_attention.available(device), "pdl": gemv_kernels.pdl_available(device)}
         for name in ("gemv", "triton_attn"):
             if getattr(self, name) and gemv_kernels.triton is None:
                 raise OracleError(f"KernelOptions.{name}=True needs Triton (not installed)")
-        return tuple(on[n] if getattr(self, n) is None else getattr(self, n) for n in ("gemv", "fuse", "triton_attn"))
+        if self.pdl and not on["pdl"]:
+            raise OracleError(f"KernelOptions.pdl=True needs Triton and a CUDA device of compute capability >= 9 "
+                              f"(got {device})")
+        names = ("gemv", "fuse", "triton_attn", "pdl")
+        return tuple(on[n] if getattr(self, n) is None else getattr(self, n) for n in names)

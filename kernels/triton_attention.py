@@ -15,12 +15,18 @@ try:
 except ImportError:          # CPU installs: the torch path is used
     triton = None
 
+from .gemv import launch_options
+
+if triton is not None:
+    from .gemv import pdl_enter
+
 if triton is not None:
     @triton.jit
     def _attn_chunk(Q, Kc, Vc, Acc, ML, plane_ptr, pos_ptr, layer_off, stride_plane, stride_t, scale,
                     NH: tl.constexpr, GROUP: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
-                    NSPLIT: tl.constexpr):
+                    NSPLIT: tl.constexpr, PDL: tl.constexpr):
         r, h, c = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        pdl_enter(PDL)
         pos = tl.load(pos_ptr + r)
         if c * CHUNK <= pos:                               # chunks past the row's position: no keys
             plane = tl.load(plane_ptr + r).to(tl.int64)
@@ -41,8 +47,9 @@ if triton is not None:
 
     @triton.jit
     def _attn_merge(Acc, ML, Out, pos_ptr, NH: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
-                    NSPLIT: tl.constexpr, SB: tl.constexpr):
+                    NSPLIT: tl.constexpr, SB: tl.constexpr, PDL: tl.constexpr):
         r, h = tl.program_id(0), tl.program_id(1)
+        pdl_enter(PDL)
         n = tl.load(pos_ptr + r) // CHUNK + 1                                          # chunks with keys
         base = (r * NH + h) * NSPLIT
         d = tl.arange(0, HD)
@@ -63,16 +70,21 @@ if triton is not None:
         tl.store(Out + r * NH * HD + h * HD + d, (acc / l_i).to(Out.dtype.element_ty))
 
 
-CHUNK = 64
+# keys per program of _attn_chunk, and its warps for one row / more rows (H200, ouro-1.4b shape,
+# context 256: scripts/gpu_kernel_profile.py --sweep, docs/results.md)
+CHUNK = 32
+CHUNK_WARPS = (4, 2)
 
 
 def available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
 
 
-def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: torch.Tensor,
+                     pdl: bool = False) -> torch.Tensor:
     """q: [M, nh, hd] (RoPE applied); plane, pos: [M]. Keys/values of plane `plane[r]` at
-    positions 0..pos[r] of `layer` (already written). Returns [M, nh*hd]."""
+    positions 0..pos[r] of `layer` (already written). Returns [M, nh*hd]. pdl: launched as
+    programmatic dependents (kernels/gemv.py), as in the GEMV path."""
     M, nh, hd = q.shape
     K, V = kv.k, kv.v                                   # [L, P, max_len, nkv, hd]
     assert K.is_contiguous() and V.is_contiguous() and q.is_contiguous()
@@ -84,6 +96,8 @@ def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: 
         ml = torch.empty(M, nh, nsplit, 2, device=q.device, dtype=torch.float32)
         _attn_chunk[(M, nh, nsplit)](q, K, V, acc, ml, plane, pos, layer * P * T * nkv * hd, T * nkv * hd,
                                      nkv * hd, hd ** -0.5, NH=nh, GROUP=nh // nkv, HD=hd, CHUNK=CHUNK,
-                                     NSPLIT=nsplit)
-        _attn_merge[(M, nh)](acc, ml, out, pos, NH=nh, HD=hd, CHUNK=CHUNK, NSPLIT=nsplit, SB=16)
+                                     NSPLIT=nsplit, PDL=pdl, num_warps=CHUNK_WARPS[M > 1],
+                                     **launch_options(pdl))
+        _attn_merge[(M, nh)](acc, ml, out, pos, NH=nh, HD=hd, CHUNK=CHUNK, NSPLIT=nsplit, SB=16, PDL=pdl,
+                             **launch_options(pdl))
     return out

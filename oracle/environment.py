@@ -2,7 +2,7 @@
 is refused in one line instead of being ignored or failing deep inside an import.
 
     ORACLE_BACKEND             read by the property suite; `check` takes --backend instead
-    LOOPSPEC_GEMV, LOOPSPEC_FUSE, LOOPSPEC_TRITON_ATTN    "0" or "1"
+    LOOPSPEC_GEMV, LOOPSPEC_FUSE, LOOPSPEC_TRITON_ATTN, LOOPSPEC_PDL    "0" or "1"
     LOOPSPEC_COMPILE_DYNAMIC   "rows" or "all"
     LOOPSPEC_GEMV_CONFIG       a JSON object file of GEMV tiles
     LOOPSPEC_GEMV_MAX_ROWS     calls of up to this many rows (1..16) take the GEMV path
@@ -15,7 +15,7 @@ import os
 
 from .errors import OracleError
 
-SWITCHES = ("LOOPSPEC_GEMV", "LOOPSPEC_FUSE", "LOOPSPEC_TRITON_ATTN")
+SWITCHES = ("LOOPSPEC_GEMV", "LOOPSPEC_FUSE", "LOOPSPEC_TRITON_ATTN", "LOOPSPEC_PDL")
 CHOICES = {"LOOPSPEC_COMPILE_DYNAMIC": ("rows", "all"),
            "LOOPSPEC_GEMV_MAX_ROWS": tuple(str(m) for m in range(1, 17))}
 
@@ -44,9 +44,9 @@ def check_kernel_switches(env=os.environ) -> None:
             raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: cannot read it ({e.strerror or e})") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: not valid JSON ({e})") from None
-        if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 4 for v in data.values()):
+        if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 5 for v in data.values()):
             raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> "
-                              f"[BLOCK_N, BLOCK_K, num_warps(, num_stages)]")
+                              f"[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))]")
 
 
 def check_environment(args, env=os.environ) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|floor|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|floor|kprofile|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs; sharded: the JAX judge over 2 GPUs (scripts/gpu_sharded_judge.py)
 set -uo pipefail
@@ -33,27 +33,35 @@ sharded)
 parity)
   /usr/bin/time -f "gpu-parity wall %e s" env HYPOTHESIS_PROFILE=ci timeout 400 python3 -m pytest -q -m gpu gpu_tests \
     -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/gpu_parity.log" | tail -40 ;;
-floor)
-  timeout 200 python3 - <<'PY' 2>&1 | tee "$OUT/floor.json"
+floor)   # c(M) at M = 1..320 against the weight-streaming floor, and the floor with each row's KV reads
+  timeout 300 python3 - <<'PY' 2>&1 | tee "$OUT/floor.json"
 import json, torch
 from kernels import bench, bench_rounds
 from oracle.config import preset
 from oracle.model import weight_shapes
-cfg = preset("ouro-1.4b")
+cfg, ctx = preset("ouro-1.4b"), 256
 lin = [n for n in weight_shapes(cfg) if n.startswith("model.layers.") and n.endswith("proj.weight")]
 wbytes = 2 * sum(int(torch.tensor(weight_shapes(cfg)[n]).prod()) for n in lin)
+kv_row = 2 * 2 * cfg.num_layers * (ctx + 1) * cfg.num_kv_heads * cfg.head_dim    # K and V, BF16, keys 0..ctx
 bw = bench_rounds.copy_bandwidth("cuda")
-ct = bench.measure_c_table("ouro-1.4b", [1, 2, 4, 8], 256, device="cuda", repeats=100)
-ct_nograph = bench.measure_c_table("ouro-1.4b", [1], 256, device="cuda", repeats=50, graphs=False)
+rows = [1, 2, 4, 8, 16, 32, 64, 128, 320]
+ct = bench.measure_c_table("ouro-1.4b", rows, ctx, device="cuda", repeats=100)
 floor = wbytes / bw * 1e3
-print(json.dumps({"linear_weight_bytes": wbytes, "copy_bandwidth_bytes_per_s": bw, "floor_ms": floor,
-                  "c_ms": ct["c_ms"], "c1_eager_ms": ct_nograph["c_ms"]["1"],
-                  "c1_over_floor": ct["c_ms"]["1"] / floor}, indent=1))
+floor_kv = {str(m): (wbytes + m * kv_row) / bw * 1e3 for m in rows}
+print(json.dumps({"linear_weight_bytes": wbytes, "kv_bytes_per_row": kv_row, "copy_bandwidth_bytes_per_s": bw,
+                  "context_len": ctx, "floor_ms": floor, "floor_with_kv_ms": floor_kv, "c_ms": ct["c_ms"],
+                  "path": ct["path"], "c_over_floor": {m: c / floor for m, c in ct["c_ms"].items()},
+                  "c_over_floor_with_kv": {m: c / floor_kv[m] for m, c in ct["c_ms"].items()}}, indent=1))
 PY
   ;;
-sweep)
-  timeout 560 python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,8,16,32,64,128} --k 4 -d 2 -D 4 \
-    --tokens ${TOKENS:-64} --repeats ${REPEATS:-7} --context 256 --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" ;;
+kprofile)   # per-kernel device time of the GEMV paths against each kernel's floor
+  timeout 300 python3 scripts/gpu_kernel_profile.py --rows 1,4,16 2>&1 | tee "$OUT/kernel_profile.log" | tail -8 ;;
+sweep)   # synchronous rounds, then two rounds in flight
+  for f in ${IN_FLIGHT:-1 2}; do
+    timeout ${SWEEP_TIMEOUT:-280} python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,16,64,128} --k 4 \
+      -d 2 -D 4 --tokens ${TOKENS:-32} --repeats ${REPEATS:-7} --context 256 --in-flight $f \
+      --out "$OUT/sweep_inflight$f.json" 2>&1 | tee "$OUT/sweep_inflight$f.log" | tail -12
+  done ;;
 profile)
   timeout 200 python3 scripts/gpu_c1_profile.py 1 2>&1 | tee "$OUT/c1_profile.log" ;;
 esac; done

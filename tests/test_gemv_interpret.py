@@ -147,7 +147,7 @@ def test_residual_norm(dtype, M):
     assert rel(G.residual_norm(h, y, w.layers[0].n_mlp_out, w.norm, EPS), ref) < TOL[dtype]
 
 
-def torch_decode_attention(q, kv, layer, plane, pos):
+def torch_decode_attention(q, kv, layer, plane, pos, pdl=False):
     """kernels.triton_attention.decode_attention through kernels.model.attend (its loop
     bound `range(0, pos + 1, ...)` does not run in the interpreter under numpy 2)."""
     K, V = kv.k[layer].index_select(0, plane), kv.v[layer].index_select(0, plane)   # [M, span, nkv, hd]
