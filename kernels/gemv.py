@@ -1,6 +1,6 @@
-"""Small-M (M <= 4 rows) linear layers of the recurrent call as Triton GEMVs with the
-norms, residuals, RoPE, KV writes and SwiGLU fused in (CUDA; the Triton interpreter on
-CPU in tests). One layer is five launches:
+"""Recurrent calls of 1..16 rows (M <= MAX_ROWS) as Triton kernels with the norms,
+residuals, RoPE, KV writes and SwiGLU fused in (CUDA; the Triton interpreter on CPU in
+tests). One layer of a one-row call is five launches (plus the two of attention):
 
     qkv      r = h + rms_norm(y2_prev, n_mlp_out_prev); x = rms_norm(r, n_in);
              q, k, v = x @ qkv.T with RoPE; k, v written into the KV planes
@@ -13,9 +13,13 @@ CPU in tests). One layer is five launches:
 and after the last layer `residual_norm`: rms_norm(r2 + rms_norm(y2, n_mlp_out), norm).
 
 Every program streams its own BLOCK_N weight rows over all of K once, for all M rows
-(FP32 accumulation). A norm needs the statistic of a whole row, so each program of qkv
-and gate_up recomputes its input rows' statistics itself (a few KB from L2) instead of
-waiting on another kernel; program 0 alone stores the residual. Rounding follows the
+(FP32 accumulation). One row: a register GEMV, and since a norm needs the statistic of
+a whole row, each program of qkv and gate_up recomputes its row's statistics itself (a
+few KB from L2) instead of waiting on another kernel; program 0 alone stores the
+residual. 2..16 rows (the small-M path): rows padded to 16, one tensor-core product per
+weight tile, and the norm before qkv and before gate_up is one `_prenorm_kernel` launch
+per call (recomputing 16 rows' statistics in each of hundreds of programs cost more than
+the product: docs/results.md). Rounding follows the
 torch path in the model dtype: every torch op that yields a model-dtype tensor is
 rounded here too (norm before and after the weight, residual adds, GEMM outputs, RoPE
 products and sum, silu, silu * up); the values are carried in FP32 in between.
@@ -43,9 +47,9 @@ except ImportError:          # a Triton without grid dependency control: no PDL
     gdc_wait = gdc_launch_dependents = None
 
 MAX_ROWS = 16
-# Tile overrides arrive as `config`, {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages])} for
+# Tile overrides arrive as `config`, {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel]])} for
 # one-row calls and {name + "/16": ...} for the small-M path (2..16 rows, padded to 16 for
-# tensor-core products) (KernelOptions.gemv_config, e.g. the JSON of scripts/gpu_gemv_tune.py).
+# tensor-core products) (KernelOptions.gemv_config; scripts/gpu_kernel_profile.py --sweep measures them).
 
 
 def available(device: torch.device) -> bool:

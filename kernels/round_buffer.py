@@ -87,13 +87,45 @@ def sampling_variant(params, vocab: int) -> str:
     return "full" if filtered else "plain"
 
 
-def build_plan(schedule: Schedule, slots, Tcap: int, n_slots: int, ubase, windows: np.ndarray,
-               sampling: str = "full") -> RoundPlan:
-    """schedule: the round's calls (batch index i); slots[i]: request i's KV slot;
-    ubase[i]: stream index of windows[i, 0]; windows: [R, W] FP64 uniforms."""
-    assert sampling in SAMPLING, sampling
+@dataclass(slots=True, frozen=True)
+class Indices:
+    """The part of a round buffer fixed by the schedule and the slots (RoundPlan's calls,
+    wrote, verify and the packed index array): the same for every round that repeats them."""
+    calls: tuple
+    wrote: dict
+    verify: tuple
+    packed: np.ndarray
+
+
+def plan_indices(schedule: Schedule, slots, Tcap: int, n_slots: int) -> Indices:
     pk = _Packer()
+    plan = RoundPlan(schedule, list(slots))
+    _pack_calls(plan, pk, schedule, slots, Tcap, n_slots)
+    return Indices(tuple(plan.calls), plan.wrote, plan.verify, np.concatenate(pk.parts))
+
+
+def build_plan(schedule: Schedule, slots, Tcap: int, n_slots: int, ubase, windows: np.ndarray,
+               sampling: str = "full", indices: Indices | None = None) -> RoundPlan:
+    """schedule: the round's calls (batch index i); slots[i]: request i's KV slot;
+    ubase[i]: stream index of windows[i, 0]; windows: [R, W] FP64 uniforms.
+    indices: plan_indices(schedule, slots, Tcap, n_slots) when the caller kept it."""
+    assert sampling in SAMPLING, sampling
     plan = RoundPlan(schedule, list(slots), sampling=sampling)
+    if indices is None:
+        indices = plan_indices(schedule, slots, Tcap, n_slots)
+    plan.calls, plan.wrote, plan.verify = list(indices.calls), indices.wrote, indices.verify
+    pk = _Packer()
+    pk.parts, pk.n = [indices.packed], indices.packed.size
+    R = len(slots)
+    K = [t - 1 for t in schedule.token_counts]
+    plan.requests = pk.add(slots, K, ubase) + (R,)
+    windows = np.ascontiguousarray(windows, dtype=np.float64)
+    plan.uniforms = pk.add(windows.view(np.int64)) + windows.shape
+    plan.buf = np.concatenate(pk.parts)
+    return plan
+
+
+def _pack_calls(plan: RoundPlan, pk: _Packer, schedule: Schedule, slots, Tcap: int, n_slots: int) -> None:
     for c, call in enumerate(schedule.calls):
         flat, slot, off, plane, qidx, gplane, Qm = call_indices(call.rows, slots, Tcap, n_slots)
         meta = pk.add(flat, slot, off, plane, qidx, gplane)
@@ -107,13 +139,23 @@ def build_plan(schedule: Schedule, slots, Tcap: int, n_slots: int, ubase, window
             plan.wrote[(i, o, j)] = c
     vs = [slots[i] for i, _ in schedule.verify_head]
     plan.verify = pk.add([s * Tcap + o for s, (_, o) in zip(vs, schedule.verify_head)], vs) + (len(vs),)
-    R = len(slots)
-    K = [t - 1 for t in schedule.token_counts]
-    plan.requests = pk.add(slots, K, ubase) + (R,)
-    windows = np.ascontiguousarray(windows, dtype=np.float64)
-    plan.uniforms = pk.add(windows.view(np.int64)) + windows.shape
-    plan.buf = np.concatenate(pk.parts)
-    return plan
+
+
+class PlanCache:
+    """The last `size` (schedule, Indices) pairs by round key (mode, counts, depths, slots,
+    Tcap, n_slots): a round that repeats an earlier one's shape skips planning and packing."""
+
+    def __init__(self, size: int = 64):
+        self.size, self.entries = size, {}
+
+    def get(self, key, make):
+        hit = self.entries.pop(key, None)
+        if hit is None:
+            hit = make()
+            if len(self.entries) >= self.size:
+                self.entries.pop(next(iter(self.entries)))            # the least recently used
+        self.entries[key] = hit
+        return hit
 
 
 def scratch_call_meta(key, scratch: int, Tcap: int) -> np.ndarray:

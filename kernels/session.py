@@ -21,7 +21,7 @@ from .collect import Handle, HostRequest, build_trace, check_results
 from .engine import Engine
 from .graphs import GraphRunner
 from .options import KernelOptions
-from .round_buffer import build_plan, sampling_variant
+from .round_buffer import PlanCache, build_plan, plan_indices, sampling_variant
 from .streams import UniformStream
 
 
@@ -42,6 +42,7 @@ class TorchSession:
         self.engine = Engine(weights, D, max_requests, max_len, max_tokens_per_round, 2 * per_round, self.graphs,
                              kernel_options)
         self.requests: dict = {}
+        self.plans = PlanCache()          # rounds that repeat a shape reuse its schedule and indices
         self.pending: list[Handle] = []
         self.round_idx = 0
         self.device = weights.device
@@ -122,12 +123,16 @@ class TorchSession:
                 self._finish(self.pending[0])                            # window too small: finish the oldest
         dep = [r.depths for r in reqs]                                   # (d_i, D_i) per request
         h = Handle(self.round_idx, self.mode, self.policy, *shared(dep), reqs, T, depths=dep)
-        sched = plan_schedule(self.mode, T, [a for a, _ in dep], [b for _, b in dep])
+        slots, n_slots = [r.slot for r in reqs], self.engine.kv.n_slots
+
+        def make():
+            sched = plan_schedule(self.mode, T, [a for a, _ in dep], [b for _, b in dep])
+            return sched, plan_indices(sched, slots, self.Tcap, n_slots)
+        sched, indices = self.plans.get((tuple(T), tuple(dep), tuple(slots), self.Tcap, n_slots), make)
         W = max(1, max(self._need(r, t) for r, t in zip(reqs, T)))
         windows = np.stack([r.stream.window(W) if not r.params.greedy else np.zeros(W) for r in reqs])
-        h.plan = build_plan(sched, [r.slot for r in reqs], self.Tcap, self.engine.kv.n_slots,
-                            [r.stream.consumed for r in reqs], windows,
-                            sampling_variant([r.params for r in reqs], self.cfg.vocab_size))
+        h.plan = build_plan(sched, slots, self.Tcap, n_slots, [r.stream.consumed for r in reqs], windows,
+                            sampling_variant([r.params for r in reqs], self.cfg.vocab_size), indices)
         before = dict(self.graphs.stats)
         try:
             h.out, h.keep = self._enqueue(h)

@@ -147,6 +147,7 @@ CATALOGUE = [
     ("environment", "LOOPSPEC_GEMV not 0/1", lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV": "yes"})),
     ("environment", "LOOPSPEC_COMPILE_DYNAMIC unknown",
      lambda f: (["bench", "rounds"], {"LOOPSPEC_COMPILE_DYNAMIC": "some"})),
+    ("environment", "LOOPSPEC_PDL not 0/1", lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_PDL": "on"})),
     ("environment", "LOOPSPEC_GEMV_MAX_ROWS above 16",
      lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_MAX_ROWS": "17"})),
     ("environment", "LOOPSPEC_GEMV_CONFIG missing",

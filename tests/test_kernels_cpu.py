@@ -4,6 +4,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))    # kernels/ from a plain `pytest`
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,7 @@ from kernels.backend import make_torch_backend
 from kernels.bench import measure_c_table
 from kernels.bench_rounds import make_session, random_weights, run_generation
 from kernels.options import KernelOptions
-from kernels.round_buffer import build_plan, sampling_variant
+from kernels.round_buffer import PlanCache, build_plan, plan_indices, sampling_variant
 from kernels import sampler
 from oracle import sampling
 from oracle.backends import ReferenceBackend, load_backend
@@ -533,8 +535,43 @@ def test_kernel_options_come_from_the_environment_only_at_the_cli_edge(monkeypat
     want = KernelOptions(fuse=False, compile_dynamic="all", gemv_config={"o": (32, 64, 4)})
     assert load_backend("torch-cpu").kernel_options == want                   # the registry factory
     assert load_backend("torch-cpu").session(build_model("tiny", seed=0), 1, 2, "loop").engine.model.options == want
+    monkeypatch.setenv("LOOPSPEC_PDL", "0")
+    assert load_backend("torch-cpu").kernel_options == dataclasses.replace(want, pdl=False)
+    monkeypatch.setenv("LOOPSPEC_PDL", "on")
+    with pytest.raises(OracleError, match="LOOPSPEC_PDL='on'"):
+        KernelOptions.from_env()
+    monkeypatch.delenv("LOOPSPEC_PDL")
     monkeypatch.setenv("LOOPSPEC_GEMV", "yes")
     with pytest.raises(OracleError, match="LOOPSPEC_GEMV='yes'"):
         KernelOptions.from_env()
     with pytest.raises(OracleError, match="compile_dynamic"):
         KernelOptions(compile_dynamic="some")
+    with pytest.raises(OracleError, match="pdl"):
+        KernelOptions(pdl="yes")
+
+
+def test_pdl_is_refused_where_it_cannot_run():
+    """Programmatic dependent launch needs a CUDA device of compute capability >= 9: asked
+    for on the CPU it is refused by name, and left off (None) it resolves to off."""
+    assert KernelOptions().resolve("cpu")[3] is False
+    with pytest.raises(OracleError, match="pdl=True needs"):
+        make_torch_backend("cpu", kernel_options=KernelOptions(pdl=True))
+
+
+def test_plan_cache_gives_the_plan_a_fresh_build_gives():
+    """A round that repeats an earlier round's shape (counts, depths, slots) reuses its schedule
+    and indices (kernels/round_buffer.PlanCache): the buffer must be the one planned afresh, with
+    this round's stream bases and uniforms; the cache keeps the `size` most recent shapes."""
+    sched = plan_schedule("loop", [3, 2], [1, 1], [3, 3])
+    windows = np.random.default_rng(0).random((2, 3))
+    fresh = build_plan(sched, [2, 0], 4, 5, [0, 7], windows, "plain")
+    kept = build_plan(sched, [2, 0], 4, 5, [0, 7], windows, "plain", plan_indices(sched, [2, 0], 4, 5))
+    assert np.array_equal(fresh.buf, kept.buf)
+    assert (fresh.calls, fresh.wrote, fresh.verify, fresh.requests, fresh.uniforms) == \
+        (kept.calls, kept.wrote, kept.verify, kept.requests, kept.uniforms)
+    later = build_plan(sched, [2, 0], 4, 5, [3, 9], windows[::-1], "plain", plan_indices(sched, [2, 0], 4, 5))
+    assert not np.array_equal(later.buf, kept.buf) and later.calls == kept.calls
+    cache, made = PlanCache(size=2), []
+    for key in (1, 2, 1, 3, 2, 1):
+        assert cache.get(key, lambda key=key: made.append(key) or -key) == -key
+    assert made == [1, 2, 3, 2, 1]           # 3 evicted 2 (1 was used more recently), then 2 evicted 1
