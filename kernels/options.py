@@ -7,7 +7,7 @@ registry factories make_torch_cpu / make_torch_cpu_bf16 / make_torch_cuda (`--ba
 ORACLE_BACKEND) and the `oracle bench` entry points (kernels/bench.py, kernels/bench_rounds.py).
 
 Fields (None: on where available; True: on, False: off) and their variables:
-    gemv             one-row calls through kernels/gemv.py; available on CUDA with Triton   LOOPSPEC_GEMV
+    gemv             calls of up to gemv_max_rows rows through kernels/gemv.py; CUDA+Triton LOOPSPEC_GEMV
     fuse             torch.compile of the norm/RoPE/SiLU blocks; None: on CUDA only;
                      True also compiles on the CPU                                          LOOPSPEC_FUSE
     triton_attn      split-KV decode attention (kernels/triton_attention.py); CUDA+Triton  LOOPSPEC_TRITON_ATTN
@@ -34,14 +34,15 @@ COMPILE_DYNAMIC = ("rows", "all")
 ENV = {"gemv": "LOOPSPEC_GEMV", "fuse": "LOOPSPEC_FUSE", "triton_attn": "LOOPSPEC_TRITON_ATTN",
        "compile_dynamic": "LOOPSPEC_COMPILE_DYNAMIC", "gemv_config": "LOOPSPEC_GEMV_CONFIG",
        "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS", "pdl": "LOOPSPEC_PDL"}
-# The handover between the GEMV paths and cuBLAS, chosen by measurement on the H200
-# (docs/results.md, "Kernels at the ouro-1.4b shape").
+# The handover between the GEMV paths and cuBLAS, chosen by measurement on the H200: the
+# small-M path beat cuBLAS + compiled blocks at M = 2, 4, 8 and 16 by 18-23% (docs/results.md, "Kernels
+# at the ouro-1.4b shape").
 GEMV_MAX_ROWS = 16
 
 
 @dataclass(frozen=True)
 class KernelOptions:
-    gemv: bool | None = None            # one-row recurrent calls through kernels/gemv.py
+    gemv: bool | None = None            # recurrent calls of <= gemv_max_rows rows through kernels/gemv.py
     fuse: bool | None = None            # torch.compile of the norm/RoPE/SiLU blocks (pads M=1 calls)
     triton_attn: bool | None = None     # split-KV decode attention (kernels/triton_attention.py)
     compile_dynamic: str = "rows"       # torch.compile: only the row count symbolic ("rows") or every dim ("all")
