@@ -575,3 +575,15 @@ def test_plan_cache_gives_the_plan_a_fresh_build_gives():
     for key in (1, 2, 1, 3, 2, 1):
         assert cache.get(key, lambda key=key: made.append(key) or -key) == -key
     assert made == [1, 2, 3, 2, 1]           # 3 evicted 2 (1 was used more recently), then 2 evicted 1
+
+
+def test_gemv_tile_configs_in_every_accepted_form():
+    """LOOPSPEC_GEMV_CONFIG rows are [BLOCK_N, BLOCK_K, warps(, stages(, peel))]: 3 stages and the
+    first-tile peel on where left out; "/16" keys configure the small-M path (2..16 rows)."""
+    from kernels.gemv import ONE_ROW_TILES, SMALL_M_TILES, _config
+    assert _config("o", 1) == (1, *ONE_ROW_TILES["o"])
+    assert _config("down", 7) == (16, *SMALL_M_TILES["down"])
+    assert _config("o", 1, {"o": [8, 64, 4]}) == (1, 8, 64, 4, 3, True)
+    assert _config("o", 1, {"o": [8, 64, 4, 2]}) == (1, 8, 64, 4, 2, True)
+    assert _config("o", 2, {"o/16": [16, 64, 4, 2, 0]}) == (16, 16, 64, 4, 2, False)
+    assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"])     # a one-row key: not for 2 rows
