@@ -268,7 +268,7 @@ if triton is not None:
         if PEEL:              # the first K tile's weights before the PDL wait
             w_lo, w_hi = _w_tile(W, lo, n_ok, 0, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, 0, K, BLOCK_K)
         pdl_enter(PDL)
-        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y and not NORMED, BLOCK_M, STATS_K, NORMED)
+        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
         if PEEL:
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, 0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_lo = _dot_w(acc_lo, x, w_lo, BLOCK_M)
@@ -323,7 +323,7 @@ if triton is not None:
         if PEEL:              # the first K tile's weights before the PDL wait
             w_g, w_u = _w_tile(W, j, j_ok, 0, K, BLOCK_K), _w_tile(W, I + j, j_ok, 0, K, BLOCK_K)
         pdl_enter(PDL)
-        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, not NORMED, BLOCK_M, STATS_K, NORMED)
+        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, STATS_K, NORMED)
         # The same two-accumulator K loop as qkv_rope_kv's (deliberately written out in each
         # kernel: Triton inlines it either way, and each pairs its columns differently).
         if PEEL:

@@ -142,8 +142,8 @@ def _pack_calls(plan: RoundPlan, pk: _Packer, schedule: Schedule, slots, Tcap: i
 
 
 class PlanCache:
-    """The last `size` (schedule, Indices) pairs by round key (mode, counts, depths, slots,
-    Tcap, n_slots): a round that repeats an earlier one's shape skips planning and packing."""
+    """The last `size` (schedule, Indices) pairs of one session by round key (counts, depths,
+    slots, n_slots): a round that repeats an earlier one's shape skips planning and packing."""
 
     def __init__(self, size: int = 64):
         self.size, self.entries = size, {}

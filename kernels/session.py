@@ -128,7 +128,7 @@ class TorchSession:
         def make():
             sched = plan_schedule(self.mode, T, [a for a, _ in dep], [b for _, b in dep])
             return sched, plan_indices(sched, slots, self.Tcap, n_slots)
-        sched, indices = self.plans.get((tuple(T), tuple(dep), tuple(slots), self.Tcap, n_slots), make)
+        sched, indices = self.plans.get((tuple(T), tuple(dep), tuple(slots), n_slots), make)
         W = max(1, max(self._need(r, t) for r, t in zip(reqs, T)))
         windows = np.stack([r.stream.window(W) if not r.params.greedy else np.zeros(W) for r in reqs])
         h.plan = build_plan(sched, slots, self.Tcap, n_slots, [r.stream.consumed for r in reqs], windows,
