@@ -76,16 +76,6 @@ if triton is not None:
     # under the Triton interpreter: its FP32 -> BF16 cast truncates (round to nearest even by
     # hand there) and its BF16 tl.dot is wrong (TF32 products of the same values there)
     _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
-    # EXPERIMENT (issue 14): trigger the successor's launch at a kernel's start rather than
-    # after its wait, and prefetch PREFETCH_K more weight columns into L2 before the wait
-    _EARLY = tl.constexpr(os.environ.get("LOOPSPEC_PDL_EARLY", "0") == "1")
-    _PF_K = tl.constexpr(int(os.environ.get("LOOPSPEC_PREFETCH_K", "0")))
-
-    @triton.jit
-    def pdl_start(PDL: tl.constexpr):
-        """A kernel's first statement: with early triggering, let the next kernel launch now."""
-        if PDL and _EARLY:
-            gdc_launch_dependents()
 
     @triton.jit
     def pdl_enter(PDL: tl.constexpr):
@@ -93,23 +83,7 @@ if triton is not None:
         the next kernel launch. Call before the first store and before reading activations."""
         if PDL:
             gdc_wait()
-            if not _EARLY:
-                gdc_launch_dependents()
-
-    @triton.jit
-    def prefetch_l2(base, off, ok):
-        """Bring the 128-byte lines at base + off (where ok; base itself elsewhere) into L2."""
-        if not _INTERPRETED:
-            tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [base + tl.where(ok, off, 0)],
-                                      dtype=tl.int32, is_pure=False, pack=1)
-
-    @triton.jit
-    def _prefetch_w(W, rows, row_mask, k_lo: tl.constexpr, K: tl.constexpr, PDL: tl.constexpr):
-        """Before the PDL wait: W[rows, k_lo:k_lo+_PF_K] into L2 (weights are never written)."""
-        if PDL and _PF_K > 0 and k_lo < K:
-            LINE: tl.constexpr = 1024 // W.dtype.element_ty.primitive_bitwidth      # elements per 128 B
-            c = k_lo + tl.arange(0, _PF_K // LINE) * LINE
-            prefetch_l2(W, rows.to(tl.int64)[:, None] * K + c[None, :], row_mask[:, None] & (c < K)[None, :])
+            gdc_launch_dependents()
 
     @triton.jit
     def _rnd(x, DT: tl.constexpr):
@@ -207,7 +181,6 @@ if triton is not None:
         # one program per row m: r = h + rms_norm(y, wy) (stored if HAS_Y), X = rms_norm(r, wx)
         DT: tl.constexpr = H.dtype.element_ty
         off = tl.program_id(0).to(tl.int64) * K
-        pdl_start(PDL)
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H + off, Y + off, WY, 1, K, eps, HAS_Y, 1, BLOCK_K)
         for k0 in range(0, K, BLOCK_K):
@@ -266,10 +239,8 @@ if triton is not None:
         n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         m = tl.arange(0, BLOCK_M)
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        pdl_start(PDL)
         if PEEL:
             w0 = _w_tile(W, n, n < N, 0, K, BLOCK_K)
-        _prefetch_w(W, n, n < N, PEEL * BLOCK_K, K, PDL)
         pdl_enter(PDL)
         if PEEL:
             acc = _dot_w(acc, _x_chunk(X, M, 0, K, BLOCK_M, BLOCK_K), w0, BLOCK_M)
@@ -294,11 +265,8 @@ if triton is not None:
         n_ok = j < (NH + 2 * NKV) * HALF
         acc_lo = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_hi = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        pdl_start(PDL)
         if PEEL:              # the first K tile's weights before the PDL wait
             w_lo, w_hi = _w_tile(W, lo, n_ok, 0, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, 0, K, BLOCK_K)
-        _prefetch_w(W, lo, n_ok, PEEL * BLOCK_K, K, PDL)
-        _prefetch_w(W, lo + HALF, n_ok, PEEL * BLOCK_K, K, PDL)
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
         if PEEL:
@@ -352,11 +320,8 @@ if triton is not None:
         j_ok = j < I
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        pdl_start(PDL)
         if PEEL:              # the first K tile's weights before the PDL wait
             w_g, w_u = _w_tile(W, j, j_ok, 0, K, BLOCK_K), _w_tile(W, I + j, j_ok, 0, K, BLOCK_K)
-        _prefetch_w(W, j, j_ok, PEEL * BLOCK_K, K, PDL)
-        _prefetch_w(W, I + j, j_ok, PEEL * BLOCK_K, K, PDL)
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, STATS_K, NORMED)
         # The same two-accumulator K loop as qkv_rope_kv's (deliberately written out in each
@@ -379,7 +344,6 @@ if triton is not None:
                               BLOCK_K: tl.constexpr):
         # Out = rms_norm(h + rms_norm(y, wy), wx); one program
         DT: tl.constexpr = H.dtype.element_ty
-        pdl_start(PDL)
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, BLOCK_K)
         m = tl.arange(0, BLOCK_M)

@@ -18,7 +18,7 @@ except ImportError:          # CPU installs: the torch path is used
 from .gemv import launch_options
 
 if triton is not None:
-    from .gemv import _PF_K, pdl_enter, pdl_start, prefetch_l2
+    from .gemv import pdl_enter
 
 if triton is not None:
     @triton.jit
@@ -26,16 +26,6 @@ if triton is not None:
                     NH: tl.constexpr, GROUP: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
                     NSPLIT: tl.constexpr, PDL: tl.constexpr):
         r, h, c = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        pdl_start(PDL)
-        if PDL and _PF_K > 0:   # EXPERIMENT: the chunk's keys and values into L2 before the wait
-            pos0 = tl.load(pos_ptr + r)
-            plane0 = tl.load(plane_ptr + r).to(tl.int64)
-            t0 = c * CHUNK + tl.arange(0, CHUNK)
-            LINE: tl.constexpr = 1024 // Kc.dtype.element_ty.primitive_bitwidth      # elements per 128 B
-            d0 = tl.arange(0, HD // LINE) * LINE
-            off0 = layer_off + plane0 * stride_plane + (h // GROUP) * HD + t0.to(tl.int64)[:, None] * stride_t + d0[None, :]
-            prefetch_l2(Kc, off0, (t0 <= pos0)[:, None])
-            prefetch_l2(Vc, off0, (t0 <= pos0)[:, None])
         pdl_enter(PDL)
         pos = tl.load(pos_ptr + r)
         if c * CHUNK <= pos:                               # chunks past the row's position: no keys
@@ -59,7 +49,6 @@ if triton is not None:
     def _attn_merge(Acc, ML, Out, pos_ptr, NH: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
                     NSPLIT: tl.constexpr, SB: tl.constexpr, PDL: tl.constexpr):
         r, h = tl.program_id(0), tl.program_id(1)
-        pdl_start(PDL)
         pdl_enter(PDL)
         n = tl.load(pos_ptr + r) // CHUNK + 1                                          # chunks with keys
         base = (r * NH + h) * NSPLIT
