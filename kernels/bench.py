@@ -3,7 +3,9 @@
 measure_c_table: c(M) = one recurrent call over M rows, each row on its own KV plane at
 position context_len (so it attends to context_len + 1 keys, like a loop-round wave),
 graph replay on CUDA, median over repeats with the inputs rotated between replays.
-KV memory: layers x (max(row_counts)+1) planes x (context_len+1) x nkv x hd, K and V.
+rows_per_plane r > 1: M/r planes with r rows each at positions context_len-r+1..context_len
+(like a block round's verification call of T = r tokens per request).
+KV memory: layers x (max(row_counts)/r + 1) planes x (context_len+1) x nkv x hd, K and V.
 Sessions and paired round timing live in kernels/bench_rounds.py.
 """
 from __future__ import annotations
@@ -29,24 +31,30 @@ def _sync(device):
 
 def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, device: str = "cuda",
                     dtype: str | None = None, repeats: int = 50, rotate: int = 4, seed: int = 0,
-                    graphs: bool = True, kernel_options: KernelOptions | None = None) -> dict:
-    """Returns {"c_ms": {"M": median ms}, ...}; the layout of oracle's c-table JSON.
+                    graphs: bool = True, kernel_options: KernelOptions | None = None,
+                    rows_per_plane: int = 1) -> dict:
+    """Returns {"c_ms": {"M": median ms}, ...}; the layout of oracle's c-table JSON (the
+    "c_ms" of rows_per_plane r > 1 belong under the table's "c_ms_shared"[r]).
     kernel_options: default KernelOptions.from_env() (this is `oracle bench c-table`'s entry point)."""
+    rpp = rows_per_plane
+    bad = [M for M in row_counts if M % rpp]
+    assert 1 <= rpp <= context_len + 1 and not bad, (rpp, bad)
     cfg = get_preset(preset) if isinstance(preset, str) else preset
     dev = torch.device(device)
     dtype = dtype or ("bfloat16" if dev.type == "cuda" else "float32")
     use_graphs = graphs and dev.type == "cuda"
     w = TorchWeights.random(cfg, dev, DTYPES[dtype], seed)
-    kv = KVPlanes(cfg, 1, max(row_counts), context_len + 1, dev, DTYPES[dtype])
+    kv = KVPlanes(cfg, 1, max(row_counts) // rpp, context_len + 1, dev, DTYPES[dtype])
     model = PackedModel(w, kv, KernelOptions.from_env() if kernel_options is None else kernel_options)
     g = torch.Generator(device=dev).manual_seed(seed + 1)
     table = {}
     for M in sorted(set(row_counts)):
         rows = torch.arange(M, device=dev)
-        pos = torch.full((M,), context_len, device=dev, dtype=torch.int64)
+        plane = rows // rpp                                    # rpp rows on each of M/rpp planes
+        pos = context_len - rpp + 1 + rows % rpp
         inputs = [torch.randn(M, cfg.hidden_size, generator=g, device=dev).to(w.dtype) for _ in range(rotate)]
         h = inputs[0].clone()                                  # static input
-        step = lambda: model.recurrent_call(h, pos, rows, rows, rows, 1)
+        step = lambda: model.recurrent_call(h, pos, plane, rows, torch.arange(M // rpp, device=dev), rpp)
         graph = capture_graph(step, dev) if use_graphs else None
         times = []
         for r in range(repeats + 1):                           # the first one warms up
@@ -59,7 +67,7 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
             for M in sorted(set(row_counts))}
     return {"c_ms": table, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "dtype": dtype,
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "torch": torch.__version__, "graphs": use_graphs, "repeats": repeats,
+            "torch": torch.__version__, "graphs": use_graphs, "repeats": repeats, "rows_per_plane": rpp,
             "description": "c(M): ms of one recurrent call (all layers, attention over context_len+1 keys per "
                            "row, norms, final norm; no heads) over M rows, median of graph replays"}
 

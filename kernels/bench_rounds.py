@@ -71,7 +71,9 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
     in_flight: rounds submitted before the oldest is collected (1: submit, collect, repeat;
     2: the host plans and launches round n+1 while the device runs round n). A new round
     counts one emitted token per round of the request still in flight, so with accepted
-    drafts a request may end past `tokens` (stats["emitted"] counts what was emitted)."""
+    drafts a request may end past `tokens` (stats["emitted"] counts what was emitted).
+    stats["host_ms"]: mean host ms per round of TorchSession's phases (plan and enqueue in
+    submit; wait for the device and finish in collect)."""
     assert in_flight >= 1, in_flight
     for rid in list(s.requests):
         s.remove(rid)
@@ -81,6 +83,7 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
     have, ahead = dict(n0), dict.fromkeys(n0, 0)
     stats = {"rounds": 0, "drafted": 0, "accepted": 0, "emitted": 0, "graph_captures": 0, "graph_replays": 0,
              "graph_fallbacks": 0}
+    host = dict.fromkeys(("plan", "enqueue", "wait", "finish"), 0.0)
     pending: deque = deque()
     _sync(s.device)
     t0 = time.perf_counter()
@@ -102,6 +105,8 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
             have[rid] += len(em)
             stats["emitted"] += len(em)
         stats["rounds"] += 1
+        for k, v in h.host_ms.items():
+            host[k] += v
         for k in ("drafted", "accepted", "graph_captures", "graph_replays", "graph_fallbacks"):
             stats[k] += tr.stats[k]
     _sync(s.device)
@@ -109,6 +114,7 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
     stats["ms_per_round"] = stats["ms"] / stats["rounds"]
     stats["tokens_per_s"] = stats["emitted"] / (stats["ms"] / 1e3)
     stats["acceptance"] = stats["accepted"] / max(stats["drafted"], 1)
+    stats["host_ms"] = {k: v / stats["rounds"] for k, v in host.items()}
     return stats
 
 

@@ -48,15 +48,22 @@ def _device(args) -> str:
     return args.device
 
 
-def needed_rows(batches, K, d, D) -> tuple[list[int], list[int]]:
-    """Recurrent-call and head-call row counts of uniform rounds at each C (for the tables)."""
-    rec, head = set(), set()
+def needed_rows(batches, K, d, D) -> tuple[list[int], list[int], dict[int, list[int]]]:
+    """Recurrent-call and head-call row counts of uniform rounds at each C (for the tables),
+    and the row counts of calls whose rows share KV planes, {rows per plane r: [M, ...]}
+    (measured at one row per plane too, for the prediction that ignores the sharing)."""
+    from oracle.cost import planes
+    rec, head, shared = set(), set(), {}
     for C in batches:
         for mode in ("block", "loop"):
             s = plan(mode, [K + 1] * C, d, D)
-            rec |= set(s.row_counts())
+            for c in s.calls:
+                M, P = len(c.rows), planes(c)
+                rec.add(M)                   # c_ms at every row count (the one-row-per-plane prediction)
+                if M != P:                   # uniform rounds: M is a multiple of P
+                    shared.setdefault(M // P, set()).add(M)
             head |= {n for n in s.draft_head_counts() if n} | {len(s.verify_head)}
-    return sorted(rec), sorted(head)
+    return sorted(rec), sorted(head), {r: sorted(m) for r, m in sorted(shared.items())}
 
 
 DEFAULT_ROWS = [1, 2, 3, 4, 5, 8, 10, 12, 16, 20, 24, 25, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 512, 640]
@@ -94,20 +101,37 @@ def check_bench_args(args) -> None:
     _device(args)
 
 
-def measure_ctable(bench, args, rows, repeats: int) -> dict:
-    """kernels.bench.measure_c_table one M at a time, so a progress bar shows; the same table."""
-    table = None
-    for M in progress(sorted(set(rows)), "c(M)", args.quiet):
-        t = bench.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=repeats)
-        table = t if table is None else {**t, "c_ms": {**table["c_ms"], **t["c_ms"]},
-                                         "path": {**table["path"], **t["path"]}}
+def measure_ctable(bench, args, rows, repeats: int, shared: dict | None = None) -> dict:
+    """kernels.bench.measure_c_table one M at a time, so a progress bar shows; the same table.
+    shared {r: [M, ...]}: also c(M) with r rows per KV plane, under "c_ms_shared"[r]."""
+    jobs = [(1, M) for M in sorted(set(rows))] + [(r, M) for r, ms in sorted((shared or {}).items()) for M in ms]
+    table, out = None, {}
+    for r, M in progress(jobs, "c(M)", args.quiet):
+        t = bench.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=repeats,
+                                  rows_per_plane=r)
+        out.setdefault(r, {}).update(t["c_ms"])
+        path = {**(table or {}).get("path", {}), (str(M) if r == 1 else f"{M}@{M // r}"): t["path"][str(M)]}
+        table = {**t, "path": path}
+    table["c_ms"] = out.pop(1, {})
+    if out:
+        table["c_ms_shared"] = {str(r): ms for r, ms in out.items()}
+    table.pop("rows_per_plane", None)
     return table
 
 
 def cmd_ctable(args) -> int:
     bench, _ = _torch_bench()
     rows = sorted(set(args.rows or DEFAULT_ROWS))
-    table = measure_ctable(bench, args, rows, args.repeats)
+    rpp = sorted(set(args.rows_per_plane))
+    if min(rpp) < 1:
+        raise OracleError(f"--rows-per-plane {min(rpp)}: at least one row per KV plane")
+    shared = {r: [M for M in rows if M % r == 0] for r in rpp if r > 1}     # each plane holds r rows
+    empty = [r for r, ms in shared.items() if not ms]
+    if empty:
+        raise OracleError(f"--rows-per-plane {empty[0]}: no row count in --rows is a multiple of it")
+    if max(rpp) > args.context + 1:
+        raise OracleError(f"--rows-per-plane {max(rpp)}: more rows per plane than --context + 1 positions")
+    table = measure_ctable(bench, args, rows, args.repeats, shared)
     text = json.dumps(table, indent=1)
     if args.out:
         write_out(args.out, text, f"c(M) for {len(rows)} row counts M={rows[0]}..{rows[-1]} on {table['device']}")
@@ -124,6 +148,7 @@ def _arm_summary(stats: list[dict]) -> dict:
     import statistics
     med = lambda k: statistics.median(s[k] for s in stats)
     return {"ms_per_round": med("ms_per_round"), "tokens_per_s": med("tokens_per_s"), "acceptance": med("acceptance"),
+            "host_ms": {k: statistics.median(s["host_ms"][k] for s in stats) for k in stats[0]["host_ms"]},
             "rounds": med("rounds"), **{k: sum(s[k] for s in stats) for k in ("graph_captures", "graph_replays", "graph_fallbacks")}}
 
 
@@ -145,7 +170,8 @@ def _print_paired(r: dict, allow_fallback: bool) -> None:
         a = r[arm]
         print(f"C={C:4d} {arm:5s}: {a['ms_per_round']:8.3f} ms/round  {a['tokens_per_s']:9.1f} tok/s  "
               f"acceptance {a['acceptance']:.3f}  graphs: {a['graph_captures']} captures, {a['graph_replays']} "
-              f"replays, {a['graph_fallbacks']} fallbacks")
+              f"replays, {a['graph_fallbacks']} fallbacks; host ms/round: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in a["host_ms"].items()))
     if r["fallbacks"] and not allow_fallback:
         print(f"C={C:4d} no comparison: {r['fallbacks']} graph fallbacks (eager calls) in the timed repeats; "
               f"raise --cuda-graph-max-batch-size/--cuda-graph-max-graphs or pass --allow-fallback")
@@ -189,25 +215,29 @@ def cmd_sweep(args) -> int:
     _common(args)
     bench, br = _torch_bench()
     dev = _device(args)
-    rec_rows, head_rows = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
-    ct = measure_ctable(bench, args, rec_rows, args.repeats_ctable)
+    rec_rows, head_rows, shared = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
+    ct = measure_ctable(bench, args, rec_rows, args.repeats_ctable, shared)
     w = br.random_weights(args.preset, dev)
     ht = br.measure_head_table(w, head_rows, repeats=args.repeats_ctable)
     out = {"preset": args.preset, "K": args.k, "d": args.draft_loops, "D": args.target_loops, "context_len": args.context,
            "tokens": args.tokens, "repeats": args.repeats, "in_flight": args.in_flight, "ctable": ct, "head_table": ht,
            "rows": []}
     c, h = ctable_from_dict(ct), ctable_from_dict(ht)
+    c_one = ctable_from_dict({"c_ms": ct["c_ms"]})        # the model before shared planes, for comparison
     for C in progress(args.batch, "paired rounds per C", args.quiet):
         r = paired(args, w, C)
         pred = compare_rounds([args.k + 1] * C, args.draft_loops, args.target_loops, c, h)
         pred_nohead = compare_rounds([args.k + 1] * C, args.draft_loops, args.target_loops, c)
+        pred_one = compare_rounds([args.k + 1] * C, args.draft_loops, args.target_loops, c_one, h)
         r |= {"predicted_ratio": pred["ratio"], "predicted_ratio_recurrent_only": pred_nohead["ratio"],
+              "predicted_ratio_one_row_per_plane": pred_one["ratio"],
               "predicted_block_ms": pred["block_ms"], "predicted_loop_ms": pred["loop_ms"],
               "ratio_difference": r["ratio_median"] - pred["ratio"]}
         out["rows"].append(r)
         _print_paired(r, args.allow_fallback)
         print(f"C={C:4d} predicted block {pred['block_ms']:.3f} ms, loop {pred['loop_ms']:.3f} ms, ratio "
-              f"{pred['ratio']:.4f} (recurrent only {pred_nohead['ratio']:.4f}); measured - predicted = "
+              f"{pred['ratio']:.4f} (recurrent only {pred_nohead['ratio']:.4f}, one row per plane {pred_one['ratio']:.4f}); "
+              f"measured - predicted = "
               f"{r['ratio_difference']:+.4f}", flush=True)
     if args.out:
         write_out(args.out, json.dumps(out, indent=1), f"sweep of {len(out['rows'])} concurrencies")
@@ -255,6 +285,10 @@ def register(sub) -> None:
     _model_args(c)
     c.add_argument("--rows", type=csv_ints, default=None, metavar="M,...",
                    help=f"row counts M (default: {','.join(map(str, DEFAULT_ROWS))})")
+    c.add_argument("--rows-per-plane", type=csv_ints, default=[1], metavar="R,...",
+                   help="rows per KV plane besides 1 (c_ms: every row on its own plane, always measured): R > 1 "
+                        "adds c_ms_shared[R] at the row counts M that R divides, M/R planes of R rows each (a "
+                        "block round's verification call at T = R); default: 1")
     c.add_argument("--repeats", type=int_at_least(1), default=50, help="timed replays per M")
     c.add_argument("--out", default=None, metavar="FILE",
                    help="write the c-table JSON here and print one summary line (default: print the JSON)")

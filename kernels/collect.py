@@ -47,6 +47,7 @@ class Handle:
     error: BaseException | None = None
     done: bool = False
     committed: bool = False       # the device advanced its frontiers for this round
+    host_ms: dict = None          # host time: plan, enqueue (submit), wait, finish (collect)
 
 
 def round_events(rid, round_idx: int, K: int, a: int, policy: str, stream, c: int) -> list[RngEvent]:

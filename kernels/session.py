@@ -9,6 +9,8 @@ A failed round cleans up: a request whose device state can no longer be trusted 
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -103,6 +105,7 @@ class TorchSession:
         return self.collect(self.submit(counts))
 
     def submit(self, counts: dict) -> Handle:
+        t0 = time.perf_counter()
         missing = [r for r in counts if r not in self.requests]
         if missing:
             raise OracleError(f"round names unknown request(s) {missing}")
@@ -134,6 +137,7 @@ class TorchSession:
         h.plan = build_plan(sched, slots, self.Tcap, n_slots, [r.stream.consumed for r in reqs], windows,
                             sampling_variant([r.params for r in reqs], self.cfg.vocab_size), indices)
         before = dict(self.graphs.stats)
+        t1 = time.perf_counter()
         try:
             h.out, h.keep = self._enqueue(h)
         except BaseException as e:
@@ -150,6 +154,7 @@ class TorchSession:
                    "draft_head_calls": sum(1 for c in sched.calls if c.draft_head),
                    "draft_head_rows": sum(sched.draft_head_counts()), "drafted": sum(t - 1 for t in T)}
         h.stats |= {k: self.graphs.stats[k] - before[k] for k in before}
+        h.host_ms = {"plan": (t1 - t0) * 1e3, "enqueue": (time.perf_counter() - t1) * 1e3}
         self.round_idx += 1
         for r in reqs:
             r.in_flight.append(h)
@@ -213,9 +218,11 @@ class TorchSession:
         if h.error is not None:                                         # failed by an earlier round
             self._fail(h, h.error)
             return
+        t0 = time.perf_counter()
         try:
             if h.event is not None:
                 h.event.synchronize()
+            t1 = time.perf_counter()
             out = {k: v.numpy() for k, v in h.out.items()}
             results = check_results(h, out)
         except OracleError as e:
@@ -226,6 +233,7 @@ class TorchSession:
         h.trace = build_trace(h, out, results, self.dtype_name)
         self.commit_round(h, results)
         h.out = h.keep = None
+        h.host_ms |= {"wait": (t1 - t0) * 1e3, "finish": (time.perf_counter() - t1) * 1e3}
         for r in h.reqs:                  # a round submitted after the one that finished r fails
             for later in r.in_flight if r.finished else ():
                 later.error = later.error or OracleError(

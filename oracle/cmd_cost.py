@@ -12,7 +12,7 @@ import json
 from . import limits
 from .argtypes import csv_ints, int_at_least
 from .round_args import add_schedule_options, max_depths, round_depths
-from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, load_ctable
+from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, key_cost, load_ctable
 from .errors import OracleError
 from .schedule import validate
 
@@ -90,6 +90,13 @@ def run(args) -> int:
     return 0
 
 
+def key_text(M) -> str:
+    """A deciding key as JSON text: "20" (rows) or "20@4" (rows on KV planes)."""
+    if isinstance(M, tuple):
+        return str(M[0]) if M[0] == M[1] else f"{M[0]}@{M[1]}"
+    return str(M)
+
+
 def json_row(C, r) -> dict:
     ineq = r["inequality"]
     return {"batch": C, "block_ms": r["block_ms"], "loop_ms": r["loop_ms"], "ratio": r["ratio"],
@@ -98,12 +105,13 @@ def json_row(C, r) -> dict:
             "loop_recurrent_ms": r["loop"]["recurrent_ms"], "loop_head_ms": r["loop"]["head_ms"],
             "recurrent_calls": r["block"]["calls"], "loop_recurrent_calls": r["loop"]["calls"],
             "block_rows": r["block"]["rows"], "loop_rows": r["loop"]["rows"],
-            "block_extra_rows": {str(M): m for M, m in r["block_extra"].items()},
-            "loop_extra_rows": {str(M): m for M, m in r["loop_extra"].items()},
+            "block_extra_rows": {key_text(M): m for M, m in r["block_extra"].items()},
+            "loop_extra_rows": {key_text(M): m for M, m in r["loop_extra"].items()}, "by_planes": r["by_planes"],
             "deciding": None if ineq is None else {
-                "inequality": ineq.text(), "base_rows": ineq.base, "scale": ineq.scale,
-                "block_side": {str(M): m for M, m in ineq.block.items()},
-                "loop_side": {str(M): m for M, m in ineq.loop.items()},
+                "inequality": ineq.text(), "base_rows": None if ineq.base is None else key_text(ineq.base),
+                "scale": ineq.scale,
+                "block_side": {key_text(M): m for M, m in ineq.block.items()},
+                "loop_side": {key_text(M): m for M, m in ineq.loop.items()},
                 "block_side_ms": r["block_side_ms"], "loop_side_ms": r["loop_side_ms"]}}
 
 
@@ -121,6 +129,10 @@ def report(args, ctable, heads, results) -> str:
     where = f"oracle/data/{DEFAULT_CTABLE.name} (shipped default)" if args.ctable is None else args.ctable
     out = [f"c-table: {where}" + (f", {device}" if device else "")
            + f", measured M = {ctable.rows[0]}..{ctable.rows[-1]}"]
+    if ctable.shared:
+        out.append("  with rows sharing KV planes: r = " + ", ".join(
+            f"{r} (M = {t.rows[0]}..{t.rows[-1]})" for r, t in ctable.shared)
+            + " rows per plane; c(M@P) = M rows on P planes")
     if heads is not None:
         out.append(f"head table: {args.head_ctable}, measured M = {heads.rows[0]}..{heads.rows[-1]}")
     else:
@@ -132,7 +144,7 @@ def report(args, ctable, heads, results) -> str:
                    f"and {sum(first['block']['rows'])}C rows in both rounds")
         out.append(f"  block rows per call: {rows_in_c(first['block']['rows'], results[0][0])}")
         out.append(f"  loop rows per wave:  {rows_in_c(first['loop']['rows'], results[0][0])}")
-        ineq = deciding_inequality([K + 1], d, D)
+        ineq = deciding_inequality([K + 1], d, D, bool(ctable.shared))
         out.append(f"loop beats block iff {ineq.text('C')}" if ineq else
                    "both rounds run the same row counts: the same time for any c")
     else:
@@ -153,7 +165,7 @@ def report(args, ctable, heads, results) -> str:
         if ineq is None:
             why = "same row counts in both rounds"
         else:
-            c, base = ctable.c, ineq.base
+            c, base = key_cost(ctable), ineq.base
             rel = ">" if r["block_side_ms"] > r["loop_side_ms"] else ("<" if r["block_side_ms"] < r["loop_side_ms"] else "=")
             why = (f"{ineq.block_text()} {rel} {ineq.loop_text()}: "
                    f"{side_numbers(ineq.block, c, base)} {rel} {side_numbers(ineq.loop, c, base)}")

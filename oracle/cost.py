@@ -1,8 +1,15 @@
 """Cost model of a speculative round (docs/DESIGN.md section 10; docs/cost_model.md).
 
-c(M) = measured ms of one recurrent call (one pass of the layer stack) over M rows; a round's
-predicted time is the sum of c(rows) over its recurrent calls, plus, given a head table h(M),
-one head call per call that runs the draft head and one verification head call over all rows.
+c(M) = measured ms of one recurrent call (one pass of the layer stack) over M rows, each on
+its own KV plane; a round's predicted time is the sum of c(rows) over its recurrent calls,
+plus, given a head table h(M), one head call per call that runs the draft head and one
+verification head call over all rows.
+
+Rows of one request at one depth share a KV plane (a block round's verification calls: T_i
+rows on each plane), and a call reads each plane's keys once. A table that also measured
+calls with r rows per plane ("c_ms_shared": {r: {M: ms}}) prices a call of M rows on P
+planes at c(M; r = M/P), linear in r between the measured r (r = 1 is c_ms); its calls are
+then keyed (M, P) everywhere below, and the deciding inequality reads c(M@P).
 
 Block and loop rounds have the same number of recurrent calls and the same total rows, so
 only the row counts that differ between them decide which is faster:
@@ -32,6 +39,25 @@ class CTable:
     ms: tuple[float, ...]     # c(M) in ms at those M
     source: str = "c-table"   # for error messages: file name or "head table ..."
     meta: dict | None = None  # the table's other keys (description, device, ...)
+    shared: tuple = ()        # ((r, CTable of c over M with r rows per KV plane), ...), r >= 2 increasing
+
+    def call(self, M: int, P: int) -> float:
+        """ms of one call over M rows on P KV planes: c(M) when every row has its own plane
+        (or the table measured no sharing), else linear in r = M/P between measured r."""
+        assert 1 <= P <= M, (M, P)
+        if not self.shared or P == M:
+            return self.c(M)
+        r = M / P
+        known = ((1, self),) + self.shared
+        if r > known[-1][0]:
+            raise OracleError(f"{self.source} has no measurement for {r:g} rows per KV plane ({M} rows on {P} "
+                              f"planes; it covers 1..{known[-1][0]}: measure c_ms_shared[{math.ceil(r)}])")
+        k = next(k for k, (rk, _) in enumerate(known) if rk >= r)
+        r1, t1 = known[k]
+        if r1 == r:
+            return t1.c(M)
+        r0, t0 = known[k - 1]
+        return t0.c(M) + (t1.c(M) - t0.c(M)) * (r - r0) / (r1 - r0)
 
     def c(self, M: int) -> float:
         """ms of one call over M rows."""
@@ -78,8 +104,26 @@ def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True) -> 
         a, b = drops[0]
         warn(f"{source}: c(M) decreases with M at {len(drops)} place(s), first c({b}) = {points[b]} < "
              f"c({a}) = {points[a]}; using it as measured")
-    meta = {k: v for k, v in data.items() if k != "c_ms"}
-    return CTable(rows, tuple(points[M] for M in rows), source, meta)
+    meta = {k: v for k, v in data.items() if k not in ("c_ms", "c_ms_shared")}
+    shared = data.get("c_ms_shared", {})
+    if not isinstance(shared, dict):
+        raise OracleError(f"{source}: \"c_ms_shared\" must map rows per plane r to {{M: ms}} objects")
+    parts = []
+    for key, sub in shared.items():
+        try:
+            r = int(str(key).strip())
+        except ValueError:
+            raise OracleError(f"{source}: rows per plane {key!r} in \"c_ms_shared\" is not an integer") from None
+        if r < 2:
+            raise OracleError(f"{source}: rows per plane {key!r} in \"c_ms_shared\" must be >= 2 (r = 1 is \"c_ms\")")
+        t = ctable_from_dict({"c_ms": sub}, f"{source} c_ms_shared[{r}]", warn_drops)
+        odd = [M for M in t.rows if M % r]
+        if odd:
+            raise OracleError(f"{source}: c_ms_shared[{r}] has M={odd[0]}, not a multiple of its {r} rows per plane")
+        parts.append((r, t))
+    if len({r for r, _ in parts}) != len(parts):
+        raise OracleError(f"{source}: a rows-per-plane count appears twice in \"c_ms_shared\"")
+    return CTable(rows, tuple(points[M] for M in rows), source, meta, tuple(sorted(parts, key=lambda p: p[0])))
 
 
 def load_ctable(path=None, what: str = "c-table") -> CTable:
@@ -102,9 +146,25 @@ def head_row_counts(s: Schedule) -> list[int]:
     return [n for n in s.draft_head_counts() if n] + [len(s.verify_head)]
 
 
+def planes(call) -> int:
+    """KV planes a call's rows touch: one per (request, depth)."""
+    return len({(i, j) for i, _, j in call.rows})
+
+
+def call_keys(schedule: Schedule, by_planes: bool) -> list:
+    """Each call's cost key: its row count M, or (M, P) with P its KV planes."""
+    return [(len(c.rows), planes(c)) if by_planes else len(c.rows) for c in schedule.calls]
+
+
+def key_cost(ctable: CTable):
+    """The cost of a key of call_keys: c(M) or ctable.call(M, P)."""
+    return lambda k: ctable.call(*k) if isinstance(k, tuple) else ctable.c(k)
+
+
 def predict(schedule: Schedule, ctable: CTable, head_table: CTable | None = None) -> dict:
-    """Predicted ms of one round: sum of c(rows) over calls (+ h(rows) over head calls)."""
-    call_ms = [ctable.c(n) for n in schedule.row_counts()]
+    """Predicted ms of one round: sum of c(rows) over calls (+ h(rows) over head calls); with
+    a table that measured shared planes, c(M; r) of each call's rows per plane."""
+    call_ms = [ctable.call(len(c.rows), planes(c)) for c in schedule.calls]
     head_rows = head_row_counts(schedule)
     # fsum: exactly rounded, so equal multisets of row counts give equal ms in either order
     head_ms = math.fsum(head_table.c(n) for n in head_rows) if head_table is not None else 0.0
@@ -120,9 +180,9 @@ def multiset_difference(a, b) -> tuple[dict[int, int], dict[int, int]]:
     return dict(sorted((ca - cb).items())), dict(sorted((cb - ca).items()))
 
 
-def deciding_row_counts(token_counts, d, D) -> tuple[dict[int, int], dict[int, int]]:
+def deciding_row_counts(token_counts, d, D, by_planes: bool = False) -> tuple[dict, dict]:
     """Row counts of block calls not matched by a loop wave, and of loop waves not matched by
-    a block call ({M: multiplicity}). Both sides have as many rows, and as many calls when
+    a block call ({M: multiplicity}; by_planes: {(M, P): multiplicity}, P the call's KV planes). Both sides have as many rows, and as many calls when
     the requests share (d, D) (ragged depths: the block round may run more calls), and
 
         block_ms - loop_ms = sum_block m*c(M) - sum_loop m*c(M).
@@ -131,8 +191,8 @@ def deciding_row_counts(token_counts, d, D) -> tuple[dict[int, int], dict[int, i
     offset o's depth d-1 over the same requests, then one verification head), so they cancel.
     """
     counts = validate(token_counts, d, D)
-    block = plan("block", counts, d, D).row_counts()
-    loop = plan("loop", counts, d, D).row_counts()
+    block = call_keys(plan("block", counts, d, D), by_planes)
+    loop = call_keys(plan("loop", counts, d, D), by_planes)
     return multiset_difference(block, loop)
 
 
@@ -142,14 +202,15 @@ class Inequality:
 
     block/loop are {M: m} with the base row count removed and multiplicities divided by
     `scale`, so block_ms - loop_ms = scale * (block side - loop side). base None (ragged
-    depths with unequal call counts): the sides are plain sums of m*c(M)."""
-    base: int | None
-    block: dict[int, int]
-    loop: dict[int, int]
+    depths with unequal call counts): the sides are plain sums of m*c(M). Keyed by planes,
+    M is (rows, planes) throughout and reads c(M@P)."""
+    base: int | tuple | None
+    block: dict
+    loop: dict
     scale: int
 
     def sides(self, c) -> tuple[float, float]:
-        """(block side, loop side) in ms for a cost function c(M)."""
+        """(block side, loop side) in ms for a cost function c of a key (cost.key_cost)."""
         def side(terms):
             return sum(m * (c(M) - (0.0 if self.base is None else c(self.base))) for M, m in terms.items())
         return side(self.block), side(self.loop)
@@ -157,6 +218,8 @@ class Inequality:
     def side_text(self, terms: dict[int, int], unit: str = "") -> str:
         """'4*[c(2C)-c(C)]' with unit='C' (row counts per request), '4*[c(8)-c(4)]' without."""
         def rows(M):
+            if isinstance(M, tuple):                 # (rows, planes)
+                return rows(M[0]) if M[0] == M[1] else f"{rows(M[0])}@{rows(M[1])}"
             return unit if unit and M == 1 else f"{M}{unit}"
         if self.base is None:
             return " + ".join(f"c({rows(M)})" if m == 1 else f"{m}*c({rows(M)})" for M, m in terms.items()) or "0"
@@ -178,7 +241,7 @@ class Inequality:
         return f"{self.block_text(unit)} > {self.loop_text(unit)}"
 
 
-def deciding_inequality(token_counts, d, D) -> Inequality | None:
+def deciding_inequality(token_counts, d, D, by_planes: bool = False) -> Inequality | None:
     """The deciding inequality, or None when both rounds run the same row counts (uniform K=0
     or K=1: same predicted time for any c).
 
@@ -186,7 +249,7 @@ def deciding_inequality(token_counts, d, D) -> Inequality | None:
     subtracting c(base) from each leaves the comparison unchanged and drops the base terms.
     For uniform counts T=K+1 over C requests (K >= 2) the base is C and this is
     (D-d)*[c(T*C)-c(C)] > sum_w [c(n_w*C)-c(C)] over the loop waves w (n_w cells each)."""
-    block, loop = deciding_row_counts(token_counts, d, D)
+    block, loop = deciding_row_counts(token_counts, d, D, by_planes)
     if not block and not loop:
         return None
     if sum(block.values()) != sum(loop.values()):        # ragged depths: no common base to subtract
@@ -207,9 +270,10 @@ def compare_rounds(token_counts, d, D, ctable: CTable, head_table: CTable | None
     counts = validate(token_counts, d, D)
     block = predict(plan("block", counts, d, D), ctable, head_table)
     loop = predict(plan("loop", counts, d, D), ctable, head_table)
-    block_extra, loop_extra = deciding_row_counts(counts, d, D)
-    ineq = deciding_inequality(counts, d, D)
-    block_side, loop_side = ineq.sides(ctable.c) if ineq else (0.0, 0.0)
+    by_planes = bool(ctable.shared)
+    block_extra, loop_extra = deciding_row_counts(counts, d, D, by_planes)
+    ineq = deciding_inequality(counts, d, D, by_planes)
+    block_side, loop_side = ineq.sides(key_cost(ctable)) if ineq else (0.0, 0.0)
     diff = block["total_ms"] - loop["total_ms"]
     tie = abs(diff) <= 1e-12 * (block["total_ms"] + loop["total_ms"])
     return {"counts": list(counts), "d": d, "D": D,
@@ -217,5 +281,5 @@ def compare_rounds(token_counts, d, D, ctable: CTable, head_table: CTable | None
             "ratio": block["total_ms"] / loop["total_ms"],
             "faster": "tie" if tie else ("loop" if diff > 0 else "block"),
             "block": block, "loop": loop,
-            "block_extra": block_extra, "loop_extra": loop_extra,
+            "block_extra": block_extra, "loop_extra": loop_extra, "by_planes": by_planes,
             "inequality": ineq, "block_side_ms": block_side, "loop_side_ms": loop_side}

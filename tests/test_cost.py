@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from oracle.cost import (DEFAULT_CTABLE, compare_rounds, ctable_from_dict, deciding_inequality,
-                         deciding_row_counts, head_row_counts, load_ctable, predict)
+                         deciding_row_counts, head_row_counts, load_ctable, planes, predict)
 from oracle.errors import OracleError
 from oracle.schedule import block_calls, loop_waves
 
@@ -71,6 +71,94 @@ def test_outside_range_names_the_row_count(M):
 def test_bad_tables_are_refused(data, msg):
     with pytest.raises(OracleError, match=msg):
         ctable_from_dict(data, "t.json")
+
+# ---- rows sharing KV planes (c_ms_shared) -------------------------------------------------
+
+def shared_table(points: dict, shared: dict):
+    return ctable_from_dict({"c_ms": {str(M): v for M, v in points.items()},
+                             "c_ms_shared": {str(r): {str(M): v for M, v in t.items()} for r, t in shared.items()}},
+                            "test table")
+
+def test_shared_planes_interpolate_in_rows_per_plane():
+    t = shared_table({1: 1.0, 5: 2.0, 20: 4.0}, {5: {5: 1.5, 20: 3.0}})
+    assert t.call(5, 5) == 2.0 and t.call(5, 1) == 1.5 and t.call(20, 4) == 3.0     # measured points
+    assert t.call(20, 10) == pytest.approx(4.0 + (3.0 - 4.0) * (2 - 1) / (5 - 1))   # r = 2: between r = 1 and 5
+    assert t.call(10, 2) == pytest.approx(1.5 + 1.5 * 5 / 15)                       # r = 5, M between 5 and 20
+    assert table({1: 1.0, 5: 2.0}).call(5, 1) == 2.0                                # no shared data: c(M)
+    with pytest.raises(OracleError, match=r"6 rows per KV plane \(12 rows on 2 planes; it covers 1\.\.5"):
+        t.call(12, 2)
+
+@pytest.mark.parametrize("shared,msg", [
+    ({"1": {"1": 1.0}}, "must be >= 2"),
+    ({"x": {"2": 1.0}}, "'x' in \"c_ms_shared\" is not an integer"),
+    ({"5": {"7": 1.0}}, r"c_ms_shared\[5\] has M=7, not a multiple"),
+    ({"5": {"5": -1.0}}, r"c_ms_shared\[5\].*must be a positive"),
+    ({"5": {}}, "empty"),
+    ({"2": {"2": 1.0}, " 2": {"4": 1.0}}, "appears twice"),
+    ([1], "must map rows per plane"),
+])
+def test_bad_shared_tables_are_refused(shared, msg):
+    with pytest.raises(OracleError, match=msg):
+        ctable_from_dict({"c_ms": {"1": 1.0}, "c_ms_shared": shared}, "t.json")
+
+def test_block_verification_calls_are_priced_with_shared_planes():
+    t = shared_table({1: 1.0, 2: 1.5, 4: 2.0, 8: 2.5, 5: 3.0, 20: 5.0}, {5: {5: 1.2, 20: 2.2}})
+    for C in (1, 4):
+        r = compare_rounds([5] * C, 2, 4, t)
+        assert r["by_planes"]
+        assert r["block_ms"] == pytest.approx(10 * t.c(C) + 2 * t.call(5 * C, C))   # 2 verification calls: 5 rows/plane
+        assert r["loop_ms"] == pytest.approx(4 * t.c(C) + 8 * t.c(2 * C))           # waves: one row per plane
+        plain = compare_rounds([5] * C, 2, 4, table(dict(zip(t.rows, t.ms))))
+        assert r["loop_ms"] == plain["loop_ms"] and r["block_ms"] < plain["block_ms"]
+    assert deciding_inequality([5], 2, 4, by_planes=True).text("C") == "c(5C@C)-c(C) > 4*[c(2C)-c(C)]"
+    assert [planes(c) for c in block_calls([5] * 3, 2, 4).calls][-2:] == [3, 3]
+
+@st.composite
+def round_and_shared_table(draw):
+    counts, d, D, t = draw(round_and_table())
+    top = sum(counts)
+    shared = {}
+    for r in range(2, 7):                        # rows per plane reach max(T) <= 6
+        hi = r * -(-top // r)
+        inner = draw(st.lists(st.integers(1, hi // r), max_size=3, unique=True))
+        Ms = sorted({r, hi, *[r * k for k in inner]})
+        shared[r] = dict(zip(Ms, draw(st.lists(st.floats(0.01, 10.0), min_size=len(Ms), max_size=len(Ms)))))
+    return counts, d, D, shared_table(dict(zip(t.rows, t.ms)), shared)
+
+@settings(max_examples=100, deadline=None)
+@given(round_and_shared_table())
+def test_deciding_inequality_by_planes_agrees_with_prediction(case):
+    counts, d, D, t = case
+    r = compare_rounds(counts, d, D, t)
+    diff = r["block_ms"] - r["loop_ms"]
+    ineq = r["inequality"]
+    side_diff = 0.0 if ineq is None else ineq.scale * (r["block_side_ms"] - r["loop_side_ms"])
+    assert diff == pytest.approx(side_diff, abs=1e-9)
+    if abs(diff) > 1e-9:
+        assert (diff > 0) == (r["block_side_ms"] > r["loop_side_ms"]) == (r["faster"] == "loop")
+    block, loop = deciding_row_counts(counts, d, D, by_planes=True)
+    assert sum(block.values()) == sum(loop.values())
+    assert sum(M * m for (M, _), m in block.items()) == sum(M * m for (M, _), m in loop.items())
+
+@pytest.mark.parametrize("counts,d,D", [([5] * 4, 2, 4), ([3, 2, 1], 1, 3), ([4, 4, 2], 2, 5)])
+def test_shared_tables_equal_to_c_ms_change_nothing(counts, d, D):
+    c = {M: 1.0 + 0.1 * M for M in range(1, 41)}          # linear: interpolating c_r between multiples of r is exact
+    same = shared_table(c, {r: {M: c[M] for M in range(r, 41, r)} for r in range(2, 6)})
+    plain, r = compare_rounds(counts, d, D, table(c)), compare_rounds(counts, d, D, same)
+    assert r["block_ms"] == pytest.approx(plain["block_ms"]) and r["loop_ms"] == pytest.approx(plain["loop_ms"])
+
+def test_cli_with_shared_planes(tmp_path):
+    path = tmp_path / "shared.json"
+    path.write_text(json.dumps({"c_ms": {"1": 1.0, "2": 1.2, "4": 1.3, "5": 1.4, "8": 1.6, "20": 2.5},
+                                "c_ms_shared": {"5": {"5": 1.1, "20": 1.5}}}))
+    r = cli("--ctable", str(path), "--k", "4", "--batch", "1,4")
+    assert r.returncode == 0, r.stderr
+    assert "loop beats block iff c(5C@C)-c(C) > 4*[c(2C)-c(C)]" in r.stdout
+    assert "with rows sharing KV planes: r = 5 (M = 5..20)" in r.stdout
+    j = cli("--ctable", str(path), "--k", "4", "--batch", "4", "--json")
+    row = json.loads(j.stdout)["rows"][0]
+    assert row["by_planes"] and row["block_extra_rows"] == {"4": 6, "20@4": 2} and row["loop_extra_rows"] == {"8": 8}
+    assert row["block_ms"] == pytest.approx(10 * 1.3 + 2 * 1.5)
 
 def test_load_ctable_files(tmp_path):
     good = tmp_path / "good.json"

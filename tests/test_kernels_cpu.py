@@ -422,6 +422,24 @@ def test_bench_helpers_on_cpu():
     assert r["emitted"] == 2 * 6
 
 
+def test_c_table_with_rows_sharing_kv_planes(tmp_path):
+    """`bench c-table --rows-per-plane`: c_ms (one row per plane) plus c_ms_shared[r] at the
+    row counts r divides, a table oracle.cost reads; the sweep asks for the block round's
+    verification calls (T rows per plane)."""
+    from kernels.cli_bench import needed_rows
+    from oracle.cli import main
+    from oracle.cost import load_ctable
+    t = measure_c_table("tiny", [2, 4], 16, device="cpu", repeats=2, rows_per_plane=2)
+    assert set(t["c_ms"]) == {"2", "4"} and t["rows_per_plane"] == 2 and all(v > 0 for v in t["c_ms"].values())
+    assert needed_rows([1, 4], 4, 2, 4) == ([1, 2, 4, 5, 8, 20], [1, 4, 5, 20], {5: [5, 20]})
+    out = tmp_path / "ct.json"
+    assert main(["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "1,2,3,4", "--rows-per-plane",
+                 "2", "--repeats", "1", "--context", "8", "--out", str(out), "--quiet"]) == 0
+    ct = load_ctable(out)
+    assert ct.rows == (1, 2, 3, 4) and [(r, sub.rows) for r, sub in ct.shared] == [(2, (2, 4))]
+    assert ct.call(4, 2) == ct.shared[0][1].c(4) and ct.call(4, 4) == ct.c(4)
+
+
 def test_pipelined_generation_emits_the_same_tokens():
     """in_flight=2, 3 (round n+1 submitted before round n is collected): greedy requests emit
     what step-by-step rounds emit, token for token; accepted drafts may carry a request past
