@@ -12,9 +12,9 @@ import json
 from . import limits
 from .argtypes import csv_ints, int_at_least
 from .round_args import add_schedule_options, max_depths, round_depths
-from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, key_cost, load_ctable
+from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
 from .errors import OracleError
-from .schedule import validate
+from .schedule import plan, validate
 
 DEFAULT_BATCH = [1, 4, 8, 16, 32, 64, 128]
 
@@ -157,6 +157,10 @@ def report(args, ctable, heads, results) -> str:
                        f"{sum(first['block']['rows'])} rows in both rounds")
         out.append(f"  block rows per call: {first['block']['rows']}")
         out.append(f"  loop rows per wave:  {first['loop']['rows']}")
+    shares = any(len(c.rows) > planes(c) for c in plan("block", first["counts"], d, D).calls)
+    if shares and not ctable.shared and args.ctable is not None:     # the shipped table has no attention
+        out.append("note: this c-table has no c_ms_shared, so the block round's verification calls (several rows "
+                   "per KV plane) are priced as if every row had its own plane (docs/cost_model.md)")
     out.append("ratio = block ms / loop ms (> 1: loop faster)")
     out.append("")
     out.append(f"{'C':>6} {'block ms':>10} {'loop ms':>10} {'ratio':>7}  {'faster':<6}  deciding (ms)")

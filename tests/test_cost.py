@@ -154,7 +154,11 @@ def test_cli_with_shared_planes(tmp_path):
     r = cli("--ctable", str(path), "--k", "4", "--batch", "1,4")
     assert r.returncode == 0, r.stderr
     assert "loop beats block iff c(5C@C)-c(C) > 4*[c(2C)-c(C)]" in r.stdout
-    assert "with rows sharing KV planes: r = 5 (M = 5..20)" in r.stdout
+    assert "with rows sharing KV planes: r = 5 (M = 5..20)" in r.stdout and "no c_ms_shared" not in r.stdout
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"c_ms": {"1": 1.0, "2": 1.2, "4": 1.3, "5": 1.4, "8": 1.6, "20": 2.5}}))
+    assert "note: this c-table has no c_ms_shared" in cli("--ctable", str(plain), "--k", "4", "--batch", "1").stdout
+    assert "no c_ms_shared" not in cli("--ctable", str(plain), "--k", "0", "--batch", "1").stdout   # one row per plane
     j = cli("--ctable", str(path), "--k", "4", "--batch", "4", "--json")
     row = json.loads(j.stdout)["rows"][0]
     assert row["by_planes"] and row["block_extra_rows"] == {"4": 6, "20@4": 2} and row["loop_extra_rows"] == {"8": 8}

@@ -418,6 +418,9 @@ def test_bench_helpers_on_cpu():
     s = make_session(random_weights("tiny", "cpu"), "loop", 2, 12, 6, 3, 2, 4)
     r = run_generation(s, [[1] * 12, [2] * 12], [SP(), SP(1.0, seed=1)], 6, 3)
     assert r["rounds"] >= 2 and r["ms"] > 0 and r["graph_fallbacks"] == 0
+    # host phases of a synchronous round: inside the round's wall time, the compute (CPU) in enqueue
+    assert set(r["host_ms"]) == {"plan", "enqueue", "wait", "finish"} and min(r["host_ms"].values()) >= 0
+    assert r["host_ms"]["enqueue"] > r["host_ms"]["plan"] and sum(r["host_ms"].values()) <= r["ms_per_round"]
     assert all(len(s.tokens(rid)) == 12 + 6 for rid in (0, 1))
     assert r["emitted"] == 2 * 6
 
