@@ -15,10 +15,10 @@ try:
 except ImportError:          # CPU installs: the torch path is used
     triton = None
 
-from .gemv import launch_options
+from .gemv_blocks import launch_options
 
 if triton is not None:
-    from .gemv import pdl_enter
+    from .gemv_blocks import pdl_enter
 
 if triton is not None:
     @triton.jit

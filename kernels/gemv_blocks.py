@@ -1,0 +1,186 @@
+"""JIT building blocks of the GEMV paths (kernels/gemv.py): rounding as the torch path rounds,
+norm statistics and normed input chunks, residuals, weight tiles and their products, and
+programmatic dependent launch. The kernels that use them: kernels/gemv_triton.py and
+kernels/triton_attention.py."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:          # CPU installs: the torch path is used
+    triton = None
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:          # a Triton without grid dependency control: no PDL
+    gdc_wait = gdc_launch_dependents = None
+
+
+def available(device: torch.device) -> bool:
+    return triton is not None and device.type == "cuda"
+
+
+def pdl_available(device: torch.device) -> bool:
+    """Programmatic dependent launch: Triton with grid dependency control, an sm_90+ device."""
+    device = torch.device(device)
+    return (available(device) and gdc_wait is not None and not _interpreted()
+            and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def launch_options(pdl: bool) -> dict:
+    """Extra launch keywords of a kernel that takes PDL=pdl."""
+    return {"launch_pdl": True} if pdl else {}
+
+
+if triton is not None:
+    # under the Triton interpreter: its FP32 -> BF16 cast truncates (round to nearest even by
+    # hand there) and its BF16 tl.dot is wrong (TF32 products of the same values there)
+    _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+    @triton.jit
+    def pdl_enter(PDL: tl.constexpr):
+        """With programmatic dependent launch: wait for the previous kernel's writes, then let
+        the next kernel launch. Call before the first store and before reading activations."""
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
+
+    @triton.jit
+    def _rnd(x, DT: tl.constexpr):
+        # a torch op's output in the model dtype, carried on in FP32
+        if _INTERPRETED and DT == tl.bfloat16:
+            b = x.to(tl.uint32, bitcast=True)
+            b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+            return b.to(tl.float32, bitcast=True)
+        return x.to(DT).to(tl.float32)
+
+    @triton.jit
+    def _cast(x, DT: tl.constexpr):
+        # FP32 -> model dtype for a store, rounded to nearest even
+        return _rnd(x, DT).to(DT)
+
+    @triton.jit
+    def _k_ok(k, K: tl.constexpr, BLOCK_K: tl.constexpr):
+        # k < K, as a constant where BLOCK_K divides K: a mask that varies along K would
+        # keep the loads from being vectorized
+        ok = k < K
+        if K % BLOCK_K == 0:
+            ok = tl.full([BLOCK_K], 1, tl.int1)
+        return ok
+
+    @triton.jit
+    def _inv_rms(X, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        """1 / rms of each row of X [M, K] -> [BLOCK_M] FP32."""
+        m = tl.arange(0, BLOCK_M)
+        acc = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            mask = (m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :]
+            x = tl.load(X + m[:, None] * K + k[None, :], mask=mask, other=0.0).to(tl.float32)
+            acc += x * x
+        return tl.rsqrt(tl.sum(acc, 1) / K + eps)
+
+    @triton.jit
+    def _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
+        """Columns k0..k0+BLOCK_K of r = h + rms_norm(y, wy) (just h without y) -> [BLOCK_M, BLOCK_K]."""
+        m = tl.arange(0, BLOCK_M)
+        k = k0 + tl.arange(0, BLOCK_K)
+        mask = (m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :]
+        off = m[:, None] * K + k[None, :]
+        r = tl.load(H + off, mask=mask, other=0.0).to(tl.float32)
+        if HAS_Y:
+            DT: tl.constexpr = H.dtype.element_ty
+            y = tl.load(Y + off, mask=mask, other=0.0).to(tl.float32)
+            wy = tl.load(WY + k, mask=_k_ok(k, K, BLOCK_K), other=0.0).to(tl.float32)
+            t = _rnd(_rnd(y * inv_y[:, None], DT) * wy[None, :], DT)       # rms_norm(y, wy)
+            r = _rnd(r + t, DT)
+        return r
+
+    @triton.jit
+    def _norm_stats(H, Y, WY, M, K, eps, HAS_Y: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                    SKIP: tl.constexpr = False):
+        """inv_y = 1/rms(y) (if HAS_Y) and inv_r = 1/rms(r), r as in _residual: [BLOCK_M] each
+        (zeros with SKIP: the input arrives normed)."""
+        inv_y = tl.zeros([BLOCK_M], tl.float32)
+        if SKIP:
+            return inv_y, inv_y
+        if HAS_Y:
+            inv_y = _inv_rms(Y, M, K, eps, BLOCK_M, BLOCK_K)
+        acc = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            r = _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y, BLOCK_M, BLOCK_K)
+            acc += r * r
+        return inv_y, tl.rsqrt(tl.sum(acc, 1) / K + eps)
+
+    @triton.jit
+    def _normed_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, STORE_R, HAS_Y: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Columns k0.. of x = rms_norm(r, wx) -> [BLOCK_M, BLOCK_K]; stores r's columns if STORE_R."""
+        DT: tl.constexpr = H.dtype.element_ty
+        m = tl.arange(0, BLOCK_M)
+        k = k0 + tl.arange(0, BLOCK_K)
+        r = _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y, BLOCK_M, BLOCK_K)
+        if HAS_Y:
+            tl.store(R + m[:, None] * K + k[None, :], r.to(DT), mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :] & STORE_R)
+        wx = tl.load(WX + k, mask=_k_ok(k, K, BLOCK_K), other=0.0).to(tl.float32)
+        return _rnd(_rnd(r * inv_r[:, None], DT) * wx[None, :], DT)
+
+    @triton.jit
+    def _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, STORE_R, HAS_Y: tl.constexpr, NORMED: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Columns k0.. of the product's input: H itself if NORMED (written by _prenorm_kernel),
+        else x = rms_norm(h + rms_norm(y, wy), wx) as in _normed_chunk."""
+        if NORMED:
+            return _x_chunk(H, M, k0, K, BLOCK_M, BLOCK_K)
+        return _normed_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, STORE_R, HAS_Y, BLOCK_M, BLOCK_K)
+
+    @triton.jit
+    def _w_tile(W, rows, row_mask, k0, K, BLOCK_K: tl.constexpr):
+        """W[rows, k0:k0+BLOCK_K] -> [BLOCK_N, BLOCK_K] in W's dtype."""
+        k = k0 + tl.arange(0, BLOCK_K)
+        return tl.load(W + rows.to(tl.int64)[:, None] * K + k[None, :],
+                       mask=row_mask[:, None] & _k_ok(k, K, BLOCK_K)[None, :], other=0.0)
+
+    @triton.jit
+    def _dot_w(acc, x, w, BLOCK_M: tl.constexpr):
+        """acc [BLOCK_M, BLOCK_N] += x [BLOCK_M, BLOCK_K] (FP32 values) @ w [BLOCK_N, BLOCK_K].T"""
+        if BLOCK_M >= 16:
+            # small-M path (2..16 rows padded to 16): one tensor-core product per weight tile,
+            # so the tile is streamed once for all rows of the call. x holds values of the
+            # model dtype (rounded by _normed_chunk, or loaded activations), so the BF16
+            # product is exact and accumulates in FP32; the interpreter takes the same
+            # products in TF32 (exact for BF16 values).
+            if w.dtype == tl.float32:
+                acc += tl.dot(x, tl.trans(w), input_precision="ieee")
+            elif _INTERPRETED:
+                acc += tl.dot(x, tl.trans(w.to(tl.float32)), input_precision="tf32")
+            else:
+                acc += tl.dot(x.to(w.dtype), tl.trans(w))
+        else:
+            wf = w.to(tl.float32)
+            # row by row as 2D products (a 3D [M, N, K] product would un-vectorize the weight loads)
+            m = tl.arange(0, BLOCK_M)[:, None]
+            for i in tl.static_range(BLOCK_M):
+                x_i = tl.sum(tl.where(m == i, x, 0.0), 0)                         # row i: [BLOCK_K]
+                acc += tl.where(m == i, tl.sum(wf * x_i[None, :], 1)[None, :], 0.0)
+        return acc
+
+    @triton.jit
+    def _dot_rows(acc, x, W, rows, row_mask, k0, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        """acc [BLOCK_M, BLOCK_N] += x [BLOCK_M, BLOCK_K] @ W[rows, k0:k0+BLOCK_K].T"""
+        return _dot_w(acc, x, _w_tile(W, rows, row_mask, k0, K, BLOCK_K), BLOCK_M)
+
+    @triton.jit
+    def _x_chunk(X, M, k0, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        m = tl.arange(0, BLOCK_M)
+        k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(X + m[:, None] * K + k[None, :], mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :], other=0.0)
+        return x.to(tl.float32)
