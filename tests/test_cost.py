@@ -164,6 +164,18 @@ def test_cli_with_shared_planes(tmp_path):
     assert row["by_planes"] and row["block_extra_rows"] == {"4": 6, "20@4": 2} and row["loop_extra_rows"] == {"8": 8}
     assert row["block_ms"] == pytest.approx(10 * 1.3 + 2 * 1.5)
 
+def test_shipped_whole_call_tables_reproduce_the_recorded_sweep():
+    """oracle/data's whole-call H200 tables (c_ms_shared included) give the predicted ratios the
+    sweep that measured them recorded (docs/results/sweep_planes_inflight2.json)."""
+    sweep = json.loads((REPO / "docs/results/sweep_planes_inflight2.json").read_text())
+    c = load_ctable(REPO / "oracle/data/h200_ouro1.4b_ctx256_c_ms.json")
+    h = ctable_from_dict(json.loads((REPO / "oracle/data/h200_ouro1.4b_head_ms.json").read_text()), warn_drops=False)
+    assert c.shared and c.shared[0][0] == 5 and c.meta["context_len"] == 256
+    for row in sweep["rows"]:
+        r = compare_rounds([sweep["K"] + 1] * row["batch"], sweep["d"], sweep["D"], c, h)
+        assert r["ratio"] == pytest.approx(row["predicted_ratio"], rel=1e-12)
+        assert r["block_ms"] == pytest.approx(row["predicted_block_ms"], rel=1e-12)
+
 def test_load_ctable_files(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"description": "x", "device": "toy", "c_ms": {"1": 1.07, "4": 1.13}}))
