@@ -378,3 +378,15 @@ def test_ragged_depth_rounds_are_predicted_from_their_own_plans():
     same = compare_rounds((5, 5), [2, 2], [4, 4], table)       # equal depths: today's answer
     assert same["block_ms"] == compare_rounds((5, 5), 2, 4, table)["block_ms"]
     assert deciding_inequality((5, 5), [2, 2], [4, 4]).text("") == deciding_inequality((5, 5), 2, 4).text("")
+
+@settings(max_examples=100, deadline=None)
+@given(round_and_table())
+def test_only_block_verification_calls_share_planes(case):
+    """A loop wave holds one row per (request, depth); a block call shares planes only past the
+    draft depths, with P = the requests it covers."""
+    counts, d, D, _ = case
+    assert all(planes(c) == len(c.rows) for c in loop_waves(counts, d, D).calls)
+    for c in block_calls(counts, d, D).calls:
+        if planes(c) < len(c.rows):
+            assert {j for _, _, j in c.rows} == {c.rows[0][2]} and c.rows[0][2] >= min([d] if isinstance(d, int) else d)
+            assert planes(c) == len({i for i, _, _ in c.rows})
