@@ -182,8 +182,9 @@ def multiset_difference(a, b) -> tuple[dict[int, int], dict[int, int]]:
 
 def deciding_row_counts(token_counts, d, D, by_planes: bool = False) -> tuple[dict, dict]:
     """Row counts of block calls not matched by a loop wave, and of loop waves not matched by
-    a block call ({M: multiplicity}; by_planes: {(M, P): multiplicity}, P the call's KV planes). Both sides have as many rows, and as many calls when
-    the requests share (d, D) (ragged depths: the block round may run more calls), and
+    a block call ({M: multiplicity}; by_planes: {(M, P): multiplicity}, P the call's KV
+    planes). Both sides have as many rows, and as many calls when the requests share (d, D)
+    (ragged depths: the block round may run more calls), and
 
         block_ms - loop_ms = sum_block m*c(M) - sum_loop m*c(M).
 
