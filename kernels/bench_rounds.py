@@ -73,7 +73,9 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
     counts one emitted token per round of the request still in flight, so with accepted
     drafts a request may end past `tokens` (stats["emitted"] counts what was emitted).
     stats["host_ms"]: mean host ms per round of TorchSession's phases (plan and enqueue in
-    submit; wait for the device and finish in collect)."""
+    submit; wait for the device and finish in collect). stats["device_ms"] (CUDA, else None):
+    mean device ms per round, from its upload to its result copies in stream order, so
+    ms_per_round - device_ms is the time per round the device had no round to run."""
     assert in_flight >= 1, in_flight
     for rid in list(s.requests):
         s.remove(rid)
@@ -84,6 +86,7 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
     stats = {"rounds": 0, "drafted": 0, "accepted": 0, "emitted": 0, "graph_captures": 0, "graph_replays": 0,
              "graph_fallbacks": 0}
     host = dict.fromkeys(("plan", "enqueue", "wait", "finish"), 0.0)
+    device = []
     pending: deque = deque()
     _sync(s.device)
     t0 = time.perf_counter()
@@ -107,6 +110,8 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
         stats["rounds"] += 1
         for k, v in h.host_ms.items():
             host[k] += v
+        if h.device_ms is not None:
+            device.append(h.device_ms)
         for k in ("drafted", "accepted", "graph_captures", "graph_replays", "graph_fallbacks"):
             stats[k] += tr.stats[k]
     _sync(s.device)
@@ -115,6 +120,7 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
     stats["tokens_per_s"] = stats["emitted"] / (stats["ms"] / 1e3)
     stats["acceptance"] = stats["accepted"] / max(stats["drafted"], 1)
     stats["host_ms"] = {k: v / stats["rounds"] for k, v in host.items()}
+    stats["device_ms"] = sum(device) / len(device) if device else None
     return stats
 
 

@@ -149,6 +149,7 @@ def _arm_summary(stats: list[dict]) -> dict:
     med = lambda k: statistics.median(s[k] for s in stats)
     return {"ms_per_round": med("ms_per_round"), "tokens_per_s": med("tokens_per_s"), "acceptance": med("acceptance"),
             "host_ms": {k: statistics.median(s["host_ms"][k] for s in stats) for k in stats[0]["host_ms"]},
+            "device_ms": None if stats[0]["device_ms"] is None else med("device_ms"),
             "rounds": med("rounds"), **{k: sum(s[k] for s in stats) for k in ("graph_captures", "graph_replays", "graph_fallbacks")}}
 
 
@@ -171,7 +172,8 @@ def _print_paired(r: dict, allow_fallback: bool) -> None:
         print(f"C={C:4d} {arm:5s}: {a['ms_per_round']:8.3f} ms/round  {a['tokens_per_s']:9.1f} tok/s  "
               f"acceptance {a['acceptance']:.3f}  graphs: {a['graph_captures']} captures, {a['graph_replays']} "
               f"replays, {a['graph_fallbacks']} fallbacks; host ms/round: "
-              + ", ".join(f"{k} {v:.2f}" for k, v in a["host_ms"].items()))
+              + ", ".join(f"{k} {v:.2f}" for k, v in a["host_ms"].items())
+              + ("" if a["device_ms"] is None else f"; device {a['device_ms']:.2f} ms/round"))
     if r["fallbacks"] and not allow_fallback:
         print(f"C={C:4d} no comparison: {r['fallbacks']} graph fallbacks (eager calls) in the timed repeats; "
               f"raise --cuda-graph-max-batch-size/--cuda-graph-max-graphs or pass --allow-fallback")

@@ -42,12 +42,14 @@ class Handle:
     stats: dict = None
     out: dict = None              # results (host tensors once the copy completes)
     keep: list = None             # host buffers the device may still read from
-    event: object = None
+    event: object = None          # CUDA: recorded after the result copies
+    started: object = None        # CUDA: recorded before the round's upload (timing events)
     trace: object = None
     error: BaseException | None = None
     done: bool = False
     committed: bool = False       # the device advanced its frontiers for this round
     host_ms: dict = None          # host time: plan, enqueue (submit), wait, finish (collect)
+    device_ms: float | None = None  # CUDA: device time from the round's upload to its result copies
 
 
 def round_events(rid, round_idx: int, K: int, a: int, policy: str, stream, c: int) -> list[RngEvent]:

@@ -182,6 +182,8 @@ class TorchSession:
     def _enqueue(self, h: Handle):
         host = torch.from_numpy(h.plan.buf)
         if self.device.type == "cuda":
+            h.started = torch.cuda.Event(enable_timing=True)
+            h.started.record()
             host = host.pin_memory()
         buf = host.to(self.device, non_blocking=True)                   # the round's one upload
         out = self.engine.run_round(h.plan, buf, self.policy)
@@ -193,7 +195,7 @@ class TorchSession:
             self._poison(slots, out["start"] + out["a"] + 1)
         res = {k: _to_host(v) for k, v in out.items()}
         if self.device.type == "cuda":
-            h.event = torch.cuda.Event()
+            h.event = torch.cuda.Event(enable_timing=True)
             h.event.record()
         return res, [host, buf]
 
@@ -222,6 +224,7 @@ class TorchSession:
         try:
             if h.event is not None:
                 h.event.synchronize()
+                h.device_ms = h.started.elapsed_time(h.event)     # stream order: after the previous round
             t1 = time.perf_counter()
             out = {k: v.numpy() for k, v in h.out.items()}
             results = check_results(h, out)

@@ -421,6 +421,7 @@ def test_bench_helpers_on_cpu():
     # host phases of a synchronous round: inside the round's wall time, the compute (CPU) in enqueue
     assert set(r["host_ms"]) == {"plan", "enqueue", "wait", "finish"} and min(r["host_ms"].values()) >= 0
     assert r["host_ms"]["enqueue"] > r["host_ms"]["plan"] and sum(r["host_ms"].values()) <= r["ms_per_round"]
+    assert r["device_ms"] is None                                   # device timing: CUDA only
     assert all(len(s.tokens(rid)) == 12 + 6 for rid in (0, 1))
     assert r["emitted"] == 2 * 6
 
