@@ -60,42 +60,56 @@ def round_events(rid, round_idx: int, K: int, a: int, policy: str, stream, c: in
 
 
 def check_results(h, out: dict) -> list:
-    """Raise OracleError for a failed round; return per request (K, a, events, emitted)."""
+    """Raise OracleError for a failed round; return per request (K, a, events, emitted).
+    The per-offset checks are array operations over the round; the loop over requests reads
+    Python lists (at C = 128 the per-element numpy reads cost more than the checks)."""
+    T = np.asarray(h.counts)
+    o = np.arange(out["dbad"].shape[1])
+    dbad = out["dbad"] & (o[None, :] < T[:, None] - 1)            # draft logits of offsets < K
+    vbad = out["vbad"] & (o[None, :] < T[:, None])                # verification logits of offsets < T
+    dbad_any, vbad_any = dbad.any(1).tolist(), vbad.any(1).tolist()
+    a_, start_, used_, n_, why_, final_, res_err = (out[k].tolist() for k in ("a", "start", "used", "n", "why", "final",
+                                                                               "residual_err"))
+    drafts_ = out["drafts"].tolist()
     results = []
-    for i, (req, T) in enumerate(zip(h.reqs, h.counts)):
-        K, a, rid = T - 1, int(out["a"][i]), req.rid
-        if int(out["start"][i]) != len(req.tokens) - 1:
-            raise OracleError(f"request {rid}: device frontier {int(out['start'][i])} != committed tokens - 1 "
+    for i, (req, T_i) in enumerate(zip(h.reqs, h.counts)):
+        K, a, rid = T_i - 1, a_[i], req.rid
+        if start_[i] != len(req.tokens) - 1:
+            raise OracleError(f"request {rid}: device frontier {start_[i]} != committed tokens - 1 "
                               f"= {len(req.tokens) - 1} (round {h.round_idx})")
-        for name, bad, n in (("draft", out["dbad"][i], K), ("verification", out["vbad"][i], T)):
-            if bad[:n].any():
+        for name, bad, any_bad in (("draft", dbad[i], dbad_any[i]), ("verification", vbad[i], vbad_any[i])):
+            if any_bad:
                 raise OracleError(f"round {h.round_idx}: {name} logits of request {rid} offset "
-                                  f"{int(np.flatnonzero(bad[:n])[0])} hold a non-finite value (NaN or +inf) or mask every token")
-        if out["residual_err"][i]:
+                                  f"{int(np.flatnonzero(bad)[0])} hold a non-finite value (NaN or +inf) or mask every token")
+        if res_err[i]:
             raise OracleError(f"round {h.round_idx}, request {rid}: residual max(0, p - q) is all zero "
                               f"after a rejection (p == q)")
-        used = int(out["used"][i])
+        used = used_[i]
         events = [] if req.params.greedy else round_events(rid, h.round_idx, K, a, h.policy, req.stream,
                                                            req.stream.consumed)
         assert len(events) == used, (rid, used, events)
-        drafts = [int(t) for t in out["drafts"][i, :K]]
-        n, why = int(out["n"][i]), (None, "stop", "length")[int(out["why"][i])]
+        drafts = drafts_[i][:K]
+        n, why = n_[i], (None, "stop", "length")[why_[i]]
         if not 1 <= n <= a + 1:
             raise OracleError(f"round {h.round_idx}, request {rid}: the device kept {n} tokens of {a + 1} emitted")
-        results.append((K, a, events, drafts, drafts[:a] + [int(out["final"][i])], used, n, why))
+        results.append((K, a, events, drafts, drafts[:a] + [final_[i]], used, n, why))
     return results
 
 
-def build_trace(h, out: dict, results, dtype: str) -> RoundTrace:
+def build_trace(h, out: dict, results, dtype: str, full: bool = True) -> RoundTrace:
     """The round's trace, from its checked results (check_results); call it before the
-    round is committed (the prefix and generated counts are the ones the round started from)."""
+    round is committed (the prefix and generated counts are the ones the round started from).
+    full=False (a session without traces, e.g. a benchmark): no params, prefixes or calls
+    (their copies are O(requests x context) and O(rows) per round); logits and KV come only
+    when `out` holds them."""
     tr = RoundTrace(h.mode, h.round_idx, h.policy, h.d, h.D, [r.rid for r in h.reqs], list(h.counts))
     tr.dtype = dtype
-    tr.params = {r.rid: r.params.to_json() for r in h.reqs}
-    tr.prefix = {r.rid: list(r.tokens) for r in h.reqs}
     tr.depths = {r.rid: list(dp) for r, dp in zip(h.reqs, h.depths)}
-    tr.calls = [{"rows": [[h.reqs[i].rid, o, j] for i, o, j in c.rows],
-                 "draft_head": [[h.reqs[i].rid, o] for i, o in c.draft_head]} for c in h.plan.schedule.calls]
+    if full:
+        tr.params = {r.rid: r.params.to_json() for r in h.reqs}
+        tr.prefix = {r.rid: list(r.tokens) for r in h.reqs}
+        tr.calls = [{"rows": [[h.reqs[i].rid, o, j] for i, o, j in c.rows],
+                     "draft_head": [[h.reqs[i].rid, o] for i, o in c.draft_head]} for c in h.plan.schedule.calls]
     for i, (req, T, (K, a, events, drafts, emitted, used, n, why)) in enumerate(zip(h.reqs, h.counts, results)):
         rid, start = req.rid, len(req.tokens) - 1
         if "vlog" in out:

@@ -233,7 +233,7 @@ class TorchSession:
             return
         for r in h.reqs:
             r.in_flight.remove(h)
-        h.trace = build_trace(h, out, results, self.dtype_name)
+        h.trace = build_trace(h, out, results, self.dtype_name, full=self.trace)
         self.commit_round(h, results)
         h.out = h.keep = None
         h.host_ms |= {"wait": (t1 - t0) * 1e3, "finish": (time.perf_counter() - t1) * 1e3}

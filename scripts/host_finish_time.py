@@ -1,0 +1,24 @@
+"""Host time per round phase of TorchSession on the CPU (tiny model, greedy, K = 4, d = 2, D = 4):
+the mean plan / enqueue / wait / finish ms of 12 synchronous rounds after a warm-up generation.
+The model's compute lands in enqueue on the CPU; plan and finish are the host bookkeeping a
+CUDA round also pays (docs/results.md, "Host bookkeeping per round").
+    PYTHONPATH=. python scripts/host_finish_time.py C block|loop CONTEXT [profile]"""
+import cProfile, pstats, sys
+from kernels.bench_rounds import make_session, random_weights, run_generation
+from oracle.sampling import SamplingParams as SP
+C, mode, ctx = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+w = random_weights("tiny", "cpu")
+s = make_session(w, mode, C, ctx, 16, 4, 2, 4)
+prompts = [[(i * 7 + j) % 60 for j in range(ctx)] for i in range(C)]
+run_generation(s, prompts, [SP()] * C, 4, 4)
+r = run_generation(s, prompts, [SP()] * C, 12, 4)
+print(mode, C, ctx, {k: round(v, 3) for k, v in r["host_ms"].items()})
+if len(sys.argv) > 4:
+    import kernels.session as S
+    pr = cProfile.Profile()
+    orig = S.TorchSession._finish
+    def fin(self, h):
+        pr.enable(); orig(self, h); pr.disable()
+    S.TorchSession._finish = fin
+    run_generation(s, prompts, [SP()] * C, 12, 4)
+    pstats.Stats(pr).sort_stats("cumtime").print_stats(15)
