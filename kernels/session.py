@@ -32,7 +32,9 @@ class TorchSession:
                  max_requests=8, max_len=256, max_tokens_per_round=16, grow=True, graphs="off",
                  max_batch_size=512, max_graphs=512, trace=True, debug_poison=False,
                  kernel_options: KernelOptions | None = None):
-        """kernel_options: the device fast paths (kernels/options.py; default KernelOptions())."""
+        """kernel_options: the device fast paths (kernels/options.py; default KernelOptions()).
+        trace=False (benchmarks): a round's trace holds its tokens, acceptance, RNG events and
+        stats, not its logits, KV writes, params, prefixes or calls."""
         validate([1], d, D)
         plan_schedule(mode, [1], d, D)                                  # checks the mode
         self.d, self.D, self.mode, self.policy = d, D, mode, check_policy(policy)
