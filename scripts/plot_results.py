@@ -1,6 +1,6 @@
 """Plots of the H200 sweep under docs/: c(M) (ours, all of a recurrent call, against the
 shared linear-layers table) and predicted vs measured block/loop ratio per C.
-    python scripts/plot_results.py   (reads docs/results/sweep_*.json)
+    python scripts/plot_results.py   (reads docs/results/sweep_planes_inflight*.json, the current sweep)
 Needs matplotlib, the `plots` extra: pip install -e ".[plots]"."""
 import glob
 import json
@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 docs = Path(__file__).resolve().parent.parent / "docs"
-sweeps = [json.load(open(f)) for f in sorted(glob.glob(str(docs / "results" / "sweep_*.json")))]
+sweeps = [json.load(open(f)) for f in sorted(glob.glob(str(docs / "results" / "sweep_planes_inflight*.json")))]
 linear = json.load(open(docs.parent / "oracle" / "data" / "h200_ouro1.4b_linear_c_ms.json"))["c_ms"]
 
 fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -39,6 +39,9 @@ for s in sweeps:
                       [r["ratio_ci95"][1] - r["ratio_median"] for r in rows]],
                 fmt="o-", capsize=3, label=f"measured, {tag} (median paired ratio, 95% CI)")
     ax.plot(C, [r["predicted_ratio"] for r in rows], "s--", label=f"predicted, {tag} (this run's c-table + heads)")
+    if "predicted_ratio_one_row_per_plane" in rows[0]:
+        ax.plot(C, [r["predicted_ratio_one_row_per_plane"] for r in rows], "x:",
+                label=f"predicted, {tag}, every row on its own KV plane")
 ax.axhline(1.0, color="gray", lw=0.8)
 ax.set_xscale("log", base=2)
 ax.set_xlabel("concurrency C (K=4, d=2, D=4)")
