@@ -84,10 +84,7 @@ def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True) -> 
         raise OracleError(f"{source}: \"c_ms\" is empty")
     points = {}
     for key, value in data["c_ms"].items():
-        try:
-            M = int(str(key).strip())
-        except ValueError:
-            raise OracleError(f"{source}: row count {key!r} is not an integer") from None
+        M = _int_key(key, f"{source}: row count {key!r}")
         if M < 1:
             raise OracleError(f"{source}: row count {key!r} must be >= 1")
         if M in points:
@@ -110,10 +107,7 @@ def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True) -> 
         raise OracleError(f"{source}: \"c_ms_shared\" must map rows per plane r to {{M: ms}} objects")
     parts = []
     for key, sub in shared.items():
-        try:
-            r = int(str(key).strip())
-        except ValueError:
-            raise OracleError(f"{source}: rows per plane {key!r} in \"c_ms_shared\" is not an integer") from None
+        r = _int_key(key, f"{source}: rows per plane {key!r} in \"c_ms_shared\"")
         if r < 2:
             raise OracleError(f"{source}: rows per plane {key!r} in \"c_ms_shared\" must be >= 2 (r = 1 is \"c_ms\")")
         t = ctable_from_dict({"c_ms": sub}, f"{source} c_ms_shared[{r}]", warn_drops)
@@ -124,6 +118,14 @@ def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True) -> 
     if len({r for r, _ in parts}) != len(parts):
         raise OracleError(f"{source}: a rows-per-plane count appears twice in \"c_ms_shared\"")
     return CTable(rows, tuple(points[M] for M in rows), source, meta, tuple(sorted(parts, key=lambda p: p[0])))
+
+
+def _int_key(key, what: str) -> int:
+    """A table key as an integer ("4", " 4"); else an error saying `what` is not one."""
+    try:
+        return int(str(key).strip())
+    except ValueError:
+        raise OracleError(f"{what} is not an integer") from None
 
 
 def load_ctable(path=None, what: str = "c-table") -> CTable:

@@ -129,15 +129,7 @@ def round_and_shared_table(draw):
 @given(round_and_shared_table())
 def test_deciding_inequality_by_planes_agrees_with_prediction(case):
     counts, d, D, t = case
-    r = compare_rounds(counts, d, D, t)
-    diff = r["block_ms"] - r["loop_ms"]
-    ineq = r["inequality"]
-    side_diff = 0.0 if ineq is None else ineq.scale * (r["block_side_ms"] - r["loop_side_ms"])
-    assert diff == pytest.approx(side_diff, abs=1e-9)
-    if abs(diff) > 1e-9:
-        assert (diff > 0) == (r["block_side_ms"] > r["loop_side_ms"]) == (r["faster"] == "loop")
-    block, loop = deciding_row_counts(counts, d, D, by_planes=True)
-    assert sum(block.values()) == sum(loop.values())
+    _, block, loop = check_deciding_against_prediction(counts, d, D, t, by_planes=True)
     assert sum(M * m for (M, _), m in block.items()) == sum(M * m for (M, _), m in loop.items())
 
 @pytest.mark.parametrize("counts,d,D", [([5] * 4, 2, 4), ([3, 2, 1], 1, 3), ([4, 4, 2], 2, 5)])
@@ -242,6 +234,20 @@ def uniform_condition(K, C, d, D, c):
     waves = loop_waves([K + 1] * C, d, D).row_counts()
     return (D - d) * (c((K + 1) * C) - c(C)) - sum(c(n) - c(C) for n in waves)
 
+def check_deciding_against_prediction(counts, d, D, t, by_planes=False):
+    """The deciding inequality's sides (times its scale) equal block_ms - loop_ms and give the
+    verdict; both sides count as many calls. Returns (block_ms - loop_ms, block, loop)."""
+    r = compare_rounds(counts, d, D, t)
+    diff = r["block_ms"] - r["loop_ms"]
+    ineq = r["inequality"]
+    side_diff = 0.0 if ineq is None else ineq.scale * (r["block_side_ms"] - r["loop_side_ms"])
+    assert diff == pytest.approx(side_diff, abs=1e-9)
+    if abs(diff) > 1e-9:
+        assert (diff > 0) == (r["block_side_ms"] > r["loop_side_ms"]) == (r["faster"] == "loop")
+    block, loop = deciding_row_counts(counts, d, D, by_planes)
+    assert sum(block.values()) == sum(loop.values())                  # same number of calls
+    return diff, block, loop
+
 @st.composite
 def round_and_table(draw):
     D = draw(st.integers(2, 6))
@@ -257,15 +263,7 @@ def round_and_table(draw):
 @given(round_and_table())
 def test_deciding_inequality_agrees_with_prediction(case):
     counts, d, D, t = case
-    r = compare_rounds(counts, d, D, t)
-    diff = r["block_ms"] - r["loop_ms"]
-    ineq = r["inequality"]
-    side_diff = 0.0 if ineq is None else ineq.scale * (r["block_side_ms"] - r["loop_side_ms"])
-    assert diff == pytest.approx(side_diff, abs=1e-9)
-    if abs(diff) > 1e-9:
-        assert (diff > 0) == (r["block_side_ms"] > r["loop_side_ms"]) == (r["faster"] == "loop")
-    block, loop = deciding_row_counts(counts, d, D)
-    assert sum(block.values()) == sum(loop.values())                  # same number of calls
+    diff, block, loop = check_deciding_against_prediction(counts, d, D, t)
     assert sum(M * m for M, m in block.items()) == sum(M * m for M, m in loop.items())   # same rows
     if len(set(counts)) == 1:                                          # uniform: the DESIGN form
         assert diff == pytest.approx(uniform_condition(counts[0] - 1, len(counts), d, D, t.c), abs=1e-9)
