@@ -4,7 +4,10 @@ Round state stays on the device between calls and until collection: tokens of ev
 offset (drafts are drawn into it by the draft head), the branch hidden state of every
 (slot, offset), draft probabilities q, target probabilities p, logits. The steps `call`,
 `draft` and `verify` read one metadata vector and write only these buffers, so each can
-be a CUDA graph; `accept_commit` runs eagerly once per round.
+be a CUDA graph. So are the round's two bookkeeping steps: `begin_step` (offset-0 tokens
+and uniform windows in) and `accept_step` (acceptance and commit, its results packed into
+one [R, F] int64 tensor so the host copies them back in one transfer; RESULT_COLUMNS).
+Graph warm-ups run every step on the scratch slot, whose frontier never moves.
 """
 from __future__ import annotations
 
@@ -17,9 +20,23 @@ from .graphs import GraphRunner
 from .kvplanes import KVPlanes
 from .model import PackedModel
 from .options import KernelOptions
-from .round_buffer import RoundPlan, scratch_call_meta, scratch_head_meta
+from .round_buffer import RoundPlan, scratch_call_meta, scratch_head_meta, scratch_request_meta
 
 I64 = torch.int64
+# accept_step's packed result: one int64 row per request. Scalars first, then the K drafts
+# (T-1 columns), then the draft / verification logits flags (T columns each).
+RESULT_SCALARS = ("a", "final", "used", "start", "n", "why", "residual_err")
+
+
+def unpack_results(packed, T: int) -> dict:
+    """packed: [R, len(RESULT_SCALARS) + 3T - 1] (torch or numpy) -> named column views."""
+    s = len(RESULT_SCALARS)
+    assert packed.shape[1] == s + 3 * T - 1, (packed.shape, T)
+    out = {k: packed[:, i] for i, k in enumerate(RESULT_SCALARS)}
+    out["residual_err"] = out["residual_err"] != 0
+    out["drafts"] = packed[:, s:s + T - 1]
+    out["dbad"], out["vbad"] = packed[:, s + T - 1:s + 2 * T - 1] != 0, packed[:, s + 2 * T - 1:] != 0
+    return out
 
 
 class Engine:
@@ -145,16 +162,14 @@ class Engine:
             self.p.index_copy_(0, flat, self._probs(logits, slot, sampling))
 
     # ---- a whole round ----
-    def run_round(self, plan: RoundPlan, buf: torch.Tensor, policy: str) -> dict:
-        """Enqueue every step of the round; returns device tensors of the results."""
+    def run_round(self, plan: RoundPlan, buf: torch.Tensor, policy: str) -> torch.Tensor:
+        """Enqueue every step of the round; returns the packed results (unpack_results), on the device."""
         sc, T = self.kv.scratch, self.Tcap
         a0, n, R = plan.requests
-        slots, K, ubase = buf[a0:a0 + n].view(3, R)
         u0, un, _, W = plan.uniforms
-        win = buf[u0:u0 + un].view(torch.float64).view(R, W)
-        self.tok.view(-1).index_copy_(0, slots * T, self.last.index_select(0, slots))
-        self.ubuf.index_copy_(0, slots, torch.nn.functional.pad(win, (0, self.Wcap - W), value=float("nan")))
-        self.ubase.index_copy_(0, slots, ubase)
+        assert u0 == a0 + n, "the uniform windows follow the request fields in the round buffer"
+        self.graphs.run("begin", (R, W), R, buf[a0:u0 + un], lambda m: self.begin_step(m, R, W),
+                        lambda: torch.from_numpy(scratch_request_meta(R, W, sc)))
         for cp in plan.calls:
             M, G, Qm = cp.key
             self.graphs.run("call", cp.key, M, buf[cp.meta[0]:cp.meta[0] + cp.meta[1]],
@@ -168,7 +183,23 @@ class Engine:
         s, ln, N = plan.verify
         self.graphs.run("verify", (N, plan.sampling), N, buf[s:s + ln], lambda m: self.verify_step(m, N, plan.sampling),
                         lambda: torch.from_numpy(scratch_head_meta(N, 2, sc, T)))
-        return self.accept_commit(slots, K, policy)
+        return self.graphs.run("accept", (R, policy), R, buf[a0:a0 + n], lambda m: self.accept_step(m, R, policy),
+                               lambda: torch.from_numpy(scratch_request_meta(R, 0, sc)))
+
+    def begin_step(self, meta: torch.Tensor, R: int, W: int) -> None:
+        """meta: [slot(R) K(R) ubase(R)] then the [R, W] uniform windows (FP64 bits)."""
+        slots, _, ubase = meta[:3 * R].view(3, R)
+        win = meta[3 * R:].view(torch.float64).view(R, W)
+        self.tok.view(-1).index_copy_(0, slots * self.Tcap, self.last.index_select(0, slots))
+        self.ubuf.index_copy_(0, slots, torch.nn.functional.pad(win, (0, self.Wcap - W), value=float("nan")))
+        self.ubase.index_copy_(0, slots, ubase)
+
+    def accept_step(self, meta: torch.Tensor, R: int, policy: str) -> torch.Tensor:
+        """meta: [slot(R) K(R) ubase(R)] -> the packed results [R, F] (RESULT_SCALARS, drafts, flags)."""
+        slots, K, _ = meta.view(3, R)
+        out = self.accept_commit(slots, K, policy)
+        return torch.cat([torch.stack([out[k].long() for k in RESULT_SCALARS], 1), out["drafts"],
+                          out["dbad"].long(), out["vbad"].long()], 1)
 
     def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, policy: str) -> dict:
         """Acceptance for every request of the round, then the cut (after the first stop token,
@@ -207,6 +238,8 @@ class Engine:
         out = {"a": a, "final": final, "drafts": drafts, "used": used, "start": start, "n": n, "why": why,
                "residual_err": ~greedy & rej & ~res_ok,
                "dbad": self.dbad.view(-1, T).index_select(0, slots), "vbad": self.vbad.view(-1, T).index_select(0, slots)}
+        # the commit; the scratch slot (graph warm-ups) keeps its frontier, budget and cursor
+        n, used = torch.where(slots == self.kv.scratch, 0, n), torch.where(slots == self.kv.scratch, 0, used)
         self.start.index_copy_(0, slots, start + n)
         # n = 0 only in a round submitted after one that finished the request (the host fails it)
         self.last.index_copy_(0, slots, e.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0])

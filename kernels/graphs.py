@@ -1,8 +1,10 @@
 """CUDA graphs for the round's device steps, one per (step kind, shape key).
 
-A step is a function of one int64 metadata vector that writes only persistent buffers
-(no outputs), so a captured graph is replayed after copying the call's metadata into the
-graph's static input. Capture runs a warm-up on scratch-slot metadata first (never on a
+A step is a function of one int64 metadata vector that writes persistent buffers and
+returns nothing or one tensor. A captured graph is replayed after copying the call's
+metadata into the graph's static input; a step's returned tensor is then the graph's static
+output, overwritten by its next replay (stream-ordered: read it, or copy it, before the
+step runs again). Capture runs a warm-up on scratch-slot metadata first (never on a
 request's rows, since the warm-up really executes). Limits: a step over more rows than
 `max_batch_size`, or a new shape once `max_graphs` graphs exist, runs eagerly and counts
 as a fallback.
@@ -17,10 +19,16 @@ import torch
 
 class FakeGraph:
     def __init__(self, fn, static):
-        self.fn, self.static = fn, static
+        self.fn, self.static, self.out = fn, static, None
 
     def replay(self):
-        self.fn(self.static)
+        # a returned tensor is copied into one static output, as a CUDA graph's replay overwrites its own
+        out = self.fn(self.static)
+        if out is None:
+            return None
+        if self.out is None:
+            self.out = out.clone()
+        return self.out.copy_(out)
 
 
 class CudaGraph:
@@ -33,10 +41,11 @@ class CudaGraph:
         torch.cuda.current_stream(dev).wait_stream(side)
         self.graph, self.static = torch.cuda.CUDAGraph(), static
         with torch.cuda.graph(self.graph, pool=pool):
-            fn(static)
+            self.out = fn(static)                       # a returned tensor stays allocated: static output
 
     def replay(self):
         self.graph.replay()
+        return self.out
 
 
 class GraphRunner:
@@ -58,9 +67,10 @@ class GraphRunner:
         fn(static)                                    # the warm-up runs, as on CUDA
         return FakeGraph(fn, static)
 
-    def run(self, kind: str, key: tuple, rows: int, meta: torch.Tensor, fn, scratch) -> None:
-        """Run fn(meta). meta: 1-D int64 device tensor; rows: the step's row count;
-        scratch(): a harmless metadata vector of meta's shape for the warm-up."""
+    def run(self, kind: str, key: tuple, rows: int, meta: torch.Tensor, fn, scratch):
+        """Run fn(meta) and return what it returns (a graph's static output once captured).
+        meta: 1-D int64 device tensor; rows: the step's row count; scratch(): a harmless
+        metadata vector of meta's shape for the warm-up."""
         if self.mode == "off":
             return fn(meta)
         g = self.graphs.get((kind, key))
@@ -79,6 +89,6 @@ class GraphRunner:
             self.graphs[(kind, key)] = g
             self.stats["graph_captures"] += 1
         g.static.copy_(meta, non_blocking=True)
-        g.replay()
         self.stats["graph_replays"] += 1
+        return g.replay()
 

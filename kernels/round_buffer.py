@@ -168,3 +168,8 @@ def scratch_call_meta(key, scratch: int, Tcap: int) -> np.ndarray:
 def scratch_head_meta(n: int, fields: int, scratch: int, Tcap: int) -> np.ndarray:
     cols = [np.full(n, scratch * Tcap), np.full(n, scratch), np.zeros(n)][:fields]
     return np.concatenate(cols).astype(np.int64)
+
+
+def scratch_request_meta(R: int, W: int, scratch: int) -> np.ndarray:
+    """Request fields [slot(R) K(R) ubase(R)] on the scratch slot (K = 1), then W zero uniforms per row."""
+    return np.concatenate([np.full(R, scratch), np.ones(R), np.zeros(R), np.zeros(R * W)]).astype(np.int64)

@@ -20,7 +20,7 @@ from oracle.schedule import plan as plan_schedule, shared, validate
 from oracle.session import check_depths
 
 from .collect import Handle, HostRequest, build_trace, check_results
-from .engine import Engine
+from .engine import Engine, unpack_results
 from .graphs import GraphRunner
 from .options import KernelOptions
 from .round_buffer import PlanCache, build_plan, plan_indices, sampling_variant
@@ -188,14 +188,15 @@ class TorchSession:
             h.started.record()
             host = host.pin_memory()
         buf = host.to(self.device, non_blocking=True)                   # the round's one upload
-        out = self.engine.run_round(h.plan, buf, self.policy)
+        packed = self.engine.run_round(h.plan, buf, self.policy)        # [R, F]: unpack_results
         h.committed = True
+        out = unpack_results(packed, self.Tcap)
         slots = buf[h.plan.requests[0]:h.plan.requests[0] + len(h.reqs)]
+        res = {"packed": _to_host(packed)}                               # before the next round's replay
         if self.trace:
-            out |= {k: v.float() for k, v in self.engine.trace_arrays(slots, out["start"], max(h.counts)).items()}
+            res |= {k: _to_host(v.float()) for k, v in self.engine.trace_arrays(slots, out["start"], max(h.counts)).items()}
         if self.debug_poison:
             self._poison(slots, out["start"] + out["a"] + 1)
-        res = {k: _to_host(v) for k, v in out.items()}
         if self.device.type == "cuda":
             h.event = torch.cuda.Event(enable_timing=True)
             h.event.record()
@@ -229,6 +230,7 @@ class TorchSession:
                 h.device_ms = h.started.elapsed_time(h.event)     # stream order: after the previous round
             t1 = time.perf_counter()
             out = {k: v.numpy() for k, v in h.out.items()}
+            out |= unpack_results(out.pop("packed"), self.Tcap)
             results = check_results(h, out)
         except OracleError as e:
             self._fail(h, e)

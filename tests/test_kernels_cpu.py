@@ -218,12 +218,13 @@ def test_nonfinite_logits_raise_at_collection(model):
 
 def _steps(plan):
     """(kind, key, rows) of every device step of a planned round, in order."""
-    out = []
+    R, W = plan.requests[2], plan.uniforms[3]
+    out = [("begin", (R, W), R)]
     for cp in plan.calls:
         out.append(("call", cp.key, cp.key[0]))
         if cp.head is not None:
             out.append(("draft", (cp.head[2], plan.sampling), cp.head[2]))
-    return out + [("verify", (plan.verify[2], plan.sampling), plan.verify[2])]
+    return out + [("verify", (plan.verify[2], plan.sampling), plan.verify[2]), ("accept", (R, "sequential"), R)]
 
 
 @pytest.mark.parametrize("max_batch_size,max_graphs", [(None, 512), (3, 512), (4, 5)])
@@ -479,7 +480,7 @@ def test_head_sampling_variants_match_reference(model, params, variant, policy):
         got.add(rid, PROMPTS[rid], p)
     handles = [got.submit(c) for c in rounds]
     assert {h.plan.sampling for h in handles} == {variant}
-    assert {k[1][-1] for k in got.graphs.graphs if k[0] != "call"} == {variant}
+    assert {k[1][-1] for k in got.graphs.graphs if k[0] in ("draft", "verify")} == {variant}
     assert_same([ref.step(c) for c in rounds], [got.collect(h) for h in handles], eager=False)
 
 
@@ -609,3 +610,28 @@ def test_gemv_tile_configs_in_every_accepted_form():
     assert _config("o", 1, {"o": [8, 64, 4, 2]}) == (1, 8, 64, 4, 2, True)
     assert _config("o", 2, {"o/16": [16, 64, 4, 2, 0]}) == (16, 16, 64, 4, 2, False)
     assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"])     # a one-row key: not for 2 rows
+
+
+def test_bookkeeping_warmups_leave_requests_and_the_scratch_frontier(model):
+    """The round's begin and accept steps run on the scratch slot at capture: no request's
+    state changes, and the scratch slot's frontier, budget and RNG cursor stay (so later
+    warm-ups of calls stay at the scratch plane's first positions)."""
+    from kernels.round_buffer import scratch_request_meta
+    s = start(TORCH, model, "loop", "sequential", range(2), graphs="fake")
+    s.step({0: 3, 1: 2})
+    e, sc = s.engine, s.engine.kv.scratch
+    names = ("start", "last", "left", "cursor", "ubase")
+    before = {k: getattr(e, k).clone() for k in names} | {"tok": e.tok[:sc].clone(), "ubuf": e.ubuf[:sc].clone()}
+    for R, W in ((1, 3), (3, 5)):
+        meta = torch.from_numpy(scratch_request_meta(R, W, sc))
+        s.graphs.run("begin", (R, W), R, meta, lambda m: e.begin_step(m, R, W), lambda: meta)
+        meta = torch.from_numpy(scratch_request_meta(R, 0, sc))
+        packed = s.graphs.run("accept", (R, "sequential"), R, meta, lambda m: e.accept_step(m, R, "sequential"),
+                              lambda: meta)
+        assert packed.shape == (R, 7 + 3 * s.Tcap - 1)
+    for k in names:
+        assert torch.equal(getattr(e, k)[:sc], before[k][:sc]), k
+    for k in ("start", "left", "cursor"):
+        assert torch.equal(getattr(e, k)[sc], before[k][sc]), k
+    assert torch.equal(e.tok[:sc], before["tok"]) and torch.equal(e.ubuf[:sc].view(torch.int64), before["ubuf"].view(torch.int64))
+    assert s.graphs.stats["graph_captures"] >= 4
