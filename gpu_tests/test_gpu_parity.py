@@ -51,7 +51,8 @@ def counters_hold(traces, fallbacks_allowed=False):
     for tr in traces:
         if not fallbacks_allowed:
             assert tr.stats["graph_fallbacks"] == 0, tr.stats
-            assert tr.stats["graph_replays"] == len(tr.calls) + tr.stats["draft_head_calls"] + 1, tr.stats
+            # every step replayed: begin, the calls, draft heads, verify head, accept
+            assert tr.stats["graph_replays"] == len(tr.calls) + tr.stats["draft_head_calls"] + 3, tr.stats
 
 
 def judged(ref, got, dtype=None):
@@ -162,7 +163,7 @@ def test_forced_fallback_is_counted():
         expected.append(sum(r > B for r in rows))
         got.append(s.collect(h))
     assert [t.stats["graph_fallbacks"] for t in got] == expected and all(e > 0 for e in expected)
-    assert all(t.stats["graph_replays"] + t.stats["graph_fallbacks"] == len(t.calls) + t.stats["draft_head_calls"] + 1
+    assert all(t.stats["graph_replays"] + t.stats["graph_fallbacks"] == len(t.calls) + t.stats["draft_head_calls"] + 3
                for t in got)
     eager = run(bk, m, c, "block", graphs="off")
     assert compare_runs(got, eager.traces, "exact").ok                 # fallback steps are the eager ones
