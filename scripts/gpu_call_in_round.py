@@ -61,6 +61,19 @@ def main():
                                "random_h_pos_256_planes_0_1": (hr, p256, p01)}.items():
         res[f"recurrent_call_{name}"] = bench.graph_replay_ms(
             lambda hh=hh, pp=pp, pl=pl: e.model.recurrent_call(hh, pp, pl, qidx, gplane, 1), reps=50)
+    # 3c. the KV planes' shape: P planes of capacity max_len (the c-table: P = M, max_len = context + 1)
+    from kernels.kvplanes import KVPlanes
+    from kernels.model import PackedModel
+    cfg = w.cfg
+    for n_req, depth, max_len in ((2, 1, 257), (2, 1, 342), (2, 4, 257), (1, 4, 342), (2, 1, 513)):
+        kv = KVPlanes(cfg, depth, n_req, max_len, w.device, w.dtype)
+        m = PackedModel(w, kv, e.model.options)
+        for M in (1, 2):
+            rows = torch.arange(M, device=w.device)
+            hx, px = torch.randn(M, cfg.hidden_size, device=w.device).to(w.dtype), torch.full_like(rows, 256)
+            res[f"P={kv.k.shape[1]} max_len={max_len} M={M}"] = bench.graph_replay_ms(
+                lambda m=m, hx=hx, px=px, rows=rows: m.recurrent_call(hx, px, rows, rows, rows, 1), reps=50)
+        del kv, m
     res["head_alone"] = replay_ms(head.replay)
     res["head_then_call"] = replay_ms(lambda: (head.replay(), call.replay()))
     res["call_after_head"] = res["head_then_call"] - res["head_alone"]
