@@ -26,12 +26,9 @@ if triton is not None:
                     NH: tl.constexpr, GROUP: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
                     NSPLIT: tl.constexpr, PDL: tl.constexpr):
         r, h, c = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        # positions are written before the call's first kernel, so they are read before the PDL
-        # wait; a chunk past the row's position has no keys and exits without waiting (with the
-        # wait, such programs made a two-row call 7% slower at a KV capacity of 342 than at 257)
+        pdl_enter(PDL)
         pos = tl.load(pos_ptr + r)
-        if c * CHUNK <= pos:
-            pdl_enter(PDL)
+        if c * CHUNK <= pos:                               # chunks past the row's position: no keys
             plane = tl.load(plane_ptr + r).to(tl.int64)
             d = tl.arange(0, HD)
             q = tl.load(Q + r * NH * HD + h * HD + d).to(tl.float32)
