@@ -32,19 +32,25 @@ def _sync(device):
 def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, device: str = "cuda",
                     dtype: str | None = None, repeats: int = 50, rotate: int = 4, seed: int = 0,
                     graphs: bool = True, kernel_options: KernelOptions | None = None,
-                    rows_per_plane: int = 1) -> dict:
+                    rows_per_plane: int = 1, kv_capacity: int | None = None) -> dict:
     """Returns {"c_ms": {"M": median ms}, ...}; the layout of oracle's c-table JSON (the
     "c_ms" of rows_per_plane r > 1 belong under the table's "c_ms_shared"[r]).
-    kernel_options: default KernelOptions.from_env() (this is `oracle bench c-table`'s entry point)."""
+    kernel_options: default KernelOptions.from_env() (this is `oracle bench c-table`'s entry point).
+    kv_capacity: positions per KV plane (default context_len + 1, the fewest the call needs). A
+    session allocates more (room for the tokens it generates), and on the H200 a call of 2 rows
+    cost 7% more at a capacity of 342 than at 257 (docs/results.md): measure at the capacity the
+    rounds run with."""
     rpp = rows_per_plane
     bad = [M for M in row_counts if M % rpp]
     assert 1 <= rpp <= context_len + 1 and not bad, (rpp, bad)
+    kv_capacity = context_len + 1 if kv_capacity is None else kv_capacity
+    assert kv_capacity >= context_len + 1, (kv_capacity, context_len)
     cfg = get_preset(preset) if isinstance(preset, str) else preset
     dev = torch.device(device)
     dtype = dtype or ("bfloat16" if dev.type == "cuda" else "float32")
     use_graphs = graphs and dev.type == "cuda"
     w = TorchWeights.random(cfg, dev, DTYPES[dtype], seed)
-    kv = KVPlanes(cfg, 1, max(row_counts) // rpp, context_len + 1, dev, DTYPES[dtype])
+    kv = KVPlanes(cfg, 1, max(row_counts) // rpp, kv_capacity, dev, DTYPES[dtype])
     model = PackedModel(w, kv, KernelOptions.from_env() if kernel_options is None else kernel_options)
     g = torch.Generator(device=dev).manual_seed(seed + 1)
     table = {}
@@ -65,7 +71,7 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
     gemv = lambda M: model.gemv and M <= model.options.gemv_max_rows          # noqa: E731
     path = {str(M): ("gemv" if M == 1 else "gemv-small-m") if gemv(M) else "torch"   # cuBLAS (+ compiled blocks)
             for M in sorted(set(row_counts))}
-    return {"c_ms": table, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "dtype": dtype,
+    return {"c_ms": table, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "kv_capacity": kv_capacity, "dtype": dtype,
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "torch": torch.__version__, "graphs": use_graphs, "repeats": repeats, "rows_per_plane": rpp,
             "description": "c(M): ms of one recurrent call (all layers, attention over context_len+1 keys per "

@@ -52,6 +52,12 @@ def measure_head_table(w: TorchWeights, row_counts, repeats: int = 50) -> dict:
     return {"c_ms": table, "description": "h(M): ms of one lm_head call over M rows"}
 
 
+def session_kv_capacity(context_len: int, tokens: int, K: int) -> int:
+    """Positions per KV plane of a benchmark session: the prompt, the generated tokens, room for
+    rounds in flight. The sweep measures its c-table at this capacity."""
+    return context_len + tokens + 4 * (K + 1) + 2
+
+
 def make_session(w: TorchWeights, mode: str, n_requests: int, context_len: int, tokens: int, K: int, d: int, D: int,
                  **options) -> TorchSession:
     """options: TorchSession's; kernel_options defaults to KernelOptions.from_env() (this is
@@ -62,7 +68,7 @@ def make_session(w: TorchWeights, mode: str, n_requests: int, context_len: int, 
         opts["kernel_options"] = KernelOptions.from_env()
     return TorchSession(w, d, D, mode, "sequential", name=f"torch-{dev.type}",
                         dtype_name="bfloat16" if w.dtype == torch.bfloat16 else "float32",
-                        max_requests=n_requests, max_len=context_len + tokens + 4 * (K + 1) + 2,       # room for rounds in flight
+                        max_requests=n_requests, max_len=session_kv_capacity(context_len, tokens, K),
                         max_tokens_per_round=K + 1, **opts)
 
 

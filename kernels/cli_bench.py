@@ -87,6 +87,11 @@ def check_bench_args(args) -> None:
     if not args.allow_large and args.context > MAX_CONTEXT:
         limits.refuse("--context", args.context, MAX_CONTEXT)
     if args.bench_command == "c-table":
+        if args.kv_capacity is not None and args.kv_capacity < args.context + 1:
+            raise OracleError(f"--kv-capacity {args.kv_capacity}: a KV plane must hold the --context {args.context} "
+                              f"positions and the call's own, at least {args.context + 1}")
+        if args.kv_capacity is not None and not args.allow_large and args.kv_capacity > MAX_CONTEXT + 1:
+            limits.refuse("--kv-capacity", args.kv_capacity, MAX_CONTEXT + 1)
         if args.rows is not None and min(args.rows) < 1:
             raise OracleError(f"--rows: row count {min(args.rows)} must be >= 1")
         if not args.allow_large and max(args.rows or DEFAULT_ROWS) > MAX_ROWS:
@@ -101,14 +106,15 @@ def check_bench_args(args) -> None:
     _device(args)
 
 
-def measure_ctable(bench, args, rows, repeats: int, shared: dict | None = None) -> dict:
+def measure_ctable(bench, args, rows, repeats: int, shared: dict | None = None, kv_capacity: int | None = None) -> dict:
     """kernels.bench.measure_c_table one M at a time, so a progress bar shows; the same table.
-    shared {r: [M, ...]}: also c(M) with r rows per KV plane, under "c_ms_shared"[r]."""
+    shared {r: [M, ...]}: also c(M) with r rows per KV plane, under "c_ms_shared"[r].
+    kv_capacity: positions per KV plane (default --context + 1)."""
     jobs = [(1, M) for M in sorted(set(rows))] + [(r, M) for r, ms in sorted((shared or {}).items()) for M in ms]
     table, out = None, {}
     for r, M in progress(jobs, "c(M)", args.quiet):
         t = bench.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=repeats,
-                                  rows_per_plane=r)
+                                  rows_per_plane=r, kv_capacity=kv_capacity)
         out.setdefault(r, {}).update(t["c_ms"])
         path = {**(table or {}).get("path", {}), (str(M) if r == 1 else f"{M}@{M // r}"): t["path"][str(M)]}
         table = {**t, "path": path}
@@ -131,7 +137,7 @@ def cmd_ctable(args) -> int:
         raise OracleError(f"--rows-per-plane {empty[0]}: no row count in --rows is a multiple of it")
     if max(rpp) > args.context + 1:
         raise OracleError(f"--rows-per-plane {max(rpp)}: more rows per plane than --context + 1 positions")
-    table = measure_ctable(bench, args, rows, args.repeats, shared)
+    table = measure_ctable(bench, args, rows, args.repeats, shared, args.kv_capacity)
     text = json.dumps(table, indent=1)
     if args.out:
         write_out(args.out, text, f"c(M) for {len(rows)} row counts M={rows[0]}..{rows[-1]} on {table['device']}")
@@ -218,7 +224,9 @@ def cmd_sweep(args) -> int:
     bench, br = _torch_bench()
     dev = _device(args)
     rec_rows, head_rows, shared = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
-    ct = measure_ctable(bench, args, rec_rows, args.repeats_ctable, shared)
+    # c(M) at the rounds' own KV capacity (at M >= 2 it moves c(M) on the H200: docs/results.md)
+    ct = measure_ctable(bench, args, rec_rows, args.repeats_ctable, shared,
+                        br.session_kv_capacity(args.context, args.tokens, args.k))
     w = br.random_weights(args.preset, dev)
     ht = br.measure_head_table(w, head_rows, repeats=args.repeats_ctable)
     out = {"preset": args.preset, "K": args.k, "d": args.draft_loops, "D": args.target_loops, "context_len": args.context,
@@ -291,6 +299,10 @@ def register(sub) -> None:
                    help="rows per KV plane besides 1 (c_ms: every row on its own plane, always measured): R > 1 "
                         "adds c_ms_shared[R] at the row counts M that R divides, M/R planes of R rows each (a "
                         "block round's verification call at T = R); default: 1")
+    c.add_argument("--kv-capacity", type=int, default=None, metavar="N",
+                   help="positions per KV plane (default: --context + 1). An engine allocates more than the "
+                        "context it reads, and with our kernels c(M) at M >= 2 depends on it: measure at your "
+                        "engine's capacity (`bench sweep` measures at its sessions' own)")
     c.add_argument("--repeats", type=int_at_least(1), default=50, help="timed replays per M")
     c.add_argument("--out", default=None, metavar="FILE",
                    help="write the c-table JSON here and print one summary line (default: print the JSON)")

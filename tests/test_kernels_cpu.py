@@ -5,6 +5,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))    # kernels/ from a plain `pytest`
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -416,6 +417,8 @@ def test_parity_excuses_only_near_ties(model):
 def test_bench_helpers_on_cpu():
     t = measure_c_table("tiny", [1, 3], 16, device="cpu", repeats=2)
     assert set(t["c_ms"]) == {"1", "3"} and all(v > 0 for v in t["c_ms"].values()) and not t["graphs"]
+    assert t["kv_capacity"] == 17 and measure_c_table("tiny", [1], 16, device="cpu", repeats=1,
+                                                      kv_capacity=40)["kv_capacity"] == 40
     s = make_session(random_weights("tiny", "cpu"), "loop", 2, 12, 6, 3, 2, 4)
     r = run_generation(s, [[1] * 12, [2] * 12], [SP(), SP(1.0, seed=1)], 6, 3)
     assert r["rounds"] >= 2 and r["ms"] > 0 and r["graph_fallbacks"] == 0
@@ -635,3 +638,16 @@ def test_bookkeeping_warmups_leave_requests_and_the_scratch_frontier(model):
         assert torch.equal(getattr(e, k)[sc], before[k][sc]), k
     assert torch.equal(e.tok[:sc], before["tok"]) and torch.equal(e.ubuf[:sc].view(torch.int64), before["ubuf"].view(torch.int64))
     assert s.graphs.stats["graph_captures"] >= 4
+
+
+def test_sweep_measures_c_at_its_sessions_kv_capacity(tmp_path):
+    """On the H200 c(2) moves 7% between KV capacities 257 and 342 (docs/results.md), so the
+    sweep's c-table is measured at the capacity its sessions allocate, not at context + 1."""
+    from kernels.bench_rounds import session_kv_capacity
+    from oracle.cli import main
+    out = tmp_path / "sweep.json"
+    assert main(["bench", "sweep", "--device", "cpu", "--preset", "tiny", "--batch", "1", "--k", "2", "--tokens", "3",
+                 "--repeats", "2", "--repeats-ctable", "1", "--context", "8", "--out", str(out), "--quiet"]) == 0
+    cap = session_kv_capacity(8, 3, 2)
+    assert json.loads(out.read_text())["ctable"]["kv_capacity"] == cap == 8 + 3 + 4 * 3 + 2
+    assert make_session(random_weights("tiny", "cpu"), "block", 1, 8, 3, 2, 2, 4).max_len == cap
