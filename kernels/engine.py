@@ -6,7 +6,8 @@ offset (drafts are drawn into it by the draft head), the branch hidden state of 
 `draft` and `verify` read one metadata vector and write only these buffers, so each can
 be a CUDA graph. So are the round's two bookkeeping steps: `begin_step` (offset-0 tokens
 and uniform windows in) and `accept_step` (acceptance and commit, its results packed into
-one [R, F] int64 tensor so the host copies them back in one transfer; RESULT_COLUMNS).
+one [R, F] int64 tensor so the host copies them back in one transfer: RESULT_SCALARS,
+unpack_results).
 Graph warm-ups run every step on the scratch slot, whose frontier never moves.
 """
 from __future__ import annotations
