@@ -81,17 +81,23 @@ def available(device: torch.device) -> bool:
 
 
 def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: torch.Tensor,
-                     pdl: bool = False) -> torch.Tensor:
+                     pdl: bool = False, span: int | None = None) -> torch.Tensor:
     """q: [M, nh, hd] (RoPE applied); plane, pos: [M]. Keys/values of plane `plane[r]` at
     positions 0..pos[r] of `layer` (already written). Returns [M, nh*hd]. pdl: launched as
-    programmatic dependents (kernels/gemv.py), as in the GEMV path."""
+    programmatic dependents (kernels/gemv.py), as in the GEMV path. span: the grid covers
+    key positions 0..span-1 (default: the KV capacity); the caller promises every pos < span,
+    also in every replay of a graph that captured this call. (At M = 2 on the H200 a call
+    cost 7% more at capacity 342 than at 257: scripts/gpu_attn_capacity.py measures whether
+    a grid over the positions instead of the capacity gives that back.)"""
     M, nh, hd = q.shape
     K, V = kv.k, kv.v                                   # [L, P, max_len, nkv, hd]
     assert K.is_contiguous() and V.is_contiguous() and q.is_contiguous()
     L, P, T, nkv, _ = K.shape
+    span = T if span is None else span
+    assert 1 <= span <= T, (span, T)
     out = torch.empty(M, nh * hd, device=q.device, dtype=q.dtype)
     if M:
-        nsplit = triton.cdiv(T, CHUNK)                      # static per KV capacity (graph-safe)
+        nsplit = triton.cdiv(span, CHUNK)                   # static per span (graph-safe)
         acc = torch.empty(M, nh, nsplit, hd, device=q.device, dtype=torch.float32)
         ml = torch.empty(M, nh, nsplit, 2, device=q.device, dtype=torch.float32)
         _attn_chunk[(M, nh, nsplit)](q, K, V, acc, ml, plane, pos, layer * P * T * nkv * hd, T * nkv * hd,

@@ -37,6 +37,9 @@ def check(max_len: int) -> None:
         masked = torch.arange(max_len)[None, None, :] > pos[:, None, None]
         want = attend(q[:, None], K, V, masked)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # a grid over the positions only (span = max pos + 1 < capacity) gives the same values
+        span = int(pos.max()) + 1
+        torch.testing.assert_close(ta.decode_attention(q, kv, layer, plane, pos, span=span), got, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("max_len", [64, 150, 1100])
