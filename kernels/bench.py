@@ -95,9 +95,13 @@ def graph_replay_ms(fn, reps: int = 20, per: int = 1, dev="cuda") -> float:
     """Median ms of fn's work replayed as one CUDA graph (two untimed replays first),
     divided by `per` (the launches fn makes, for a per-launch time)."""
     dev = torch.device(dev)
-    graph = capture_graph(fn, dev)
-    times = [_time(graph.replay, dev) for _ in range(reps + 2)]
-    return statistics.median(times[2:]) / per
+    return median_ms(capture_graph(fn, dev).replay, reps, dev) / per
+
+
+def median_ms(fn, reps: int = 20, dev="cuda") -> float:
+    """Median ms of fn() on its own (two untimed calls first)."""
+    dev = torch.device(dev)
+    return statistics.median([_time(fn, dev) for _ in range(reps + 2)][2:])
 
 
 def _time(fn, dev) -> float:

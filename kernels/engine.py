@@ -240,7 +240,8 @@ class Engine:
                "residual_err": ~greedy & rej & ~res_ok,
                "dbad": self.dbad.view(-1, T).index_select(0, slots), "vbad": self.vbad.view(-1, T).index_select(0, slots)}
         # the commit; the scratch slot (graph warm-ups) keeps its frontier, budget and cursor
-        n, used = torch.where(slots == self.kv.scratch, 0, n), torch.where(slots == self.kv.scratch, 0, used)
+        real = slots != self.kv.scratch
+        n, used = n * real, used * real
         self.start.index_copy_(0, slots, start + n)
         # n = 0 only in a round submitted after one that finished the request (the host fails it)
         self.last.index_copy_(0, slots, e.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0])

@@ -7,25 +7,11 @@ the same call timed four ways in one process (ouro-1.4b shape, BF16, graph repla
     PYTHONPATH=. python scripts/gpu_call_in_round.py [--json out.json]"""
 import argparse
 import json
-import statistics
-
 import torch
 
 from kernels import bench
 from kernels.bench_rounds import make_session, random_weights
 from oracle.sampling import SamplingParams
-
-
-def replay_ms(fn, reps: int = 50) -> float:
-    ts = []
-    for _ in range(reps + 2):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts[2:])
 
 
 def main():
@@ -44,7 +30,7 @@ def main():
     call = graphs[("call", (2, 2, 1))]
     head = graphs[("draft", (1, "greedy"))]
     res = {"c2_table": bench.measure_c_table("ouro-1.4b", [2], ctx, repeats=50)["c_ms"]["2"]}
-    res["call_graph_alone"] = replay_ms(call.replay)
+    res["call_graph_alone"] = bench.median_ms(call.replay, 50)
     e, meta = s.engine, call.static
     flat, slot, off, plane, qidx = meta[:10].view(5, 2)
     pos = e.start.index_select(0, slot) + off
@@ -74,10 +60,10 @@ def main():
             res[f"P={kv.k.shape[1]} max_len={max_len} M={M}"] = bench.graph_replay_ms(
                 lambda m=m, hx=hx, px=px, rows=rows: m.recurrent_call(hx, px, rows, rows, rows, 1), reps=50)
         del kv, m
-    res["head_alone"] = replay_ms(head.replay)
-    res["head_then_call"] = replay_ms(lambda: (head.replay(), call.replay()))
+    res["head_alone"] = bench.median_ms(head.replay, 50)
+    res["head_then_call"] = bench.median_ms(lambda: (head.replay(), call.replay()), 50)
     res["call_after_head"] = res["head_then_call"] - res["head_alone"]
-    res["call_then_call"] = replay_ms(lambda: (call.replay(), call.replay())) / 2
+    res["call_then_call"] = bench.median_ms(lambda: (call.replay(), call.replay()), 50) / 2
     for k, v in res.items():
         print(f"{k:32s} {v if isinstance(v, list) else round(v, 4)}")
     if args.json:

@@ -19,13 +19,12 @@ Times: CUDA graph replays, median of REPS, microseconds per call and per layer.
 """
 import argparse
 import json
-import statistics
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels import gemv as G
+from kernels import bench, gemv as G
 
 H, NQKV, I, L = 2048, 6144, 5632, 24
 BK = 512
@@ -112,25 +111,9 @@ def _barriers_only(Bar, N_SYNC: tl.constexpr, NPROG: tl.constexpr):
         _grid_sync(Bar, (i + 1) * NPROG)
 
 
-def time_graph(fn, reps: int) -> float:
+def us_per_replay(fn, reps: int) -> float:
     """Median microseconds of one replay of fn captured in a CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(5):
-        g.replay()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        g.replay()
-        b.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in ev) * 1e3
+    return bench.graph_replay_ms(fn, reps) * 1e3
 
 
 def bn_for(N: int, nprog: int, bk: int) -> int:
@@ -173,7 +156,7 @@ def main():
     out = torch.empty(1, H, device=dev, dtype=dt)
     ref = None
     for pdl in (False, True):
-        us = time_graph(launches(pdl), args.reps)
+        us = us_per_replay(launches(pdl), args.reps)
         if ref is None:
             ref = out.float().clone()
         err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
@@ -187,7 +170,7 @@ def main():
     bar = torch.zeros(1, device=dev, dtype=torch.int32)
     for k in (1, 2, 4):
         nprog = k * sms
-        bars_us = time_graph(lambda: (bar.zero_(), _barriers_only[(nprog,)](bar, N_SYNC=4 * L, NPROG=nprog,
+        bars_us = us_per_replay(lambda: (bar.zero_(), _barriers_only[(nprog,)](bar, N_SYNC=4 * L, NPROG=nprog,
                                                                              num_warps=4)), args.reps)
         res["variants"].append({"name": f"barriers only, {k}/SM", "us": bars_us, "per_barrier_us": bars_us / (4 * L)})
         print(f"{4 * L} barriers, {nprog} programs: {bars_us:8.1f} us ({bars_us / (4 * L):.2f} us each)", flush=True)
@@ -202,7 +185,7 @@ def main():
                     _persistent[(nprog,)](X, Wq, Wo, Wg, Wd, Q, Y, GU, bar, NL=L, PREFETCH=prefetch, NPROG=nprog,
                                           BQ=bq, BO=bo, BG=bg, BD=bd, BK=bk, BKD=BK, HH=H, NQ=NQKV, II=I,
                                           num_warps=nw)
-                us = time_graph(run, args.reps)
+                us = us_per_replay(run, args.reps)
                 err = ((X.float()[None] - ref).abs().max() / ref.abs().max()).item()
                 name = f"persistent {k}/SM prefetch={prefetch} BK={bk} warps={nw} BN={bq},{bo},{bg},{bd}"
                 res["variants"].append({"name": name, "us": us, "per_layer_us": us / L, "rel_err": err})
