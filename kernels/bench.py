@@ -21,6 +21,7 @@ from .backend import DTYPES
 from .kvplanes import KVPlanes
 from .model import PackedModel
 from .options import KernelOptions
+from .triton_attention import span_bucket
 from .weights import TorchWeights
 
 
@@ -36,10 +37,10 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
     """Returns {"c_ms": {"M": median ms}, ...}; the layout of oracle's c-table JSON (the
     "c_ms" of rows_per_plane r > 1 belong under the table's "c_ms_shared"[r]).
     kernel_options: default KernelOptions.from_env() (this is `oracle bench c-table`'s entry point).
-    kv_capacity: positions per KV plane (default context_len + 1, the fewest the call needs). A
-    session allocates more (room for the tokens it generates), and on the H200 a call of 2 rows
-    cost 7% more at a capacity of 342 than at 257 (docs/results.md): measure at the capacity the
-    rounds run with."""
+    kv_capacity: positions per KV plane (default context_len + 1, the fewest the call needs). The
+    call's attention covers the span a session's round at this context gets
+    (triton_attention.span_bucket), not the whole capacity: before spans, a call of 2 rows cost
+    7% more at a capacity of 342 than at 257 on the H200 (docs/results.md)."""
     rpp = rows_per_plane
     bad = [M for M in row_counts if M % rpp]
     assert 1 <= rpp <= context_len + 1 and not bad, (rpp, bad)
@@ -52,6 +53,7 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
     w = TorchWeights.random(cfg, dev, DTYPES[dtype], seed)
     kv = KVPlanes(cfg, 1, max(row_counts) // rpp, kv_capacity, dev, DTYPES[dtype])
     model = PackedModel(w, kv, KernelOptions.from_env() if kernel_options is None else kernel_options)
+    span = span_bucket(context_len + 1, kv_capacity)
     g = torch.Generator(device=dev).manual_seed(seed + 1)
     table = {}
     for M in sorted(set(row_counts)):
@@ -60,7 +62,7 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
         pos = context_len - rpp + 1 + rows % rpp
         inputs = [torch.randn(M, cfg.hidden_size, generator=g, device=dev).to(w.dtype) for _ in range(rotate)]
         h = inputs[0].clone()                                  # static input
-        step = lambda: model.recurrent_call(h, pos, plane, rows, torch.arange(M // rpp, device=dev), rpp)
+        step = lambda: model.recurrent_call(h, pos, plane, rows, torch.arange(M // rpp, device=dev), rpp, span)
         graph = capture_graph(step, dev) if use_graphs else None
         times = []
         for r in range(repeats + 1):                           # the first one warms up
@@ -71,7 +73,8 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
     gemv = lambda M: model.gemv and M <= model.options.gemv_max_rows          # noqa: E731
     path = {str(M): ("gemv" if M == 1 else "gemv-small-m") if gemv(M) else "torch"   # cuBLAS (+ compiled blocks)
             for M in sorted(set(row_counts))}
-    return {"c_ms": table, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "kv_capacity": kv_capacity, "dtype": dtype,
+    return {"c_ms": table, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "kv_capacity": kv_capacity,
+            "span": span, "dtype": dtype,
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "torch": torch.__version__, "graphs": use_graphs, "repeats": repeats, "rows_per_plane": rpp,
             "description": "c(M): ms of one recurrent call (all layers, attention over context_len+1 keys per "

@@ -50,6 +50,7 @@ class Handle:
     committed: bool = False       # the device advanced its frontiers for this round
     host_ms: dict = None          # host time: plan, enqueue (submit), wait, finish (collect)
     device_ms: float | None = None  # CUDA: device time from the round's upload to its result copies
+    span: int | None = None       # every position of the round < span (attention's keys; call graphs' key)
 
 
 def round_events(rid, round_idx: int, K: int, a: int, policy: str, stream, c: int) -> list[RngEvent]:

@@ -117,13 +117,14 @@ class Engine:
         self.cursor[slot], self.ubase[slot] = 0, 0
 
     # ---- graph-capturable steps ----
-    def call_step(self, meta: torch.Tensor, M: int, G: int, Qm: int) -> None:
+    def call_step(self, meta: torch.Tensor, M: int, G: int, Qm: int, span: int | None = None) -> None:
+        """span: every row's position < span (PackedModel.recurrent_call); None: the capacity."""
         flat, slot, off, plane, qidx = meta[:5 * M].view(5, M)
         gplane = meta[5 * M:]
         pos = self.start.index_select(0, slot) + off                             # [M]
         emb = self.model.embed(self.tok.view(-1).index_select(0, flat))          # depth-0 rows
         h = torch.where((plane < self.kv.n_slots)[:, None], emb, self.hid.index_select(0, flat))
-        self.hid.index_copy_(0, flat, self.model.recurrent_call(h, pos, plane, qidx, gplane, Qm))
+        self.hid.index_copy_(0, flat, self.model.recurrent_call(h, pos, plane, qidx, gplane, Qm, span))
 
     def _probs(self, logits, slot, sampling: str):
         if sampling == "plain":
@@ -163,8 +164,9 @@ class Engine:
             self.p.index_copy_(0, flat, self._probs(logits, slot, sampling))
 
     # ---- a whole round ----
-    def run_round(self, plan: RoundPlan, buf: torch.Tensor, policy: str) -> torch.Tensor:
-        """Enqueue every step of the round; returns the packed results (unpack_results), on the device."""
+    def run_round(self, plan: RoundPlan, buf: torch.Tensor, policy: str, span: int | None = None) -> torch.Tensor:
+        """Enqueue every step of the round; returns the packed results (unpack_results), on the device.
+        span: every position the round writes or reads is < span (part of the call graphs' key)."""
         sc, T = self.kv.scratch, self.Tcap
         a0, n, R = plan.requests
         u0, un, _, W = plan.uniforms
@@ -173,8 +175,8 @@ class Engine:
                         lambda: torch.from_numpy(scratch_request_meta(R, W, sc)))
         for cp in plan.calls:
             M, G, Qm = cp.key
-            self.graphs.run("call", cp.key, M, buf[cp.meta[0]:cp.meta[0] + cp.meta[1]],
-                            lambda m, M=M, G=G, Qm=Qm: self.call_step(m, M, G, Qm),
+            self.graphs.run("call", cp.key + (span,), M, buf[cp.meta[0]:cp.meta[0] + cp.meta[1]],
+                            lambda m, M=M, G=G, Qm=Qm: self.call_step(m, M, G, Qm, span),
                             lambda key=cp.key: torch.from_numpy(scratch_call_meta(key, sc, T)))
             if cp.head is not None:
                 s, ln, Mh = cp.head

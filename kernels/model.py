@@ -90,15 +90,18 @@ class PackedModel:
         return (h @ self.w.lm_head.T).float()                 # logits: [M, V] FP32
 
     def recurrent_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor, qidx: torch.Tensor,
-                       gplane: torch.Tensor, Qm: int) -> torch.Tensor:
+                       gplane: torch.Tensor, Qm: int, span: int | None = None) -> torch.Tensor:
         """One loop of the stack, then the final norm.
         h: [M, H] loop inputs; pos: [M] positions; plane: [M] KV planes (depth*n_slots+slot).
         Attention is grouped by plane: the call's G distinct planes are `gplane` [G], and row
         r is query slot qidx[r] = g*Qm + i of the padded [G, Qm] query grid, so a plane's keys
         are read once however many of the call's rows attend to it. Returns [M, H].
+        span: every pos < span, a promise (attention reads keys 0..span-1; a graph captured
+        with it must keep it). Default: the KV capacity on CUDA, pos.max() + 1 on the CPU.
         Calls of <= options.gemv_max_rows rows go through _gemv_call when self.gemv is on."""
+        assert span is None or 1 <= span <= self.kv.max_len, (span, self.kv.max_len)
         if self.gemv and 0 < h.shape[0] <= self.options.gemv_max_rows:
-            return self._gemv_call(h, pos, plane)
+            return self._gemv_call(h, pos, plane, span)
         cfg, kv, eps = self.cfg, self.kv, self.eps
         pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/results.md, history):
         if pad:                                   # add a dummy row at position 0 of the scratch plane
@@ -106,9 +109,9 @@ class PackedModel:
             qidx = torch.cat([qidx, torch.full_like(qidx, gplane.shape[0] * Qm)])
             h, pos, plane, gplane = (torch.cat([h, torch.zeros_like(h)]), torch.cat([pos, torch.zeros_like(pos)]),
                                      torch.cat([plane, scratch]), torch.cat([gplane, scratch]))
-        G, span = gplane.shape[0], kv.max_len
-        if h.device.type == "cpu":                # no graphs on the CPU: read keys up to the call's last position only
-            span = int(pos.max()) + 1
+        G = gplane.shape[0]
+        if span is None:                          # no graphs on the CPU: keys up to the call's last position only
+            span = int(pos.max()) + 1 if h.device.type == "cpu" else kv.max_len
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)      # [M, hd]
         write = plane * kv.max_len + pos                                               # [M] flat KV index
@@ -121,7 +124,7 @@ class PackedModel:
             kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
             if self.triton_attn:                                  # reads only keys 0..pos per row
-                a = triton_attention.decode_attention(q.contiguous(), kv, l, plane, pos)
+                a = triton_attention.decode_attention(q.contiguous(), kv, l, plane, pos, span=span)
             else:
                 K = kv.k[l][:, :span].index_select(0, gplane)     # [G, span, nkv, hd]
                 V = kv.v[l][:, :span].index_select(0, gplane)
@@ -130,7 +133,7 @@ class PackedModel:
             h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps)
         return rms_norm(h[:1] if pad else h, self.w.norm, eps)
 
-    def _gemv_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor) -> torch.Tensor:
+    def _gemv_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor, span: int | None) -> torch.Tensor:
         """recurrent_call for M <= gemv.MAX_ROWS rows (no padding) through kernels/gemv.py: per layer one
         kernel each for norms+qkv+RoPE+KV writes, attention, o, norms+gate_up+SiLU, down."""
         cfg, kv, eps = self.cfg, self.kv, self.eps
@@ -139,7 +142,7 @@ class PackedModel:
         for l, L in enumerate(self.w.layers):
             q, r = gemv_kernels.qkv_rope_kv(h, y2, n_prev, L.n_in, L.qkv, self.cos, self.sin, kv.k[l], kv.v[l],
                                             plane, pos, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, eps, tiles, pdl)
-            a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl)     # [M, nh*hd]
+            a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl, span)     # [M, nh*hd]
             y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)                       # [M, H]
             h, act = gemv_kernels.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles, pdl)  # [M, H], [M, I]
             y2, n_prev = gemv_kernels.gemv(act, L.down, "down", tiles, pdl), L.n_mlp_out   # [M, H]

@@ -25,6 +25,7 @@ from .graphs import GraphRunner
 from .options import KernelOptions
 from .round_buffer import PlanCache, build_plan, plan_indices, sampling_variant
 from .streams import UniformStream
+from .triton_attention import span_bucket
 
 
 class TorchSession:
@@ -50,6 +51,9 @@ class TorchSession:
         self.pending: list[Handle] = []
         self.round_idx = 0
         self.device = weights.device
+        # a round's attention span (keys 0..span-1) from the host's bound on its positions: the
+        # frontier it knows, plus the tokens of its rounds in flight, plus this round's
+        self.span_bucket = span_bucket
 
     # ---- requests ----
     def add(self, rid, prompt, params, replay=None, depths=None) -> None:
@@ -118,16 +122,19 @@ class TorchSession:
         for req in reqs:
             if req.finished:
                 raise OracleError(f"request {req.rid} finished ({req.finished}) in an earlier round; it cannot run again")
+        need = 1                                                         # positions 0..need-1 cover the round
         for req, t in zip(reqs, T):
             if t > self.Tcap:
                 raise OracleError(f"request {req.rid}: token count {t} exceeds max_tokens_per_round {self.Tcap}")
             ahead = sum(x.counts[x.reqs.index(req)] for x in req.in_flight)   # positions in flight
+            need = max(need, len(req.tokens) - 1 + ahead + t)
             self._fit(len(req.tokens) - 1 + ahead + t, f"request {req.rid}: a round reaching position "
                       f"{len(req.tokens) - 2 + ahead + t}")
             while req.in_flight and self._need(req, t) > self.engine.Wcap:
                 self._finish(self.pending[0])                            # window too small: finish the oldest
         dep = [r.depths for r in reqs]                                   # (d_i, D_i) per request
         h = Handle(self.round_idx, self.mode, self.policy, *shared(dep), reqs, T, depths=dep)
+        h.span = self.span_bucket(need, self.max_len)
         slots, n_slots = [r.slot for r in reqs], self.engine.kv.n_slots
 
         def make():
@@ -188,7 +195,7 @@ class TorchSession:
             h.started.record()
             host = host.pin_memory()
         buf = host.to(self.device, non_blocking=True)                   # the round's one upload
-        packed = self.engine.run_round(h.plan, buf, self.policy)        # [R, F]: unpack_results
+        packed = self.engine.run_round(h.plan, buf, self.policy, h.span)   # [R, F]: unpack_results
         h.committed = True
         out = unpack_results(packed, self.Tcap)
         slots = buf[h.plan.requests[0]:h.plan.requests[0] + len(h.reqs)]

@@ -58,7 +58,7 @@ if triton is not None:
         acc = tl.zeros([HD], tl.float32)
         for c0 in range(0, NSPLIT, SB):                    # static bound; chunks >= n are masked
             c = c0 + tl.arange(0, SB)
-            live = c < n
+            live = (c < n) & (c < NSPLIT)                  # a row past the span reads no chunk beyond it
             m = tl.load(ML + (base + c) * 2, mask=live, other=float("-inf"))           # [SB]
             m_new = tl.maximum(m_i, tl.max(m, 0))
             w = tl.where(live, tl.exp(m - m_new), 0.0)
@@ -76,6 +76,16 @@ CHUNK = 32
 CHUNK_WARPS = (4, 2)
 
 
+def span_bucket(n: int, cap: int) -> int:
+    """The key span a call over positions 0..n-1 gets (a graph per span: few distinct values):
+    n rounded up to whole CHUNKs, the chunk count rounded up to 4 significant bits (at most 1/8
+    dead chunks past 16), capped at the capacity `cap`."""
+    assert 1 <= n <= cap, (n, cap)
+    chunks = -(-n // CHUNK)
+    step = 1 << max(0, chunks.bit_length() - 4)
+    return min(cap, -(-chunks // step) * step * CHUNK)
+
+
 def available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
 
@@ -86,9 +96,9 @@ def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: 
     positions 0..pos[r] of `layer` (already written). Returns [M, nh*hd]. pdl: launched as
     programmatic dependents (kernels/gemv.py), as in the GEMV path. span: the grid covers
     key positions 0..span-1 (default: the KV capacity); the caller promises every pos < span,
-    also in every replay of a graph that captured this call. (At M = 2 on the H200 a call
-    cost 7% more at capacity 342 than at 257: scripts/gpu_attn_capacity.py measures whether
-    a grid over the positions instead of the capacity gives that back.)"""
+    also in every replay of a graph that captured this call (sessions: span_bucket). At M = 2 on
+    the H200 a call cost 7% more at capacity 342 than at 257, and a span of 257 gave that back
+    (scripts/gpu_attn_capacity.py, docs/results.md)."""
     M, nh, hd = q.shape
     K, V = kv.k, kv.v                                   # [L, P, max_len, nkv, hd]
     assert K.is_contiguous() and V.is_contiguous() and q.is_contiguous()

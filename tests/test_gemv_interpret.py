@@ -147,11 +147,12 @@ def test_residual_norm(dtype, M):
     assert rel(G.residual_norm(h, y, w.layers[0].n_mlp_out, w.norm, EPS), ref) < TOL[dtype]
 
 
-def torch_decode_attention(q, kv, layer, plane, pos, pdl=False):
+def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None):
     """kernels.triton_attention.decode_attention through kernels.model.attend (its loop
     bound `range(0, pos + 1, ...)` does not run in the interpreter under numpy 2)."""
-    K, V = kv.k[layer].index_select(0, plane), kv.v[layer].index_select(0, plane)   # [M, span, nkv, hd]
-    masked = torch.arange(kv.max_len)[None, None, :] > pos[:, None, None]          # [M, 1, span]
+    span = kv.max_len if span is None else span
+    K, V = kv.k[layer][:, :span].index_select(0, plane), kv.v[layer][:, :span].index_select(0, plane)  # [M, span, nkv, hd]
+    masked = torch.arange(span)[None, None, :] > pos[:, None, None]                # [M, 1, span]
     return km.attend(q[:, None], K, V, masked)                                      # [M, nh*hd]
 
 
@@ -176,6 +177,9 @@ def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
         pos = torch.tensor([9, 3, 15, 0, *(3 * i % 16 for i in range(8, 20))][:M])
         # recurrent_call dispatches M <= gemv_max_rows to the gemv path when gemv is on
         outs.append(m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1))
+        if gemv:                        # attention over keys 0..span-1 only, span just past the last position
+            short = m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1, span=int(pos.max()) + 1)
+            assert rel(short, outs[0]) < TOL[dtype] / 10
         kvs.append((kv.k.clone(), kv.v.clone()))
     assert outs[0].shape == (M, CFG.hidden_size) and outs[0].dtype == dtype
     assert rel(outs[0], outs[1]) < TOL[dtype]

@@ -145,6 +145,46 @@ def test_submit_collect_rounds_in_flight(model, mode):
     assert_same(tr_ref, tr_got)
 
 
+@pytest.mark.parametrize("mode", ["block", "loop"])
+def test_round_span_bounds_its_positions(model, mode, monkeypatch):
+    """A round's attention reads keys 0..span-1 only (Handle.span, from the host's bound on its
+    positions, with rounds in flight). With the bound itself as the span (no rounding up) the
+    rounds match the reference; one position short, they do not."""
+    ref = start(ReferenceBackend(), model, mode, "sequential", range(5))
+    tr_ref = [ref.step(c) for c in MULTI]
+    for short in (0, 1):
+        got = start(TORCH, model, mode, "sequential", range(5))
+        monkeypatch.setattr(got, "span_bucket", lambda n, cap: max(1, n - short))
+        h = [got.submit(c) for c in MULTI[:3]]                           # three in flight, same requests
+        h += [got.submit(c) for c in MULTI[3:]]
+        assert h[-1].span > h[0].span
+        tr_got = [got.collect(x) for x in h]
+        last = max(key[1] for t in tr_got for key in t.kv_writes)       # the highest position written
+        if short:
+            with pytest.raises(AssertionError):
+                assert_same(tr_ref, tr_got)
+        else:
+            assert_same(tr_ref, tr_got)
+            assert last < h[-1].span
+
+
+def test_span_bucket():
+    from kernels.triton_attention import CHUNK, span_bucket
+    prev = 0
+    for n in range(1, 5000):
+        s = span_bucket(n, 4096 + 7) if n <= 4096 + 7 else None
+        if s is None:
+            break
+        assert n <= s <= 4096 + 7 and (s % CHUNK == 0 or s == 4096 + 7) and s >= prev
+        chunks, need = -(-s // CHUNK), -(-n // CHUNK)
+        assert chunks == need if need <= 16 else chunks - need < need / 8, (n, s)
+        prev = s
+    assert len({span_bucket(n, 4096) for n in range(1, 4097)}) == 16 + 8 * 3     # graphs per call shape
+    assert span_bucket(257, 257) == 257 and span_bucket(257, 342) == 288
+    with pytest.raises(AssertionError):
+        span_bucket(300, 257)
+
+
 def test_preemption(model):
     plan = [("step", {0: 3, 1: 4, 2: 2}), ("remove", 1), ("step", {0: 5, 2: 3}), ("add", 1),
             ("step", {1: 3, 0: 2, 2: 4}), ("remove", 0), ("step", {1: 5, 2: 1})]
@@ -217,12 +257,13 @@ def test_nonfinite_logits_raise_at_collection(model):
     assert not s.requests and len(s.engine.kv.free) == 8
 
 
-def _steps(plan):
-    """(kind, key, rows) of every device step of a planned round, in order."""
+def _steps(h):
+    """(kind, key, rows) of every device step of a submitted round, in order."""
+    plan = h.plan
     R, W = plan.requests[2], plan.uniforms[3]
     out = [("begin", (R, W), R)]
     for cp in plan.calls:
-        out.append(("call", cp.key, cp.key[0]))
+        out.append(("call", cp.key + (h.span,), cp.key[0]))
         if cp.head is not None:
             out.append(("draft", (cp.head[2], plan.sampling), cp.head[2]))
     return out + [("verify", (plan.verify[2], plan.sampling), plan.verify[2]), ("accept", (R, "sequential"), R)]
@@ -240,7 +281,7 @@ def test_graph_bookkeeping_with_fake_capture(model, max_batch_size, max_graphs):
         a, h = eager.step(counts), fake.submit(counts)
         b = fake.collect(h)
         want = {"graph_captures": 0, "graph_replays": 0, "graph_fallbacks": 0}
-        for kind, key, rows in _steps(h.plan):
+        for kind, key, rows in _steps(h):
             if (kind, key) in seen:
                 want["graph_replays"] += 1
             elif rows > B or len(seen) >= max_graphs:
@@ -417,8 +458,8 @@ def test_parity_excuses_only_near_ties(model):
 def test_bench_helpers_on_cpu():
     t = measure_c_table("tiny", [1, 3], 16, device="cpu", repeats=2)
     assert set(t["c_ms"]) == {"1", "3"} and all(v > 0 for v in t["c_ms"].values()) and not t["graphs"]
-    assert t["kv_capacity"] == 17 and measure_c_table("tiny", [1], 16, device="cpu", repeats=1,
-                                                      kv_capacity=40)["kv_capacity"] == 40
+    wide = measure_c_table("tiny", [1], 16, device="cpu", repeats=1, kv_capacity=40)
+    assert (t["kv_capacity"], t["span"]) == (17, 17) and (wide["kv_capacity"], wide["span"]) == (40, 32)
     s = make_session(random_weights("tiny", "cpu"), "loop", 2, 12, 6, 3, 2, 4)
     r = run_generation(s, [[1] * 12, [2] * 12], [SP(), SP(1.0, seed=1)], 6, 3)
     assert r["rounds"] >= 2 and r["ms"] > 0 and r["graph_fallbacks"] == 0
