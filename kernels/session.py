@@ -127,9 +127,9 @@ class TorchSession:
             if t > self.Tcap:
                 raise OracleError(f"request {req.rid}: token count {t} exceeds max_tokens_per_round {self.Tcap}")
             ahead = sum(x.counts[x.reqs.index(req)] for x in req.in_flight)   # positions in flight
-            need = max(need, len(req.tokens) - 1 + ahead + t)
-            self._fit(len(req.tokens) - 1 + ahead + t, f"request {req.rid}: a round reaching position "
-                      f"{len(req.tokens) - 2 + ahead + t}")
+            reach = len(req.tokens) - 1 + ahead + t                     # positions 0..reach-1
+            need = max(need, reach)
+            self._fit(reach, f"request {req.rid}: a round reaching position {reach - 1}")
             while req.in_flight and self._need(req, t) > self.engine.Wcap:
                 self._finish(self.pending[0])                            # window too small: finish the oldest
         dep = [r.depths for r in reqs]                                   # (d_i, D_i) per request
