@@ -12,7 +12,7 @@ import json
 from . import limits
 from .argtypes import csv_ints, int_at_least
 from .round_args import add_schedule_options, max_depths, round_depths
-from .cost import DEFAULT_CTABLE, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
+from .cost import DEFAULT_GPU, SHIPPED, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
 from .errors import OracleError
 from .schedule import plan, validate
 
@@ -23,7 +23,12 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("cost", help="predict block vs loop round time from a c-table",
                               description="Predict block and loop round times from a measured c(M) table.")
     p.add_argument("--ctable", default=None, metavar="FILE",
-                   help=f"c-table JSON {{\"c_ms\": {{\"1\": ms, ...}}}} (default: shipped {DEFAULT_CTABLE.name})")
+                   help="c-table JSON {\"c_ms\": {\"1\": ms, ...}} (default: the shipped whole-call tables of "
+                        "--gpu, c(M) and the head table h(M))")
+    p.add_argument("--gpu", default=None, choices=tuple(SHIPPED),
+                   help=f"whose shipped tables to use when no --ctable is given (default: {DEFAULT_GPU})")
+    p.add_argument("--force", action="store_true",
+                   help="use a c-table the bench marked noisy, or whose c(M) drops by more than 25%%")
     p.add_argument("--k", type=int_at_least(0), default=None, metavar="K", help="drafts per request (default: 4)")
     p.add_argument("--batch", type=csv_ints, default=None, metavar="C,...",
                    help=f"concurrencies C (default: {','.join(map(str, DEFAULT_BATCH))})")
@@ -38,6 +43,8 @@ def register(subparsers) -> None:
 
 def check_cost_args(args) -> None:
     """Options and sizes before any table is read."""
+    if args.gpu is not None and args.ctable is not None:
+        raise OracleError("--gpu picks the shipped tables; do not combine it with --ctable")
     if args.batch and args.counts is None and not args.allow_large:     # before the rounds are built
         rows = max(args.batch) * ((4 if args.k is None else args.k) + 1) * args.target_loops
         if rows > limits.MAX_SCHEDULE_ROWS:
@@ -75,8 +82,9 @@ def run(args) -> int:
     todo = rounds(args)
     d, D = round_depths(args, todo[0][1])     # ints, or per-request lists from --depths
     validate(todo[0][1], d, D)   # bad d/D/counts: say so before any table lookups
-    ctable = load_ctable(args.ctable)
-    heads = load_ctable(args.head_ctable, "head table") if args.head_ctable else None
+    ctable_path, head_path = tables(args)
+    ctable = load_ctable(ctable_path, force=args.force)
+    heads = load_ctable(head_path, "head table", force=args.force) if head_path else None
     results = []
     for C, counts in todo:
         try:
@@ -84,10 +92,29 @@ def run(args) -> int:
         except OracleError as e:
             raise OracleError(f"C={C}: {e}" if C is not None else str(e)) from None
     if args.json:
-        print(json.dumps({"rows": [json_row(C, r) for C, r in results]}))
+        print(json.dumps({"ctable": ctable_path, "head_ctable": head_path, "shipped": args.ctable is None,
+                          "gpu": (args.gpu or DEFAULT_GPU) if args.ctable is None else None,
+                          "rows": [json_row(C, r) for C, r in results]}))
     else:
         print(report(args, ctable, heads, results))
     return 0
+
+
+def tables(args) -> tuple[str, str | None]:
+    """(c-table path, head table path or None): --ctable/--head-ctable, else the shipped
+    whole-call tables of --gpu (both)."""
+    if args.ctable is not None:
+        return args.ctable, args.head_ctable
+    shipped = SHIPPED[args.gpu or DEFAULT_GPU]
+    return shipped_name(shipped["ctable"]), args.head_ctable or shipped_name(shipped["head"])
+
+
+def shipped_name(path) -> str:
+    """oracle/data/NAME: a shipped table as the report names it (an absolute path if the
+    package is installed elsewhere)."""
+    from pathlib import Path
+    rel = Path("oracle") / "data" / Path(path).name
+    return str(rel) if rel.resolve() == Path(path).resolve() else str(path)
 
 
 def key_text(M) -> str:
@@ -126,15 +153,18 @@ def side_numbers(terms: dict[int, int], c, base: int) -> str:
 def report(args, ctable, heads, results) -> str:
     d, D = round_depths(args, results[0][1]["counts"])
     device = (ctable.meta or {}).get("device")
-    where = f"oracle/data/{DEFAULT_CTABLE.name} (shipped default)" if args.ctable is None else args.ctable
-    out = [f"c-table: {where}" + (f", {device}" if device else "")
+    gpu = args.gpu or DEFAULT_GPU
+    where = args.ctable if args.ctable is not None else \
+        f"{tables(args)[0]} (shipped default for --gpu {gpu}: {SHIPPED[gpu]['what']})"
+    out = [f"c-table: {where}" + (f", {device}" if device and args.ctable is not None else "")
            + f", measured M = {ctable.rows[0]}..{ctable.rows[-1]}"]
     if ctable.shared:
         out.append("  with rows sharing KV planes: r = " + ", ".join(
             f"{r} (M = {t.rows[0]}..{t.rows[-1]})" for r, t in ctable.shared)
             + " rows per plane; c(M@P) = M rows on P planes")
     if heads is not None:
-        out.append(f"head table: {args.head_ctable}, measured M = {heads.rows[0]}..{heads.rows[-1]}")
+        shipped = " (shipped default)" if args.head_ctable is None else ""
+        out.append(f"head table: {tables(args)[1]}{shipped}, measured M = {heads.rows[0]}..{heads.rows[-1]}")
     else:
         out.append("head costs: not included (no --head-ctable); they are the same in both rounds")
     first = results[0][1]

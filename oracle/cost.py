@@ -29,7 +29,22 @@ from pathlib import Path
 from .errors import OracleError
 from .schedule import Schedule, plan, validate
 
-DEFAULT_CTABLE = Path(__file__).parent / "data" / "h200_ouro1.4b_linear_c_ms.json"
+DATA = Path(__file__).parent / "data"
+# The whole-call tables `cost` uses when no --ctable is given, per GPU (`--gpu`): c(M) of one
+# recurrent call (attention, norms and all) and h(M) of a head call, as `bench sweep` measured
+# them (docs/cost_model.md). The linear-layer table of the contract stays for reference only:
+# it predicted the loop round faster at C = 64 where the measured ratio was 0.960.
+SHIPPED = {"h200": {"ctable": DATA / "h200_ouro1.4b_ctx256_c_ms.json", "head": DATA / "h200_ouro1.4b_head_ms.json",
+                    "what": "whole recurrent calls of ouro-1.4b at context 256, NVIDIA H200"}}
+DEFAULT_GPU = "h200"
+DEFAULT_CTABLE = SHIPPED[DEFAULT_GPU]["ctable"]
+DEFAULT_HEAD_CTABLE = SHIPPED[DEFAULT_GPU]["head"]
+LINEAR_CTABLE = DATA / "h200_ouro1.4b_linear_c_ms.json"
+SHIPPED_FILES = {p.resolve() for p in [LINEAR_CTABLE, *(t[k] for t in SHIPPED.values() for k in ("ctable", "head"))]}
+# A c-table is refused (unless forced) when c(M) drops by more than this fraction from one
+# measured M to the next (noise, not a kernel change), or when the bench marked its repeats
+# as spread beyond its noise bound ("noisy", kernels/cli_bench.py).
+MAX_DROP = 0.25
 
 
 @dataclass(frozen=True)
@@ -75,9 +90,11 @@ class CTable:
     __call__ = c
 
 
-def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True) -> CTable:
+def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True, force: bool = True) -> CTable:
     """Build a CTable from {"c_ms": {"1": 1.07, ...}, ...other keys}. A table where c(M)
-    decreases with M is used as measured, with a warning on stderr unless warn_drops=False."""
+    decreases with M is used as measured, with a warning on stderr unless warn_drops=False;
+    with force=False (a user's file: load_ctable) one that drops by more than MAX_DROP, or
+    that the bench marked "noisy", is refused."""
     if not isinstance(data, dict) or not isinstance(data.get("c_ms"), dict):
         raise OracleError(f"{source}: expected a JSON object with a \"c_ms\" object mapping row counts to ms")
     if not data["c_ms"]:
@@ -96,6 +113,8 @@ def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True) -> 
         points[M] = float(value)
     rows = tuple(sorted(points))
     drops = [(a, b) for a, b in zip(rows, rows[1:]) if points[b] < points[a]]
+    if not force:
+        refuse_noisy(data, points, drops, source)
     if drops and warn_drops:      # real tables are not monotone (kernel tile changes); predictions stay piecewise-linear
         from .progress import warn
         a, b = drops[0]
@@ -110,7 +129,7 @@ def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True) -> 
         r = _int_key(key, f"{source}: rows per plane {key!r} in \"c_ms_shared\"")
         if r < 2:
             raise OracleError(f"{source}: rows per plane {key!r} in \"c_ms_shared\" must be >= 2 (r = 1 is \"c_ms\")")
-        t = ctable_from_dict({"c_ms": sub}, f"{source} c_ms_shared[{r}]", warn_drops)
+        t = ctable_from_dict({"c_ms": sub}, f"{source} c_ms_shared[{r}]", warn_drops, force)
         odd = [M for M in t.rows if M % r]
         if odd:
             raise OracleError(f"{source}: c_ms_shared[{r}] has M={odd[0]}, not a multiple of its {r} rows per plane")
@@ -118,6 +137,21 @@ def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True) -> 
     if len({r for r, _ in parts}) != len(parts):
         raise OracleError(f"{source}: a rows-per-plane count appears twice in \"c_ms_shared\"")
     return CTable(rows, tuple(points[M] for M in rows), source, meta, tuple(sorted(parts, key=lambda p: p[0])))
+
+
+def refuse_noisy(data: dict, points: dict, drops: list, source: str) -> None:
+    """A table the bench marked noisy, or one whose c(M) falls by more than MAX_DROP, is an
+    error (--force uses it anyway)."""
+    noisy = data.get("noisy")
+    if noisy:
+        raise OracleError(f"{source}: the bench marked it noisy ({noisy}); re-measure on an idle machine "
+                          f"or pass --force to use it")
+    big = [(a, b) for a, b in drops if points[b] < (1 - MAX_DROP) * points[a]]
+    if big:
+        a, b = big[0]
+        raise OracleError(f"{source}: c({b}) = {points[b]} is {1 - points[b] / points[a]:.0%} below c({a}) = "
+                          f"{points[a]} (more than {MAX_DROP:.0%}: noise, not a kernel change); re-measure it "
+                          f"or pass --force to use it")
 
 
 def _int_key(key, what: str) -> int:
@@ -128,8 +162,9 @@ def _int_key(key, what: str) -> int:
         raise OracleError(f"{what} is not an integer") from None
 
 
-def load_ctable(path=None, what: str = "c-table") -> CTable:
-    """Read a c-table JSON file (default: the shipped H200 linear-layer table)."""
+def load_ctable(path=None, what: str = "c-table", force: bool = False) -> CTable:
+    """Read a c-table JSON file (default: the shipped H200 whole-call table). force: use a
+    table refuse_noisy would refuse."""
     path = Path(DEFAULT_CTABLE if path is None else path)
     source = f"{what} {path}"
     try:
@@ -140,7 +175,8 @@ def load_ctable(path=None, what: str = "c-table") -> CTable:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise OracleError(f"{source} is not valid JSON: {e}") from None
-    return ctable_from_dict(data, source, warn_drops=path != DEFAULT_CTABLE)   # the shipped table's drops are known
+    # the shipped tables' drops are known (kernel tile changes; docs/cost_model.md)
+    return ctable_from_dict(data, source, warn_drops=path.resolve() not in SHIPPED_FILES, force=force)
 
 
 def head_row_counts(s: Schedule) -> list[int]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from oracle.cost import (DEFAULT_CTABLE, compare_rounds, ctable_from_dict, deciding_inequality,
+from oracle.cost import (DEFAULT_CTABLE, DEFAULT_HEAD_CTABLE, compare_rounds, ctable_from_dict, deciding_inequality,
                          deciding_row_counts, head_row_counts, load_ctable, planes, predict)
 from oracle.errors import OracleError
 from oracle.schedule import block_calls, loop_waves
@@ -298,7 +298,9 @@ def test_cli_json_batch(published_file):
     r = cli("--ctable", str(published_file), "--k", "4", "--batch", "1,4,16,32", "--json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert set(data) == {"rows"} and [row["batch"] for row in data["rows"]] == [1, 4, 16, 32]
+    assert set(data) == {"rows", "ctable", "head_ctable", "shipped", "gpu"}
+    assert data["ctable"] == str(published_file) and not data["shipped"] and data["head_ctable"] is None
+    assert [row["batch"] for row in data["rows"]] == [1, 4, 16, 32]
     for row, want in zip(data["rows"], (0.842, 0.959, 1.235, 1.047)):
         assert {"batch", "block_ms", "loop_ms", "ratio"} <= set(row)
         assert row["ratio"] == pytest.approx(row["block_ms"] / row["loop_ms"])
@@ -310,7 +312,7 @@ def test_cli_json_counts_default_table():
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
     assert len(rows) == 1 and rows[0]["batch"] is None and rows[0]["counts"] == [5, 3, 1]
-    want = compare_rounds([5, 3, 1], 2, 4, load_ctable())
+    want = compare_rounds([5, 3, 1], 2, 4, load_ctable(), load_ctable(DEFAULT_HEAD_CTABLE))
     assert rows[0]["block_ms"] == pytest.approx(want["block_ms"]) and rows[0]["loop_ms"] == pytest.approx(want["loop_ms"])
 
 def test_cli_text_default(tmp_path):
@@ -318,8 +320,8 @@ def test_cli_text_default(tmp_path):
     head.write_text(json.dumps({"c_ms": {"1": 0.2, "1000": 0.8}}))
     r = cli("--k", "4", "--batch", "1,4", "--head-ctable", str(head))
     assert r.returncode == 0, r.stderr
-    assert "loop beats block iff c(5C)-c(C) > 4*[c(2C)-c(C)]" in r.stdout
-    assert "c(20)-c(4)" in r.stdout and "head table:" in r.stdout
+    assert "loop beats block iff c(5C@C)-c(C) > 4*[c(2C)-c(C)]" in r.stdout
+    assert "c(20@4)-c(4)" in r.stdout and f"head table: {head}," in r.stdout
     r = cli("--k", "0", "--batch", "3")
     assert r.returncode == 0 and "same row counts" in r.stdout
 
@@ -353,6 +355,33 @@ def test_cli_bad_input_is_one_line(make_args, tmp_path):
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("error: ") and r.stdout == ""
+
+def test_cli_default_is_the_shipped_whole_call_tables_and_names_block_at_64():
+    """No --ctable: the H200 whole-call c-table and head table (issue 26: the linear-layer table
+    said loop at C = 64, where block measured 0.960)."""
+    r = cli("--k", "4", "--batch", "1,4,16,64")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("c-table: oracle/data/h200_ouro1.4b_ctx256_c_ms.json (shipped default for --gpu h200")
+    assert "head table: oracle/data/h200_ouro1.4b_head_ms.json (shipped default)" in r.stdout
+    line = next(x for x in r.stdout.splitlines() if x.split()[:1] == ["64"])
+    assert line.split()[3:5] == ["0.954", "block"]
+    data = json.loads(cli("--k", "4", "--batch", "64", "--json").stdout)
+    assert data["shipped"] and data["gpu"] == "h200" and data["ctable"].endswith("h200_ouro1.4b_ctx256_c_ms.json")
+    assert data["head_ctable"].endswith("h200_ouro1.4b_head_ms.json") and data["rows"][0]["faster"] == "block"
+    assert cli("--gpu", "h200", "--ctable", str(DEFAULT_CTABLE)).returncode == 2
+
+
+def test_noisy_or_badly_non_monotone_ctable_is_refused_unless_forced(tmp_path):
+    noisy = tmp_path / "noisy.json"
+    noisy.write_text(json.dumps({"c_ms": {"1": 1.0, "2": 1.1, "5": 1.2}, "noisy": "(q3-q1)/median 0.4 at M=2"}))
+    dip = tmp_path / "dip.json"
+    dip.write_text(json.dumps({"c_ms": {"1": 1.0, "2": 144.0, "5": 1.2}}))
+    for path in (noisy, dip):
+        r = cli("--ctable", str(path), "--batch", "1")
+        assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1, r.stderr
+        assert "--force" in r.stderr
+        assert cli("--ctable", str(path), "--batch", "1", "--force").returncode == 0
+
 
 def test_cli_missing_row_count_is_named(tmp_path):
     small = tmp_path / "small.json"
