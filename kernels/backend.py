@@ -44,7 +44,8 @@ class TorchBackend:
     def weights(self, model) -> TorchWeights:
         w = self._weights.get(model)
         if w is None:
-            w = self._weights[model] = TorchWeights.from_model(model, self.device, DTYPES[self.dtype])
+            w = TorchWeights.from_model(model, self.device, DTYPES[self.dtype])
+            w = self._weights[model] = w.with_fault(self.kernel_options.fault)
         return w
 
     def session(self, model, d, D, mode, policy="sequential", **options) -> TorchSession:

@@ -124,12 +124,13 @@ class PackedModel:
             kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
             if self.triton_attn:                                  # reads only keys 0..pos per row
-                a = triton_attention.decode_attention(q.contiguous(), kv, l, plane, pos, span=span)
+                a = triton_attention.decode_attention(q.contiguous(), kv, l, plane, pos, span=span,
+                                                      scale=self.w.attn_scale)
             else:
                 K = kv.k[l][:, :span].index_select(0, gplane)     # [G, span, nkv, hd]
                 V = kv.v[l][:, :span].index_select(0, gplane)
                 Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
-                a = attend(Q, K, V, masked).index_select(0, qidx)  # [M, nh*hd]
+                a = attend(Q, K, V, masked, self.w.attn_scale).index_select(0, qidx)  # [M, nh*hd]
             h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps)
         return rms_norm(h[:1] if pad else h, self.w.norm, eps)
 
@@ -142,21 +143,22 @@ class PackedModel:
         for l, L in enumerate(self.w.layers):
             q, r = gemv_kernels.qkv_rope_kv(h, y2, n_prev, L.n_in, L.qkv, self.cos, self.sin, kv.k[l], kv.v[l],
                                             plane, pos, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, eps, tiles, pdl)
-            a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl, span)     # [M, nh*hd]
+            a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl, span, self.w.attn_scale)  # [M, nh*hd]
             y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)                       # [M, H]
             h, act = gemv_kernels.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles, pdl)  # [M, H], [M, I]
             y2, n_prev = gemv_kernels.gemv(act, L.down, "down", tiles, pdl), L.n_mlp_out   # [M, H]
         return gemv_kernels.residual_norm(h, y2, n_prev, self.w.norm, eps, pdl)
 
 
-def attend(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+def attend(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, masked: torch.Tensor,
+           scale: float | None = None) -> torch.Tensor:
     """Q: [G, Qm, nh, hd]; K, V: [G, span, nkv, hd]; masked: [G, Qm, span] (True = not
-    visible) -> [G*Qm, nh*hd]. Scores and softmax in FP32."""
+    visible) -> [G*Qm, nh*hd]. Scores and softmax in FP32; scale: default hd ** -0.5."""
     G, Qm, nh, hd = Q.shape
     span, nkv = K.shape[1], K.shape[2]
     gq = nh // nkv                                                           # query heads per KV head
     q = Q.reshape(G, Qm, nkv, gq, hd).permute(0, 2, 1, 3, 4).reshape(G, nkv, Qm * gq, hd)
-    s = torch.matmul(q, K.permute(0, 2, 3, 1)).float() * hd ** -0.5         # [G, nkv, Qm*gq, span]
+    s = torch.matmul(q, K.permute(0, 2, 3, 1)).float() * (hd ** -0.5 if scale is None else scale)  # [G, nkv, Qm*gq, span]
     m = masked[:, :, None, :].expand(G, Qm, gq, span).reshape(G, 1, Qm * gq, span)
     p = torch.softmax(s.masked_fill(m, float("-inf")), dim=-1).to(V.dtype)
     out = torch.matmul(p, V.permute(0, 2, 1, 3))                            # [G, nkv, Qm*gq, hd]

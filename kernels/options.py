@@ -18,6 +18,7 @@ Fields (None: on where available; True: on, False: off) and their variables:
     pdl              programmatic dependent launch of the GEMV-path kernels (each starts while its
                      predecessor drains, streams its first weight tile, then waits for the
                      predecessor's writes); available on CUDA devices of compute capability >= 9   LOOPSPEC_PDL
+    fault            a deliberate fault (FAULTS below; "" none), so the judge can be shown to catch it   LOOPSPEC_FAULT
 A switch variable "1" (or unset) leaves the field None, "0" sets it False.
 """
 from __future__ import annotations
@@ -33,7 +34,11 @@ from oracle.errors import OracleError
 COMPILE_DYNAMIC = ("rows", "all")
 ENV = {"gemv": "LOOPSPEC_GEMV", "fuse": "LOOPSPEC_FUSE", "triton_attn": "LOOPSPEC_TRITON_ATTN",
        "compile_dynamic": "LOOPSPEC_COMPILE_DYNAMIC", "gemv_config": "LOOPSPEC_GEMV_CONFIG",
-       "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS", "pdl": "LOOPSPEC_PDL"}
+       "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS", "pdl": "LOOPSPEC_PDL", "fault": "LOOPSPEC_FAULT"}
+# Deliberate kernel faults, for the judge's own tests (meta_tests/faulty_kernels.py, make gpu-parity):
+# "attn_scale=F" multiplies the softmax logit scale in the attention kernels, "rope_theta=F" the
+# RoPE base of the cos/sin tables, "input_layernorm.L=F" layer L's input norm weight.
+FAULTS = ("attn_scale", "rope_theta", "input_layernorm")
 # The handover between the GEMV paths and cuBLAS, chosen by measurement on the H200: the
 # small-M path beat cuBLAS + compiled blocks at M = 2, 4, 8 and 16 by 18-23% (docs/results.md, "Kernels
 # at the ouro-1.4b shape").
@@ -49,6 +54,7 @@ class KernelOptions:
     gemv_config: dict = field(default_factory=dict)   # GEMV tile overrides per kernel name
     gemv_max_rows: int = GEMV_MAX_ROWS  # calls of up to this many rows take the GEMV path (1..16)
     pdl: bool | None = None             # programmatic dependent launch of the GEMV-path kernels (sm_90+)
+    fault: str = ""                     # a deliberate fault: "attn_scale=1.01" | "rope_theta=1.01" | "input_layernorm.0=1.01"
 
     def __post_init__(self):
         if self.compile_dynamic not in COMPILE_DYNAMIC:
@@ -61,6 +67,7 @@ class KernelOptions:
             if getattr(self, name) not in (None, True, False):
                 raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
         object.__setattr__(self, "gemv_config", {k: tuple(v) for k, v in dict(self.gemv_config).items()})
+        parse_fault(self.fault)
 
     @classmethod
     def from_env(cls, env=None) -> "KernelOptions":
@@ -73,6 +80,7 @@ class KernelOptions:
         kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
         if env.get(ENV["gemv_max_rows"]):
             kw["gemv_max_rows"] = int(env[ENV["gemv_max_rows"]])
+        kw["fault"] = env.get(ENV["fault"], "")
         path = env.get(ENV["gemv_config"])
         if path:
             with open(path) as f:
@@ -93,3 +101,21 @@ class KernelOptions:
                               f"(got {device})")
         names = ("gemv", "fuse", "triton_attn", "pdl")
         return tuple(on[n] if getattr(self, n) is None else getattr(self, n) for n in names)
+
+
+def parse_fault(fault: str) -> tuple[str, int | None, float] | None:
+    """"name[.layer]=factor" -> (name, layer, factor); "" -> None. A malformed fault is refused."""
+    if not fault:
+        return None
+    what, eq, factor = fault.partition("=")
+    name, _, layer = what.partition(".")
+    try:
+        f = float(factor)
+        li = int(layer) if layer else None
+    except ValueError:
+        f = li = None
+    if not eq or name not in FAULTS or f is None or not f > 0 or (name == "input_layernorm") != (li is not None) \
+            or (li is not None and li < 0):
+        raise OracleError(f"kernel fault {fault!r}: expected attn_scale=F, rope_theta=F or input_layernorm.L=F "
+                          "(F > 0, L a layer)")
+    return name, li, f

@@ -91,14 +91,15 @@ def available(device: torch.device) -> bool:
 
 
 def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: torch.Tensor,
-                     pdl: bool = False, span: int | None = None) -> torch.Tensor:
+                     pdl: bool = False, span: int | None = None, scale: float | None = None) -> torch.Tensor:
     """q: [M, nh, hd] (RoPE applied); plane, pos: [M]. Keys/values of plane `plane[r]` at
     positions 0..pos[r] of `layer` (already written). Returns [M, nh*hd]. pdl: launched as
     programmatic dependents (kernels/gemv.py), as in the GEMV path. span: the grid covers
     key positions 0..span-1 (default: the KV capacity); the caller promises every pos < span,
     also in every replay of a graph that captured this call (sessions: span_bucket). At M = 2 on
     the H200 a call cost 7% more at capacity 342 than at 257, and a span of 257 gave that back
-    (scripts/gpu_attn_capacity.py, docs/results.md)."""
+    (scripts/gpu_attn_capacity.py, docs/results.md). scale: the softmax logit scale (default
+    hd ** -0.5)."""
     M, nh, hd = q.shape
     K, V = kv.k, kv.v                                   # [L, P, max_len, nkv, hd]
     assert K.is_contiguous() and V.is_contiguous() and q.is_contiguous()
@@ -111,7 +112,7 @@ def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: 
         acc = torch.empty(M, nh, nsplit, hd, device=q.device, dtype=torch.float32)
         ml = torch.empty(M, nh, nsplit, 2, device=q.device, dtype=torch.float32)
         _attn_chunk[(M, nh, nsplit)](q, K, V, acc, ml, plane, pos, layer * P * T * nkv * hd, T * nkv * hd,
-                                     nkv * hd, hd ** -0.5, NH=nh, GROUP=nh // nkv, HD=hd, CHUNK=CHUNK,
+                                     nkv * hd, hd ** -0.5 if scale is None else scale, NH=nh, GROUP=nh // nkv, HD=hd, CHUNK=CHUNK,
                                      NSPLIT=nsplit, PDL=pdl, num_warps=CHUNK_WARPS[M > 1],
                                      **launch_options(pdl))
         _attn_merge[(M, nh)](acc, ml, out, pos, NH=nh, HD=hd, CHUNK=CHUNK, NSPLIT=nsplit, SB=16, PDL=pdl,

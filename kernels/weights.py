@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from oracle.config import ModelConfig
+from oracle.errors import OracleError
 from oracle.model import rope_cos_sin
 
 
@@ -19,6 +20,8 @@ class TorchWeights:
 
     def __init__(self, cfg: ModelConfig, tensors: dict[str, torch.Tensor], device, dtype):
         self.cfg, self.device, self.dtype = cfg, torch.device(device), dtype
+        self.attn_scale = cfg.head_dim ** -0.5               # the softmax logit scale of every layer
+        self.rope_theta = cfg.rope_theta
         t = tensors
         self.embed = t["model.embed_tokens.weight"]          # [V, H]
         self.norm = t["model.norm.weight"]                   # [H]
@@ -60,8 +63,26 @@ class TorchWeights:
                 tensors[name] = (w * shape[-1] ** -0.5).to(dtype)
         return TorchWeights(cfg, tensors, device, dtype)
 
+    def with_fault(self, fault: str) -> "TorchWeights":
+        """These weights with a deliberate fault (kernels/options.py FAULTS), applied in place."""
+        from .options import parse_fault
+        parsed = parse_fault(fault)
+        if parsed is None:
+            return self
+        name, layer, f = parsed
+        if name == "attn_scale":
+            self.attn_scale *= f
+        elif name == "rope_theta":
+            self.rope_theta *= f
+        else:
+            if layer >= self.cfg.num_layers:
+                raise OracleError(f"kernel fault {fault!r}: the model has {self.cfg.num_layers} layers")
+            L = self.layers[layer]
+            L.n_in = (L.n_in.float() * f).to(self.dtype)
+        return self
+
     def rope_table(self, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin: [max_len, hd], computed in FP64 by the reference's function, then cast."""
-        cos, sin = rope_cos_sin(np.arange(max_len), self.cfg.head_dim, self.cfg.rope_theta)
+        cos, sin = rope_cos_sin(np.arange(max_len), self.cfg.head_dim, self.rope_theta)
         return (torch.from_numpy(cos).to(self.device, self.dtype),
                 torch.from_numpy(sin).to(self.device, self.dtype))

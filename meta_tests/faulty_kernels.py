@@ -1,0 +1,53 @@
+"""The torch backend with one deliberate kernel fault (kernels/options.py FAULTS), for the drift
+verdict's tests (meta_tests/test_drift_faults.py) and `make gpu-parity` (gpu_tests):
+
+    make_attn_scale_bf16      softmax logit scale x1.01 in the attention kernels (BF16, CPU)
+    make_rope_theta_bf16      RoPE base x1.01 in the cos/sin tables (BF16, CPU)
+    make_input_norm_bf16      layer 0's input_layernorm weight x1.01 (BF16, CPU)
+    make_*_cuda               the same faults in the BF16 CUDA kernels with graphs
+
+Each is a correct-looking engine: every value stays within the bfloat16 row of the table; only
+the drift verdict sees the fault, and it must name the parameter (NAMES).
+
+    python -m oracle check --backend meta_tests.faulty_kernels:make_attn_scale_bf16
+"""
+from __future__ import annotations
+
+from kernels.backend import TorchBackend
+from kernels.options import KernelOptions
+
+FAULTS = {"attn_scale": "attn_scale=1.01", "rope_theta": "rope_theta=1.01", "input_norm": "input_layernorm.0=1.01"}
+# what the verdict must name for each fault
+NAMES = {"attn_scale": "attention logit scale", "rope_theta": "RoPE base", "input_norm": "layer 0 input_layernorm weight"}
+
+
+def _make(fault: str, device: str) -> TorchBackend:
+    opts = KernelOptions.from_env()
+    opts = KernelOptions(**{**{f: getattr(opts, f) for f in opts.__dataclass_fields__}, "fault": FAULTS[fault]})
+    if device == "cpu":
+        return TorchBackend("cpu", dtype="bfloat16", name=f"torch-cpu-bf16 ({FAULTS[fault]})", kernel_options=opts)
+    return TorchBackend("cuda", name=f"torch-cuda ({FAULTS[fault]})", kernel_options=opts)
+
+
+def make_attn_scale_bf16():
+    return _make("attn_scale", "cpu")
+
+
+def make_rope_theta_bf16():
+    return _make("rope_theta", "cpu")
+
+
+def make_input_norm_bf16():
+    return _make("input_norm", "cpu")
+
+
+def make_attn_scale_cuda():
+    return _make("attn_scale", "cuda")
+
+
+def make_rope_theta_cuda():
+    return _make("rope_theta", "cuda")
+
+
+def make_input_norm_cuda():
+    return _make("input_norm", "cuda")

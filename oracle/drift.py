@@ -1,0 +1,282 @@
+"""The drift verdict (docs/DESIGN.md, "The drift verdict"): effective parameter drifts of a
+backend, estimated from its errors at committed positions, each with its interval; a drift
+beyond the threshold is a systematic error and fails, named in a kernel engineer's terms.
+
+    e = got - ref  ~  sum_p J_p * delta_p + rounding noise
+
+For each request r (the sample), the values it committed (every K/V write and the draft and
+verification logits at positions whose whole context was committed) give e_r; J_p is the
+reference's own derivative of those values along parameter p (finite differences of
+oracle/drift_model.py in FP64, or jax.jvp on the JAX judge). With each value group (kind,
+depth, layer) normalised by its RMS and by 1.5**depth, a request's estimate of one direction c
+is delta_rc = <J c, e_r> / <J c, J c>. Across requests the estimates of a correct backend have
+mean 0; drift_stats.one_sample_t tests that, Bonferroni over the directions tested.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import drift_model, drift_stats
+from .cases import make_case, run
+from .compare import depths_of
+from .sampling import SamplingParams
+
+FD_STEP = 1e-6                 # relative step of the finite differences (FP64)
+GROWTH = 1.5                   # weight of a value group at depth j: 1 / (rms * GROWTH**j)
+PROBE_REQUESTS = 24            # sequences the judge runs through the backend for the fit
+VISIBLE = 1e-9                 # a direction whose pooled <Jc, Jc> is below this times the largest is invisible
+ALIAS = 1e-6                   # directions with |cos| > 1 - ALIAS are one direction (named together)
+# A correct engine may multiply by weights stored in its dtype or wider: the drift is tested
+# against d - s * d_w, s in [0, 1] (d_w: what rounding the weights to the dtype alone gives); |z|
+# is the smallest over s.
+WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
+
+LABEL = {
+    "attn_scale": "attention logit scale (= q_proj output scale)", "k_proj": "k_proj output scale",
+    "v_proj": "v_proj output scale", "o_proj": "o_proj output scale", "gate_proj": "gate_proj output scale",
+    "up_proj": "up_proj output scale", "down_proj": "down_proj output scale",
+    "input_layernorm": "input_layernorm weight scale", "input_layernorm_2": "input_layernorm_2 weight scale",
+    "post_attention_layernorm": "post_attention_layernorm weight scale",
+    "post_attention_layernorm_2": "post_attention_layernorm_2 weight scale",
+    "rope_theta": "RoPE base (rope_theta)", "embed_tokens": "embed_tokens scale", "norm": "model.norm weight scale",
+    "lm_head": "lm_head output scale",
+}
+
+
+def label(name: str, layer) -> str:
+    return LABEL[name] if layer is None else f"layer {layer} {LABEL[name]}"
+
+
+# ---- what a backend committed ----
+
+def observations(runs) -> dict:
+    """rid -> (tokens, loops, {key: value}) over the given runs of one request set; key is
+    ("k" | "v", pos, depth, layer) or ("draft" | "verify", pos, depth). Only positions whose
+    whole context is committed (pos <= len(tokens) - 2), each from the last round that wrote it."""
+    out = {}
+    for r in runs:
+        for tr in r.traces:
+            for rid in tr.requests:
+                tokens = r.tokens[rid]
+                _, _, obs = out.setdefault((id(r), rid), (tokens, depths_of(tr, rid)[1], {}))
+                last, start = len(tokens) - 2, len(tr.prefix[rid]) - 1
+                for (q, pos, j, l), (_, k, v) in tr.kv_writes.items():
+                    if q == rid and pos <= last:
+                        obs[("k", pos, j, l)], obs[("v", pos, j, l)] = k, v
+                d, D = depths_of(tr, rid)
+                for kind, logits, j in (("draft", tr.draft_logits, d - 1), ("verify", tr.verify_logits, D - 1)):
+                    for (q, o), lg in logits.items():
+                        if q == rid and start + o <= last:
+                            obs[(kind, start + o, j)] = lg
+    return out
+
+
+def _ref_value(fw, key):
+    if key[0] in ("k", "v"):
+        _, pos, j, l = key
+        return fw[key[0]][j][l][:, pos]                      # [B, nkv, hd]
+    return fw["logits"][key[2]][:, key[1]]                   # [B, V]
+
+
+_FORWARDS: dict = {}
+
+
+def _forwards(model, tokens: tuple, loops: int, dtype: str):
+    """The finite-difference batch (center, then one step per parameter) and the forward with the
+    weights stored in dtype, at these tokens; the last few are kept (a request's block and loop
+    runs usually commit the same tokens)."""
+    key = (id(model), tokens, loops, dtype)
+    if key not in _FORWARDS or _FORWARDS[key][0] is not model:
+        P = len(drift_model.params(model.cfg.num_layers))
+        scales = np.ones((P + 1, P))
+        scales[1 + np.arange(P), np.arange(P)] += FD_STEP
+        if len(_FORWARDS) >= 64:
+            _FORWARDS.clear()
+        _FORWARDS[key] = (model, drift_model.forward(model, list(tokens), loops, scales),
+                          drift_model.forward(drift_model.Rounded(model, dtype), list(tokens), loops, np.ones((1, P))))
+    return _FORWARDS[key][1:]
+
+
+def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
+    """(b [P], G [P, P], values, bw [P]): b = J^T W e and G = J^T W J over one request's
+    observations, J by forward finite differences of drift_model.forward (FP64) at the committed
+    tokens; bw = J^T W e_w, where e_w is what storing the weights in `dtype` alone changes."""
+    P = len(drift_model.params(model.cfg.num_layers))
+    last = max(k[1] for k in obs) + 1
+    fw, fr = _forwards(model, tuple(tokens[:last]), loops, dtype)
+    groups: dict = {}
+    for key, got in obs.items():
+        val = _ref_value(fw, key)
+        c, J = val[0].ravel(), (val[1:].reshape(P, -1) - val[0].ravel()) / FD_STEP
+        e, ew = np.asarray(got, np.float64).ravel() - c, _ref_value(fr, key)[0].ravel() - c
+        ok = np.isfinite(e) & np.isfinite(ew)
+        groups.setdefault((key[0],) + key[2:], []).append((c[ok], J[:, ok], e[ok], ew[ok]))
+    b, G, bw, n = np.zeros(P), np.zeros((P, P)), np.zeros(P), 0
+    for gkey, items in groups.items():
+        depth = gkey[1]
+        rms = np.sqrt(np.mean([c @ c for c, *_ in items]))
+        w = 1.0 / max(rms * GROWTH ** depth, 1e-30) ** 2
+        for _, J, e, ew in items:
+            b += w * (J @ e)
+            bw += w * (J @ ew)
+            G += w * (J @ J.T)
+            n += e.size
+    return b, G, n, bw
+
+
+# ---- the directions tested and the verdict ----
+
+def directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
+    """(label, c): one per parameter, plus the attention logit scale of all layers together."""
+    names = drift_model.params(num_layers)
+    out = []
+    for i, (n, l) in enumerate(names):
+        c = np.zeros(len(names))
+        c[i] = 1.0
+        out.append((label(n, l), c))
+    c = np.array([1.0 if n == "attn_scale" else 0.0 for n, _ in names])
+    out.append(("attention logit scale (all layers)", c))
+    return out
+
+
+@dataclass(slots=True)
+class Estimate:
+    label: str
+    drift: float            # mean over requests of the estimated relative drift
+    se: float               # its standard error over requests
+    t: float
+    explained: float        # pooled (c.b)^2 / (c.G.c): the error this direction alone explains
+    weights: float = 0.0    # the drift that storing the weights in the backend's dtype alone gives
+
+    def line(self) -> str:
+        return f"{self.label} {1 + self.drift:.4f} ± {self.se:.4f} (z = {self.t:.1f})"
+
+    def to_json(self) -> dict:
+        return {"parameter": self.label, "scale": 1 + self.drift, "se": self.se, "z": self.t,
+                "weights_alone": 1 + self.weights}
+
+
+@dataclass(slots=True)
+class DriftReport:
+    ok: bool
+    requests: int
+    threshold: float
+    estimates: list = field(default_factory=list)
+    invisible: list = field(default_factory=list)
+    failure: str = ""
+    seconds: float = 0.0
+    values: int = 0
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "requests": self.requests, "threshold": self.threshold, "failure": self.failure,
+                "family_alpha": drift_stats.FAMILY_ALPHA, "values": self.values, "seconds": round(self.seconds, 2),
+                "invisible": self.invisible,
+                "estimates": [e.to_json() for e in self.estimates]}
+
+
+def verdict(stats: list, num_layers: int, reproduce: str = "") -> DriftReport:
+    """The drift verdict from per-request (b, G, values)."""
+    Gs, bs = np.stack([s[1] for s in stats]), np.stack([s[0] for s in stats])
+    bws = np.stack([s[3] for s in stats])
+    Gp = Gs.sum(0)
+    dirs = directions(num_layers)
+    power = [c @ Gp @ c for _, c in dirs]
+    top = max(power)
+    tested, invisible = [], []
+    for (name, c), pw in zip(dirs, power):
+        if pw <= VISIBLE * top:
+            invisible.append(name)
+            continue
+        for k, (names, c2, pw2) in enumerate(tested):          # an alias of a direction already tested
+            if abs(c @ Gp @ c2) >= (1 - ALIAS) * np.sqrt(pw * pw2):
+                tested[k] = (names + [name], c2, pw2)
+                break
+        else:
+            tested.append(([name], c, pw))
+    n = len(stats)
+    thr = drift_stats.threshold(len(tested), n)
+    est = []
+    for names, c, pw in tested:
+        a = np.einsum("p,rpq,q->r", c, Gs, c)
+        keep = a > 0
+        x, xw = (bs[keep] @ c) / a[keep], (bws[keep] @ c) / a[keep]
+        mean, se, t, s = min((drift_stats.one_sample_t(x - s * xw) + (s,) for s in WEIGHT_SHARES),
+                             key=lambda r: abs(r[2]))
+        est.append(Estimate(" = ".join(names), mean + s * float(np.mean(xw)), se, t,
+                            float((bs.sum(0) @ c) ** 2 / pw), float(np.mean(xw))))
+    bad = [e for e in est if abs(e.t) > thr]
+    rep = DriftReport(not bad, n, thr, est, invisible, values=sum(s[2] for s in stats))
+    if bad:
+        worst = max(bad, key=lambda e: e.explained)
+        rep.failure = (f"{worst.line()}: a systematic error, not rounding (weights rounded to the dtype alone give "
+                       f"{1 + worst.weights:.4f}; |z| > {thr:.2f} over {n} requests, "
+                       f"family-wise false-alarm rate {drift_stats.FAMILY_ALPHA:g})"
+                       + (f"; {len(bad) - 1} more directions past the threshold" if len(bad) > 1 else "")
+                       + (f" (reproduce: {reproduce})" if reproduce else ""))
+    return rep
+
+
+# ---- the probe: seeded sequences through the backend ----
+
+def probe_case(vocab: int, total_loops: int, n: int = PROBE_REQUESTS, seed: int = 12345, rounds: int = 4):
+    """n requests (half greedy, half sampled at T = 1), prompts of 24-40 tokens (RoPE's effect
+    grows with the position), K = 4 per round."""
+    D = max(2, min(total_loops, 4))
+    params = [SamplingParams() if i % 2 == 0 else SamplingParams(temperature=1.0, seed=seed + i) for i in range(n)]
+    return make_case("drift probe", [{i: 5 for i in range(n)}] * rounds, max(1, D // 2), D, params, seed=seed,
+                     prompt_len=(24, 40), vocab=vocab)
+
+
+def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "",
+                stats_fn=None) -> DriftReport:
+    """Runs the probe through the backend in both modes and fits the drifts. stats_fn(tokens,
+    loops, obs) -> (b, G, values): the sensitivities (default: finite differences of the NumPy
+    model; the JAX judge passes its jvp)."""
+    t0 = time.perf_counter()
+    case = probe_case(model.cfg.vocab_size, model.cfg.total_loops, n, seed)
+    policy = case.policy if case.policy in backend.policies else backend.policies[0]
+    case.policy = policy
+    runs = {mode: run(backend, model, case, mode) for mode in ("block", "loop")}
+    dtype = "float32" if backend.exact else backend.dtype
+    stats_fn = stats_fn or (lambda tokens, loops, obs: request_stats(model, tokens, loops, obs, dtype))
+    per: dict = {}
+    for mode, r in runs.items():
+        for (_, rid), (tokens, loops, obs) in observations([r]).items():
+            if obs:
+                new = stats_fn(tokens, loops, obs)
+                per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
+    rep = verdict(list(per.values()), model.cfg.num_layers, reproduce)
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+# ---- in `check --backend` ----
+
+def judge_drift(backend, model, out: dict, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS) -> None:
+    """The drift verdict of an inexact backend, added to a judge_cases summary: out["drift"] and a
+    failed "drift" check naming the parameter. With a JAX judge the sensitivities are its jvp."""
+    if backend.exact:
+        return
+    stats_fn = None
+    maker = getattr(judge, "drift_stats_fn", None)
+    if maker is not None:
+        stats_fn = maker(model, backend.dtype)
+    rep = drift_check(backend, model, n=n, reproduce=reproduce, stats_fn=stats_fn)
+    out["drift"] = rep.to_json()
+    out["ok"] = bool(out["ok"] and rep.ok)
+    out["checks"].append({"name": "drift probe: drift", "ok": rep.ok, "detail": rep.failure})
+
+
+def drift_lines(drift: dict) -> list[str]:
+    """The drift section of `check --backend`'s text output: every estimate with its interval."""
+    est = drift["estimates"]
+    head = (f"  drift: {len(est)} directions fitted over {drift['requests']} probe requests ({drift['values']} values, "
+            f"{drift['seconds']} s); |z| > {drift['threshold']:.2f} fails (family-wise false-alarm rate "
+            f"{drift['family_alpha']:g}); {'none' if drift['ok'] else 'SYSTEMATIC ERROR'}")
+    rows = [f"    {e['parameter']} {e['scale']:.4f} ± {e['se']:.4f} (z = {e['z']:.1f}; weights rounded to the "
+            f"dtype alone: {e['weights_alone']:.4f})" for e in est]
+    tail = [f"    not observable: {', '.join(drift['invisible'])}"] if drift["invisible"] else []
+    return [head] + rows + tail

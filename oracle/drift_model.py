@@ -1,0 +1,141 @@
+"""The model with knobs: the Ouro forward of oracle/model.py over one whole sequence, in FP64,
+for a batch of B parameter settings at once (docs/DESIGN.md, "The drift verdict").
+
+A setting multiplies each parameter of PARAMS by a factor (1 = the reference): an attention
+logit scale, the RoPE base, a norm's weight or a projection's output, per layer, and the
+embedding, final norm and lm_head. `forward(model, tokens, loops, scales)` returns every K/V
+write and every loop's logits for every setting; the drift fit takes finite differences of it
+(oracle/drift.py). With `noise=(rng, sigma)` every stored intermediate and every weight is also
+multiplied by (1 + sigma * N(0, 1)), independently per setting: the noise twin that calibrates
+what a correct reduced-precision implementation may differ by (oracle/noise.py).
+
+Same math as LoopedModel.forward_full (tests/test_drift.py holds them equal at scales 1).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# Per-layer parameters, in HF terms. "attn_scale" is the softmax logit scale head_dim**-0.5; a
+# q_proj output scale is the same direction (q enters only the logits), so it is not listed apart.
+LAYER_PARAMS = ("attn_scale", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                "input_layernorm", "input_layernorm_2", "post_attention_layernorm", "post_attention_layernorm_2")
+GLOBAL_PARAMS = ("rope_theta", "embed_tokens", "norm", "lm_head")
+
+
+def params(num_layers: int) -> list[tuple[str, int | None]]:
+    """Every knob: (name, layer) per layer, then (name, None) for the global ones."""
+    return [(p, l) for l in range(num_layers) for p in LAYER_PARAMS] + [(p, None) for p in GLOBAL_PARAMS]
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """x rounded to the nearest value of a storage dtype ("bfloat16": ties to even, "float16",
+    "float32"), returned as FP32."""
+    x = np.ascontiguousarray(x, np.float32)
+    if dtype == "bfloat16":
+        u = x.view(np.uint32)
+        r = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+        return r.astype(np.uint32).view(np.float32)
+    if dtype == "float16":
+        return x.astype(np.float16).astype(np.float32)
+    return x.copy()
+
+
+class Rounded:
+    """A model whose weights are stored in `dtype` (what a correct engine of that precision
+    multiplies by); the weights only, for forward()."""
+
+    def __init__(self, model, dtype: str):
+        self.cfg = model.cfg
+        self.weights = {k: round_to(v, dtype) for k, v in model.weights.items()}
+
+
+def _f64(model) -> dict:
+    cache = getattr(model, "_drift_f64", None)
+    if cache is None:
+        cache = {k: np.asarray(v, np.float64) for k, v in model.weights.items()}
+        try:
+            model._drift_f64 = cache
+        except AttributeError:          # a model with __slots__: recompute each time
+            pass
+    return cache
+
+
+def _rms(x, w, eps):
+    # x: [B, T, H]; w: [B, 1, H] or [H]
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _rope(x, cos, sin):
+    # x: [B, T, heads, hd]; cos, sin: [B, T, hd]
+    half = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, :, None] + rot * sin[:, :, None]
+
+
+def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
+    """tokens: [T] ids; scales: [B, len(params(L))] factors. Returns {"k": [loop][layer] [B, T,
+    nkv, hd] (after RoPE), "v": same, "logits": [loop] [B, T, V]} in FP64. noise: (rng, sigma)."""
+    cfg = model.cfg
+    names = params(cfg.num_layers)
+    scales = np.asarray(scales, np.float64)
+    B, T = scales.shape[0], len(tokens)
+    assert scales.shape[1] == len(names), (scales.shape, len(names))
+    nh, nkv, hd, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+    col = {n: i for i, n in enumerate(names)}
+    s = lambda name, layer=None: scales[:, col[(name, layer)]][:, None, None]       # [B, 1, 1]
+    rng, sigma = noise if noise is not None else (None, 0.0)
+
+    def rn(x):                                         # a stored intermediate, rounded (twin) or not
+        return x if rng is None else x * (1.0 + sigma * rng.standard_normal(x.shape))
+
+    w = _f64(model)
+    if rng is not None:
+        w = {k: v * (1.0 + sigma * rng.standard_normal((B,) + v.shape)) for k, v in w.items()}
+    W = (lambda name: w[name]) if rng is None else (lambda name: w[name][:, None])   # [B, 1, ...] per setting
+
+    def mm(x, name):                                   # x: [B, T, in] @ W.T -> [B, T, out]
+        m = w[name]
+        if rng is None:
+            return (x.reshape(-1, x.shape[-1]) @ m.T).reshape(x.shape[:-1] + (m.shape[0],))
+        return np.matmul(x, m.transpose(0, 2, 1))
+
+    def nw(name):                                      # a norm weight, broadcast to [B or 1, 1, H]
+        return w[name][None, None] if rng is None else w[name][:, None]
+
+    theta = cfg.rope_theta * scales[:, col[("rope_theta", None)]]                    # [B]
+    inv = 1.0 / theta[:, None] ** (np.arange(0, hd, 2, dtype=np.float64) / hd)[None]  # [B, hd/2]
+    ang = np.arange(T, dtype=np.float64)[None, :, None] * inv[:, None, :]              # [B, T, hd/2]
+    ang = np.concatenate([ang, ang], axis=-1)
+    cos, sin = rn(np.cos(ang)), rn(np.sin(ang))
+    mask = np.triu(np.full((T, T), -np.inf), k=1)
+    tok = np.asarray(tokens, np.int64)
+    emb = w["model.embed_tokens.weight"]
+    h = rn((emb[tok][None] if rng is None else emb[:, tok]) * s("embed_tokens"))       # h: [B, T, H]
+    out = {"k": [], "v": [], "logits": []}
+    for j in range(loops):
+        out["k"].append([]), out["v"].append([])
+        for l in range(cfg.num_layers):
+            p = f"model.layers.{l}."
+            x = rn(_rms(h, nw(p + "input_layernorm.weight") * s("input_layernorm", l), eps))
+            q = rn(mm(x, p + "self_attn.q_proj.weight")).reshape(B, T, nh, hd)
+            k = rn(mm(x, p + "self_attn.k_proj.weight") * s("k_proj", l)).reshape(B, T, nkv, hd)
+            v = rn(mm(x, p + "self_attn.v_proj.weight") * s("v_proj", l)).reshape(B, T, nkv, hd)
+            q, k = rn(_rope(q, cos, sin)), rn(_rope(k, cos, sin))
+            out["k"][j].append(k), out["v"][j].append(v)
+            kk, vv = np.repeat(k, nh // nkv, axis=2), np.repeat(v, nh // nkv, axis=2)
+            qt, kt, vt = q.transpose(0, 2, 1, 3), kk.transpose(0, 2, 3, 1), vv.transpose(0, 2, 1, 3)
+            logit = (qt @ kt) * ((hd ** -0.5) * s("attn_scale", l)[..., None]) + mask     # [B, nh, T, T]
+            prob = np.exp(logit - logit.max(-1, keepdims=True))
+            prob = rn(prob / prob.sum(-1, keepdims=True))
+            a = rn((prob @ vt).transpose(0, 2, 1, 3).reshape(B, T, nh * hd))
+            o = rn(mm(a, p + "self_attn.o_proj.weight") * s("o_proj", l))
+            h = rn(h + rn(_rms(o, nw(p + "input_layernorm_2.weight") * s("input_layernorm_2", l), eps)))
+            y = rn(_rms(h, nw(p + "post_attention_layernorm.weight") * s("post_attention_layernorm", l), eps))
+            g = rn(mm(y, p + "mlp.gate_proj.weight") * s("gate_proj", l))
+            u = rn(mm(y, p + "mlp.up_proj.weight") * s("up_proj", l))
+            m = rn(mm(rn(g / (1.0 + np.exp(-g)) * u), p + "mlp.down_proj.weight") * s("down_proj", l))
+            h = rn(h + rn(_rms(m, nw(p + "post_attention_layernorm_2.weight") * s("post_attention_layernorm_2", l),
+                               eps)))
+        h = rn(_rms(h, nw("model.norm.weight") * s("norm"), eps))
+        out["logits"].append(rn(mm(h, "lm_head.weight") * s("lm_head")))
+    return out
