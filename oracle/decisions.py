@@ -46,15 +46,25 @@ def _softmax(lg) -> np.ndarray:
     return e / e.sum()
 
 
+def token_index(x, V: int) -> int:
+    """x as an index into a [V] vector; an id outside [0, V) (a -1 placeholder) is refused, never
+    read as p[-1]."""
+    if not _is_token(x, V):
+        raise OracleError(f"token {x!r} is not a token id in [0, {V})")
+    return int(x)
+
+
 def greedy_margin(logits, x: int, y: int) -> float:
     """How near a tie the reference's choice x was against y: (p(x) - p(y)) / max p."""
     p = _softmax(logits)
+    x, y = token_index(x, len(p)), token_index(y, len(p))
     return float((p[x] - p[y]) / p.max())
 
 
 def draw_margin(probs, y: int, u: float) -> float:
     """How far the draw's target u*total was from the CDF interval of token y (0 inside)."""
     cdf = np.cumsum(np.asarray(probs, np.float64))
+    y = token_index(y, len(cdf))
     t, lo, hi = u * cdf[-1], (cdf[y - 1] if y > 0 else 0.0), cdf[y]
     return float(max(lo - t, t - hi, 0.0) / cdf[-1])
 
@@ -159,6 +169,7 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
     if ar != br:
         o = min(ar, br)
         x, lg = a.drafts[rid][o], a.verify_logits[(rid, o)]
+        x = token_index(x, len(lg))
         if params.greedy:
             p = _softmax(mask_logits(lg, params))
             m = float(abs(p[x] - np.delete(p, x).max()) / p.max())
@@ -198,7 +209,8 @@ def redecide(tr, rid, T: int):
         return replace(tr, drafts={**tr.drafts, rid: redrafts})
     a = K
     for o in range(K):
-        lg, x = tr.verify_logits[(rid, o)], drafts[o]
+        lg = tr.verify_logits[(rid, o)]
+        x = token_index(drafts[o], len(lg))
         if params.greedy:
             ok = greedy_token(lg, params) == x
         elif o > a_tr:                                  # no uniform: tr had rejected earlier
