@@ -6,28 +6,72 @@ reference, or the --reference backend, by the backend's tolerance row (`judge_ca
 from __future__ import annotations
 
 import json
+import shlex
 import time
 
-from .backends import load_backend
+from .argtypes import finite_float, int_at_least
+from .backends import GuardedBackend, JudgeFailed, import_prefix, load_backend
 from .cases import check_cases, default_cases, judge_cases
+from .environment import set_torch_threads
 from .errors import OracleError
 from .model import build_model
 from .round_args import add_round_options, custom_case, model_flags
 
+DEFAULT_TIMEOUT = 300.0          # seconds a backend call may take (`--timeout`)
+# dtypes a judge's side (--reference) may compute in: the tolerance rows measure a backend
+# against an FP32 judge
+JUDGE_DTYPES = ("float32", "float64")
+
+
+
+def load_backends(args):
+    """(backend, judge or None), loaded and checked before the model is built: a bad plug-in
+    fails in seconds, not after building a 1.4B model."""
+    if args.reference is not None and args.backend in (None, "reference"):
+        raise OracleError("--reference computes the judge's side for --backend NAME; without a backend "
+                          "(or with --backend reference) nothing is judged by it")
+    backend = load_backend(args.backend)
+    judge = None
+    if args.reference not in (None, "reference"):
+        judge = load_backend(args.reference)
+        if not judge.exact and judge.dtype not in JUDGE_DTYPES:
+            raise OracleError(f"--reference {args.reference}: computes in {judge.dtype}, lower precision than "
+                              f"the judge needs (float32; the tolerance rows measure backends against an FP32 judge)")
+    return backend, judge
+
+
+def list_cases() -> int:
+    """`check --list-cases`: the built-in cases' names, one a line (for --case NAME)."""
+    for c in default_cases(64):
+        print(c.name)
+    return 0
+
+
+def nothing_compared(out: dict) -> None:
+    """A check that compared nothing fails (a backend with no supported policy, every case
+    skipped, or rounds without a compared request)."""
+    if out["cases"] and out.get("request_rounds", 1) and out["tokens_compared"] + out["logits_compared"]:
+        return
+    out["ok"] = False
+    why = "; ".join(out.get("skipped", [])) or "no request-round was compared"
+    out["checks"].append({"name": "nothing compared", "ok": False, "detail": f"nothing compared: {why}"})
+
 
 def run(args) -> int:
     t0 = time.perf_counter()
-    if args.reference and not args.backend:
-        raise OracleError("--reference needs --backend (the backend it judges)")
+    if args.list_cases:
+        return list_cases()
+    backend, judge = load_backends(args) if (args.backend, args.reference) != (None, None) else (None, None)
     model = build_model(args.preset, args.seed, args.checkpoint)
     custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len",
                                                          "depths", "stop_tokens", "max_tokens", "banned_tokens",
                                                          "min_p")) \
         or (args.draft_loops, args.target_loops, args.rounds, args.policy) != (2, 4, 4, "sequential")
     cases = [custom_case(args)] if custom or args.case else default_cases(model.cfg.vocab_size, model_flags(args))
-    if args.backend and args.backend != "reference":
-        return check_backend(args, model, cases, t0)
+    if args.backend is not None and args.backend != "reference":
+        return check_backend(args, model, cases, t0, backend, judge)
     out = check_cases(model, cases)
+    nothing_compared(out)
     out["seconds"] = round(time.perf_counter() - t0, 2)
     if args.json:
         print(json.dumps(out))
@@ -46,18 +90,23 @@ def run(args) -> int:
     return 0 if out["ok"] else 1
 
 
-def check_backend(args, model, cases, t0) -> int:
-    backend = load_backend(args.backend)
-    judge = None
-    judge_name = "the FP32 reference"
-    if getattr(args, "reference", None) not in (None, "reference"):
-        judge = load_backend(args.reference)
-        judge_name = f"the {judge.name} judge ({judge.dtype})"
+def check_backend(args, model, cases, t0, backend, judge) -> int:
+    judge_name = "the FP32 reference" if judge is None else f"the {judge.name} judge ({judge.dtype})"
     row = "exact" if backend.exact else backend.dtype
-    suffix = f" --backend {args.backend}" + (f" --reference {args.reference}" if judge else "")
+    suffix = f" --backend {shlex.quote(args.backend)}" + (f" --reference {shlex.quote(args.reference)}" if judge else "")
+    prefix = import_prefix(args.backend, args.reference)      # PYTHONPATH a plug-in needs
+    for c in cases:
+        c.reproduce = prefix + (c.reproduce or "python -m oracle check")
     out = {"ok": True, "backend": backend.name, "dtype": backend.dtype, "exact": bool(backend.exact),
-           "judge": judge.name if judge else "reference", "tolerance_row": row, "layers": model.cfg.num_layers}
-    out |= judge_cases(backend, model, cases, suffix, judge)
+           "judge": judge.name if judge else "reference", "tolerance_row": row, "layers": model.cfg.num_layers,
+           "timeout_s": args.timeout, **set_torch_threads(args)}
+    guarded = GuardedBackend(backend, args.timeout)
+    try:
+        out |= judge_cases(guarded, model, cases, suffix,
+                           None if judge is None else GuardedBackend(judge, args.timeout, judge=True))
+    except JudgeFailed as e:
+        raise OracleError(f"the reference --reference {args.reference} failed: {e}") from None
+    nothing_compared(out)
     skipped = out["skipped"]
     out["seconds"] = round(time.perf_counter() - t0, 2)
     if args.json:
@@ -98,5 +147,21 @@ def register(sub) -> None:
                    "(torch-cpu | torch-cpu-bf16 | torch-cuda | jax | package.module:factory)")
     p.add_argument("--reference", default=None, help="with --backend: the backend that computes the judge's "
                    "side (default: the NumPy FP32 reference; `jax` reaches the ouro-1.4b shape on a GPU)")
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT, metavar="S",
+                   help="seconds each backend call (session, add, step, submit, collect, remove, tokens) may "
+                        "take; a call past it, or one that calls sys.exit(), is a failed check")
+    p.add_argument("--threads", type=int_at_least(1), default=None, metavar="N",
+                   help="torch intra-op threads when a backend loads torch (default: the free cores, "
+                        "usable cores - round(load average), or OMP_NUM_THREADS when set)")
+    p.add_argument("--list-cases", action="store_true", help="print the built-in cases' names and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    import argparse
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
