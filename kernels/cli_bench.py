@@ -101,6 +101,11 @@ def check_bench_args(args) -> None:
         if not args.allow_large and max(args.batch) > MAX_BATCH:
             limits.refuse("--batch: concurrency C", max(args.batch), MAX_BATCH)
         limits.check_counts([args.k + 1], args.target_loops, args.allow_large)
+        if args.target_loops > cfg.total_loops:
+            from oracle.progress import warn
+            warn(f"-D {args.target_loops} is beyond the {cfg.total_loops} loops {args.preset} was trained with "
+                 f"(total_ut_steps); the timing holds, its logits past depth {cfg.total_loops - 1} would be "
+                 f"extrapolation")
         if not args.allow_large and args.tokens > MAX_TOKENS:
             limits.refuse("--tokens", args.tokens, MAX_TOKENS)
     _device(args)

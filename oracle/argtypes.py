@@ -54,6 +54,14 @@ def probability(text: str) -> float:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0 (`--timeout`)."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
 def depth_pairs(text: str) -> list[tuple[int, int]]:
     """argparse type: '2:4,1:3' -> [(2, 4), (1, 3)] (range checks are the planner's)."""
     out = []

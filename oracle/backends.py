@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import queue
+import threading
 
 from .errors import OracleError
 from .session import Session
@@ -34,7 +36,10 @@ class ReferenceBackend:
 
 
 def load_backend(spec: str | None = None):
-    spec = spec or os.environ.get("ORACLE_BACKEND", "reference")
+    spec = os.environ.get("ORACLE_BACKEND", "reference") if spec is None else spec
+    if not spec.strip():
+        raise OracleError("backend '': empty name (known: "
+                          f"{', '.join(['reference', *NAMED])}, package.module:factory)")
     if spec == "reference":
         return ReferenceBackend()
     if spec in NAMED:
@@ -62,6 +67,12 @@ def _from_factory(spec: str, target: str):
         factory = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise OracleError(f"backend {spec!r}: cannot load {attr} from {mod_name} ({e})") from None
+    except Exception as e:                         # noqa: BLE001 -- a plug-in's module that fails to import
+        if spec in NAMED:                          # the project's own backends: a bug (exit 3)
+            raise
+        where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
+        raise OracleError(f"backend {spec!r}: importing {mod_name} raised {type(e).__name__}: "
+                          f"{e.msg if isinstance(e, SyntaxError) else e}{where}") from None
     if not callable(factory):
         raise OracleError(f"backend {spec!r}: {target} is not callable (a factory returning a backend)")
     try:
@@ -75,3 +86,122 @@ def _from_factory(spec: str, target: str):
     if not bk.exact and bk.dtype not in TOLERANCES:
         raise OracleError(f"backend {spec!r}: dtype {bk.dtype!r} has no tolerance row (known: {', '.join(TOLERANCES)})")
     return bk
+
+
+# ---- backend calls with a time limit (`check --timeout`) ----
+
+class BackendCallFailed(Exception):
+    """A backend call that timed out or called sys.exit(): a failed check, like any exception
+    a backend raises."""
+
+
+class JudgeFailed(BaseException):
+    """The judge's side (`check --reference`) raised: not the backend's failure, so it passes
+    the `except Exception` that turns a backend's exceptions into failed checks; `check`
+    reports it as the reference's error (exit 2)."""
+
+
+TIMED_CALLS = ("session", "add", "step", "submit", "collect", "remove", "tokens")
+
+
+class CallGuard:
+    """Runs a backend's calls on one worker thread (the same thread every time, so thread-local
+    state a backend sets in session() holds in step()) and waits at most `timeout` seconds
+    (None: no limit). A call that times out, or that raises SystemExit, raises
+    BackendCallFailed naming the call; after a time-out every later call fails at once
+    (the worker is still busy). judge=True: every failure raises JudgeFailed instead."""
+
+    def __init__(self, name: str, timeout: float | None, judge: bool = False):
+        self.name, self.timeout, self.judge = name, timeout, judge
+        self.hung: str | None = None
+        self.jobs: queue.Queue = queue.Queue()
+        self.worker: threading.Thread | None = None
+
+    def _serve(self) -> None:
+        while True:
+            fn, args, kwargs, done, event = self.jobs.get()
+            try:
+                done.append((True, fn(*args, **kwargs)))
+            except BaseException as e:             # noqa: BLE001 -- SystemExit included: handed back
+                done.append((False, e))
+            event.set()
+
+    def call(self, what: str, fn, *args, **kwargs):
+        if self.hung:
+            self._fail(f"{what} not run: {self.hung} earlier did not return")
+        if self.worker is None:
+            self.worker = threading.Thread(target=self._serve, name=f"backend {self.name}", daemon=True)
+            self.worker.start()
+        done: list = []
+        event = threading.Event()
+        self.jobs.put((fn, args, kwargs, done, event))
+        if not event.wait(self.timeout):
+            self.hung = what
+            self._fail(f"{what} did not return within {self.timeout:g} s (--timeout)")
+        ok, value = done[0]
+        if ok:
+            return value
+        if isinstance(value, SystemExit):
+            self._fail(f"{what} called sys.exit({value.code!r})")
+        if isinstance(value, KeyboardInterrupt):
+            raise value
+        if self.judge:
+            raise JudgeFailed(f"{what} raised {type(value).__name__}: {value}") from value
+        raise value
+
+    def _fail(self, message: str):
+        raise (JudgeFailed if self.judge else BackendCallFailed)(message)
+
+
+class GuardedSession:
+    """A backend session whose calls go through a CallGuard; other attributes pass through."""
+
+    def __init__(self, inner, guard: CallGuard):
+        self._inner, self._guard = inner, guard
+
+    def __getattr__(self, name):
+        value = getattr(self._inner, name)
+        if name in TIMED_CALLS and callable(value):
+            return lambda *a, **k: self._guard.call(f"{name}()", value, *a, **k)
+        return value
+
+
+class GuardedBackend:
+    """A backend whose session() and session calls run under a CallGuard (`check --timeout`,
+    SystemExit caught); every other attribute is the backend's own."""
+
+    def __init__(self, inner, timeout: float | None, judge: bool = False):
+        self._inner = inner
+        self._guard = CallGuard(getattr(inner, "name", type(inner).__name__), timeout, judge)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def session(self, *args, **kwargs):
+        return GuardedSession(self._guard.call("session()", self._inner.session, *args, **kwargs), self._guard)
+
+
+# ---- what a reproduce line needs to import a plug-in ----
+
+def import_prefix(*specs) -> str:
+    """'PYTHONPATH=DIR ' when a plug-in backend's module was found only through $PYTHONPATH
+    (so a reproduce line run from another shell would not import it); '' otherwise. Call it
+    after load_backend imported the modules."""
+    import shlex
+    import sys
+    from pathlib import Path
+    from_env = {Path(p or ".").resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    cwd, dirs = Path.cwd().resolve(), []
+    for spec in specs:
+        if not spec or spec == "reference" or spec in NAMED or ":" not in spec:
+            continue
+        mod_name = spec.partition(":")[0]
+        mod = sys.modules.get(mod_name)
+        if mod is None or not getattr(mod, "__file__", None):
+            continue
+        root = Path(mod.__file__).resolve().parent
+        for _ in range(mod_name.count(".") + (Path(mod.__file__).name == "__init__.py")):
+            root = root.parent
+        if root in from_env and root != cwd and str(root) not in dirs:
+            dirs.append(str(root))
+    return f"PYTHONPATH={shlex.quote(os.pathsep.join(dirs))} " if dirs else ""

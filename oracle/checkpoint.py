@@ -117,7 +117,11 @@ def _read_shard(path: Path, listed, wanted: dict, weights: dict, unknown: list) 
                 if dtype not in FLOAT_DTYPES:
                     raise OracleError(f"{path}: tensor {name} has dtype {dtype}; weights must be one of "
                                       f"{', '.join(FLOAT_DTYPES)}")
-                weights[name] = sf.get_tensor(name).float().numpy()
+                value = sf.get_tensor(name).float().numpy()
+                if name in weights and not np.array_equal(weights[name], value, equal_nan=True):
+                    raise OracleError(f"{path}: tensor {name} is also in another shard, with different values "
+                                      f"(which one is the checkpoint's?)")
+                weights[name] = value
     except OracleError:
         raise
     except Exception as e:       # safetensors raises its own error types for truncated or garbage files

@@ -60,7 +60,7 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-LIST_OPTIONS = ("--counts", "--tokens", "--batch", "--rows")
+LIST_OPTIONS = ("--counts", "--tokens", "--batch", "--rows", "--depths", "--stop-tokens", "--banned-tokens")
 
 
 def _join_list_values(argv: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ import json
 import shlex
 import time
 
-from .argtypes import finite_float, int_at_least
+from .argtypes import int_at_least, positive_seconds
 from .backends import GuardedBackend, JudgeFailed, import_prefix, load_backend
 from .cases import check_cases, default_cases, judge_cases
 from .environment import set_torch_threads
@@ -21,7 +21,6 @@ DEFAULT_TIMEOUT = 300.0          # seconds a backend call may take (`--timeout`)
 # dtypes a judge's side (--reference) may compute in: the tolerance rows measure a backend
 # against an FP32 judge
 JUDGE_DTYPES = ("float32", "float64")
-
 
 
 def load_backends(args):
@@ -156,12 +155,3 @@ def register(sub) -> None:
     p.add_argument("--list-cases", action="store_true", help="print the built-in cases' names and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
-
-
-def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0."""
-    import argparse
-    value = finite_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return value

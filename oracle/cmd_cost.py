@@ -11,7 +11,7 @@ import json
 
 from . import limits
 from .argtypes import csv_ints, int_at_least
-from .round_args import add_schedule_options, max_depths, round_depths
+from .round_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
 from .cost import DEFAULT_GPU, SHIPPED, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
 from .errors import OracleError
 from .schedule import plan, validate
@@ -43,10 +43,11 @@ def register(subparsers) -> None:
 
 def check_cost_args(args) -> None:
     """Options and sizes before any table is read."""
+    resolve_schedule_depths(args)
     if args.gpu is not None and args.ctable is not None:
         raise OracleError("--gpu picks the shipped tables; do not combine it with --ctable")
     if args.batch and args.counts is None and not args.allow_large:     # before the rounds are built
-        rows = max(args.batch) * ((4 if args.k is None else args.k) + 1) * args.target_loops
+        rows = max(args.batch) * ((4 if args.k is None else args.k) + 1) * (args.target_loops or 4)
         if rows > limits.MAX_SCHEDULE_ROWS:
             limits.refuse("schedule size C*(K+1)*D =", rows, limits.MAX_SCHEDULE_ROWS, " rows")
     todo = rounds(args)

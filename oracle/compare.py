@@ -136,6 +136,26 @@ def _differ(rep, kind, ref, got, bound, exact, floor=0.0) -> tuple[bool, float]:
     return not same, err
 
 
+def largest_difference(names, ref, got) -> str:
+    """'; largest difference at index 17: 0.9311 vs 0.4311 (backend vs reference)' over the
+    elements of the arrays (named, e.g. k and v of a KV write; NaN and unmatched inf count as
+    the largest); '' where shapes differ."""
+    best = None
+    for nm, r, g in zip(names, ref, got):
+        r, g = np.asarray(r, np.float64), np.asarray(g, np.float64)
+        if r.shape != g.shape or not r.size:
+            return ""
+        with np.errstate(invalid="ignore"):
+            d = np.where(r == g, 0.0, np.abs(g - r))
+        d = np.where(np.isnan(d), np.inf, d)
+        n = int(np.argmax(d))
+        if best is None or d.flat[n] > best[0]:
+            idx = np.unravel_index(n, d.shape)
+            where = ", ".join(map(str, idx))
+            best = (d.flat[n], f"{nm}[{where}]" if nm else f"index {where}", g.flat[n], r.flat[n])
+    return "" if best is None else f"; largest difference at {best[1]}: {best[2]:.6g} vs {best[3]:.6g} (backend vs reference)"
+
+
 def _events_before(events, div):
     """The RNG events a request draws whatever its diverged decision: all drafts (their count
     is K under both policies), and the accept uniforms up to the diverged acceptance."""
@@ -188,7 +208,7 @@ def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms
         rep.kv_writes_compared += 1
         if differs:
             rep.fail("kv_writes", f"{at}: {name(k)} differs: relative error {err:.3g}"
-                     + ("" if exact else f" > tolerance {bound:g}"))
+                     + ("" if exact else f" > tolerance {bound:g}") + largest_difference(("k", "v"), [ka, va], [kb, vb]))
     # draft and verification logits (offset o's logits ran on offsets 0..o's tokens)
     d, D = depths_of(a, rid)
     for check, A, B, n, depth in (("draft_logits", a.draft_logits, b.draft_logits, T - 1, d - 1),
@@ -202,7 +222,8 @@ def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms
             rep.logits_compared += 1
             if differs:
                 rep.fail(check, f"{at}: {check} of offset {o} differ: relative error {err:.3g}"
-                         + ("" if exact else f" > tolerance {bound:g}"))
+                         + ("" if exact else f" > tolerance {bound:g}")
+                         + largest_difference(("",), [A[(rid, o)]], [B[(rid, o)]]))
     # the token decision last: a KV or logits difference above is its cause, reported first
     if div is not None:
         margin = tol["margin"]

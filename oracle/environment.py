@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from .errors import OracleError
 
@@ -47,6 +48,12 @@ def check_kernel_switches(env=os.environ) -> None:
         if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 5 for v in data.values()):
             raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> "
                               f"[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))]")
+        for name, tiles in data.items():
+            ints = all(isinstance(t, int) and not isinstance(t, bool) for t in tiles)
+            if not ints or any(t < 1 for t in tiles[:4]) or (len(tiles) == 5 and tiles[4] < 0):
+                raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has tiles {tiles}; expected "
+                                  f"integers [BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))], each >= 1 "
+                                  f"(peel >= 0)")
 
 
 def check_environment(args, env=os.environ) -> None:
@@ -57,3 +64,37 @@ def check_environment(args, env=os.environ) -> None:
                           f"pass --backend {backend} (or unset ORACLE_BACKEND)")
     if uses_kernels(args):
         check_kernel_switches(env)
+
+
+# ---- torch's intra-op threads ----
+
+def free_cores() -> int:
+    """Cores this process may use less the machine's load (1-minute average), at least 1."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    return max(1, usable - round(load))
+
+
+def choose_threads(option: int | None, env=os.environ) -> tuple[int, str]:
+    """(threads, where from): --threads, else a numeric OMP_NUM_THREADS, else the free cores.
+    Two threads per core on a busy machine spin against the other process (`check --backend
+    torch-cpu-bf16` took 51 s instead of 5 s on 2 busy cores: issue 26)."""
+    if option is not None:
+        return option, "option"
+    omp = env.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) >= 1:
+        return int(omp), "OMP_NUM_THREADS"
+    return free_cores(), "free cores"
+
+
+def set_torch_threads(args) -> dict:
+    """torch.set_num_threads(choose_threads(args.threads)) if torch is loaded (a torch backend,
+    a plug-in that imports it, or bench); {"threads": N or None, "threads_from": ...} for --json."""
+    if "torch" not in sys.modules:
+        return {"threads": None, "threads_from": None}
+    n, where = choose_threads(getattr(args, "threads", None))
+    sys.modules["torch"].set_num_threads(n)
+    return {"threads": n, "threads_from": where}

@@ -91,6 +91,8 @@ def check_round_args(args) -> None:
     if args.checkpoint is not None and args.preset is not None:
         raise OracleError("give --preset NAME or --checkpoint DIR, not both (a checkpoint has its own shape)")
     explicit = [k for k in ROUND_SHAPE if getattr(args, k) is not None]
+    if args.depths is not None and (args.draft_loops is not None or args.target_loops is not None):
+        raise OracleError("--depths gives every request its own d_i:D_i; do not combine it with -d/-D")
     if args.case is not None and explicit:
         raise OracleError(f"--case {args.case} runs a built-in case as it is; do not combine it with "
                           f"--{explicit[0].replace('_', '-')}")
@@ -126,8 +128,11 @@ def check_round_args(args) -> None:
             raise OracleError(f"{flag}: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
     if args.temperature is not None and args.temperature < 0:
         raise OracleError(f"--temperature {args.temperature}: must be >= 0 (0 = greedy)")
-    if args.temperature == 0 and (args.top_k is not None or args.top_p is not None):
-        warn("--top-k/--top-p have no effect with --temperature 0 (greedy)")
+    if len(set(args.banned_tokens or ())) >= cfg.vocab_size:
+        raise OracleError(f"--banned-tokens masks all {cfg.vocab_size} tokens of the vocabulary: no token is left "
+                          f"to draft or verify")
+    if args.temperature == 0 and (args.top_k is not None or args.top_p is not None or args.min_p is not None):
+        warn("--top-k/--top-p/--min-p have no effect with --temperature 0 (greedy)")
     if args.top_k is not None and args.top_k > cfg.vocab_size:
         warn(f"--top-k {args.top_k} is above the vocabulary size {cfg.vocab_size}: it keeps every token")
     if args.target_loops > cfg.total_loops:
@@ -201,18 +206,28 @@ def custom_case(args):
 
 def add_schedule_options(p) -> None:
     """-d/-D, --depths and --allow-large of `schedule` and `cost` (one round, planned only)."""
-    p.add_argument("-d", "--draft-loops", type=int_at_least(1), default=2, metavar="d",
-                   help="loops used to draft, 1 <= d < D")
-    p.add_argument("-D", "--target-loops", type=int_at_least(1), default=4, metavar="D",
-                   help="loops used to verify")
+    p.add_argument("-d", "--draft-loops", type=int_at_least(1), default=None, metavar="d",
+                   help="loops used to draft, 1 <= d < D (default: 2)")
+    p.add_argument("-D", "--target-loops", type=int_at_least(1), default=None, metavar="D",
+                   help="loops used to verify (default: 4)")
     p.add_argument("--allow-large", action="store_true",
                    help="lift the size limits on requests, token counts, D and schedule rows")
     p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,d1:D1,...",
                    help="per-request draft and target loops, one pair per request (replaces -d/-D)")
 
 
+def resolve_schedule_depths(args) -> None:
+    """-d/-D defaults (2, 4) in place; -d/-D together with --depths is refused (idempotent)."""
+    if args.depths is not None and (args.draft_loops is not None or args.target_loops is not None):
+        raise OracleError("--depths gives every request its own d_i:D_i; do not combine it with -d/-D")
+    if args.depths is None:
+        args.draft_loops = 2 if args.draft_loops is None else args.draft_loops
+        args.target_loops = 4 if args.target_loops is None else args.target_loops
+
+
 def round_depths(args, counts) -> tuple:
     """(d, D) for the planner: two ints from -d/-D, or per-request lists from --depths."""
+    resolve_schedule_depths(args)
     if args.depths is None:
         return args.draft_loops, args.target_loops
     if len(args.depths) != len(counts):

@@ -171,6 +171,42 @@ def _check_round(path, n: int, r, arrays: dict) -> None:
                               f"{got} rows of {name}")
 
 
+FINISH_REASONS = ("stop", "length")
+PER_REQUEST = ("prefix", "drafts", "accepted", "emitted", "committed", "generated", "finished", "params", "depths")
+
+
+def request_problem(t: RoundTrace) -> str | None:
+    """What makes a round's per-request fields impossible, or None: duplicate or non-integer
+    request ids, token counts that are not one positive integer per request, depths outside
+    1 <= d < D, a field naming a request the round does not hold, committed tokens that are
+    not a prefix of the emitted ones, an unknown finish reason."""
+    reqs = t.requests
+    if any(isinstance(r, bool) or not isinstance(r, int) for r in reqs) or len(set(reqs)) != len(reqs):
+        return f"requests {reqs} are not distinct integer ids"
+    if len(t.token_counts) != len(reqs) or any(isinstance(T, bool) or not isinstance(T, int) or T < 1
+                                               for T in t.token_counts):
+        return f"token_counts {t.token_counts} are not one integer >= 1 per request {reqs}"
+    for field in PER_REQUEST:
+        extra = [r for r in getattr(t, field) if r not in reqs]
+        if extra:
+            return f"{field} names request {extra[0]!r}, which is not one of the round's requests {reqs}"
+    pairs = [("d, D", (t.d, t.D))] if t.d is not None or t.D is not None else []
+    pairs += [(f"depths of request {r}", tuple(x)) for r, x in t.depths.items()]
+    for what, pair in pairs:
+        if len(pair) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in pair) \
+                or not 1 <= pair[0] < pair[1]:
+            return f"{what} {list(pair)}: expected integers 1 <= d < D"
+    if t.d is None and any(r not in t.depths for r in reqs):
+        return "d and D are null but not every request has its own depths"
+    for r, kept in t.committed.items():
+        if list(kept) != list(t.emitted.get(r, []))[:len(kept)]:
+            return f"request {r}: committed {list(kept)} is not a prefix of emitted {t.emitted.get(r)}"
+    for r, why in t.finished.items():
+        if why not in FINISH_REASONS:
+            return f"request {r}: finish reason {why!r} (known: {', '.join(FINISH_REASONS)})"
+    return None
+
+
 def load_traces(path) -> tuple[list[RoundTrace], dict]:
     """Reads PATH and PATH.npz; any departure from the schema, a missing NPZ or one whose
     SHA-256 differs from the JSON's, and a trace without rounds, raise OracleError."""
@@ -189,13 +225,14 @@ def load_traces(path) -> tuple[list[RoundTrace], dict]:
     if j.get("format") != FORMAT:
         raise OracleError(f"trace file {path}: format {j.get('format')!r}, expected {FORMAT!r} "
                           f"(re-record it with `python -m oracle trace record`)")
-    rounds, meta, npz_info = j.get("rounds"), j.get("meta", {}), j.get("npz")
+    rounds, meta, npz_info = j.get("rounds"), j.get("meta"), j.get("npz")
     if not isinstance(rounds, list):
         raise OracleError(f"trace file {path} has no \"rounds\" list")
     if not rounds:
         raise OracleError(f"trace file {path} has zero rounds: nothing to compare")
     if not isinstance(meta, dict):
-        raise OracleError(f"trace file {path}: \"meta\" must be an object")
+        raise OracleError(f"trace file {path}: malformed: \"meta\" must be an object (the recording's settings; "
+                          f"{{}} if none)")
     if not isinstance(npz_info, dict) or not isinstance(npz_info.get("sha256"), str):
         raise OracleError(f"trace file {path} does not record its NPZ's sha256")
     npz = npz_path(path)
@@ -215,4 +252,7 @@ def load_traces(path) -> tuple[list[RoundTrace], dict]:
             traces.append(RoundTrace.from_json(r, arrays, f"r{n}_"))
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise OracleError(f"trace file {path}: round {n} is malformed ({type(e).__name__}: {e})") from None
+        problem = request_problem(traces[-1])
+        if problem:
+            raise OracleError(f"trace file {path}: round {n} is malformed: {problem}")
     return traces, meta

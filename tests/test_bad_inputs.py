@@ -70,6 +70,27 @@ class Files:
         Path(str(p) + ".npz").write_bytes(data)
         return str(p)
 
+    def module(self, name: str, source: str) -> str:
+        """A plug-in module NAME.py in the temp folder (on sys.path during the test)."""
+        (self.root / f"{name}.py").write_text(source)
+        return name
+
+    def shards(self, name: str) -> str:
+        """The tiny checkpoint in two shards that both hold model.norm.weight, with different values."""
+        from safetensors.numpy import load_file, save_file
+        def edit(folder):
+            w = load_file(str(folder / "model.safetensors"))
+            (folder / "model.safetensors").unlink()
+            names = sorted(w)
+            a, b = names[::2], names[1::2]
+            norm = "model.norm.weight"
+            save_file({n: w[n] for n in set(a) | {norm}}, str(folder / "model-00001-of-00002.safetensors"))
+            save_file({n: w[n] for n in set(b) - {norm}} | {norm: w[norm] + 1}, str(folder / "model-00002-of-00002.safetensors"))
+            wmap = {n: "model-00001-of-00002.safetensors" for n in a} | {n: "model-00002-of-00002.safetensors" for n in b}
+            wmap[norm] = "model-00001-of-00002.safetensors"
+            (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wmap}))
+        return self.ckpt(name, edit)
+
     def trace_without_npz(self, name: str) -> str:
         p = self.trace(name)
         Path(p + ".npz").unlink()
@@ -99,7 +120,21 @@ def _npz_rows(j):          # the JSON claims one more KV write than the NPZ hold
     j["rounds"][0]["kv_writes"].append(j["rounds"][0]["kv_writes"][0])
 
 
+def _round0(**fields):
+    """Edit of a trace: set per-request fields of round 0 (lists of [rid, value])."""
+    def edit(j):
+        j["rounds"][0].update(fields)
+    return edit
+
+
+def _committed_not_prefix(j):
+    r = j["rounds"][0]
+    rid, emitted = r["emitted"][0]
+    r["committed"] = [[rid, [t + 1 for t in emitted]]]
+
+
 CHECK = ["check", "--rounds", "1", "--counts", "2,1"]
+ALL_TOKENS = ",".join(map(str, range(64)))
 
 CATALOGUE = [
     # ---- option values of check / trace record ----
@@ -127,6 +162,13 @@ CATALOGUE = [
     ("values", "preset unknown", lambda f: ["check", "--preset", "huge"]),
     ("values", "case unknown", lambda f: ["check", "--case", "nope"]),
     ("values", "case with counts", lambda f: ["check", "--case", "ragged (5,3,1) d=2 D=4", "--counts", "2"]),
+    ("values", "-d with --depths", lambda f: ["check", "--counts", "2,1", "--depths", "1:3,2:4", "-d", "1"]),
+    ("values", "-D with --depths", lambda f: ["check", "--counts", "2,1", "--depths", "1:3,2:4", "-D", "4"]),
+    ("values", "depths negative", lambda f: ["check", "--counts", "2,1", "--depths", "-1:4,2:4"]),
+    ("values", "stop-tokens negative", lambda f: ["check", "--stop-tokens", "-3"]),
+    ("values", "banned-tokens negative", lambda f: ["check", "--banned-tokens", "-3,2"]),
+    ("values", "banned-tokens mask the whole vocabulary", lambda f: ["check", "--banned-tokens", ALL_TOKENS]),
+    ("values", "schedule -D with --depths", lambda f: ["schedule", "--counts", "5,3", "--depths", "1:3,2:4", "-D", "4"]),
     ("values", "record mode unknown", lambda f: ["trace", "record", "--mode", "both", "--out", f.path("t.json")]),
     ("values", "record seed -1", lambda f: ["trace", "record", "--seed", "-1", "--out", f.path("t.json")]),
     # ---- usage: commands and options ----
@@ -143,6 +185,23 @@ CATALOGUE = [
     ("usage", "carriage return in an argument", lambda f: ["check", "\r0"]),
     ("usage", "newline in a path", lambda f: ["check", "--checkpoint", "a\nb"]),
     ("usage", "checkpoint with preset", lambda f: ["check", "--checkpoint", str(f.good_ckpt), "--preset", "tiny"]),
+    ("plugin", "empty backend name", lambda f: ["check", "--backend", ""]),
+    ("plugin", "module with a syntax error",
+     lambda f: ["check", "--backend", f.module("plug_syntax", "def make_backend(:\n    pass\n") + ":make_backend"]),
+    ("plugin", "module raising at import",
+     lambda f: ["check", "--backend", f.module("plug_import", "raise RuntimeError('boom at import')\n") + ":make"]),
+    ("plugin", "factory missing", lambda f: ["check", "--backend", f.module("plug_empty", "") + ":make_backend"]),
+    ("plugin", "factory raising (before the 1.4B model is built)",
+     lambda f: ["check", "--preset", "ouro-1.4b", "--allow-large", "--counts", "1", "--rounds", "1", "--backend",
+                f.module("plug_factory", "def make():\n    raise RuntimeError('no device')\n") + ":make"]),
+    ("plugin", "--reference without --backend", lambda f: ["check", "--reference", "jax"]),
+    ("plugin", "--reference with the reference backend", lambda f: ["check", "--backend", "reference", "--reference", "jax"]),
+    ("plugin", "judge of lower precision than float32",
+     lambda f: ["check", "--backend", "torch-cpu", "--reference", "torch-cpu-bf16"]),
+    ("plugin", "timeout zero", lambda f: ["check", "--backend", "torch-cpu", "--timeout", "0"]),
+    ("plugin", "threads zero", lambda f: ["check", "--backend", "torch-cpu", "--threads", "0"]),
+    ("plugin", "record with a backend that cannot load", lambda f: ["trace", "record", "--backend", "nomodule:make",
+                                                                     "--out", f.path("t.json")]),
     ("environment", "ORACLE_BACKEND ignored by check", lambda f: (CHECK, {"ORACLE_BACKEND": "torch-cpu"})),
     ("environment", "LOOPSPEC_GEMV not 0/1", lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV": "yes"})),
     ("environment", "LOOPSPEC_COMPILE_DYNAMIC unknown",
@@ -152,6 +211,12 @@ CATALOGUE = [
      lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_MAX_ROWS": "17"})),
     ("environment", "LOOPSPEC_GEMV_CONFIG missing",
      lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_CONFIG": f.path("none.json")})),
+    ("environment", "LOOPSPEC_GEMV_CONFIG tiles not integers",
+     lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_CONFIG": f.text("gs.json", {"one_row": [64, "x", 4]})})),
+    ("environment", "LOOPSPEC_GEMV_CONFIG tiles floats",
+     lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV_CONFIG": f.text("gf.json", {"one_row": [64.0, 128, 4]})})),
+    ("environment", "LOOPSPEC_GEMV_CONFIG tile zero",
+     lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV_CONFIG": f.text("gz.json", {"one_row": [0, 128, 4]})})),
     ("environment", "LOOPSPEC_GEMV_CONFIG not JSON",
      lambda f: (["bench", "sweep"], {"LOOPSPEC_GEMV_CONFIG": f.text("g.json", "{")})),
     # ---- limits instead of hangs ----
@@ -198,6 +263,8 @@ CATALOGUE = [
         "ms", lambda w: w.update({"model.norm.weight": np.ones(3, np.float32)})), "--tokens", "1"]),
     ("checkpoint", "NaN tensor", lambda f: ["model", "--checkpoint", f.tensors(
         "nan", lambda w: w["model.norm.weight"].__setitem__(0, np.nan)), "--tokens", "1"]),
+    ("checkpoint", "a tensor in two shards with different values",
+     lambda f: ["model", "--checkpoint", f.shards("dup"), "--tokens", "1"]),
     # ---- model command ----
     ("model", "loops zero", lambda f: ["model", "--preset", "tiny", "--tokens", "1,2", "--loops", "0"]),
     ("model", "save onto an existing file", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", f.text("exists", "x")]),
@@ -228,11 +295,27 @@ CATALOGUE = [
     ("trace", "diff round not an object", lambda f: ["trace", "diff", str(f.good_trace), f.trace("ro.json", lambda j: j.update(rounds=[1]))]),
     ("trace", "diff NPZ rows differ from JSON", lambda f: ["trace", "diff", str(f.good_trace), f.trace("rows.json", _npz_rows)]),
     ("trace", "diff unknown tolerance", lambda f: ["trace", "diff", str(f.good_trace), str(f.good_trace), "--tolerance", "int8"]),
+    ("trace", "diff depths d = D", lambda f: ["trace", "diff", str(f.good_trace), f.trace("d33.json", _round0(depths=[[0, [3, 3]]]))]),
+    ("trace", "diff depths negative", lambda f: ["trace", "diff", str(f.good_trace), f.trace("dn.json", _round0(depths=[[0, [-1, 4]]]))]),
+    ("trace", "diff file against itself with bad depths",
+     lambda f: ["trace", "diff", *[f.trace("self.json", _round0(depths=[[0, [3, 3]]]))] * 2]),
+    ("trace", "diff an extra request", lambda f: ["trace", "diff", str(f.good_trace), f.trace("xr.json", _round0(emitted=[[0, [1]], [1, [2]], [9, [3]]]))]),
+    ("trace", "diff committed not a prefix of emitted", lambda f: ["trace", "diff", str(f.good_trace), f.trace("cp.json", _committed_not_prefix)]),
+    ("trace", "diff unknown finish reason", lambda f: ["trace", "diff", str(f.good_trace), f.trace("fr.json", _round0(finished=[[0, "exploded"]]))]),
+    ("trace", "diff no meta", lambda f: ["trace", "diff", str(f.good_trace), f.trace("nm.json", lambda j: j.pop("meta"))]),
+    ("trace", "diff recorded tolerance row unknown",
+     lambda f: ["trace", "diff", str(f.good_trace), f.trace("tr.json", lambda j: j["meta"].update(tolerance_row="int4"))]),
     ("trace", "record out is a directory", lambda f: ["trace", "record", "--rounds", "1", "--out", str(f.root)]),
     ("trace", "record out in a missing folder", lambda f: ["trace", "record", "--rounds", "1", "--out", f.path("no/dir/t.json")]),
     ("trace", "record without out", lambda f: ["trace", "record", "--rounds", "1"]),
     # ---- cost and c-tables ----
     ("cost", "k negative", lambda f: ["cost", "--k", "-1"]),
+    ("cost", "-d with --depths", lambda f: ["cost", "--counts", "5,3", "--depths", "1:3,2:4", "-d", "1"]),
+    ("cost", "--gpu with --ctable", lambda f: ["cost", "--gpu", "h200", "--ctable", f.text("g.json", {"c_ms": {"1": 1}})]),
+    ("cost", "ctable marked noisy by the bench",
+     lambda f: ["cost", "--batch", "1", "--ctable", f.text("nz.json", {"c_ms": {"1": 1, "2": 1.1, "5": 1.2}, "noisy": "spread 0.4"})]),
+    ("cost", "ctable c(M) drops by more than 25%",
+     lambda f: ["cost", "--batch", "1", "--ctable", f.text("dr.json", {"c_ms": {"1": 1, "2": 144, "5": 1.2}})]),
     ("cost", "batch zero", lambda f: ["cost", "--batch", "0"]),
     ("cost", "batch empty item", lambda f: ["cost", "--batch", "4,,8"]),
     ("cost", "counts with k", lambda f: ["cost", "--counts", "3", "--k", "2"]),
@@ -299,6 +382,7 @@ def run_main(argv, env, capsys, monkeypatch):
 
 @pytest.mark.parametrize("family,name,make", CATALOGUE, ids=[f"{f}-{n}" for f, n, _ in CATALOGUE])
 def test_invalid_input_is_refused_in_one_line(family, name, make, fixtures, tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))               # plug-in modules written by Files.module
     made = make(Files(tmp_path, *fixtures))
     argv, env = made if isinstance(made, tuple) else (made, None)
     rc, out, err = run_main(argv, env, capsys, monkeypatch)
@@ -313,7 +397,7 @@ def test_catalogue_size_and_families():
     assert len(CATALOGUE) >= 70
     assert len({(f, n) for f, n, _ in CATALOGUE}) == len(CATALOGUE)
     assert {f for f, _, _ in CATALOGUE} == {"values", "usage", "environment", "limits", "checkpoint", "model",
-                                                  "trace", "cost", "bench"}
+                                                  "trace", "cost", "bench", "plugin"}
 
 
 # ---- accepted, with a warning on stderr ----
