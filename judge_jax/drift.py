@@ -5,23 +5,30 @@ the same statistics as oracle.drift.request_stats, in JAX FP32 (Precision.HIGHES
 
 The forward `knob_forward(s, ...)` is oracle/drift_model.forward for one setting s [P] (one
 whole sequence, causal, no KV cache; the math of LoopedModel.forward_full), with the scales
-where drift_model puts them. Its outputs y(s) are every K/V write and the logits at the
-observed depths. With w the per-element weight of the observed values (oracle.drift's group
-normalisation; 0 where nothing is observed or an entry is not finite):
+where drift_model puts them. Its outputs y(s) are every K/V write and every loop's logits.
+With w the per-element weight of the observed values (oracle.drift's group normalisation
+1 / (rms * GROWTH**depth)**2; 0 where nothing is observed or an entry is not finite):
 
     b  = J^T (w * e),   bw = J^T (w * e_w),   G = J^T (w * J)
 
 One jax.linearize at s = 1 gives y(1) and the linear map ds -> J ds (jvp); its transpose
-(jax.linear_transpose) is the map dy -> J^T dy (vjp). b and bw are one transpose each; G is
-built CHUNK columns at a time: G[:, c] = J^T (w * (J E_c)), E_c a block of unit directions.
-Memory is the linearisation's residuals plus one chunk's tangents, never J itself; only b, G,
-bw and the value count come back to the host.
+(jax.linear_transpose) is the map dy -> J^T dy (vjp). G is built CHUNK columns at a time,
+G[:, c] = J^T (w * (J E_c)) with E_c a block of unit directions, and b, bw are two more rows
+of the same batches (direction 0, cotangent w * e or w * e_w). Memory is the linearisation's
+residuals plus one chunk's tangents (at ouro-1.4b, T = 64, 4 loops, CHUNK = 16: ~7 GiB of
+temporaries besides the weights), never J itself; only b, G, bw and the value count come back.
 
 Two forms keep J accurate in FP32 where the naive jvp cancels:
-* an output scale s of a projection that feeds an RMSNorm (o_proj, down_proj) is written
-  rms(s o) = o / sqrt(mean(o^2) + eps / s^2) (its effect is only through eps);
+* a scale s of a branch that is linear up to an RMSNorm (v_proj and o_proj into the attention
+  output norm, up_proj and down_proj into the MLP output norm) is applied there, as
+  rms(s o) = o / sqrt(mean(o^2) + eps / s^2) (its effect is only through eps); the V write
+  carries v_proj's scale itself;
 * the RoPE base: cos(ang0 * s^-e) = cos0 cos(dl) - sin0 sin(dl), dl = ang0 (s^-e - 1), with
   cos0, sin0 from FP64 angles on the host (an FP32 angle at a large position is off by 1e-4).
+
+The reference values c (e = got - c) are this FP32 forward's, where oracle.drift uses FP64:
+they differ by ~1e-6 relative, far below a reduced-precision backend's errors; for an FP32
+backend that is noise of the backend's own size (no bias: the verdict's spread absorbs it).
 """
 from __future__ import annotations
 
@@ -187,10 +194,12 @@ def _stats(params, tokens, rope, got, pres, rf, rounded, loops, shape, chunk):
     def rows(xs):
         Ec, sc = xs                                                  # Ec: [chunk, P]; sc: [chunk, 2]
         t = jax.vmap(f_jvp)(Ec)                                      # t: J Ec^T per output, [chunk, ...]
-        cot = jax.tree_util.tree_map(
-            lambda t, w, we, wew: t * w + sc[:, 0].reshape((-1,) + (1,) * we.ndim) * we
-            + sc[:, 1].reshape((-1,) + (1,) * wew.ndim) * wew, t, W, WE, WEW)
-        return jax.vmap(f_vjp)(cot)[0]                               # [chunk, P]
+
+        def cot(t, w, we, wew):                                      # t: [chunk, ...]; w, we, wew: [...]
+            a, c = (sc[:, i].reshape((-1,) + (1,) * w.ndim) for i in (0, 1))      # [chunk, 1, ...]
+            return jnp.where(w > 0, t * w, 0.0) + a * we + c * wew   # 0 where unobserved (J may be NaN)
+
+        return jax.vmap(f_vjp)(jax.tree_util.tree_map(cot, t, W, WE, WEW))[0]      # [chunk, P]
 
     out = jax.lax.map(rows, (E.reshape(nc, chunk, P), sel.reshape(nc, chunk, 2))).reshape(nc * chunk, P)
     G = 0.5 * (out[:P] + out[:P].T)                                  # G: [P, P]
@@ -265,4 +274,19 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
                            loops=loops, shape=shape, chunk=chunk)
         return (np.asarray(b, np.float64), np.asarray(G, np.float64), int(n), np.asarray(bw, np.float64))
 
+    def reference(tokens, loops):
+        """The FP32 forward at the reference setting (s = 1), on the host: {"k", "v": [loops, L, T,
+        nkv, hd] (K after RoPE), "logits": [loops, T, V]} (tests and scripts)."""
+        T = len(tokens)
+        Tb = -(-T // T_BUCKET) * T_BUCKET
+        tok = np.zeros(Tb, np.int32)
+        tok[:T] = np.asarray(tokens, np.int64)
+        y = call(_forward, "forward", (Tb, loops), params, jax.device_put(tok, device),
+                 jax.device_put(_rope_tables(Tb, cfg.head_dim, cfg.rope_theta), device), loops=loops, shape=shape)
+        out = {kind: np.asarray(y[kind])[:, :, :T].reshape(loops, cfg.num_layers, T, cfg.num_kv_heads, cfg.head_dim)
+               for kind in ("k", "v")}
+        out["logits"] = np.asarray(y["logits"])[:, :T]
+        return out
+
+    stats_fn.reference = reference
     return stats_fn
