@@ -2,7 +2,9 @@
 
 measure_c_table: c(M) = one recurrent call over M rows, each row on its own KV plane at
 position context_len (so it attends to context_len + 1 keys, like a loop-round wave),
-graph replay on CUDA, median over repeats with the inputs rotated between replays.
+graph replay on CUDA, median over repeats with the inputs rotated between replays; "spread"
+holds (q3 - q1) / median of the repeats per M (kernels/cli_bench.py refuses a table beyond
+its noise bound).
 rows_per_plane r > 1: M/r planes with r rows each at positions context_len-r+1..context_len
 (like a block round's verification call of T = r tokens per request).
 KV memory: layers x (max(row_counts)/r + 1) planes x (context_len+1) x nkv x hd, K and V.
@@ -15,6 +17,7 @@ import time
 
 import torch
 
+from oracle.bench_stats import quartiles
 from oracle.config import ModelConfig, preset as get_preset
 
 from .backend import DTYPES
@@ -55,7 +58,7 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
     model = PackedModel(w, kv, KernelOptions.from_env() if kernel_options is None else kernel_options)
     span = span_bucket(context_len + 1, kv_capacity)
     g = torch.Generator(device=dev).manual_seed(seed + 1)
-    table = {}
+    table, spread = {}, {}
     for M in sorted(set(row_counts)):
         rows = torch.arange(M, device=dev)
         plane = rows // rpp                                    # rpp rows on each of M/rpp planes
@@ -69,11 +72,13 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
             h.copy_(inputs[r % rotate])
             times.append(_time(graph.replay if graph is not None else step, dev))
         table[str(M)] = round(statistics.median(times[1:]), 4)
+        q1, med, q3 = quartiles(times[1:])
+        spread[str(M)] = round((q3 - q1) / med, 4) if med > 0 else 0.0
         del graph
     gemv = lambda M: model.gemv and M <= model.options.gemv_max_rows          # noqa: E731
     path = {str(M): ("gemv" if M == 1 else "gemv-small-m") if gemv(M) else "torch"   # cuBLAS (+ compiled blocks)
             for M in sorted(set(row_counts))}
-    return {"c_ms": table, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "kv_capacity": kv_capacity,
+    return {"c_ms": table, "spread": spread, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "kv_capacity": kv_capacity,
             "span": span, "dtype": dtype,
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "torch": torch.__version__, "graphs": use_graphs, "repeats": repeats, "rows_per_plane": rpp,

@@ -12,8 +12,9 @@ import json
 from oracle import limits
 from oracle.argtypes import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
 from oracle.bench_stats import paired_summary
+from oracle.environment import set_torch_threads
 from oracle.errors import OracleError
-from oracle.progress import add_quiet_option, progress
+from oracle.progress import add_quiet_option, progress, warn
 from oracle.sampling import SamplingParams
 from oracle.schedule import plan, validate
 
@@ -102,7 +103,6 @@ def check_bench_args(args) -> None:
             limits.refuse("--batch: concurrency C", max(args.batch), MAX_BATCH)
         limits.check_counts([args.k + 1], args.target_loops, args.allow_large)
         if args.target_loops > cfg.total_loops:
-            from oracle.progress import warn
             warn(f"-D {args.target_loops} is beyond the {cfg.total_loops} loops {args.preset} was trained with "
                  f"(total_ut_steps); the timing holds, its logits past depth {cfg.total_loops - 1} would be "
                  f"extrapolation")
@@ -117,12 +117,16 @@ def measure_ctable(bench, args, rows, repeats: int, shared: dict | None = None, 
     kv_capacity: positions per KV plane (default --context + 1)."""
     jobs = [(1, M) for M in sorted(set(rows))] + [(r, M) for r, ms in sorted((shared or {}).items()) for M in ms]
     table, out = None, {}
+    spread = {}
     for r, M in progress(jobs, "c(M)", args.quiet):
         t = bench.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=repeats,
                                   rows_per_plane=r, kv_capacity=kv_capacity)
         out.setdefault(r, {}).update(t["c_ms"])
-        path = {**(table or {}).get("path", {}), (str(M) if r == 1 else f"{M}@{M // r}"): t["path"][str(M)]}
+        key = str(M) if r == 1 else f"{M}@{M // r}"
+        spread[key] = t["spread"][str(M)]
+        path = {**(table or {}).get("path", {}), key: t["path"][str(M)]}
         table = {**t, "path": path}
+    table["spread"] = spread
     table["c_ms"] = out.pop(1, {})
     if out:
         table["c_ms_shared"] = {str(r): ms for r, ms in out.items()}
@@ -130,8 +134,25 @@ def measure_ctable(bench, args, rows, repeats: int, shared: dict | None = None, 
     return table
 
 
+# A c-table whose repeats spread beyond this, (q3 - q1) / median at any M, measured a busy
+# machine, not the kernels (144 ms medians instead of 1 ms on a loaded 2-core CPU: issue 26)
+NOISE_BOUND = 0.10
+
+
+def noise_problem(table: dict) -> str | None:
+    """'(q3-q1)/median 0.43 at M=8 > 0.10' for the widest spread beyond NOISE_BOUND, else None."""
+    spread = table.get("spread") or {}
+    if not spread:
+        return None
+    key = max(spread, key=spread.get)
+    if spread[key] <= NOISE_BOUND:
+        return None
+    return f"(q3-q1)/median {spread[key]:.2f} at M={key} > {NOISE_BOUND:.2f}, {table.get('threads')} threads"
+
+
 def cmd_ctable(args) -> int:
     bench, _ = _torch_bench()
+    threads = set_torch_threads(args)
     rows = sorted(set(args.rows or DEFAULT_ROWS))
     rpp = sorted(set(args.rows_per_plane))
     if min(rpp) < 1:
@@ -142,7 +163,14 @@ def cmd_ctable(args) -> int:
         raise OracleError(f"--rows-per-plane {empty[0]}: no row count in --rows is a multiple of it")
     if max(rpp) > args.context + 1:
         raise OracleError(f"--rows-per-plane {max(rpp)}: more rows per plane than --context + 1 positions")
-    table = measure_ctable(bench, args, rows, args.repeats, shared, args.kv_capacity)
+    table = measure_ctable(bench, args, rows, args.repeats, shared, args.kv_capacity) | threads
+    noisy = noise_problem(table)
+    if noisy and not args.force:
+        raise OracleError(f"bench c-table: the repeats spread beyond the noise bound ({noisy}): the machine "
+                          f"is busy; rerun on an idle one, or pass --force to write it marked \"noisy\" "
+                          f"(`cost` then refuses it unless --force)")
+    if noisy:
+        table["noisy"] = noisy
     text = json.dumps(table, indent=1)
     if args.out:
         write_out(args.out, text, f"c(M) for {len(rows)} row counts M={rows[0]}..{rows[-1]} on {table['device']}")
@@ -211,10 +239,11 @@ def _common(args):
 def cmd_rounds(args) -> int:
     _common(args)
     _, br = _torch_bench()
+    threads = set_torch_threads(args)
     w = br.random_weights(args.preset, _device(args))
     results = [paired(args, w, C) for C in progress(args.batch, "paired rounds per C", args.quiet)]
     if args.json:
-        print(json.dumps({"rows": results}))
+        print(json.dumps({"rows": results, **threads}))
     else:
         for r in results:
             _print_paired(r, args.allow_fallback)
@@ -227,6 +256,7 @@ def cmd_sweep(args) -> int:
     from oracle.cost import compare_rounds, ctable_from_dict
     _common(args)
     bench, br = _torch_bench()
+    threads = set_torch_threads(args)
     dev = _device(args)
     rec_rows, head_rows, shared = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
     # c(M) at the rounds' own KV capacity (at M >= 2 it moves c(M) on the H200: docs/results.md)
@@ -236,7 +266,11 @@ def cmd_sweep(args) -> int:
     ht = br.measure_head_table(w, head_rows, repeats=args.repeats_ctable)
     out = {"preset": args.preset, "K": args.k, "d": args.draft_loops, "D": args.target_loops, "context_len": args.context,
            "tokens": args.tokens, "repeats": args.repeats, "in_flight": args.in_flight, "ctable": ct, "head_table": ht,
-           "rows": []}
+           "rows": [], **threads}
+    if noise_problem(ct):
+        ct["noisy"] = noise_problem(ct)
+        warn(f"bench sweep: the c-table's repeats spread beyond the noise bound ({ct['noisy']}); its predictions "
+             f"are marked noisy")
     c, h = ctable_from_dict(ct), ctable_from_dict(ht)
     c_one = ctable_from_dict({"c_ms": ct["c_ms"]})        # the model before shared planes, for comparison
     for C in progress(args.batch, "paired rounds per C", args.quiet):
@@ -264,6 +298,9 @@ def _model_args(p) -> None:
     p.add_argument("--device", type=device_name, default="cuda", help="cpu | cuda | cuda:N")
     p.add_argument("--context", type=int_at_least(1), default=512, help="keys each row attends to (context length)")
     p.add_argument("--allow-large", action="store_true", help="lift the size limits (rows, context, tokens, batch)")
+    p.add_argument("--threads", type=int_at_least(1), default=None, metavar="N",
+                   help="torch intra-op threads (default: the free cores, usable cores - round(load average), "
+                        "or OMP_NUM_THREADS when set)")
     add_quiet_option(p)
 
 
@@ -311,6 +348,9 @@ def register(sub) -> None:
     c.add_argument("--repeats", type=int_at_least(1), default=50, help="timed replays per M")
     c.add_argument("--out", default=None, metavar="FILE",
                    help="write the c-table JSON here and print one summary line (default: print the JSON)")
+    c.add_argument("--force", action="store_true",
+                   help=f"write the table even if its repeats spread beyond the noise bound ((q3-q1)/median > "
+                        f"{NOISE_BOUND} at some M), marked \"noisy\"")
     c.set_defaults(func=cmd_ctable, preflight=check_bench_args)
     r = bsub.add_parser("rounds", help="paired block/loop round benchmark",
                         description="Paired block/loop generations per C: median paired ratio with a "

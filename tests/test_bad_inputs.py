@@ -433,3 +433,55 @@ def test_internal_error_is_one_line_with_a_saved_traceback(capsys, monkeypatch):
     saved = Path(lines[0].rsplit("traceback saved to ", 1)[1].rstrip(")"))
     assert "Traceback" in saved.read_text() and "planner exploded" in saved.read_text()
     saved.unlink()
+
+
+def test_min_p_with_only_greedy_requests_is_warned(capsys, monkeypatch):
+    rc, out, err = run_main(["check", "--temperature", "0", "--min-p", "0.1", "--rounds", "1", "--counts", "2"],
+                            None, capsys, monkeypatch)
+    assert rc == 0 and err.startswith("warning: --top-k/--top-p/--min-p have no effect with --temperature 0")
+
+
+def test_bench_rounds_D_beyond_trained_loops_is_warned(capsys, monkeypatch):
+    import kernels.cli_bench as cb
+    monkeypatch.setattr(cb, "cmd_rounds", lambda args: 0)          # the warning comes before any work
+    rc, out, err = run_main(["bench", "rounds", "--device", "cpu", "--preset", "tiny", "-D", "6"], None, capsys, monkeypatch)
+    assert rc == 0 and err.startswith("warning: -D 6 is beyond the 4 loops tiny was trained with")
+
+
+def _fake_ctable(spread):
+    def measure(preset, rows, context, **kw):
+        return {"c_ms": {str(M): 1.0 + M for M in rows}, "spread": {str(M): spread for M in rows},
+                "path": {str(M): "torch" for M in rows}, "device": "cpu"}
+    return measure
+
+
+def test_bench_ctable_beyond_the_noise_bound_is_refused_unless_forced(tmp_path, capsys, monkeypatch):
+    import kernels.bench as kb
+    out_file = tmp_path / "ct.json"
+    argv = ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "1,2", "--quiet", "--out", str(out_file)]
+    monkeypatch.setattr(kb, "measure_c_table", _fake_ctable(0.4))
+    rc, out, err = run_main(argv, None, capsys, monkeypatch)
+    assert rc == 2 and err.startswith("error: bench c-table: the repeats spread beyond the noise bound")
+    assert len(err.strip().splitlines()) == 1 and not out_file.exists()
+    rc, out, err = run_main(argv + ["--force"], None, capsys, monkeypatch)
+    table = json.loads(out_file.read_text())
+    assert rc == 0 and table["noisy"].startswith("(q3-q1)/median 0.40 at M=1")
+    assert table["threads"] >= 1 and table["threads_from"] in ("option", "free cores", "OMP_NUM_THREADS")
+    rc, _, err = run_main(["cost", "--ctable", str(out_file), "--k", "0", "--batch", "1"], None, capsys, monkeypatch)
+    assert rc == 2 and "marked it noisy" in err
+    monkeypatch.setattr(kb, "measure_c_table", _fake_ctable(0.05))
+    rc, out, err = run_main(argv + ["--threads", "1"], None, capsys, monkeypatch)
+    table = json.loads(out_file.read_text())
+    assert rc == 0 and "noisy" not in table and (table["threads"], table["threads_from"]) == (1, "option")
+
+
+def test_threads_come_from_the_option_or_the_free_cores(monkeypatch):
+    from oracle import environment
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert environment.choose_threads(3) == (3, "option")
+    monkeypatch.setattr(environment.os, "getloadavg", lambda: (1.4, 0.0, 0.0))
+    monkeypatch.setattr(environment.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert environment.choose_threads(None) == (1, "free cores")          # 2 cores, load 1.4
+    monkeypatch.setattr(environment.os, "getloadavg", lambda: (5.0, 0.0, 0.0))
+    assert environment.free_cores() == 1                                  # never below one
+    assert environment.choose_threads(None, {"OMP_NUM_THREADS": "2"}) == (2, "OMP_NUM_THREADS")
