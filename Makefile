@@ -27,11 +27,14 @@ test-serial:
 check:
 	$(PY) -m oracle check
 
+# Both GPU targets stop first, with one line "no CUDA device: ...", where torch sees no GPU.
 gpu-parity:
+	@$(PY) scripts/require_cuda.py
 	ORACLE_BACKEND=$${ORACLE_BACKEND:-torch-cuda} $(PY) -m pytest -q -m gpu gpu_tests
 
 # The BF16 rounds at the ouro-1.4b shape judged by the JAX FP32 judge on the GPU.
 gpu-parity-full:
+	@$(PY) scripts/require_cuda.py
 	$(PY) scripts/gpu_parity_full.py --preset ouro-1.4b --backend torch-cuda --time-judge
 
 bench:

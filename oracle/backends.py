@@ -77,6 +77,8 @@ def _from_factory(spec: str, target: str):
         raise OracleError(f"backend {spec!r}: {target} is not callable (a factory returning a backend)")
     try:
         bk = factory()
+    except OracleError:                            # the factory's own one-line reason (no CUDA device, ...)
+        raise
     except Exception as e:                         # noqa: BLE001 -- a plug-in's failure is input
         raise OracleError(f"backend {spec!r}: {target}() raised {type(e).__name__}: {e}") from None
     missing = [a for a in REQUIRED if not hasattr(bk, a)]

@@ -2,6 +2,7 @@
 BF16, context 256), device time per kernel name and per call, against the graph-replay
 time of the same call. One device call.
     PYTHONPATH=. python scripts/gpu_c1_profile.py [M]"""
+import argparse
 import json
 import os
 import sys
@@ -16,7 +17,11 @@ from kernels.options import KernelOptions
 from kernels.weights import TorchWeights
 from oracle.config import preset
 
-M = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("M", type=int, nargs="?", default=1, help="rows of the profiled call (default: 1)")
+ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for cM_profile.json (default: $OUT or .)")
+ARGS = ap.parse_args()
+M = ARGS.M
 cfg, dev, ctx, n = preset("ouro-1.4b"), torch.device("cuda"), 256, 10
 w = TorchWeights.random(cfg, dev, torch.bfloat16, 0)
 kv = KVPlanes(cfg, 1, M, ctx + 1, dev, torch.bfloat16)
@@ -42,4 +47,4 @@ out = {"M": M, "kernels_per_call": kernels, "kernel_time_ms_per_call": dev_ms, "
 print(f"M={M}: {kernels:.0f} kernels/call, summed kernel time {dev_ms:.3f} ms, graph replay {graph_ms:.3f} ms")
 for k, t, c in rows_[:20]:
     print(f"  {t:7.3f} ms  x{c:5.0f}  {k[:100]}")
-json.dump(out, open(os.path.join(os.environ.get("OUT", "."), f"c{M}_profile.json"), "w"), indent=1)
+json.dump(out, open(os.path.join(ARGS.out, f"c{M}_profile.json"), "w"), indent=1)

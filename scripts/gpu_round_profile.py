@@ -1,6 +1,7 @@
 """Where a round's time goes beyond sum c(M) + heads: torch.profiler over a few rounds of
 each arm at one concurrency (ouro-1.4b shape, graphs on), CUDA time per round by kernel.
     PYTHONPATH=. python scripts/gpu_round_profile.py [C]"""
+import argparse
 import json
 import os
 import sys
@@ -11,7 +12,11 @@ from torch.profiler import ProfilerActivity, profile
 from kernels.bench_rounds import make_session, random_weights
 from oracle.sampling import SamplingParams
 
-C = int(sys.argv[1]) if len(sys.argv) > 1 else 128
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("C", type=int, nargs="?", default=128, help="concurrency (default: 128)")
+ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for round_profile_C.json (default: $OUT or .)")
+ARGS = ap.parse_args()
+C = ARGS.C
 K, d, D, ctx, n = 4, 2, 4, 256, 4
 DEV, PRESET = os.environ.get("DEV", "cuda"), os.environ.get("PRESET", "ouro-1.4b")
 w = random_weights(PRESET, DEV)
@@ -40,4 +45,4 @@ for mode in ("block", "loop"):
         print(f"  {t:8.3f} ms  x{c:6.1f}  {k[:90]}")
     del s
     torch.cuda.empty_cache() if DEV == "cuda" else None
-json.dump(out, open(os.path.join(os.environ.get("OUT", "."), f"round_profile_C{C}.json"), "w"), indent=1)
+json.dump(out, open(os.path.join(ARGS.out, f"round_profile_C{C}.json"), "w"), indent=1)

@@ -8,6 +8,7 @@
      for M = 2..320; the weight-streaming floor.
 Results in $OUT/small_m.json; best tiles in $OUT/small_m_tiles.json (a LOOPSPEC_GEMV_CONFIG file).
     PYTHONPATH=. python scripts/gpu_small_m.py [--quick]"""
+import argparse
 import json
 import os
 import sys
@@ -23,8 +24,11 @@ from kernels.weights import TorchWeights
 from oracle.config import preset
 from oracle.model import weight_shapes
 
-OUT = os.environ.get("OUT", ".")
-QUICK = "--quick" in sys.argv
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("--quick", action="store_true", help="fewer tiles and repeats")
+ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for small_m*.json (default: $OUT or .)")
+ARGS = ap.parse_args()
+OUT, QUICK = ARGS.out, ARGS.quick
 DEV, CFG = torch.device("cuda"), preset("ouro-1.4b")
 H, I, NH, NKV, HD, EPS = (CFG.hidden_size, CFG.intermediate_size, CFG.num_heads, CFG.num_kv_heads,
                           CFG.head_dim, CFG.rms_norm_eps)
