@@ -18,14 +18,15 @@ from kernels.kvplanes import KVPlanes
 from kernels.weights import TorchWeights
 from oracle.config import preset
 
-ap = argparse.ArgumentParser()
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--rows", default="1,16")
 ap.add_argument("--tiles", default=None, help="a LOOPSPEC_GEMV_CONFIG file")
 ap.add_argument("--old", default=None)
 ap.add_argument("--sweep", action="store_true", help="also sweep tiles (with and without peel) at M = 1 and 16, "
                 "and the attention's keys per program")
+ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for kernel_profile.json (default: $OUT or .)")
 args = ap.parse_args()
-OUT = os.environ.get("OUT", ".")
+OUT = args.out
 DEV, CFG = torch.device("cuda"), preset("ouro-1.4b")
 H, I, NH, NKV, HD, EPS = (CFG.hidden_size, CFG.intermediate_size, CFG.num_heads, CFG.num_kv_heads,
                           CFG.head_dim, CFG.rms_norm_eps)
