@@ -15,6 +15,7 @@ from .cases import check_cases, default_cases, judge_cases
 from .environment import set_torch_threads
 from .errors import OracleError
 from .model import build_model
+from .progress import warn
 from .round_args import add_round_options, custom_case, model_flags
 
 DEFAULT_TIMEOUT = 300.0          # seconds a backend call may take (`--timeout`)
@@ -60,6 +61,8 @@ def run(args) -> int:
     t0 = time.perf_counter()
     if args.list_cases:
         return list_cases()
+    if args.threads is not None and args.backend in (None, "reference"):
+        warn("--threads has no effect without --backend: the reference check runs on NumPy, not torch")
     backend, judge = load_backends(args) if (args.backend, args.reference) != (None, None) else (None, None)
     model = build_model(args.preset, args.seed, args.checkpoint)
     custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len",

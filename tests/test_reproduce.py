@@ -107,3 +107,19 @@ def test_reproduce_line_names_the_checkpoint_and_seed(checkpoint):
     words = shlex.split(case.reproduce)
     assert words[words.index("--checkpoint") + 1] == checkpoint and "--preset" not in words
     assert words[words.index("--seed") + 1] == "3" and words[words.index("--prompt-len") + 1] == "4"
+
+
+def test_a_backend_recording_reproduces_with_its_backend(tmp_path, capsys, monkeypatch):
+    """`trace record --backend SPEC`: the reproduce line names the backend and writes the same
+    trace, which `trace diff` judges by the recorded tolerance row."""
+    import json
+    monkeypatch.delenv("ORACLE_BACKEND", raising=False)
+    first, second = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    spec = "examples.plugin_backend:make_backend"
+    assert quiet_main(["trace", "record", "--counts", "3,1", "--rounds", "2", "--backend", spec, "--out", first],
+                      capsys) == 0
+    meta = json.loads(open(first).read())["meta"]
+    words = shlex.split(meta["reproduce"])
+    assert words[words.index("--backend") + 1] == spec and meta["tolerance_row"] == "float32"
+    assert quiet_main(words[3:-1] + [second], capsys) == 0
+    assert quiet_main(["trace", "diff", first, second, "--tolerance", "exact"], capsys) == 0
