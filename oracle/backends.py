@@ -67,8 +67,8 @@ def _from_factory(spec: str, target: str):
         factory = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise OracleError(f"backend {spec!r}: cannot load {attr} from {mod_name} ({e})") from None
-    except Exception as e:                         # noqa: BLE001 -- a plug-in's module that fails to import
-        if spec in NAMED:                          # the project's own backends: a bug (exit 3)
+    except (Exception, SystemExit) as e:           # noqa: BLE001 -- a plug-in's module that fails to import
+        if spec in NAMED and not isinstance(e, SystemExit):    # the project's own backends: a bug (exit 3)
             raise
         where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
         raise OracleError(f"backend {spec!r}: importing {mod_name} raised {type(e).__name__}: "
@@ -79,7 +79,7 @@ def _from_factory(spec: str, target: str):
         bk = factory()
     except OracleError:                            # the factory's own one-line reason (no CUDA device, ...)
         raise
-    except Exception as e:                         # noqa: BLE001 -- a plug-in's failure is input
+    except (Exception, SystemExit) as e:           # noqa: BLE001 -- a plug-in's failure is input
         raise OracleError(f"backend {spec!r}: {target}() raised {type(e).__name__}: {e}") from None
     missing = [a for a in REQUIRED if not hasattr(bk, a)]
     if missing:
