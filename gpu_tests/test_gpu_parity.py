@@ -234,3 +234,20 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
     other = run(bk, m, c, "loop", graphs="off", kernel_options=dataclasses.replace(bk.kernel_options, gemv=False))
     assert not calls
     judged(other, got)
+
+
+@pytest.mark.parametrize("fault", [None, "attn_scale", "rope_theta", "input_norm"])
+def test_drift_verdict_on_the_cuda_kernels(fault):
+    """The drift verdict (oracle/drift.py) on the BF16 CUDA kernels at the tiny preset: the
+    correct kernels pass, each kernel fault of meta_tests/faulty_kernels.py fails naming its
+    parameter (docs/DESIGN.md, "The drift verdict")."""
+    from meta_tests import faulty_kernels
+    from oracle.drift import drift_check
+    bk = backend() if fault is None else getattr(faulty_kernels, f"make_{fault}_cuda")()
+    rep = drift_check(bk, model("tiny"))
+    SUMMARY.setdefault("drift", {})[fault or "none"] = rep.failure.split(":")[0] if fault else \
+        f"max |z| {max(abs(e.t) for e in rep.estimates):.2f} < {rep.threshold:.2f}"
+    if fault is None:
+        assert rep.ok, rep.failure
+    else:
+        assert not rep.ok and faulty_kernels.NAMES[fault] in rep.failure.split(" 1.0")[0], rep.failure

@@ -157,6 +157,11 @@ class JaxBackend:
             jm = self._models[model] = JaxLoopedModel.from_reference(model, mesh=self.mesh)
         return jm
 
+    def drift_stats_fn(self, model, dtype: str):
+        """The drift verdict's sensitivities by jax.linearize on this device (judge_jax/drift.py)."""
+        from .drift import make_stats_fn
+        return make_stats_fn(model, dtype)
+
     def session(self, model, d, D, mode, policy="sequential", **options) -> JaxSession:
         if policy not in self.policies:
             raise OracleError(f"backend {self.name} does not support RNG policy {policy!r}")

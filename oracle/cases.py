@@ -19,6 +19,7 @@ from .backends import ReferenceBackend
 from .cache_free import cache_free_check
 from .compare import Check, Report, compare_runs
 from .errors import OracleError
+from .noise import twin_bounds
 from .sampling import SamplingParams
 from .schedule import schedule_violation
 
@@ -196,7 +197,9 @@ def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", ju
     got = run(bk, model, sc, mode, **options)
     ref = reference_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge,
                         **options)
-    return compare_runs(ref.traces, got.traces, "exact" if bk.exact else bk.dtype, reproduce, case), got
+    dtype = "exact" if bk.exact else bk.dtype
+    bounds = twin_bounds(model, ref.traces, dtype) if judge is None else None
+    return compare_runs(ref.traces, got.traces, dtype, reproduce, case, bounds=bounds), got
 
 
 def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: bool = False, judge=None) -> list:
@@ -216,8 +219,12 @@ def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: boo
         out.append((label, rep))
     if len(runs) == 2:
         label = f"{case} [block vs loop]" if case else "block vs loop"
-        out.append((label, compare_runs(runs["block"].traces, runs["loop"].traces,
-                                        "exact" if bk.exact else bk.dtype, reproduce, label)))
+        dtype = "exact" if bk.exact else bk.dtype
+        bounds = twin_bounds(model, runs["block"].traces, dtype) if judge is None else None
+        if bounds is not None:
+            bounds.scale = 2 ** 0.5                       # both sides carry the precision's noise
+        out.append((label, compare_runs(runs["block"].traces, runs["loop"].traces, dtype, reproduce, label,
+                                        bounds=bounds)))
     return out
 
 

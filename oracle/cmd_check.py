@@ -6,12 +6,14 @@ reference, or the --reference backend, by the backend's tolerance row (`judge_ca
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import time
 
 from .argtypes import int_at_least, positive_seconds
 from .backends import GuardedBackend, JudgeFailed, import_prefix, load_backend
-from .cases import check_cases, default_cases, judge_cases
+from .cases import check_cases, command, default_cases, judge_cases
+from .drift import drift_lines, judge_drift
 from .environment import set_torch_threads
 from .errors import OracleError
 from .model import build_model
@@ -109,6 +111,9 @@ def check_backend(args, model, cases, t0, backend, judge) -> int:
     except JudgeFailed as e:
         raise OracleError(f"the reference --reference {args.reference} failed: {e}") from None
     nothing_compared(out)
+    if args.drift:
+        fault = f"LOOPSPEC_FAULT={shlex.quote(os.environ['LOOPSPEC_FAULT'])} " if os.environ.get("LOOPSPEC_FAULT") else ""
+        judge_drift(guarded, model, out, fault + prefix + command(["check", *model_flags(args)]) + suffix, judge)
     skipped = out["skipped"]
     out["seconds"] = round(time.perf_counter() - t0, 2)
     if args.json:
@@ -134,6 +139,8 @@ def check_backend(args, model, cases, t0, backend, judge) -> int:
           f"logits {out['max_rel_err']['logits']:.3g}; {n_exc} excused near-tie divergences; "
           f"every decision explained by the backend's own logits: "
           f"{'yes' if not any(not c['ok'] and c['name'].endswith(': decisions') for c in out['checks']) else 'NO'}")
+    for line in drift_lines(out["drift"]) if "drift" in out else []:
+        print(line)
     print(f"  {'OK' if out['ok'] else 'FAILED'} in {out['seconds']} s")
     return 0 if out["ok"] else 1
 
@@ -156,5 +163,7 @@ def register(sub) -> None:
                    help="torch intra-op threads when a backend loads torch (default: the free cores, "
                         "usable cores - round(load average), or OMP_NUM_THREADS when set)")
     p.add_argument("--list-cases", action="store_true", help="print the built-in cases' names and exit")
+    p.add_argument("--no-drift", dest="drift", action="store_false", help="with --backend: skip the drift verdict "
+                   "(the fit of parameter drifts over probe requests; docs/DESIGN.md, 'The drift verdict')")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -34,6 +34,7 @@ class Divergence(NamedTuple):
     margin: float     # how close the reference's decision was to its threshold
     kind: str         # "draft" | "accept" | "final"
     offset: int       # the offset whose decision differs
+    parts: tuple = ()  # the margins whose smallest is `margin`: the decision's own, then each filter's
 
 
 def params_of(tr, rid) -> SamplingParams:
@@ -161,10 +162,10 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
         x, y = a.drafts[rid][n], b.drafts[rid][n]
         if x != y:
             lg = a.draft_logits[(rid, n)]
-            m = greedy_margin(mask_logits(lg, params), x, y) if params.greedy else \
-                min(temper(params) * draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n)),
-                    filter_margin(lg, params))
-            return Divergence(n + 1, f"draft token of offset {n + 1}: {x} vs {y}", m, "draft", n)
+            parts = (greedy_margin(mask_logits(lg, params), x, y),) if params.greedy else \
+                (temper(params) * draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n)),
+                 filter_margin(lg, params))
+            return Divergence(n + 1, f"draft token of offset {n + 1}: {x} vs {y}", min(parts), "draft", n, parts)
     ar, br = a.accepted[rid], b.accepted[rid]
     if ar != br:
         o = min(ar, br)
@@ -172,27 +173,28 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
         x = token_index(x, len(lg))
         if params.greedy:
             p = _softmax(mask_logits(lg, params))
-            m = float(abs(p[x] - np.delete(p, x).max()) / p.max())
+            parts = (float(abs(p[x] - np.delete(p, x).max()) / p.max()),)
         else:
             dl = a.draft_logits[(rid, o)]
             p, q = filtered_probs(lg, params), filtered_probs(dl, params)
-            m = min(temper(params) * float(abs(_u(a, rid, "accept", o) * q[x] - p[x])), filter_margin(lg, params),
-                    filter_margin(dl, params))
-        return Divergence(T, f"acceptance of the draft at offset {o}: accepted {ar} vs {br}", m, "accept", o)
+            parts = (temper(params) * float(abs(_u(a, rid, "accept", o) * q[x] - p[x])), filter_margin(lg, params),
+                     filter_margin(dl, params))
+        return Divergence(T, f"acceptance of the draft at offset {o}: accepted {ar} vs {br}", min(parts), "accept", o,
+                          parts)
     x, y = a.emitted[rid][-1], b.emitted[rid][-1]
     if x != y:
         lg = a.verify_logits[(rid, ar)]
         if params.greedy:
-            m = greedy_margin(mask_logits(lg, params), x, y)
+            parts = (greedy_margin(mask_logits(lg, params), x, y),)
         elif ar < K:
             dl = a.draft_logits[(rid, ar)]
             dist = residual(filtered_probs(lg, params), filtered_probs(dl, params))
-            m = min(temper(params) * draw_margin(dist, y, _u(a, rid, "residual", ar)), filter_margin(lg, params),
-                    filter_margin(dl, params))
+            parts = (temper(params) * draw_margin(dist, y, _u(a, rid, "residual", ar)), filter_margin(lg, params),
+                     filter_margin(dl, params))
         else:
-            m = min(temper(params) * draw_margin(filtered_probs(lg, params), y, _u(a, rid, "bonus", K)),
-                    filter_margin(lg, params))
-        return Divergence(T, f"final token (offset {ar}): {x} vs {y}", m, "final", ar)
+            parts = (temper(params) * draw_margin(filtered_probs(lg, params), y, _u(a, rid, "bonus", K)),
+                     filter_margin(lg, params))
+        return Divergence(T, f"final token (offset {ar}): {x} vs {y}", min(parts), "final", ar, parts)
     return None
 
 

@@ -33,6 +33,11 @@ ALIAS = 1e-6                   # directions with |cos| > 1 - ALIAS are one direc
 # against d - s * d_w, s in [0, 1] (d_w: what rounding the weights to the dtype alone gives); |z|
 # is the smallest over s.
 WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
+# Rounding noise also drifts a little by itself, at second order (normalising a noisy vector
+# shrinks it by ~ sigma**2 / 2): on random property-suite models the correct torch-cpu-bf16
+# backend showed drifts up to 0.0012 beyond the weights' share (docs/results.md, "The drift
+# verdict"). The test is therefore of |drift| <= DRIFT_FLOOR, not of drift = 0: z = (|d| - floor) / se.
+DRIFT_FLOOR = 0.002
 
 LABEL = {
     "attn_scale": "attention logit scale (= q_proj output scale)", "k_proj": "k_proj output scale",
@@ -72,6 +77,26 @@ def observations(runs) -> dict:
                         if q == rid and start + o <= last:
                             obs[(kind, start + o, j)] = lg
     return out
+
+
+def merged_observations(runs) -> dict:
+    """rid -> [(tokens, loops, obs)]: a request's runs that committed the same tokens are one set,
+    each value the mean of the runs' (their rounding errors average; one sensitivity pass serves
+    both), and a run that committed other tokens is a set of its own."""
+    out: dict = {}
+    for r in runs:
+        for (_, rid), (tokens, loops, obs) in observations([r]).items():
+            if not obs:
+                continue
+            sets = out.setdefault(rid, [])
+            same = next((s for s in sets if s[0] == list(tokens) and s[1] == loops), None)
+            if same is None:
+                sets.append((list(tokens), loops, {k: [v] for k, v in obs.items()}))
+            else:
+                for k, v in obs.items():
+                    same[2].setdefault(k, []).append(v)
+    return {rid: [(t, lo, {k: np.mean(np.stack(v), axis=0) for k, v in obs.items()}) for t, lo, obs in sets]
+            for rid, sets in out.items()}
 
 
 def _ref_value(fw, key):
@@ -203,7 +228,7 @@ def verdict(stats: list, num_layers: int, reproduce: str = "") -> DriftReport:
         a = np.einsum("p,rpq,q->r", c, Gs, c)
         keep = a > 0
         x, xw = (bs[keep] @ c) / a[keep], (bws[keep] @ c) / a[keep]
-        mean, se, t, s = min((drift_stats.one_sample_t(x - s * xw) + (s,) for s in WEIGHT_SHARES),
+        mean, se, t, s = min((drift_stats.beyond_floor(x - s * xw, DRIFT_FLOOR) + (s,) for s in WEIGHT_SHARES),
                              key=lambda r: abs(r[2]))
         est.append(Estimate(" = ".join(names), mean + s * float(np.mean(xw)), se, t,
                             float((bs.sum(0) @ c) ** 2 / pw), float(np.mean(xw))))
@@ -233,8 +258,8 @@ def probe_case(vocab: int, total_loops: int, n: int = PROBE_REQUESTS, seed: int 
 def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "",
                 stats_fn=None) -> DriftReport:
     """Runs the probe through the backend in both modes and fits the drifts. stats_fn(tokens,
-    loops, obs) -> (b, G, values): the sensitivities (default: finite differences of the NumPy
-    model; the JAX judge passes its jvp)."""
+    loops, obs) -> (b, G, values, bw): the sensitivities (default: finite differences of the NumPy
+    model, request_stats; the JAX judge passes its jvp, judge_jax/drift.py)."""
     t0 = time.perf_counter()
     case = probe_case(model.cfg.vocab_size, model.cfg.total_loops, n, seed)
     policy = case.policy if case.policy in backend.policies else backend.policies[0]
@@ -243,11 +268,10 @@ def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, repr
     dtype = "float32" if backend.exact else backend.dtype
     stats_fn = stats_fn or (lambda tokens, loops, obs: request_stats(model, tokens, loops, obs, dtype))
     per: dict = {}
-    for mode, r in runs.items():
-        for (_, rid), (tokens, loops, obs) in observations([r]).items():
-            if obs:
-                new = stats_fn(tokens, loops, obs)
-                per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
+    for rid, sets in merged_observations(runs.values()).items():
+        for tokens, loops, obs in sets:
+            new = stats_fn(tokens, loops, obs)
+            per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
     rep = verdict(list(per.values()), model.cfg.num_layers, reproduce)
     rep.seconds = time.perf_counter() - t0
     return rep
@@ -258,7 +282,7 @@ def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, repr
 def judge_drift(backend, model, out: dict, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS) -> None:
     """The drift verdict of an inexact backend, added to a judge_cases summary: out["drift"] and a
     failed "drift" check naming the parameter. With a JAX judge the sensitivities are its jvp."""
-    if backend.exact:
+    if backend.exact or not backend.policies:        # exact: bit for bit already; no policy: nothing ran
         return
     stats_fn = None
     maker = getattr(judge, "drift_stats_fn", None)

@@ -86,11 +86,11 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
     rng, sigma = noise if noise is not None else (None, 0.0)
 
     def rn(x):                                         # a stored intermediate, rounded (twin) or not
-        return x if rng is None else x * (1.0 + sigma * rng.standard_normal(x.shape))
+        return x if rng is None else x * (1.0 + sigma * rng.standard_normal(x.shape, dtype=np.float32))
 
     w = _f64(model)
     if rng is not None:
-        w = {k: v * (1.0 + sigma * rng.standard_normal((B,) + v.shape)) for k, v in w.items()}
+        w = {k: v * (1.0 + sigma * rng.standard_normal((B,) + v.shape, dtype=np.float32)) for k, v in w.items()}
     W = (lambda name: w[name]) if rng is None else (lambda name: w[name][:, None])   # [B, 1, ...] per setting
 
     def mm(x, name):                                   # x: [B, T, in] @ W.T -> [B, T, out]

@@ -72,6 +72,15 @@ def one_sample_t(x) -> tuple[float, float, float]:
     return mean, se, (mean / se if se > 0 else (0.0 if mean == 0 else math.copysign(float("inf"), mean)))
 
 
+def beyond_floor(x, floor: float) -> tuple[float, float, float]:
+    """(mean, standard error, t) where t tests |mean| <= floor: (|mean| - floor) / se, signed as
+    the mean, 0 inside the floor (the least favourable point of the null is |mean| = floor)."""
+    mean, se, _ = one_sample_t(x)
+    excess = max(0.0, abs(mean) - floor)
+    t = 0.0 if excess == 0 else math.copysign(excess / se if se > 0 else float("inf"), mean)
+    return mean, se, t
+
+
 def threshold(n_tests: int, n_samples: int, family_alpha: float = FAMILY_ALPHA) -> float:
     """The |t| beyond which a drift is called: Bonferroni over n_tests parameters."""
     return t_critical(family_alpha / max(1, n_tests), n_samples - 1)

@@ -35,6 +35,7 @@ from oracle.backends import ReferenceBackend, load_backend
 from oracle import cases
 from oracle.cases import Run, replay_lists  # noqa: F401  (the one runner; tests use these names)
 from oracle.compare import compare_runs
+from oracle.noise import twin_bounds
 from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
 
@@ -132,10 +133,14 @@ def reference_run(sc: Scenario, mode: str, replay_from: Run | None = None) -> Ru
     return cases.reference_run(build_model(sc.cfg, sc.weight_seed), sc, mode, replay_from)
 
 
-def assert_runs_match(ref: Run, other: Run, dtype: str, nodeid: str = "") -> None:
+def assert_runs_match(ref: Run, other: Run, dtype: str, nodeid: str = "", model=None, both_noisy: bool = False) -> None:
     """The one judge (oracle.compare.compare_runs) over the round traces; exact backends also
-    compare committed tokens."""
-    rep = compare_runs(ref.traces, other.traces, dtype)
+    compare committed tokens. model: the reference model, for the noise twin's bounds of a
+    reduced-precision dtype (oracle/noise.py); both_noisy: ref is a backend run too."""
+    bounds = None if model is None else twin_bounds(model, ref.traces, dtype)
+    if bounds is not None and both_noisy:
+        bounds.scale = 2 ** 0.5
+    rep = compare_runs(ref.traces, other.traces, dtype, bounds=bounds)
     what = f"{other.label()} vs {ref.label()}"
     if not rep.ok:
         bad = [c for c in rep.checks if not c.ok]
@@ -160,14 +165,15 @@ def check_equivalence(sc: Scenario, bk=None, reports: list | None = None) -> dic
     bk = bk or backend()
     sc = supported(sc, bk)
     dt = dtype_of(bk)
+    model = build_model(sc.cfg, sc.weight_seed)
     runs = {mode: run(bk, sc, mode) for mode in MODES}
     if not is_reference(bk):
         for mode in MODES:
             ref = reference_run(sc, mode, replay_from=None if host_rng(bk) else runs[mode])
-            rep = assert_runs_match(ref, runs[mode], dt)
+            rep = assert_runs_match(ref, runs[mode], dt, model=model)
             if reports is not None:
                 reports.append(rep)
-    rep = assert_runs_match(runs["block"], runs["loop"], dt)
+    rep = assert_runs_match(runs["block"], runs["loop"], dt, model=model, both_noisy=not is_reference(bk))
     if reports is not None:
         reports.append(rep)
     return runs

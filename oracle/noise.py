@@ -1,0 +1,141 @@
+"""The calibrated noise bound of reduced precision (docs/DESIGN.md, "The noise twin").
+
+What may a correct implementation of a precision differ by, on these very inputs? The twin
+answers it by simulation: drift_model.forward with every weight and every stored intermediate
+multiplied by (1 + SIGMA[dtype] * N(0, 1)), SAMPLES times per round and request, over the
+round's own context (the request's committed tokens plus the round's drafts). The spread of a
+value over the samples is its noise scale s_v: it is large exactly where the model amplifies
+rounding (a sandwich norm after an attention output that nearly cancels), small elsewhere.
+
+    a KV write or logits vector v fails if  ||got - ref|| > K_VALUE * s_v          (s_v: RMS over samples of ||twin - center||)
+    a token divergence is excused only if  some part of its margin <= K_MARGIN * s_m  (s_m: RMS of that part's change on the twin's logits)
+
+`twin_bounds(model, ref_traces, dtype)` returns the `Bounds` compare_runs takes (bounds=); with
+no bounds compare_runs uses the fixed row of TOLERANCES.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import drift_model
+from .compare import depths_of
+
+# Relative noise per rounding: bfloat16 keeps 8 significant bits, so a rounding's relative
+# error is uniform within +-2**-8 / m for a mantissa m in [1, 2): RMS 2**-8 / sqrt(3) * 0.72.
+SIGMA = {"bfloat16": 2.0 ** -8 / 3 ** 0.5 * 0.72, "float16": 2.0 ** -11 / 3 ** 0.5 * 0.72}
+SAMPLES = 8
+# K_VALUE, K_MARGIN: over 2000 random property-suite models judged with the correct
+# torch-cpu-bf16 backend, the largest ratio of a value's error to its noise scale was 7.6 (99.9%
+# of runs: below 4.8); docs/results.md, "The noise twin" (scripts/bf16_false_alarm_rate.py).
+K_VALUE = 10.0         # a value may differ by up to this many noise scales
+K_MARGIN = 10.0        # a divergence is excused within this many noise scales of flipping
+SEED = 20261201
+
+
+@dataclasses.dataclass(slots=True)
+class Bounds:
+    """Noise scales of one reference run, keyed like its traces: kv[(round, rid, pos, depth,
+    layer)] = s (k and v together), logits[(round, kind, rid, o)] = (s, twin logits [S, V])."""
+    kv: dict
+    logits: dict
+    scale: float = 1.0     # sqrt(2) when both sides are noisy (a backend's block vs loop runs)
+
+    def kv_allowed(self, rnd, key, ref_norm: float) -> float | None:
+        s = self.kv.get((rnd,) + tuple(key))
+        return None if s is None else K_VALUE * self.scale * s / max(ref_norm, 1e-30)
+
+    def logits_allowed(self, rnd, kind, rid, o, ref_norm: float) -> float | None:
+        s = self.logits.get((rnd, kind, rid, o))
+        return None if s is None else K_VALUE * self.scale * s[0] / max(ref_norm, 1e-30)
+
+    def excuse(self, a, b, rid, T, div) -> tuple[bool, str] | None:
+        """Whether the reference's decision was within K_MARGIN noise scales of flipping: each part
+        of its margin (the decision's own, each filter's kept set) moves by some RMS amount when
+        the reference's logits are replaced by each twin sample's (same tokens, same uniforms); the
+        divergence is excused iff some part is within K_MARGIN of its own scale. None: no twin."""
+        z = self.margin_z(a, b, rid, T, div)
+        if z is None:
+            return None
+        n = int(np.argmin(z))
+        excused = bool(z[n] <= K_MARGIN)
+        part = "decision" if n == 0 else "filter"
+        return excused, (f"reference margin {div.margin:.3g}; its {part} margin {div.parts[n]:.3g} is {z[n]:.2g} noise "
+                         f"scales of the twin {'<=' if excused else '>'} {K_MARGIN:g}")
+
+    def margin_z(self, a, b, rid, T, div) -> np.ndarray | None:
+        """Each part of the divergence's margin over the RMS of its change across the twin's samples."""
+        from .decisions import first_divergence
+        twins = {(kind, o): self.logits.get((a.round, kind, rid, o))
+                 for kind in ("draft_logits", "verify_logits") for (q, o) in getattr(a, kind) if q == rid}
+        if not twins or any(t is None for t in twins.values()):
+            return None
+        moved = []
+        for m in range(SAMPLES):                     # sample m: every logits vector of the request at once
+            new = {kind: dict(getattr(a, kind)) for kind in ("draft_logits", "verify_logits")}
+            for (kind, o), (_, t) in twins.items():
+                new[kind][(rid, o)] = t[m % len(t)].astype(np.float32)
+            twin_div = first_divergence(dataclasses.replace(a, **new), b, rid, T)
+            parts = twin_div.parts if twin_div is not None and len(twin_div.parts) == len(div.parts) \
+                else (0.0,) * len(div.parts)
+            with np.errstate(invalid="ignore"):                      # inf - inf: a filter that cuts nothing
+                moved.append(np.nan_to_num(np.subtract(parts, div.parts), nan=0.0, posinf=0.0, neginf=0.0))
+        scale = self.scale * np.sqrt(np.mean(np.square(moved), axis=0))               # [parts]
+        parts = np.asarray(div.parts, np.float64)
+        z = np.full(len(parts), np.inf)
+        np.divide(parts, scale, out=z, where=np.isfinite(parts) & (scale > 0))
+        z[parts == 0] = 0.0                                  # a tie: nothing to flip
+        return z
+
+
+def _contexts(tr):
+    """rid -> (tokens of the round's context, start position, (d, D))."""
+    out = {}
+    for rid in tr.requests:
+        prefix = list(tr.prefix[rid])
+        out[rid] = (prefix + list(tr.drafts.get(rid, [])), len(prefix) - 1, depths_of(tr, rid))
+    return out
+
+
+_TWINS: dict = {}
+
+
+def _twin(model, tokens: tuple, loops: int, dtype: str, samples: int, seed: int):
+    """(center, twin) forwards of one context; the noise is seeded by the context, so the block and
+    loop runs of one case (same contexts) get the same bounds, computed once."""
+    key = (id(model), tokens, loops, dtype, samples, seed)
+    hit = _TWINS.get(key)
+    if hit is None or hit[0] is not model:
+        P = len(drift_model.params(model.cfg.num_layers))
+        rng = np.random.default_rng([seed, len(tokens), *tokens])
+        if len(_TWINS) >= 256:
+            _TWINS.clear()
+        hit = _TWINS[key] = (model, drift_model.forward(model, list(tokens), loops, np.ones((1, P))),
+                             drift_model.forward(model, list(tokens), loops, np.ones((samples, P)),
+                                                 noise=(rng, SIGMA[dtype])))
+    return hit[1], hit[2]
+
+
+def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED) -> Bounds | None:
+    """The twin's noise scales for every KV write and logits vector of ref_traces (None: no twin
+    for this dtype)."""
+    if dtype not in SIGMA:
+        return None
+    kv, logits = {}, {}
+    for tr in ref_traces:
+        for rid, (tokens, start, (d, D)) in _contexts(tr).items():
+            center, twin = _twin(model, tuple(tokens), D, dtype, samples, seed)
+            for (q, pos, j, l) in tr.kv_writes:
+                if q != rid:
+                    continue
+                dk = twin["k"][j][l][:, pos] - center["k"][j][l][:, pos]           # [S, nkv, hd]
+                dv = twin["v"][j][l][:, pos] - center["v"][j][l][:, pos]
+                kv[(tr.round, q, pos, j, l)] = float(np.sqrt(np.mean(np.sum(dk * dk + dv * dv, axis=(1, 2)))))
+            for kind, keys, j in (("draft_logits", tr.draft_logits, d - 1), ("verify_logits", tr.verify_logits, D - 1)):
+                for (q, o) in keys:
+                    if q != rid:
+                        continue
+                    t, c = twin["logits"][j][:, start + o], center["logits"][j][:, start + o]   # [S, V], [1, V]
+                    logits[(tr.round, kind, q, o)] = (float(np.sqrt(np.mean(np.sum((t - c) ** 2, axis=1)))), t)
+    return Bounds(kv, logits)

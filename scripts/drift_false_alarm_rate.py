@@ -1,0 +1,65 @@
+"""How often the drift verdict (oracle/drift.py) fails a correct BF16 backend (torch-cpu-bf16) on
+random tiny models of the property suite's sizes (hidden 8-32, head_dim 2-8, 1-2 layers), and how
+large a fault it sees there: with --fault (kernels/options.py FAULTS, e.g. attn_scale=1.01) the
+same runs report how often that fault is caught and named.
+
+    python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--jobs 1] [--fault SPEC]
+"""
+import argparse
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def one(args) -> tuple:
+    """(failed, failure line, max |z|, |z| threshold, parameters tested) of run i of seed s."""
+    seed, i, fault = args
+    import torch
+    torch.set_num_threads(1)
+    from kernels.backend import TorchBackend
+    from kernels.options import KernelOptions
+    from oracle.config import ModelConfig
+    from oracle.drift import drift_check
+    from oracle.model import LoopedModel, random_weights
+    rng = np.random.default_rng([seed, i])
+    kvh = int(rng.choice([1, 2]))
+    cfg = ModelConfig(vocab_size=int(rng.integers(16, 257)), hidden_size=int(rng.choice([8, 16, 32])),
+                      intermediate_size=int(rng.choice([16, 32, 64])), num_layers=int(rng.integers(1, 3)),
+                      num_heads=kvh * int(rng.choice([1, 2])), num_kv_heads=kvh, head_dim=int(rng.choice([2, 4, 8])),
+                      rope_theta=float(rng.choice([1e6, 1e4, 10.0])))
+    model = LoopedModel(cfg, random_weights(cfg, int(rng.integers(0, 4))))
+    bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
+    rep = drift_check(bk, model, seed=int(rng.integers(1 << 30)))
+    return (not rep.ok, rep.failure[:160], max(abs(e.t) for e in rep.estimates), rep.threshold, len(rep.estimates))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    p.add_argument("--fault", default="", help="a kernel fault (kernels/options.py), e.g. attn_scale=1.01")
+    args = p.parse_args(argv)
+    work = [(args.seed, i, args.fault) for i in range(args.n)]
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as ex:
+            res = list(ex.map(one, work, chunksize=4))
+    else:
+        res = [one(w) for w in work]
+    fails = [r for r in res if r[0]]
+    z = np.array([r[2] for r in res])
+    print(f"{len(fails)} of {args.n} runs failed the drift verdict ({args.fault or 'correct backend'}); "
+          f"max |z| per run: median {np.median(z):.2f}, 99% {np.quantile(z, 0.99):.2f}, max {z.max():.2f}; "
+          f"thresholds {min(r[3] for r in res):.2f}-{max(r[3] for r in res):.2f} over "
+          f"{min(r[4] for r in res)}-{max(r[4] for r in res)} directions")
+    for f in fails[:20]:
+        print("  ", f[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
