@@ -57,7 +57,11 @@ def pytest_terminal_summary(terminalreporter):
         return
     import json
     terminalreporter.write_sep("-", "parity summary (the one judge)")
+    for name, verdict in SUMMARY.get("drift", {}).items():
+        terminalreporter.write_line(f"drift verdict, tiny, kernel fault {name}: {verdict}")
     for preset, s in SUMMARY.items():
+        if preset == "drift":
+            continue
         terminalreporter.write_line(
             f"{preset}: {s['cases']} cases, {s['request_rounds']} request-rounds compared, max relative error "
             f"KV {s['max_rel_err']['kv']:.3g}, logits {s['max_rel_err']['logits']:.3g}; tokens identical up to the "

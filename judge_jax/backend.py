@@ -157,10 +157,11 @@ class JaxBackend:
             jm = self._models[model] = JaxLoopedModel.from_reference(model, mesh=self.mesh)
         return jm
 
-    def drift_stats_fn(self, model, dtype: str):
-        """The drift verdict's sensitivities by jax.linearize on this device (judge_jax/drift.py)."""
+    def drift_stats_fn(self, model, dtype: str, basis=None):
+        """The drift verdict's sensitivities by jax.linearize on this device (judge_jax/drift.py);
+        basis: fit these directions only (oracle.drift.coarse_directions)."""
         from .drift import make_stats_fn
-        return make_stats_fn(model, dtype)
+        return make_stats_fn(model, dtype, basis=basis)
 
     def session(self, model, d, D, mode, policy="sequential", **options) -> JaxSession:
         if policy not in self.policies:

@@ -52,7 +52,7 @@ CHUNK = 16          # directions per jvp / transpose batch (bounds memory at our
 # On the CPU (tests, tiny / small presets) XLA's compile dominates: LLVM at -O0 halves it.
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": "0"}
 _PROGRAMS: dict = {}    # programs compiled with options: (name, Shape, chunk, device, options, Tb, loops) -> program
-T_BUCKET = 16       # sequence lengths are padded up to a multiple of this (bounds recompiles)
+T_BUCKET = 64       # sequence lengths are padded up to a multiple of this (bounds recompiles)
 NL = len(drift_model.LAYER_PARAMS)
 LP = {n: i for i, n in enumerate(drift_model.LAYER_PARAMS)}         # column of a per-layer knob
 GP = {n: i for i, n in enumerate(drift_model.GLOBAL_PARAMS)}        # index of a global knob
@@ -159,12 +159,13 @@ def _forward(params, tokens, rope, loops, shape):
 
 
 @partial(jax.jit, static_argnames=("loops", "shape", "chunk"))
-def _stats(params, tokens, rope, got, pres, rf, rounded, loops, shape, chunk):
+def _stats(params, tokens, rope, got, pres, rf, rounded, basis, loops, shape, chunk):
     """got: {"k", "v": [loops, L, T, n], "draft", "verify": [loops, T, V]} observed values (any
     value where not observed); pres: the same without the last axis (True: observed).
     rf: _forward with the weights rounded to the backend's dtype ({"k", "v", "logits"});
     rounded: False (float32) makes e_w = 0 (rf is then ignored).
-    Returns (b [P], G [P, P], bw [P], values)."""
+    basis: [m, P] directions (the identity: every knob). Returns (b [P], basis G [m, P], bw [P],
+    values)."""
     P = shape.P
     f = lambda s: knob_forward(s, params, tokens, rope, loops, shape)
     s1 = jnp.ones(P, jnp.float32)
@@ -187,9 +188,10 @@ def _stats(params, tokens, rope, got, pres, rf, rounded, loops, shape, chunk):
     # P + 2 rows, `chunk` at a time: row i < P is G's column i, J^T W J e_i (its direction e_i);
     # row P is b = J^T (W e), row P + 1 is bw = J^T (W e_w) (direction 0, a fixed cotangent).
     # One jvp and one transpose in the program (compile time).
-    nc = -(-(P + 2) // chunk)
-    E = jnp.eye(nc * chunk, P, dtype=jnp.float32)                    # E: [rows, P]; rows >= P are 0
-    sel = jnp.zeros((nc * chunk, 2), jnp.float32).at[P, 0].set(1.0).at[P + 1, 1].set(1.0)   # [rows, 2]
+    m = basis.shape[0]
+    nc = -(-(m + 2) // chunk)
+    E = jnp.zeros((nc * chunk, P), jnp.float32).at[:m].set(basis)   # E: [rows, P]; rows >= m are 0
+    sel = jnp.zeros((nc * chunk, 2), jnp.float32).at[m, 0].set(1.0).at[m + 1, 1].set(1.0)   # [rows, 2]
 
     def rows(xs):
         Ec, sc = xs                                                  # Ec: [chunk, P]; sc: [chunk, 2]
@@ -202,8 +204,7 @@ def _stats(params, tokens, rope, got, pres, rf, rounded, loops, shape, chunk):
         return jax.vmap(f_vjp)(jax.tree_util.tree_map(cot, t, W, WE, WEW))[0]      # [chunk, P]
 
     out = jax.lax.map(rows, (E.reshape(nc, chunk, P), sel.reshape(nc, chunk, 2))).reshape(nc * chunk, P)
-    G = 0.5 * (out[:P] + out[:P].T)                                  # G: [P, P]
-    return out[P], G, out[P + 1], n
+    return out[m], out[:m], out[m + 1], n                            # b, basis @ G: [m, P], bw
 
 
 def _rope_tables(T: int, head_dim: int, theta: float):
@@ -219,13 +220,16 @@ def _device_params(cfg, weights, device):
     return jax.device_put(host, device)
 
 
-def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK, compiler_options=None):
+def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK, compiler_options=None,
+                  basis=None):
     """model: the oracle's LoopedModel (cfg + FP32 weights by HF name); dtype: the backend's
     storage dtype (bw: what rounding the weights to it alone changes; "float32": bw = 0).
     Returns stats_fn(tokens, loops, obs) -> (b [P], G [P, P], values, bw [P]) as
     oracle.drift.request_stats(model, tokens, loops, obs, dtype), computed on `device` (default:
     JAX's default device). compiler_options: XLA options of the two programs (default:
-    CPU_COMPILER_OPTIONS on a CPU device, none elsewhere). One compile per (padded length, loops)."""
+    CPU_COMPILER_OPTIONS on a CPU device, none elsewhere). One compile per (padded length, loops).
+    basis: [m, P] directions with disjoint supports (rows of 0/1) to fit instead of every knob:
+    m jvps instead of P; G is then exact on the span of the rows (oracle.drift.coarse_directions)."""
     cfg = model.cfg
     shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))
     params = _device_params(cfg, model.weights, device)
@@ -233,6 +237,7 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
     rparams = None if not rounded else \
         _device_params(cfg, {k: drift_model.round_to(v, dtype) for k, v in model.weights.items()}, device)
     kvn = cfg.num_kv_heads * cfg.head_dim
+    C = np.eye(shape.P, dtype=np.float32) if basis is None else np.asarray(basis, np.float32)      # [m, P]
     platform = (device or jax.devices()[0]).platform
     if compiler_options is None:
         compiler_options = CPU_COMPILER_OPTIONS if platform == "cpu" else {}
@@ -270,9 +275,16 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
         else:                                      # placeholders of rf's shapes (e_w = 0)
             rf = {kind: put(np.zeros(got[kind].shape, np.float32)) for kind in ("k", "v")}
             rf["logits"] = put(np.zeros(got["draft"].shape, np.float32))
-        b, G, bw, n = call(_stats, "stats", (Tb, loops), params, tok, rope, put(got), put(pres), rf, rounded,
-                           loops=loops, shape=shape, chunk=chunk)
-        return (np.asarray(b, np.float64), np.asarray(G, np.float64), int(n), np.asarray(bw, np.float64))
+        b, CG, bw, n = call(_stats, "stats", (Tb, loops), params, tok, rope, put(got), put(pres), rf, rounded,
+                            put(C), loops=loops, shape=shape, chunk=chunk)
+        CG = np.asarray(CG, np.float64)                                # [m, P]
+        if basis is None:
+            G = 0.5 * (CG + CG.T)
+        else:                                      # G on span(C): C^T D^-1 (C G C^T) D^-1 C, D = C C^T (diagonal)
+            Cd = C.astype(np.float64) / np.sum(C.astype(np.float64) ** 2, axis=1, keepdims=True)     # [m, P]
+            inner = CG @ C.T.astype(np.float64)                        # [m, m]
+            G = Cd.T @ (0.5 * (inner + inner.T)) @ Cd
+        return (np.asarray(b, np.float64), G, int(n), np.asarray(bw, np.float64))
 
     def reference(tokens, loops):
         """The FP32 forward at the reference setting (s = 1), on the host: {"k", "v": [loops, L, T,

@@ -27,6 +27,7 @@ from .sampling import SamplingParams
 FD_STEP = 1e-6                 # relative step of the finite differences (FP64)
 GROWTH = 1.5                   # weight of a value group at depth j: 1 / (rms * GROWTH**j)
 PROBE_REQUESTS = 24            # sequences the judge runs through the backend for the fit
+COARSE_HIDDEN = 1024           # from this hidden size the JAX judge fits coarse_directions only
 VISIBLE = 1e-9                 # a direction whose pooled <Jc, Jc> is below this times the largest is invisible
 ALIAS = 1e-6                   # directions with |cos| > 1 - ALIAS are one direction (named together)
 # A correct engine may multiply by weights stored in its dtype or wider: the drift is tested
@@ -167,6 +168,17 @@ def directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def coarse_directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
+    """Each per-layer parameter over all layers together, and the global ones: the directions the
+    JAX judge fits at a large shape (one jvp each instead of one per layer and parameter)."""
+    names = drift_model.params(num_layers)
+    out = []
+    for p in drift_model.LAYER_PARAMS + drift_model.GLOBAL_PARAMS:
+        c = np.array([1.0 if n == p else 0.0 for n, _ in names])
+        out.append((LABEL[p] + ("" if p in drift_model.GLOBAL_PARAMS else " (all layers)"), c))
+    return out
+
+
 @dataclass(slots=True)
 class Estimate:
     label: str
@@ -202,12 +214,13 @@ class DriftReport:
                 "estimates": [e.to_json() for e in self.estimates]}
 
 
-def verdict(stats: list, num_layers: int, reproduce: str = "") -> DriftReport:
-    """The drift verdict from per-request (b, G, values)."""
+def verdict(stats: list, num_layers: int, reproduce: str = "", dirs=None) -> DriftReport:
+    """The drift verdict from per-request (b, G, values, bw); dirs: the directions tested
+    (default: `directions`, every parameter per layer)."""
     Gs, bs = np.stack([s[1] for s in stats]), np.stack([s[0] for s in stats])
     bws = np.stack([s[3] for s in stats])
     Gp = Gs.sum(0)
-    dirs = directions(num_layers)
+    dirs = directions(num_layers) if dirs is None else dirs
     power = [c @ Gp @ c for _, c in dirs]
     top = max(power)
     tested, invisible = [], []
@@ -256,7 +269,7 @@ def probe_case(vocab: int, total_loops: int, n: int = PROBE_REQUESTS, seed: int 
 
 
 def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "",
-                stats_fn=None) -> DriftReport:
+                stats_fn=None, dirs=None) -> DriftReport:
     """Runs the probe through the backend in both modes and fits the drifts. stats_fn(tokens,
     loops, obs) -> (b, G, values, bw): the sensitivities (default: finite differences of the NumPy
     model, request_stats; the JAX judge passes its jvp, judge_jax/drift.py)."""
@@ -272,7 +285,7 @@ def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, repr
         for tokens, loops, obs in sets:
             new = stats_fn(tokens, loops, obs)
             per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
-    rep = verdict(list(per.values()), model.cfg.num_layers, reproduce)
+    rep = verdict(list(per.values()), model.cfg.num_layers, reproduce, dirs)
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -282,13 +295,15 @@ def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, repr
 def judge_drift(backend, model, out: dict, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS) -> None:
     """The drift verdict of an inexact backend, added to a judge_cases summary: out["drift"] and a
     failed "drift" check naming the parameter. With a JAX judge the sensitivities are its jvp."""
-    if backend.exact or not backend.policies:        # exact: bit for bit already; no policy: nothing ran
-        return
-    stats_fn = None
+    if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
+        return      # exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran
+    stats_fn = dirs = None
     maker = getattr(judge, "drift_stats_fn", None)
     if maker is not None:
-        stats_fn = maker(model, backend.dtype)
-    rep = drift_check(backend, model, n=n, reproduce=reproduce, stats_fn=stats_fn)
+        if model.cfg.hidden_size >= COARSE_HIDDEN:            # per layer would cost one jvp per knob
+            dirs = coarse_directions(model.cfg.num_layers)
+        stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
+    rep = drift_check(backend, model, n=n, reproduce=reproduce, stats_fn=stats_fn, dirs=dirs)
     out["drift"] = rep.to_json()
     out["ok"] = bool(out["ok"] and rep.ok)
     out["checks"].append({"name": "drift probe: drift", "ok": rep.ok, "detail": rep.failure})
