@@ -84,9 +84,16 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
     col = {n: i for i, n in enumerate(names)}
     s = lambda name, layer=None: scales[:, col[(name, layer)]][:, None, None]       # [B, 1, 1]
     rng, sigma = noise if noise is not None else (None, 0.0)
+    tape = {"z": np.zeros(0, np.float32), "i": 0}        # N(0, 1) draws, taken in blocks
 
     def rn(x):                                         # a stored intermediate, rounded (twin) or not
-        return x if rng is None else x * (1.0 + sigma * rng.standard_normal(x.shape, dtype=np.float32))
+        if rng is None:
+            return x
+        if tape["i"] + x.size > tape["z"].size:
+            tape["z"], tape["i"] = rng.standard_normal(max(1 << 16, x.size), dtype=np.float32), 0
+        z = tape["z"][tape["i"]:tape["i"] + x.size].reshape(x.shape)
+        tape["i"] += x.size
+        return x * (1.0 + sigma * z)
 
     w = _f64(model)
     if rng is not None:
