@@ -1,0 +1,87 @@
+"""The drift verdict's parts (oracle/drift_model.py, oracle/drift.py, oracle/drift_stats.py):
+the knob forward is the reference's math, the t distribution is Student's, unobservable and
+aliased directions are found, and a drift injected into the values is estimated and named."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oracle import drift, drift_model, drift_stats
+from oracle.model import build_model
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_model("tiny", 0)
+
+
+def test_knob_forward_is_the_reference_at_scales_one(tiny):
+    toks = list(np.random.default_rng(0).integers(0, 64, 20))
+    ref, kv = tiny.forward_full(toks, 3, keep=True)
+    P = len(drift_model.params(tiny.cfg.num_layers))
+    out = drift_model.forward(tiny, toks, 3, np.ones((2, P)))
+    for j in range(3):
+        assert np.allclose(out["logits"][j][1], ref[j], rtol=1e-5, atol=1e-5)
+        for l in range(tiny.cfg.num_layers):
+            assert np.allclose(out["k"][j][l][0], kv[j][l][0], rtol=1e-5, atol=1e-5)
+            assert np.allclose(out["v"][j][l][0], kv[j][l][1], rtol=1e-5, atol=1e-5)
+
+
+def test_t_distribution_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for t, dof in ((2.0, 5), (7.0, 23), (0.3, 100), (12.0, 47)):
+        assert drift_stats.t_two_sided(t, dof) == pytest.approx(2 * stats.t.sf(t, dof), rel=1e-9)
+    for alpha, dof in ((1e-4 / 50, 23), (0.05, 10)):
+        assert drift_stats.t_critical(alpha, dof) == pytest.approx(stats.t.isf(alpha / 2, dof), rel=1e-9)
+
+
+def test_floor_test_is_zero_inside_the_floor():
+    x = np.array([0.0015, 0.0016, 0.0014, 0.0015])
+    assert drift_stats.beyond_floor(x, 0.002)[2] == 0.0
+    assert drift_stats.beyond_floor(x + 0.01, 0.002)[2] > 50
+
+
+def synthetic_stats(model, scale_of, n=8, noise=2e-4, seed=0):
+    """Per-request stats where the 'backend' is the knob forward with one parameter scaled (plus
+    white noise): what request_stats sees of a backend with exactly that drift."""
+    names = drift_model.params(model.cfg.num_layers)
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in range(n):
+        toks = list(rng.integers(0, 64, 30))
+        s = np.ones((1, len(names)))
+        for key, f in scale_of.items():
+            s[0, names.index(key)] = f
+        fw = drift_model.forward(model, toks, 4, s)
+        obs = {}
+        for pos in range(20, 29):
+            for j in range(4):
+                for l in range(model.cfg.num_layers):
+                    for kind in ("k", "v"):
+                        v = fw[kind][j][l][0, pos]
+                        obs[(kind, pos, j, l)] = v * (1 + noise * rng.standard_normal(v.shape))
+            obs[("draft", pos, 1)] = fw["logits"][1][0, pos]
+            obs[("verify", pos, 3)] = fw["logits"][3][0, pos]
+        out.append(drift.request_stats(model, toks, 4, obs, "float32"))
+    return out
+
+
+def test_no_drift_passes_and_invisible_directions_are_named(tiny):
+    rep = drift.verdict(synthetic_stats(tiny, {}), tiny.cfg.num_layers)
+    assert rep.ok, rep.failure
+    for l in range(tiny.cfg.num_layers):
+        for p in ("o_proj", "up_proj", "down_proj"):
+            assert f"layer {l} {drift.LABEL[p]}" in rep.invisible
+        assert any(e.label == f"layer {l} gate_proj output scale = layer {l} post_attention_layernorm weight scale"
+                   for e in rep.estimates)
+
+
+@pytest.mark.parametrize("param,name", [(("input_layernorm_2", 1), "layer 1 input_layernorm_2 weight scale"),
+                                        (("rope_theta", None), "RoPE base"),
+                                        (("k_proj", 0), "layer 0 k_proj output scale")])
+def test_an_injected_drift_is_estimated_and_named(tiny, param, name):
+    rep = drift.verdict(synthetic_stats(tiny, {param: 1.01}), tiny.cfg.num_layers)
+    assert not rep.ok
+    assert rep.failure.startswith(name), rep.failure
+    est = next(e for e in rep.estimates if e.label.startswith(name))
+    assert est.drift == pytest.approx(0.01, abs=0.001)

@@ -1,0 +1,76 @@
+"""The noise twin (oracle/noise.py): its bounds pass the reference's own traces rounded to
+bfloat16, pass one value off by a third of its bound and fail one off by twice it, and cover
+every KV write, noisier with depth."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from oracle import noise
+from oracle.cases import REFERENCE, make_case, run
+from oracle.compare import compare_runs
+from oracle.drift_model import round_to
+from oracle.model import build_model
+from oracle.sampling import SamplingParams as SP
+
+
+@pytest.fixture(scope="module")
+def traces():
+    model = build_model("tiny", 0)
+    case = make_case("noise", [{0: 5, 1: 3, 2: 4}] * 2, 2, 4, [SP(), SP(1.0, seed=1), SP(0.8, top_k=10, seed=2)], seed=4)
+    ref = run(REFERENCE, model, case, "block").traces
+    return model, ref, noise.twin_bounds(model, ref, "bfloat16")
+
+
+def rounded(ref):
+    """The reference's traces with every stored value rounded to bfloat16 (a correct-looking engine)."""
+    got = copy.deepcopy(ref)
+    for tr in got:
+        tr.kv_writes = {k: (c, round_to(a, "bfloat16"), round_to(b, "bfloat16")) for k, (c, a, b) in tr.kv_writes.items()}
+        tr.draft_logits = {k: round_to(v, "bfloat16") for k, v in tr.draft_logits.items()}
+        tr.verify_logits = {k: round_to(v, "bfloat16") for k, v in tr.verify_logits.items()}
+    return got
+
+
+def test_rounded_reference_passes(traces):
+    model, ref, bounds = traces
+    rep = compare_runs(ref, rounded(ref), "bfloat16", bounds=bounds)
+    assert rep.ok, rep.first_failure()
+
+
+@pytest.mark.parametrize("what", ["kv", "logits"])
+@pytest.mark.parametrize("times,ok", [(0.3, True), (2.0, False)])
+def test_one_value_off_by_its_bound(traces, what, times, ok):
+    """One KV write (depth 0) or verification logits vector scaled by 1 + times * its own twin
+    bound: inside the bound it passes, at twice the bound it fails, named."""
+    model, ref, bounds = traces
+    got = rounded(ref)
+    tr, a = got[1], ref[1]
+    from oracle.compare import _norm, typical_norms
+    norms = typical_norms(a)
+    if what == "kv":
+        key = next(k for k in tr.kv_writes if k[2] == 0)
+        c, k, v = tr.kv_writes[key]
+        _, ka, va = a.kv_writes[key]
+        f = 1 + times * bounds.kv_allowed(1, key, max(_norm(ka, va), norms[("kv", 0, key[3])]))
+        tr.kv_writes[key] = (c, ka * np.float32(f), va * np.float32(f))
+    else:
+        key = next(iter(tr.verify_logits))
+        f = 1 + times * bounds.logits_allowed(1, "verify_logits", *key,
+                                              max(_norm(a.verify_logits[key]), norms[("verify_logits",)]))
+        tr.verify_logits[key] = a.verify_logits[key] * np.float32(f)
+    rep = compare_runs(ref, got, "bfloat16", bounds=bounds)
+    assert rep.ok == ok, rep.first_failure()
+    if not ok:
+        assert rep.first_failure().name == ("kv_writes" if what == "kv" else "verify_logits")
+
+
+def test_bounds_are_the_twins_spread(traces):
+    model, ref, bounds = traces
+    # a noise scale per written value, deeper loops noisier on average (errors compound)
+    s = {j: np.mean([v for (r, q, p, jj, l), v in bounds.kv.items() if jj == j]) for j in range(4)}
+    assert all(v > 0 for v in s.values())
+    assert s[3] > s[0]
+    assert set(bounds.kv) == {(tr.round,) + k for tr in ref for k in tr.kv_writes}
