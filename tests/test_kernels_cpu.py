@@ -481,8 +481,8 @@ def test_c_table_with_rows_sharing_kv_planes(tmp_path):
     assert needed_rows([1, 4], 4, 2, 4) == ([1, 2, 4, 5, 8, 20], [1, 4, 5, 20], {5: [5, 20]})
     out = tmp_path / "ct.json"
     assert main(["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "1,2,3,4", "--rows-per-plane",
-                 "2", "--repeats", "1", "--context", "8", "--out", str(out), "--quiet"]) == 0
-    ct = load_ctable(out)
+                 "2", "--repeats", "1", "--context", "8", "--out", str(out), "--quiet", "--force"]) == 0
+    ct = load_ctable(out, force=True)     # CPU timings of a busy machine need not be monotone; the plumbing is tested
     assert ct.rows == (1, 2, 3, 4) and [(r, sub.rows) for r, sub in ct.shared] == [(2, (2, 4))]
     assert ct.call(4, 2) == ct.shared[0][1].c(4) and ct.call(4, 4) == ct.c(4)
 
