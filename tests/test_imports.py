@@ -3,7 +3,7 @@ module of oracle/, kernels/ or judge_jax/ imports itself back through others (no
 
 The graph is read with `ast` from the source files, so imports inside functions count as
 much as module-level ones, relative and absolute alike. Engines reach the oracle only by
-name: oracle/backends.py (NAMED) and oracle/cli.py (COMMANDS) hold "module:attr" strings,
+name: oracle/backends.py (NAMED) and oracle/cli/__init__.py (COMMANDS) hold "module:attr" strings,
 which are not imports."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Cases and running them: the one Case type, the built-in cases `python -m oracle check`
-runs, the one runner (a scenario through a backend's session), and the two verdicts built on
+"""Cases and running them: the one Case type (the built-in cases `python -m oracle check`
+runs live in oracle/cli/catalogue.py), the one runner (a scenario through a backend's session), and the two verdicts built on
 it: block vs loop on the reference (`check_case`) and a backend against the judge
 (`judge_backend`, `judge_cases`). Used by `check`, `check --backend`, `trace record`, the
-property suite and gpu_tests; every comparison is oracle.compare.compare_runs.
+property suite and gpu_tests; every comparison is oracle.judge.compare.compare_runs.
 
 A scenario is any object with d, D, policy, prompts, params and `ops`: a sequence of
 ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid); optionally `depths`, one
@@ -15,13 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backends import ReferenceBackend
+from ..backends import ReferenceBackend
 from .cache_free import cache_free_check
 from .compare import Check, Report, compare_runs
-from .errors import OracleError
+from ..errors import OracleError
 from .noise import twin_bounds
-from .sampling import SamplingParams
-from .schedule import schedule_violation
+from ..schedule import schedule_violation
 
 MODES = ("block", "loop")
 REFERENCE = ReferenceBackend()
@@ -65,39 +64,6 @@ def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", pr
     prompts = [list(map(int, rng.integers(0, min(vocab, 64), rng.integers(prompt_len[0], prompt_len[1] + 1))))
                for _ in range(n_req)]
     return Case(name, prompts, params, counts_rounds, d, D, policy, reproduce, depths)
-
-
-def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case]:
-    """Several ragged batches, greedy and sampled (top-k, top-p), four (d, D) pairs, one batch
-    of per-request target depths, stop tokens and max_tokens, both RNG policies, multi-round
-    generation with rollback and requests joining/leaving. Each case's reproduce line runs it
-    alone: `check <model_flags> --case NAME`, where model_flags name the model the check ran on
-    (default: the tiny preset, seed 0)."""
-    flags = list(model_flags) if model_flags is not None else ["--preset", "tiny", "--seed", "0"]
-    G = SamplingParams()
-    S = lambda seed, **kw: SamplingParams(temperature=kw.pop("t", 1.0), seed=seed, **kw)
-    mixed = [G, S(1, top_k=8), S(2, top_p=0.8), S(3, t=0.7, top_k=20, top_p=0.9), G, S(5, t=1.5)]
-    stop = [SamplingParams(stop_token_ids=(7,)), S(1, top_k=8, max_tokens=4),
-            S(2, top_p=0.9, t=0.7, stop_token_ids=(46,), max_tokens=5), S(3, stop_token_ids=(3, 7))]
-    specs = [
-        ("ragged (5,3,1) d=2 D=4", [{0: 5, 1: 3, 2: 1}], 2, 4, mixed[:3], 1, "sequential", None),
-        ("uniform (5,5,5,5) d=2 D=4, 6 rounds", [{i: 5 for i in range(4)}] * 6, 2, 4, mixed[:4], 2, "sequential", None),
-        ("ragged d=1 D=3, K changes per round",
-         [{0: 3, 1: 1, 2: 6}, {0: 1, 1: 4, 2: 2}, {0: 9, 1: 2, 2: 1}, {0: 2, 1: 5, 2: 3}],
-         1, 3, [mixed[1], mixed[0], mixed[2]], 3, "sequential", None),
-        ("d=3 D=5 fixed policy, joins and leaves",
-         [{0: 4, 1: 2}, {0: 4, 1: 3, 2: 5}, {2: 2, 3: 4}, {0: 1, 2: 5, 3: 3, 4: 2}], 3, 5, mixed[1:6], 4, "fixed",
-         None),
-        ("per-request depths 2:4,1:3,3:5,1:4, 3 rounds",
-         [{0: 5, 1: 3, 2: 1, 3: 4}, {0: 6, 1: 6, 2: 4, 3: 1}, {0: 3, 2: 2, 3: 3}],
-         1, 5, mixed[:4], 6, "sequential", [(2, 4), (1, 3), (3, 5), (1, 4)]),
-        ("stop tokens and max_tokens, 4 rounds", [{0: 5, 1: 3, 2: 1, 3: 4}] * 4, 2, 4, stop, 7, "sequential", None),
-        ("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
-         1, 2, [mixed[i % 6] for i in range(8)], 5, "sequential", None),
-    ]
-    return [make_case(name, rounds, d, D, params, seed=seed, policy=policy, vocab=vocab, depths=depths,
-                      reproduce=command(["check", *flags, "--case", name]))
-            for name, rounds, d, D, params, seed, policy, depths in specs]
 
 
 # ---- the one runner ----
