@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from kernels.bench import measure_c_table
 from oracle.judge.cases import reference_run, run
-from oracle.judge.cases import Case
+from oracle.judge.scenario import Case
 from oracle.judge.compare import compare_runs
 from oracle.config import preset as preset_cfg
 from oracle.sampling import SamplingParams as SP

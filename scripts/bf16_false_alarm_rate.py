@@ -24,7 +24,8 @@ def one(args) -> tuple:
     torch.set_num_threads(1)
     from oracle import compare, noise  # noqa: F401
     from oracle.backends import load_backend
-    from oracle.judge.cases import Case, reference_run, run
+    from oracle.judge.scenario import Case
+    from oracle.judge.cases import reference_run, run
     from oracle.config import ModelConfig
     from oracle.judge.decisions import first_divergence
     from oracle.model import LoopedModel, random_weights

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from oracle.judge import noise
-from oracle.judge.cases import REFERENCE, make_case, run
+from oracle.judge.scenario import make_case
+from oracle.judge.cases import REFERENCE, run
 from oracle.judge.compare import compare_runs
 from oracle.judge.drift_model import round_to
 from oracle.model import build_model

@@ -9,7 +9,8 @@ import pytest
 import oracle.loop_round as loop_round_mod
 import oracle.session as session_mod
 from oracle.cli.catalogue import default_cases
-from oracle.judge.cases import check_case, make_case
+from oracle.judge.scenario import make_case
+from oracle.judge.cases import check_case
 from oracle.phases import PHASES
 from oracle.judge.compare import compare_runs
 from oracle.sampling import SamplingParams as SP

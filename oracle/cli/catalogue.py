@@ -1,8 +1,8 @@
-"""The built-in cases `python -m oracle check` runs (the case catalogue); the Case type and
-the runner are oracle/judge/cases.py."""
+"""The built-in cases `python -m oracle check` runs (the case catalogue); the Case type is
+oracle/judge/scenario.py, the runner oracle/judge/cases.py."""
 from __future__ import annotations
 
-from ..judge.cases import Case, command, make_case
+from ..judge.scenario import Case, command, make_case
 from ..sampling import SamplingParams
 
 

@@ -1,5 +1,5 @@
 """`python -m oracle check [--backend NAME [--reference jax]]`: argument parsing and printing.
-The cases, the runner and the verdicts are oracle/judge/cases.py's; every comparison is
+The runner and the verdicts are oracle/judge/cases.py's, the built-in cases oracle/cli/catalogue.py's; every comparison is
 oracle.judge.compare.compare_runs. Without --backend: block vs loop on the FP32 reference, bit for
 bit (`check_cases`). With --backend: the backend's block and loop rounds judged against the
 reference, or the --reference backend, by the backend's tolerance row (`judge_cases`)."""
@@ -13,7 +13,8 @@ import time
 from .argtypes import int_at_least, positive_seconds
 from .catalogue import default_cases
 from ..backends import GuardedBackend, JudgeFailed, import_prefix, load_backend
-from ..judge.cases import check_cases, command, judge_cases
+from ..judge.scenario import command
+from ..judge.cases import check_cases, judge_cases
 from ..judge.drift import drift_lines, judge_drift
 from .environment import set_torch_threads
 from ..errors import OracleError

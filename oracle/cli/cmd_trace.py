@@ -11,7 +11,8 @@ import json
 
 from .argtypes import check_out_path, int_at_least, positive_seconds
 from ..backends import BackendCallFailed, GuardedBackend, import_prefix, load_backend
-from ..judge.cases import REFERENCE, command, run
+from ..judge.scenario import command
+from ..judge.cases import REFERENCE, run
 from ..judge.compare import TOLERANCES, compare_runs
 from .environment import set_torch_threads
 from ..errors import OracleError

@@ -14,7 +14,7 @@ import os
 from . import limits
 from .argtypes import csv_ints, depth_pairs, finite_float, int_at_least, probability
 from .catalogue import default_cases
-from ..judge.cases import command, make_case
+from ..judge.scenario import command, make_case
 from ..config import ModelConfig, preset
 from ..errors import OracleError
 from ..progress import warn

@@ -1,16 +1,16 @@
-"""Cases and running them: the one Case type (the built-in cases `python -m oracle check`
-runs live in oracle/cli/catalogue.py), the one runner (a scenario through a backend's session), and the two verdicts built on
-it: block vs loop on the reference (`check_case`) and a backend against the judge
+"""Running cases: the one runner (a scenario through a backend's session) and the two verdicts
+built on it: block vs loop on the reference (`check_case`) and a backend against the judge
 (`judge_backend`, `judge_cases`). Used by `check`, `check --backend`, `trace record`, the
-property suite and gpu_tests; every comparison is oracle.judge.compare.compare_runs.
+property suite and gpu_tests; every comparison is oracle.judge.compare.compare_runs. The Case
+type is oracle/judge/scenario.py; the built-in cases are oracle/cli/catalogue.py.
 
 A scenario is any object with d, D, policy, prompts, params and `ops`: a sequence of
 ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid); optionally `depths`, one
-(d_i, D_i) per request. `Case` below and `property_tests.strategies.Scenario` both are one.
+(d_i, D_i) per request. `Case` (oracle/judge/scenario.py) and `property_tests.strategies.Scenario`
+both are one.
 """
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,50 +20,12 @@ from .cache_free import cache_free_check
 from .compare import Check, Report, compare_runs
 from ..errors import OracleError
 from .noise import twin_bounds
+from .scenario import Case
 from ..schedule import schedule_violation
 
 MODES = ("block", "loop")
 REFERENCE = ReferenceBackend()
 COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
-
-
-@dataclass(slots=True)
-class Case:
-    name: str
-    prompts: list                      # token lists
-    params: list                       # SamplingParams per request
-    rounds: list                       # per round: {rid: T_i}
-    d: int
-    D: int
-    policy: str = "sequential"
-    reproduce: str = ""
-    depths: list | None = None         # (d_i, D_i) per request; None: every request (d, D)
-
-    @property
-    def ops(self) -> tuple:
-        """The rounds as runner ops: a request joins right before the first round naming it."""
-        ops, joined = [], set()
-        for counts in self.rounds:
-            ops += [("add", rid) for rid in counts if rid not in joined]
-            joined |= set(counts)
-            ops.append(("step", tuple(counts.items())))
-        return tuple(ops)
-
-
-def command(words: list[str]) -> str:
-    """The shell line `python -m oracle WORDS...` (a case's reproduce line)."""
-    return shlex.join(["python", "-m", "oracle", *words])
-
-
-def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", prompt_len=(1, 8), reproduce="",
-              vocab=64, depths=None) -> Case:
-    """Prompts drawn from `seed` (token ids below min(vocab, 64), lengths in prompt_len);
-    depths: (d_i, D_i) per request, or None for every request at (d, D)."""
-    rng = np.random.default_rng(seed)
-    n_req = max(max(r) for r in counts_rounds if r) + 1 if counts_rounds else 0
-    prompts = [list(map(int, rng.integers(0, min(vocab, 64), rng.integers(prompt_len[0], prompt_len[1] + 1))))
-               for _ in range(n_req)]
-    return Case(name, prompts, params, counts_rounds, d, D, policy, reproduce, depths)
 
 
 # ---- the one runner ----

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_model, drift_stats
-from .cases import make_case, run
+from .scenario import make_case
+from .cases import run
 from .compare import depths_of
 from ..sampling import SamplingParams
 
