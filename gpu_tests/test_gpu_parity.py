@@ -240,7 +240,7 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
 def test_drift_verdict_on_the_cuda_kernels(fault):
     """The drift verdict (oracle/judge/drift.py) on the BF16 CUDA kernels at the tiny preset: the
     correct kernels pass, each kernel fault of meta_tests/faulty_kernels.py fails naming its
-    parameter (docs/DESIGN.md, "The drift verdict")."""
+    parameter (docs/DESIGN.md, "Reduced precision")."""
     from meta_tests import faulty_kernels
     from oracle.judge.drift import drift_check
     bk = backend() if fault is None else getattr(faulty_kernels, f"make_{fault}_cuda")()

@@ -1,4 +1,4 @@
-"""The drift verdict's sensitivities on the device (docs/DESIGN.md, "The drift verdict"):
+"""The drift verdict's sensitivities on the device (docs/DESIGN.md, "Reduced precision"):
 `make_stats_fn(model, dtype)` -> stats_fn(tokens, loops, obs) -> (b [P], G [P, P], values, bw [P]),
 the same statistics as oracle.judge.drift.request_stats, in JAX FP32 (Precision.HIGHEST), with J exact
 (forward-mode derivatives of a knob-parametrised forward) instead of FP64 finite differences.

@@ -13,6 +13,8 @@ the drift verdict sees the fault, and it must name the parameter (NAMES).
 """
 from __future__ import annotations
 
+import functools
+
 from kernels.backend import TorchBackend
 from kernels.options import KernelOptions
 
@@ -29,25 +31,10 @@ def _make(fault: str, device: str) -> TorchBackend:
     return TorchBackend("cuda", name=f"torch-cuda ({FAULTS[fault]})", kernel_options=opts)
 
 
-def make_attn_scale_bf16():
-    return _make("attn_scale", "cpu")
-
-
-def make_rope_theta_bf16():
-    return _make("rope_theta", "cpu")
-
-
-def make_input_norm_bf16():
-    return _make("input_norm", "cpu")
-
-
-def make_attn_scale_cuda():
-    return _make("attn_scale", "cuda")
-
-
-def make_rope_theta_cuda():
-    return _make("rope_theta", "cuda")
-
-
-def make_input_norm_cuda():
-    return _make("input_norm", "cuda")
+# the factories `--backend meta_tests.faulty_kernels:make_<fault>_<device>` names
+make_attn_scale_bf16 = functools.partial(_make, "attn_scale", "cpu")
+make_rope_theta_bf16 = functools.partial(_make, "rope_theta", "cpu")
+make_input_norm_bf16 = functools.partial(_make, "input_norm", "cpu")
+make_attn_scale_cuda = functools.partial(_make, "attn_scale", "cuda")
+make_rope_theta_cuda = functools.partial(_make, "rope_theta", "cuda")
+make_input_norm_cuda = functools.partial(_make, "input_norm", "cuda")

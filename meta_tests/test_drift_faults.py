@@ -1,6 +1,6 @@
 """The drift verdict is right in both directions on the CPU (BF16): the correct torch-cpu-bf16
 backend passes, and each kernel fault of meta_tests/faulty_kernels.py fails `check --backend`
-with its parameter named (docs/DESIGN.md, "The drift verdict")."""
+with its parameter named (docs/DESIGN.md, "Reduced precision")."""
 from __future__ import annotations
 
 import json

@@ -17,26 +17,31 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def one(args) -> tuple:
-    """(failed, detail, head_dim, max value ratio, max margin ratio) of run i of seed s."""
-    seed, i, row = args
-    import torch
-    torch.set_num_threads(1)
-    from oracle import compare, noise  # noqa: F401
-    from oracle.backends import load_backend
-    from oracle.judge.scenario import Case
-    from oracle.judge.cases import reference_run, run
+def random_model(rng):
+    """A random tiny model of the property suite's sizes (also scripts/drift_false_alarm_rate.py)."""
     from oracle.config import ModelConfig
-    from oracle.judge.decisions import first_divergence
     from oracle.model import LoopedModel, random_weights
-    from oracle.sampling import SamplingParams as SP
-    rng = np.random.default_rng([seed, i])
     kvh = int(rng.choice([1, 2]))
     cfg = ModelConfig(vocab_size=int(rng.integers(16, 257)), hidden_size=int(rng.choice([8, 16, 32])),
                       intermediate_size=int(rng.choice([16, 32, 64])), num_layers=int(rng.integers(1, 3)),
                       num_heads=kvh * int(rng.choice([1, 2])), num_kv_heads=kvh, head_dim=int(rng.choice([2, 4, 8])),
                       rope_theta=float(rng.choice([1e6, 1e4, 10.0])))
-    model = LoopedModel(cfg, random_weights(cfg, int(rng.integers(0, 4))))
+    return cfg, LoopedModel(cfg, random_weights(cfg, int(rng.integers(0, 4))))
+
+
+def one(args) -> tuple:
+    """(failed, detail, head_dim, max value ratio, max margin ratio) of run i of seed s."""
+    seed, i, row = args
+    import torch
+    torch.set_num_threads(1)
+    from oracle.judge import compare, noise  # noqa: F401
+    from oracle.backends import load_backend
+    from oracle.judge.scenario import Case
+    from oracle.judge.cases import reference_run, run
+    from oracle.judge.decisions import first_divergence
+    from oracle.sampling import SamplingParams as SP
+    rng = np.random.default_rng([seed, i])
+    cfg, model = random_model(rng)
     D = int(rng.integers(2, 7))
     d, n = int(rng.integers(1, D)), int(rng.integers(1, 4))
     prompts = [list(map(int, rng.integers(0, cfg.vocab_size, rng.integers(1, 9)))) for _ in range(n)]

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))          # bf16_false_alarm_rate.random_model
 
 
 def one(args) -> tuple:
@@ -20,18 +21,12 @@ def one(args) -> tuple:
     seed, i, fault = args
     import torch
     torch.set_num_threads(1)
+    from bf16_false_alarm_rate import random_model
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
-    from oracle.config import ModelConfig
     from oracle.judge.drift import drift_check
-    from oracle.model import LoopedModel, random_weights
     rng = np.random.default_rng([seed, i])
-    kvh = int(rng.choice([1, 2]))
-    cfg = ModelConfig(vocab_size=int(rng.integers(16, 257)), hidden_size=int(rng.choice([8, 16, 32])),
-                      intermediate_size=int(rng.choice([16, 32, 64])), num_layers=int(rng.integers(1, 3)),
-                      num_heads=kvh * int(rng.choice([1, 2])), num_kv_heads=kvh, head_dim=int(rng.choice([2, 4, 8])),
-                      rope_theta=float(rng.choice([1e6, 1e4, 10.0])))
-    model = LoopedModel(cfg, random_weights(cfg, int(rng.integers(0, 4))))
+    _, model = random_model(rng)
     bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
     rep = drift_check(bk, model, seed=int(rng.integers(1 << 30)))
     return (not rep.ok, rep.failure[:160], max(abs(e.t) for e in rep.estimates), rep.threshold, len(rep.estimates))

@@ -166,6 +166,6 @@ def register(sub) -> None:
                         "usable cores - round(load average), or OMP_NUM_THREADS when set)")
     p.add_argument("--list-cases", action="store_true", help="print the built-in cases' names and exit")
     p.add_argument("--no-drift", dest="drift", action="store_false", help="with --backend: skip the drift verdict "
-                   "(the fit of parameter drifts over probe requests; docs/DESIGN.md, 'The drift verdict')")
+                   "(the fit of parameter drifts over probe requests; docs/DESIGN.md, 'Reduced precision')")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

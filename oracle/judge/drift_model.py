@@ -1,5 +1,5 @@
 """The model with knobs: the Ouro forward of oracle/model.py over one whole sequence, in FP64,
-for a batch of B parameter settings at once (docs/DESIGN.md, "The drift verdict").
+for a batch of B parameter settings at once (docs/DESIGN.md, "Reduced precision").
 
 A setting multiplies each parameter of PARAMS by a factor (1 = the reference): an attention
 logit scale, the RoPE base, a norm's weight or a projection's output, per layer, and the

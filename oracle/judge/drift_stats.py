@@ -1,4 +1,4 @@
-"""The statistics of the drift verdict (docs/DESIGN.md, "The drift verdict"): Student's t
+"""The statistics of the drift verdict (docs/DESIGN.md, "Reduced precision"): Student's t
 distribution without scipy, the Bonferroni threshold, and the one-sample t-test over requests.
 
 A sample is one request: its estimate of a parameter's drift. Under "no drift" the estimates of

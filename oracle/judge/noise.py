@@ -1,4 +1,4 @@
-"""The calibrated noise bound of reduced precision (docs/DESIGN.md, "The noise twin").
+"""The calibrated noise bound of reduced precision (docs/DESIGN.md, "Reduced precision").
 
 What may a correct implementation of a precision differ by, on these very inputs? The twin
 answers it by simulation: drift_model.forward with every weight and every stored intermediate
@@ -28,7 +28,7 @@ SIGMA = {"bfloat16": 2.0 ** -8 / 3 ** 0.5 * 0.72, "float16": 2.0 ** -11 / 3 ** 0
 SAMPLES = 8
 # K_VALUE, K_MARGIN: over 2000 random property-suite models judged with the correct
 # torch-cpu-bf16 backend, the largest ratio of a value's error to its noise scale was 7.6 (99.9%
-# of runs: below 4.8); docs/results.md, "The noise twin" (scripts/bf16_false_alarm_rate.py).
+# of runs: below 4.8); docs/results.md, "The reduced-precision verdict" (scripts/bf16_false_alarm_rate.py).
 K_VALUE = 10.0         # a value may differ by up to this many noise scales
 K_MARGIN = 10.0        # a divergence is excused within this many noise scales of flipping
 SEED = 20261201
