@@ -11,7 +11,7 @@ wrapped reference session below with its own: `session()` returns an object with
 
 This one wraps the FP32 reference (oracle.backends.ReferenceBackend) and declares itself
 `dtype = "float32"`, `exact = False`: it is judged by the float32 row of
-oracle.compare.TOLERANCES (relative error 1e-5), the row an FP32 engine of your own gets.
+oracle.judge.compare.TOLERANCES (relative error 1e-5), the row an FP32 engine of your own gets.
 `make_faulty_backend` is the one-line change that makes it fail: it adds 0.5 to the
 verification logit of token 17 in every trace it returns.
 """
@@ -56,7 +56,7 @@ class PluginBackend:
     """What the oracle reads: name, dtype, exact, policies and session()."""
 
     name = "example-plugin"
-    dtype = "float32"                       # a row of oracle.compare.TOLERANCES
+    dtype = "float32"                       # a row of oracle.judge.compare.TOLERANCES
     exact = False                           # judged by tolerance, not bit for bit
     policies = ("sequential", "fixed")      # RNG policies it supports
     host_rng = True                         # uniforms from each request's seeded PCG64 stream

@@ -2,7 +2,7 @@
 
 Scenarios come from the property suite's strategies (property_tests/strategies.py) on the
 tiny and small presets, and are judged by the property suite's harness, i.e. by the one judge
-(oracle.compare.compare_runs) through the one runner (oracle.cases.run): the same verdict as
+(oracle.judge.compare.compare_runs) through the one runner (oracle.judge.cases.run): the same verdict as
 `python -m oracle check --backend torch-cuda`. The backend is ORACLE_BACKEND (set to torch-cuda
 by gpu_tests/conftest.py when unset). What stays here is GPU-specific: graphs vs eager,
 graph limits and counters, capacity growth with graphs, the one-row GEMV path, c(M).
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from kernels.bench import measure_c_table
-from oracle.cases import reference_run, run
-from oracle.cases import Case
-from oracle.compare import compare_runs
+from oracle.judge.cases import reference_run, run
+from oracle.judge.scenario import Case
+from oracle.judge.compare import compare_runs
 from oracle.config import preset as preset_cfg
 from oracle.sampling import SamplingParams as SP
 from property_tests import harness
@@ -238,11 +238,11 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
 
 @pytest.mark.parametrize("fault", [None, "attn_scale", "rope_theta", "input_norm"])
 def test_drift_verdict_on_the_cuda_kernels(fault):
-    """The drift verdict (oracle/drift.py) on the BF16 CUDA kernels at the tiny preset: the
+    """The drift verdict (oracle/judge/drift.py) on the BF16 CUDA kernels at the tiny preset: the
     correct kernels pass, each kernel fault of meta_tests/faulty_kernels.py fails naming its
     parameter (docs/DESIGN.md, "Reduced precision")."""
     from meta_tests import faulty_kernels
-    from oracle.drift import drift_check
+    from oracle.judge.drift import drift_check
     bk = backend() if fault is None else getattr(faulty_kernels, f"make_{fault}_cuda")()
     rep = drift_check(bk, model("tiny"))
     SUMMARY.setdefault("drift", {})[fault or "none"] = rep.failure.split(":")[0] if fault else \

@@ -3,16 +3,16 @@ section 10). c-table: c(M) of one recurrent call over M rows (graph replay, medi
 rounds: paired block/loop generations. sweep: both, per C, with the predicted ratio from
 the c-table measured in the same run.
 
-oracle/cli.py loads this command by name (its COMMANDS registry, like the backends' NAMED),
+oracle/cli/__init__.py loads this command by name (its COMMANDS registry, like the backends' NAMED),
 so imports run one way: kernels -> oracle, never the reverse."""
 from __future__ import annotations
 
 import json
 
-from oracle import limits
-from oracle.argtypes import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
+from oracle.cli import limits
+from oracle.cli.argtypes import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
 from oracle.bench_stats import paired_summary
-from oracle.environment import set_torch_threads
+from oracle.cli.environment import set_torch_threads
 from oracle.errors import OracleError
 from oracle.progress import add_quiet_option, progress, warn
 from oracle.sampling import SamplingParams

@@ -71,9 +71,9 @@ class KernelOptions:
 
     @classmethod
     def from_env(cls, env=None) -> "KernelOptions":
-        """The options the LOOPSPEC_* variables ask for (checked: oracle.environment); only the
+        """The options the LOOPSPEC_* variables ask for (checked: oracle.cli.environment); only the
         CLI-facing factories call this."""
-        from oracle.environment import check_kernel_switches
+        from oracle.cli.environment import check_kernel_switches
         env = os.environ if env is None else env
         check_kernel_switches(env)
         kw = {name: False for name in ("gemv", "fuse", "triton_attn", "pdl") if env.get(ENV[name], "1") == "0"}

@@ -9,7 +9,7 @@ import pytest
 
 from meta_tests import faulty_kernels
 from oracle.cli import main
-from oracle.drift import drift_check
+from oracle.judge.drift import drift_check
 from oracle.model import build_model
 
 torch = pytest.importorskip("torch")

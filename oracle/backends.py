@@ -20,6 +20,7 @@ import queue
 import threading
 
 from .errors import OracleError
+from .tolerances import TOLERANCES
 from .session import Session
 
 
@@ -84,7 +85,6 @@ def _from_factory(spec: str, target: str):
     missing = [a for a in REQUIRED if not hasattr(bk, a)]
     if missing:
         raise OracleError(f"backend {spec!r}: the object {target}() returned lacks {', '.join(missing)}")
-    from .compare import TOLERANCES
     if not bk.exact and bk.dtype not in TOLERANCES:
         raise OracleError(f"backend {spec!r}: dtype {bk.dtype!r} has no tolerance row (known: {', '.join(TOLERANCES)})")
     return bk

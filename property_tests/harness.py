@@ -32,10 +32,10 @@ import numpy as np
 
 from oracle import sampling as oracle_sampling
 from oracle.backends import ReferenceBackend, load_backend
-from oracle import cases
-from oracle.cases import Run, replay_lists  # noqa: F401  (the one runner; tests use these names)
-from oracle.compare import compare_runs
-from oracle.noise import twin_bounds
+from oracle.judge import cases
+from oracle.judge.cases import Run, replay_lists  # noqa: F401  (the one runner; tests use these names)
+from oracle.judge.compare import compare_runs
+from oracle.judge.noise import twin_bounds
 from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
 
@@ -124,7 +124,7 @@ def reproduce_line(nodeid: str = "") -> str:
 # ---- running a scenario -------------------------------------------------------------------
 
 def run(bk, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> Run:
-    """Every op of `sc` on a fresh session of `bk` (oracle.cases.run, the one runner)."""
+    """Every op of `sc` on a fresh session of `bk` (oracle.judge.cases.run, the one runner)."""
     return cases.run(bk, build_model(sc.cfg, sc.weight_seed), sc, mode, replay, after_step)
 
 
@@ -134,9 +134,9 @@ def reference_run(sc: Scenario, mode: str, replay_from: Run | None = None) -> Ru
 
 
 def assert_runs_match(ref: Run, other: Run, dtype: str, nodeid: str = "", model=None, both_noisy: bool = False) -> None:
-    """The one judge (oracle.compare.compare_runs) over the round traces; exact backends also
+    """The one judge (oracle.judge.compare.compare_runs) over the round traces; exact backends also
     compare committed tokens. model: the reference model, for the noise twin's bounds of a
-    reduced-precision dtype (oracle/noise.py); both_noisy: ref is a backend run too."""
+    reduced-precision dtype (oracle/judge/noise.py); both_noisy: ref is a backend run too."""
     bounds = None if model is None else twin_bounds(model, ref.traces, dtype)
     if bounds is not None and both_noisy:
         bounds.scale = 2 ** 0.5

@@ -193,8 +193,8 @@ def policies(supported=POLICIES):
 
 @dataclass(frozen=True)
 class Scenario:
-    """Inputs of a run: the scenario protocol of oracle/cases.py (run by oracle.cases.run, as
-    oracle.cases.Case is). ops: ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid).
+    """Inputs of a run: the scenario protocol of oracle/judge/cases.py (run by oracle.judge.cases.run, as
+    oracle.judge.scenario.Case is). ops: ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid).
     A request joins right before the first round that names it; it may idle in rounds that
     do not name it and leave (remove) between rounds."""
     cfg: ModelConfig

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
-from oracle.compare import compare_runs
+from oracle.judge.compare import compare_runs
 from oracle.config import ModelConfig
 from oracle.sampling import SamplingParams
 

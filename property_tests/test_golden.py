@@ -15,7 +15,7 @@ import pytest
 
 from oracle.rng_trace import first_difference, load_events
 
-from oracle.compare import compare_runs
+from oracle.judge.compare import compare_runs
 
 from . import harness
 from .golden_cases import CASES, path, run_events

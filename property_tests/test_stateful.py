@@ -37,7 +37,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from oracle.compare import compare_runs
+from oracle.judge.compare import compare_runs
 
 from . import harness
 from .harness import examples

@@ -1,4 +1,4 @@
-"""How often the drift verdict (oracle/drift.py) fails a correct BF16 backend (torch-cpu-bf16) on
+"""How often the drift verdict (oracle/judge/drift.py) fails a correct BF16 backend (torch-cpu-bf16) on
 random tiny models of the property suite's sizes (hidden 8-32, head_dim 2-8, 1-2 layers), and how
 large a fault it sees there: with --fault (kernels/options.py FAULTS, e.g. attn_scale=1.01) the
 same runs report how often that fault is caught and named.
@@ -24,7 +24,7 @@ def one(args) -> tuple:
     from bf16_false_alarm_rate import random_model
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
-    from oracle.drift import drift_check
+    from oracle.judge.drift import drift_check
     rng = np.random.default_rng([seed, i])
     _, model = random_model(rng)
     bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))

@@ -31,8 +31,9 @@ def main(argv=None) -> int:
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
     from oracle.backends import load_backend
-    from oracle.cases import judge_cases, make_case
-    from oracle.drift import judge_drift
+    from oracle.judge.scenario import make_case
+    from oracle.judge.cases import judge_cases
+    from oracle.judge.drift import judge_drift
     from oracle.model import build_model
     from oracle.sampling import SamplingParams as SP
     t0 = time.perf_counter()

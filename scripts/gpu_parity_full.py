@@ -34,7 +34,8 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
-from oracle.cases import Case, judge_mode  # noqa: E402
+from oracle.judge.scenario import Case  # noqa: E402
+from oracle.judge.cases import judge_mode  # noqa: E402
 from oracle.model import build_model  # noqa: E402
 from oracle.sampling import SamplingParams as SP  # noqa: E402
 

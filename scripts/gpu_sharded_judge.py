@@ -28,8 +28,9 @@ from gpu_parity_full import time_judge  # noqa: E402
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.sharding import make_mesh  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
-from oracle.cases import Case, judge_mode, run  # noqa: E402
-from oracle.compare import rel_err  # noqa: E402
+from oracle.judge.scenario import Case  # noqa: E402
+from oracle.judge.cases import judge_mode, run  # noqa: E402
+from oracle.judge.compare import rel_err  # noqa: E402
 from oracle.model import build_model  # noqa: E402
 from oracle.sampling import SamplingParams as SP  # noqa: E402
 

@@ -38,9 +38,9 @@ def test_faulty_backend_fails_check_and_names_the_place():
 
 def test_replayed_reference_reproduces_a_run():
     """The replay path used for inexact backends: the reference consuming a run's uniforms."""
-    from oracle.cases import reference_run, run, REFERENCE
-    from oracle.cases import default_cases
-    from oracle.compare import compare_runs
+    from oracle.judge.cases import reference_run, run, REFERENCE
+    from oracle.cli.catalogue import default_cases
+    from oracle.judge.compare import compare_runs
     from oracle.model import build_model
     m = build_model("tiny")
     for case in default_cases(m.cfg.vocab_size):

@@ -427,7 +427,7 @@ def test_unknown_checkpoint_tensor_is_named(fixtures, tmp_path, capsys, monkeypa
 
 
 def test_internal_error_is_one_line_with_a_saved_traceback(capsys, monkeypatch):
-    import oracle.cmd_schedule as cs
+    import oracle.cli.cmd_schedule as cs
     def broken(args):
         raise RuntimeError("planner exploded")
     monkeypatch.setattr(cs, "run", broken)
@@ -480,7 +480,7 @@ def test_bench_ctable_beyond_the_noise_bound_is_refused_unless_forced(tmp_path, 
 
 
 def test_threads_come_from_the_option_or_the_free_cores(monkeypatch):
-    from oracle import environment
+    from oracle.cli import environment
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert environment.choose_threads(3) == (3, "option")
     monkeypatch.setattr(environment.os, "getloadavg", lambda: (1.4, 0.0, 0.0))

@@ -16,7 +16,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from oracle.argtypes import csv_ints, finite_float, probability
+from oracle.cli.argtypes import csv_ints, finite_float, probability
 from oracle.cli import build_parser, main
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")

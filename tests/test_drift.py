@@ -1,4 +1,4 @@
-"""The drift verdict's parts (oracle/drift_model.py, oracle/drift.py, oracle/drift_stats.py):
+"""The drift verdict's parts (oracle/judge/drift_model.py, oracle/judge/drift.py, oracle/judge/drift_stats.py):
 the knob forward is the reference's math, the t distribution is Student's, unobservable and
 aliased directions are found, and a drift injected into the values is estimated and named."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle import drift, drift_model, drift_stats
+from oracle.judge import drift, drift_model, drift_stats
 from oracle.model import build_model
 
 

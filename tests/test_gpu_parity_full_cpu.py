@@ -51,7 +51,7 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
     device_rng.host_rng = False          # as if it drew its own uniforms: the judge must replay them
     seen = []
 
-    import oracle.cases as cases
+    import oracle.judge.cases as cases
 
     def fake_run(backend, model, sc, mode, replay=None, _run=cases.run, **kw):
         seen.append(replay is not None)

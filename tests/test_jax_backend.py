@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from judge_jax.backend import make_jax_backend
-from oracle.cases import REFERENCE, Case, run
-from oracle.compare import compare_runs
+from oracle.judge.scenario import Case
+from oracle.judge.cases import REFERENCE, run
+from oracle.judge.compare import compare_runs
 from oracle.errors import OracleError
 from oracle.kv import KVError
 from oracle.sampling import SamplingParams as SP

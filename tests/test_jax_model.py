@@ -21,7 +21,7 @@ from judge_jax.kvplanes import DeviceKV
 from judge_jax.model import JaxLoopedModel
 from oracle import model as ref_model_module
 from oracle.checkpoint import load_checkpoint, save_checkpoint
-from oracle.compare import rel_err
+from oracle.judge.compare import rel_err
 from oracle.errors import OracleError
 from oracle.kv import KVCache
 from property_tests.strategies import build_model, model_configs, weight_seeds

@@ -1,4 +1,4 @@
-"""The one judge (oracle.compare.compare_runs) through `python -m oracle check --backend`, in
+"""The one judge (oracle.judge.compare.compare_runs) through `python -m oracle check --backend`, in
 both directions: a correct reduced-precision plug-in passes, and each wrong one fails with
 exit 1 and the place named (meta_tests/plugins.py); plus the per-request rule on traces."""
 import copy
@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from oracle.compare import compare_runs
+from oracle.judge.compare import compare_runs
 from oracle.sampling import SamplingParams as SP
 from oracle.session import Session
 
@@ -83,7 +83,7 @@ def excused_flip(tr, rid):
 
 
 def test_skipped_kv_write_of_one_request_beside_an_excused_divergence(tiny, monkeypatch):
-    import oracle.compare as cmp
+    import oracle.judge.compare as cmp
     tr = one_round(tiny)
     monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
     b = excused_flip(tr, flippable(tr, avoid=3))
@@ -98,7 +98,7 @@ def test_skipped_kv_write_of_one_request_beside_an_excused_divergence(tiny, monk
 
 
 def test_other_requests_are_still_compared_after_one_diverges(tiny, monkeypatch):
-    import oracle.compare as cmp
+    import oracle.judge.compare as cmp
     tr = one_round(tiny)
     monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
     b = excused_flip(tr, flippable(tr, avoid=4))
@@ -142,7 +142,7 @@ def without(tr, rid):
 def test_rounds_pair_on_requests_still_compared(tiny, monkeypatch):
     """After a request diverged (excused), the two sides may run it in different rounds (it drew
     a stop token on one side only): the judge pairs rounds on the requests it still compares."""
-    import oracle.compare as cmp
+    import oracle.judge.compare as cmp
     monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
     ref = two_rounds(tiny)
     rid = flippable(ref[0], avoid=None)

@@ -14,9 +14,10 @@ import copy
 import numpy as np
 import pytest
 
-from oracle.cases import Case, run, REFERENCE
-from oracle.compare import TOLERANCES, allowed, compare_runs, rel_err, typical_norms
-from oracle.decisions import draw_margin, greedy_margin
+from oracle.judge.scenario import Case
+from oracle.judge.cases import run, REFERENCE
+from oracle.judge.compare import TOLERANCES, allowed, compare_runs, rel_err, typical_norms
+from oracle.judge.decisions import draw_margin, greedy_margin
 from oracle.errors import OracleError
 from oracle.model import build_model
 from oracle.sampling import SamplingParams as SP

@@ -20,7 +20,7 @@ from kernels.round_buffer import PlanCache, build_plan, plan_indices, sampling_v
 from kernels import sampler
 from oracle import sampling
 from oracle.backends import ReferenceBackend, load_backend
-from oracle.compare import compare_runs
+from oracle.judge.compare import compare_runs
 from oracle.errors import OracleError
 from oracle.model import build_model
 from oracle.sampling import SamplingParams as SP

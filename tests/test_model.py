@@ -190,8 +190,9 @@ def test_forward_full_with_past_equals_one_forward(tiny, cut):
 
 def test_cache_free_check_catches_a_late_round(tiny):
     """A logit wrong in round 5 of 6 only (the prefix K/V was extended four times) is caught."""
-    from oracle.cache_free import cache_free_check
-    from oracle.cases import REFERENCE, make_case, run
+    from oracle.judge.cache_free import cache_free_check
+    from oracle.judge.scenario import make_case
+    from oracle.judge.cases import REFERENCE, run
     from oracle.sampling import SamplingParams as SP
     case = make_case("late", [{0: 3, 1: 2}] * 6, 2, 4, [SP(), SP(0.9, seed=1)])
     traces = run(REFERENCE, tiny, case, "loop").traces

@@ -1,4 +1,4 @@
-"""The noise twin (oracle/noise.py): its bounds pass the reference's own traces rounded to
+"""The noise twin (oracle/judge/noise.py): its bounds pass the reference's own traces rounded to
 bfloat16, pass one value off by a third of its bound and fail one off by twice it, and cover
 every KV write, noisier with depth."""
 from __future__ import annotations
@@ -8,10 +8,11 @@ import copy
 import numpy as np
 import pytest
 
-from oracle import noise
-from oracle.cases import REFERENCE, make_case, run
-from oracle.compare import compare_runs
-from oracle.drift_model import round_to
+from oracle.judge import noise
+from oracle.judge.scenario import make_case
+from oracle.judge.cases import REFERENCE, run
+from oracle.judge.compare import compare_runs
+from oracle.judge.drift_model import round_to
 from oracle.model import build_model
 from oracle.sampling import SamplingParams as SP
 
@@ -48,7 +49,7 @@ def test_one_value_off_by_its_bound(traces, what, times, ok):
     model, ref, bounds = traces
     got = rounded(ref)
     tr, a = got[1], ref[1]
-    from oracle.compare import _norm, typical_norms
+    from oracle.judge.compare import _norm, typical_norms
     norms = typical_norms(a)
     if what == "kv":
         key = next(k for k in tr.kv_writes if k[2] == 0)

@@ -119,7 +119,7 @@ def test_reference_that_raises_is_reported_as_the_reference(plugins, capsys):
 
 
 def test_backend_is_loaded_before_the_model_is_built(plugins, capsys, monkeypatch):
-    import oracle.cmd_check as cc
+    import oracle.cli.cmd_check as cc
     monkeypatch.setattr(cc, "build_model", lambda *a: pytest.fail("the model was built before the backend loaded"))
     name = plugins("plug_raises", "def make():\n    raise RuntimeError('no device')\n")
     rc, out, err = run_main(["check", "--backend", f"{name}:make", "--preset", "ouro-1.4b", "--allow-large",
@@ -128,7 +128,7 @@ def test_backend_is_loaded_before_the_model_is_built(plugins, capsys, monkeypatc
 
 
 def test_list_cases(capsys):
-    from oracle.cases import default_cases
+    from oracle.cli.catalogue import default_cases
     rc, out, err = run_main(["check", "--list-cases"], capsys)
     assert rc == 0 and out.splitlines() == [c.name for c in default_cases(64)]
 

@@ -13,7 +13,7 @@ import shlex
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from oracle.cases import default_cases
+from oracle.cli.catalogue import default_cases
 from oracle.cli import build_parser, main
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
@@ -55,7 +55,7 @@ def record_args(draw, checkpoint: str) -> list[str]:
 
 def case_of(argv: list[str]):
     """The Case a `check`/`trace record` argv describes, through the real parser and checks."""
-    from oracle.round_args import custom_case
+    from oracle.cli.round_args import custom_case
     args = build_parser().parse_args(argv)
     args.preflight(args)
     return custom_case(args)

@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import OracleError
-from .sampling import SamplingParams, accepts, categorical, filtered_probs, greedy_token, mask_logits, residual, stop_cut
+from ..errors import OracleError
+from ..sampling import SamplingParams, accepts, categorical, filtered_probs, greedy_token, mask_logits, residual, stop_cut
 
 
 class Divergence(NamedTuple):

@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 
 from .argtypes import check_out_path, int_at_least, positive_seconds
-from .backends import BackendCallFailed, GuardedBackend, import_prefix, load_backend
-from .cases import REFERENCE, command, run
-from .compare import TOLERANCES, compare_runs
+from ..backends import BackendCallFailed, GuardedBackend, import_prefix, load_backend
+from ..judge.scenario import command
+from ..judge.cases import REFERENCE, run
+from ..judge.compare import TOLERANCES, compare_runs
 from .environment import set_torch_threads
-from .errors import OracleError
-from .model import build_model
+from ..errors import OracleError
+from ..model import build_model
 from .round_args import add_round_options, custom_case, model_flags, round_flags
-from .traces import load_traces, save_traces
+from ..traces import load_traces, save_traces
 
 
 def record_command(args, out: str) -> str:

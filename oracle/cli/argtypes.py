@@ -7,7 +7,7 @@ import argparse
 import math
 from pathlib import Path
 
-from .errors import OracleError
+from ..errors import OracleError
 
 
 def csv_ints(text: str) -> list[int]:

@@ -1,6 +1,6 @@
 """`python -m oracle <command>`: each command lives in the module COMMANDS names
 (oracle/cmd_<name>.py; `bench` in kernels/cli_bench.py), whose `register(subparsers)` adds its
-parser and sets `func(args) -> int`. Argument types live in oracle/argtypes.py.
+parser and sets `func(args) -> int`. Argument types live in oracle/cli/argtypes.py.
 
 Exit codes, the same for every command:
     0  ok
@@ -19,16 +19,16 @@ import tempfile
 import time
 import traceback
 
-from .errors import OracleError, one_line
+from ..errors import OracleError, one_line
 
 # command -> "module:register". Commands resolve by name, like backends (oracle/backends.py), so
 # the oracle imports nothing of the engines it judges: `bench` lives beside the torch kernels.
 COMMANDS = {
-    "check": "oracle.cmd_check:register",
-    "schedule": "oracle.cmd_schedule:register",
-    "model": "oracle.cmd_model:register",
-    "cost": "oracle.cmd_cost:register",
-    "trace": "oracle.cmd_trace:register",
+    "check": "oracle.cli.cmd_check:register",
+    "schedule": "oracle.cli.cmd_schedule:register",
+    "model": "oracle.cli.cmd_model:register",
+    "cost": "oracle.cli.cmd_cost:register",
+    "trace": "oracle.cli.cmd_trace:register",
     "bench": "kernels.cli_bench:register",
 }
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3

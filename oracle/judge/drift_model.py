@@ -5,9 +5,9 @@ A setting multiplies each parameter of PARAMS by a factor (1 = the reference): a
 logit scale, the RoPE base, a norm's weight or a projection's output, per layer, and the
 embedding, final norm and lm_head. `forward(model, tokens, loops, scales)` returns every K/V
 write and every loop's logits for every setting; the drift fit takes finite differences of it
-(oracle/drift.py). With `noise=(rng, sigma)` every stored intermediate and every weight is also
+(oracle/judge/drift.py). With `noise=(rng, sigma)` every stored intermediate and every weight is also
 multiplied by (1 + sigma * N(0, 1)), independently per setting: the noise twin that calibrates
-what a correct reduced-precision implementation may differ by (oracle/noise.py).
+what a correct reduced-precision implementation may differ by (oracle/judge/noise.py).
 
 Same math as LoopedModel.forward_full (tests/test_drift.py holds them equal at scales 1).
 """

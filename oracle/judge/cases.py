@@ -1,103 +1,31 @@
-"""Cases and running them: the one Case type, the built-in cases `python -m oracle check`
-runs, the one runner (a scenario through a backend's session), and the two verdicts built on
-it: block vs loop on the reference (`check_case`) and a backend against the judge
+"""Running cases: the one runner (a scenario through a backend's session) and the two verdicts
+built on it: block vs loop on the reference (`check_case`) and a backend against the judge
 (`judge_backend`, `judge_cases`). Used by `check`, `check --backend`, `trace record`, the
-property suite and gpu_tests; every comparison is oracle.compare.compare_runs.
+property suite and gpu_tests; every comparison is oracle.judge.compare.compare_runs. The Case
+type is oracle/judge/scenario.py; the built-in cases are oracle/cli/catalogue.py.
 
 A scenario is any object with d, D, policy, prompts, params and `ops`: a sequence of
 ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid); optionally `depths`, one
-(d_i, D_i) per request. `Case` below and `property_tests.strategies.Scenario` both are one.
+(d_i, D_i) per request. `Case` (oracle/judge/scenario.py) and `property_tests.strategies.Scenario`
+both are one.
 """
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 import numpy as np
 
-from .backends import ReferenceBackend
+from ..backends import ReferenceBackend
 from .cache_free import cache_free_check
 from .compare import Check, Report, compare_runs
-from .errors import OracleError
+from ..errors import OracleError
 from .noise import twin_bounds
-from .sampling import SamplingParams
-from .schedule import schedule_violation
+from .scenario import Case
+from ..schedule import schedule_violation
 
 MODES = ("block", "loop")
 REFERENCE = ReferenceBackend()
 COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
-
-
-@dataclass(slots=True)
-class Case:
-    name: str
-    prompts: list                      # token lists
-    params: list                       # SamplingParams per request
-    rounds: list                       # per round: {rid: T_i}
-    d: int
-    D: int
-    policy: str = "sequential"
-    reproduce: str = ""
-    depths: list | None = None         # (d_i, D_i) per request; None: every request (d, D)
-
-    @property
-    def ops(self) -> tuple:
-        """The rounds as runner ops: a request joins right before the first round naming it."""
-        ops, joined = [], set()
-        for counts in self.rounds:
-            ops += [("add", rid) for rid in counts if rid not in joined]
-            joined |= set(counts)
-            ops.append(("step", tuple(counts.items())))
-        return tuple(ops)
-
-
-def command(words: list[str]) -> str:
-    """The shell line `python -m oracle WORDS...` (a case's reproduce line)."""
-    return shlex.join(["python", "-m", "oracle", *words])
-
-
-def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", prompt_len=(1, 8), reproduce="",
-              vocab=64, depths=None) -> Case:
-    """Prompts drawn from `seed` (token ids below min(vocab, 64), lengths in prompt_len);
-    depths: (d_i, D_i) per request, or None for every request at (d, D)."""
-    rng = np.random.default_rng(seed)
-    n_req = max(max(r) for r in counts_rounds if r) + 1 if counts_rounds else 0
-    prompts = [list(map(int, rng.integers(0, min(vocab, 64), rng.integers(prompt_len[0], prompt_len[1] + 1))))
-               for _ in range(n_req)]
-    return Case(name, prompts, params, counts_rounds, d, D, policy, reproduce, depths)
-
-
-def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case]:
-    """Several ragged batches, greedy and sampled (top-k, top-p), four (d, D) pairs, one batch
-    of per-request target depths, stop tokens and max_tokens, both RNG policies, multi-round
-    generation with rollback and requests joining/leaving. Each case's reproduce line runs it
-    alone: `check <model_flags> --case NAME`, where model_flags name the model the check ran on
-    (default: the tiny preset, seed 0)."""
-    flags = list(model_flags) if model_flags is not None else ["--preset", "tiny", "--seed", "0"]
-    G = SamplingParams()
-    S = lambda seed, **kw: SamplingParams(temperature=kw.pop("t", 1.0), seed=seed, **kw)
-    mixed = [G, S(1, top_k=8), S(2, top_p=0.8), S(3, t=0.7, top_k=20, top_p=0.9), G, S(5, t=1.5)]
-    stop = [SamplingParams(stop_token_ids=(7,)), S(1, top_k=8, max_tokens=4),
-            S(2, top_p=0.9, t=0.7, stop_token_ids=(46,), max_tokens=5), S(3, stop_token_ids=(3, 7))]
-    specs = [
-        ("ragged (5,3,1) d=2 D=4", [{0: 5, 1: 3, 2: 1}], 2, 4, mixed[:3], 1, "sequential", None),
-        ("uniform (5,5,5,5) d=2 D=4, 6 rounds", [{i: 5 for i in range(4)}] * 6, 2, 4, mixed[:4], 2, "sequential", None),
-        ("ragged d=1 D=3, K changes per round",
-         [{0: 3, 1: 1, 2: 6}, {0: 1, 1: 4, 2: 2}, {0: 9, 1: 2, 2: 1}, {0: 2, 1: 5, 2: 3}],
-         1, 3, [mixed[1], mixed[0], mixed[2]], 3, "sequential", None),
-        ("d=3 D=5 fixed policy, joins and leaves",
-         [{0: 4, 1: 2}, {0: 4, 1: 3, 2: 5}, {2: 2, 3: 4}, {0: 1, 2: 5, 3: 3, 4: 2}], 3, 5, mixed[1:6], 4, "fixed",
-         None),
-        ("per-request depths 2:4,1:3,3:5,1:4, 3 rounds",
-         [{0: 5, 1: 3, 2: 1, 3: 4}, {0: 6, 1: 6, 2: 4, 3: 1}, {0: 3, 2: 2, 3: 3}],
-         1, 5, mixed[:4], 6, "sequential", [(2, 4), (1, 3), (3, 5), (1, 4)]),
-        ("stop tokens and max_tokens, 4 rounds", [{0: 5, 1: 3, 2: 1, 3: 4}] * 4, 2, 4, stop, 7, "sequential", None),
-        ("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
-         1, 2, [mixed[i % 6] for i in range(8)], 5, "sequential", None),
-    ]
-    return [make_case(name, rounds, d, D, params, seed=seed, policy=policy, vocab=vocab, depths=depths,
-                      reproduce=command(["check", *flags, "--case", name]))
-            for name, rounds, d, D, params, seed, policy, depths in specs]
 
 
 # ---- the one runner ----

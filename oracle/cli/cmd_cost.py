@@ -12,9 +12,9 @@ import json
 from . import limits
 from .argtypes import csv_ints, int_at_least
 from .round_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
-from .cost import DEFAULT_GPU, SHIPPED, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
-from .errors import OracleError
-from .schedule import plan, validate
+from ..cost import DEFAULT_GPU, SHIPPED, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
+from ..errors import OracleError
+from ..schedule import plan, validate
 
 DEFAULT_BATCH = [1, 4, 8, 16, 32, 64, 128]
 

@@ -7,7 +7,7 @@ beyond the threshold is a systematic error and fails, named in a kernel engineer
 For each request r (the sample), the values it committed (every K/V write and the draft and
 verification logits at positions whose whole context was committed) give e_r; J_p is the
 reference's own derivative of those values along parameter p (finite differences of
-oracle/drift_model.py in FP64, or jax.jvp on the JAX judge). With each value group (kind,
+oracle/judge/drift_model.py in FP64, or jax.jvp on the JAX judge). With each value group (kind,
 depth, layer) normalised by its RMS and by 1.5**depth, a request's estimate of one direction c
 is delta_rc = <J c, e_r> / <J c, J c>. Across requests the estimates of a correct backend lie
 within DRIFT_FLOOR of the weights' own rounding drift; drift_stats.beyond_floor tests that with
@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_model, drift_stats
-from .cases import make_case, run
+from .scenario import make_case
+from .cases import run
 from .compare import depths_of
-from .sampling import SamplingParams
+from ..sampling import SamplingParams
 
 FD_STEP = 1e-6                 # relative step of the finite differences (FP64)
 GROWTH = 1.5                   # weight of a value group at depth j: 1 / (rms * GROWTH**j)

@@ -1,6 +1,6 @@
 """`python -m oracle check [--backend NAME [--reference jax]]`: argument parsing and printing.
-The cases, the runner and the verdicts are oracle/cases.py's; every comparison is
-oracle.compare.compare_runs. Without --backend: block vs loop on the FP32 reference, bit for
+The runner and the verdicts are oracle/judge/cases.py's, the built-in cases oracle/cli/catalogue.py's; every comparison is
+oracle.judge.compare.compare_runs. Without --backend: block vs loop on the FP32 reference, bit for
 bit (`check_cases`). With --backend: the backend's block and loop rounds judged against the
 reference, or the --reference backend, by the backend's tolerance row (`judge_cases`)."""
 from __future__ import annotations
@@ -11,13 +11,15 @@ import shlex
 import time
 
 from .argtypes import int_at_least, positive_seconds
-from .backends import GuardedBackend, JudgeFailed, import_prefix, load_backend
-from .cases import check_cases, command, default_cases, judge_cases
-from .drift import drift_lines, judge_drift
+from .catalogue import default_cases
+from ..backends import GuardedBackend, JudgeFailed, import_prefix, load_backend
+from ..judge.scenario import command
+from ..judge.cases import check_cases, judge_cases
+from ..judge.drift import drift_lines, judge_drift
 from .environment import set_torch_threads
-from .errors import OracleError
-from .model import build_model
-from .progress import warn
+from ..errors import OracleError
+from ..model import build_model
+from ..progress import warn
 from .round_args import add_round_options, custom_case, model_flags
 
 DEFAULT_TIMEOUT = 300.0          # seconds a backend call may take (`--timeout`)

@@ -10,8 +10,8 @@ the context (linear in the rounds, like decoding itself).
 """
 from __future__ import annotations
 
-from .config import ModelConfig
-from .errors import OracleError
+from ..config import ModelConfig
+from ..errors import OracleError
 
 # Hard caps on single sizes.
 MAX_REQUESTS = 256          # requests per round (len of --counts)

@@ -4,7 +4,7 @@ their defaults, their checks before any work (`check_round_args`), the case they
 `schedule` and `cost` take `add_schedule_options` (-d/-D or --depths of one planned round).
 
 `check_round_args(args)` runs in cli.main before the command (argparse `preflight` default):
-it resolves defaults, refuses bad or contradictory values and sizes beyond oracle.limits,
+it resolves defaults, refuses bad or contradictory values and sizes beyond oracle.cli.limits,
 and warns about values that are legal but suspicious.
 """
 from __future__ import annotations
@@ -13,13 +13,14 @@ import os
 
 from . import limits
 from .argtypes import csv_ints, depth_pairs, finite_float, int_at_least, probability
-from .cases import command, default_cases, make_case
-from .config import ModelConfig, preset
-from .errors import OracleError
-from .progress import warn
-from .rng_trace import check_policy
-from .sampling import SamplingParams
-from .schedule import validate
+from .catalogue import default_cases
+from ..judge.scenario import command, make_case
+from ..config import ModelConfig, preset
+from ..errors import OracleError
+from ..progress import warn
+from ..rng_trace import check_policy
+from ..sampling import SamplingParams
+from ..schedule import validate
 
 
 def add_round_options(p) -> None:
@@ -59,7 +60,7 @@ def add_round_options(p) -> None:
     p.add_argument("--case", default=None, metavar="NAME",
                    help="run one built-in case by name (see the reproduce lines; default: all of them)")
     p.add_argument("--allow-large", action="store_true",
-                   help="lift the size limits of oracle/limits.py (runs may then take minutes or hours)")
+                   help="lift the size limits of oracle/cli/limits.py (runs may then take minutes or hours)")
     p.set_defaults(preflight=check_round_args)
     if not p.description:          # `check` (its register() gives none)
         p.description = ("Run the block and loop rounds on the FP32 reference, for the built-in cases or the "
@@ -77,7 +78,7 @@ DEFAULT_COUNTS = [5, 3, 1]
 def model_config(args) -> ModelConfig:
     """The config of --checkpoint (config.json only) or of --preset."""
     if args.checkpoint is not None:
-        from .checkpoint import read_config, weight_files
+        from ..checkpoint import read_config, weight_files
         cfg = read_config(args.checkpoint)
         weight_files(args.checkpoint)              # index and shards present before any work
         return cfg

@@ -9,14 +9,14 @@ import numpy as np
 
 from . import limits
 from .argtypes import csv_ints, int_at_least
-from .errors import OracleError
-from .model import build_model
-from .progress import warn
+from ..errors import OracleError
+from ..model import build_model
+from ..progress import warn
 
 
 def check_model_args(args) -> None:
     """Everything checkable before the weights are built or read."""
-    from .config import preset
+    from ..config import preset
     if (args.preset is None) == (args.checkpoint is None):
         raise OracleError("give exactly one of --preset NAME or --checkpoint DIR")
     if args.save and args.checkpoint:
@@ -28,7 +28,7 @@ def check_model_args(args) -> None:
         if not target.parent.is_dir():
             raise OracleError(f"--save {args.save}: folder {target.parent} does not exist")
     if args.checkpoint is not None:
-        from .checkpoint import read_config, weight_files
+        from ..checkpoint import read_config, weight_files
         cfg = read_config(args.checkpoint)
         weight_files(args.checkpoint)
     else:
@@ -52,7 +52,7 @@ def run(args) -> int:
     """Runs after check_model_args (the preflight in cli.main)."""
     model = build_model(args.preset, args.seed, args.checkpoint)
     if args.save:
-        from .checkpoint import save_checkpoint
+        from ..checkpoint import save_checkpoint
         save_checkpoint(args.save, model.cfg, model.weights)
     loops = args.loops or model.cfg.total_loops
     per_loop = model.forward_full(args.tokens, loops)               # per loop: [T, V]

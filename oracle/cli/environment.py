@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from .errors import OracleError
+from ..errors import OracleError
 
 SWITCHES = ("LOOPSPEC_GEMV", "LOOPSPEC_FUSE", "LOOPSPEC_TRITON_ATTN", "LOOPSPEC_PDL")
 CHOICES = {"LOOPSPEC_COMPILE_DYNAMIC": ("rows", "all"),

@@ -26,30 +26,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decisions import first_divergence, trace_problem, unexplained_decision
-from .errors import OracleError
-from .rng_trace import first_difference
+from ..errors import OracleError
+from ..rng_trace import first_difference
+from ..tolerances import TOLERANCES
 
-# The one tolerance table, keyed by dtype. kv, logits: relative error ||got - ref|| /
-# max(||ref||, the RMS norm of the reference's vectors of that kind, depth and layer in the
-# round) allowed per KV write and per logits vector at depth 0; growth: the factor each further
-# loop multiplies it by (errors compound through every pass of the stack), so the bound at depth
-# j is base * growth**j (`allowed`). margin: how close the reference's decision must be to its
-# threshold for a token divergence to be excused (oracle/decisions.py); it does not grow with
-# depth: on the H200 (torch-cuda vs the reference on tiny/small, and vs the JAX judge at the
-# ouro-1.4b shape) correct near-tie flips had reference margins up to 0.0516 at depth 0 (a draft,
-# ouro-1.4b), 0.0456 at depth 1, 0.106 at depth 2 and ~0.1 at depth 3 (docs/results.md).
-# bfloat16: measured with the torch backend in BF16 on the CPU over 40 random property-suite
-# models (hidden 8-32, 1-2 layers, D up to 6, 1-2 rounds; docs/results.md): max KV error by
-# depth 0..5 was 0.012, 0.028, 0.058, 0.037, 0.092, 0.21 (bounds 0.04 ... 0.30); on the
-# tiny/small presets (D <= 5) 0.028-0.048 on the CPU and the H200. self_margin: a backend's
-# decision must be the reference's rule applied to the backend's OWN logits and uniforms,
-# except within this margin (sampling runs in FP32 on every backend: the same for all dtypes).
-TOLERANCES = {
-    "exact": {"kv": 0.0, "logits": 0.0, "margin": 0.0, "growth": 1.0, "self_margin": 0.0},
-    "float32": {"kv": 1e-5, "logits": 1e-5, "margin": 1e-5, "growth": 1.0, "self_margin": 1e-5},
-    "bfloat16": {"kv": 0.04, "logits": 0.04, "margin": 0.12, "growth": 1.5, "self_margin": 1e-5},
-    "float16": {"kv": 1e-2, "logits": 1e-2, "margin": 3e-2, "growth": 1.5, "self_margin": 1e-5},
-}
+# The one tolerance table, keyed by dtype: TOLERANCES, in oracle/tolerances.py (load_backend
+# checks a backend's dtype against it too).
 
 
 def allowed(tol: dict, kind: str, depth: int) -> float:
@@ -204,7 +186,7 @@ def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms
         if same_calls and ca != cb:
             rep.fail("kv_writes", f"{at}: {name(k)} made by call {cb}, the reference's by call {ca}")
         bound = allowed(tol, "kv", k[2])
-        if bounds is not None:              # the noise twin's bound for this write (oracle/noise.py)
+        if bounds is not None:              # the noise twin's bound for this write (oracle/judge/noise.py)
             floor = norms.get(("kv", k[2], k[3]), 0.0)
             bound = bounds.kv_allowed(a.round, k, max(_norm(ka, va), floor)) or bound
         differs, err = _differ(rep, "kv", [ka, va], [kb, vb], bound, exact, norms.get(("kv", k[2], k[3]), 0.0))
@@ -235,7 +217,7 @@ def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms
         excused = not exact and div.margin <= margin
         why = f"reference margin {div.margin:.3g} " + ("" if exact else f"{'<=' if excused else '>'} allowed {margin:.3g}")
         twin = bounds.excuse(a, b, rid, T, div) if bounds is not None and not exact else None
-        if twin is not None:                        # the noise twin's verdict (oracle/noise.py)
+        if twin is not None:                        # the noise twin's verdict (oracle/judge/noise.py)
             excused, why = twin
         if not excused:
             rep.fail("tokens", f"{at}: {div.what} ({why})")
@@ -288,7 +270,7 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
     After a request diverged (reduced precision) its rounds may differ in number and members
     (a stop token one side drew and the other did not): rounds are paired on the requests
     still compared, and a round holding only diverged requests on one side is not paired.
-    bounds: the noise twin's per-value bounds and margins of `ref` (oracle/noise.py), which replace
+    bounds: the noise twin's per-value bounds and margins of `ref` (oracle/judge/noise.py), which replace
     the fixed row's for the values they cover; None: the row of TOLERANCES."""
     if dtype not in TOLERANCES:
         raise OracleError(f"no tolerance row for dtype {dtype!r} (known: {', '.join(TOLERANCES)})")
