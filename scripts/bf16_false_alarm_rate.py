@@ -80,19 +80,28 @@ def one(args) -> tuple:
             ratio, margin)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parser(doc: str, n: int) -> argparse.ArgumentParser:
+    """--seed, --n and --jobs: the options both false-alarm scripts share."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n", type=int, default=250)
+    p.add_argument("--n", type=int, default=n)
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    return p
+
+
+def run_all(fn, work: list, jobs: int) -> list:
+    """fn over work, in `jobs` worker processes (1: in this one)."""
+    if jobs <= 1:
+        return [fn(w) for w in work]
+    with ProcessPoolExecutor(jobs) as ex:
+        return list(ex.map(fn, work, chunksize=4))
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__, 250)
     p.add_argument("--row", action="store_true", help="judge by the fixed bfloat16 row instead of the twin")
     args = p.parse_args(argv)
-    work = [(args.seed, i, args.row) for i in range(args.n)]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as ex:
-            res = list(ex.map(one, work, chunksize=8))
-    else:
-        res = [one(w) for w in work]
+    res = run_all(one, [(args.seed, i, args.row) for i in range(args.n)], args.jobs)
     fails = [r for r in res if r[0]]
     by_hd = {hd: f"{sum(f[2] == hd for f in fails)}/{sum(r[2] == hd for r in res)}" for hd in sorted({r[2] for r in res})}
     print(f"{len(fails)} of {args.n} correct runs failed ({'fixed bfloat16 row' if args.row else 'noise twin'}); "

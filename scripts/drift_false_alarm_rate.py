@@ -5,9 +5,7 @@ same runs report how often that fault is caught and named.
 
     python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--jobs 1] [--fault SPEC]
 """
-import argparse
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -33,18 +31,11 @@ def one(args) -> tuple:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n", type=int, default=200)
-    p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    from bf16_false_alarm_rate import parser, run_all
+    p = parser(__doc__, 200)
     p.add_argument("--fault", default="", help="a kernel fault (kernels/options.py), e.g. attn_scale=1.01")
     args = p.parse_args(argv)
-    work = [(args.seed, i, args.fault) for i in range(args.n)]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as ex:
-            res = list(ex.map(one, work, chunksize=4))
-    else:
-        res = [one(w) for w in work]
+    res = run_all(one, [(args.seed, i, args.fault) for i in range(args.n)], args.jobs)
     fails = [r for r in res if r[0]]
     z = np.array([r[2] for r in res])
     print(f"{len(fails)} of {args.n} runs failed the drift verdict ({args.fault or 'correct backend'}); "
