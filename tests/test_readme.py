@@ -59,6 +59,14 @@ def shell_line(command: str) -> str:
     return shlex.join(words)
 
 
+def writers_of(command: str, workdir: Path) -> list[str]:
+    """The README lines before `command` that write (--out FILE) a file it names that is not in
+    workdir yet."""
+    names = {w for w in shlex.split(command) if "." in w and not (workdir / w).exists()}
+    before = [c for c, _ in COMMANDS[:[c for c, _ in COMMANDS].index(command)]]
+    return [c for c in before if any(f"--out {n}" in c for n in names)]
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("readme")
@@ -83,6 +91,8 @@ def test_readme_command(command, comment, workdir):
                 pytest.skip("a GPU is present: the GPU lines are gpu_tests' and scripts/gpu_run.sh's to run")
     env = {k: v for k, v in os.environ.items() if k != "ORACLE_BACKEND"}
     env |= {"PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    for earlier in writers_of(command, workdir):       # under xdist the line that wrote an input may have run elsewhere
+        subprocess.run(shell_line(earlier), shell=True, cwd=workdir, env=env, capture_output=True, timeout=600)
     r = subprocess.run(shell_line(command), shell=True, cwd=workdir, env=env, capture_output=True, text=True,
                        timeout=600)
     if gpu:
