@@ -145,6 +145,15 @@ def sampling_with(**overrides):
     return ns
 
 
+def sampling_with_steps(**steps):
+    """oracle.sampling with steps of its chain replaced (sampling.Chain.replace): the faulty
+    samplers take the chain's order and every other step from oracle.sampling."""
+    chain = sampling.CHAIN.replace(**steps)
+    return sampling_with(filtered_probs=functools.partial(sampling.filtered_probs, chain=chain),
+                         greedy_token=functools.partial(sampling.greedy_token, chain=chain),
+                         processed_logits=functools.partial(sampling.processed_logits, chain=chain))
+
+
 # ---- the faults ---------------------------------------------------------------------------
 
 class AcceptBeforeLastDraft(FaultyBackend):
@@ -252,23 +261,27 @@ class RollbackOffByOne(FaultyBackend):
             st.kv = kv
 
 
-def _top_p_no_shift(logits, params):
-    x = np.asarray(logits, np.float32) / np.float32(params.temperature)
-    if params.top_k is not None and params.top_k < len(x):
-        kth = np.sort(x)[::-1][params.top_k - 1]
-        x = np.where(x >= kth, x, np.float32(-np.inf))
-    if params.top_p is not None and params.top_p < 1:
-        p = sampling.softmax(x)
-        order = np.argsort(-p, kind="stable")
-        x = x.copy()
-        x[order[np.cumsum(p[order]) > np.float32(params.top_p)]] = -np.inf    # BUG: no shift
-    with np.errstate(invalid="ignore"):            # all dropped: NaN, as the bug would give
-        return sampling.softmax(x)
+def _top_p_no_shift(x, params):
+    if params.top_p is None or params.top_p >= 1:
+        return x
+    p = sampling.softmax(x)
+    order = np.argsort(-p, kind="stable")
+    x = x.copy()
+    x[order[np.cumsum(p[order]) > np.float32(params.top_p)]] = -np.inf         # BUG: no shift
+    return x
+
+
+def _nan_when_empty(filtered_probs):
+    def probs(*args, **kw):
+        with np.errstate(invalid="ignore"):        # all dropped: NaN, as the bug would give
+            return filtered_probs(*args, **kw)
+    return probs
 
 
 class TopPNoShift(FaultyBackend):
     fault = "top_p_no_shift"
-    sampling = sampling_with(filtered_probs=_top_p_no_shift)
+    sampling = sampling_with_steps(top_p=_top_p_no_shift)
+    sampling.filtered_probs = _nan_when_empty(sampling.filtered_probs)
 
 
 def _residual_no_clamp(p, q):
@@ -293,27 +306,18 @@ class BonusAfterRejection(FaultyBackend):
         return a, emitted
 
 
-def _top_k_drops_ties(logits, params):
-    """The reference chain with top-k by position in a stable sort: exactly k survive."""
-    x = sampling.mask_logits(logits, params) / np.float32(params.temperature)
-    if params.min_p:
-        p = sampling.softmax(x)
-        x = np.where(p >= np.float32(params.min_p) * p.max(), x, np.float32(-np.inf))
-    if params.top_k is not None and params.top_k < len(x):
-        drop = np.argsort(-x, kind="stable")[params.top_k:]                     # BUG: ties split by id
-        x = x.copy()
-        x[drop] = -np.inf
-    if params.top_p is not None and params.top_p < 1:
-        p = sampling.softmax(x)
-        ps = p[np.argsort(-p, kind="stable")]
-        cut = ps[np.count_nonzero(np.cumsum(ps) - ps <= np.float32(params.top_p)) - 1]
-        x = np.where(p >= cut, x, np.float32(-np.inf))
-    return sampling.softmax(x)
+def _top_k_drops_ties(x, params):
+    """top-k by position in a stable sort: exactly k survive."""
+    if params.top_k is None or params.top_k >= len(x):
+        return x
+    x = x.copy()
+    x[np.argsort(-x, kind="stable")[params.top_k:]] = -np.inf                 # BUG: ties split by id
+    return x
 
 
 class TopKDropsTies(FaultyBackend):
     fault = "top_k_drops_ties"
-    sampling = sampling_with(filtered_probs=_top_k_drops_ties)
+    sampling = sampling_with_steps(top_k=_top_k_drops_ties)
 
 
 def _residual_unnormalised(p, q):
@@ -366,9 +370,9 @@ class MaskVerifyOnly(FaultyBackend):
                 r.params = p
 
 
-def _biased_filtered_probs(logits, params):
+def _biased_filtered_probs(logits, params, seen=None):
     from property_tests.test_distribution import biased
-    return biased(sampling.filtered_probs(logits, params)).astype(np.float32)
+    return biased(sampling.filtered_probs(logits, params, seen)).astype(np.float32)
 
 
 class BiasedSampler(FaultyBackend):

@@ -116,6 +116,15 @@ def head_call(st: RoundState, rows, which: int, what: str, name: str) -> np.ndar
     return st.model.head(np.stack([st.hidden[r][1] for r in rows]))
 
 
+def seen(st: RoundState, i: int, o: int) -> sampling.Seen:
+    """What request i's logits at offset o see: its prompt, and as output the tokens earlier
+    rounds generated, then this round's drafts 1..o (draft and verification logits alike)."""
+    req = st.requests[i]
+    n = len(req.tokens) - req.generated
+    return sampling.Seen(tuple(req.tokens[:n]), tuple(req.tokens[n:]) + tuple(st.tokens[i][1:o + 1]), o,
+                         st.counts[i] - 1)
+
+
 def draft_head(st: RoundState, heads) -> None:
     """Draft head on rows [(i, offset)] at depth d_i-1, then draw offset+1's token."""
     if not heads:
@@ -127,9 +136,9 @@ def draft_head(st: RoundState, heads) -> None:
         assert len(st.tokens[i]) == o + 1, f"draft of request {req.rid} offset {o + 1} drawn out of order"
         st.trace.draft_logits[(req.rid, o)] = lg
         if req.params.greedy:
-            tok = sampling.greedy_token(lg, req.params)
+            tok = sampling.greedy_token(lg, req.params, seen(st, i, o))
         else:
-            q = st.q[(i, o)] = sampling.filtered_probs(lg, req.params)
+            q = st.q[(i, o)] = sampling.filtered_probs(lg, req.params, seen(st, i, o))
             tok = sampling.categorical(q, req.rng.draw("draft", o))
         st.tokens[i].append(tok)
     st.trace.calls[-1]["draft_head"] = [[st.requests[i].rid, o] for i, o in heads]
@@ -154,11 +163,11 @@ def accept(st: RoundState, i: int, logits: dict) -> tuple[int, list[int]]:
     drafts = st.tokens[i][1:]
     if req.params.greedy:
         for o in range(K):
-            best = sampling.greedy_token(logits[(i, o)], req.params)
+            best = sampling.greedy_token(logits[(i, o)], req.params, seen(st, i, o))
             if drafts[o] != best:
                 return o, drafts[:o] + [best]
-        return K, drafts + [sampling.greedy_token(logits[(i, K)], req.params)]
-    p = [sampling.filtered_probs(logits[(i, o)], req.params) for o in range(K + 1)]
+        return K, drafts + [sampling.greedy_token(logits[(i, K)], req.params, seen(st, i, K))]
+    p = [sampling.filtered_probs(logits[(i, o)], req.params, seen(st, i, o)) for o in range(K + 1)]
     q = [st.q[(i, o)] for o in range(K)]
     drawn = {}                                          # stream index (from the round's start) -> uniform
 

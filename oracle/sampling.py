@@ -1,14 +1,19 @@
-"""Sampling filters, categorical draws and acceptance (docs/DESIGN.md section 5).
+"""Sampling: the request parameters, the chain from logits to probabilities, categorical
+draws and acceptance (docs/DESIGN.md section 5).
 
-The chain, in FP32, on the draft and on the verification logits alike:
+The chain (`CHAIN`, in FP32, on the draft and on the verification logits of every offset):
+  processors (greedy and sampled requests alike; `seen`: the tokens these logits see)
   1. mask: banned token ids, and every id outside allowed_token_ids, become -inf (a row
      with every token masked is an error; -inf is a legal logit, NaN and +inf are not);
-  2. temperature: x / T (greedy requests take the argmax of the masked logits instead);
-  3. min-p (vLLM's definition): drop tokens with softmax(x) < min_p * max softmax(x);
-  4. top-k: keep x >= the k-th largest x;
-  5. top-p: sort the probabilities descending; a token whose mass before it (in that order)
+  2. bad_words, 3. logit_bias, 4. min_tokens, 5. penalties (oracle/processors.py, vLLM's
+     definitions and order);
+  filters (sampled requests; greedy requests take the argmax of the processed logits)
+  6. temperature: x / T;
+  7. min-p (vLLM's definition): drop tokens with softmax(x) < min_p * max softmax(x);
+  8. top-k: keep x >= the k-th largest x;
+  9. top-p: sort the probabilities descending; a token whose mass before it (in that order)
      exceeds p is dropped, the top token always stays;
-  6. softmax.
+  10. softmax.
 Ties: every token tied with the last survivor of top-k or top-p survives too (top-k keeps
 x >= the k-th value; top-p keeps p_t >= the probability of the last token kept in sorted
 order), as FlashInfer does. Why: tied tokens are indistinguishable to the model, so which of
@@ -22,11 +27,13 @@ A categorical draw consumes one uniform: inverse CDF over token ids in FP64.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import processors
 from .errors import OracleError
+from .processors import EMPTY, Seen
 
 F32 = np.float32
 
@@ -42,6 +49,12 @@ class SamplingParams:
     banned_token_ids: tuple = ()      # masked to -inf before temperature and the filters
     allowed_token_ids: tuple | None = None   # None: every token; else all others are masked
     min_p: float | None = None        # None or 0: off
+    repetition_penalty: float = 1.0   # 1: off; > 0; on prompt and output tokens
+    presence_penalty: float = 0.0     # in [-2, 2]; on output tokens
+    frequency_penalty: float = 0.0    # in [-2, 2]; on output tokens
+    logit_bias: tuple = ()            # ((token id, bias in [-100, 100]), ...), by token id; a dict is taken
+    bad_words: tuple = ()             # token-id sequences; the last token of one is masked after the others
+    min_tokens: int = 0               # stop tokens masked until this many tokens are generated
 
     def __post_init__(self):
         t = self.temperature
@@ -71,10 +84,60 @@ class SamplingParams:
         mp = self.min_p
         if mp is not None and (isinstance(mp, bool) or not isinstance(mp, (int, float)) or not 0 <= mp <= 1):
             raise OracleError(f"min_p must be in [0, 1], got {mp!r}")
+        self._check_processors()
+
+    def _check_processors(self):
+        num = lambda v: isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+        r = self.repetition_penalty
+        if not num(r) or r <= 0:
+            raise OracleError(f"repetition_penalty must be a finite number > 0 (1 = off), got {r!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            if not num(v) or not -2 <= v <= 2:
+                raise OracleError(f"{name} must be in [-2, 2] (0 = off), got {v!r}")
+        bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
+        try:
+            bias = [(t, b) for t, b in bias]
+        except (TypeError, ValueError):
+            raise OracleError(f"logit_bias must map token ids to biases, got {self.logit_bias!r}") from None
+        for t, b in bias:
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
+                raise OracleError(f"logit_bias: {t!r} is not a token id >= 0")
+            if not num(b) or not -100 <= b <= 100:
+                raise OracleError(f"logit_bias of token {t}: the bias must be a finite number in [-100, 100], got {b!r}")
+        if len({t for t, _ in bias}) != len(bias):
+            raise OracleError("logit_bias names a token twice")
+        words = []
+        for w in self.bad_words:
+            w = tuple(w) if isinstance(w, (list, tuple)) else None
+            if not w or any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 for t in w):
+                raise OracleError(f"bad_words must be non-empty sequences of token ids >= 0, got {list(self.bad_words)!r}")
+            words.append(tuple(int(t) for t in w))
+        m = self.min_tokens
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            raise OracleError(f"min_tokens must be an integer >= 0, got {m!r}")
+        if self.max_tokens is not None and m > self.max_tokens:
+            raise OracleError(f"min_tokens {m} exceeds max_tokens {self.max_tokens}")
+        object.__setattr__(self, "repetition_penalty", float(r))
+        object.__setattr__(self, "presence_penalty", float(self.presence_penalty))
+        object.__setattr__(self, "frequency_penalty", float(self.frequency_penalty))
+        object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(b)) for t, b in bias)))
+        object.__setattr__(self, "bad_words", tuple(words))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def needs_seen(self) -> bool:
+        """Whether the processed logits depend on the tokens before them."""
+        return bool(self.repetition_penalty != 1 or self.presence_penalty or self.frequency_penalty or
+                    self.bad_words or (self.min_tokens and self.stop_token_ids))
+
+    @property
+    def has_processors(self) -> bool:
+        """Any of the processors of oracle/processors.py is on."""
+        return self.needs_seen or bool(self.logit_bias)
 
     def to_json(self) -> dict:
         out = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
@@ -85,12 +148,19 @@ class SamplingParams:
                     "allowed_token_ids": None if self.allowed_token_ids is None else list(self.allowed_token_ids)}
         if self.min_p:
             out["min_p"] = self.min_p
+        if self.has_processors:
+            out |= {"repetition_penalty": self.repetition_penalty, "presence_penalty": self.presence_penalty,
+                    "frequency_penalty": self.frequency_penalty, "logit_bias": [list(tb) for tb in self.logit_bias],
+                    "bad_words": [list(w) for w in self.bad_words], "min_tokens": self.min_tokens}
         return out
 
     def check_vocab(self, vocab: int, who="request") -> None:
         """Token ids named by the params must be in the vocabulary."""
-        for name in ("stop_token_ids", "banned_token_ids", "allowed_token_ids"):
-            bad = [t for t in getattr(self, name) or () if t >= vocab]
+        named = {"stop_token_ids": self.stop_token_ids, "banned_token_ids": self.banned_token_ids,
+                 "allowed_token_ids": self.allowed_token_ids or (), "logit_bias": [t for t, _ in self.logit_bias],
+                 "bad_words": [t for w in self.bad_words for t in w]}
+        for name, ids in named.items():
+            bad = [t for t in ids if t >= vocab]
             if bad:
                 raise OracleError(f"{who}: {name} holds {bad[0]}, outside the vocabulary [0, {vocab})")
 
@@ -129,36 +199,91 @@ def check_token(x, vocab: int, what: str = "token") -> int:
     return int(x)
 
 
-def mask_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """logits [V] with banned ids and ids outside allowed_token_ids set to -inf (FP32)."""
-    x = np.array(logits, F32)
+def mask(x: np.ndarray, params: SamplingParams, seen: Seen) -> np.ndarray:
+    """Banned ids and ids outside allowed_token_ids set to -inf."""
     if params.allowed_token_ids is not None:
         keep = np.zeros(len(x), bool)
         keep[list(params.allowed_token_ids)] = True
         x[~keep] = -np.inf
     x[list(params.banned_token_ids)] = -np.inf
+    return x
+
+
+def temperature(x: np.ndarray, params: SamplingParams) -> np.ndarray:
+    return x / F32(params.temperature)
+
+
+def min_p(x: np.ndarray, params: SamplingParams) -> np.ndarray:
+    if not params.min_p:
+        return x
+    p = softmax(x)
+    return np.where(p >= F32(params.min_p) * p.max(), x, F32(-np.inf))          # the top token stays
+
+
+def top_k(x: np.ndarray, params: SamplingParams) -> np.ndarray:
+    if params.top_k is None or params.top_k >= len(x):
+        return x
+    kth = np.sort(x)[::-1][params.top_k - 1]
+    return np.where(x >= kth, x, F32(-np.inf))                                  # ties at the threshold stay
+
+
+def top_p(x: np.ndarray, params: SamplingParams) -> np.ndarray:
+    if params.top_p is None or params.top_p >= 1:
+        return x
+    p = softmax(x)
+    ps = p[np.argsort(-p, kind="stable")]
+    before = np.cumsum(ps) - ps                                                 # mass before each sorted token
+    cut = ps[np.count_nonzero(before <= F32(params.top_p)) - 1]                 # before[0] == 0: top stays
+    return np.where(p >= cut, x, F32(-np.inf))                                  # ties with the last kept stay
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The chain's steps by name, in order (the module docstring). Processors take
+    (x, params, seen), filters (x, params). `replace(top_k=f)` swaps one step (meta_tests'
+    faulty samplers); kernels/sampler.py runs its own steps in the order of these names."""
+    processors: tuple = (("mask", mask), ("bad_words", processors.bad_words), ("logit_bias", processors.logit_bias),
+                         ("min_tokens", processors.min_tokens), ("penalties", processors.penalties))
+    filters: tuple = (("temperature", temperature), ("min_p", min_p), ("top_k", top_k), ("top_p", top_p))
+
+    def replace(self, **steps) -> "Chain":
+        names = {n for n, _ in self.processors + self.filters}
+        assert set(steps) <= names, f"no step {sorted(set(steps) - names)} in the chain"
+        swap = lambda part: tuple((n, steps.get(n, f)) for n, f in part)
+        return Chain(swap(self.processors), swap(self.filters))
+
+
+CHAIN = Chain()
+
+
+def seen_or_empty(params: SamplingParams, seen: Seen | None) -> Seen:
+    if seen is None:
+        if params.needs_seen:
+            raise OracleError("these sampling parameters depend on the tokens before the logits: pass seen=")
+        return EMPTY
+    return seen
+
+
+def processed_logits(logits: np.ndarray, params: SamplingParams, seen: Seen | None = None,
+                     chain: Chain = CHAIN) -> np.ndarray:
+    """logits [V] -> FP32 logits [V] after the mask and the processors (steps 1-5)."""
+    check_logits(logits)
+    seen = seen_or_empty(params, seen)
+    x = np.array(logits, F32)
+    for _, step in chain.processors:
+        x = step(x, params, seen)
     check_logits(x, "masked logits")
     return x
 
 
-def filtered_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """logits: [V] -> probabilities [V] in FP32 after the mask, temperature, min-p, top-k,
-    top-p (the module docstring: order and ties)."""
-    check_logits(logits)
+def filtered_probs(logits: np.ndarray, params: SamplingParams, seen: Seen | None = None,
+                   chain: Chain = CHAIN) -> np.ndarray:
+    """logits: [V] -> probabilities [V] in FP32 after the whole chain (the module docstring:
+    order and ties)."""
     assert not params.greedy, "greedy requests have no sampling distribution"
-    x = mask_logits(logits, params) / F32(params.temperature)
-    if params.min_p:
-        p = softmax(x)
-        x = np.where(p >= F32(params.min_p) * p.max(), x, F32(-np.inf))    # the top token stays
-    if params.top_k is not None and params.top_k < len(x):
-        kth = np.sort(x)[::-1][params.top_k - 1]
-        x = np.where(x >= kth, x, F32(-np.inf))                  # ties at the threshold stay
-    if params.top_p is not None and params.top_p < 1:
-        p = softmax(x)
-        ps = p[np.argsort(-p, kind="stable")]
-        before = np.cumsum(ps) - ps                              # mass before each sorted token
-        cut = ps[np.count_nonzero(before <= F32(params.top_p)) - 1]   # before[0] == 0: top stays
-        x = np.where(p >= cut, x, F32(-np.inf))                  # ties with the last kept stay
+    x = processed_logits(logits, params, seen, chain)
+    for _, step in chain.filters:
+        x = step(x, params)
     return softmax(x)
 
 
@@ -178,10 +303,11 @@ def categorical(probs: np.ndarray, u: float) -> int:
     return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), len(cdf) - 1))
 
 
-def greedy_token(logits: np.ndarray, params: SamplingParams | None = None) -> int:
-    """argmax of the (masked, when params are given) logits; ties: lowest id."""
+def greedy_token(logits: np.ndarray, params: SamplingParams | None = None, seen: Seen | None = None,
+                 chain: Chain = CHAIN) -> int:
+    """argmax of the processed logits (of the raw ones without params); ties: lowest id."""
     check_logits(logits)
-    return int(np.argmax(logits if params is None else mask_logits(logits, params)))
+    return int(np.argmax(logits if params is None else processed_logits(logits, params, seen, chain)))
 
 
 def accepts(u: float, p_x: float, q_x: float) -> bool:

@@ -25,7 +25,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import OracleError
-from ..sampling import SamplingParams, accepts, categorical, filtered_probs, greedy_token, mask_logits, residual, stop_cut
+from ..sampling import (SamplingParams, Seen, accepts, categorical, filtered_probs, greedy_token, processed_logits,
+                        residual, stop_cut)
 
 
 class Divergence(NamedTuple):
@@ -39,6 +40,13 @@ class Divergence(NamedTuple):
 
 def params_of(tr, rid) -> SamplingParams:
     return SamplingParams(**tr.params[rid]) if rid in tr.params else SamplingParams()
+
+
+def seen_in(tr, rid, o: int, drafts) -> Seen:
+    """What request rid's logits at offset o saw in round trace tr, given the round's drafts
+    (the tokens the round started from, then drafts 1..o; phases.seen)."""
+    prefix, n = list(tr.prefix.get(rid, ())), tr.generated.get(rid, 0)
+    return Seen(tuple(prefix[:len(prefix) - n]), tuple(prefix[len(prefix) - n:]) + tuple(drafts[:o]), o, len(drafts))
 
 
 def _softmax(lg) -> np.ndarray:
@@ -70,14 +78,14 @@ def draw_margin(probs, y: int, u: float) -> float:
     return float(max(lo - t, t - hi, 0.0) / cdf[-1])
 
 
-def filter_margin(logits, params: SamplingParams) -> float:
+def filter_margin(logits, params: SamplingParams, seen: Seen | None = None) -> float:
     """How close the filters' kept set was to changing (inf when no filter cuts): the gap
     between the last kept and the first dropped token's probability / max p at temperature 1
     (so top_k=1, or a top-p that keeps one token, is the greedy margin); and for top-p also the
     distance of the nearest token's preceding mass to p, times `temper`. A draw near such a
     boundary can land elsewhere in another precision even though its uniform sits far inside a
     CDF interval."""
-    lg = np.asarray(mask_logits(logits, params), np.float64)
+    lg = np.asarray(processed_logits(logits, params, seen), np.float64)
     r1 = np.sort(np.exp(lg - lg.max()))[::-1]                 # temperature 1, descending
     m = float("inf")
     kept = len(r1)
@@ -158,42 +166,43 @@ def trace_problem(tr, rid, T: int, V: int) -> str | None:
 def first_divergence(a, b, rid, T: int) -> Divergence | None:
     """The first differing decision of request rid in round traces a (reference) and b."""
     params, K = params_of(a, rid), T - 1
+    seen = lambda o: seen_in(a, rid, o, a.drafts[rid])          # both sides ran on these tokens up to o
     for n in range(K):
         x, y = a.drafts[rid][n], b.drafts[rid][n]
         if x != y:
-            lg = a.draft_logits[(rid, n)]
-            parts = (greedy_margin(mask_logits(lg, params), x, y),) if params.greedy else \
-                (temper(params) * draw_margin(filtered_probs(lg, params), y, _u(a, rid, "draft", n)),
-                 filter_margin(lg, params))
+            lg, sn = a.draft_logits[(rid, n)], seen(n)
+            parts = (greedy_margin(processed_logits(lg, params, sn), x, y),) if params.greedy else \
+                (temper(params) * draw_margin(filtered_probs(lg, params, sn), y, _u(a, rid, "draft", n)),
+                 filter_margin(lg, params, sn))
             return Divergence(n + 1, f"draft token of offset {n + 1}: {x} vs {y}", min(parts), "draft", n, parts)
     ar, br = a.accepted[rid], b.accepted[rid]
     if ar != br:
         o = min(ar, br)
-        x, lg = a.drafts[rid][o], a.verify_logits[(rid, o)]
+        x, lg, sn = a.drafts[rid][o], a.verify_logits[(rid, o)], seen(o)
         x = token_index(x, len(lg))
         if params.greedy:
-            p = _softmax(mask_logits(lg, params))
+            p = _softmax(processed_logits(lg, params, sn))
             parts = (float(abs(p[x] - np.delete(p, x).max()) / p.max()),)
         else:
             dl = a.draft_logits[(rid, o)]
-            p, q = filtered_probs(lg, params), filtered_probs(dl, params)
-            parts = (temper(params) * float(abs(_u(a, rid, "accept", o) * q[x] - p[x])), filter_margin(lg, params),
-                     filter_margin(dl, params))
+            p, q = filtered_probs(lg, params, sn), filtered_probs(dl, params, sn)
+            parts = (temper(params) * float(abs(_u(a, rid, "accept", o) * q[x] - p[x])),
+                     filter_margin(lg, params, sn), filter_margin(dl, params, sn))
         return Divergence(T, f"acceptance of the draft at offset {o}: accepted {ar} vs {br}", min(parts), "accept", o,
                           parts)
     x, y = a.emitted[rid][-1], b.emitted[rid][-1]
     if x != y:
-        lg = a.verify_logits[(rid, ar)]
+        lg, sn = a.verify_logits[(rid, ar)], seen(ar)
         if params.greedy:
-            parts = (greedy_margin(mask_logits(lg, params), x, y),)
+            parts = (greedy_margin(processed_logits(lg, params, sn), x, y),)
         elif ar < K:
             dl = a.draft_logits[(rid, ar)]
-            dist = residual(filtered_probs(lg, params), filtered_probs(dl, params))
-            parts = (temper(params) * draw_margin(dist, y, _u(a, rid, "residual", ar)), filter_margin(lg, params),
-                     filter_margin(dl, params))
+            dist = residual(filtered_probs(lg, params, sn), filtered_probs(dl, params, sn))
+            parts = (temper(params) * draw_margin(dist, y, _u(a, rid, "residual", ar)),
+                     filter_margin(lg, params, sn), filter_margin(dl, params, sn))
         else:
-            parts = (temper(params) * draw_margin(filtered_probs(lg, params), y, _u(a, rid, "bonus", K)),
-                     filter_margin(lg, params))
+            parts = (temper(params) * draw_margin(filtered_probs(lg, params, sn), y, _u(a, rid, "bonus", K)),
+                     filter_margin(lg, params, sn))
         return Divergence(T, f"final token (offset {ar}): {x} vs {y}", min(parts), "final", ar, parts)
     return None
 
@@ -204,9 +213,10 @@ def redecide(tr, rid, T: int):
     tr never drew (its path had already differed) keeps tr's value."""
     params, K = params_of(tr, rid), T - 1
     drafts, a_tr = tr.drafts[rid], tr.accepted[rid]
-    probs = lambda lg: filtered_probs(lg, params)
-    redrafts = [greedy_token(tr.draft_logits[(rid, n)], params) if params.greedy else
-                categorical(probs(tr.draft_logits[(rid, n)]), _u(tr, rid, "draft", n)) for n in range(K)]
+    seen = lambda o: seen_in(tr, rid, o, drafts)
+    probs = lambda lg, o: filtered_probs(lg, params, seen(o))
+    redrafts = [greedy_token(tr.draft_logits[(rid, n)], params, seen(n)) if params.greedy else
+                categorical(probs(tr.draft_logits[(rid, n)], n), _u(tr, rid, "draft", n)) for n in range(K)]
     if redrafts != list(drafts):                       # later decisions would need other uniforms
         return replace(tr, drafts={**tr.drafts, rid: redrafts})
     a = K
@@ -214,11 +224,11 @@ def redecide(tr, rid, T: int):
         lg = tr.verify_logits[(rid, o)]
         x = token_index(drafts[o], len(lg))
         if params.greedy:
-            ok = greedy_token(lg, params) == x
+            ok = greedy_token(lg, params, seen(o)) == x
         elif o > a_tr:                                  # no uniform: tr had rejected earlier
             break
         else:
-            ok = accepts(_u(tr, rid, "accept", o), probs(lg)[x], probs(tr.draft_logits[(rid, o)])[x])
+            ok = accepts(_u(tr, rid, "accept", o), probs(lg, o)[x], probs(tr.draft_logits[(rid, o)], o)[x])
         if not ok:
             a = o
             break
@@ -226,11 +236,11 @@ def redecide(tr, rid, T: int):
     if a != a_tr:                                       # the acceptance differs: the final is not compared
         final = tr.emitted[rid][-1]
     elif params.greedy:
-        final = greedy_token(lg, params)
+        final = greedy_token(lg, params, seen(a))
     elif a < K:
-        final = categorical(residual(probs(lg), probs(tr.draft_logits[(rid, a)])), _u(tr, rid, "residual", a))
+        final = categorical(residual(probs(lg, a), probs(tr.draft_logits[(rid, a)], a)), _u(tr, rid, "residual", a))
     else:
-        final = categorical(probs(lg), _u(tr, rid, "bonus", K))
+        final = categorical(probs(lg, K), _u(tr, rid, "bonus", K))
     return replace(tr, accepted={**tr.accepted, rid: a},
                    emitted={**tr.emitted, rid: list(tr.emitted[rid][:-1]) + [final]})
 

@@ -1,0 +1,75 @@
+"""Logits processors that depend on the sequence (docs/DESIGN.md section 5), with vLLM's
+definitions: bad words, logit bias, min_tokens, and the repetition, frequency and presence
+penalties. Each step maps FP32 logits [V] to FP32 logits [V] (it may write into its input,
+which the chain has copied) and skips itself when its parameter is off, so a request without
+processors gets the same bits as before they existed.
+
+`Seen` is what the logits of one offset see. A round's offset o (0-based; offset 0 is the last
+committed token) has drafts 1..o behind it, for the draft logits that draw draft o+1 and for
+the verification logits that judge it alike: the contexts plain decoding would have had."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+F32 = np.float32
+
+
+@dataclass(slots=True, frozen=True)
+class Seen:
+    prompt: tuple = ()        # the request's prompt tokens
+    output: tuple = ()        # tokens generated before this offset: earlier rounds', then this round's drafts
+    drafts: int = 0           # how many of output's last tokens are this round's drafts (= the offset)
+    round_drafts: int = 0     # drafts the round draws for the request in all (K)
+
+
+EMPTY = Seen()
+
+
+def bad_words(x: np.ndarray, params, seen: Seen) -> np.ndarray:
+    """A bad word w masks its last token when the output ends with w[:-1] (vLLM: the output
+    only, not the prompt; a one-token word is always masked)."""
+    out = seen.output
+    for w in params.bad_words:
+        n = len(w) - 1
+        if n <= len(out) and tuple(out[len(out) - n:]) == w[:-1]:
+            x[w[-1]] = -np.inf
+    return x
+
+
+def logit_bias(x: np.ndarray, params, seen: Seen) -> np.ndarray:
+    for t, b in params.logit_bias:
+        x[t] = x[t] + F32(b)
+    return x
+
+
+def min_tokens(x: np.ndarray, params, seen: Seen) -> np.ndarray:
+    """Stop tokens are masked while fewer than min_tokens tokens are generated (the one that
+    these logits draw would be token number len(output) + 1)."""
+    if len(seen.output) < params.min_tokens and params.stop_token_ids:
+        x[list(params.stop_token_ids)] = -np.inf
+    return x
+
+
+def output_counts(seen: Seen, V: int) -> np.ndarray:
+    """[V] int64: how often each token occurs in the output."""
+    return np.bincount(np.asarray(seen.output, np.int64), minlength=V)
+
+
+def penalties(x: np.ndarray, params, seen: Seen) -> np.ndarray:
+    """vLLM's order: repetition (prompt and output tokens: x > 0 -> x / r, else x * r), then
+    x -= frequency * count(output), then x -= presence * [token in output]."""
+    r, f, p = params.repetition_penalty, params.frequency_penalty, params.presence_penalty
+    if r == 1 and f == 0 and p == 0:
+        return x
+    counts = output_counts(seen, len(x))
+    if r != 1:
+        hit = counts > 0
+        hit[list(seen.prompt)] = True
+        x = np.where(hit, np.where(x > 0, x / F32(r), x * F32(r)), x).astype(F32)
+    if f != 0:
+        x = (x - F32(f) * counts.astype(F32)).astype(F32)
+    if p != 0:
+        x = (x - F32(p) * (counts > 0).astype(F32)).astype(F32)
+    return x
