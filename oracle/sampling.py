@@ -5,8 +5,8 @@ The chain (`CHAIN`, in FP32, on the draft and on the verification logits of ever
   processors (greedy and sampled requests alike; `seen`: the tokens these logits see)
   1. mask: banned token ids, and every id outside allowed_token_ids, become -inf (a row
      with every token masked is an error; -inf is a legal logit, NaN and +inf are not);
-  2. bad_words, 3. logit_bias, 4. min_tokens, 5. penalties (oracle/processors.py, vLLM's
-     definitions and order);
+  2. bad_words, 3. min_tokens, 4. logit_bias, 5. penalties (oracle/processors.py, vLLM's
+     definitions and order; min_tokens and logit_bias commute);
   filters (sampled requests; greedy requests take the argmax of the processed logits)
   6. temperature: x / T;
   7. min-p (vLLM's definition): drop tokens with softmax(x) < min_p * max softmax(x);
@@ -242,8 +242,8 @@ class Chain:
     """The chain's steps by name, in order (the module docstring). Processors take
     (x, params, seen), filters (x, params). `replace(top_k=f)` swaps one step (meta_tests'
     faulty samplers); kernels/sampler.py runs its own steps in the order of these names."""
-    processors: tuple = (("mask", mask), ("bad_words", processors.bad_words), ("logit_bias", processors.logit_bias),
-                         ("min_tokens", processors.min_tokens), ("penalties", processors.penalties))
+    processors: tuple = (("mask", mask), ("bad_words", processors.bad_words), ("min_tokens", processors.min_tokens),
+                         ("logit_bias", processors.logit_bias), ("penalties", processors.penalties))
     filters: tuple = (("temperature", temperature), ("min_p", min_p), ("top_k", top_k), ("top_p", top_p))
 
     def replace(self, **steps) -> "Chain":

@@ -60,7 +60,9 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-LIST_OPTIONS = ("--counts", "--tokens", "--batch", "--rows", "--depths", "--stop-tokens", "--banned-tokens")
+LIST_OPTIONS = ("--counts", "--tokens", "--batch", "--rows", "--depths", "--stop-tokens", "--banned-tokens",
+                "--logit-bias", "--bad-words", "--presence-penalty", "--frequency-penalty", "--repetition-penalty",
+                "--min-tokens")
 
 
 def _join_list_values(argv: list[str]) -> list[str]:

@@ -76,6 +76,32 @@ def depth_pairs(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def token_biases(text: str) -> dict[int, float]:
+    """argparse type: '5:2.0,9:-1.5' -> {5: 2.0, 9: -1.5} (`--logit-bias`)."""
+    out = {}
+    for item in text.split(","):
+        t, sep, b = item.strip().partition(":")
+        try:
+            t, b = int(t), float(b)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair token:bias") from None
+        if not sep or not math.isfinite(b):
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a pair token:bias with a finite bias")
+        if t in out:
+            raise argparse.ArgumentTypeError(f"token {t} is given twice")
+        out[t] = b
+    return out
+
+
+def token_words(text: str) -> list[tuple[int, ...]]:
+    """argparse type: '3,4/7' -> [(3, 4), (7,)] (`--bad-words`: words split by '/')."""
+    try:
+        return [tuple(csv_ints(w)) for w in text.split("/")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected token-id words like 3,4/7 (ids by ',', words by '/'), "
+                                         f"got {text!r}") from None
+
+
 # ---- output files ----
 
 def check_out_path(path: str, option: str = "--out") -> None:

@@ -20,7 +20,7 @@ from .environment import set_torch_threads
 from ..errors import OracleError
 from ..model import build_model
 from ..progress import warn
-from .round_args import add_round_options, custom_case, model_flags
+from .round_args import add_round_options, custom_case, is_custom, model_flags
 
 DEFAULT_TIMEOUT = 300.0          # seconds a backend call may take (`--timeout`)
 # dtypes a judge's side (--reference) may compute in: the tolerance rows measure a backend
@@ -69,11 +69,7 @@ def run(args) -> int:
         warn("--threads has no effect without --backend: the reference check runs on NumPy, not torch")
     backend, judge = load_backends(args) if (args.backend, args.reference) != (None, None) else (None, None)
     model = build_model(args.preset, args.seed, args.checkpoint)
-    custom = any(getattr(args, k) is not None for k in ("counts", "temperature", "top_k", "top_p", "prompt_len",
-                                                         "depths", "stop_tokens", "max_tokens", "banned_tokens",
-                                                         "min_p")) \
-        or (args.draft_loops, args.target_loops, args.rounds, args.policy) != (2, 4, 4, "sequential")
-    cases = [custom_case(args)] if custom or args.case else default_cases(model.cfg.vocab_size, model_flags(args))
+    cases = [custom_case(args)] if is_custom(args) or args.case else default_cases(model.cfg.vocab_size, model_flags(args))
     if args.backend is not None and args.backend != "reference":
         return check_backend(args, model, cases, t0, backend, judge)
     out = check_cases(model, cases)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from . import limits
-from .argtypes import csv_ints, depth_pairs, finite_float, int_at_least, probability
+from .argtypes import csv_ints, depth_pairs, finite_float, int_at_least, probability, token_biases, token_words
 from .catalogue import default_cases
 from ..judge.scenario import command, make_case
 from ..config import ModelConfig, preset
@@ -55,6 +55,18 @@ def add_round_options(p) -> None:
                    help="token ids masked to -inf in draft and verification logits (default: none)")
     p.add_argument("--min-p", type=probability, default=None,
                    help="min-p filter, vLLM's p >= min_p * max p after temperature (default: off)")
+    p.add_argument("--repetition-penalty", type=finite_float, default=None, metavar="R",
+                   help="vLLM's repetition penalty on prompt and output tokens, > 0 (default: 1, off)")
+    p.add_argument("--presence-penalty", type=finite_float, default=None, metavar="P",
+                   help="subtracted from the logits of tokens in the output, in [-2, 2] (default: 0)")
+    p.add_argument("--frequency-penalty", type=finite_float, default=None, metavar="F",
+                   help="subtracted per occurrence in the output, in [-2, 2] (default: 0)")
+    p.add_argument("--logit-bias", type=token_biases, default=None, metavar="ID:B,...",
+                   help="added to the logits of these token ids, e.g. 5:2.0,9:-1.5 (default: none)")
+    p.add_argument("--bad-words", type=token_words, default=None, metavar="IDS/IDS",
+                   help="token-id words whose last token is masked after the others, e.g. 3,4/7 (default: none)")
+    p.add_argument("--min-tokens", type=int_at_least(0), default=None,
+                   help="stop tokens are masked until this many tokens are generated (default: 0)")
     p.add_argument("--prompt-len", type=int_at_least(1), default=None,
                    help="prompt length of every request (default: random 1..8 drawn from the seed)")
     p.add_argument("--case", default=None, metavar="NAME",
@@ -68,10 +80,14 @@ def add_round_options(p) -> None:
                          "1 a check failed, 2 bad usage or input, 3 internal error.")
 
 
+# option dest -> SamplingParams field of the logits processors (every request of a custom case)
+PROCESSOR_FLAGS = {"repetition_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
+                   "frequency_penalty": "frequency_penalty", "logit_bias": "logit_bias", "bad_words": "bad_words",
+                   "min_tokens": "min_tokens"}
 # option dest -> default; None in the parser so an explicit value can be told apart
 DEFAULTS = {"draft_loops": 2, "target_loops": 4, "rounds": 4, "policy": "sequential"}
 ROUND_SHAPE = ("counts", "temperature", "top_k", "top_p", "prompt_len", "draft_loops", "target_loops",
-               "rounds", "policy", "depths", "stop_tokens", "max_tokens", "banned_tokens", "min_p")
+               "rounds", "policy", "depths", "stop_tokens", "max_tokens", "banned_tokens", "min_p", *PROCESSOR_FLAGS)
 DEFAULT_COUNTS = [5, 3, 1]
 
 
@@ -132,6 +148,10 @@ def check_round_args(args) -> None:
     if len(set(args.banned_tokens or ())) >= cfg.vocab_size:
         raise OracleError(f"--banned-tokens masks all {cfg.vocab_size} tokens of the vocabulary: no token is left "
                           f"to draft or verify")
+    processor_params(args).check_vocab(cfg.vocab_size, "the round options")    # ranges and ids, one line
+    if args.min_tokens and not args.stop_tokens:
+        warn(f"--min-tokens {args.min_tokens} has no effect without --stop-tokens (it masks the stop tokens "
+             f"until {args.min_tokens} tokens are generated)")
     if args.temperature == 0 and (args.top_k is not None or args.top_p is not None or args.min_p is not None):
         warn("--top-k/--top-p/--min-p have no effect with --temperature 0 (greedy)")
     if args.top_k is not None and args.top_k > cfg.vocab_size:
@@ -142,6 +162,18 @@ def check_round_args(args) -> None:
     plen = args.prompt_len if args.prompt_len is not None else 8
     limits.check_work(cfg, counts, args.target_loops, args.rounds, plen, args.allow_large, check=not recording)
     args.round_args_checked = True
+
+
+def is_custom(args) -> bool:
+    """Whether the (resolved) options describe a custom case rather than the built-in ones."""
+    return any(getattr(args, k) is not None for k in ROUND_SHAPE if k not in DEFAULTS) \
+        or any(getattr(args, k) != v for k, v in DEFAULTS.items())
+
+
+def processor_params(args) -> SamplingParams:
+    """The processors the options give (checked by SamplingParams: one error line for a bad value)."""
+    given = {f: getattr(args, dest) for dest, f in PROCESSOR_FLAGS.items() if getattr(args, dest) is not None}
+    return SamplingParams(stop_token_ids=tuple(args.stop_tokens or ()), max_tokens=args.max_tokens, **given)
 
 
 def model_flags(args) -> list[str]:
@@ -159,9 +191,15 @@ def round_flags(args, counts) -> list[str]:
     out += ["--rounds", str(args.rounds), "--policy", args.policy]
     for flag, value in (("--prompt-len", args.prompt_len), ("--temperature", args.temperature),
                         ("--top-k", args.top_k), ("--top-p", args.top_p), ("--max-tokens", args.max_tokens),
-                        ("--min-p", args.min_p)):
+                        ("--min-p", args.min_p), ("--repetition-penalty", args.repetition_penalty),
+                        ("--presence-penalty", args.presence_penalty), ("--frequency-penalty", args.frequency_penalty),
+                        ("--min-tokens", args.min_tokens)):
         if value is not None:
             out += [flag, repr(value)]
+    if args.logit_bias:
+        out += ["--logit-bias", ",".join(f"{t}:{b!r}" for t, b in args.logit_bias.items())]
+    if args.bad_words:
+        out += ["--bad-words", "/".join(",".join(map(str, w)) for w in args.bad_words)]
     for flag, ids in (("--stop-tokens", args.stop_tokens), ("--banned-tokens", args.banned_tokens)):
         if ids:
             out += [flag, ",".join(map(str, ids))]
@@ -185,7 +223,8 @@ def custom_case(args):
         validate(counts, [a for a, _ in depths], [b for _, b in depths])
         args.draft_loops, args.target_loops = min(a for a, _ in depths), max(b for _, b in depths)
     stops = {"stop_token_ids": tuple(args.stop_tokens or ()), "max_tokens": args.max_tokens,
-             "banned_token_ids": tuple(args.banned_tokens or ())}
+             "banned_token_ids": tuple(args.banned_tokens or ()),
+             **{f: getattr(args, dest) for dest, f in PROCESSOR_FLAGS.items() if getattr(args, dest) is not None}}
     filters = {"min_p": args.min_p}
     if args.temperature is None:                      # a mixed batch
         params = [SamplingParams(seed=args.seed + i, **stops) if i % 2 == 0 else
