@@ -20,7 +20,7 @@ import numpy as np
 
 from oracle.schedule import Schedule
 
-from .rows import STEPS, filtered, processor_steps
+from .rows import STEPS, filtered
 
 
 @dataclass(slots=True)
@@ -88,11 +88,14 @@ def sampling_variant(params, vocab: int) -> str:
     return "full" if any(filtered(p, vocab) for p in params) else "plain"
 
 
-def processors_variant(params) -> tuple:
-    """The processor steps (kernels/rows.py STEPS) on for any of the round's requests, in the
-    chain's order; () when none is: the round then runs the steps without processors. Part of
-    the head and accept steps' graph keys (like the sampling variant)."""
-    on = {n for p in params for n in processor_steps(p)}
+def processors_variant(steps) -> tuple:
+    """steps: per request of the round, its rows.processor_steps (kept per request: the params
+    never change). The steps on for any of them, in the chain's order; () when none is: the
+    round then runs the steps without processors. Part of the head and accept steps' graph
+    keys (like the sampling variant)."""
+    if not any(steps):
+        return ()
+    on = set().union(*steps)
     return tuple(n for n in STEPS if n in on)
 
 

@@ -23,7 +23,7 @@ from .collect import Handle, HostRequest, build_trace, check_results
 from .engine import Engine, unpack_results
 from .graphs import GraphRunner
 from .options import KernelOptions
-from .rows import check_limits
+from .rows import check_limits, processor_steps
 from .round_buffer import PlanCache, build_plan, plan_indices, processors_variant, sampling_variant
 from .streams import UniformStream
 from .triton_attention import span_bucket
@@ -86,7 +86,7 @@ class TorchSession:
         except BaseException:
             self.engine.kv.release(slot)                                 # no leaked slot
             raise
-        self.requests[rid] = HostRequest(rid, slot, params, prompt, stream, depths)
+        self.requests[rid] = HostRequest(rid, slot, params, prompt, stream, depths, steps=processor_steps(params))
 
     def remove(self, rid) -> list[int]:
         req = self._get(rid)
@@ -148,9 +148,9 @@ class TorchSession:
         sched, indices = self.plans.get((tuple(T), tuple(dep), tuple(slots), n_slots), make)
         W = max(1, max(self._need(r, t) for r, t in zip(reqs, T)))
         windows = np.stack([r.stream.window(W) if not r.params.greedy else np.zeros(W) for r in reqs])
-        params = [r.params for r in reqs]
         h.plan = build_plan(sched, slots, self.Tcap, n_slots, [r.stream.consumed for r in reqs], windows,
-                            sampling_variant(params, self.cfg.vocab_size), indices, processors_variant(params))
+                            sampling_variant([r.params for r in reqs], self.cfg.vocab_size), indices,
+                            processors_variant([r.steps for r in reqs]))
         before = dict(self.graphs.stats)
         t1 = time.perf_counter()
         try:

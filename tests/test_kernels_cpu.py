@@ -696,7 +696,7 @@ def test_sweep_measures_c_at_its_sessions_kv_capacity(tmp_path):
 from kernels import host_sampling                                               # noqa: E402
 from kernels.engine import Engine                                               # noqa: E402
 from kernels.round_buffer import processors_variant                             # noqa: E402
-from kernels.rows import MAX_BAD_WORD_LEN, MAX_BAD_WORDS, STEPS, TAIL           # noqa: E402
+from kernels.rows import MAX_BAD_WORD_LEN, MAX_BAD_WORDS, STEPS, TAIL, processor_steps  # noqa: E402
 from oracle.judge.cases import judge_cases, run as judge_run                    # noqa: E402
 from oracle.judge.scenario import make_case                                     # noqa: E402
 from oracle.sampling import Seen                                                # noqa: E402
@@ -799,7 +799,7 @@ def test_device_processors_match_the_reference_bit_for_bit(model):
         e.tok[slot, 1:K + 1] = torch.tensor(drafts, dtype=torch.int64)
         e.tok[slot, K + 1:] = torch.from_numpy(rng.integers(0, V, T - K - 1))   # stale drafts past K
         slots, offs = torch.full((K + 1,), slot), torch.arange(K + 1)
-        for steps in (processors_variant([params]), STEPS):
+        for steps in (processor_steps(params), STEPS):
             got, bad = e._processed(torch.from_numpy(raw), slots, offs, steps)
             for o in range(K + 1):
                 seen = Seen(tuple(prompt), tuple(output + drafts[:o]), o, K)
@@ -906,9 +906,11 @@ def test_rounds_without_processors_take_todays_steps(model):
     s.collect(h)
     assert h.plan.processors == () and not s.engine.procs and not hasattr(s.engine, "counts")
     assert all(len(k[1]) == 2 for k in s.graphs.graphs if k[0] in ("draft", "verify", "accept"))
-    assert processors_variant([SP(), SP(logit_bias={1: 1.0}), SP(min_tokens=2)]) == ("logit_bias",)
-    assert processors_variant([SP(min_tokens=2, stop_token_ids=(1,)), SP(presence_penalty=0.1, logit_bias={1: -1.0}),
-                               SP(bad_words=((2,),))]) == STEPS
+    variant = lambda params: processors_variant([processor_steps(p) for p in params])
+    assert variant([SP(), SP(0.5, top_k=3, stop_token_ids=(4,), banned_token_ids=(1,))]) == ()
+    assert variant([SP(), SP(logit_bias={1: 1.0}), SP(min_tokens=2)]) == ("logit_bias",)
+    assert variant([SP(min_tokens=2, stop_token_ids=(1,)), SP(presence_penalty=0.1, logit_bias={1: -1.0}),
+                    SP(bad_words=((2,),))]) == STEPS
     s.add(7, [1, 2], SP(repetition_penalty=1.2))
     assert s.engine.procs and s.engine.counts.shape == (s.engine.kv.n_slots, model.cfg.vocab_size)
     assert s.submit({0: 2, 1: 2}).plan.processors == () and s.submit({0: 2, 7: 2}).plan.processors == ("penalties",)
