@@ -5,10 +5,12 @@ tiny and small presets, and are judged by the property suite's harness, i.e. by 
 (oracle.judge.compare.compare_runs) through the one runner (oracle.judge.cases.run): the same verdict as
 `python -m oracle check --backend torch-cuda`. The backend is ORACLE_BACKEND (set to torch-cuda
 by gpu_tests/conftest.py when unset). What stays here is GPU-specific: graphs vs eager,
-graph limits and counters, capacity growth with graphs, the one-row GEMV path, c(M).
+graph limits and counters, capacity growth with graphs, the one-row GEMV path, c(M), and the
+sequence-dependent processors (penalties, logit bias, bad words, min_tokens) in graphed rounds.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -251,3 +253,86 @@ def test_drift_verdict_on_the_cuda_kernels(fault):
         assert rep.ok, rep.failure
     else:
         assert not rep.ok and faulty_kernels.NAMES[fault] in rep.failure.split(" 1.0")[0], rep.failure
+
+
+# ---- sequence-dependent processors (oracle/processors.py) in graphed rounds --------------------
+# the issue's parameters (`check --repetition-penalty 1.3 --presence-penalty 0.5 --frequency-penalty
+# 0.2 --logit-bias 5:2.0,9:-1.5 --bad-words 3,4/7 --min-tokens 4`), with stop tokens so that
+# min_tokens bites; greedy and sampled, with and without filters, beside requests without any
+PROC = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
+            bad_words=((3, 4), (7,)), min_tokens=4, stop_token_ids=(2, 6, 8))
+PROC_KINDS = [SP(**PROC), SP(1.0, seed=1, **PROC), SP(0.8, top_k=8, seed=2, **PROC), SP(), SP(1.0, seed=4),
+              SP(0.9, seed=5, repetition_penalty=0.6, bad_words=((1, 2, 3), (9, 9)), logit_bias={9: 30.0}),
+              SP(frequency_penalty=-2.0, logit_bias={12: 40.0}, min_tokens=3, stop_token_ids=(12,))]
+PROC_ROUNDS = [{0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 3}, {0: 5, 1: 5, 2: 5, 3: 5, 4: 3, 5: 5, 6: 4},
+               {3: 4, 1: 2, 4: 1, 5: 6, 6: 1}, {4: 3}, {0: 6, 1: 6, 2: 6, 3: 6, 4: 6, 5: 6, 6: 6}]
+
+
+def graph_mode(bk) -> str:
+    """The backend's graphs, or fake ones where it has none (the CPU dry run of the logic)."""
+    return bk.defaults["graphs"] if graphed(bk) else "fake"
+
+
+def proc_case(vocab, policy, stops=True):
+    rng = np.random.default_rng(25)
+    params = PROC_KINDS if stops else [dataclasses.replace(p, stop_token_ids=(), min_tokens=0) for p in PROC_KINDS]
+    return Case(f"processors {policy}", [list(map(int, rng.integers(0, 16, 1 + 2 * i))) for i in range(len(params))],
+                params, PROC_ROUNDS, 2, 4, policy)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+@pytest.mark.parametrize("policy", ["sequential", "fixed"])
+@pytest.mark.parametrize("mode", ["block", "loop"])
+def test_processors_in_graphed_rounds(preset, policy, mode):
+    """The processors in captured graphs (draft, verify and accept steps keyed by the round's
+    processor steps): judged against the reference by the backend's row, bit for bit equal to
+    the same rounds eager, and to every round in flight at once."""
+    m, bk = model(preset), backend()
+    c = proc_case(m.cfg.vocab_size, policy)
+    g = run(bk, m, c, mode, graphs=graph_mode(bk))
+    counters_hold(g.traces)
+    keys = [k[1] for k in g.session.graphs.graphs if k[0] in ("draft", "verify", "accept")]
+    assert any(isinstance(k[-1], tuple) for k in keys) and any(not isinstance(k[-1], tuple) for k in keys)
+    assert not g.session.graphs.capture_errors
+    assert any(t.finished for t in g.traces)                          # stops after min_tokens
+    assert_identical(g, run(bk, m, c, mode, graphs="off"))
+    judged(reference_run(m, c, mode), g)
+    ahead = proc_case(m.cfg.vocab_size, policy, stops=False)          # no request finishes: all in flight
+    a = run(bk, m, ahead, mode, graphs=graph_mode(bk), submit_ahead=True)
+    assert_identical(a, run(bk, m, ahead, mode, graphs="off"))
+    judged(reference_run(m, ahead, mode), a)
+
+
+def processor_params(vocab: int):
+    """sampling_params / stop_params with processors drawn on a few small token ids, so that
+    penalties meet repeated tokens and biases move decisions."""
+    small = st.integers(0, min(vocab, 8) - 1)
+
+    @st.composite
+    def draw(d):
+        p = d(st.one_of(sampling_params(vocab), stop_params(vocab)))
+        return dataclasses.replace(
+            p, repetition_penalty=d(st.sampled_from([1.0, 1.3, 0.7, 2.0])),
+            presence_penalty=d(st.sampled_from([0.0, 0.5, -1.0, 2.0])),
+            frequency_penalty=d(st.sampled_from([0.0, 0.2, -2.0])),
+            logit_bias=tuple(d(st.dictionaries(small, st.sampled_from([2.0, -1.5, 30.0, -100.0]), max_size=3)).items()),
+            bad_words=tuple(map(tuple, d(st.lists(st.lists(small, min_size=1, max_size=3), max_size=3)))),
+            min_tokens=d(st.integers(0, 6)) if p.max_tokens is None else 0)
+    return draw()
+
+
+@pytest.mark.parametrize("preset,examples", [("tiny", 12), ("small", 6)])
+def test_processor_rounds_judged_like_check_backend(preset, examples):
+    """Drawn scenarios with processors on every request: backend block and loop vs the
+    reference and block vs loop (harness.check_equivalence), graph counters as above."""
+    cfg, bk = preset_cfg(preset), backend()
+
+    @settings(max_examples=max(1, int(examples * SCALE)), **SETTINGS)
+    @given(sc=scenarios(cfg=cfg, weight_seed=0, params=processor_params(cfg.vocab_size)))
+    def check(sc):
+        runs = harness.check_equivalence(sc, bk)
+        for mode in ("block", "loop"):
+            if graphed(bk):
+                counters_hold(runs[mode].traces)
+
+    check()

@@ -26,6 +26,7 @@ class HostRequest:
     generated: int = 0            # tokens committed by collected rounds
     finished: str | None = None   # "stop" | "length" once a collected round finished it
     in_flight: list = field(default_factory=list)     # handles not yet finished
+    steps: tuple = ()             # its processor steps (kernels/rows.processor_steps)
 
 
 @dataclass(slots=True, eq=False)

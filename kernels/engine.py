@@ -9,6 +9,17 @@ and uniform windows in) and `accept_step` (acceptance and commit, its results pa
 one [R, F] int64 tensor so the host copies them back in one transfer: RESULT_SCALARS,
 unpack_results).
 Graph warm-ups run every step on the scratch slot, whose frontier never moves.
+
+Processors (oracle/processors.py; kernels/sampler.py `processed`): allocated on the first
+request that has one (`_proc_buffers`): per slot its prompt tokens as a [V] mask, its output
+token counts [V], its logit-bias row [V], the penalty scalars, min_tokens, its generated count,
+its bad words (rows.py) and its last rows.TAIL output tokens. A row (slot, o) of a round sees
+those plus the round's drafts 1..o (oracle.phases.seen): the counts get the drafts' histogram
+(a masked scatter_add over the slot's [T-1] drafts), the generated count gets o, and the
+bad-word match reads the committed tail followed by the drafts. accept_commit adds the n kept
+tokens to the counts, the generated count and the tail. A round's `steps` (the processor
+steps on for any of its requests; RoundPlan.processors) are part of the head and accept
+steps' graph keys; with none the steps are the ones without processors.
 """
 from __future__ import annotations
 
@@ -21,6 +32,7 @@ from .graphs import GraphRunner
 from .kvplanes import KVPlanes
 from .model import PackedModel
 from .options import KernelOptions
+from .rows import MAX_BAD_WORDS, PROC_ROWS, SLOT_ROWS, TAIL, sampling_rows
 from .round_buffer import RoundPlan, scratch_call_meta, scratch_head_meta, scratch_request_meta
 
 I64 = torch.int64
@@ -47,6 +59,7 @@ class Engine:
         self.device, self.options = weights.device, options
         self.kv = KVPlanes(weights.cfg, D, max_requests, max_len, self.device, weights.dtype)
         self.model = PackedModel(weights, self.kv, options)
+        self.procs = False                      # processor buffers allocated (_proc_buffers)
         for name, t in self._buffers(self.kv.n_slots).items():
             setattr(self, name, t)
 
@@ -71,6 +84,21 @@ class Engine:
             "ban": z(S, V, dtype=torch.bool),                          # banned or not allowed: -inf
             "min_p": z(S),                                             # 0: off
             "left": torch.full((S,), 2**62, device=dev, dtype=I64),    # max_tokens not yet generated
+        } | (self._proc_buffers(S) if self.procs else {})
+
+    def _proc_buffers(self, S: int) -> dict:
+        """The processors' per-slot state (module docstring), allocated with the first request
+        that has a processor; a slot without processors holds the identity (1, 0, 0, no words)."""
+        dev, V, W, L = self.device, self.weights.cfg.vocab_size, MAX_BAD_WORDS, TAIL
+        z = lambda *shape, dtype=torch.float32: torch.zeros(shape, device=dev, dtype=dtype)
+        return {
+            "rep": torch.ones(S, device=dev), "pres": z(S), "freq": z(S),          # penalties
+            "min_tokens": z(S, dtype=I64), "gen": z(S, dtype=I64),                # min_tokens, tokens generated
+            "bias": torch.full((S, V), -0.0, device=dev),                          # logit_bias (-0.0: none)
+            "prompt": z(S, V, dtype=torch.bool), "counts": z(S, V),                # prompt tokens, output counts
+            "bw_pre": z(S, W, L, dtype=I64), "bw_plen": z(S, W, dtype=I64),        # bad words (rows.py)
+            "bw_last": torch.full((S, W), -1, device=dev, dtype=I64),
+            "tail": z(S, L, dtype=I64),                                            # last L output tokens
         }
 
     def grow(self, max_requests: int, max_len: int) -> None:
@@ -87,20 +115,16 @@ class Engine:
 
     # ---- per-request setup ----
     def set_params(self, slot: int, params, vocab: int) -> None:
-        self.greedy[slot] = params.greedy
-        self.temp[slot] = 1.0 if params.greedy else params.temperature
-        self.top_k[slot] = min(params.top_k or vocab, vocab)
-        self.top_p[slot] = params.top_p if params.top_p is not None and params.top_p < 1 else float("inf")
-        self.min_p[slot] = params.min_p or 0.0
-        self.ban[slot] = params.allowed_token_ids is not None
-        if params.allowed_token_ids is not None:
-            self.ban[slot, list(params.allowed_token_ids)] = False
-        if params.banned_token_ids:
-            self.ban[slot, list(params.banned_token_ids)] = True
-        self.stop[slot] = False
-        if params.stop_token_ids:
-            self.stop[slot, list(params.stop_token_ids)] = True
-        self.left[slot] = 2**62 if params.max_tokens is None else params.max_tokens
+        """The slot's sampling rows (kernels/rows.py); raises OracleError for bad words the
+        device tables cannot hold."""
+        rows = sampling_rows(params, vocab)
+        if rows["steps"] and not self.procs:
+            self.procs = True
+            for name, t in self._proc_buffers(self.kv.n_slots).items():
+                setattr(self, name, t)
+        names = SLOT_ROWS + (PROC_ROWS if self.procs else ())
+        for name in names:
+            getattr(self, name)[slot] = torch.as_tensor(rows[name])
 
     def prefill(self, slot: int, prompt: torch.Tensor, D: int | None = None) -> None:
         """prompt: [n] token ids; KV of positions 0..n-2 at depths 0..D-1 (the request's D_i,
@@ -115,6 +139,10 @@ class Engine:
                                               pos, torch.tensor([plane], device=self.device), P)
         self.start[slot], self.last[slot] = P, prompt[P]
         self.cursor[slot], self.ubase[slot] = 0, 0
+        if self.procs:                                  # the request's seen tokens: its prompt, no output yet
+            self.prompt[slot] = False
+            self.prompt[slot].index_fill_(0, prompt, True)
+            self.counts[slot], self.gen[slot], self.tail[slot] = 0, 0, 0
 
     # ---- graph-capturable steps ----
     def call_step(self, meta: torch.Tensor, M: int, G: int, Qm: int, span: int | None = None) -> None:
@@ -137,13 +165,48 @@ class Engine:
         idx = (self.cursor.index_select(0, slot) - self.ubase.index_select(0, slot) + index).clamp(0, self.Wcap - 1)
         return self.ubuf.view(-1).index_select(0, slot * self.Wcap + idx)
 
-    def draft_step(self, meta: torch.Tensor, Mh: int, sampling: str) -> None:
-        """sampling: round_buffer.SAMPLING; "greedy" leaves q unwritten (no request of the round reads it)."""
+    def _proc_rows(self, slot, off, steps) -> dict:
+        """The processors' inputs of rows (slot, offset o): the slot's state plus the round's
+        drafts 1..o (tok[slot, 1..o]; the module docstring)."""
+        r, T = {}, self.Tcap
+        if "bad_words" in steps or "min_tokens" in steps:
+            r["nvalid"] = self.gen.index_select(0, slot) + off                  # tokens generated before o
+        drafts = self.tok.index_select(0, slot)[:, 1:]                           # [N, T-1]; 1..o drawn
+        if "bad_words" in steps:
+            L = self.tail.shape[1]
+            seq = torch.cat([self.tail.index_select(0, slot), drafts], 1)         # tail ++ drafts
+            r["ctx"] = seq.gather(1, off[:, None] + torch.arange(L, device=off.device)[None, :])
+            for k in ("bw_pre", "bw_plen", "bw_last"):
+                r[k] = getattr(self, k).index_select(0, slot)
+        if "logit_bias" in steps:
+            r["bias"] = self.bias.index_select(0, slot)
+        if "min_tokens" in steps:
+            r["stop"], r["min_tokens"] = self.stop.index_select(0, slot), self.min_tokens.index_select(0, slot)
+        if "penalties" in steps:
+            before = (torch.arange(T - 1, device=off.device)[None, :] < off[:, None]).float()   # drafts 1..o
+            r["counts"] = self.counts.index_select(0, slot).scatter_add_(1, drafts, before)
+            r["prompt"] = self.prompt.index_select(0, slot)
+            for k in ("rep", "freq", "pres"):
+                r[k] = getattr(self, k).index_select(0, slot)
+        return r
+
+    def _processed(self, raw, slot, off, steps):
+        """(processed logits, bad rows) of raw logits [N, V] at rows (slot, off)."""
+        ban = self.ban.index_select(0, slot)
+        if not steps:
+            logits = sampler.mask(raw, ban)                                      # banned: -inf
+            return logits, sampler.nonfinite(raw, logits)
+        logits = sampler.processed(raw, ban, self._proc_rows(slot, off, steps), steps)
+        return logits, sampler.nonfinite(raw, logits, processed=True)
+
+    def draft_step(self, meta: torch.Tensor, Mh: int, sampling: str, steps: tuple = ()) -> None:
+        """sampling: round_buffer.SAMPLING; "greedy" leaves q unwritten (no request of the round reads it).
+        steps: the processor steps of the round (RoundPlan.processors)."""
         flat, slot, off = meta.view(3, Mh)
         raw = self.model.head(self.hid.index_select(0, flat))                   # [Mh, V]
         self.dlog.index_copy_(0, flat, raw)                                      # traced unmasked
-        logits = sampler.mask(raw, self.ban.index_select(0, slot))              # banned: -inf
-        self.dbad.index_copy_(0, flat, sampler.nonfinite(raw, logits))
+        logits, bad = self._processed(raw, slot, off, steps)
+        self.dbad.index_copy_(0, flat, bad)
         if sampling == "greedy":
             self.tok.view(-1).index_copy_(0, flat + 1, sampler.greedy(logits))
             return
@@ -153,12 +216,12 @@ class Engine:
         self.q.index_copy_(0, flat, q)
         self.tok.view(-1).index_copy_(0, flat + 1, tok)                          # offset o+1's token
 
-    def verify_step(self, meta: torch.Tensor, N: int, sampling: str) -> None:
+    def verify_step(self, meta: torch.Tensor, N: int, sampling: str, steps: tuple = ()) -> None:
         flat, slot = meta.view(2, N)
         raw = self.model.head(self.hid.index_select(0, flat))                   # [N, V]
         self.vlog.index_copy_(0, flat, raw)                                      # traced unmasked
-        logits = sampler.mask(raw, self.ban.index_select(0, slot))
-        self.vbad.index_copy_(0, flat, sampler.nonfinite(raw, logits))
+        logits, bad = self._processed(raw, slot, flat - slot * self.Tcap, steps)  # offset o = flat - slot*T
+        self.vbad.index_copy_(0, flat, bad)
         self.gtok.index_copy_(0, flat, sampler.greedy(logits))
         if sampling != "greedy":                                                 # p: sampled rows only
             self.p.index_copy_(0, flat, self._probs(logits, slot, sampling))
@@ -168,6 +231,8 @@ class Engine:
         """Enqueue every step of the round; returns the packed results (unpack_results), on the device.
         span: every position the round writes or reads is < span (part of the call graphs' key)."""
         sc, T = self.kv.scratch, self.Tcap
+        steps = plan.processors
+        pk = (steps,) if steps else ()                  # graph keys differ only with processors on
         a0, n, R = plan.requests
         u0, un, _, W = plan.uniforms
         assert u0 == a0 + n, "the uniform windows follow the request fields in the round buffer"
@@ -180,13 +245,15 @@ class Engine:
                             lambda key=cp.key: torch.from_numpy(scratch_call_meta(key, sc, T)))
             if cp.head is not None:
                 s, ln, Mh = cp.head
-                self.graphs.run("draft", (Mh, plan.sampling), Mh, buf[s:s + ln],
-                                lambda m, Mh=Mh: self.draft_step(m, Mh, plan.sampling),
+                self.graphs.run("draft", (Mh, plan.sampling) + pk, Mh, buf[s:s + ln],
+                                lambda m, Mh=Mh: self.draft_step(m, Mh, plan.sampling, steps),
                                 lambda Mh=Mh: torch.from_numpy(scratch_head_meta(Mh, 3, sc, T)))
         s, ln, N = plan.verify
-        self.graphs.run("verify", (N, plan.sampling), N, buf[s:s + ln], lambda m: self.verify_step(m, N, plan.sampling),
+        self.graphs.run("verify", (N, plan.sampling) + pk, N, buf[s:s + ln],
+                        lambda m: self.verify_step(m, N, plan.sampling, steps),
                         lambda: torch.from_numpy(scratch_head_meta(N, 2, sc, T)))
-        return self.graphs.run("accept", (R, policy), R, buf[a0:a0 + n], lambda m: self.accept_step(m, R, policy),
+        return self.graphs.run("accept", (R, policy) + pk, R, buf[a0:a0 + n],
+                               lambda m: self.accept_step(m, R, policy, bool(steps)),
                                lambda: torch.from_numpy(scratch_request_meta(R, 0, sc)))
 
     def begin_step(self, meta: torch.Tensor, R: int, W: int) -> None:
@@ -197,17 +264,18 @@ class Engine:
         self.ubuf.index_copy_(0, slots, torch.nn.functional.pad(win, (0, self.Wcap - W), value=float("nan")))
         self.ubase.index_copy_(0, slots, ubase)
 
-    def accept_step(self, meta: torch.Tensor, R: int, policy: str) -> torch.Tensor:
+    def accept_step(self, meta: torch.Tensor, R: int, policy: str, procs: bool = False) -> torch.Tensor:
         """meta: [slot(R) K(R) ubase(R)] -> the packed results [R, F] (RESULT_SCALARS, drafts, flags)."""
         slots, K, _ = meta.view(3, R)
-        out = self.accept_commit(slots, K, policy)
+        out = self.accept_commit(slots, K, policy, procs)
         return torch.cat([torch.stack([out[k].long() for k in RESULT_SCALARS], 1), out["drafts"],
                           out["dbad"].long(), out["vbad"].long()], 1)
 
-    def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, policy: str) -> dict:
+    def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, policy: str, procs: bool = False) -> dict:
         """Acceptance for every request of the round, then the cut (after the first stop token,
         or at max_tokens) and the commit on the device: frontier start + n for n kept tokens,
-        next offset-0 token, RNG cursor. slots, K: [R]. Stream indices: oracle.rng_trace."""
+        next offset-0 token, RNG cursor; procs: also the processors' output counts, generated
+        count and tail. slots, K: [R]. Stream indices: oracle.rng_trace."""
         T, V = self.Tcap, self.p.shape[1]
         o = torch.arange(T - 1, device=slots.device)
         greedy = self.greedy.index_select(0, slots)                              # [R]
@@ -249,6 +317,13 @@ class Engine:
         self.last.index_copy_(0, slots, e.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0])
         self.left.index_copy_(0, slots, left - n)
         self.cursor.index_copy_(0, slots, self.cursor.index_select(0, slots) + used)
+        if procs:                                       # the kept tokens e[:n] join the output
+            kept = (t[None, :] < n[:, None]).float()                                 # [R, T]
+            self.counts.view(-1).index_add_(0, (slots[:, None] * V + e).reshape(-1), kept.reshape(-1))
+            self.gen.index_copy_(0, slots, self.gen.index_select(0, slots) + n)
+            L = self.tail.shape[1]
+            seq = torch.cat([self.tail.index_select(0, slots), e], 1)                # tail ++ e
+            self.tail.index_copy_(0, slots, seq.gather(1, n[:, None] + torch.arange(L, device=n.device)[None, :]))
         return out
 
     def _uniform_grid(self, slots, index):

@@ -1,36 +1,66 @@
 """The device sampler behind the oracle's host-sampling interface (numpy in, numpy out),
-so the property suite's enumeration tests exercise kernels/sampler.py (backend.sampling)."""
+so the property suite's enumeration tests exercise kernels/sampler.py (backend.sampling).
+The rows come from kernels/rows.py (as Engine.set_params's); the processors' inputs from a
+Seen (oracle/processors.py), one row."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
 from oracle.errors import OracleError
-from oracle.sampling import check_logits
+from oracle.sampling import check_logits, seen_or_empty
 
 from . import sampler
+from .rows import TAIL, sampling_rows
 
 
-def banned_row(params, V: int) -> torch.Tensor:
-    """[1, V] bool: banned or outside allowed_token_ids (the engine's per-slot mask)."""
-    ban = torch.full((1, V), params.allowed_token_ids is not None)
-    if params.allowed_token_ids is not None:
-        ban[0, list(params.allowed_token_ids)] = False
-    ban[0, list(params.banned_token_ids)] = True
-    return ban
+def _t(a) -> torch.Tensor:
+    """A numpy row or scalar as a one-row tensor."""
+    return torch.as_tensor(np.asarray(a))[None]
 
 
-def filtered_probs(logits, params) -> np.ndarray:
+def proc_rows(rows: dict, seen, V: int) -> dict:
+    """The processors' one-row inputs (kernels/sampler.py) from rows and what the logits see."""
+    out = np.asarray(seen.output, np.int64)
+    ctx = np.zeros(TAIL, np.int64)
+    tail = out[len(out) - TAIL:] if len(out) > TAIL else out
+    ctx[TAIL - len(tail):] = tail
+    prompt = np.zeros(V, bool)
+    prompt[list(seen.prompt)] = True
+    r = {k: _t(rows[k]) for k in ("rep", "pres", "freq", "min_tokens", "bias", "stop", "bw_pre", "bw_plen", "bw_last")}
+    return r | {"nvalid": torch.tensor([len(out)]), "ctx": _t(ctx), "prompt": _t(prompt),
+                "counts": _t(np.bincount(out, minlength=V).astype(np.float32))}
+
+
+def _processed(logits, params, seen):
+    """(raw [1, V], processed [1, V], rows) with oracle.sampling's checks."""
     check_logits(np.asarray(logits))
-    assert not params.greedy, "greedy requests have no sampling distribution"
     raw = torch.as_tensor(np.asarray(logits, np.float32))[None]
     V = raw.shape[1]
-    x = sampler.mask(raw, banned_row(params, V))
-    if bool(sampler.nonfinite(raw, x)[0]):
-        raise OracleError("masked logits: every token is masked (-inf)")
-    top_p = params.top_p if params.top_p is not None and params.top_p < 1 else float("inf")
-    out = sampler.filtered_probs(x, torch.tensor([float(params.temperature)]), torch.tensor([min(params.top_k or V, V)]),
-                                 torch.tensor([top_p]), torch.tensor([float(params.min_p or 0.0)]))
+    rows = sampling_rows(params, V)
+    steps = rows["steps"]
+    r = proc_rows(rows, seen_or_empty(params, seen), V) if steps else None
+    x = sampler.processed(raw, _t(rows["ban"]), r, steps)
+    if bool(sampler.nonfinite(raw, x, processed=bool(steps))[0]):
+        raise OracleError("masked logits: a non-finite value (NaN or +inf), or every token is masked (-inf)")
+    return raw, x, rows
+
+
+def processed_logits(logits, params, seen=None) -> np.ndarray:
+    return _processed(logits, params, seen)[1][0].numpy()
+
+
+def greedy_token(logits, params=None, seen=None) -> int:
+    if params is None:
+        check_logits(np.asarray(logits))
+        return int(sampler.greedy(torch.as_tensor(np.asarray(logits, np.float32))[None])[0])
+    return int(sampler.greedy(_processed(logits, params, seen)[1])[0])
+
+
+def filtered_probs(logits, params, seen=None) -> np.ndarray:
+    assert not params.greedy, "greedy requests have no sampling distribution"
+    _, x, rows = _processed(logits, params, seen)
+    out = sampler.filtered_probs(x, _t(rows["temp"]), _t(rows["top_k"]), _t(rows["top_p"]), _t(rows["min_p"]))
     return out[0].numpy()
 
 

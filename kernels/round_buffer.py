@@ -20,6 +20,8 @@ import numpy as np
 
 from oracle.schedule import Schedule
 
+from .rows import STEPS, filtered
+
 
 @dataclass(slots=True)
 class CallPlan:
@@ -37,6 +39,7 @@ class RoundPlan:
     requests: tuple = ()          # (start, length, R)
     uniforms: tuple = ()          # (start, length, R, W)
     sampling: str = "full"        # head steps' sampler: "greedy" | "plain" | "full" (SAMPLING)
+    processors: tuple = ()        # processor steps on in the round (processors_variant); (): none
     wrote: dict = field(default_factory=dict)    # (i, offset, depth) -> call that wrote its KV
     buf: np.ndarray | None = None
 
@@ -79,12 +82,21 @@ SAMPLING = ("greedy", "plain", "full")
 
 
 def sampling_variant(params, vocab: int) -> str:
-    """params: the round's requests' SamplingParams."""
+    """params: the round's requests' SamplingParams (flags from kernels/rows.py)."""
     if all(p.greedy for p in params):
         return "greedy"
-    filtered = any(not p.greedy and ((p.top_k is not None and p.top_k < vocab) or
-                                     (p.top_p is not None and p.top_p < 1) or bool(p.min_p)) for p in params)
-    return "full" if filtered else "plain"
+    return "full" if any(filtered(p, vocab) for p in params) else "plain"
+
+
+def processors_variant(steps) -> tuple:
+    """steps: per request of the round, its rows.processor_steps (kept per request: the params
+    never change). The steps on for any of them, in the chain's order; () when none is: the
+    round then runs the steps without processors. Part of the head and accept steps' graph
+    keys (like the sampling variant)."""
+    if not any(steps):
+        return ()
+    on = set().union(*steps)
+    return tuple(n for n in STEPS if n in on)
 
 
 @dataclass(slots=True, frozen=True)
@@ -105,12 +117,14 @@ def plan_indices(schedule: Schedule, slots, Tcap: int, n_slots: int) -> Indices:
 
 
 def build_plan(schedule: Schedule, slots, Tcap: int, n_slots: int, ubase, windows: np.ndarray,
-               sampling: str = "full", indices: Indices | None = None) -> RoundPlan:
+               sampling: str = "full", indices: Indices | None = None, processors: tuple = ()) -> RoundPlan:
     """schedule: the round's calls (batch index i); slots[i]: request i's KV slot;
     ubase[i]: stream index of windows[i, 0]; windows: [R, W] FP64 uniforms.
-    indices: plan_indices(schedule, slots, Tcap, n_slots) when the caller kept it."""
+    indices: plan_indices(schedule, slots, Tcap, n_slots) when the caller kept it.
+    processors: processors_variant of the round's requests."""
     assert sampling in SAMPLING, sampling
-    plan = RoundPlan(schedule, list(slots), sampling=sampling)
+    assert set(processors) <= set(STEPS), processors
+    plan = RoundPlan(schedule, list(slots), sampling=sampling, processors=tuple(processors))
     if indices is None:
         indices = plan_indices(schedule, slots, Tcap, n_slots)
     plan.calls, plan.wrote, plan.verify = list(indices.calls), indices.wrote, indices.verify

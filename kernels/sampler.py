@@ -3,10 +3,20 @@ oracle/sampling.py). Every function is free of host syncs, so it can sit in a CU
 
 Per-row parameters: temp [N] (1.0 for greedy rows, whose probabilities go unused),
 top_k [N] (>= V means off), top_p [N] (+inf means off), min_p [N] (0 means off). Banned and
-not-allowed tokens arrive already masked to -inf (mask)."""
+not-allowed tokens arrive already masked to -inf (mask).
+
+The processors (`processed`: mask, then the steps of oracle.sampling.CHAIN.processors in the
+chain's order) take per-row inputs built by their caller (Engine._proc_rows from the device's
+per-slot state and the round's drafts; host_sampling from a Seen). A step that is off for a
+row is the identity on it (bit for bit), so rows with and without processors share a batch;
+a step off for every row of a batch is skipped (`steps`: the names that run). The FP32
+operations are oracle/processors.py's, in its order (x / r or x * r, then x - f*count, then
+x - p*[count > 0]; the bias as x + b), so on the CPU the bits are the reference's."""
 from __future__ import annotations
 
 import torch
+
+from oracle.sampling import CHAIN
 
 NEG_INF = float("-inf")
 
@@ -14,6 +24,62 @@ NEG_INF = float("-inf")
 def mask(logits: torch.Tensor, banned: torch.Tensor) -> torch.Tensor:
     """logits [N, V] with banned [N, V] (banned or not allowed) set to -inf."""
     return logits.masked_fill(banned, NEG_INF)
+
+
+def bad_words(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """A word masks its last token when the output ends with its prefix. r: ctx [N, L] (the
+    row's last L output tokens, newest last; rows.TAIL), nvalid [N] (output tokens in all),
+    bw_pre [N, W, L] (prefixes, right-aligned), bw_plen [N, W], bw_last [N, W] (-1: no word)."""
+    N, V = x.shape
+    L = r["ctx"].shape[1]
+    k = torch.arange(L, device=x.device)
+    plen = r["bw_plen"]
+    need = k[None, None, :] >= (L - plen)[:, :, None]                               # [N, W, L]
+    match = ((r["ctx"][:, None, :] == r["bw_pre"]) | ~need).all(-1)
+    match = match & (plen <= r["nvalid"][:, None]) & (r["bw_last"] >= 0)            # [N, W]
+    idx = torch.where(match, r["bw_last"], V)                                       # V: a spare column
+    hit = torch.zeros((N, V + 1), dtype=torch.bool, device=x.device).scatter_(1, idx, True)
+    return x.masked_fill(hit[:, :V], NEG_INF)
+
+
+def logit_bias(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """r: bias [N, V] FP32, -0.0 where a token has none (x + (-0.0) is x, bit for bit; a
+    bias of +0.0 turns x = -0.0 into +0.0, as the reference's x[t] + 0.0 does)."""
+    return x + r["bias"]
+
+
+def min_tokens(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """Stop tokens masked while fewer than min_tokens are generated. r: stop [N, V] bool,
+    nvalid [N] (tokens generated before these logits), min_tokens [N]."""
+    return x.masked_fill(r["stop"] & (r["nvalid"] < r["min_tokens"])[:, None], NEG_INF)
+
+
+def penalties(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """vLLM's order: repetition on prompt and output tokens (x > 0: x / rep, else x * rep),
+    then x - freq * count, then x - pres * [count > 0]. r: counts [N, V] FP32 (output
+    tokens), prompt [N, V] bool, rep, freq, pres [N] FP32 (1, 0, 0: the identity)."""
+    counts, rep = r["counts"], r["rep"][:, None]
+    seen = counts > 0
+    x = torch.where(seen | r["prompt"], torch.where(x > 0, x / rep, x * rep), x)
+    x = x - r["freq"][:, None] * counts
+    return x - r["pres"][:, None] * seen.float()
+
+
+STEPS = {"bad_words": bad_words, "logit_bias": logit_bias, "min_tokens": min_tokens, "penalties": penalties}
+ORDER = tuple(n for n, _ in CHAIN.processors)
+assert ORDER[0] == "mask" and set(ORDER[1:]) == set(STEPS), f"the device has no step for {ORDER}"
+
+
+def processed(logits: torch.Tensor, banned: torch.Tensor, r: dict | None = None, steps: tuple = ()) -> torch.Tensor:
+    """logits [N, V] FP32 -> the chain's processors applied: the mask (banned [N, V]), then
+    each step named in `steps`, in oracle.sampling.CHAIN's order. r: the steps' row inputs."""
+    x = logits
+    for name in ORDER:
+        if name == "mask":
+            x = mask(x, banned)
+        elif name in steps:
+            x = STEPS[name](x, r)
+    return x
 
 
 def filtered_probs(logits: torch.Tensor, temp: torch.Tensor, top_k: torch.Tensor,
@@ -68,9 +134,12 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return r / torch.where(ok, total, 1.0).float()[:, None], ok
 
 
-def nonfinite(logits: torch.Tensor, masked: torch.Tensor | None = None) -> torch.Tensor:
-    """[N] bool: a NaN or +inf logit, or (given the masked logits) every token masked."""
+def nonfinite(logits: torch.Tensor, masked: torch.Tensor | None = None, processed: bool = False) -> torch.Tensor:
+    """[N] bool: a NaN or +inf logit, or (given the masked logits) every token masked;
+    processed: the masked logits went through processors, which can overflow (x / rep)."""
     bad = (torch.isnan(logits) | (logits == float("inf"))).any(-1)
     if masked is not None:
         bad = bad | (masked == NEG_INF).all(-1)
+        if processed:
+            bad = bad | (torch.isnan(masked) | (masked == float("inf"))).any(-1)
     return bad

@@ -23,7 +23,8 @@ from .collect import Handle, HostRequest, build_trace, check_results
 from .engine import Engine, unpack_results
 from .graphs import GraphRunner
 from .options import KernelOptions
-from .round_buffer import PlanCache, build_plan, plan_indices, sampling_variant
+from .rows import check_limits, processor_steps
+from .round_buffer import PlanCache, build_plan, plan_indices, processors_variant, sampling_variant
 from .streams import UniformStream
 from .triton_attention import span_bucket
 
@@ -68,6 +69,10 @@ class TorchSession:
         if bad:
             raise OracleError(f"token id {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
         params.check_vocab(self.cfg.vocab_size, f"request {rid}")
+        try:
+            check_limits(params)                                         # the device's bad-word tables
+        except OracleError as e:
+            raise OracleError(f"request {rid}: {e}") from None
         self._fit(len(prompt), f"request {rid}: prompt of {len(prompt)} tokens")
         if not self.engine.kv.free and self.grow:
             self.engine.grow(2 * (self.engine.kv.n_slots - 1), self.max_len)
@@ -81,7 +86,7 @@ class TorchSession:
         except BaseException:
             self.engine.kv.release(slot)                                 # no leaked slot
             raise
-        self.requests[rid] = HostRequest(rid, slot, params, prompt, stream, depths)
+        self.requests[rid] = HostRequest(rid, slot, params, prompt, stream, depths, steps=processor_steps(params))
 
     def remove(self, rid) -> list[int]:
         req = self._get(rid)
@@ -144,7 +149,8 @@ class TorchSession:
         W = max(1, max(self._need(r, t) for r, t in zip(reqs, T)))
         windows = np.stack([r.stream.window(W) if not r.params.greedy else np.zeros(W) for r in reqs])
         h.plan = build_plan(sched, slots, self.Tcap, n_slots, [r.stream.consumed for r in reqs], windows,
-                            sampling_variant([r.params for r in reqs], self.cfg.vocab_size), indices)
+                            sampling_variant([r.params for r in reqs], self.cfg.vocab_size), indices,
+                            processors_variant([r.steps for r in reqs]))
         before = dict(self.graphs.stats)
         t1 = time.perf_counter()
         try:

@@ -690,3 +690,279 @@ def test_sweep_measures_c_at_its_sessions_kv_capacity(tmp_path):
     cap = session_kv_capacity(8, 3, 2)
     assert json.loads(out.read_text())["ctable"]["kv_capacity"] == cap == 8 + 3 + 4 * 3 + 2
     assert make_session(random_weights("tiny", "cpu"), "block", 1, 8, 3, 2, 2, 4).max_len == cap
+
+
+# ---- sequence-dependent processors (oracle/processors.py) on the device ------------------------
+from kernels import host_sampling                                               # noqa: E402
+from kernels.engine import Engine                                               # noqa: E402
+from kernels.round_buffer import processors_variant                             # noqa: E402
+from kernels.rows import MAX_BAD_WORD_LEN, MAX_BAD_WORDS, STEPS, TAIL, processor_steps  # noqa: E402
+from oracle.judge.cases import judge_cases, run as judge_run                    # noqa: E402
+from oracle.judge.scenario import make_case                                     # noqa: E402
+from oracle.sampling import Seen                                                # noqa: E402
+
+# the issue's parameters (`check --repetition-penalty 1.3 ... --min-tokens 4`), with stop tokens
+# the tiny model emits, so that min_tokens bites and requests stop
+PROC = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
+            bad_words=((3, 4), (7,)), min_tokens=4, stop_token_ids=(2, 6, 8))
+PROC_PARAMS = [SP(**PROC), SP(1.0, seed=1, **PROC), SP(0.8, top_k=8, seed=2, **PROC), SP(), SP(1.0, seed=4),
+               SP(0.9, seed=5, repetition_penalty=0.6, bad_words=((1, 2, 3), (9, 9)), logit_bias={9: 30.0}),
+               SP(frequency_penalty=-2.0, logit_bias={12: 40.0}, min_tokens=3, stop_token_ids=(12,))]
+PROC_ROUNDS = [{0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 3}, {0: 5, 1: 5, 2: 5, 3: 5, 4: 3, 5: 5, 6: 4},
+               {3: 4, 1: 2, 4: 1, 5: 6, 6: 1}, {0: 1, 1: 3, 2: 2, 3: 5, 4: 6, 5: 2, 6: 6}, {i: 6 for i in range(7)},
+               {4: 3}, {0: 4, 1: 4, 2: 4, 5: 4, 6: 4}]
+
+
+def commit_output(engine, slot, output):
+    """A slot's committed-output state as accept_commit leaves it after `output` was generated."""
+    V = engine.counts.shape[1]
+    engine.counts[slot] = torch.from_numpy(np.bincount(np.asarray(output, np.int64), minlength=V).astype(np.float32))
+    engine.gen[slot] = len(output)
+    tail = list(output[-TAIL:]) if output else []
+    engine.tail[slot] = torch.tensor([0] * (TAIL - len(tail)) + tail)
+
+
+def assert_proc_state(session):
+    """The device's per-slot processor state is what the host's committed tokens say (for the
+    requests with processors: the state of the others is not kept)."""
+    e = session.engine
+    for req in session.requests.values():
+        if not req.params.has_processors:
+            continue
+        out = req.tokens[len(req.tokens) - req.generated:]
+        V = e.counts.shape[1]
+        assert np.array_equal(e.counts[req.slot].numpy(), np.bincount(out, minlength=V).astype(np.float32)), req.rid
+        assert int(e.gen[req.slot]) == req.generated
+        k = min(TAIL, len(out))
+        assert e.tail[req.slot, TAIL - k:].tolist() == out[len(out) - k:]
+        prompt = np.zeros(V, bool)
+        prompt[req.tokens[:len(req.tokens) - req.generated]] = True
+        assert np.array_equal(e.prompt[req.slot].numpy(), prompt)
+
+
+def random_proc_params(rng, V, ctx):
+    """Processors that bite on a small vocabulary; bad words partly cut from ctx (the committed
+    output followed by the drafts), so their prefixes straddle the two."""
+    pick = lambda *xs: xs[int(rng.integers(len(xs)))]
+    words = [tuple(int(t) for t in rng.integers(0, 6, rng.integers(1, 4))) for _ in range(rng.integers(0, 4))]
+    for _ in range(rng.integers(0, 4)):
+        if len(ctx) >= 2:
+            n = int(rng.integers(1, min(len(ctx), MAX_BAD_WORD_LEN - 1) + 1))
+            end = int(rng.integers(n, len(ctx) + 1))
+            words.append(tuple(ctx[end - n:end]) + (int(rng.integers(0, V)),))
+    bias = {int(t): float(pick(0.0, 2.0, -1.5, 30.0, -100.0, 100.0, 0.25)) for t in rng.integers(0, V, rng.integers(0, 5))}
+    stops = tuple(int(t) for t in rng.integers(0, V, rng.integers(0, 3)))
+    return SP(pick(0.0, 1.0, 0.7), seed=1, repetition_penalty=pick(1.0, 1.3, 0.7, 2.0, 1e-3),
+              presence_penalty=pick(0.0, 0.5, -1.0, 2.0), frequency_penalty=pick(0.0, 0.2, -2.0, 1.5),
+              logit_bias=bias, bad_words=tuple(words), stop_token_ids=stops,
+              min_tokens=int(rng.integers(0, 12)), banned_token_ids=tuple(int(t) for t in rng.integers(0, V, rng.integers(0, 3))))
+
+
+def test_device_processors_match_the_reference_bit_for_bit(model):
+    """Engine._processed (the draft and verification heads' processors: the slot's prompt mask,
+    output counts, generated count and tail, plus the round's drafts 1..o) gives
+    oracle.sampling.processed_logits(logits, params, Seen(prompt, output + drafts 1..o)) bit for
+    bit: random logits with -inf and ties, repeated tokens, biases that move the argmax,
+    multi-token bad words across the committed/drafted boundary, min_tokens at its boundary.
+    Every step on for every row too (off steps are the identity), and the error flag where the
+    reference refuses the processed logits."""
+    rng = np.random.default_rng(25)
+    s = TORCH.session(model, 2, 4, "loop", max_requests=4)
+    e, V, T = s.engine, model.cfg.vocab_size, s.Tcap
+    s.add(-1, [1], SP(bad_words=((1,),)))                                        # allocates the buffers
+    counted = {"match": 0, "min_tokens": 0, "errors": 0, "argmax_moved": 0}
+    for trial in range(150):
+        prompt = [int(t) for t in rng.integers(0, 8, rng.integers(1, 6))]
+        output = [int(t) for t in rng.integers(0, 8, rng.integers(0, 12))]
+        K = int(rng.integers(0, T))
+        drafts = [int(t) for t in rng.integers(0, 8, K)]
+        params = random_proc_params(rng, V, output + drafts)
+        if trial % 4 == 0:                                                       # min_tokens at the boundary
+            params = dataclasses.replace(params, min_tokens=len(output) + int(rng.integers(0, K + 2)),
+                                         stop_token_ids=params.stop_token_ids or (3,))
+        raw = (rng.standard_normal((K + 1, V)) * 3).astype(np.float32)
+        if trial % 3 == 0:
+            raw = np.round(raw)                                                  # ties
+        raw[rng.random((K + 1, V)) < 0.1] = -np.inf
+        if trial % 10 == 0:                                                      # the processors mask the rest
+            live = [int(t) for t in rng.integers(0, V, 2)]
+            raw[0, :] = -np.inf
+            raw[0, live] = 1.0
+            params = dataclasses.replace(params, bad_words=params.bad_words[:MAX_BAD_WORDS - 2] + tuple((t,) for t in live))
+        if trial % 10 == 5:                                                      # x / rep overflows to +inf
+            raw[0, prompt[0]] = 3e38
+            params = dataclasses.replace(params, repetition_penalty=1e-3)
+        rid = trial
+        s.add(rid, prompt, params)
+        slot = s.requests[rid].slot
+        commit_output(e, slot, output)
+        e.tok[slot, 1:K + 1] = torch.tensor(drafts, dtype=torch.int64)
+        e.tok[slot, K + 1:] = torch.from_numpy(rng.integers(0, V, T - K - 1))   # stale drafts past K
+        slots, offs = torch.full((K + 1,), slot), torch.arange(K + 1)
+        for steps in (processor_steps(params), STEPS):
+            got, bad = e._processed(torch.from_numpy(raw), slots, offs, steps)
+            for o in range(K + 1):
+                seen = Seen(tuple(prompt), tuple(output + drafts[:o]), o, K)
+                try:
+                    with np.errstate(over="ignore"):                             # x / rep -> +inf: refused
+                        want = sampling.processed_logits(raw[o], params, seen)
+                except OracleError:
+                    assert bool(bad[o]), (trial, o)
+                    counted["errors"] += 1
+                    continue
+                assert not bool(bad[o]), (trial, o)
+                diff = np.flatnonzero(want.view(np.int32) != got[o].numpy().view(np.int32))
+                assert not diff.size, (trial, o, steps, params, diff, want[diff], got[o].numpy()[diff], raw[o][diff])
+                counted["argmax_moved"] += int(np.argmax(want) != np.argmax(np.where(np.isin(np.arange(V), params.banned_token_ids), -np.inf, raw[o])))
+                full = output + drafts[:o]
+                counted["match"] += any(len(w) > 1 and len(w) - 1 <= len(full) and tuple(full[len(full) - len(w) + 1:]) == w[:-1]
+                                        and len(w) - 1 > o for w in params.bad_words)
+                counted["min_tokens"] += len(full) == params.min_tokens - 1 and bool(params.stop_token_ids)
+        s.remove(rid)
+    assert min(counted.values()) > 0, counted          # straddling matches, min_tokens edges, errors, moved argmaxes
+
+
+def test_host_sampling_runs_the_device_processors():
+    """backend.sampling (numpy in/out) takes seen= like oracle.sampling: processed logits and
+    greedy tokens bit for bit, probabilities within 1e-6; seen=None where the params need it is
+    the reference's error; without processors, the results of before."""
+    rng = np.random.default_rng(5)
+    V = 32
+    for trial in range(60):
+        out = [int(t) for t in rng.integers(0, 6, rng.integers(0, 14))]
+        params = random_proc_params(rng, V, out)
+        lg = (rng.standard_normal(V) * 3).astype(np.float32)
+        seen = Seen(tuple(int(t) for t in rng.integers(0, 6, 3)), tuple(out), 0, 0)
+        try:
+            want = sampling.processed_logits(lg, params, seen)
+        except OracleError:
+            with pytest.raises(OracleError, match="masked"):
+                host_sampling.processed_logits(lg, params, seen)
+            continue
+        assert np.array_equal(want.view(np.int32), host_sampling.processed_logits(lg, params, seen).view(np.int32))
+        assert host_sampling.greedy_token(lg, params, seen) == sampling.greedy_token(lg, params, seen)
+        if not params.greedy:
+            assert np.abs(host_sampling.filtered_probs(lg, params, seen) - sampling.filtered_probs(lg, params, seen)).max() < 1e-6
+        if params.needs_seen:
+            for f in (host_sampling.processed_logits, sampling.processed_logits):
+                with pytest.raises(OracleError, match="pass seen="):
+                    f(lg, params)
+    lg = (rng.standard_normal(V) * 3).astype(np.float32)
+    plain = SP(0.8, top_k=5, logit_bias={3: 4.0})                                 # no seen needed
+    assert np.abs(host_sampling.filtered_probs(lg, plain) - sampling.filtered_probs(lg, plain)).max() < 1e-6
+    assert host_sampling.greedy_token(lg) == sampling.greedy_token(lg)
+
+
+def run_procs(bk, model, mode, policy, rounds=PROC_ROUNDS, params=PROC_PARAMS, ahead=None, **opts):
+    """ahead: the traces of a synchronous run; then every round is submitted before the first
+    is collected, without the requests that run finished."""
+    s = bk.session(model, 2, 4, mode, policy, **opts)
+    traces, handles = [], []
+    for n, c in enumerate(rounds):
+        finished = {r for t in (ahead[:n] if ahead else traces) for r in t.finished}
+        c = {r: t for r, t in c.items() if r not in finished}
+        for rid in c:
+            if rid not in s.requests:
+                s.add(rid, PROMPTS[rid % len(PROMPTS)], params[rid])
+        if ahead:
+            handles.append(s.submit(c))
+        else:
+            traces.append(s.step(c))
+    return traces + [s.collect(h) for h in handles], s
+
+
+@pytest.mark.parametrize("policy", ["sequential", "fixed"])
+@pytest.mark.parametrize("mode", ["block", "loop"])
+def test_rounds_with_processors_match_the_reference(model, mode, policy):
+    """Multi-round sessions with processors (greedy and sampled, with and without filters, mixed
+    with requests that have none): the torch-cpu traces equal the reference's (tokens, RNG
+    events with values, calls, stops); graph keys carry the round's processor steps; the device
+    state (counts, generated, tail, prompt mask) follows the commits; capacity growth and
+    rounds in flight carry it."""
+    tr_ref, ref = run_procs(ReferenceBackend(), model, mode, policy)
+    tr_got, got = run_procs(TORCH, model, mode, policy, graphs="fake")
+    assert_same(tr_ref, tr_got, eager=False)
+    assert_proc_state(got)
+    assert any(t.finished for t in tr_ref) and any(a < k - 1 for t in tr_ref for a, k in zip(t.accepted.values(), t.token_counts))
+    for t in tr_got:                                   # the processors hold in what was emitted
+        for rid, toks in t.emitted.items():
+            if PROC_PARAMS[rid].bad_words == PROC["bad_words"]:
+                assert 7 not in toks
+    keys = [k[1] for k in got.graphs.graphs if k[0] in ("draft", "verify", "accept")]
+    assert {k[-1] for k in keys if isinstance(k[-1], tuple)} == {STEPS}
+    assert {k for k in keys if not isinstance(k[-1], tuple)}                     # round 5: request 4 alone, none
+    # growth (max_requests=2: doubles twice) and every round in flight at once
+    tr_ahead, ahead = run_procs(TORCH, model, mode, policy, ahead=tr_ref, max_requests=2, max_len=8)
+    assert ahead.engine.kv.n_slots > 3
+    assert_same(tr_ref, tr_ahead)
+    assert_proc_state(ahead)
+
+
+def test_rounds_without_processors_take_todays_steps(model):
+    """No request with a processor: no processor buffers, plans without processor steps, graph
+    keys as before; a round whose requests have none takes those steps in a session that has
+    processors elsewhere (processors_variant)."""
+    s = start(TORCH, model, "loop", "sequential", range(3), graphs="fake")
+    h = s.submit({0: 3, 1: 2, 2: 4})
+    s.collect(h)
+    assert h.plan.processors == () and not s.engine.procs and not hasattr(s.engine, "counts")
+    assert all(len(k[1]) == 2 for k in s.graphs.graphs if k[0] in ("draft", "verify", "accept"))
+    variant = lambda params: processors_variant([processor_steps(p) for p in params])
+    assert variant([SP(), SP(0.5, top_k=3, stop_token_ids=(4,), banned_token_ids=(1,))]) == ()
+    assert variant([SP(), SP(logit_bias={1: 1.0}), SP(min_tokens=2)]) == ("logit_bias",)
+    assert variant([SP(min_tokens=2, stop_token_ids=(1,)), SP(presence_penalty=0.1, logit_bias={1: -1.0}),
+                    SP(bad_words=((2,),))]) == STEPS
+    s.add(7, [1, 2], SP(repetition_penalty=1.2))
+    assert s.engine.procs and s.engine.counts.shape == (s.engine.kv.n_slots, model.cfg.vocab_size)
+    assert s.submit({0: 2, 1: 2}).plan.processors == () and s.submit({0: 2, 7: 2}).plan.processors == ("penalties",)
+
+
+def test_bad_words_past_the_device_tables_are_refused_at_add(model):
+    s = TORCH.session(model, 2, 4, "loop")
+    free = list(s.engine.kv.free)
+    with pytest.raises(OracleError, match=f"request 0: bad_words: a word of {MAX_BAD_WORD_LEN + 1} tokens"):
+        s.add(0, [1], SP(bad_words=(tuple(range(MAX_BAD_WORD_LEN + 1)),)))
+    with pytest.raises(OracleError, match=f"at most {MAX_BAD_WORDS} per request"):
+        s.add(0, [1], SP(bad_words=tuple((t,) for t in range(MAX_BAD_WORDS + 1))))
+    assert s.engine.kv.free == free and not s.requests
+    s.add(0, [1], SP(bad_words=(tuple(range(MAX_BAD_WORD_LEN)),) + tuple((t,) for t in range(MAX_BAD_WORDS - 1))))
+
+
+def proc_cases(vocab):
+    """The issue's processor case, greedy and sampled (with and without filters) beside requests
+    without processors, under both RNG policies: what `check --repetition-penalty 1.3 ...` runs."""
+    rounds = [{0: 5, 1: 3, 2: 4, 3: 2, 4: 3}] * 5
+    return [make_case(f"processors, {pol}", rounds, 2, 4, PROC_PARAMS[:5], seed=3, policy=pol, vocab=vocab)
+            for pol in ("sequential", "fixed")]
+
+
+@pytest.mark.parametrize("name", ["torch-cpu", "torch-cpu-bf16"])
+def test_the_judge_passes_the_torch_backends_with_processors(model, name):
+    """`check --backend torch-cpu` / `torch-cpu-bf16` on the processor cases: the one judge
+    (oracle.judge.cases.judge_cases) finds every round explained."""
+    out = judge_cases(load_backend(name), model, proc_cases(model.cfg.vocab_size))
+    assert out["ok"], [c for c in out["checks"] if not c["ok"]][:3]
+    assert out["request_rounds"] > 100 and not out["skipped"]
+    if name == "torch-cpu":
+        assert out["max_rel_err"]["logits"] < 1e-5 and not out["excused_divergences"]
+
+
+def _no_drafts(real):                       # the rows see the committed tokens only
+    return lambda self, slot, off, steps: real(self, slot, off * 0, steps)
+
+
+def _verify_only(real):                     # the draft head runs without processors
+    return lambda self, meta, Mh, sampling, steps=(): real(self, meta, Mh, sampling, ())
+
+
+def _no_commit(real):                       # the output counts, generated count and tail never move
+    return lambda self, meta, R, policy, procs=False: real(self, meta, R, policy, False)
+
+
+@pytest.mark.parametrize("method,fault", [("_proc_rows", _no_drafts), ("draft_step", _verify_only),
+                                          ("accept_step", _no_commit)])
+def test_the_judge_catches_device_processor_faults(model, monkeypatch, method, fault):
+    monkeypatch.setattr(Engine, method, fault(getattr(Engine, method)))
+    out = judge_cases(make_torch_backend("cpu"), model, proc_cases(model.cfg.vocab_size)[:1])
+    bad = [c for c in out["checks"] if not c["ok"]]
+    assert bad and not any("raised" in c["detail"] for c in bad), bad       # judged, not crashed
