@@ -106,13 +106,13 @@ def full_forward(params, tokens, cos, sin, loops: int, dims: Dims):
     return jnp.stack(out)
 
 
-def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dims, want_kv: bool):
+def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dims):
     """One loop of the stack over row groups; a group is the rows of one (slot, depth) plane.
     kc, vc: [L, P, S, N, nkv, hd] (P depth planes, S slots, N positions);
     h: [G*R, H]; slot, depth: [G]; pos: [G, R] (-1 = padding row); cos, sin: [G*R, hd].
     Each layer writes every row's K/V into its plane, then each row attends to its plane's
     positions <= its own (so later rows of one group see earlier rows of the same call).
-    Returns (h_out [G*R, H] after the final norm, kc, vc, k_new, v_new [L, G*R, nkv, hd])."""
+    Returns (h_out [G*R, H] after the final norm, kc, vc)."""
     G, R = pos.shape
     N, c = kc.shape[3], params["consts"]
     wpos = jnp.where(pos >= 0, pos, N).reshape(-1)                   # padding writes are dropped
@@ -127,13 +127,11 @@ def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dim
         q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
         kc = kc.at[l, wdepth, wslot, wpos].set(k, mode="drop")
         vc = vc.at[l, wdepth, wslot, wpos].set(v, mode="drop")
-        K = kc[l, depth[:, None], slot[:, None], t[None, :]]            # [G, ctx, nkv, hd]
-        V = vc[l, depth[:, None], slot[:, None], t[None, :]]
+        K = kc[l, depth, slot, :ctx]                                     # [G, ctx, nkv, hd]: one plane each
+        V = vc[l, depth, slot, :ctx]
         a = attend(q.reshape(G, R, *q.shape[1:]), K, V, allowed, dims, c).reshape(G * R, -1)
-        return (block_out(h, a, lw, dims, c), kc, vc), ((k, v) if want_kv else None)
+        return (block_out(h, a, lw, dims, c), kc, vc), None
 
     L = kc.shape[0]
-    (h, kc, vc), kv_new = jax.lax.scan(layer, (h, kc, vc), (params["layers"], jnp.arange(L)))
-    h = rms_norm(h, params["norm"], dims, c)
-    k_new, v_new = kv_new if want_kv else (None, None)
-    return h, kc, vc, k_new, v_new
+    (h, kc, vc), _ = jax.lax.scan(layer, (h, kc, vc), (params["layers"], jnp.arange(L)))
+    return rms_norm(h, params["norm"], dims, c), kc, vc
