@@ -102,6 +102,10 @@ def count_transfers():
             os.write(2, ("\n".join(other) + "\n").encode())
 
 
+def sig(x: float, digits: int = 4) -> float:
+    return float(f"{x:.{digits}g}")
+
+
 def _session(judge, model, mode: str, C: int, ctx: int, rounds: int, **options):
     rng = np.random.default_rng(0)
     s = judge.session(model, d, D, mode, max_requests=C, max_len=ctx + (rounds + 1) * (K + 1) + 1, **options)
@@ -175,8 +179,8 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
         floor = judge_round_floor(model.cfg, C, context, d, D, mode, K=K, gpu=gpu)
         med = statistics.median(times)
         out[mode] = {"median_ms": round(med, 3), "context": context, "times_ms": [round(t, 3) for t in times],
-                     "cpu_median_ms": round(statistics.median(cpu), 3), "warmup_s": round(warm, 3), "floor_ms": round(1e3 * floor["floor_s"], 3),
-                     "over_floor": round(med / (1e3 * floor["floor_s"]), 2),
-                     "floor_terms_ms": {k: round(1e3 * floor[k], 3) for k in ("weights_s", "kv_s", "flops_s", "head_s")},
+                     "cpu_median_ms": round(statistics.median(cpu), 3), "warmup_s": round(warm, 3), "floor_ms": sig(1e3 * floor["floor_s"]),
+                     "over_floor": sig(med / (1e3 * floor["floor_s"])),
+                     "floor_terms_ms": {k: sig(1e3 * floor[k]) for k in ("weights_s", "kv_s", "flops_s", "head_s")},
                      "per_round": per_round, "probe": probe}
     return out
