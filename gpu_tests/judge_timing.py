@@ -168,8 +168,13 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
             s.step(counts)
             times.append(1e3 * (time.perf_counter() - t0))
             cpu.append(1e3 * (time.process_time() - c0))
+        kv = getattr(s, "kv", None)
+        held = getattr(kv, "k", None)
         with count_transfers() as per_round:
             s.step(counts)
+        if held is not None and hasattr(held, "is_deleted"):      # the calls took the KV planes over
+            per_round["kv_donated"] = bool(held.is_deleted())   # (False: each call copied them)
+        del held
         probe = _probe_round(s, counts)
         if trace_dir is not None:
             import jax

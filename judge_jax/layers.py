@@ -1,7 +1,9 @@
 """The Ouro layer math in JAX, FP32 (docs/DESIGN.md section 2), as pure functions.
 
-Weights are stacked over layers and stored [in, out] so a row vector multiplies from the
-left. Every matmul and einsum runs at Precision.HIGHEST: true FP32, no TF32 / bf16 passes.
+Weights are one buffer per layer and matrix (params["layers"]: a list of per-layer dicts),
+stored [in, out] so a row vector multiplies from the left; the layer loops are unrolled, so
+no program slices a stacked weight array (XLA would copy each layer's slice) and the KV
+planes are indexed by a static layer. Every matmul and einsum runs at Precision.HIGHEST: true FP32, no TF32 / bf16 passes.
 """
 from __future__ import annotations
 
@@ -96,11 +98,12 @@ def full_forward(params, tokens, cos, sin, loops: int, dims: Dims):
     def layer(h, lw):
         q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
         a = attend(q[None], k[None], v[None], allowed, dims, c)[0]
-        return block_out(h, a, lw, dims, c), None
+        return block_out(h, a, lw, dims, c)
 
     out = []
     for _ in range(loops):
-        h, _ = jax.lax.scan(layer, h, params["layers"])
+        for lw in params["layers"]:
+            h = layer(h, lw)
         h = rms_norm(h, params["norm"], dims, c)
         out.append(mm(h, params["lm_head"]))
     return jnp.stack(out)
@@ -121,17 +124,12 @@ def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dim
     allowed = t[None, None, :] <= pos[:, :, None]                    # [G, R, ctx]; pad rows: none
     allowed = allowed | (t == 0)[None, None, :]                      # pad rows see key 0: no NaN
 
-    def layer(carry, xs):
-        h, kc, vc = carry
-        lw, l = xs
+    for l, lw in enumerate(params["layers"]):          # unrolled: static weight buffers and KV layer
         q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
         kc = kc.at[l, wdepth, wslot, wpos].set(k, mode="drop")
         vc = vc.at[l, wdepth, wslot, wpos].set(v, mode="drop")
         K = kc[l, depth, slot, :ctx]                                     # [G, ctx, nkv, hd]: one plane each
         V = vc[l, depth, slot, :ctx]
         a = attend(q.reshape(G, R, *q.shape[1:]), K, V, allowed, dims, c).reshape(G * R, -1)
-        return (block_out(h, a, lw, dims, c), kc, vc), None
-
-    L = kc.shape[0]
-    (h, kc, vc), _ = jax.lax.scan(layer, (h, kc, vc), (params["layers"], jnp.arange(L)))
+        h = block_out(h, a, lw, dims, c)
     return rms_norm(h, params["norm"], dims, c), kc, vc

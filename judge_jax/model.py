@@ -109,6 +109,8 @@ class JaxLoopedModel:
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]               # token lookup for the host-side round driver
         host = lay.pad_params(host)
+        stacked = host["layers"]                      # [L, ...] arrays -> one dict of buffers per layer
+        host["layers"] = [{k: np.ascontiguousarray(v[l]) for k, v in stacked.items()} for l in range(cfg.num_layers)]
         if mesh is None:
             self.params = jax.device_put(host)
         else:

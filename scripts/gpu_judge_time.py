@@ -92,7 +92,8 @@ def show(args, res: dict, fetch: str) -> None:
         print(f"  {mode:5s}: {r['median_ms']:9.2f} ms (CPU time {r['cpu_median_ms']:.2f} ms), floor {r['floor_ms']:.2f} ms "
               f"({terms} ms alone), measured/floor {r['over_floor']:.2f}x; warm-up {r['warmup_s']:.1f} s")
         print(f"         per round: {pr['h2d']} host->device transfers, {pr['d2h']} device->host fetches "
-              f"({pr['d2h_bytes'] / 1e6:.1f} MB; {pr['d2h_logged']} in the guard's log), {pr['compiles']} compiles")
+              f"({pr['d2h_bytes'] / 1e6:.1f} MB; {pr['d2h_logged']} in the guard's log), {pr['compiles']} compiles, "
+              f"KV planes donated (not copied) by the calls: {pr.get('kv_donated')}")
         if r["probe"]:
             pb = r["probe"]
             steps = "; ".join(f"{k} x{v['n']}: host {v['host_ms']:.2f} + device wait {v['device_wait_ms']:.2f}"

@@ -67,6 +67,7 @@ def test_time_judge_round_reports_the_floor(tiny):
         assert m["median_ms"] > 0 and m["floor_ms"] > 0
         assert m["over_floor"] == pytest.approx(m["median_ms"] / m["floor_ms"], rel=0.02)
         assert m["per_round"]["compiles"] == 0 and m["per_round"]["h2d"] == 29
+        assert m["per_round"]["kv_donated"] is True                 # no call copied the KV planes
         steps = m["probe"]["steps"]
         assert steps["recurrent"]["n"] == 12 and steps["head"]["n"] == 5
 
