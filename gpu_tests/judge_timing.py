@@ -158,9 +158,15 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
     counts = {rid: K + 1 for rid in range(C)}
     for mode in MODES:
         s = _session(judge, model, mode, C, ctx, repeats + 3 + (trace_dir is not None), **session_options)
+        _listen()
+        _compiles.update(on=True, n=0, s=0.0)
         t0 = time.perf_counter()
-        s.step(counts)                                    # warm-up: compiles
+        try:
+            s.step(counts)                                # warm-up: compiles
+        finally:
+            _compiles["on"] = False
         warm = time.perf_counter() - t0
+        warm_compiles = {"compiles": _compiles["n"], "compile_s": round(_compiles["s"], 3)}
         times, cpu, starts = [], [], []
         for _ in range(repeats):
             starts += [len(s.tokens(rid)) - 1 for rid in counts]     # offset 0's position
@@ -184,7 +190,7 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
         floor = judge_round_floor(model.cfg, C, context, d, D, mode, K=K, gpu=gpu)
         med = statistics.median(times)
         out[mode] = {"median_ms": round(med, 3), "context": context, "times_ms": [round(t, 3) for t in times],
-                     "cpu_median_ms": round(statistics.median(cpu), 3), "warmup_s": round(warm, 3), "floor_ms": sig(1e3 * floor["floor_s"]),
+                     "cpu_median_ms": round(statistics.median(cpu), 3), "warmup_s": round(warm, 3), "warmup_compiles": warm_compiles, "floor_ms": sig(1e3 * floor["floor_s"]),
                      "over_floor": sig(med / (1e3 * floor["floor_s"])),
                      "floor_terms_ms": {k: sig(1e3 * floor[k]) for k in ("weights_s", "kv_s", "flops_s", "head_s")},
                      "per_round": per_round, "probe": probe}

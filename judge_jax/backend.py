@@ -237,14 +237,15 @@ class JaxBackend:
     policies = ("sequential", "fixed")
     host_rng = True                  # uniforms come from PCG64(seed) on the host, like the reference
 
-    def __init__(self, mesh=None, **session_defaults):
+    def __init__(self, mesh=None, unroll: bool = True, ctx_bits: int = 4, **session_defaults):
         self.mesh, self.defaults = mesh, session_defaults
+        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits}
         self._models = weakref.WeakKeyDictionary()   # reference model -> its JAX model (weights on device)
 
     def model(self, model) -> JaxLoopedModel:
         jm = self._models.get(model)
         if jm is None:
-            jm = self._models[model] = JaxLoopedModel.from_reference(model, mesh=self.mesh)
+            jm = self._models[model] = JaxLoopedModel.from_reference(model, mesh=self.mesh, **self.model_options)
         return jm
 
     def drift_stats_fn(self, model, dtype: str, basis=None):
@@ -260,5 +261,6 @@ class JaxBackend:
 
 
 def make_jax_backend(mesh=None, **options) -> JaxBackend:
-    """options: session defaults (max_requests, max_len); mesh: a jax.sharding.Mesh with axis "tp"."""
+    """options: session defaults (max_requests, max_len, prefill_chunk, kv_fetch) and the
+    model's unroll / ctx_bits (JaxLoopedModel); mesh: a jax.sharding.Mesh with axis "tp"."""
     return JaxBackend(mesh, **options)

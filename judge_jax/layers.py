@@ -1,9 +1,9 @@
 """The Ouro layer math in JAX, FP32 (docs/DESIGN.md section 2), as pure functions.
 
-Weights are one buffer per layer and matrix (params["layers"]: a list of per-layer dicts),
-stored [in, out] so a row vector multiplies from the left; the layer loops are unrolled, so
-no program slices a stacked weight array (XLA would copy each layer's slice) and the KV
-planes are indexed by a static layer. Every matmul and einsum runs at Precision.HIGHEST: true FP32, no TF32 / bf16 passes.
+Weights are stored [in, out] so a row vector multiplies from the left, either one buffer per
+layer and matrix (params["layers"]: a list of per-layer dicts; the layer loops are unrolled,
+so no program slices a stacked weight array and the KV planes are indexed by a static
+layer) or stacked over layers (a dict of [L, ...] arrays; the loops are scans). Every matmul and einsum runs at Precision.HIGHEST: true FP32, no TF32 / bf16 passes.
 """
 from __future__ import annotations
 
@@ -102,7 +102,9 @@ def full_forward(params, tokens, cos, sin, loops: int, dims: Dims):
 
     out = []
     for _ in range(loops):
-        for lw in params["layers"]:
+        if isinstance(params["layers"], dict):                      # stacked [L, ...]: a scan
+            h, _ = jax.lax.scan(lambda h, lw: (layer(h, lw), None), h, params["layers"])
+        for lw in () if isinstance(params["layers"], dict) else params["layers"]:
             h = layer(h, lw)
         h = rms_norm(h, params["norm"], dims, c)
         out.append(mm(h, params["lm_head"]))
@@ -124,12 +126,19 @@ def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dim
     allowed = t[None, None, :] <= pos[:, :, None]                    # [G, R, ctx]; pad rows: none
     allowed = allowed | (t == 0)[None, None, :]                      # pad rows see key 0: no NaN
 
-    for l, lw in enumerate(params["layers"]):          # unrolled: static weight buffers and KV layer
+    def layer(h, kc, vc, lw, l):
         q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
         kc = kc.at[l, wdepth, wslot, wpos].set(k, mode="drop")
         vc = vc.at[l, wdepth, wslot, wpos].set(v, mode="drop")
         K = kc[l, depth, slot, :ctx]                                     # [G, ctx, nkv, hd]: one plane each
         V = vc[l, depth, slot, :ctx]
         a = attend(q.reshape(G, R, *q.shape[1:]), K, V, allowed, dims, c).reshape(G * R, -1)
-        h = block_out(h, a, lw, dims, c)
+        return block_out(h, a, lw, dims, c), kc, vc
+
+    if isinstance(params["layers"], dict):                          # stacked [L, ...]: a scan
+        (h, kc, vc), _ = jax.lax.scan(lambda carry, xs: (layer(*carry, *xs), None), (h, kc, vc),
+                                      (params["layers"], jnp.arange(kc.shape[0])))
+    else:                                                           # unrolled: static buffers and layer
+        for l, lw in enumerate(params["layers"]):
+            h, kc, vc = layer(h, kc, vc, lw, l)
     return rms_norm(h, params["norm"], dims, c), kc, vc

@@ -97,10 +97,15 @@ def _kv_rows(kc, vc, idx):
 
 
 class JaxLoopedModel:
-    def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0, pad: bool = True):
+    def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0, pad: bool = True,
+                 unroll: bool = True, ctx_bits: int = 4):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
         gate is ignored. mesh: a jax.sharding.Mesh with axis "tp" (sharding.py) or None.
         pad: run tiny configs in the canonical padded layout (layout.py; exact zeros).
+        unroll: one buffer per layer and unrolled layer loops (no per-layer weight slices in a
+        program; slower to compile), else stacked weights and a scan over the layers.
+        ctx_bits: significant bits of a large model's attended-context bucket (1: powers of two:
+        fewer programs, up to 2x the keys read).
         norm_offset: a test seam only (1.0 = the wrong `1 + w` RMSNorm).
         The public API takes and returns true shapes: h [n, hidden], logits [n, vocab]."""
         self.cfg, self.mesh = cfg, mesh
@@ -109,8 +114,10 @@ class JaxLoopedModel:
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]               # token lookup for the host-side round driver
         host = lay.pad_params(host)
-        stacked = host["layers"]                      # [L, ...] arrays -> one dict of buffers per layer
-        host["layers"] = [{k: np.ascontiguousarray(v[l]) for k, v in stacked.items()} for l in range(cfg.num_layers)]
+        if unroll:                                    # [L, ...] arrays -> one dict of buffers per layer
+            stacked = host["layers"]
+            host["layers"] = [{k: np.ascontiguousarray(v[l]) for k, v in stacked.items()} for l in range(cfg.num_layers)]
+        self.unroll, self.ctx_bits = unroll, ctx_bits
         if mesh is None:
             self.params = jax.device_put(host)
         else:
@@ -210,7 +217,7 @@ class JaxLoopedModel:
                 w = g * R + r_in_g
                 per_row[:, w] = rows[r][1], src[r], tok[r], dst[r]
         top = int(per_row[0].max()) + 1
-        ctx = min(kv.max_len, bucket(top, 4, 16) if big and not self.small else pow2(top, 16 if big else f["ctx"]))
+        ctx = min(kv.max_len, bucket(top, self.ctx_bits, 16) if big and not self.small else pow2(top, 16 if big else f["ctx"]))
         cos, sin = self.rope(kv.max_len)
         kv.k, kv.v, kv.pool = self._step("recurrent", len(rows), t0, _call, self.params, kv.k, kv.v, kv.pool,
                                          cos, sin, self._put(idx), groups=G, ctx=ctx, dims=self.dims)

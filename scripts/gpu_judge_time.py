@@ -45,6 +45,9 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, help="override the preset's layer count")
     p.add_argument("--kv-fetch", default="async", choices=("async", "round", "both"),
                    help="how the trace's KV writes come back (judge_jax.backend._RoundModel); both: time each")
+    p.add_argument("--scan", action="store_true", help="stacked weights and a scan over the layers (the judge's "
+                   "unroll=False: faster compiles) instead of unrolled layers")
+    p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
     p.add_argument("--allow-cpu", action="store_true", help="run ouro-1.4b even where JAX has no GPU (hours)")
     args = p.parse_args(argv)
     import jax
@@ -55,9 +58,9 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     model = build(args)
-    judge = make_jax_backend()
+    judge = make_jax_backend(unroll=not args.scan, ctx_bits=args.ctx_bits)
     fetches = ("async", "round") if args.kv_fetch == "both" else (args.kv_fetch,)
-    res = {"preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
+    res = {"unroll": not args.scan, "ctx_bits": args.ctx_bits, "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
            "jax": jax.__version__}
     for fetch in fetches:
         res[fetch] = time_judge_round(judge, model, C=args.C, ctx=args.ctx, repeats=args.repeats, gpu=args.gpu,
@@ -90,7 +93,8 @@ def show(args, res: dict, fetch: str) -> None:
         terms = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in r["floor_terms_ms"].items())
         pr = r["per_round"]
         print(f"  {mode:5s}: {r['median_ms']:9.2f} ms (CPU time {r['cpu_median_ms']:.2f} ms), floor {r['floor_ms']:.2f} ms "
-              f"({terms} ms alone), measured/floor {r['over_floor']:.2f}x; warm-up {r['warmup_s']:.1f} s")
+              f"({terms} ms alone), measured/floor {r['over_floor']:.2f}x; warm-up {r['warmup_s']:.1f} s "
+              f"({r['warmup_compiles']['compiles']} compiles, {r['warmup_compiles']['compile_s']:.1f} s)")
         print(f"         per round: {pr['h2d']} host->device transfers, {pr['d2h']} device->host fetches "
               f"({pr['d2h_bytes'] / 1e6:.1f} MB; {pr['d2h_logged']} in the guard's log), {pr['compiles']} compiles, "
               f"KV planes donated (not copied) by the calls: {pr.get('kv_donated')}")

@@ -50,11 +50,13 @@ def test_what_crosses_per_round(tiny, kv_fetch):
     assert len(tr.kv_writes) == 3 * 5 * 4 * tiny.cfg.num_layers
 
 
-@pytest.mark.parametrize("mode", ["block", "loop"])
-def test_round_kv_fetch_matches_reference(tiny, mode):
+@pytest.mark.parametrize("mode,options", [("block", {"kv_fetch": "round"}), ("loop", {"kv_fetch": "round"}),
+                                          ("block", {"unroll": False}), ("loop", {"unroll": False, "ctx_bits": 1})])
+def test_other_options_match_reference(tiny, mode, options):
+    """KV writes fetched once per round, and the stacked-weight scan, judge like the defaults."""
     from tests.test_jax_backend import case
     ref = run(REFERENCE, tiny, case(), mode).traces
-    got = run(make_jax_backend(kv_fetch="round"), tiny, case(), mode).traces
+    got = run(make_jax_backend(**options), tiny, case(), mode).traces
     rep = compare_runs(ref, got, "float32")
     assert rep.ok, rep.first_failure()
     assert rep.kv_writes_compared > 0
