@@ -3,7 +3,8 @@
 Rounds follow the shared planner (`oracle.schedule.plan`); the host-side logic of a round
 (row bookkeeping, draft head, sampling, acceptance, RNG events, commit) is oracle.phases'
 with a model adapter whose numerics (recurrent calls, heads) run in JAX and whose KV
-planes live on the device (kvplanes.DeviceKV). Sampling on the host through oracle.sampling
+planes and hidden states live on the device (kvplanes.DeviceKV; _RoundModel says what
+crosses to the host: an index vector per call, the logits per head call, the KV writes). Sampling on the host through oracle.sampling
 and oracle.rng_trace, so RNG events match the reference exactly.
 """
 from __future__ import annotations
@@ -23,35 +24,121 @@ from .kvplanes import DeviceKV
 from .model import JaxLoopedModel
 
 
+class _Token:
+    """A depth-0 row's loop input: the embedding of a token (looked up on the device)."""
+    __slots__ = ("token",)
+
+    def __init__(self, token: int):
+        self.token = token
+
+
+class _Hidden:
+    """A loop output: row `row` of the device pool, as written by that row's `version`th write."""
+    __slots__ = ("row", "version")
+
+    def __init__(self, row: int, version: int):
+        self.row, self.version = row, version
+
+
 class _RoundModel:
-    """What oracle.phases calls `model`: embed / recurrent_call / head, run by JAX."""
+    """What oracle.phases calls `model`: embed / stack / recurrent_call / head, run by JAX.
 
-    def __init__(self, jm: JaxLoopedModel, record: bool = True):
-        self.jm, self.cfg, self.record = jm, jm.cfg, record
+    Hidden states stay on the device: embed returns token handles, recurrent_call returns
+    handles of pool rows (one pool row per (request, position) branch of the round), stack
+    keeps handles as a list (oracle.phases' `stack` hook), and the device gathers a call's
+    inputs and a head's rows from them. Per call one index vector goes up; per head call the
+    logits come back (sampling is on the host). The trace's KV writes are gathered from the
+    planes on the device and brought back at `flush` (before finish_round reads kv.log):
+    kv_fetch="async" gathers each call's rows right after it and starts their copy to the
+    host (they overlap the later calls), "round" gathers the whole round's at flush, one copy."""
 
-    def embed(self, tokens) -> np.ndarray:
-        return self.jm.embed(tokens)
+    def __init__(self, jm: JaxLoopedModel, kv: DeviceKV, record: bool = True, kv_fetch: str = "async"):
+        if kv_fetch not in ("async", "round"):
+            raise OracleError(f"kv_fetch {kv_fetch!r}: expected 'async' or 'round'")
+        self.jm, self.cfg, self.kv, self.record, self.kv_fetch = jm, jm.cfg, kv, record, kv_fetch
+        self.row_of: dict = {}           # (rid, position) -> pool row
+        self.version: list[int] = []     # per pool row: writes so far
+        self.pending: list = []          # (device K/V rows or None, [(rid, pos, depth, call)])
+        self.rows: list = []             # device rows (slot, pos, depth) not yet gathered (kv_fetch="round")
+
+    def embed(self, tokens) -> list:
+        self.jm.check_tokens(tokens)
+        return [_Token(int(t)) for t in tokens]
+
+    def stack(self, hs) -> list:
+        return list(hs)
+
+    def _row(self, x: _Hidden) -> int:
+        if not isinstance(x, _Hidden) or self.version[x.row] != x.version:
+            raise OracleError("a loop input is not the current output of its row (stale or foreign hidden state)")
+        return x.row
 
     def head(self, h) -> np.ndarray:
-        return self.jm.head(np.asarray(h, np.float32))
+        return self.jm.head_rows(self.kv, [self._row(x) for x in h])
 
-    def recurrent_call(self, rows, h, kv: DeviceKV, call: int) -> np.ndarray:
-        """rows: [(rid, position, depth)]; h: [n, H]. Writes are logged (for the trace) with
-        the call number, as the reference numbers them."""
+    def recurrent_call(self, rows, h, kv: DeviceKV, call: int) -> list:
+        """rows: [(rid, position, depth)]; h: their inputs (handles). Writes are logged (for the
+        trace) with the call number, as the reference numbers them."""
+        assert kv is self.kv
+        src, tok = [], []
+        for x in h:
+            if isinstance(x, _Token):
+                src.append(-1)
+                tok.append(x.token)
+            else:
+                src.append(self._row(x))
+                tok.append(0)
         dev_rows = kv.claim(rows, call)
-        h_out, k, v = self.jm.recurrent(kv, dev_rows, np.asarray(h, np.float32), want_kv=self.record)
+        dst = []
+        for rid, pos, _ in rows:
+            r = self.row_of.setdefault((rid, pos), len(self.row_of))
+            if r == len(self.version):
+                self.version.append(0)
+            dst.append(r)
+        kv.ensure_pool(len(self.version))
+        self.jm.call(kv, dev_rows, src, tok, dst)
+        out = []
+        for r in dst:
+            self.version[r] += 1
+            out.append(_Hidden(r, self.version[r]))
         if self.record:
-            for r, (rid, pos, depth) in enumerate(rows):
-                for l in range(self.cfg.num_layers):
-                    kv.log.append(KVWrite(rid, pos, depth, l, call, k[l, r], v[l, r]))
-        return h_out
+            logged = [(rid, pos, depth, call) for rid, pos, depth in rows]
+            if self.kv_fetch == "async":
+                dev = self.jm.kv_rows(kv, dev_rows)
+                dev[0].copy_to_host_async()
+                self.pending.append((dev, logged))
+            else:
+                self.rows += dev_rows
+                self.pending.append((None, logged))
+        return out
+
+    def flush(self) -> None:
+        """Bring the round's KV writes back and log them (kv.log, for the trace)."""
+        pending, self.pending = self.pending, []
+        if self.kv_fetch == "round" and pending:
+            arrays = [self.jm.fetch_kv(self.jm.kv_rows(self.kv, self.rows))]
+            logged = [[w for _, ws in pending for w in ws]]
+            self.rows = []
+        else:
+            arrays = [self.jm.fetch_kv(dev) for dev, _ in pending]
+            logged = [ws for _, ws in pending]
+        L = self.cfg.num_layers
+        for kvr, ws in zip(arrays, logged):
+            k, v = kvr[0], kvr[1]
+            for r, (rid, pos, depth, call) in enumerate(ws):
+                for l in range(L):
+                    self.kv.log.append(KVWrite(rid, pos, depth, l, call, k[l, r], v[l, r]))
 
 
 class JaxSession:
     def __init__(self, jm: JaxLoopedModel, d, D, mode, policy="sequential", *, name="jax",
-                 max_requests: int = 8, max_len: int = 64, prefill_chunk: int = 512):
-        """prefill_chunk: prompt positions per prefill call (bounds memory and program shapes)."""
+                 max_requests: int = 8, max_len: int = 64, prefill_chunk: int = 512, kv_fetch: str = "async"):
+        """prefill_chunk: prompt positions per prefill call (bounds memory and program shapes);
+        kv_fetch: how the trace's KV writes come back ("async" per call, "round": _RoundModel)."""
         assert prefill_chunk >= 1
+        if kv_fetch not in ("async", "round"):
+            raise OracleError(f"kv_fetch {kv_fetch!r}: expected 'async' or 'round'")
+        self.kv_fetch = kv_fetch
         validate([1], d, D)
         plan(mode, [1], d, D)                                     # checks the mode
         self.jm, self.d, self.D, self.mode, self.policy = jm, d, D, mode, check_policy(policy)
@@ -76,15 +163,15 @@ class JaxSession:
         try:
             n = len(prompt) - 1
             if n:
-                prefill = _RoundModel(self.jm, record=False)
-                h = self.jm.embed(prompt[:n])                     # h: [n, H]
+                prefill = _RoundModel(self.jm, self.kv, record=False)
+                h = prefill.embed(prompt[:n])                     # n handles; the states stay on the device
                 c = self.prefill_chunk
                 for depth in range(Di):             # in chunks: a chunk attends to the ones before it
                     outs = []
                     for a in range(0, n, c):
                         rows = [(rid, p, depth) for p in range(a, min(a + c, n))]
-                        outs.append(prefill.recurrent_call(rows, h[a:a + c], self.kv, -1 - depth))
-                    h = np.concatenate(outs)
+                        outs += prefill.recurrent_call(rows, h[a:a + c], self.kv, -1 - depth)
+                    h = outs
         except BaseException:
             self.kv.drop(rid)
             raise
@@ -132,12 +219,15 @@ class JaxSession:
 
     def _round(self, reqs, counts):
         d, D = [r.depths[0] for r in reqs], [r.depths[1] for r in reqs]
-        st = RoundState(_RoundModel(self.jm), self.kv, reqs, counts, d, D, self.round_idx, self.policy, self.mode)
+        model = _RoundModel(self.jm, self.kv, kv_fetch=self.kv_fetch)
+        st = RoundState(model, self.kv, reqs, counts, d, D, self.round_idx, self.policy, self.mode)
         sched = plan(self.mode, st.counts, d, D)
         for call in sched.calls:
             run_call(st, list(call.rows))
             draft_head(st, list(call.draft_head))
-        trace = finish_round(st, verify_head(st))
+        logits = verify_head(st)
+        model.flush()                                     # the KV writes, for finish_round's trace
+        trace = finish_round(st, logits)
         trace.dtype = "float32"
         return trace
 
@@ -147,14 +237,15 @@ class JaxBackend:
     policies = ("sequential", "fixed")
     host_rng = True                  # uniforms come from PCG64(seed) on the host, like the reference
 
-    def __init__(self, mesh=None, **session_defaults):
+    def __init__(self, mesh=None, unroll: bool = True, ctx_bits: int = 4, **session_defaults):
         self.mesh, self.defaults = mesh, session_defaults
+        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits}
         self._models = weakref.WeakKeyDictionary()   # reference model -> its JAX model (weights on device)
 
     def model(self, model) -> JaxLoopedModel:
         jm = self._models.get(model)
         if jm is None:
-            jm = self._models[model] = JaxLoopedModel.from_reference(model, mesh=self.mesh)
+            jm = self._models[model] = JaxLoopedModel.from_reference(model, mesh=self.mesh, **self.model_options)
         return jm
 
     def drift_stats_fn(self, model, dtype: str, basis=None):
@@ -170,5 +261,6 @@ class JaxBackend:
 
 
 def make_jax_backend(mesh=None, **options) -> JaxBackend:
-    """options: session defaults (max_requests, max_len); mesh: a jax.sharding.Mesh with axis "tp"."""
+    """options: session defaults (max_requests, max_len, prefill_chunk, kv_fetch) and the
+    model's unroll / ctx_bits (JaxLoopedModel); mesh: a jax.sharding.Mesh with axis "tp"."""
     return JaxBackend(mesh, **options)

@@ -7,6 +7,10 @@ same rows); writes must append at the frontier, rollback moves it back, and a re
 position at or past it raises KVError (docs/DESIGN.md section 7). Device data past a
 frontier is stale but never attended: a row at position p attends to positions <= p, and p
 is written by that same call before it is read.
+
+pool: [rows, H] device array, the hidden states of a round's rows (loop inputs and outputs,
+model.JaxLoopedModel.call); which row holds which (request, position) is the round's
+business (backend._RoundModel). Grown (doubled) on demand; stale rows are never read.
 """
 from __future__ import annotations
 
@@ -32,6 +36,13 @@ class DeviceKV:
         self.log: list[KVWrite] = []                   # writes of the running round (reset per round)
         self.k = self.v = None
         self._alloc(slots, max_len)
+        self.pool = jnp.zeros((64, layout.H), jnp.float32)
+
+    def ensure_pool(self, rows: int) -> None:
+        """Room for pool rows 0..rows-1 (grows by doubling, keeping the rows held)."""
+        if rows > self.pool.shape[0]:
+            old = self.pool
+            self.pool = jnp.zeros((pow2(rows), old.shape[1]), jnp.float32).at[:old.shape[0]].set(old)
 
     @property
     def slots(self) -> int:

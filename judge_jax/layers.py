@@ -1,7 +1,9 @@
 """The Ouro layer math in JAX, FP32 (docs/DESIGN.md section 2), as pure functions.
 
-Weights are stacked over layers and stored [in, out] so a row vector multiplies from the
-left. Every matmul and einsum runs at Precision.HIGHEST: true FP32, no TF32 / bf16 passes.
+Weights are stored [in, out] so a row vector multiplies from the left, either one buffer per
+layer and matrix (params["layers"]: a list of per-layer dicts; the layer loops are unrolled,
+so no program slices a stacked weight array and the KV planes are indexed by a static
+layer) or stacked over layers (a dict of [L, ...] arrays; the loops are scans). Every matmul and einsum runs at Precision.HIGHEST: true FP32, no TF32 / bf16 passes.
 """
 from __future__ import annotations
 
@@ -96,23 +98,26 @@ def full_forward(params, tokens, cos, sin, loops: int, dims: Dims):
     def layer(h, lw):
         q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
         a = attend(q[None], k[None], v[None], allowed, dims, c)[0]
-        return block_out(h, a, lw, dims, c), None
+        return block_out(h, a, lw, dims, c)
 
     out = []
     for _ in range(loops):
-        h, _ = jax.lax.scan(layer, h, params["layers"])
+        if isinstance(params["layers"], dict):                      # stacked [L, ...]: a scan
+            h, _ = jax.lax.scan(lambda h, lw: (layer(h, lw), None), h, params["layers"])
+        for lw in () if isinstance(params["layers"], dict) else params["layers"]:
+            h = layer(h, lw)
         h = rms_norm(h, params["norm"], dims, c)
         out.append(mm(h, params["lm_head"]))
     return jnp.stack(out)
 
 
-def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dims, want_kv: bool):
+def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dims):
     """One loop of the stack over row groups; a group is the rows of one (slot, depth) plane.
     kc, vc: [L, P, S, N, nkv, hd] (P depth planes, S slots, N positions);
     h: [G*R, H]; slot, depth: [G]; pos: [G, R] (-1 = padding row); cos, sin: [G*R, hd].
     Each layer writes every row's K/V into its plane, then each row attends to its plane's
     positions <= its own (so later rows of one group see earlier rows of the same call).
-    Returns (h_out [G*R, H] after the final norm, kc, vc, k_new, v_new [L, G*R, nkv, hd])."""
+    Returns (h_out [G*R, H] after the final norm, kc, vc)."""
     G, R = pos.shape
     N, c = kc.shape[3], params["consts"]
     wpos = jnp.where(pos >= 0, pos, N).reshape(-1)                   # padding writes are dropped
@@ -121,19 +126,19 @@ def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dim
     allowed = t[None, None, :] <= pos[:, :, None]                    # [G, R, ctx]; pad rows: none
     allowed = allowed | (t == 0)[None, None, :]                      # pad rows see key 0: no NaN
 
-    def layer(carry, xs):
-        h, kc, vc = carry
-        lw, l = xs
+    def layer(h, kc, vc, lw, l):
         q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
         kc = kc.at[l, wdepth, wslot, wpos].set(k, mode="drop")
         vc = vc.at[l, wdepth, wslot, wpos].set(v, mode="drop")
-        K = kc[l, depth[:, None], slot[:, None], t[None, :]]            # [G, ctx, nkv, hd]
-        V = vc[l, depth[:, None], slot[:, None], t[None, :]]
+        K = kc[l, depth, slot, :ctx]                                     # [G, ctx, nkv, hd]: one plane each
+        V = vc[l, depth, slot, :ctx]
         a = attend(q.reshape(G, R, *q.shape[1:]), K, V, allowed, dims, c).reshape(G * R, -1)
-        return (block_out(h, a, lw, dims, c), kc, vc), ((k, v) if want_kv else None)
+        return block_out(h, a, lw, dims, c), kc, vc
 
-    L = kc.shape[0]
-    (h, kc, vc), kv_new = jax.lax.scan(layer, (h, kc, vc), (params["layers"], jnp.arange(L)))
-    h = rms_norm(h, params["norm"], dims, c)
-    k_new, v_new = kv_new if want_kv else (None, None)
-    return h, kc, vc, k_new, v_new
+    if isinstance(params["layers"], dict):                          # stacked [L, ...]: a scan
+        (h, kc, vc), _ = jax.lax.scan(lambda carry, xs: (layer(*carry, *xs), None), (h, kc, vc),
+                                      (params["layers"], jnp.arange(kc.shape[0])))
+    else:                                                           # unrolled: static buffers and layer
+        for l, lw in enumerate(params["layers"]):
+            h, kc, vc = layer(h, kc, vc, lw, l)
+    return rms_norm(h, params["norm"], dims, c), kc, vc

@@ -2,17 +2,25 @@
 
 Two paths over the same parameters:
 * `forward_full(tokens, loops)`: cache-free, logits after every loop (the cross-check);
-* `recurrent(kv, rows, h, want_kv)`: one loop over rows (slot, position, depth) at mixed
+* `call(kv, rows, src, tok, dst)`: one loop over rows (slot, position, depth) at mixed
   depths, reading and writing per-(depth, layer) KV planes held on the device (kvplanes.py).
+  A row's input is a row of the device hidden-state pool (kv.pool) or a token's embedding,
+  and its output goes to a pool row: a round's hidden states never leave the device. One
+  packed int32 index vector goes up per call; `head_rows` reads pool rows through lm_head
+  (logits come back: sampling is on the host); `kv_rows` gathers rows' K/V from the planes
+  for the trace. `recurrent(kv, rows, h, want_kv)` is the same call with host h in and out.
 
 Recompiles are bounded by bucketing: row groups (one per (slot, depth) plane in a call), rows
-per group, attended context and the sequence length are padded to powers of two (padding
+per group and the sequence length are padded to powers of two, the attended context of a
+large model to 4 significant bits (at most 1/8 of it padding; a power of two for tiny ones:
+fewer programs), and the rows of a KV fetch to 3 (padding
 rows are masked and their KV writes dropped); small calls of tiny models are padded up to a
 fixed row count, and tiny configs share one canonical padded layout (layout.py), so a
 property suite over random shapes compiles a handful of programs.
 """
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import jax
@@ -53,23 +61,51 @@ def _full(params, tokens, cos, sin, loops, dims):
     return layers.full_forward(params, tokens, cos, sin, loops, dims)
 
 
-@partial(jax.jit, static_argnames=("ctx", "dims", "want_kv"), donate_argnames=("kc", "vc"))
-def _recurrent(params, kc, vc, cos_t, sin_t, h, slot, depth, pos, ctx, dims, want_kv):
-    flat = jnp.maximum(pos.reshape(-1), 0)                              # [G*R] positions of the rows
-    cos, sin = cos_t[flat], sin_t[flat]
-    return layers.recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx, dims, want_kv)
+def bucket(n: int, bits: int, floor: int = 1) -> int:
+    """n rounded up to `bits` significant bits (bits=1: a power of two), at least floor."""
+    n = max(int(n), floor, 1)
+    step = 1 << max(0, n.bit_length() - bits)
+    return -(-n // step) * step
+
+
+@partial(jax.jit, static_argnames=("groups", "ctx", "dims"), donate_argnames=("kc", "vc", "pool"))
+def _call(params, kc, vc, pool, cos_t, sin_t, idx, groups, ctx, dims):
+    """idx: int32 [2G + 4n] = slot [G], depth [G], then per row (n = G*R) pos (-1: padding),
+    src (pool row of its input; -1: the embedding of tok), tok, dst (pool row of its output;
+    past the pool: dropped)."""
+    G = groups
+    n = (idx.shape[0] - 2 * G) // 4
+    slot, depth = idx[:G], idx[G:2 * G]
+    pos, src, tok, dst = idx[2 * G:].reshape(4, n)
+    h = jnp.where((src >= 0)[:, None], pool[jnp.maximum(src, 0)], params["embed"][tok])
+    flat = jnp.maximum(pos, 0)
+    h, kc, vc = layers.recurrent(params, kc, vc, cos_t[flat], sin_t[flat], h, slot, depth,
+                                 pos.reshape(G, n // G), ctx, dims)
+    return kc, vc, pool.at[dst].set(h, mode="drop")
 
 
 @jax.jit
-def _head(lm_head, h):
-    return layers.mm(h, lm_head)                      # [rows, H] @ [H, V]
+def _head(lm_head, pool, src):
+    return layers.mm(pool[src], lm_head)              # [rows, H] @ [H, V]
+
+
+@jax.jit
+def _kv_rows(kc, vc, idx):
+    """idx: int32 [3, n] = slot, depth, pos -> K and V of those rows: [2, L, n, nkv, hd]."""
+    slot, depth, pos = idx
+    return jnp.stack([kc[:, depth, slot, pos], vc[:, depth, slot, pos]])
 
 
 class JaxLoopedModel:
-    def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0, pad: bool = True):
+    def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0, pad: bool = True,
+                 unroll: bool = True, ctx_bits: int = 4):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
         gate is ignored. mesh: a jax.sharding.Mesh with axis "tp" (sharding.py) or None.
         pad: run tiny configs in the canonical padded layout (layout.py; exact zeros).
+        unroll: one buffer per layer and unrolled layer loops (no per-layer weight slices in a
+        program; slower to compile), else stacked weights and a scan over the layers.
+        ctx_bits: significant bits of a large model's attended-context bucket (1: powers of two:
+        fewer programs, up to 2x the keys read).
         norm_offset: a test seam only (1.0 = the wrong `1 + w` RMSNorm).
         The public API takes and returns true shapes: h [n, hidden], logits [n, vocab]."""
         self.cfg, self.mesh = cfg, mesh
@@ -78,6 +114,10 @@ class JaxLoopedModel:
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]               # token lookup for the host-side round driver
         host = lay.pad_params(host)
+        if unroll:                                    # [L, ...] arrays -> one dict of buffers per layer
+            stacked = host["layers"]
+            host["layers"] = [{k: np.ascontiguousarray(v[l]) for k, v in stacked.items()} for l in range(cfg.num_layers)]
+        self.unroll, self.ctx_bits = unroll, ctx_bits
         if mesh is None:
             self.params = jax.device_put(host)
         else:
@@ -87,8 +127,11 @@ class JaxLoopedModel:
         small = lay.H * lay.L <= 4096                 # tiny models: coarse buckets, few programs
         self.floors = {"groups": 16, "rows": 16, "ctx": 64, "head": 64} if small else \
             {"groups": 1, "rows": 1, "ctx": 16, "head": 1}
+        self.small = small
         self._rope_n = 0
         self._rope = None
+        self.counts = {"calls": 0, "h2d": 0, "d2h": 0, "d2h_bytes": 0}   # explicit transfers, all steps
+        self.probe = None          # a list: each device step is waited for and timed into it
 
     @classmethod
     def from_reference(cls, model, **kw) -> "JaxLoopedModel":
@@ -130,23 +173,30 @@ class JaxLoopedModel:
         self.check_tokens(tokens)
         return self.embed_host[np.asarray(tokens, dtype=np.int64)]       # [n, H]
 
-    # ---- head ----
-    def head(self, h: np.ndarray) -> np.ndarray:
-        """h: [n, H] loop outputs -> logits [n, V]."""
-        n = len(h)
-        if n == 0:
-            return np.zeros((0, self.cfg.vocab_size), np.float32)
-        hb = np.zeros((pow2(n, self.floors["head"]), self.layout.H), np.float32)
-        hb[:n, :self.cfg.hidden_size] = h
-        return np.asarray(_head(self.params["lm_head"], hb))[:n, :self.cfg.vocab_size]
+    # ---- the device steps of a round (host arrays go up and come back only here) ----
+    def _put(self, x: np.ndarray):
+        self.counts["h2d"] += 1
+        return jax.device_put(x)
 
-    # ---- recurrent call ----
-    def recurrent(self, kv, rows, h: np.ndarray, want_kv: bool):
-        """rows: [(slot, position, depth)]; h: [n, H] loop inputs. Runs one loop over the rows
-        (KV planes in `kv`, a kvplanes.DeviceKV, updated in place). Returns (h_out [n, H],
-        k_new, v_new [L, n, nkv, hd] or None)."""
-        n = len(rows)
-        assert h.shape == (n, self.cfg.hidden_size), (h.shape, n)
+    def _get(self, x) -> np.ndarray:
+        self.counts["d2h"] += 1
+        self.counts["d2h_bytes"] += int(x.size) * x.dtype.itemsize
+        return np.asarray(jax.device_get(x))
+
+    def _step(self, kind: str, rows: int, t0: float, fn, *args, **kw):
+        """Enqueue fn; with a probe, wait for it and record (kind, rows, host s, device wait s)."""
+        out = fn(*args, **kw)
+        if self.probe is not None:
+            t1 = time.perf_counter()
+            jax.block_until_ready(out)
+            self.probe.append((kind, rows, t1 - t0, time.perf_counter() - t1))
+        return out
+
+    def call(self, kv, rows, src, tok, dst) -> None:
+        """One loop over rows [(slot, position, depth)] (kv.claim's): row r's input is pool row
+        src[r] of kv.pool, or the embedding of token tok[r] where src[r] < 0; its output goes
+        to pool row dst[r]. Enqueued with one index vector up; nothing comes back."""
+        t0 = time.perf_counter()
         groups: dict[tuple[int, int], list[int]] = {}
         for r, (slot, _, depth) in enumerate(rows):
             groups.setdefault((slot, depth), []).append(r)
@@ -156,25 +206,75 @@ class JaxLoopedModel:
         if not big:                                   # small calls: G*R padded to the floor product
             G = max(G, f["groups"])
             R = max(R, f["groups"] * f["rows"] // G)
-        slot = np.zeros(G, np.int32)
-        depth = np.zeros(G, np.int32)
-        pos = np.full((G, R), -1, np.int32)
-        where = np.empty(n, np.int64)                 # row r sits at flat index where[r]
+        m = G * R
+        idx = np.empty(2 * G + 4 * m, np.int32)
+        idx[:2 * G] = 0
+        per_row = idx[2 * G:].reshape(4, m)
+        per_row[0], per_row[1], per_row[2], per_row[3] = -1, -1, 0, kv.pool.shape[0]   # padding rows
         for g, ((s, j), members) in enumerate(groups.items()):
-            slot[g], depth[g] = s, j
+            idx[g], idx[G + g] = s, j
             for r_in_g, r in enumerate(members):
-                pos[g, r_in_g] = rows[r][1]
-                where[r] = g * R + r_in_g
-        hp = np.zeros((G * R, self.layout.H), np.float32)
-        hp[where, :self.cfg.hidden_size] = h
-        top = int(pos.max()) + 1
-        ctx = min(kv.max_len, pow2(top, 16 if big else f["ctx"]))
+                w = g * R + r_in_g
+                per_row[:, w] = rows[r][1], src[r], tok[r], dst[r]
+        top = int(per_row[0].max()) + 1
+        ctx = min(kv.max_len, bucket(top, self.ctx_bits, 16) if big and not self.small else pow2(top, 16 if big else f["ctx"]))
         cos, sin = self.rope(kv.max_len)
-        out = _recurrent(self.params, kv.k, kv.v, cos, sin, hp, slot, depth, pos,
-                         ctx=ctx, dims=self.dims, want_kv=want_kv)
-        h_out, kv.k, kv.v, k_new, v_new = out
-        h_out = np.asarray(h_out)[where, :self.cfg.hidden_size]      # padded columns are exact zeros
+        kv.k, kv.v, kv.pool = self._step("recurrent", len(rows), t0, _call, self.params, kv.k, kv.v, kv.pool,
+                                         cos, sin, self._put(idx), groups=G, ctx=ctx, dims=self.dims)
+        self.counts["calls"] += 1
+
+    def head_rows(self, kv, src) -> np.ndarray:
+        """lm_head over pool rows src: logits [n, V], brought back (sampling is on the host)."""
+        t0 = time.perf_counter()
+        n = len(src)
+        if n == 0:
+            return np.zeros((0, self.cfg.vocab_size), np.float32)
+        s = np.zeros(pow2(n, self.floors["head"]), np.int32)
+        s[:n] = src
+        out = self._step("head", n, t0, _head, self.params["lm_head"], kv.pool, self._put(s))
+        return self._get(out)[:n, :self.cfg.vocab_size]
+
+    def kv_rows(self, kv, rows):
+        """The K/V that rows [(slot, position, depth)] hold in the planes, every layer, gathered
+        on the device and not brought back: (device array [2, L, n_padded, nkv, hd], n)."""
+        t0 = time.perf_counter()
+        n = len(rows)
+        idx = np.zeros((3, pow2(n, 64) if self.small else bucket(n, 3)), np.int32)
+        idx[:, :n] = np.asarray(rows, np.int32).T[[0, 2, 1]]          # slot, depth, pos
+        return self._step("kv_fetch", n, t0, _kv_rows, kv.k, kv.v, self._put(idx)), n
+
+    def fetch_kv(self, dev_n) -> np.ndarray:
+        """kv_rows' result on the host: [2, L, n, nkv, hd] at the model's true shapes."""
+        dev, n = dev_n
+        t0 = time.perf_counter()
+        out = self._get(dev)
+        if self.probe is not None:
+            self.probe.append(("kv_fetch_to_host", n, time.perf_counter() - t0, 0.0))
+        return self.layout.unpad_kv(out[:, :self.cfg.num_layers, :n])
+
+    # ---- head and recurrent call with host arrays (tests, tools) ----
+    def head(self, h: np.ndarray) -> np.ndarray:
+        """h: [n, H] loop outputs -> logits [n, V]."""
+        n = len(h)
+        if n == 0:
+            return np.zeros((0, self.cfg.vocab_size), np.float32)
+        hb = np.zeros((pow2(n, self.floors["head"]), self.layout.H), np.float32)
+        hb[:n, :self.cfg.hidden_size] = h
+        return self._get(_head(self.params["lm_head"], self._put(hb), jnp.arange(len(hb))))[:n, :self.cfg.vocab_size]
+
+    def recurrent(self, kv, rows, h: np.ndarray, want_kv: bool):
+        """rows: [(slot, position, depth)]; h: [n, H] loop inputs. Runs one loop over the rows
+        (KV planes in `kv`, a kvplanes.DeviceKV, updated in place; its pool rows 0..n-1 are
+        overwritten). Returns (h_out [n, H], k_new, v_new [L, n, nkv, hd] or None)."""
+        n = len(rows)
+        assert h.shape == (n, self.cfg.hidden_size), (h.shape, n)
+        kv.ensure_pool(n)
+        pool = np.zeros(kv.pool.shape, np.float32)
+        pool[:n, :self.cfg.hidden_size] = h
+        kv.pool = self._put(pool)
+        self.call(kv, rows, list(range(n)), [0] * n, list(range(n)))
+        h_out = self._get(kv.pool)[:n, :self.cfg.hidden_size]          # padded columns are exact zeros
         if not want_kv:
             return h_out, None, None
-        L, unpad = self.cfg.num_layers, self.layout.unpad_kv
-        return h_out, unpad(np.asarray(k_new)[:L, where]), unpad(np.asarray(v_new)[:L, where])
+        kvr = self.fetch_kv(self.kv_rows(kv, rows))
+        return h_out, kvr[0], kvr[1]

@@ -43,10 +43,16 @@ def check_divisible(layout, mesh: Mesh) -> None:
 
 
 def place_params(host: dict, mesh: Mesh) -> dict:
-    """host: model.host_params() output -> device arrays placed on the mesh."""
+    """host: model.host_params() output (layers stacked, or a list of per-layer dicts) ->
+    device arrays placed on the mesh."""
     rep = NamedSharding(mesh, P())
     out = {k: jax.device_put(host[k], rep) for k in ("embed", "norm", "lm_head", "consts")}
-    out["layers"] = {k: jax.device_put(v, NamedSharding(mesh, LAYER_SPECS[k])) for k, v in host["layers"].items()}
+    layers = host["layers"]
+    if isinstance(layers, dict):                    # stacked [L, in, out]
+        out["layers"] = {k: jax.device_put(v, NamedSharding(mesh, LAYER_SPECS[k])) for k, v in layers.items()}
+    else:                                           # one dict per layer: the specs without the L axis
+        out["layers"] = [{k: jax.device_put(v, NamedSharding(mesh, P(*LAYER_SPECS[k][1:]))) for k, v in lw.items()}
+                         for lw in layers]
     return out
 
 

@@ -94,8 +94,9 @@ def run_call(st: RoundState, rows) -> None:
                                   f"depth {depth}, not {j - 1}")
             h_in.append(h)
     call = st.stats["recurrent_calls"]
+    stack = getattr(st.model, "stack", np.stack)       # a model may keep its states (on a device)
     h_out = st.model.recurrent_call([(rid[i], st.starts[i] + o, j) for i, o, j in rows],
-                                    np.stack(h_in), st.kv, call)
+                                    stack(h_in), st.kv, call)
     for (i, o, j), h in zip(rows, h_out):
         st.hidden[(i, o)] = (j, h)
     st.trace.calls.append({"rows": [[rid[i], o, j] for i, o, j in rows], "draft_head": []})
@@ -113,7 +114,7 @@ def head_call(st: RoundState, rows, which: int, what: str, name: str) -> np.ndar
                               f"expected depth {name} = {want}")
     st.stats["head_calls"] += 1
     st.stats["head_rows"] += len(rows)
-    return st.model.head(np.stack([st.hidden[r][1] for r in rows]))
+    return st.model.head(getattr(st.model, "stack", np.stack)([st.hidden[r][1] for r in rows]))
 
 
 def seen(st: RoundState, i: int, o: int) -> sampling.Seen:

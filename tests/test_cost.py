@@ -417,3 +417,34 @@ def test_only_block_verification_calls_share_planes(case):
         if planes(c) < len(c.rows):
             assert {j for _, _, j in c.rows} == {c.rows[0][2]} and c.rows[0][2] >= min([d] if isinstance(d, int) else d)
             assert planes(c) == len({i for i, _, _ in c.rows})
+
+# ---- the FP32 judge's floor ----------------------------------------------------------------
+
+def test_judge_round_floor_by_hand():
+    from oracle.config import preset
+    from oracle.cost import GPU_PEAKS, judge_layer_params, judge_round_floor
+    cfg = preset("ouro-1.4b")
+    bw, rate = GPU_PEAKS["h200"]["hbm_bytes_per_s"], GPU_PEAKS["h200"]["fp32_flops_per_s"]
+    P = judge_layer_params(cfg)
+    assert P * 4 == pytest.approx(4.93e9, rel=1e-3)                  # 4.9 GB of FP32 weights per call
+    # one request, T=1 (K=0), d=1, D=2: two calls of one row at offset 0 (context + 1 keys), one head
+    r = judge_round_floor(cfg, [1], 1000, 1, 2)
+    kv_row = 24 * 2 * 16 * 128 * 4
+    call = max((P * 4 + 1001 * kv_row + kv_row + 2 * 2048 * 4) / bw, (2 * P + 1001 * 4 * 16 * 128 * 24) / rate)
+    head = max((2048 * 49152 * 4 + (2048 + 49152) * 4) / bw, 2 * 2048 * 49152 / rate)
+    assert r["calls"] == 2 and r["head_calls"] == 1
+    assert r["floor_s"] == pytest.approx(2 * call + head, rel=1e-12)
+    # the shape: 12 calls, 320 rows; weights alone 12 * 4.9 GB at 4.8 TB/s
+    for mode, lo, hi in (("block", 0.028, 0.033), ("loop", 0.037, 0.042)):
+        f = judge_round_floor(cfg, 16, 1024, 2, 4, mode, K=4)
+        assert f["calls"] == 12 and f["rows"] == 320
+        assert f["weights_s"] == pytest.approx(12 * P * 4 / bw)
+        assert lo < f["floor_s"] < hi                                # block 30.7 ms, loop 39.9 ms
+        assert max(f["weights_s"], f["kv_s"], f["flops_s"]) < f["floor_s"] <= \
+            f["weights_s"] + f["kv_s"] + f["flops_s"] + f["head_s"] + 1e-12
+    assert judge_round_floor(cfg, [5] * 16, 1024, 2, 4, K=None)["floor_s"] == \
+        judge_round_floor(cfg, 16, 1024, 2, 4, K=4)["floor_s"]
+    with pytest.raises(OracleError, match="needs K"):
+        judge_round_floor(cfg, 16, 1024, 2, 4)
+    with pytest.raises(OracleError, match="no peak rates for GPU 'a100'"):
+        judge_round_floor(cfg, [1], 10, 1, 2, gpu="a100")

@@ -71,7 +71,7 @@ def test_four_devices_match_one_device():
                        timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
-    assert res["sharded_params"] == 2 * 7, res          # q, k, v, o, gate, up, down of both models
+    assert res["sharded_params"] == 2 * 2 * 7, res      # q, k, v, o, gate, up, down of both layers of both models
     assert res["cache_free"] <= 1e-5, res
     assert res["rounds"] <= 1e-5, res
     assert res["kv"] <= 1e-5, res

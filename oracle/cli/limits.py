@@ -7,6 +7,10 @@ The time estimate of a reference run (check, trace record) is calibrated on this
 costs ROW_SECONDS per layer plus its multiply-adds at FLOPS_PER_SECOND; the cache-free
 recompute forwards each committed position once and each round's tokens once, attending over
 the context (linear in the rounds, like decoding itself).
+
+With `--reference jax` on a GPU the judge's side is the JAX FP32 model, not NumPy: its rounds
+are estimated from their own floor (oracle.cost.judge_round_floor) times a measured factor,
+plus a measured setup (model build, weight upload, compiles); see estimate_judge_seconds.
 """
 from __future__ import annotations
 
@@ -30,6 +34,23 @@ ROW_SECONDS = 3.5e-4        # Python overhead of one row of a round, per layer (
 RECOMPUTE_ROW_SECONDS = 2e-5   # the same for a row of the cache-free recompute (whole sequences at once)
 FLOPS_PER_SECOND = 2.5e9    # NumPy FP32 row-by-row matrix-vector products on the CI machine
 ATTENTION_SECONDS = 4e-7    # per (token x token) of a cache-free recompute, tiny preset, per loop
+
+# The JAX judge on a GPU (`--reference jax`, estimate_judge_seconds).
+# JUDGE_FLOOR_FACTOR: measured round time / oracle.cost.judge_round_floor. Source: issue 27's
+# H200 measurement, a block round at ouro-1.4b, C=16, context 1024, K=4, d=2, D=4 took 276.5 ms
+# (loop 282.9 ms) against floors of 30.7 ms (loop 39.9 ms): 9.0x (7.1x). That was the judge
+# before it kept its hidden states and KV on the device; scripts/gpu_judge_time.py prints the
+# factor of the judge as it is (measured/floor), to replace this one.
+JUDGE_FLOOR_FACTOR = 9.0
+JUDGE_GPU = "h200"                # the peak rates of the floor (oracle.cost.GPU_PEAKS)
+# JUDGE_SETUP_SECONDS: the fixed cost of a run at ouro-1.4b, scaled by the model's weights.
+# Source: issue 27, `check --backend torch-cuda --reference jax --preset ouro-1.4b --counts 5,1,3
+# --rounds 3 --allow-large` ran in 102 s on one H200, JAX compiles included; its 2 x 3 judge
+# rounds are under 1 s of that by the factor above, so ~100 s is building the random weights,
+# uploading them and compiling. At least JUDGE_MIN_SETUP_SECONDS (a round's compiles).
+JUDGE_SETUP_SECONDS = 100.0
+JUDGE_MIN_SETUP_SECONDS = 10.0
+JUDGE_PREFILL_CHUNK = 512         # judge_jax.backend.JaxSession's default prefill_chunk
 
 ALLOW = "pass --allow-large to run it anyway"
 
@@ -102,30 +123,90 @@ def forward_seconds(cfg: ModelConfig, n_tokens: int, loops: int) -> float:
     return loops * (n_tokens * row_s + n_tokens * n_tokens * ATTENTION_SECONDS * max(1.0, width))
 
 
+def jax_gpu_available() -> bool:
+    """Whether JAX would run on a GPU here, asked without starting JAX (which would take the
+    GPU's memory before the backend under test does): JAX_PLATFORMS allows a GPU, a CUDA or
+    ROCm plug-in of jaxlib is installed, and the driver shows a device."""
+    import importlib.util
+    import os
+    from pathlib import Path
+    platforms = os.environ.get("JAX_PLATFORMS", "").lower()
+    if platforms and not any(p in platforms for p in ("cuda", "gpu", "rocm")):
+        return False
+    plugins = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin")
+    if not any(importlib.util.find_spec(m) is not None for m in plugins):
+        return False
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/kfd").exists()
+
+
+def judge_on_gpu(reference) -> bool:
+    """Whether `--reference` names the JAX judge and it would run on a GPU."""
+    return reference in ("jax", "judge_jax.backend:make_jax_backend") and jax_gpu_available()
+
+
+def estimate_judge_seconds(cfg: ModelConfig, rounds: list[dict], d: int, D: int, prompt_len: int) -> float:
+    """Seconds of the JAX judge's side on a GPU (`check --backend X --reference jax`): both
+    modes' rounds at JUDGE_FLOOR_FACTOR times their floor (oracle.cost.judge_round_floor, the
+    context growing by each round's tokens), each prompt's prefill (D calls per chunk, each at
+    least the weights' read) at the same factor, and the setup (JUDGE_SETUP_SECONDS at
+    ouro-1.4b, scaled by the weights). The backend under test is not counted (it is the fast
+    side)."""
+    from ..config import preset
+    from ..cost import FP32_BYTES, GPU_PEAKS, judge_layer_params, judge_round_floor
+    peak = GPU_PEAKS[JUDGE_GPU]
+    weights = judge_layer_params(cfg)
+    seconds = max(JUDGE_MIN_SETUP_SECONDS, JUDGE_SETUP_SECONDS * weights / judge_layer_params(preset("ouro-1.4b")))
+    n_pre = max(prompt_len - 1, 0)
+    for c0 in range(0, n_pre, JUDGE_PREFILL_CHUNK):
+        rows = min(JUDGE_PREFILL_CHUNK, n_pre - c0)
+        call = max(weights * FP32_BYTES / peak["hbm_bytes_per_s"], 2 * weights * rows / peak["fp32_flops_per_s"])
+        seconds += 2 * len(rounds[0] if rounds else ()) * D * call * JUDGE_FLOOR_FACTOR   # both modes, every request
+    for mode in ("block", "loop"):
+        length: dict = {}
+        for r in rounds:
+            counts = list(r.values())
+            context = max(length.get(rid, prompt_len - 1) for rid in r) if r else 0
+            seconds += judge_round_floor(cfg, counts, context, d, D, mode, gpu=JUDGE_GPU)["floor_s"] * JUDGE_FLOOR_FACTOR
+            for rid, t in r.items():
+                length[rid] = length.get(rid, prompt_len - 1) + t
+    return seconds
+
+
 def refuse_slow(seconds: float, what: str) -> None:
     if seconds > MAX_SECONDS:
         raise OracleError(f"this run would take about {seconds:.0f} s (limit {MAX_SECONDS:.0f} s: {what}); {ALLOW}")
 
 
 def check_work(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: int, allow_large: bool = False,
-               check: bool = True) -> None:
-    """A custom case: the same counts every round."""
+               check: bool = True, reference=None, d: int = 2) -> None:
+    """A custom case: the same counts every round. reference: `check --reference` (the JAX
+    judge on a GPU is estimated from its own cost); d: the draft loops."""
     if allow_large:
         return
     if rounds > MAX_ROUNDS:
         refuse("--rounds", rounds, MAX_ROUNDS)
     if prompt_len > MAX_PROMPT_LEN:
         refuse("--prompt-len", prompt_len, MAX_PROMPT_LEN)
-    seconds = estimate_seconds(cfg, [dict(enumerate(counts))] * rounds, D, prompt_len, check)
+    plan = [dict(enumerate(counts))] * rounds
+    if check and judge_on_gpu(reference):
+        seconds = estimate_judge_seconds(cfg, plan, d, D, prompt_len)
+    else:
+        seconds = estimate_seconds(cfg, plan, D, prompt_len, check)
     refuse_slow(seconds, f"counts {','.join(map(str, counts))}, D={D}, {rounds} rounds, prompt length "
                          f"{prompt_len}, {cfg.num_layers} layers x hidden {cfg.hidden_size}")
 
 
-def check_cases_work(cfg: ModelConfig, cases, allow_large: bool = False, check: bool = True) -> None:
+def check_cases_work(cfg: ModelConfig, cases, allow_large: bool = False, check: bool = True,
+                     reference=None) -> None:
     """Built-in cases (prompts of at most 8 tokens) on this model."""
     if allow_large:
         return
-    seconds = sum(estimate_seconds(cfg, c.rounds, c.D, 8, check) for c in cases)
+    if check and judge_on_gpu(reference):
+        seconds = sum(estimate_judge_seconds(cfg, c.rounds, c.d, c.D, 8) for c in cases)
+    else:
+        seconds = sum(estimate_seconds(cfg, c.rounds, c.D, 8, check) for c in cases)
     refuse_slow(seconds, f"{len(cases)} built-in case(s) on {cfg.num_layers} layers x hidden {cfg.hidden_size}")
 
 

@@ -127,7 +127,8 @@ def check_round_args(args) -> None:
                 raise OracleError(f"--case {args.case!r}: unknown (known: {'; '.join(c.name for c in cases)})")
             cases = [c for c in cases if c.name == args.case]
         if args.case is not None or not recording:
-            limits.check_cases_work(cfg, cases, args.allow_large, check=not recording)
+            limits.check_cases_work(cfg, cases, args.allow_large, check=not recording,
+                                    reference=getattr(args, "reference", None))
             args.round_args_checked = True
             return
     check_policy(args.policy)
@@ -160,7 +161,8 @@ def check_round_args(args) -> None:
         warn(f"-D {args.target_loops} is beyond the {cfg.total_loops} loops the model was trained with "
              f"(total_ut_steps); its logits past depth {cfg.total_loops - 1} are extrapolation")
     plen = args.prompt_len if args.prompt_len is not None else 8
-    limits.check_work(cfg, counts, args.target_loops, args.rounds, plen, args.allow_large, check=not recording)
+    limits.check_work(cfg, counts, args.target_loops, args.rounds, plen, args.allow_large, check=not recording,
+                      reference=getattr(args, "reference", None), d=args.draft_loops)
     args.round_args_checked = True
 
 

@@ -1,0 +1,109 @@
+"""The JAX FP32 judge's round time against its floor, both rounds (gpu_tests/judge_timing.py).
+
+    python scripts/gpu_judge_time.py                         # ouro-1.4b, C=16, ctx 1024, on the GPU
+    python scripts/gpu_judge_time.py --json out.json --trace /tmp/judge_trace
+    python scripts/gpu_judge_time.py --preset small --ctx 128   # the same at a small shape (CPU)
+    python scripts/gpu_judge_time.py --preset small --hidden 256 --layers 17 --ctx 256   # a mid shape
+
+Prints, per mode: the median round ms (K = 4, d = 2, D = 4, greedy), the floor on the H200
+(oracle.cost.judge_round_floor: weights, KV and FLOPs at peak rates) and measured / floor; the
+host-to-device transfers, device-to-host fetches and compiles of one round; and a probed
+round (each device step synchronised): per step kind the host ms until enqueued and the ms
+the host then waited for the device, and the host ms of oracle.phases' own work. --trace DIR
+adds a jax.profiler trace of one round per mode (TensorBoard / Perfetto).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpu_tests.judge_timing import time_judge_round  # noqa: E402
+from judge_jax.backend import make_jax_backend  # noqa: E402
+from oracle.config import preset  # noqa: E402
+from oracle.model import LoopedModel, build_model  # noqa: E402
+from oracle.weights import random_weights  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="ouro-1.4b")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--C", type=int, default=16, help="requests per round")
+    p.add_argument("--ctx", type=int, default=1024, help="prompt tokens per request")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--gpu", default="h200", help="the peak rates of the floor (oracle.cost.GPU_PEAKS)")
+    p.add_argument("--json", help="write the result here")
+    p.add_argument("--trace", help="write a jax.profiler trace of one round per mode under this folder")
+    p.add_argument("--hidden", type=int, help="override the preset's hidden size (random weights)")
+    p.add_argument("--intermediate", type=int, help="override the preset's MLP size")
+    p.add_argument("--layers", type=int, help="override the preset's layer count")
+    p.add_argument("--kv-fetch", default="async", choices=("async", "round", "both"),
+                   help="how the trace's KV writes come back (judge_jax.backend._RoundModel); both: time each")
+    p.add_argument("--scan", action="store_true", help="stacked weights and a scan over the layers (the judge's "
+                   "unroll=False: faster compiles) instead of unrolled layers")
+    p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
+    p.add_argument("--allow-cpu", action="store_true", help="run ouro-1.4b even where JAX has no GPU (hours)")
+    args = p.parse_args(argv)
+    import jax
+    dev = jax.devices()[0]
+    print(f"JAX {jax.__version__} on {dev.platform}: {dev.device_kind}", flush=True)
+    if dev.platform == "cpu" and args.preset == "ouro-1.4b" and not args.allow_cpu:
+        print("no GPU: ouro-1.4b on the CPU takes hours; use --preset small --ctx 128, or --allow-cpu")
+        return 2
+    t0 = time.perf_counter()
+    model = build(args)
+    judge = make_jax_backend(unroll=not args.scan, ctx_bits=args.ctx_bits)
+    fetches = ("async", "round") if args.kv_fetch == "both" else (args.kv_fetch,)
+    res = {"unroll": not args.scan, "ctx_bits": args.ctx_bits, "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
+           "jax": jax.__version__}
+    for fetch in fetches:
+        res[fetch] = time_judge_round(judge, model, C=args.C, ctx=args.ctx, repeats=args.repeats, gpu=args.gpu,
+                                      trace_dir=None if args.trace is None else Path(args.trace) / fetch,
+                                      **({} if fetch == "async" else {"kv_fetch": fetch}))   # async: the default
+        show(args, res[fetch], fetch)
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    print(f"done in {res['wall_s']} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
+    return 0
+
+
+def build(args):
+    """The preset's model, or its shape with --hidden/--intermediate/--layers replaced (random weights)."""
+    cfg = preset(args.preset)
+    over = {k: v for k, v in (("hidden_size", args.hidden), ("intermediate_size", args.intermediate),
+                              ("num_layers", args.layers)) if v is not None}
+    if not over:
+        return build_model(args.preset, seed=args.seed)
+    cfg = dataclasses.replace(cfg, **over)
+    return LoopedModel(cfg, random_weights(cfg, args.seed))
+
+
+def show(args, res: dict, fetch: str) -> None:
+    print(f"judge round, {args.preset}, C={args.C}, context {args.ctx}, K=4, d=2, D=4, KV fetch {fetch} "
+          f"(median of {args.repeats}; floor on {args.gpu})")
+    for mode in ("block", "loop"):
+        r = res[mode]
+        terms = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in r["floor_terms_ms"].items())
+        pr = r["per_round"]
+        print(f"  {mode:5s}: {r['median_ms']:9.2f} ms (CPU time {r['cpu_median_ms']:.2f} ms), floor {r['floor_ms']:.2f} ms "
+              f"({terms} ms alone), measured/floor {r['over_floor']:.2f}x; warm-up {r['warmup_s']:.1f} s "
+              f"({r['warmup_compiles']['compiles']} compiles, {r['warmup_compiles']['compile_s']:.1f} s)")
+        print(f"         per round: {pr['h2d']} host->device transfers, {pr['d2h']} device->host fetches "
+              f"({pr['d2h_bytes'] / 1e6:.1f} MB; {pr['d2h_logged']} in the guard's log), {pr['compiles']} compiles, "
+              f"KV planes donated (not copied) by the calls: {pr.get('kv_donated')}")
+        if r["probe"]:
+            pb = r["probe"]
+            steps = "; ".join(f"{k} x{v['n']}: host {v['host_ms']:.2f} + device wait {v['device_wait_ms']:.2f}"
+                              for k, v in pb["steps"].items())
+            print(f"         probed round {pb['wall_ms']:.2f} ms: {steps}; oracle.phases host {pb['phases_host_ms']:.2f} ms")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The JAX judge's round at a tiny shape on the CPU: what crosses between host and device
+(counted by the judge itself and by gpu_tests/judge_timing.py), no recompiles in steady
+state, both KV fetch modes match the reference, and scripts/gpu_judge_time.py runs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+from gpu_tests.judge_timing import count_transfers, time_judge_round
+from judge_jax.backend import make_jax_backend
+from oracle.judge.cases import REFERENCE, run
+from oracle.judge.compare import compare_runs
+from oracle.sampling import SamplingParams as SP
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def session(tiny, mode="block", kv_fetch="async", C=3, n=9):
+    s = make_jax_backend().session(tiny, 2, 4, mode, max_requests=C, max_len=64, kv_fetch=kv_fetch)
+    for rid in range(C):
+        s.add(rid, [(rid + 3 * p) % 64 for p in range(n)], SP(seed=rid))
+    return s
+
+
+@pytest.mark.parametrize("kv_fetch", ["async", "round"])
+def test_what_crosses_per_round(tiny, kv_fetch):
+    """Per round (K=4, d=2, D=4: 12 calls, 5 head calls): up, one index vector per call and per
+    head call (+ one per KV gather); down, the logits of each head call and the KV writes (one
+    copy per call, or one per round). No hidden state crosses, nothing recompiles, and every
+    host-to-device transfer is explicit (the guard refuses implicit ones)."""
+    s = session(tiny, kv_fetch=kv_fetch)
+    counts = {rid: 5 for rid in range(3)}
+    s.step(counts)                                         # compiles
+    s.step(counts)
+    before = dict(s.jm.counts)
+    with count_transfers() as seen:
+        tr = s.step(counts)
+    got = {k: s.jm.counts[k] - before[k] for k in before}
+    with jax.transfer_guard_host_to_device("disallow"):  # an implicit transfer would raise
+        s.step(counts)
+    fetches = 12 if kv_fetch == "async" else 1
+    assert got["calls"] == 12 and tr.stats["head_calls"] == 5
+    assert got["h2d"] == 12 + 5 + fetches and got["d2h"] == 5 + fetches
+    assert seen["h2d"] == got["h2d"] and seen["d2h"] == got["d2h"] and seen["compiles"] == 0
+    assert len(tr.kv_writes) == 3 * 5 * 4 * tiny.cfg.num_layers
+
+
+@pytest.mark.parametrize("mode,options", [("block", {"kv_fetch": "round"}), ("loop", {"kv_fetch": "round"}),
+                                          ("block", {"unroll": False}), ("loop", {"unroll": False, "ctx_bits": 1})])
+def test_other_options_match_reference(tiny, mode, options):
+    """KV writes fetched once per round, and the stacked-weight scan, judge like the defaults."""
+    from tests.test_jax_backend import case
+    ref = run(REFERENCE, tiny, case(), mode).traces
+    got = run(make_jax_backend(**options), tiny, case(), mode).traces
+    rep = compare_runs(ref, got, "float32")
+    assert rep.ok, rep.first_failure()
+    assert rep.kv_writes_compared > 0
+
+
+def test_time_judge_round_reports_the_floor(tiny):
+    r = time_judge_round(make_jax_backend(), tiny, C=2, ctx=8, repeats=1)
+    for mode in ("block", "loop"):
+        m = r[mode]
+        assert m["median_ms"] > 0 and m["floor_ms"] > 0
+        assert m["over_floor"] == pytest.approx(m["median_ms"] / m["floor_ms"], rel=0.02)
+        assert m["per_round"]["compiles"] == 0 and m["per_round"]["h2d"] == 29
+        assert m["per_round"]["kv_donated"] is True                 # no call copied the KV planes
+        steps = m["probe"]["steps"]
+        assert steps["recurrent"]["n"] == 12 and steps["head"]["n"] == 5
+
+
+def test_gpu_judge_time_script_runs_on_the_cpu(tmp_path):
+    out = tmp_path / "t.json"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_judge_time.py"), "--preset", "tiny", "--C", "2",
+                        "--ctx", "8", "--repeats", "1", "--kv-fetch", "both", "--json", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert {"async", "round"} <= set(res) and res["async"]["block"]["floor_ms"] > 0
+    assert "measured/floor" in p.stdout
