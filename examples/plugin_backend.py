@@ -9,7 +9,7 @@ wrapped reference session below with its own: `session()` returns an object with
 `step`, `remove` and `tokens` (and optionally `submit`/`collect`), and `step` returns an
 `oracle.traces.RoundTrace` (docs/DESIGN.md section 9; README "Plugging in your engine").
 
-This one wraps the FP32 reference (oracle.backends.ReferenceBackend) and declares itself
+This one wraps the FP32 reference (oracle.reference_backend.ReferenceBackend) and declares itself
 `dtype = "float32"`, `exact = False`: it is judged by the float32 row of
 oracle.judge.compare.TOLERANCES (relative error 1e-5), the row an FP32 engine of your own gets.
 `make_faulty_backend` is the one-line change that makes it fail: it adds 0.5 to the
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracle.backends import ReferenceBackend
+from oracle.reference_backend import ReferenceBackend
 
 
 class PluginSession:

@@ -2,7 +2,7 @@
 
 Scenarios come from the property suite's strategies (property_tests/strategies.py) on the
 tiny and small presets, and are judged by the property suite's harness, i.e. by the one judge
-(oracle.judge.compare.compare_runs) through the one runner (oracle.judge.cases.run): the same verdict as
+(oracle.judge.compare.compare_runs) through the one runner (oracle.judge.runner.run_scenario): the same verdict as
 `python -m oracle check --backend torch-cuda`. The backend is ORACLE_BACKEND (set to torch-cuda
 by gpu_tests/conftest.py when unset). What stays here is GPU-specific: graphs vs eager,
 graph limits and counters, capacity growth with graphs, the one-row GEMV path, c(M), and the
@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from kernels.bench import measure_c_table
-from oracle.judge.cases import reference_run, run
+from bench.calls import measure_c_table
+from oracle.judge.runner import judge_run, run_scenario
 from oracle.judge.scenario import Case
 from oracle.judge.compare import compare_runs
 from oracle.config import preset as preset_cfg
 from oracle.sampling import SamplingParams as SP
 from property_tests import harness
-from property_tests.strategies import build_model, sampling_params, scenarios, stop_params
+from property_tests.strategies import seeded_model, sampling_params, scenarios, stop_params
 
 pytestmark = pytest.mark.gpu
 SCALE = float(os.environ.get("GPU_TESTS_EXAMPLES", "1"))      # scales Hypothesis example counts
@@ -38,7 +38,7 @@ SUMMARY: dict = {}          # per preset, printed by conftest's terminal summary
 
 
 def model(name):
-    return build_model(preset_cfg(name), 0)
+    return seeded_model(preset_cfg(name), 0)
 
 
 def backend():
@@ -138,14 +138,14 @@ def test_graph_and_eager_identical(preset, mode):
     rng = np.random.default_rng(3)
     c = Case("scripted", [list(map(int, rng.integers(0, m.cfg.vocab_size, 1 + 3 * i))) for i in range(5)],
              [SP(k.temperature, k.top_k, k.top_p, seed=i) for i, k in enumerate(KINDS)], SCRIPTED, 2, 4)
-    g = run(bk, m, c, mode)
-    e = run(bk, m, c, mode, graphs="off")
+    g = run_scenario(bk, m, c, mode)
+    e = run_scenario(bk, m, c, mode, graphs="off")
     assert_identical(g, e)
     assert sum(t.stats["graph_captures"] for t in g.traces) > 0 and not g.session.graphs.capture_errors
     assert all(t.stats["graph_fallbacks"] == 0 for t in g.traces)
     assert all(t.stats["graph_replays"] == 0 for t in e.traces)
-    assert_identical(g, run(bk, m, c, mode, submit_ahead=True))      # every round in flight at once
-    judged(reference_run(m, c, mode, g), g)
+    assert_identical(g, run_scenario(bk, m, c, mode, submit_ahead=True))      # every round in flight at once
+    judged(judge_run(m, c, mode, g), g)
 
 
 def test_forced_fallback_is_counted():
@@ -167,9 +167,9 @@ def test_forced_fallback_is_counted():
     assert [t.stats["graph_fallbacks"] for t in got] == expected and all(e > 0 for e in expected)
     assert all(t.stats["graph_replays"] + t.stats["graph_fallbacks"] == len(t.calls) + t.stats["draft_head_calls"] + 3
                for t in got)
-    eager = run(bk, m, c, "block", graphs="off")
+    eager = run_scenario(bk, m, c, "block", graphs="off")
     assert compare_runs(got, eager.traces, "exact").ok                 # fallback steps are the eager ones
-    judged(reference_run(m, c, "block", eager), eager)
+    judged(judge_run(m, c, "block", eager), eager)
 
 
 def test_max_graphs_limit():
@@ -177,10 +177,10 @@ def test_max_graphs_limit():
     if not graphed(bk):
         pytest.skip(f"backend {bk.name} runs without CUDA graphs")
     c = Case("max graphs", [[1], [2, 3]], [SP(), SP(1.0, seed=4)], [{0: 4, 1: 2}, {0: 3, 1: 5}], 1, 3)
-    got = run(bk, m, c, "loop", max_graphs=3)
+    got = run_scenario(bk, m, c, "loop", max_graphs=3)
     assert len(got.session.graphs.graphs) == 3 and sum(t.stats["graph_captures"] for t in got.traces) == 3
     assert sum(t.stats["graph_fallbacks"] for t in got.traces) > 0
-    assert_identical(got, run(bk, m, c, "loop", graphs="off"))
+    assert_identical(got, run_scenario(bk, m, c, "loop", graphs="off"))
 
 
 def test_fp32_on_the_device_is_judged_by_the_float32_row():
@@ -201,9 +201,9 @@ def test_capacity_growth_with_graphs():
     m, bk = model("tiny"), backend()
     c = Case("growth", [[1, 2], [3], [4, 5, 6], [7]], [SP(), SP(1.0, seed=1)] * 2,
              [{0: 4, 1: 4}, {0: 6, 1: 2, 2: 5, 3: 3}, {0: 6, 2: 6, 3: 6}], 2, 4)
-    got = run(bk, m, c, "loop", max_requests=1, max_len=8, submit_ahead=True)
+    got = run_scenario(bk, m, c, "loop", max_requests=1, max_len=8, submit_ahead=True)
     assert got.session.engine.kv.n_slots > 2 and got.session.max_len > 8
-    judged(reference_run(m, c, "loop", got), got)
+    judged(judge_run(m, c, "loop", got), got)
 
 
 def test_c_table_measurement():
@@ -229,11 +229,11 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
     real = km.PackedModel._gemv_call
     monkeypatch.setattr(km.PackedModel, "_gemv_call", lambda self, *a: calls.append(a[0].shape[0]) or real(self, *a))
     c = Case("one row", [[3, 1, 4, 1, 5]], [SP()], [{0: 5}, {0: 3}, {0: 5}], 2, 4)
-    got = run(bk, m, c, "loop", graphs="off")
+    got = run_scenario(bk, m, c, "loop", graphs="off")
     assert calls and 1 in calls and max(calls) <= bk.kernel_options.gemv_max_rows   # 1 row, or up to the handover
-    judged(reference_run(m, c, "loop", got), got)
+    judged(judge_run(m, c, "loop", got), got)
     calls.clear()                                                  # the compiled/cuBLAS path instead
-    other = run(bk, m, c, "loop", graphs="off", kernel_options=dataclasses.replace(bk.kernel_options, gemv=False))
+    other = run_scenario(bk, m, c, "loop", graphs="off", kernel_options=dataclasses.replace(bk.kernel_options, gemv=False))
     assert not calls
     judged(other, got)
 

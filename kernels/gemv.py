@@ -45,7 +45,7 @@ if triton is not None:
 MAX_ROWS = 16
 # Tile overrides arrive as `config`, {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel]])} for
 # one-row calls and {name + "/16": ...} for the small-M path (2..16 rows, padded to 16 for
-# tensor-core products) (KernelOptions.gemv_config; scripts/gpu_kernel_profile.py --sweep measures them).
+# tensor-core products) (KernelOptions.gemv_config; measured by a tile sweep: docs/results.md).
 
 
 def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, int, int, int, bool]:
@@ -63,7 +63,7 @@ def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, in
 
 
 # (BLOCK_N, BLOCK_K, num_warps, num_stages, peel), tuned on the H200 at the ouro-1.4b shape
-# (scripts/gpu_kernel_profile.py, docs/results.md): one row, and the small-M path (2..16 rows,
+# (docs/results.md): one row, and the small-M path (2..16 rows,
 # 16 in every dimension at least)
 ONE_ROW_TILES = {"qkv": (2, 2048, 4, 2, True), "o": (2, 1024, 4, 3, True), "gate_up": (2, 2048, 4, 2, True),
                  "down": (2, 2048, 4, 2, True)}

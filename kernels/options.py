@@ -4,7 +4,7 @@ Passed explicitly: make_torch_backend(..., kernel_options=) -> TorchSession -> E
 PackedModel. Nothing reads the environment at import; `KernelOptions.from_env()` turns the
 LOOPSPEC_* variables into options and is called only at the edges a person starts: the
 registry factories make_torch_cpu / make_torch_cpu_bf16 / make_torch_cuda (`--backend NAME`,
-ORACLE_BACKEND) and the `oracle bench` entry points (kernels/bench.py, kernels/bench_rounds.py).
+ORACLE_BACKEND) and the `oracle bench` entry points (bench/calls.py, bench/rounds.py).
 
 Fields (None: on where available; True: on, False: off) and their variables:
     gemv             calls of up to gemv_max_rows rows through kernels/gemv.py; CUDA+Triton LOOPSPEC_GEMV

@@ -71,7 +71,7 @@ if triton is not None:
 
 
 # keys per program of _attn_chunk, and its warps for one row / more rows (H200, ouro-1.4b shape,
-# context 256: scripts/gpu_kernel_profile.py --sweep, docs/results.md)
+# context 256: a tile sweep, docs/results.md)
 CHUNK = 32
 CHUNK_WARPS = (4, 2)
 
@@ -98,7 +98,7 @@ def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: 
     key positions 0..span-1 (default: the KV capacity); the caller promises every pos < span,
     also in every replay of a graph that captured this call (sessions: span_bucket). At M = 2 on
     the H200 a call cost 7% more at capacity 342 than at 257, and a span of 257 gave that back
-    (scripts/gpu_attn_capacity.py, docs/results.md). scale: the softmax logit scale (default
+    (docs/results.md). scale: the softmax logit scale (default
     hd ** -0.5)."""
     M, nh, hd = q.shape
     K, V = kv.k, kv.v                                   # [L, P, max_len, nkv, hd]

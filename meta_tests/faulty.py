@@ -47,7 +47,7 @@ import types
 import numpy as np
 
 from oracle import phases, sampling
-from oracle.backends import ReferenceBackend, ReferenceSession
+from oracle.reference_backend import ReferenceBackend, ReferenceSession
 from oracle.kv import KVCache, KVWrite
 from oracle.phases import PHASES, Phases
 from oracle.session import get_round

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracle.backends import ReferenceBackend, ReferenceSession
+from oracle.reference_backend import ReferenceBackend, ReferenceSession
 from oracle.rng_trace import RngEvent
 from oracle.sampling import SamplingParams, filtered_probs
 

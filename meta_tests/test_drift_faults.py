@@ -10,7 +10,7 @@ import pytest
 from meta_tests import faulty_kernels
 from oracle.cli import main
 from oracle.judge.drift import drift_check
-from oracle.model import build_model
+from oracle.checkpoint import build_model
 
 torch = pytest.importorskip("torch")
 

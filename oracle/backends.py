@@ -1,16 +1,12 @@
-"""Backends: what runs rounds and returns traces (docs/DESIGN.md section 9).
+"""Backends: what runs rounds and returns traces (docs/DESIGN.md section 9), found by name.
 
-A backend is an object with
-    name: str, dtype: str ("float32" | "bfloat16" | ...), exact: bool (bit-identical to the
-    reference is expected), policies: tuple of RNG policies it supports,
-    session(model, d, D, mode, policy) -> a session with
-        add(rid, prompt, params, replay=None)   # prefill; replay: list of uniforms to consume
-        step(counts: dict[rid, T_i]) -> RoundTrace
-        remove(rid) -> committed tokens
-        tokens(rid) -> committed tokens
-`model` is the reference LoopedModel (config + FP32 weights by HF name); a backend converts
-them as it likes. ORACLE_BACKEND picks one: reference | torch-cpu | torch-cuda |
-package.module:factory (factory() returns a backend).
+What a backend is, is oracle/judge/contract.py (`Backend`, `Session`, the optional hooks).
+Here: `load_backend(spec)` (a `NAMED` backend or `package.module:factory`; ORACLE_BACKEND when
+no spec is given), the attributes it requires (`REQUIRED`), backend calls under a time limit
+(`GuardedBackend`, `check --timeout`), and the PYTHONPATH a reproduce line needs for a
+plug-in (`import_prefix`). Every backend, the FP32 reference among them
+(oracle/reference_backend.py), is reached through its "module:factory" string, so this
+module imports none of them.
 """
 from __future__ import annotations
 
@@ -21,37 +17,22 @@ import threading
 
 from .errors import OracleError
 from .tolerances import TOLERANCES
-from .session import Session
-
-
-class ReferenceSession(Session):
-    def tokens(self, rid) -> list[int]:
-        return list(self.requests[rid].tokens)
-
-
-class ReferenceBackend:
-    name, dtype, exact, policies = "reference", "float32", True, ("sequential", "fixed")
-
-    def session(self, model, d, D, mode, policy="sequential"):
-        return ReferenceSession(model, d, D, mode, policy)
 
 
 def load_backend(spec: str | None = None):
     spec = os.environ.get("ORACLE_BACKEND", "reference") if spec is None else spec
     if not spec.strip():
-        raise OracleError("backend '': empty name (known: "
-                          f"{', '.join(['reference', *NAMED])}, package.module:factory)")
-    if spec == "reference":
-        return ReferenceBackend()
+        raise OracleError(f"backend '': empty name (known: {', '.join(NAMED)}, package.module:factory)")
     if spec in NAMED:
         return _from_factory(spec, NAMED[spec])
     if ":" in spec:
         return _from_factory(spec, spec)
-    raise OracleError(f"unknown backend {spec!r} (known: {', '.join(['reference', *NAMED])}, package.module:factory)")
+    raise OracleError(f"unknown backend {spec!r} (known: {', '.join(NAMED)}, package.module:factory)")
 
 
 # Named backends resolve through the same plug-in path as a user's `module:factory`.
 NAMED = {
+    "reference": "oracle.reference_backend:make_reference_backend",
     "torch-cpu": "kernels.backend:make_torch_cpu",
     "torch-cpu-bf16": "kernels.backend:make_torch_cpu_bf16",
     "torch-cuda": "kernels.backend:make_torch_cuda",
@@ -195,7 +176,7 @@ def import_prefix(*specs) -> str:
     from_env = {Path(p or ".").resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     cwd, dirs = Path.cwd().resolve(), []
     for spec in specs:
-        if not spec or spec == "reference" or spec in NAMED or ":" not in spec:
+        if not spec or spec in NAMED or ":" not in spec:
             continue
         mod_name = spec.partition(":")[0]
         mod = sys.modules.get(mod_name)

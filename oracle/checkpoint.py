@@ -5,6 +5,8 @@ Everything read from the folder is checked: config.json and the index are JSON o
 right shape, every shard is a readable safetensors file, every tensor the model uses is a
 float tensor (F16, BF16, F32, F64) of the right shape; tensors the model does not use are
 named in a warning on stderr (rotary buffers excepted), never silently dropped.
+`build_model` is where a reference model comes from: a checkpoint folder, or a preset with
+seeded random weights.
 """
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ModelConfig
+from .config import ModelConfig, preset
 from .errors import OracleError
-from .weights import check_weights, weight_shapes
+from .model import LoopedModel, check_weights, random_weights, weight_shapes
 
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 IGNORED_QUIETLY = ("rotary_emb.inv_freq",)      # buffers some exporters save
@@ -148,3 +150,13 @@ def load_checkpoint(folder) -> tuple[ModelConfig, dict[str, np.ndarray]]:
         warn(f"checkpoint {folder}: {len(unknown)} tensor(s) the model does not use were ignored: {shown}")
     check_weights(cfg, weights)
     return cfg, weights
+
+
+def build_model(preset_name: str | None = None, seed: int = 0, checkpoint: str | None = None) -> LoopedModel:
+    """The reference model of a checkpoint folder, else of a preset (default "tiny") with
+    random weights drawn from `seed`."""
+    if checkpoint is not None:
+        cfg, w = load_checkpoint(checkpoint)
+        return LoopedModel(cfg, w)
+    cfg = preset(preset_name or "tiny")
+    return LoopedModel(cfg, random_weights(cfg, seed))

@@ -5,17 +5,80 @@ loop of the layer stack over an arbitrary list of rows (request, position, depth
 depths. Every row is computed on its own, with 1-D matrix-vector products, so a row's
 result does not depend on which rows share its call (batch-invariant by construction).
 `forward_full` is a second, cache-free path through the same math (full-sequence matmuls).
+The tensors by HF name come first: their shapes for a config, seeded random weights (the
+presets), and the check every weight set passes (LoopedModel runs it; so does
+oracle/checkpoint.py on a file's tensors). Where a model comes from (a preset or a
+checkpoint) is oracle/checkpoint.py `build_model`.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .config import ModelConfig
 from .errors import OracleError
-from .kv import KVCache
-from .weights import OPTIONAL, check_weights, random_weights, weight_shapes  # noqa: F401 (oracle.model's API)
 
 F32 = np.float32
+
+
+# ---- the tensors of an Ouro checkpoint by HF name (cfg: an oracle.config.ModelConfig) ----
+
+def weight_shapes(cfg) -> dict[str, tuple[int, ...]]:
+    """Every tensor of an Ouro checkpoint, by HF name (weights are [out, in])."""
+    H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,),
+              "lm_head.weight": (V, H),
+              "model.early_exit_gate.weight": (1, H), "model.early_exit_gate.bias": (1,)}
+    for l in range(cfg.num_layers):
+        p = f"model.layers.{l}."
+        shapes |= {p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
+                   p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
+                   p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
+                   p + "mlp.down_proj.weight": (H, I),
+                   p + "input_layernorm.weight": (H,), p + "input_layernorm_2.weight": (H,),
+                   p + "post_attention_layernorm.weight": (H,),
+                   p + "post_attention_layernorm_2.weight": (H,)}
+    return shapes
+
+
+OPTIONAL = ("model.early_exit_gate.weight", "model.early_exit_gate.bias")  # rounds ignore the gate
+
+
+def random_weights(cfg, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random weights with logits spread enough that sampling is not uniform."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in weight_shapes(cfg).items():
+        if name.endswith("layernorm_2.weight"):      # branch-output norms: small, so that
+            w = 0.3 * (1.0 + 0.1 * rng.standard_normal(shape, dtype=F32))   # drafts often pass
+        elif name.endswith("norm.weight") or "layernorm" in name:
+            w = 1.0 + 0.1 * rng.standard_normal(shape, dtype=F32)
+        elif name == "model.embed_tokens.weight":
+            w = rng.standard_normal(shape, dtype=F32)
+        elif name == "model.early_exit_gate.bias":
+            w = np.zeros(shape, F32)
+        elif name == "lm_head.weight":
+            w = rng.standard_normal(shape, dtype=F32) * F32(2.0 / np.sqrt(shape[1]))
+        else:
+            w = rng.standard_normal(shape, dtype=F32) * F32(1.0 / np.sqrt(shape[1]))
+        out[name] = np.ascontiguousarray(w, dtype=F32)
+    return out
+
+
+def check_weights(cfg, weights: dict[str, np.ndarray]) -> None:
+    for name, shape in weight_shapes(cfg).items():
+        if name not in weights:
+            if name in OPTIONAL:
+                continue
+            raise OracleError(f"checkpoint is missing tensor {name} (expected shape {list(shape)})")
+        got = tuple(weights[name].shape)
+        if got != shape:
+            raise OracleError(f"tensor {name} has shape {list(got)}, expected {list(shape)}")
+        if not np.all(np.isfinite(weights[name])):
+            raise OracleError(f"tensor {name} holds NaN or inf values")
+
+
+# ---- the math ----
+
 
 
 def rope_cos_sin(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -56,7 +119,8 @@ class Layer:
 
 
 class LoopedModel:
-    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray]):
+    def __init__(self, cfg, weights: dict[str, np.ndarray]):
+        """cfg: an oracle.config.ModelConfig; weights: FP32 tensors by HF name (check_weights)."""
         check_weights(cfg, weights)
         self.cfg = cfg
         self.weights = {k: np.ascontiguousarray(v, dtype=F32) for k, v in weights.items()}
@@ -72,10 +136,11 @@ class LoopedModel:
             raise OracleError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.cfg.vocab_size})")
         return self.embed_w[tokens].copy()          # [n, H]
 
-    def recurrent_call(self, rows, h: np.ndarray, kv: KVCache, call: int) -> np.ndarray:
+    def recurrent_call(self, rows, h: np.ndarray, kv, call: int) -> np.ndarray:
         """rows: [(request, position, depth)]; h: [n, H] each row's loop input.
         Runs one loop of the stack (then the shared final norm) and writes each row's
-        K/V into plane (request, depth, layer). Returns the loop outputs [n, H]."""
+        K/V into plane (request, depth, layer) of kv (an oracle.kv.KVCache). Returns the
+        loop outputs [n, H]."""
         cfg = self.cfg
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         assert h.shape == (len(rows), cfg.hidden_size), (h.shape, len(rows))
@@ -158,12 +223,3 @@ def attend(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
         out[hh] = (p / p.sum()) @ Vh
     return out.reshape(-1)
 
-
-def build_model(preset_name: str | None = None, seed: int = 0, checkpoint: str | None = None) -> LoopedModel:
-    from .config import preset
-    if checkpoint is not None:
-        from .checkpoint import load_checkpoint
-        cfg, w = load_checkpoint(checkpoint)
-        return LoopedModel(cfg, w)
-    cfg = preset(preset_name or "tiny")
-    return LoopedModel(cfg, random_weights(cfg, seed))

@@ -13,11 +13,12 @@ index each draw takes); the reference (oracle/phases.py), the torch engine and c
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import OracleError
+from .rng_events import RngEvent, events_from_json, events_to_json  # noqa: F401 (oracle.rng_trace's API)
 
 POLICIES = ("sequential", "fixed")
 PURPOSES = ("draft", "accept", "residual", "bonus")
@@ -82,20 +83,6 @@ def round_layout(policy: str, K: int, accepted: int) -> list[Draw]:
     return draws
 
 
-@dataclass(slots=True, frozen=True)
-class RngEvent:
-    request: object
-    round: int
-    seq: int
-    purpose: str
-    offset: int
-    value: float
-    used: bool = True
-
-    def key(self) -> tuple:
-        return (self.request, self.round, self.seq, self.purpose, self.offset, self.used)
-
-
 def uniform_source(seed: int | None = None, replay=None) -> tuple:
     """(generator, replay list), exactly one of them set: a request's uniforms come from numpy
     PCG64(seed) (the RNG contract) or from a list of uniforms to replay."""
@@ -149,14 +136,6 @@ class RequestRng:
         assert purpose in PURPOSES, purpose
         self.events.append(RngEvent(self.request, self.round, self.seq, purpose, offset, u, used))
         self.seq += 1
-
-
-def events_to_json(events) -> list[dict]:
-    return [asdict(e) for e in events]
-
-
-def events_from_json(rows) -> list[RngEvent]:
-    return [RngEvent(**r) for r in rows]
 
 
 def save_events(path, events) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .rng_trace import events_from_json, events_to_json
+from .rng_events import events_from_json, events_to_json
 
 KVKey = tuple   # (request, position, depth, layer)
 
@@ -118,6 +118,12 @@ ROUND_KEYS = {"mode": str, "round": int, "policy": str, "d": int, "D": int, "req
 # NPZ array -> the JSON list its rows belong to
 ARRAY_ROWS = {"kv_k": "kv_writes", "kv_v": "kv_writes", "draft_logits": "draft_logits",
               "verify_logits": "verify_logits"}
+
+
+def depths_of(tr, rid) -> tuple[int, int]:
+    """(d_i, D_i) of a request: per-request depths where the trace has them, else (d, D)."""
+    per = getattr(tr, "depths", None) or {}
+    return tuple(per[rid]) if rid in per else (tr.d, tr.D)
 
 
 def npz_path(path) -> Path:

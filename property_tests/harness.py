@@ -2,7 +2,7 @@
 
 The backend under test is `ORACLE_BACKEND` (reference | torch-cpu | torch-cuda |
 package.module:factory) loaded through `oracle.backends.load_backend()`; meta-tests swap it
-with `use_backend(...)`. The reference is always `oracle.backends.ReferenceBackend()`.
+with `use_backend(...)`. The reference is always `oracle.reference_backend.ReferenceBackend()`.
 
 Comparison rules:
 * exact backends (`backend.exact`): `compare_runs(ref, other, "exact")`, bit for bit;
@@ -31,15 +31,16 @@ import shlex
 import numpy as np
 
 from oracle import sampling as oracle_sampling
-from oracle.backends import ReferenceBackend, load_backend
-from oracle.judge import cases
-from oracle.judge.cases import Run, replay_lists  # noqa: F401  (the one runner; tests use these names)
+from oracle.backends import load_backend
+from oracle.reference_backend import ReferenceBackend
+from oracle.judge import runner
+from oracle.judge.runner import ScenarioRun
 from oracle.judge.compare import compare_runs
 from oracle.judge.noise import twin_bounds
 from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
 
-from .strategies import MODES, Scenario, build_model, profile_name
+from .strategies import MODES, Scenario, seeded_model, profile_name
 
 REFERENCE = ReferenceBackend()
 CI_EXAMPLES = 20              # max_examples of the ci profile (property_tests/conftest.py)
@@ -123,17 +124,17 @@ def reproduce_line(nodeid: str = "") -> str:
 
 # ---- running a scenario -------------------------------------------------------------------
 
-def run(bk, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> Run:
-    """Every op of `sc` on a fresh session of `bk` (oracle.judge.cases.run, the one runner)."""
-    return cases.run(bk, build_model(sc.cfg, sc.weight_seed), sc, mode, replay, after_step)
+def run(bk, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> ScenarioRun:
+    """Every op of `sc` on a fresh session of `bk` (oracle.judge.runner.run_scenario, the one runner)."""
+    return runner.run_scenario(bk, seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay, after_step)
 
 
-def reference_run(sc: Scenario, mode: str, replay_from: Run | None = None) -> Run:
+def reference_run(sc: Scenario, mode: str, replay_from: ScenarioRun | None = None) -> ScenarioRun:
     """A reference run; with replay_from, in replay mode consuming that run's uniforms."""
-    return cases.reference_run(build_model(sc.cfg, sc.weight_seed), sc, mode, replay_from)
+    return runner.judge_run(seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay_from)
 
 
-def assert_runs_match(ref: Run, other: Run, dtype: str, nodeid: str = "", model=None, both_noisy: bool = False) -> None:
+def assert_runs_match(ref: ScenarioRun, other: ScenarioRun, dtype: str, nodeid: str = "", model=None, both_noisy: bool = False) -> None:
     """The one judge (oracle.judge.compare.compare_runs) over the round traces; exact backends also
     compare committed tokens. model: the reference model, for the noise twin's bounds of a
     reduced-precision dtype (oracle/judge/noise.py); both_noisy: ref is a backend run too."""
@@ -165,7 +166,7 @@ def check_equivalence(sc: Scenario, bk=None, reports: list | None = None) -> dic
     bk = bk or backend()
     sc = supported(sc, bk)
     dt = dtype_of(bk)
-    model = build_model(sc.cfg, sc.weight_seed)
+    model = seeded_model(sc.cfg, sc.weight_seed)
     runs = {mode: run(bk, sc, mode) for mode in MODES}
     if not is_reference(bk):
         for mode in MODES:

@@ -13,7 +13,7 @@ Size caps (environment variables; the defaults depend on the Hypothesis profile 
 
 The caps are read when a test module builds its strategies (after pytest has loaded the
 profile), so `HYPOTHESIS_PROFILE=nightly` and `--hypothesis-profile=nightly` both widen them.
-Models are cached by (config, weight seed): `build_model(cfg, seed)`.
+Models are cached by (config, weight seed): `seeded_model(cfg, seed)`.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def caps() -> dict[str, int]:
 # ---- models ------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=128)
-def build_model(cfg: ModelConfig, seed: int) -> LoopedModel:
+def seeded_model(cfg: ModelConfig, seed: int) -> LoopedModel:
     """The reference model of a config and weight seed (cached: examples share models)."""
     return LoopedModel(cfg, random_weights(cfg, seed))
 
@@ -193,7 +193,7 @@ def policies(supported=POLICIES):
 
 @dataclass(frozen=True)
 class Scenario:
-    """Inputs of a run: the scenario protocol of oracle/judge/cases.py (run by oracle.judge.cases.run, as
+    """Inputs of a run: the scenario protocol of oracle/judge/runner.py (run by oracle.judge.runner.run_scenario, as
     oracle.judge.scenario.Case is). ops: ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid).
     A request joins right before the first round that names it; it may idle in rounds that
     do not name it and leave (remove) between rounds."""

@@ -41,7 +41,7 @@ from oracle.sampling import SamplingParams
 
 from . import harness
 from .harness import examples
-from .strategies import build_model, logit_pairs
+from .strategies import seeded_model, logit_pairs
 
 # ---- (a) exact -----------------------------------------------------------------------------
 
@@ -303,7 +303,7 @@ N_WORST = worst_case_samples()
 def target_distribution(config_id: str) -> np.ndarray:
     """The filtered target p of offset 0 from the reference's verification logits."""
     params, _ = _config(config_id)
-    s = harness.REFERENCE.session(build_model(DIST_CFG, 0), *DIST_DEPTHS, "block", "sequential")
+    s = harness.REFERENCE.session(seeded_model(DIST_CFG, 0), *DIST_DEPTHS, "block", "sequential")
     s.add(0, DIST_PROMPT, params)
     tr = s.step({0: 1})
     return oracle_sampling.filtered_probs(tr.verify_logits[(0, 0)], params).astype(np.float64)
@@ -324,7 +324,7 @@ def first_tokens(bk, config_id: str, n: int) -> np.ndarray:
     and loop rounds alternate between configurations)."""
     params, K = _config(config_id)
     mode = ("block", "loop")[[c[0] for c in CONFIGS].index(config_id) % 2]
-    s = bk.session(build_model(DIST_CFG, 0), *DIST_DEPTHS, mode, bk.policies[0])
+    s = bk.session(seeded_model(DIST_CFG, 0), *DIST_DEPTHS, mode, bk.policies[0])
     base = 1_000_003 * (1 + [c[0] for c in CONFIGS].index(config_id))
     for i in range(n):
         s.add(i, DIST_PROMPT, SamplingParams(temperature=params.temperature, top_k=params.top_k,

@@ -27,7 +27,7 @@ from oracle.sampling import SamplingParams
 
 from . import harness
 from .harness import examples
-from .strategies import MODES, Scenario, build_model, scenarios
+from .strategies import MODES, Scenario, seeded_model, scenarios
 from .test_round_props import check_committed_kv
 
 
@@ -66,7 +66,7 @@ def found_cases(kind: str) -> dict:
     """accepted count a -> (prompt, params) of the first candidate whose first K=8 round on
     the reference accepts exactly a drafts (one batched round over 256 candidates)."""
     cands = _candidates(kind)
-    s = harness.REFERENCE.session(build_model(SEARCH_CFG, 0), *SEARCH_D, "block", "sequential")
+    s = harness.REFERENCE.session(seeded_model(SEARCH_CFG, 0), *SEARCH_D, "block", "sequential")
     for n, (prompt, params) in enumerate(cands):
         s.add(n, list(prompt), params)
     tr = s.step({n: K_MAX + 1 for n in range(len(cands))})
@@ -103,7 +103,7 @@ def test_rollback_after_every_acceptance_count(kind, a, policy):
         pytest.skip(f"backend {bk.name} does not implement policy {policy}")
     sc = forced_scenario(kind, a, policy)
     for mode in MODES:                          # the case does what it is named for, then rolls back
-        model = build_model(sc.cfg, sc.weight_seed)
+        model = seeded_model(sc.cfg, sc.weight_seed)
         s = bk.session(model, sc.d, sc.D, mode, policy)
         for rid in range(3):
             s.add(rid, list(sc.prompts[rid]), sc.params[rid])

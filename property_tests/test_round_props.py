@@ -23,7 +23,7 @@ from oracle.schedule import schedule_violation
 
 from . import harness
 from .harness import examples
-from .strategies import MODES, build_model, scenarios, single_rounds
+from .strategies import MODES, seeded_model, scenarios, single_rounds
 
 
 @settings(max_examples=examples(150))
@@ -51,7 +51,7 @@ def test_logits_match_cache_free_recompute(sc):
     bk, sc = harness.backend_for(sc)
     row = TOLERANCES["float32" if bk.exact else bk.dtype]
     tol = max(TOLERANCES["float32"]["logits"], allowed(row, "logits", sc.D - 1))   # the deepest logits
-    model = build_model(sc.cfg, sc.weight_seed)
+    model = seeded_model(sc.cfg, sc.weight_seed)
     for mode in MODES:
         r = harness.run(bk, sc, mode)
         check, n = cache_free_check(model, r.traces, tol)
@@ -94,7 +94,7 @@ def test_rollback_leaves_exactly_the_committed_kv(sc):
             checked.append(check_committed_kv(session, active, sc.D, sc.cfg.num_layers,
                                               f"{bk.name} {mode} round {tr.round}", request_D))
 
-        model = build_model(sc.cfg, sc.weight_seed)
+        model = seeded_model(sc.cfg, sc.weight_seed)
         s = bk.session(model, sc.d, sc.D, mode, sc.policy)
         request_D = None if sc.depths is None else {rid: Di for rid, (_, Di) in enumerate(sc.depths)}
         for op, arg in sc.ops:

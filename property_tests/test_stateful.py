@@ -41,7 +41,7 @@ from oracle.judge.compare import compare_runs
 
 from . import harness
 from .harness import examples
-from .strategies import MODES, build_model, depths, model_configs, policies, prompts, sampling_params, \
+from .strategies import MODES, seeded_model, depths, model_configs, policies, prompts, sampling_params, \
     token_counts, weight_seeds
 
 MAX_ACTIVE = 4
@@ -55,7 +55,7 @@ class RoundLifecycle(RuleBasedStateMachine):
         self.bk = harness.backend()
         policy = policy if policy in self.bk.policies else self.bk.policies[0]
         self.cfg, (self.d, self.D) = cfg, depth
-        model = build_model(cfg, seed)
+        model = seeded_model(cfg, seed)
         self.sut = self.bk.session(model, self.d, self.D, mode, policy)
         self.ref = harness.REFERENCE.session(model, self.d, self.D, "loop" if mode == "block" else "block", policy)
         self.replay = not harness.host_rng(self.bk)      # device RNG: the reference replays its uniforms

@@ -9,7 +9,7 @@ import argparse
 import statistics
 import time
 
-from oracle.model import build_model
+from oracle.checkpoint import build_model
 from oracle.sampling import SamplingParams
 from oracle.session import Session
 

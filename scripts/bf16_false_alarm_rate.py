@@ -37,7 +37,7 @@ def one(args) -> tuple:
     from oracle.judge import compare, noise  # noqa: F401
     from oracle.backends import load_backend
     from oracle.judge.scenario import Case
-    from oracle.judge.cases import reference_run, run
+    from oracle.judge.runner import judge_run, run_scenario
     from oracle.judge.decisions import first_divergence
     from oracle.sampling import SamplingParams as SP
     rng = np.random.default_rng([seed, i])
@@ -49,7 +49,7 @@ def one(args) -> tuple:
               for _ in range(n)]
     rounds = [{r: int(rng.integers(1, 7)) for r in range(n)} for _ in range(int(rng.integers(1, 3)))]
     sc = Case("random", prompts, params, rounds, d, D)
-    got, ref = run(load_backend("torch-cpu-bf16"), model, sc, "block"), reference_run(model, sc, "block")
+    got, ref = run_scenario(load_backend("torch-cpu-bf16"), model, sc, "block"), judge_run(model, sc, "block")
     bounds = None if row else noise.twin_bounds(model, ref.traces, "bfloat16")
     rep = compare.compare_runs(ref.traces, got.traces, "bfloat16", bounds=bounds)
     ratio = margin = 0.0

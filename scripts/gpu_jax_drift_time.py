@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from judge_jax.drift import CHUNK, make_stats_fn
-from oracle.model import build_model
+from oracle.checkpoint import build_model
 
 
 def main():

@@ -9,7 +9,7 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from kernels.bench_rounds import make_session, random_weights
+from bench.rounds import make_session, random_weights
 from oracle.sampling import SamplingParams
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

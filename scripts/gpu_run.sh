@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|floor|kprofile|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
-#   full2: its 12 cases as two halves on two GPUs; sharded: the JAX judge over 2 GPUs (scripts/gpu_sharded_judge.py)
+#   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -27,25 +27,22 @@ full2)   # the 12 cases in two halves side by side, one per GPU (2 GPUs), then m
   grep -h "^ok\|^FAIL\|^     " "$OUT/parity_full_a.log" "$OUT/parity_full_b.log"
   python3 scripts/gpu_parity_full.py --merge "$OUT/parity_full_a.json" "$OUT/parity_full_b.json" \
     --json "$OUT/parity_full.json" > "$OUT/parity_full.log" 2>&1; grep -v "excused:" "$OUT/parity_full.log" ;;
-sharded)
-  timeout ${SHARD_TIMEOUT:-400} python3 scripts/gpu_sharded_judge.py --devices 2 --json "$OUT/sharded_judge.json" \
-    2>&1 | tee "$OUT/sharded_judge.log" | tail -12 ;;
 parity)
   /usr/bin/time -f "gpu-parity wall %e s" env HYPOTHESIS_PROFILE=ci timeout 400 python3 -m pytest -q -m gpu gpu_tests \
     -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/gpu_parity.log" | tail -40 ;;
 floor)   # c(M) at M = 1..320 against the weight-streaming floor, and the floor with each row's KV reads
   timeout 300 python3 - <<'PY' 2>&1 | tee "$OUT/floor.json"
 import json, torch
-from kernels import bench, bench_rounds
+from bench import calls, rounds
 from oracle.config import preset
 from oracle.model import weight_shapes
 cfg, ctx = preset("ouro-1.4b"), 256
 lin = [n for n in weight_shapes(cfg) if n.startswith("model.layers.") and n.endswith("proj.weight")]
 wbytes = 2 * sum(int(torch.tensor(weight_shapes(cfg)[n]).prod()) for n in lin)
 kv_row = 2 * 2 * cfg.num_layers * (ctx + 1) * cfg.num_kv_heads * cfg.head_dim    # K and V, BF16, keys 0..ctx
-bw = bench_rounds.copy_bandwidth("cuda")
+bw = rounds.copy_bandwidth("cuda")
 rows = [1, 2, 4, 8, 16, 32, 64, 128, 320]
-ct = bench.measure_c_table("ouro-1.4b", rows, ctx, device="cuda", repeats=100)
+ct = calls.measure_c_table("ouro-1.4b", rows, ctx, device="cuda", repeats=100)
 floor = wbytes / bw * 1e3
 floor_kv = {str(m): (wbytes + m * kv_row) / bw * 1e3 for m in rows}
 print(json.dumps({"linear_weight_bytes": wbytes, "kv_bytes_per_row": kv_row, "copy_bandwidth_bytes_per_s": bw,
@@ -54,8 +51,6 @@ print(json.dumps({"linear_weight_bytes": wbytes, "kv_bytes_per_row": kv_row, "co
                   "c_over_floor_with_kv": {m: c / floor_kv[m] for m, c in ct["c_ms"].items()}}, indent=1))
 PY
   ;;
-kprofile)   # per-kernel device time of the GEMV paths against each kernel's floor
-  timeout 300 python3 scripts/gpu_kernel_profile.py --rows 1,4,16 2>&1 | tee "$OUT/kernel_profile.log" | tail -8 ;;
 sweep)   # synchronous rounds, then two rounds in flight
   for f in ${IN_FLIGHT:-1 2}; do
     timeout ${SWEEP_TIMEOUT:-280} python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,16,64,128} --k 4 \

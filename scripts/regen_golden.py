@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oracle.backends import ReferenceBackend  # noqa: E402
+from oracle.reference_backend import ReferenceBackend  # noqa: E402
 from oracle.rng_trace import first_difference, load_events, save_events  # noqa: E402
 from property_tests.golden_cases import CASES, GOLDEN_DIR, path, run_events  # noqa: E402
 

@@ -1,6 +1,6 @@
 import pytest
 
-from oracle.model import build_model
+from oracle.checkpoint import build_model
 
 
 @pytest.fixture(scope="session")

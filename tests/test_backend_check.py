@@ -38,11 +38,11 @@ def test_faulty_backend_fails_check_and_names_the_place():
 
 def test_replayed_reference_reproduces_a_run():
     """The replay path used for inexact backends: the reference consuming a run's uniforms."""
-    from oracle.judge.cases import reference_run, run, REFERENCE
+    from oracle.judge.runner import REFERENCE, judge_run, run_scenario
     from oracle.cli.catalogue import default_cases
     from oracle.judge.compare import compare_runs
-    from oracle.model import build_model
+    from oracle.checkpoint import build_model
     m = build_model("tiny")
     for case in default_cases(m.cfg.vocab_size):
-        got = run(REFERENCE, m, case, "loop")
-        assert compare_runs(reference_run(m, case, "block", replay_from=got).traces, got.traces, "exact").ok, case.name
+        got = run_scenario(REFERENCE, m, case, "loop")
+        assert compare_runs(judge_run(m, case, "block", replay_from=got).traces, got.traces, "exact").ok, case.name

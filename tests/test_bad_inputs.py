@@ -365,7 +365,7 @@ CATALOGUE = [
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory):
     from oracle.checkpoint import save_checkpoint
-    from oracle.model import build_model
+    from oracle.checkpoint import build_model
     root = tmp_path_factory.mktemp("good")
     m = build_model("tiny", 0)
     ckpt = save_checkpoint(root / "ckpt", m.cfg, m.weights)
@@ -446,7 +446,7 @@ def test_min_p_with_only_greedy_requests_is_warned(capsys, monkeypatch):
 
 
 def test_bench_rounds_D_beyond_trained_loops_is_warned(capsys, monkeypatch):
-    import kernels.cli_bench as cb
+    import bench.cli as cb
     monkeypatch.setattr(cb, "cmd_rounds", lambda args: 0)          # the warning comes before any work
     rc, out, err = run_main(["bench", "rounds", "--device", "cpu", "--preset", "tiny", "-D", "6"], None, capsys, monkeypatch)
     assert rc == 0 and err.startswith("warning: -D 6 is beyond the 4 loops tiny was trained with")
@@ -460,7 +460,7 @@ def _fake_ctable(spread):
 
 
 def test_bench_ctable_beyond_the_noise_bound_is_refused_unless_forced(tmp_path, capsys, monkeypatch):
-    import kernels.bench as kb
+    import bench.calls as kb
     out_file = tmp_path / "ct.json"
     argv = ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "1,2", "--quiet", "--out", str(out_file)]
     monkeypatch.setattr(kb, "measure_c_table", _fake_ctable(0.4))

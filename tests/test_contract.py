@@ -9,7 +9,7 @@ import pytest
 
 from oracle.backends import REQUIRED, load_backend
 from oracle.judge.contract import Backend, Session, contract_problems, session_problems
-from oracle.model import build_model
+from oracle.checkpoint import build_model
 
 import meta_tests.faulty as faulty
 import meta_tests.plugins as plugins

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from oracle.judge import drift, drift_model, drift_stats
-from oracle.model import build_model
+from oracle.checkpoint import build_model
 
 
 @pytest.fixture(scope="module")

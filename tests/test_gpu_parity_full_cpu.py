@@ -1,22 +1,16 @@
-"""scripts/gpu_parity_full.py on the CPU at the tiny preset: the torch-cpu backend against the
-JAX judge, and the replay path for a backend that does not draw host uniforms."""
+"""scripts/gpu_parity_full.py (gpu_tests/parity_full.py) on the CPU at the tiny preset: the
+torch-cpu backend against the JAX judge, and the replay path for a backend that does not draw
+host uniforms."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_parity_full.py"
 SMALL = ["--preset", "tiny", "--cases", "2", "--rounds", "1", "--max-prompt", "8", "--max-requests", "3"]
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_parity_full", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_parity_full"] = mod                 # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    from gpu_tests import parity_full
+    return parity_full
 
 
 def test_cases_cover_the_grid():
@@ -52,12 +46,14 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
     seen = []
 
     import oracle.judge.cases as cases
+    import oracle.judge.runner as runner
 
-    def fake_run(backend, model, sc, mode, replay=None, _run=cases.run, **kw):
+    def fake_run(backend, model, sc, mode, replay=None, _run=runner.run_scenario, **kw):
         seen.append(replay is not None)
         return _run(backend, model, sc, mode, replay, **kw)
 
     monkeypatch.setattr(mod, "load_backend", lambda spec: device_rng)
-    monkeypatch.setattr(cases, "run", fake_run)
+    monkeypatch.setattr(cases, "run_scenario", fake_run)      # the backend's side (judge_mode)
+    monkeypatch.setattr(runner, "run_scenario", fake_run)     # the judge's side (judge_run)
     assert mod.main(SMALL + ["--backend", "device-rng"]) == 0, capsys.readouterr().out
     assert seen == [False, True, False, True]       # backend first, then the judge in replay mode

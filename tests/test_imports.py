@@ -1,5 +1,6 @@
-"""Imports run one way: kernels -> oracle and judge_jax -> oracle, never the reverse, and no
-module of oracle/, kernels/ or judge_jax/ imports itself back through others (no cycles).
+"""Imports run one way: kernels -> oracle and judge_jax -> oracle, never the reverse; bench/
+(the `bench` command) may import oracle and kernels, and nothing imports it; no module of
+oracle/, kernels/, judge_jax/ or bench/ imports itself back through others (no cycles).
 Inside oracle/ the rooms are layered cli -> judge -> reference: oracle/cli/ may import the
 judge and the reference, oracle/judge/ the reference only, and the reference (every other
 module of oracle/) neither; the longest chain of imports inside oracle/ is bounded (MAX_DEPTH).
@@ -7,7 +8,7 @@ module of oracle/) neither; the longest chain of imports inside oracle/ is bound
 The graph is read with `ast` from the source files, so imports inside functions count as
 much as module-level ones, relative and absolute alike. Engines reach the oracle only by
 name: oracle/backends.py (NAMED) and oracle/cli/__init__.py (COMMANDS) hold "module:attr" strings,
-which are not imports."""
+which are not imports; a run of the CLI imports its own command's module only."""
 from __future__ import annotations
 
 import ast
@@ -19,16 +20,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("oracle", "kernels", "judge_jax")
+PACKAGES = ("oracle", "kernels", "judge_jax", "bench")
 JUDGED = ("kernels", "judge_jax")          # what the oracle judges: it must not import them
+TOP = {"bench"}                            # what nothing of the four packages imports (reached by name)
 ROOMS = ("reference", "judge", "cli")       # oracle/'s rooms, lowest first: a room imports only lower ones
 ENTRY = {"oracle.__main__": "cli"}          # `python -m oracle` is the CLI's entry point
-# The longest chain of imports inside oracle/, in modules (a chain a -> b -> c is 3 deep). Issue
-# 24 asks for at most 6; not reached: the reference alone is 9 deep (backends -> session ->
-# loop_round -> phases -> model -> checkpoint -> weights -> config -> errors), and the judge's
-# runner and drift verdict and a command stack on it (cmd_check -> judge.drift -> judge.cases).
-# A change that deepens it fails here.
-MAX_DEPTH = 12
+# The longest chain of imports inside oracle/, in modules (a chain a -> b -> c is 3 deep). The
+# reference's own chain is reference_backend -> session -> loop_round -> phases -> kv -> errors,
+# and the CLI's is cmd_check -> judge.cases -> judge.compare -> judge.decisions -> sampling ->
+# errors. A change that deepens either fails here.
+MAX_DEPTH = 6
 
 
 def module_name(path: Path) -> str:
@@ -110,8 +111,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_walk_sees_function_level_and_relative_imports():
     graph = import_graph()
     assert "oracle.errors" in graph["kernels.session"]               # absolute, module level
-    assert "oracle.checkpoint" in graph["oracle.model"]              # relative, inside build_model
-    assert {"kernels.bench", "kernels.bench_rounds"} <= graph["kernels.cli_bench"]   # `from . import a, b`
+    assert "oracle.errors" in graph["oracle.traces"]                 # relative, inside save_traces
+    assert {"bench.calls", "bench.rounds"} <= graph["bench.cli"]      # `from . import a, b`
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -124,6 +125,17 @@ def test_the_oracle_imports_nothing_it_judges():
     bad = sorted(f"{m} -> {t}" for m, ts in import_graph().items() if m.split(".")[0] == "oracle"
                  for t in ts if t.split(".")[0] in JUDGED)
     assert not bad, "the oracle imports the engines it judges: " + ", ".join(bad)
+
+
+def test_the_bench_package_is_imported_by_nothing_and_imports_oracle_and_kernels_only():
+    graph = import_graph()
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.split(".")[0] not in TOP
+                 for t in ts if t.split(".")[0] in TOP)
+    assert not bad, "the bench package is imported (it is reached by name only): " + ", ".join(bad)
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.split(".")[0] == "bench"
+                 for t in ts if t.split(".")[0] not in ("bench", "oracle", "kernels"))
+    assert not bad, "the bench package imports beyond oracle and kernels: " + ", ".join(bad)
+    assert any(t.startswith("kernels.") for t in graph["bench.calls"])      # the walk sees bench's imports
 
 
 def test_engines_are_reached_by_name_only():
@@ -156,13 +168,37 @@ def test_importing_the_cli_loads_no_engine_and_no_framework():
 @pytest.mark.parametrize("argv", [["check", "--rounds", "1", "--counts", "2,1"], ["schedule", "--counts", "3,1"],
                                   ["--help"]])
 def test_reference_commands_need_no_framework_and_no_test_tool(argv):
-    """The reference's commands run on NumPy: torch, jax and the test/plot extras stay unloaded
-    (building the parser loads kernels/cli_bench.py by name, which imports no torch)."""
+    """The reference's commands run on NumPy: torch, jax and the test/plot extras stay unloaded."""
     loaded = loaded_after("import contextlib, io, oracle.cli\n"
                           "with contextlib.redirect_stdout(io.StringIO()):\n"
                           f"    oracle.cli.main({argv!r})")
     assert [m for m in loaded if m in ("torch", "jax", "jaxlib", "judge_jax", "hypothesis", "pytest", "scipy",
                                         "matplotlib")] == []
+
+
+def modules_after(code: str) -> set[str]:
+    probe = (f"import sys\n{code}\n"
+             "import json; print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_a_command_imports_its_own_module_only():
+    """`python -m oracle check` builds the parser of `check` alone: no other command's module,
+    no bench package, no kernels; `--help` still lists every command."""
+    loaded = modules_after("import contextlib, io, oracle.cli\n"
+                           "with contextlib.redirect_stdout(io.StringIO()):\n"
+                           "    oracle.cli.main(['check', '--rounds', '1', '--counts', '2,1'])")
+    assert "oracle.cli.cmd_check" in loaded
+    others = sorted(m for m in loaded if m.split(".")[0] in ("bench", "kernels")
+                    or m.startswith("oracle.cli.cmd_") and m != "oracle.cli.cmd_check")
+    assert others == []
+    from oracle.cli import COMMANDS, HELP
+    out = subprocess.run([sys.executable, "-m", "oracle", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    text = " ".join(out.stdout.split())                   # argparse wraps the help lines
+    assert out.returncode == 0 and all(f"{name} {HELP[name]}" in text for name in COMMANDS)
 
 
 def room(mod: str) -> str | None:

@@ -6,7 +6,7 @@ import pytest
 
 from judge_jax.backend import make_jax_backend
 from oracle.judge.scenario import Case
-from oracle.judge.cases import REFERENCE, run
+from oracle.judge.runner import REFERENCE, run_scenario
 from oracle.judge.compare import compare_runs
 from oracle.errors import OracleError
 from oracle.kv import KVError
@@ -22,8 +22,8 @@ def case(seed=0):
 
 @pytest.mark.parametrize("chunk", [7, 512])
 def test_chunked_prefill_matches_reference(tiny, chunk):
-    ref = run(REFERENCE, tiny, case(), "loop").traces
-    got = run(make_jax_backend(prefill_chunk=chunk), tiny, case(), "loop").traces
+    ref = run_scenario(REFERENCE, tiny, case(), "loop").traces
+    got = run_scenario(make_jax_backend(prefill_chunk=chunk), tiny, case(), "loop").traces
     rep = compare_runs(ref, got, "float32")
     assert rep.ok, rep.first_failure()
     assert rep.kv_writes_compared > 0 and rep.logits_compared > 0

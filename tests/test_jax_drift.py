@@ -9,7 +9,8 @@ import pytest
 from judge_jax.drift import make_stats_fn
 from oracle.judge import drift, drift_model
 from oracle.config import ModelConfig
-from oracle.model import LoopedModel, build_model, random_weights
+from oracle.checkpoint import build_model
+from oracle.model import LoopedModel, random_weights
 
 TOL = 1e-3
 # a random small config with grouped-query attention (num_kv_heads < num_heads)

@@ -24,7 +24,7 @@ from oracle.checkpoint import load_checkpoint, save_checkpoint
 from oracle.judge.compare import rel_err
 from oracle.errors import OracleError
 from oracle.kv import KVCache
-from property_tests.strategies import build_model, model_configs, weight_seeds
+from property_tests.strategies import seeded_model, model_configs, weight_seeds
 
 TOL = 1e-5
 
@@ -34,7 +34,7 @@ def jax_model(ref, norm_offset=0.0, pad=True) -> JaxLoopedModel:
 
 
 def check_forward(cfg, seed, tokens, loops, norm_offset=0.0, pad=True):
-    ref = build_model(cfg, seed)
+    ref = seeded_model(cfg, seed)
     want = ref.forward_full(list(tokens), loops)                  # per loop: [T, V]
     got = jax_model(ref, norm_offset, pad).forward_full(list(tokens), loops)
     assert len(got) == loops
@@ -68,7 +68,7 @@ def mixed_calls(draw):
 
 def check_recurrent(cfg, seed, call, norm_offset=0.0, pad=True):
     D, prompt_lens, rows, data_seed = call
-    ref = build_model(cfg, seed)
+    ref = seeded_model(cfg, seed)
     jm = jax_model(ref, norm_offset, pad)
     rng = np.random.default_rng(data_seed)
     kv_ref = KVCache(cfg.num_layers, D, cfg.num_kv_heads, cfg.head_dim)
@@ -119,7 +119,7 @@ NO_SHRINK = settings(settings.default, phases=(Phase.explicit, Phase.generate))
 def wrong_numpy_norm(monkeypatch):
     right = ref_model_module.rms_norm
     monkeypatch.setattr(ref_model_module, "rms_norm", lambda x, w, eps: right(x, w + np.float32(1.0), eps))
-    build_model.cache_clear()
+    seeded_model.cache_clear()
 
 
 @pytest.mark.parametrize("side", ["jax", "numpy"])
@@ -144,7 +144,7 @@ def test_wrong_rmsnorm_is_caught(side, monkeypatch):
             with pytest.raises(AssertionError, match="relative error"):
                 prop()
     finally:
-        build_model.cache_clear()        # no wrong-norm model stays in the shared cache
+        seeded_model.cache_clear()        # no wrong-norm model stays in the shared cache
 
 
 # ---- checkpoint folders ------------------------------------------------------------------

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from oracle.judge.scenario import Case
-from oracle.judge.cases import run, REFERENCE
+from oracle.judge.runner import REFERENCE, run_scenario
 from oracle.judge.compare import TOLERANCES, allowed, compare_runs, rel_err, typical_norms
 from oracle.judge.decisions import draw_margin, greedy_margin
 from oracle.errors import OracleError
-from oracle.model import build_model
+from oracle.checkpoint import build_model
 from oracle.sampling import SamplingParams as SP
 
 
@@ -32,7 +32,7 @@ def one_round(model, params, T=5, seed=0, n=6):
     rng = np.random.default_rng(seed)
     prompts = [list(map(int, rng.integers(0, 64, 6))) for _ in range(n)]
     case = Case("self", prompts, [params(i) for i in range(n)], [{i: T for i in range(n)}], 2, 4)
-    return run(REFERENCE, model, case, "block").traces
+    return run_scenario(REFERENCE, model, case, "block").traces
 
 
 def test_clear_decision_flipped_inside_the_value_bound_fails(tiny):

@@ -13,16 +13,17 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kernels.backend import make_torch_backend
-from kernels.bench import measure_c_table
-from kernels.bench_rounds import make_session, random_weights, run_generation
+from bench.calls import measure_c_table
+from bench.rounds import make_session, random_weights, run_generation
 from kernels.options import KernelOptions
 from kernels.round_buffer import PlanCache, build_plan, plan_indices, sampling_variant
 from kernels import sampler
 from oracle import sampling
-from oracle.backends import ReferenceBackend, load_backend
+from oracle.backends import load_backend
+from oracle.reference_backend import ReferenceBackend
 from oracle.judge.compare import compare_runs
 from oracle.errors import OracleError
-from oracle.model import build_model
+from oracle.checkpoint import build_model
 from oracle.sampling import SamplingParams as SP
 from oracle.schedule import plan as plan_schedule
 
@@ -473,7 +474,7 @@ def test_c_table_with_rows_sharing_kv_planes(tmp_path):
     """`bench c-table --rows-per-plane`: c_ms (one row per plane) plus c_ms_shared[r] at the
     row counts r divides, a table oracle.cost reads; the sweep asks for the block round's
     verification calls (T rows per plane)."""
-    from kernels.cli_bench import needed_rows
+    from bench.cli import needed_rows
     from oracle.cli import main
     from oracle.cost import load_ctable
     t = measure_c_table("tiny", [2, 4], 16, device="cpu", repeats=2, rows_per_plane=2)
@@ -682,7 +683,7 @@ def test_bookkeeping_warmups_leave_requests_and_the_scratch_frontier(model):
 def test_sweep_measures_c_at_its_sessions_kv_capacity(tmp_path):
     """On the H200 c(2) moves 7% between KV capacities 257 and 342 (docs/results.md), so the
     sweep's c-table is measured at the capacity its sessions allocate, not at context + 1."""
-    from kernels.bench_rounds import session_kv_capacity
+    from bench.rounds import session_kv_capacity
     from oracle.cli import main
     out = tmp_path / "sweep.json"
     assert main(["bench", "sweep", "--device", "cpu", "--preset", "tiny", "--batch", "1", "--k", "2", "--tokens", "3",

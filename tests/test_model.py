@@ -192,10 +192,10 @@ def test_cache_free_check_catches_a_late_round(tiny):
     """A logit wrong in round 5 of 6 only (the prefix K/V was extended four times) is caught."""
     from oracle.judge.cache_free import cache_free_check
     from oracle.judge.scenario import make_case
-    from oracle.judge.cases import REFERENCE, run
+    from oracle.judge.runner import REFERENCE, run_scenario
     from oracle.sampling import SamplingParams as SP
     case = make_case("late", [{0: 3, 1: 2}] * 6, 2, 4, [SP(), SP(0.9, seed=1)])
-    traces = run(REFERENCE, tiny, case, "loop").traces
+    traces = run_scenario(REFERENCE, tiny, case, "loop").traces
     ok, n = cache_free_check(tiny, traces)
     assert ok.ok and n == sum(len(t.verify_logits) + len(t.draft_logits) for t in traces)
     key = next(k for k in traces[4].verify_logits if k[0] == 1)

@@ -10,10 +10,10 @@ import pytest
 
 from oracle.judge import noise
 from oracle.judge.scenario import make_case
-from oracle.judge.cases import REFERENCE, run
+from oracle.judge.runner import REFERENCE, run_scenario
 from oracle.judge.compare import compare_runs
 from oracle.judge.drift_model import round_to
-from oracle.model import build_model
+from oracle.checkpoint import build_model
 from oracle.sampling import SamplingParams as SP
 
 
@@ -21,7 +21,7 @@ from oracle.sampling import SamplingParams as SP
 def traces():
     model = build_model("tiny", 0)
     case = make_case("noise", [{0: 5, 1: 3, 2: 4}] * 2, 2, 4, [SP(), SP(1.0, seed=1), SP(0.8, top_k=10, seed=2)], seed=4)
-    ref = run(REFERENCE, model, case, "block").traces
+    ref = run_scenario(REFERENCE, model, case, "block").traces
     return model, ref, noise.twin_bounds(model, ref, "bfloat16")
 
 

@@ -108,7 +108,7 @@ def test_readme_command(command, comment, workdir):
 
 # ---- the scripts users run ----
 
-SCRIPTS = sorted(p.name for p in (REPO / "scripts").glob("*.py") if p.name != "gpu_persistent_probe.py")  # needs triton
+SCRIPTS = sorted(p.name for p in (REPO / "scripts").glob("*.py"))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

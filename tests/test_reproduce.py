@@ -25,7 +25,7 @@ SETTINGS = settings(max_examples=200 if PROFILE == "nightly" else 20, deadline=N
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     from oracle.checkpoint import save_checkpoint
-    from oracle.model import build_model
+    from oracle.checkpoint import build_model
     m = build_model("tiny", 7)
     return str(save_checkpoint(tmp_path_factory.mktemp("ck") / "tiny7", m.cfg, m.weights))
 

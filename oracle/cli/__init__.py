@@ -1,6 +1,8 @@
 """`python -m oracle <command>`: each command lives in the module COMMANDS names
-(oracle/cmd_<name>.py; `bench` in kernels/cli_bench.py), whose `register(subparsers)` adds its
-parser and sets `func(args) -> int`. Argument types live in oracle/cli/argtypes.py.
+(oracle/cli/cmd_<name>.py; `bench` in bench/cli.py), whose `register(subparsers)` adds its
+parser and sets `func(args) -> int`; HELP holds each command's one-line help. A run imports
+the module of its own command only (`build_parser(argv)`): `--help` lists every command from
+HELP. Argument types live in oracle/cli/argtypes.py.
 
 Exit codes, the same for every command:
     0  ok
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 import tempfile
@@ -22,14 +25,24 @@ import traceback
 from ..errors import OracleError, one_line
 
 # command -> "module:register". Commands resolve by name, like backends (oracle/backends.py), so
-# the oracle imports nothing of the engines it judges: `bench` lives beside the torch kernels.
+# the oracle imports nothing of the engines it judges (`bench` lives in its own package, which
+# imports the torch kernels), and a run imports its own command's module only.
 COMMANDS = {
     "check": "oracle.cli.cmd_check:register",
     "schedule": "oracle.cli.cmd_schedule:register",
     "model": "oracle.cli.cmd_model:register",
     "cost": "oracle.cli.cmd_cost:register",
     "trace": "oracle.cli.cmd_trace:register",
-    "bench": "kernels.cli_bench:register",
+    "bench": "bench.cli:register",
+}
+# command -> its help line in `python -m oracle --help` (each register() passes the same one)
+HELP = {
+    "check": "compare block and loop rounds on the reference (the main job)",
+    "schedule": "print the block and loop schedules of one round",
+    "model": "run a prompt through every loop (no KV cache); load or save checkpoints",
+    "cost": "predict block vs loop round time from a c-table",
+    "trace": "record round traces or diff two trace files",
+    "bench": "c(M) tables and paired block-vs-loop round benchmarks (torch backend)",
 }
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -88,7 +101,22 @@ def package_version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def installed(target: str) -> bool:
+    """Whether the top-level package of a command's module is in this install (found, not
+    imported: `bench` may be left out)."""
+    return importlib.util.find_spec(target.partition(":")[0].split(".")[0]) is not None
+
+
+def chosen_command(argv) -> str | None:
+    """The command argv names: its first word that is not an option (the top-level options
+    take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """The parser of `python -m oracle`. argv None: every command's full parser (for tools and
+    tests that walk every option). Else only the command argv names is imported and gets its
+    full parser; the others are listed by name and HELP line."""
     parser = OneLineParser(prog="python -m oracle",
                            description="loopspec-oracle: reference and oracle for loop-level speculative rounds. "
                                        "Exit codes: 0 ok, 1 a check failed or traces differ, 2 bad usage or "
@@ -96,16 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"loopspec-oracle {package_version()}",
                         help="print the package version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for target in COMMANDS.values():
-        mod_name, _, attr = target.partition(":")
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as e:             # a package left out of this install
-            parts = mod_name.split(".")
-            if e.name not in {".".join(parts[:n]) for n in range(1, len(parts) + 1)}:
-                raise
+    chosen = None if argv is None else chosen_command(argv)
+    for name, target in COMMANDS.items():
+        if not installed(target):                    # a package left out of this install
             continue
-        getattr(mod, attr)(sub)
+        if argv is not None and name != chosen:
+            sub.add_parser(name, help=HELP[name])
+            continue
+        mod_name, _, attr = target.partition(":")
+        getattr(importlib.import_module(mod_name), attr)(sub)
     return parser
 
 
@@ -128,7 +155,7 @@ def main(argv=None) -> int:
     if not argv:
         argv = ["check"]   # the main job
     try:
-        parser = build_parser()
+        parser = build_parser(argv)
         # Python 3.11's argparse drops a value of "--" (`--seed=--`) and stores [] untyped
         bad = next((a for a in argv if a.startswith("-") and a.endswith("=--")), None)
         if bad is not None:

@@ -1,5 +1,5 @@
 """argparse value types and output-file checks shared by the commands (oracle/cmd_*.py and
-kernels/cli_bench.py). Each type refuses a bad value with a message naming it; argparse turns
+bench/cli.py). Each type refuses a bad value with a message naming it; argparse turns
 that into one `error: ...` line (exit 2)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The built-in cases `python -m oracle check` runs (the case catalogue); the Case type is
-oracle/judge/scenario.py, the runner oracle/judge/cases.py."""
+oracle/judge/scenario.py, the runner oracle/judge/runner.py."""
 from __future__ import annotations
 
 from ..judge.scenario import Case, command, make_case

@@ -1,5 +1,5 @@
 """`python -m oracle check [--backend NAME [--reference jax]]`: argument parsing and printing.
-The runner and the verdicts are oracle/judge/cases.py's, the built-in cases oracle/cli/catalogue.py's; every comparison is
+The runner is oracle/judge/runner.py's, the verdicts oracle/judge/cases.py's, the built-in cases oracle/cli/catalogue.py's; every comparison is
 oracle.judge.compare.compare_runs. Without --backend: block vs loop on the FP32 reference, bit for
 bit (`check_cases`). With --backend: the backend's block and loop rounds judged against the
 reference, or the --reference backend, by the backend's tolerance row (`judge_cases`)."""
@@ -10,6 +10,7 @@ import os
 import shlex
 import time
 
+from . import HELP
 from .argtypes import int_at_least, positive_seconds
 from .catalogue import default_cases
 from ..backends import GuardedBackend, JudgeFailed, import_prefix, load_backend
@@ -18,7 +19,7 @@ from ..judge.cases import check_cases, judge_cases
 from ..judge.drift import drift_lines, judge_drift
 from .environment import set_torch_threads
 from ..errors import OracleError
-from ..model import build_model
+from ..checkpoint import build_model
 from ..progress import warn
 from .round_args import add_round_options, custom_case, is_custom, model_flags
 
@@ -144,7 +145,7 @@ def check_backend(args, model, cases, t0, backend, judge) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("check", help="compare block and loop rounds on the reference (the main job)",
+    p = sub.add_parser("check", help=HELP["check"],
                        description="Run the block and loop rounds on the FP32 reference, for the built-in cases or "
                        "the case the round options describe, and compare them bit for bit; with --backend, judge a "
                        "backend's rounds by the one judge (its dtype's tolerance row). Exit 0 all checks hold, "

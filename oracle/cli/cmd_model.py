@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import limits
+from . import HELP, limits
 from .argtypes import csv_ints, int_at_least
 from ..errors import OracleError
-from ..model import build_model
+from ..checkpoint import build_model
 from ..progress import warn
 
 
@@ -73,7 +73,7 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("model", help="run a prompt through every loop (no KV cache); load or save checkpoints",
+    p = sub.add_parser("model", help=HELP["model"],
                        description="Run a prompt through every loop without KV cache and print the last "
                                    "position's top-5 tokens per loop; load a checkpoint or save a preset's "
                                    "weights as one.")

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 
-from . import limits
+from . import HELP, limits
 from .argtypes import csv_ints
 from .round_args import add_schedule_options, max_depths, round_depths
 from ..schedule import Schedule, check_schedule, plan, validate
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("schedule", help="print the block and loop schedules of one round",
+    p = subparsers.add_parser("schedule", help=HELP["schedule"],
                               description="Print the block and loop schedules of one speculative round.")
     p.add_argument("--counts", type=csv_ints, required=True, metavar="T0,T1,...",
                    help="token count T_i = K_i + 1 per request, e.g. 5,3,1 (required)")

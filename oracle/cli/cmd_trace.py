@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 
+from . import HELP
 from .argtypes import check_out_path, int_at_least, positive_seconds
 from ..backends import BackendCallFailed, GuardedBackend, import_prefix, load_backend
 from ..judge.scenario import command
-from ..judge.cases import REFERENCE, run
+from ..judge.runner import REFERENCE, run_scenario
 from ..judge.compare import TOLERANCES, compare_runs
 from .environment import set_torch_threads
 from ..errors import OracleError
-from ..model import build_model
+from ..checkpoint import build_model
 from .round_args import add_round_options, custom_case, model_flags, round_flags
 from ..traces import load_traces, save_traces
 
@@ -36,7 +37,7 @@ def record(args) -> int:
     model = build_model(args.preset, args.seed, args.checkpoint)
     threads = set_torch_threads(args)
     try:
-        traces = run(GuardedBackend(bk, args.timeout), model, case, args.mode).traces
+        traces = run_scenario(GuardedBackend(bk, args.timeout), model, case, args.mode).traces
     except BackendCallFailed as e:
         raise OracleError(f"backend {bk.name}: {e}") from None
     except Exception as e:                                          # noqa: BLE001 -- a plug-in's failure
@@ -83,7 +84,7 @@ def diff(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("trace", help="record round traces or diff two trace files",
+    p = sub.add_parser("trace", help=HELP["trace"],
                        description="Record the round traces of a generation run (JSON + NPZ), or diff two "
                                    "trace files (exit 1 when they differ, 2 when a file is not a valid trace).")
     tsub = p.add_subparsers(dest="trace_command", metavar="record|diff", required=True)

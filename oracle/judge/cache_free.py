@@ -8,7 +8,8 @@ over the context, as in decoding), not a whole-sequence forward per round.
 """
 from __future__ import annotations
 
-from .compare import Check, TOLERANCES, rel_err
+from .report import Check, rel_err
+from ..tolerances import TOLERANCES
 
 
 def cache_free_check(model, traces, tol: float = TOLERANCES["float32"]["logits"]) -> tuple[Check, int]:

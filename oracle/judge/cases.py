@@ -1,130 +1,31 @@
-"""Running cases: the one runner (a scenario through a backend's session) and the two verdicts
-built on it: block vs loop on the reference (`check_case`) and a backend against the judge
-(`judge_backend`, `judge_cases`). Used by `check`, `check --backend`, `trace record`, the
-property suite and gpu_tests; every comparison is oracle.judge.compare.compare_runs. The Case
-type is oracle/judge/scenario.py; the built-in cases are oracle/cli/catalogue.py.
-
-A scenario is any object with d, D, policy, prompts, params and `ops`: a sequence of
-("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid); optionally `depths`, one
-(d_i, D_i) per request. `Case` (oracle/judge/scenario.py) and `property_tests.strategies.Scenario`
-both are one.
+"""The two verdicts built on the one runner (oracle/judge/runner.py): block vs loop on the
+reference (`check_case`, `check_cases`) and a backend against the judge (`judge_backend`,
+`judge_cases`). Used by `check`, `check --backend`, the property suite and gpu_tests; every
+comparison is oracle.judge.compare.compare_runs. The Case type is oracle/judge/scenario.py;
+the built-in cases are oracle/cli/catalogue.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
-from ..backends import ReferenceBackend
 from .cache_free import cache_free_check
-from .compare import Check, Report, compare_runs
+from .compare import compare_runs
 from ..errors import OracleError
 from .noise import twin_bounds
+from .report import Check, Report
+from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from .scenario import Case
 from ..schedule import schedule_violation
 
 MODES = ("block", "loop")
-REFERENCE = ReferenceBackend()
 COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
 
 
-# ---- the one runner ----
-
-class Run:
-    """One scenario run on one backend in one mode."""
-
-    def __init__(self, backend_name: str, mode: str):
-        self.backend_name, self.mode = backend_name, mode
-        self.traces: list = []
-        self.tokens: dict = {}            # rid -> committed tokens (at removal or at the end)
-        self.session = None
-
-    def events(self, rid) -> list:
-        return [e for tr in self.traces for e in tr.rng_events if e.request == rid]
-
-    def label(self) -> str:
-        return f"{self.backend_name} {self.mode}"
-
-
-def run(bk, model, sc, mode: str, replay: dict | None = None, after_step=None, submit_ahead: bool = False,
-        **options) -> Run:
-    """Every op of `sc` on a fresh session of backend `bk`. replay: rid -> uniforms to consume
-    instead of the request's generator. after_step(session, trace): called after each round.
-    submit_ahead: consecutive rounds are all submitted before the first is collected (backends
-    with submit/collect). options: the backend's session options (e.g. graphs="off")."""
-    s = bk.session(model, sc.d, sc.D, mode, sc.policy, **options)
-    out = Run(getattr(bk, "name", type(bk).__name__), mode)
-    out.session = s
-    pending = []                                  # submitted, not yet collected (submit_ahead)
-    finished = set()                              # requests that stopped: they left the batch
-    depths = getattr(sc, "depths", None)
-    for op, arg in list(sc.ops) + [("flush", None)]:
-        if op != "step" and pending:
-            for h in pending:
-                out.traces.append(s.collect(h))
-                finished |= set(out.traces[-1].finished)
-                if after_step is not None:
-                    after_step(s, out.traces[-1])
-            pending = []
-        if op == "add":
-            kw = {} if replay is None else {"replay": replay.get(arg, [])}
-            if depths is not None:
-                kw["depths"] = tuple(depths[arg])
-            s.add(arg, list(sc.prompts[arg]), sc.params[arg], **kw)
-        elif op == "step":
-            counts = {rid: t for rid, t in arg if rid not in finished}
-            if not counts:
-                continue
-            if submit_ahead:
-                pending.append(s.submit(counts))
-                continue
-            tr = s.step(counts)
-            finished |= set(tr.finished)
-            out.traces.append(tr)
-            if after_step is not None:
-                after_step(s, tr)
-        elif op == "flush":
-            pass
-        elif op == "remove":
-            out.tokens[arg] = list(s.remove(arg))
-        else:
-            raise ValueError(f"unknown scenario op {op!r}")
-    for op, arg in sc.ops:
-        if op == "add" and arg not in out.tokens:
-            out.tokens[arg] = list(s.tokens(arg))
-    return out
-
-
-def replay_lists(other: Run, sc) -> dict:
-    """Per request: the uniforms the backend consumed, in order, then padding (consumed only by
-    the reference after a divergence, where the judge no longer compares that request)."""
-    n_rounds = sum(op == "step" for op, _ in sc.ops)
-    pad = list(np.random.default_rng(2**31 - 1).random(19 * (n_rounds + 1)))
-    return {rid: [e.value for e in other.events(rid)] + pad for rid in range(len(sc.prompts))}
-
-
-def reference_run(model, sc, mode: str, replay_from: Run | None = None, judge=None, **options) -> Run:
-    """A reference run; with replay_from, in replay mode consuming that run's uniforms.
-    judge: the backend computing the judge's side (default the NumPy reference)."""
-    return run(judge or REFERENCE, model, sc, mode,
-               replay=None if replay_from is None else replay_lists(replay_from, sc), **options)
-
-
-def draws_host_stream(bk) -> bool:
-    """Whether a backend's uniforms are each request's seeded host stream (exact backends and
-    `host_rng = True`): then the reference draws its own and the order is checked too; else
-    the reference replays the backend's recorded uniforms (a device RNG need not match)."""
-    return bool(bk.exact or getattr(bk, "host_rng", False))
-
-
 def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None,
-               **options) -> tuple[Report, Run]:
+               **options) -> tuple[Report, ScenarioRun]:
     """The backend's run in one mode against the judge's (default the reference), by the
     backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
     options: session options for both sides (e.g. max_requests, max_len to size the KV)."""
-    got = run(bk, model, sc, mode, **options)
-    ref = reference_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge,
-                        **options)
+    got = run_scenario(bk, model, sc, mode, **options)
+    ref = judge_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge, **options)
     dtype = "exact" if bk.exact else bk.dtype
     bounds = twin_bounds(model, ref.traces, dtype) if judge is None else None
     return compare_runs(ref.traces, got.traces, dtype, reproduce, case, bounds=bounds), got
@@ -183,7 +84,7 @@ def check_case(model, case: Case) -> Report:
     runs = {}
     for mode in MODES:
         try:
-            runs[mode] = run(REFERENCE, model, case, mode)
+            runs[mode] = run_scenario(REFERENCE, model, case, mode)
         except (OracleError, AssertionError, IndexError, KeyError) as e:
             rep = Report()
             rep.checks.append(Check(f"{mode}_round", False, f"{mode} round raised {type(e).__name__}: {e}"

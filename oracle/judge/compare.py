@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decisions import first_divergence, trace_problem, unexplained_decision
+from .report import CHECKS, Check, Report, rel_err  # noqa: F401 (CHECKS, Check: oracle.judge.compare's API)
 from ..errors import OracleError
 from ..rng_trace import first_difference
 from ..tolerances import TOLERANCES
+from ..traces import depths_of
 
 # The one tolerance table, keyed by dtype: TOLERANCES, in oracle/tolerances.py (load_backend
 # checks a backend's dtype against it too).
@@ -37,63 +39,6 @@ from ..tolerances import TOLERANCES
 def allowed(tol: dict, kind: str, depth: int) -> float:
     """The relative error a row of the table allows for a `kind` value computed at `depth`."""
     return tol[kind] * tol["growth"] ** depth
-
-
-CHECKS = ("rounds", "schedule", "malformed", "decisions", "tokens", "rng_events", "kv_writes",
-          "draft_logits", "verify_logits", "stats")
-
-
-@dataclass(slots=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str = ""
-
-
-@dataclass(slots=True)
-class Report:
-    checks: list = field(default_factory=list)
-    reproduce: str = ""
-    failures: int = 0
-    kv_writes_compared: int = 0
-    logits_compared: int = 0
-    rng_events_compared: int = 0
-    tokens_compared: int = 0
-    request_rounds: int = 0
-    max_rel_err: dict = field(default_factory=lambda: {"kv": 0.0, "logits": 0.0})
-    divergences: list = field(default_factory=list)    # excused token divergences
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-    def first_failure(self) -> Check | None:
-        return next((c for c in self.checks if not c.ok), None)
-
-    def fail(self, name: str, detail: str) -> None:
-        """Record a failure; each check keeps its first one (the first real difference)."""
-        self.failures += 1
-        if not any(c.name == name for c in self.checks):
-            self.checks.append(Check(name, False, detail + (f" (reproduce: {self.reproduce})" if self.reproduce else "")))
-
-    def finish(self) -> "Report":
-        failed = {c.name for c in self.checks}
-        self.checks += [Check(n, True) for n in CHECKS if n not in failed]
-        return self
-
-
-def rel_err(a, b, floor: float = 0.0) -> float:
-    """||a - b|| / max(||b||, floor) over finite entries; -inf (a masked logit) must sit at the
-    same places. floor: the typical norm of such vectors, so that a vector that came out
-    small by cancellation is not judged against its own small norm."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape:
-        return float("inf")
-    masked = (a == -np.inf) & (b == -np.inf)
-    a, b = np.where(masked, 0.0, a), np.where(masked, 0.0, b)
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-        return float("inf")
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), floor, 1e-30))
 
 
 def typical_norms(tr) -> dict:
@@ -147,8 +92,26 @@ def _events_before(events, div):
             (div.kind == "accept" and e.purpose == "accept" and e.offset <= div.offset)]
 
 
-def _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms, bounds=None) -> None:
-    """One request of one round; a request whose decisions diverged joins `stopped`."""
+@dataclass(slots=True)
+class RoundPair:
+    """A reference round, the backend's round paired with it, and what judging each of its
+    requests shares."""
+    rep: Report
+    ref: object                    # the reference's RoundTrace
+    got: object                    # the backend's RoundTrace
+    tol: dict                      # the dtype's row of TOLERANCES
+    exact: bool                    # dtype "exact": bit for bit
+    stopped: set                   # requests past a divergence (a diverging request joins it)
+    same_calls: bool               # both ran the same calls: a KV write's call is compared too
+    norms: dict                    # typical_norms(ref): the floors of rel_err
+    bounds: object = None          # the noise twin's bounds (oracle/judge/noise.py), or None
+
+
+def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
+    """Request rid (T tokens) of one round pair, its place named `at`; a request whose
+    decisions diverged joins `pair.stopped`."""
+    rep, a, b, tol, exact = pair.rep, pair.ref, pair.got, pair.tol, pair.exact
+    stopped, same_calls, norms, bounds = pair.stopped, pair.same_calls, pair.norms, pair.bounds
     V = len(next(iter(a.verify_logits.values())))
     bad = trace_problem(b, rid, T, V)
     if bad:
@@ -232,12 +195,6 @@ def _norm(*xs) -> float:
     return float(np.sqrt(sum(np.sum(np.square(np.where(np.isfinite(x), x, 0.0), dtype=np.float64)) for x in xs)))
 
 
-def depths_of(tr, rid) -> tuple[int, int]:
-    """(d_i, D_i) of a request: per-request depths where the trace has them, else (d, D)."""
-    per = getattr(tr, "depths", None) or {}
-    return tuple(per[rid]) if rid in per else (tr.d, tr.D)
-
-
 def _calls(tr) -> list:
     return [(sorted(map(tuple, c["rows"])), sorted(map(tuple, c.get("draft_head", [])))) for c in tr.calls]
 
@@ -302,13 +259,13 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
             n = next((n for n, (x, y) in enumerate(zip(_calls(a), _calls(b))) if x != y), min(len(a.calls), len(b.calls)))
             rep.fail("schedule", f"{where}: call {n} of the backend's {b.mode} round differs from the reference's "
                      f"({len(b.calls)} calls vs {len(a.calls)})")
-        norms = {} if exact else typical_norms(a)
+        pair = RoundPair(rep, a, b, tol, exact, stopped, same_calls, {} if exact else typical_norms(a), bounds)
         live = dict(_live(a, stopped)) if not full else dict(zip(a.requests, a.token_counts))
         for rid, T in zip(b.requests, b.token_counts):
             at = f"{where} request {rid}"
             try:
                 if rid in live:
-                    _judge_request(rep, a, b, rid, T, tol, exact, at, stopped, same_calls, norms, bounds)
+                    _judge_request(pair, rid, T, at)
                 elif not exact:                             # diverged earlier: its own decisions still
                     own = unexplained_decision(b, rid, T, tol["self_margin"])
                     if own:

@@ -1,5 +1,5 @@
 """The backend contract in code: what `python -m oracle check --backend`, the property suite and
-the meta tests call on a backend (oracle.judge.cases.run is the one caller of a session).
+the meta tests call on a backend (oracle.judge.runner.run_scenario is the one caller of a session).
 
 `Backend` and `Session` are `typing.Protocol`s of the required part; the optional hooks are
 listed in OPTIONAL_BACKEND and OPTIONAL_SESSION with what they mean. `contract_problems` says,
@@ -71,7 +71,7 @@ OPTIONAL_SESSION = {
 }
 SAMPLING_INTERFACE = ("filtered_probs", "categorical", "accepts", "residual")   # what the property suite calls
 SESSION_METHODS = ("add", "step", "remove", "tokens")
-_CALLS = {                                 # how oracle.judge.cases.run calls each method
+_CALLS = {                                 # how oracle.judge.runner.run_scenario calls each method
     "add": ((0, [1], None), {"replay": None, "depths": (1, 2)}),
     "step": (({0: 1},), {}),
     "remove": ((0,), {}),

@@ -22,8 +22,8 @@ import numpy as np
 
 from . import drift_model, drift_stats
 from .scenario import make_case
-from .cases import run
-from .compare import depths_of
+from .runner import run_scenario as run
+from ..traces import depths_of
 from ..sampling import SamplingParams
 
 FD_STEP = 1e-6                 # relative step of the finite differences (FP64)

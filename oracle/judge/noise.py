@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from . import drift_model
-from .compare import depths_of
+from ..traces import depths_of
 
 # Relative noise per rounding: bfloat16 keeps 8 significant bits, so a rounding's relative
 # error is uniform within +-2**-8 / m for a mantissa m in [1, 2): RMS 2**-8 / sqrt(3) * 0.72.

@@ -1,4 +1,4 @@
-"""The one Case type (a scenario the runner, oracle/judge/cases.py `run`, takes), `make_case`
+"""The one Case type (a scenario the runner, oracle/judge/runner.py `run_scenario`, takes), `make_case`
 and `command` (a case's reproduce line). Plain data: no backend, no judge, so the CLI's case
 catalogue (oracle/cli/catalogue.py) and round options need not import the runner."""
 from __future__ import annotations

@@ -3,12 +3,12 @@
 measure_c_table: c(M) = one recurrent call over M rows, each row on its own KV plane at
 position context_len (so it attends to context_len + 1 keys, like a loop-round wave),
 graph replay on CUDA, median over repeats with the inputs rotated between replays; "spread"
-holds (q3 - q1) / median of the repeats per M (kernels/cli_bench.py refuses a table beyond
+holds (q3 - q1) / median of the repeats per M (bench/cli.py refuses a table beyond
 its noise bound).
 rows_per_plane r > 1: M/r planes with r rows each at positions context_len-r+1..context_len
 (like a block round's verification call of T = r tokens per request).
 KV memory: layers x (max(row_counts)/r + 1) planes x (context_len+1) x nkv x hd, K and V.
-Sessions and paired round timing live in kernels/bench_rounds.py.
+Sessions and paired round timing live in bench/rounds.py.
 """
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ import torch
 from oracle.bench_stats import quartiles
 from oracle.config import ModelConfig, preset as get_preset
 
-from .backend import DTYPES
-from .kvplanes import KVPlanes
-from .model import PackedModel
-from .options import KernelOptions
-from .triton_attention import span_bucket
-from .weights import TorchWeights
+from kernels.backend import DTYPES
+from kernels.kvplanes import KVPlanes
+from kernels.model import PackedModel
+from kernels.options import KernelOptions
+from kernels.triton_attention import span_bucket
+from kernels.weights import TorchWeights
 
 
 def _sync(device):

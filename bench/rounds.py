@@ -11,11 +11,12 @@ import torch
 from oracle.config import preset as get_preset
 from oracle.sampling import SamplingParams
 
-from .backend import DTYPES
-from .bench import _time
-from .options import KernelOptions
-from .session import TorchSession
-from .weights import TorchWeights
+from kernels.backend import DTYPES
+from kernels.options import KernelOptions
+from kernels.session import TorchSession
+from kernels.weights import TorchWeights
+
+from .calls import _time
 
 
 def random_weights(preset: str, device: str = "cuda", dtype: str | None = None, seed: int = 0) -> TorchWeights:

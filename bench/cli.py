@@ -4,12 +4,12 @@ rounds: paired block/loop generations. sweep: both, per C, with the predicted ra
 the c-table measured in the same run.
 
 oracle/cli/__init__.py loads this command by name (its COMMANDS registry, like the backends' NAMED),
-so imports run one way: kernels -> oracle, never the reverse."""
+so imports run one way: bench -> kernels and oracle, never the reverse."""
 from __future__ import annotations
 
 import json
 
-from oracle.cli import limits
+from oracle.cli import HELP, limits
 from oracle.cli.argtypes import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
 from oracle.bench_stats import paired_summary
 from oracle.cli.environment import set_torch_threads
@@ -20,13 +20,13 @@ from oracle.schedule import plan, validate
 
 
 def _torch_bench():
-    """kernels.bench and kernels.bench_rounds, imported on use: `--help` and the option checks
-    need no torch."""
+    """bench.calls and bench.rounds (which import torch and kernels), imported on use: `--help`
+    and the option checks need no torch."""
     try:
-        from . import bench, bench_rounds
+        from . import calls, rounds
     except ImportError as e:
         raise OracleError(f"bench needs torch and the kernels package ({e})") from None
-    return bench, bench_rounds
+    return calls, rounds
 
 
 def device_name(text: str) -> str:
@@ -111,15 +111,15 @@ def check_bench_args(args) -> None:
     _device(args)
 
 
-def measure_ctable(bench, args, rows, repeats: int, shared: dict | None = None, kv_capacity: int | None = None) -> dict:
-    """kernels.bench.measure_c_table one M at a time, so a progress bar shows; the same table.
+def measure_ctable(calls, args, rows, repeats: int, shared: dict | None = None, kv_capacity: int | None = None) -> dict:
+    """bench.calls.measure_c_table one M at a time, so a progress bar shows; the same table.
     shared {r: [M, ...]}: also c(M) with r rows per KV plane, under "c_ms_shared"[r].
     kv_capacity: positions per KV plane (default --context + 1)."""
     jobs = [(1, M) for M in sorted(set(rows))] + [(r, M) for r, ms in sorted((shared or {}).items()) for M in ms]
     table, out = None, {}
     spread = {}
     for r, M in progress(jobs, "c(M)", args.quiet):
-        t = bench.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=repeats,
+        t = calls.measure_c_table(args.preset, [M], args.context, device=_device(args), repeats=repeats,
                                   rows_per_plane=r, kv_capacity=kv_capacity)
         out.setdefault(r, {}).update(t["c_ms"])
         key = str(M) if r == 1 else f"{M}@{M // r}"
@@ -151,7 +151,7 @@ def noise_problem(table: dict) -> str | None:
 
 
 def cmd_ctable(args) -> int:
-    bench, _ = _torch_bench()
+    calls, _ = _torch_bench()
     threads = set_torch_threads(args)
     rows = sorted(set(args.rows or DEFAULT_ROWS))
     rpp = sorted(set(args.rows_per_plane))
@@ -163,7 +163,7 @@ def cmd_ctable(args) -> int:
         raise OracleError(f"--rows-per-plane {empty[0]}: no row count in --rows is a multiple of it")
     if max(rpp) > args.context + 1:
         raise OracleError(f"--rows-per-plane {max(rpp)}: more rows per plane than --context + 1 positions")
-    table = measure_ctable(bench, args, rows, args.repeats, shared, args.kv_capacity) | threads
+    table = measure_ctable(calls, args, rows, args.repeats, shared, args.kv_capacity) | threads
     noisy = noise_problem(table)
     if noisy and not args.force:
         raise OracleError(f"bench c-table: the repeats spread beyond the noise bound ({noisy}): the machine "
@@ -255,12 +255,12 @@ def cmd_sweep(args) -> int:
     """c-table and head table measured in this run, then paired rounds per C; predicted vs measured."""
     from oracle.cost import compare_rounds, ctable_from_dict
     _common(args)
-    bench, br = _torch_bench()
+    calls, br = _torch_bench()
     threads = set_torch_threads(args)
     dev = _device(args)
     rec_rows, head_rows, shared = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
     # c(M) at the rounds' own KV capacity (at M >= 2 it moves c(M) on the H200: docs/results.md)
-    ct = measure_ctable(bench, args, rec_rows, args.repeats_ctable, shared,
+    ct = measure_ctable(calls, args, rec_rows, args.repeats_ctable, shared,
                         br.session_kv_capacity(args.context, args.tokens, args.k))
     w = br.random_weights(args.preset, dev)
     ht = br.measure_head_table(w, head_rows, repeats=args.repeats_ctable)
@@ -327,7 +327,7 @@ def _round_args(p) -> None:
 def register(sub) -> None:
     # The argparse shape every command with subcommands has (cmd_trace.register too): a
     # parser, its subparsers, one parser per subcommand; deliberately not abstracted.
-    p = sub.add_parser("bench", help="c(M) tables and paired block-vs-loop round benchmarks (torch backend)",
+    p = sub.add_parser("bench", help=HELP["bench"],
                        description="Measure c(M) tables and run paired block-vs-loop round benchmarks on the "
                                    "torch backend (CUDA graphs on a GPU).")
     bsub = p.add_subparsers(dest="bench_command", metavar="c-table|rounds|sweep", required=True)

@@ -1,0 +1,105 @@
+"""The one runner: a scenario through a backend's session (`run_scenario`), the judge's side of
+a comparison (`judge_run`, by default on REFERENCE, the FP32 reference), and the uniforms a
+replay consumes. The verdicts built on it are oracle/judge/cases.py and oracle/judge/drift.py.
+
+A scenario is any object with d, D, policy, prompts, params and `ops`: a sequence of
+("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid); optionally `depths`, one
+(d_i, D_i) per request. `Case` (oracle/judge/scenario.py) and `property_tests.strategies.Scenario`
+both are one. A backend is what oracle/judge/contract.py says; the runner is the one caller of
+a session's methods.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends import load_backend
+
+REFERENCE = load_backend("reference")     # the judge's default side (oracle/reference_backend.py)
+
+
+class ScenarioRun:
+    """What one scenario did on one backend in one mode: its traces and committed tokens."""
+
+    def __init__(self, backend_name: str, mode: str):
+        self.backend_name, self.mode = backend_name, mode
+        self.traces: list = []
+        self.tokens: dict = {}            # rid -> committed tokens (at removal or at the end)
+        self.session = None
+
+    def events(self, rid) -> list:
+        return [e for tr in self.traces for e in tr.rng_events if e.request == rid]
+
+    def label(self) -> str:
+        return f"{self.backend_name} {self.mode}"
+
+
+def run_scenario(bk, model, sc, mode: str, replay: dict | None = None, after_step=None,
+                 submit_ahead: bool = False, **options) -> ScenarioRun:
+    """Every op of `sc` on a fresh session of backend `bk`. replay: rid -> uniforms to consume
+    instead of the request's generator. after_step(session, trace): called after each round.
+    submit_ahead: consecutive rounds are all submitted before the first is collected (backends
+    with submit/collect). options: the backend's session options (e.g. graphs="off")."""
+    s = bk.session(model, sc.d, sc.D, mode, sc.policy, **options)
+    out = ScenarioRun(getattr(bk, "name", type(bk).__name__), mode)
+    out.session = s
+    pending = []                                  # submitted, not yet collected (submit_ahead)
+    finished = set()                              # requests that stopped: they left the batch
+    depths = getattr(sc, "depths", None)
+    for op, arg in list(sc.ops) + [("flush", None)]:
+        if op != "step" and pending:
+            for handle in pending:
+                out.traces.append(s.collect(handle))
+                finished |= set(out.traces[-1].finished)
+                if after_step is not None:
+                    after_step(s, out.traces[-1])
+            pending = []
+        if op == "add":
+            kw = {} if replay is None else {"replay": replay.get(arg, [])}
+            if depths is not None:
+                kw["depths"] = tuple(depths[arg])
+            s.add(arg, list(sc.prompts[arg]), sc.params[arg], **kw)
+        elif op == "step":
+            counts = {rid: t for rid, t in arg if rid not in finished}
+            if not counts:
+                continue
+            if submit_ahead:
+                pending.append(s.submit(counts))
+                continue
+            tr = s.step(counts)
+            finished |= set(tr.finished)
+            out.traces.append(tr)
+            if after_step is not None:
+                after_step(s, tr)
+        elif op == "flush":
+            pass
+        elif op == "remove":
+            out.tokens[arg] = list(s.remove(arg))
+        else:
+            raise ValueError(f"unknown scenario op {op!r}")
+    for op, arg in sc.ops:
+        if op == "add" and arg not in out.tokens:
+            out.tokens[arg] = list(s.tokens(arg))
+    return out
+
+
+def replay_lists(other: ScenarioRun, sc) -> dict:
+    """Per request: the uniforms the backend consumed, in order, then padding (consumed only by
+    the reference after a divergence, where the judge no longer compares that request)."""
+    n_rounds = sum(op == "step" for op, _ in sc.ops)
+    pad = list(np.random.default_rng(2**31 - 1).random(19 * (n_rounds + 1)))
+    return {rid: [e.value for e in other.events(rid)] + pad for rid in range(len(sc.prompts))}
+
+
+def judge_run(model, sc, mode: str, replay_from: ScenarioRun | None = None, judge=None,
+              **options) -> ScenarioRun:
+    """The judge's side of a comparison: `judge` (default REFERENCE, the FP32 reference) on the
+    scenario; with replay_from, consuming the uniforms that run drew."""
+    return run_scenario(judge or REFERENCE, model, sc, mode,
+                        replay=None if replay_from is None else replay_lists(replay_from, sc), **options)
+
+
+def draws_host_stream(bk) -> bool:
+    """Whether a backend's uniforms are each request's seeded host stream (exact backends and
+    `host_rng = True`): then the reference draws its own and the order is checked too; else
+    the reference replays the backend's recorded uniforms (a device RNG need not match)."""
+    return bool(bk.exact or getattr(bk, "host_rng", False))

@@ -1,0 +1,28 @@
+"""The RNG event, one recorded uniform of a request's stream, and its JSON form
+(docs/DESIGN.md section 6). A leaf: oracle/rng_trace.py draws and records events,
+oracle/traces.py stores them in a round's trace."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(slots=True, frozen=True)
+class RngEvent:
+    request: object
+    round: int
+    seq: int
+    purpose: str
+    offset: int
+    value: float
+    used: bool = True
+
+    def key(self) -> tuple:
+        return (self.request, self.round, self.seq, self.purpose, self.offset, self.used)
+
+
+def events_to_json(events) -> list[dict]:
+    return [asdict(e) for e in events]
+
+
+def events_from_json(rows) -> list[RngEvent]:
+    return [RngEvent(**r) for r in rows]
