@@ -81,10 +81,10 @@ def test_a_case_with_every_processor_passes(temperature, policy, capsys):
 
 def test_the_processors_change_the_tokens():
     """The case is not vacuous: the processors change what the reference emits."""
-    from oracle.model import build_model
-    from oracle.judge.cases import reference_run
+    from oracle.checkpoint import build_model
+    from oracle.judge.runner import judge_run
     model = build_model("tiny", 0, None)
     plain = custom_case(_args(["--stop-tokens", "11,12", "--temperature", "0"]))
     procs = custom_case(_args([*PROCS, "--stop-tokens", "11,12", "--temperature", "0"]))
-    emitted = lambda case: [t.emitted for t in reference_run(model, case, "block").traces]
+    emitted = lambda case: [t.emitted for t in judge_run(model, case, "block").traces]
     assert emitted(plain) != emitted(procs)
