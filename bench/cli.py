@@ -13,6 +13,7 @@ from oracle.cli import HELP, limits
 from oracle.cli.argtypes import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
 from oracle.bench_stats import paired_summary
 from oracle.cli.environment import set_torch_threads
+from oracle.cli.round_args import add_processor_options, processor_fields
 from oracle.errors import OracleError
 from oracle.progress import add_quiet_option, progress, warn
 from oracle.sampling import SamplingParams
@@ -180,7 +181,7 @@ def cmd_ctable(args) -> int:
 
 
 def _params(args) -> SamplingParams:
-    return SamplingParams(args.temperature, args.top_k, args.top_p)
+    return SamplingParams(args.temperature, args.top_k, args.top_p, **processor_fields(args))
 
 
 def _arm_summary(stats: list[dict]) -> dict:
@@ -315,6 +316,7 @@ def _round_args(p) -> None:
     p.add_argument("--temperature", type=finite_float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int_at_least(1), default=None, help="keep the k most likely tokens (default: off)")
     p.add_argument("--top-p", type=probability, default=None, help="nucleus mass in (0, 1] (default: off)")
+    add_processor_options(p)
     p.add_argument("--cuda-graph-max-batch-size", type=int_at_least(1), default=1024,
                    help="largest row count captured as a CUDA graph")
     p.add_argument("--cuda-graph-max-graphs", type=int_at_least(1), default=512, help="most CUDA graphs kept")

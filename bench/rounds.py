@@ -2,6 +2,8 @@
 device copy bandwidth, and paired block/loop rounds. Used by `python -m oracle bench`."""
 from __future__ import annotations
 
+import dataclasses
+
 import statistics
 import time
 from collections import deque
@@ -140,7 +142,7 @@ def paired_rounds(w: TorchSession, C: int, K: int, d: int, D: int, tokens: int =
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, w.cfg.vocab_size, (context_len,), generator=g).tolist() for _ in range(C)]
     base = params or SamplingParams()
-    ps = [SamplingParams(base.temperature, base.top_k, base.top_p, seed=seed + rid) for rid in range(C)]
+    ps = [dataclasses.replace(base, seed=seed + rid) for rid in range(C)]
     sessions = {m: make_session(w, m, C, context_len, tokens, K, d, D, **options) for m in ("block", "loop")}
     arms = {"block": [], "loop": []}
     for r in range(repeats + 1):

@@ -23,6 +23,29 @@ from ..sampling import SamplingParams
 from ..schedule import validate
 
 
+PROCESSOR_OPTIONS = (   # dest, type, metavar, help: the logits processors (oracle/processors.py)
+    ("repetition_penalty", finite_float, "R", "vLLM's repetition penalty on prompt and output tokens, > 0 (default: 1, off)"),
+    ("presence_penalty", finite_float, "P", "subtracted from the logits of tokens in the output, in [-2, 2] (default: 0)"),
+    ("frequency_penalty", finite_float, "F", "subtracted per occurrence in the output, in [-2, 2] (default: 0)"),
+    ("logit_bias", token_biases, "ID:B,...", "added to the logits of these token ids, e.g. 5:2.0,9:-1.5 (default: none)"),
+    ("bad_words", token_words, "IDS/IDS", "token-id words whose last token is masked after the others, e.g. 3,4/7 "
+                                          "(default: none)"),
+    ("min_tokens", int_at_least(0), "N", "stop tokens are masked until this many tokens are generated (default: 0)"),
+)
+
+
+def add_processor_options(p) -> None:
+    """The processor options (`check`, `trace record`, `bench rounds|sweep`); their values are
+    SamplingParams fields of the same names."""
+    for dest, kind, metavar, text in PROCESSOR_OPTIONS:
+        p.add_argument("--" + dest.replace("_", "-"), type=kind, default=None, metavar=metavar, help=text)
+
+
+def processor_fields(args) -> dict:
+    """The SamplingParams fields the processor options give (those given only)."""
+    return {dest: getattr(args, dest) for dest, *_ in PROCESSOR_OPTIONS if getattr(args, dest, None) is not None}
+
+
 def add_round_options(p) -> None:
     """Options shared by `check` and `trace record`; check_round_args checks them before any work."""
     p.add_argument("--preset", default=None, help="model preset: tiny | small | ouro-1.4b (default: tiny "
@@ -55,18 +78,7 @@ def add_round_options(p) -> None:
                    help="token ids masked to -inf in draft and verification logits (default: none)")
     p.add_argument("--min-p", type=probability, default=None,
                    help="min-p filter, vLLM's p >= min_p * max p after temperature (default: off)")
-    p.add_argument("--repetition-penalty", type=finite_float, default=None, metavar="R",
-                   help="vLLM's repetition penalty on prompt and output tokens, > 0 (default: 1, off)")
-    p.add_argument("--presence-penalty", type=finite_float, default=None, metavar="P",
-                   help="subtracted from the logits of tokens in the output, in [-2, 2] (default: 0)")
-    p.add_argument("--frequency-penalty", type=finite_float, default=None, metavar="F",
-                   help="subtracted per occurrence in the output, in [-2, 2] (default: 0)")
-    p.add_argument("--logit-bias", type=token_biases, default=None, metavar="ID:B,...",
-                   help="added to the logits of these token ids, e.g. 5:2.0,9:-1.5 (default: none)")
-    p.add_argument("--bad-words", type=token_words, default=None, metavar="IDS/IDS",
-                   help="token-id words whose last token is masked after the others, e.g. 3,4/7 (default: none)")
-    p.add_argument("--min-tokens", type=int_at_least(0), default=None,
-                   help="stop tokens are masked until this many tokens are generated (default: 0)")
+    add_processor_options(p)
     p.add_argument("--prompt-len", type=int_at_least(1), default=None,
                    help="prompt length of every request (default: random 1..8 drawn from the seed)")
     p.add_argument("--case", default=None, metavar="NAME",
@@ -80,14 +92,11 @@ def add_round_options(p) -> None:
                          "1 a check failed, 2 bad usage or input, 3 internal error.")
 
 
-# option dest -> SamplingParams field of the logits processors (every request of a custom case)
-PROCESSOR_FLAGS = {"repetition_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
-                   "frequency_penalty": "frequency_penalty", "logit_bias": "logit_bias", "bad_words": "bad_words",
-                   "min_tokens": "min_tokens"}
 # option dest -> default; None in the parser so an explicit value can be told apart
 DEFAULTS = {"draft_loops": 2, "target_loops": 4, "rounds": 4, "policy": "sequential"}
 ROUND_SHAPE = ("counts", "temperature", "top_k", "top_p", "prompt_len", "draft_loops", "target_loops",
-               "rounds", "policy", "depths", "stop_tokens", "max_tokens", "banned_tokens", "min_p", *PROCESSOR_FLAGS)
+               "rounds", "policy", "depths", "stop_tokens", "max_tokens", "banned_tokens", "min_p",
+               *(dest for dest, *_ in PROCESSOR_OPTIONS))
 DEFAULT_COUNTS = [5, 3, 1]
 
 
@@ -174,8 +183,8 @@ def is_custom(args) -> bool:
 
 def processor_params(args) -> SamplingParams:
     """The processors the options give (checked by SamplingParams: one error line for a bad value)."""
-    given = {f: getattr(args, dest) for dest, f in PROCESSOR_FLAGS.items() if getattr(args, dest) is not None}
-    return SamplingParams(stop_token_ids=tuple(args.stop_tokens or ()), max_tokens=args.max_tokens, **given)
+    return SamplingParams(stop_token_ids=tuple(args.stop_tokens or ()), max_tokens=args.max_tokens,
+                          **processor_fields(args))
 
 
 def model_flags(args) -> list[str]:
@@ -226,7 +235,7 @@ def custom_case(args):
         args.draft_loops, args.target_loops = min(a for a, _ in depths), max(b for _, b in depths)
     stops = {"stop_token_ids": tuple(args.stop_tokens or ()), "max_tokens": args.max_tokens,
              "banned_token_ids": tuple(args.banned_tokens or ()),
-             **{f: getattr(args, dest) for dest, f in PROCESSOR_FLAGS.items() if getattr(args, dest) is not None}}
+             **processor_fields(args)}
     filters = {"min_p": args.min_p}
     if args.temperature is None:                      # a mixed batch
         params = [SamplingParams(seed=args.seed + i, **stops) if i % 2 == 0 else
