@@ -3,7 +3,7 @@ random tiny models of the property suite's sizes (hidden 8-32, head_dim 2-8, 1-2
 large a fault it sees there: with --fault (kernels/options.py FAULTS, e.g. attn_scale=1.01) the
 same runs report how often that fault is caught and named.
 
-    python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--jobs 1] [--fault SPEC]
+    python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--jobs 1] [--fault SPEC] [--json PATH]
 """
 import sys
 from pathlib import Path
@@ -31,7 +31,7 @@ def one(args) -> tuple:
 
 
 def main(argv=None) -> int:
-    from bf16_false_alarm_rate import parser, run_all
+    from bf16_false_alarm_rate import parser, run_all, write_json
     p = parser(__doc__, 200)
     p.add_argument("--fault", default="", help="a kernel fault (kernels/options.py), e.g. attn_scale=1.01")
     args = p.parse_args(argv)
@@ -44,6 +44,13 @@ def main(argv=None) -> int:
           f"{min(r[4] for r in res)}-{max(r[4] for r in res)} directions")
     for f in fails[:20]:
         print("  ", f[1])
+    write_json(args.json, "scripts/drift_false_alarm_rate.py", argv,
+               {"runs": args.n, "seed": args.seed, "fault": args.fault, "failed": len(fails),
+                "max_abs_z_per_run": {"median": float(np.median(z)), "q99": float(np.quantile(z, 0.99)),
+                                      "max": float(z.max())},
+                "thresholds": [min(r[3] for r in res), max(r[3] for r in res)],
+                "directions": [min(r[4] for r in res), max(r[4] for r in res)],
+                "failures": [f[1] for f in fails]})
     return 0
 
 

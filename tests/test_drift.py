@@ -85,3 +85,30 @@ def test_an_injected_drift_is_estimated_and_named(tiny, param, name):
     assert rep.failure.startswith(name), rep.failure
     est = next(e for e in rep.estimates if e.label.startswith(name))
     assert est.drift == pytest.approx(0.01, abs=0.001)
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_batched_forward_is_the_per_request_forward(tiny, noisy):
+    """One forward over ragged per-row tokens (right-padded; noise: one stream per block of rows)
+    gives, at each row's own positions, what forward over that request alone gives (FP64)."""
+    P = len(drift_model.params(tiny.cfg.num_layers))
+    rng = np.random.default_rng(3)
+    seqs = [list(map(int, rng.integers(0, 64, n))) for n in (7, 19, 1, 12)]
+    rows = 3                                                        # settings per request
+    scales = 1 + 1e-3 * rng.standard_normal((len(seqs) * rows, P))
+    sigma = 2.0 ** -8
+    stream = lambda i: np.random.default_rng([5, i])
+    batch = drift_model.forward(tiny, [t for t in seqs for _ in range(rows)], 3, scales,
+                                noise=([stream(i) for i in range(len(seqs))], sigma) if noisy else None)
+    for i, t in enumerate(seqs):
+        r = slice(i * rows, (i + 1) * rows)
+        alone = drift_model.forward(tiny, t, 3, scales[r], noise=(stream(i), sigma) if noisy else None)
+        for j in range(3):
+            assert _rel(batch["logits"][j][r, :len(t)], alone["logits"][j]) < 1e-12
+            for l in range(tiny.cfg.num_layers):
+                for kind in ("k", "v"):
+                    assert _rel(batch[kind][j][l][r, :len(t)], alone[kind][j][l]) < 1e-12
