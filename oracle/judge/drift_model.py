@@ -22,6 +22,19 @@ LAYER_PARAMS = ("attn_scale", "k_proj", "v_proj", "o_proj", "gate_proj", "up_pro
 GLOBAL_PARAMS = ("rope_theta", "embed_tokens", "norm", "lm_head")
 
 
+_POOL: list = []
+
+
+def background(fn, *args, **kwargs):
+    """fn(*args, **kwargs) on the one helper thread the verdicts share: a Future. The twin and the
+    finite differences are NumPy on arrays large enough to release the GIL, so they overlap the
+    backend's and the reference's runs (a second core where there is one)."""
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="verdict"))
+    return _POOL[0].submit(fn, *args, **kwargs)
+
+
 def params(num_layers: int) -> list[tuple[str, int | None]]:
     """Every knob: (name, layer) per layer, then (name, None) for the global ones."""
     return [(p, l) for l in range(num_layers) for p in LAYER_PARAMS] + [(p, None) for p in GLOBAL_PARAMS]
@@ -178,6 +191,7 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
     ang = np.concatenate([ang, ang], axis=-1)
     cos, sin = rn(np.cos(ang)), rn(np.sin(ang))
     mask = np.triu(np.full((T, T), -np.inf), k=1)
+    causal = np.tril(np.ones((T, T), bool))
     emb = w["model.embed_tokens.weight"]
     if rng is None:
         e = emb[tok] if tok.ndim == 2 else emb[tok][None]
@@ -198,7 +212,8 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
             kk, vv = np.repeat(k, nh // nkv, axis=2), np.repeat(v, nh // nkv, axis=2)
             qt, kt, vt = q.transpose(0, 2, 1, 3), kk.transpose(0, 2, 3, 1), vv.transpose(0, 2, 1, 3)
             logit = (qt @ kt) * ((hd ** -0.5) * s("attn_scale", l)[..., None]) + mask     # [B, nh, T, T]
-            prob = np.exp(logit - logit.max(-1, keepdims=True))
+            z = logit - logit.max(-1, keepdims=True)
+            prob = np.exp(z, out=np.zeros_like(z), where=causal)            # exp(-inf) = 0 above the diagonal
             prob = rn(prob / prob.sum(-1, keepdims=True), (2, 3))
             a = rn((prob @ vt).transpose(0, 2, 1, 3).reshape(B, T, nh * hd))
             o = rn(mm(a, p + "self_attn.o_proj.weight") * s("o_proj", l))

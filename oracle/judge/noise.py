@@ -136,6 +136,11 @@ def _twins(model, contexts, dtype: str, samples: int, seed: int) -> dict:
     return out
 
 
+def twin_bounds_later(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED):
+    """twin_bounds computed on the verdicts' helper thread (drift_model.background): a Future."""
+    return drift_model.background(twin_bounds, model, ref_traces, dtype, samples, seed)
+
+
 def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED) -> Bounds | None:
     """The twin's noise scales for every KV write and logits vector of ref_traces (None: no twin
     for this dtype)."""
