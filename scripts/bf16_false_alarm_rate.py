@@ -84,10 +84,11 @@ def one(args) -> tuple:
 
 
 def parser(doc: str, n: int) -> argparse.ArgumentParser:
-    """--seed, --n, --jobs and --json: the options both false-alarm scripts share."""
+    """--seed, --n, --first, --jobs and --json: the options both false-alarm scripts share."""
     p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n", type=int, default=n)
+    p.add_argument("--first", type=int, default=0, help="index of the first run (runs first .. first + n - 1)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("--json", default="", help="also write the summary to this file, with the command and date")
     return p
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
     p = parser(__doc__, 250)
     p.add_argument("--row", action="store_true", help="judge by the fixed bfloat16 row instead of the twin")
     args = p.parse_args(argv)
-    res = run_all(one, [(args.seed, i, args.row) for i in range(args.n)], args.jobs)
+    res = run_all(one, [(args.seed, i, args.row) for i in range(args.first, args.first + args.n)], args.jobs)
     fails = [r for r in res if r[0]]
     by_hd = {hd: f"{sum(f[2] == hd for f in fails)}/{sum(r[2] == hd for r in res)}" for hd in sorted({r[2] for r in res})}
     print(f"{len(fails)} of {args.n} correct runs failed ({'fixed bfloat16 row' if args.row else 'noise twin'}); "
