@@ -112,3 +112,28 @@ def test_batched_forward_is_the_per_request_forward(tiny, noisy):
             for l in range(tiny.cfg.num_layers):
                 for kind in ("k", "v"):
                     assert _rel(batch[kind][j][l][r, :len(t)], alone[kind][j][l]) < 1e-12
+
+
+def test_batched_finite_differences_are_the_per_request_ones(tiny, monkeypatch):
+    """request_stats from forwards batched over requests (ragged) equals request_stats from one
+    forward per request, to FP64 rounding through the finite-difference step."""
+    rng = np.random.default_rng(4)
+    sets = []
+    for n in (9, 23, 15):
+        toks = list(map(int, rng.integers(0, 64, n)))
+        fw = drift_model.forward(tiny, toks, 3, np.ones((1, len(drift_model.params(2)))))
+        obs = {(kind, p, j, l): fw[kind][j][l][0, p] * 1.001 for kind in ("k", "v") for p in range(n - 1)
+               for j in range(3) for l in range(2)}
+        obs.update({("verify", p, 2): fw["logits"][2][0, p] for p in range(n // 2, n - 1)})
+        sets.append((toks, obs))
+    monkeypatch.setattr(drift, "_FORWARDS", {})
+    monkeypatch.setattr(drift, "BATCH_ROWS_T", 0)
+    alone = [drift.request_stats(tiny, t, 3, obs, "bfloat16") for t, obs in sets]
+    monkeypatch.setattr(drift, "_FORWARDS", {})
+    monkeypatch.setattr(drift, "BATCH_ROWS_T", 10 ** 9)
+    drift.batch_forwards(tiny, [(drift._span(t, obs), 3) for t, obs in sets], "bfloat16")
+    batched = [drift.request_stats(tiny, t, 3, obs, "bfloat16") for t, obs in sets]
+    for a, b in zip(alone, batched):
+        assert a[2] == b[2]
+        for x, y in ((a[0], b[0]), (a[1], b[1]), (a[3], b[3])):
+            assert np.max(np.abs(x - y)) <= 1e-8 * np.max(np.abs(x)), np.max(np.abs(x - y)) / np.max(np.abs(x))
