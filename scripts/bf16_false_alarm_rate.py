@@ -5,9 +5,12 @@ reduced precision, oracle/judge/noise.py) or with the fixed bfloat16 row (--row)
 run, the largest ratio of a value's error to its twin noise scale and of an excused margin to
 its twin scale (the K_VALUE and K_MARGIN those runs would need), as quantiles.
 
-    python scripts/bf16_false_alarm_rate.py [--seed 0] [--n 250] [--jobs 1] [--row]
+    python scripts/bf16_false_alarm_rate.py [--seed 0] [--n 250] [--jobs 1] [--row] [--json PATH]
 """
 import argparse
+import datetime
+import json
+import shlex
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -81,12 +84,24 @@ def one(args) -> tuple:
 
 
 def parser(doc: str, n: int) -> argparse.ArgumentParser:
-    """--seed, --n and --jobs: the options both false-alarm scripts share."""
+    """--seed, --n, --first, --jobs and --json: the options both false-alarm scripts share."""
     p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n", type=int, default=n)
+    p.add_argument("--first", type=int, default=0, help="index of the first run (runs first .. first + n - 1)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    p.add_argument("--json", default="", help="also write the summary to this file, with the command and date")
     return p
+
+
+def write_json(path: str, script: str, argv, summary: dict) -> None:
+    """The summary with the command that produced it and the date (UTC)."""
+    if not path:
+        return
+    argv = sys.argv[1:] if argv is None else list(argv)
+    doc = {"command": "python " + " ".join(shlex.quote(a) for a in [script, *argv]),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), **summary}
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def run_all(fn, work: list, jobs: int) -> list:
@@ -101,19 +116,26 @@ def main(argv=None) -> int:
     p = parser(__doc__, 250)
     p.add_argument("--row", action="store_true", help="judge by the fixed bfloat16 row instead of the twin")
     args = p.parse_args(argv)
-    res = run_all(one, [(args.seed, i, args.row) for i in range(args.n)], args.jobs)
+    res = run_all(one, [(args.seed, i, args.row) for i in range(args.first, args.first + args.n)], args.jobs)
     fails = [r for r in res if r[0]]
     by_hd = {hd: f"{sum(f[2] == hd for f in fails)}/{sum(r[2] == hd for r in res)}" for hd in sorted({r[2] for r in res})}
     print(f"{len(fails)} of {args.n} correct runs failed ({'fixed bfloat16 row' if args.row else 'noise twin'}); "
           f"by head_dim: {by_hd}")
     for f in fails:
         print("  hd=%d H=%d L=%d d=%d D=%d: %s" % (f[2], f[3], f[4], f[5], f[6], f[1]))
+    summary = {"runs": args.n, "seed": args.seed, "judged_by": "fixed bfloat16 row" if args.row else "noise twin",
+               "failed": len(fails), "failed_by_head_dim": by_hd,
+               "failures": [{"head_dim": f[2], "hidden": f[3], "layers": f[4], "d": f[5], "D": f[6], "detail": f[1]}
+                            for f in fails]}
     if not args.row:
-        for name, col in (("value error / twin scale", 7), ("excused margin / twin scale", 8)):
+        for name, col, key in (("value error / twin scale", 7, "value_ratio"), ("excused margin / twin scale", 8,
+                                                                                "margin_ratio")):
             x = np.array([r[col] for r in res])
             q = np.quantile(x, [0.5, 0.9, 0.99, 0.999, 1.0])
             print(f"  per-run max {name}: median {q[0]:.2f}, 90% {q[1]:.2f}, 99% {q[2]:.2f}, 99.9% {q[3]:.2f}, "
                   f"max {q[4]:.2f}")
+            summary[f"per_run_max_{key}"] = dict(zip(("median", "q90", "q99", "q999", "max"), map(float, q)))
+    write_json(args.json, "scripts/bf16_false_alarm_rate.py", argv, summary)
     return 0
 
 

@@ -3,7 +3,11 @@ random tiny models of the property suite's sizes (hidden 8-32, head_dim 2-8, 1-2
 large a fault it sees there: with --fault (kernels/options.py FAULTS, e.g. attn_scale=1.01) the
 same runs report how often that fault is caught and named.
 
-    python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--jobs 1] [--fault SPEC]
+    python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--first 0] [--jobs 1] [--fault SPEC] [--json PATH]
+    python scripts/drift_false_alarm_rate.py --merge A.json B.json ... [--json PATH]
+
+Each --json holds its runs (per_run: index, failed, max |z|, threshold, directions, failure), so
+parts run apart (--first) merge into one summary.
 """
 import sys
 from pathlib import Path
@@ -30,20 +34,44 @@ def one(args) -> tuple:
     return (not rep.ok, rep.failure[:160], max(abs(e.t) for e in rep.estimates), rep.threshold, len(rep.estimates))
 
 
+def summarize(res: list, label: str) -> dict:
+    """Prints the summary of runs res [(index, failed, failure, max |z|, threshold, directions)]."""
+    fails = [r for r in res if r[1]]
+    z = np.array([r[3] for r in res])
+    print(f"{len(fails)} of {len(res)} runs failed the drift verdict ({label}); "
+          f"max |z| per run: median {np.median(z):.2f}, 99% {np.quantile(z, 0.99):.2f}, max {z.max():.2f}; "
+          f"thresholds {min(r[4] for r in res):.2f}-{max(r[4] for r in res):.2f} over "
+          f"{min(r[5] for r in res)}-{max(r[5] for r in res)} directions")
+    for f in fails[:20]:
+        print("  ", f[2])
+    return {"runs": len(res), "failed": len(fails),
+            "max_abs_z_per_run": {"median": float(np.median(z)), "q99": float(np.quantile(z, 0.99)),
+                                  "max": float(z.max())},
+            "thresholds": [min(r[4] for r in res), max(r[4] for r in res)],
+            "directions": [min(r[5] for r in res), max(r[5] for r in res)],
+            "failures": [f[2] for f in fails],
+            "per_run": [list(r) for r in res]}
+
+
 def main(argv=None) -> int:
-    from bf16_false_alarm_rate import parser, run_all
+    import json
+    from bf16_false_alarm_rate import parser, run_all, write_json
     p = parser(__doc__, 200)
     p.add_argument("--fault", default="", help="a kernel fault (kernels/options.py), e.g. attn_scale=1.01")
+    p.add_argument("--merge", nargs="+", default=None, help="merge the per_run lists of these --json files")
     args = p.parse_args(argv)
-    res = run_all(one, [(args.seed, i, args.fault) for i in range(args.n)], args.jobs)
-    fails = [r for r in res if r[0]]
-    z = np.array([r[2] for r in res])
-    print(f"{len(fails)} of {args.n} runs failed the drift verdict ({args.fault or 'correct backend'}); "
-          f"max |z| per run: median {np.median(z):.2f}, 99% {np.quantile(z, 0.99):.2f}, max {z.max():.2f}; "
-          f"thresholds {min(r[3] for r in res):.2f}-{max(r[3] for r in res):.2f} over "
-          f"{min(r[4] for r in res)}-{max(r[4] for r in res)} directions")
-    for f in fails[:20]:
-        print("  ", f[1])
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        res = sorted({r[0]: tuple(r) for part in parts for r in part["per_run"]}.values())
+        fault = parts[0].get("fault", "")
+        summary = {"seed": parts[0]["seed"], "fault": fault, "merged": [p_["command"] for p_ in parts]}
+    else:
+        work = [(args.seed, i, args.fault) for i in range(args.first, args.first + args.n)]
+        res = [(w[1],) + r for w, r in zip(work, run_all(one, work, args.jobs))]
+        fault = args.fault
+        summary = {"seed": args.seed, "fault": fault}
+    summary |= summarize(res, fault or "correct backend")
+    write_json(args.json, "scripts/drift_false_alarm_rate.py", argv, summary)
     return 0
 
 

@@ -85,3 +85,55 @@ def test_an_injected_drift_is_estimated_and_named(tiny, param, name):
     assert rep.failure.startswith(name), rep.failure
     est = next(e for e in rep.estimates if e.label.startswith(name))
     assert est.drift == pytest.approx(0.01, abs=0.001)
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_batched_forward_is_the_per_request_forward(tiny, noisy):
+    """One forward over ragged per-row tokens (right-padded; noise: one stream per block of rows)
+    gives, at each row's own positions, what forward over that request alone gives (FP64)."""
+    P = len(drift_model.params(tiny.cfg.num_layers))
+    rng = np.random.default_rng(3)
+    seqs = [list(map(int, rng.integers(0, 64, n))) for n in (7, 19, 1, 12)]
+    rows = 3                                                        # settings per request
+    scales = 1 + 1e-3 * rng.standard_normal((len(seqs) * rows, P))
+    sigma = 2.0 ** -8
+    stream = lambda i: np.random.default_rng([5, i])
+    batch = drift_model.forward(tiny, [t for t in seqs for _ in range(rows)], 3, scales,
+                                noise=([stream(i) for i in range(len(seqs))], sigma) if noisy else None)
+    for i, t in enumerate(seqs):
+        r = slice(i * rows, (i + 1) * rows)
+        alone = drift_model.forward(tiny, t, 3, scales[r], noise=(stream(i), sigma) if noisy else None)
+        for j in range(3):
+            assert _rel(batch["logits"][j][r, :len(t)], alone["logits"][j]) < 1e-12
+            for l in range(tiny.cfg.num_layers):
+                for kind in ("k", "v"):
+                    assert _rel(batch[kind][j][l][r, :len(t)], alone[kind][j][l]) < 1e-12
+
+
+def test_batched_finite_differences_are_the_per_request_ones(tiny, monkeypatch):
+    """request_stats from forwards batched over requests (ragged) equals request_stats from one
+    forward per request, to FP64 rounding through the finite-difference step."""
+    rng = np.random.default_rng(4)
+    sets = []
+    for n in (9, 23, 15):
+        toks = list(map(int, rng.integers(0, 64, n)))
+        fw = drift_model.forward(tiny, toks, 3, np.ones((1, len(drift_model.params(2)))))
+        obs = {(kind, p, j, l): fw[kind][j][l][0, p] * 1.001 for kind in ("k", "v") for p in range(n - 1)
+               for j in range(3) for l in range(2)}
+        obs.update({("verify", p, 2): fw["logits"][2][0, p] for p in range(n // 2, n - 1)})
+        sets.append((toks, obs))
+    monkeypatch.setattr(drift, "_FORWARDS", {})
+    monkeypatch.setattr(drift, "BATCH_ROWS_T", 0)
+    alone = [drift.request_stats(tiny, t, 3, obs, "bfloat16") for t, obs in sets]
+    monkeypatch.setattr(drift, "_FORWARDS", {})
+    monkeypatch.setattr(drift, "BATCH_ROWS_T", 10 ** 9)
+    drift.batch_forwards(tiny, [(drift._span(t, obs), 3) for t, obs in sets], "bfloat16")
+    batched = [drift.request_stats(tiny, t, 3, obs, "bfloat16") for t, obs in sets]
+    for a, b in zip(alone, batched):
+        assert a[2] == b[2]
+        for x, y in ((a[0], b[0]), (a[1], b[1]), (a[3], b[3])):
+            assert np.max(np.abs(x - y)) <= 1e-8 * np.max(np.abs(x)), np.max(np.abs(x - y)) / np.max(np.abs(x))

@@ -75,3 +75,21 @@ def test_bounds_are_the_twins_spread(traces):
     assert all(v > 0 for v in s.values())
     assert s[3] > s[0]
     assert set(bounds.kv) == {(tr.round,) + k for tr in ref for k in tr.kv_writes}
+
+
+def test_batched_twin_is_the_twin_per_context(traces, monkeypatch):
+    """Contexts batched into one forward (ragged, one noise stream each) give the bounds of one
+    forward per context, to FP64 rounding."""
+    model, ref, bounds = traces
+    monkeypatch.setattr(noise, "_TWINS", {})
+    monkeypatch.setattr(noise, "TWIN_ROWS_T", 0)                    # one context per forward
+    alone = noise.twin_bounds(model, ref, "bfloat16")
+    monkeypatch.setattr(noise, "_TWINS", {})
+    monkeypatch.setattr(noise, "TWIN_ROWS_T", 10 ** 9)              # every context in one forward
+    batched = noise.twin_bounds(model, ref, "bfloat16")
+    assert alone.kv.keys() == batched.kv.keys() == bounds.kv.keys()
+    for k, v in alone.kv.items():
+        assert batched.kv[k] == pytest.approx(v, rel=1e-12)
+    for k, (s, t) in alone.logits.items():
+        assert batched.logits[k][0] == pytest.approx(s, rel=1e-12)
+        assert np.max(np.abs(batched.logits[k][1] - t)) <= 1e-12 * np.max(np.abs(t))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .cache_free import cache_free_check
 from .compare import compare_runs
 from ..errors import OracleError
-from .noise import twin_bounds
+from .noise import SIGMA, twin_bounds, twin_bounds_later
 from .report import Check, Report
 from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from .scenario import Case
@@ -24,9 +24,16 @@ def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", ju
     """The backend's run in one mode against the judge's (default the reference), by the
     backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
     options: session options for both sides (e.g. max_requests, max_len to size the KV)."""
+    dtype = "exact" if bk.exact else bk.dtype
+    if judge is None and draws_host_stream(bk) and dtype in SIGMA:
+        # the reference's side needs nothing of the backend's run: the reference runs first and its
+        # noise twin is computed while the backend runs (same bounds, same order of comparison)
+        ref = judge_run(model, sc, mode, **options)
+        later = twin_bounds_later(model, ref.traces, dtype)
+        got = run_scenario(bk, model, sc, mode, **options)
+        return compare_runs(ref.traces, got.traces, dtype, reproduce, case, bounds=later.result()), got
     got = run_scenario(bk, model, sc, mode, **options)
     ref = judge_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge, **options)
-    dtype = "exact" if bk.exact else bk.dtype
     bounds = twin_bounds(model, ref.traces, dtype) if judge is None else None
     return compare_runs(ref.traces, got.traces, dtype, reproduce, case, bounds=bounds), got
 

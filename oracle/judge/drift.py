@@ -102,30 +102,83 @@ def merged_observations(runs) -> dict:
             for rid, sets in out.items()}
 
 
-def _ref_value(fw, key):
-    if key[0] in ("k", "v"):
-        _, pos, j, l = key
-        return fw[key[0]][j][l][:, pos]                      # [B, nkv, hd]
-    return fw["logits"][key[2]][:, key[1]]                   # [B, V]
-
-
 _FORWARDS: dict = {}
+_ROUNDED: dict = {}
+# Rows x positions of one batched finite-difference forward: requests are batched in order of
+# length up to this many (P + 1 rows each, right-padded to the chunk's longest). One forward over
+# all 24 probe requests is slower on a CPU than a few requests at a time (its arrays leave the
+# caches, and padding to the longest costs the difference); docs/results.md, "Time the verdict adds".
+BATCH_ROWS_T = 6000
+
+
+def _rounded(model, dtype: str):
+    """The model with its weights stored in dtype, built once per model and dtype."""
+    key = (id(model), dtype)
+    hit = _ROUNDED.get(key)
+    if hit is None or hit[0] is not model:
+        if len(_ROUNDED) >= 8:
+            _ROUNDED.clear()
+        hit = _ROUNDED[key] = (model, drift_model.Rounded(model, dtype))
+    return hit[1]
+
+
+def _rows(fw, r0: int, r1: int, n: int) -> dict:
+    """Rows r0:r1 of a batched forward, positions below n: what forward over them alone gives."""
+    return {"k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
+            "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
+            "logits": [x[r0:r1, :n] for x in fw["logits"]]}
+
+
+def _span(tokens, obs) -> tuple:
+    """The committed tokens a request's observations depend on (up to its last observed position)."""
+    return tuple(tokens[:max(k[1] for k in obs) + 1])
+
+
+def _contexts(merged) -> list:
+    """(tokens, loops) of every observation set of merged_observations."""
+    return [(_span(t, obs), lo) for sets in merged.values() for t, lo, obs in sets]
+
+
+def batch_forwards(model, contexts, dtype: str) -> None:
+    """The finite-difference batch (center, then one step per parameter) and the forward with the
+    weights stored in dtype, for every (tokens, loops) of contexts not yet computed: batched over
+    requests (BATCH_ROWS_T), each row the same values as a forward per request. request_stats
+    then finds them (the last 64 are kept; a request's block and loop runs usually commit the
+    same tokens)."""
+    P = len(drift_model.params(model.cfg.num_layers))
+    todo: dict = {}
+    for tokens, loops in dict.fromkeys(contexts):
+        hit = _FORWARDS.get((id(model), tokens, loops, dtype))
+        if hit is None or hit[0] is not model:
+            todo.setdefault(loops, []).append(tokens)
+    if sum(map(len, todo.values())) + len(_FORWARDS) > 64:
+        _FORWARDS.clear()
+    scales = np.ones((P + 1, P))
+    scales[1 + np.arange(P), np.arange(P)] += FD_STEP
+    rounded = _rounded(model, dtype)
+    for loops, ctx in todo.items():
+        ctx.sort(key=len)
+        while ctx:
+            n = 1
+            while n < len(ctx) and (n + 1) * (P + 1) * len(ctx[n]) <= BATCH_ROWS_T:
+                n += 1
+            chunk, ctx = ctx[:n], ctx[n:]
+            fw = drift_model.forward(model, [list(t) for t in chunk for _ in range(P + 1)], loops,
+                                     np.tile(scales, (n, 1)))
+            fr = drift_model.forward(rounded, [list(t) for t in chunk], loops, np.ones((n, P)))
+            for i, t in enumerate(chunk):
+                _FORWARDS[(id(model), t, loops, dtype)] = (model, _rows(fw, i * (P + 1), (i + 1) * (P + 1), len(t)),
+                                                          _rows(fr, i, i + 1, len(t)))
 
 
 def _forwards(model, tokens: tuple, loops: int, dtype: str):
-    """The finite-difference batch (center, then one step per parameter) and the forward with the
-    weights stored in dtype, at these tokens; the last few are kept (a request's block and loop
-    runs usually commit the same tokens)."""
+    """(finite-difference batch, forward with the weights stored in dtype) at these tokens."""
     key = (id(model), tokens, loops, dtype)
-    if key not in _FORWARDS or _FORWARDS[key][0] is not model:
-        P = len(drift_model.params(model.cfg.num_layers))
-        scales = np.ones((P + 1, P))
-        scales[1 + np.arange(P), np.arange(P)] += FD_STEP
-        if len(_FORWARDS) >= 64:
-            _FORWARDS.clear()
-        _FORWARDS[key] = (model, drift_model.forward(model, list(tokens), loops, scales),
-                          drift_model.forward(drift_model.Rounded(model, dtype), list(tokens), loops, np.ones((1, P))))
-    return _FORWARDS[key][1:]
+    hit = _FORWARDS.get(key)
+    if hit is None or hit[0] is not model:
+        batch_forwards(model, [(tokens, loops)], dtype)
+        hit = _FORWARDS[key]
+    return hit[1:]
 
 
 def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
@@ -133,25 +186,36 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
     observations, J by forward finite differences of drift_model.forward (FP64) at the committed
     tokens; bw = J^T W e_w, where e_w is what storing the weights in `dtype` alone changes."""
     P = len(drift_model.params(model.cfg.num_layers))
-    last = max(k[1] for k in obs) + 1
-    fw, fr = _forwards(model, tuple(tokens[:last]), loops, dtype)
+    fw, fr = _forwards(model, _span(tokens, obs), loops, dtype)
     groups: dict = {}
-    for key, got in obs.items():
-        val = _ref_value(fw, key)
-        c, J = val[0].ravel(), (val[1:].reshape(P, -1) - val[0].ravel()) / FD_STEP
-        e, ew = np.asarray(got, np.float64).ravel() - c, _ref_value(fr, key)[0].ravel() - c
-        ok = np.isfinite(e) & np.isfinite(ew)
-        groups.setdefault((key[0],) + key[2:], []).append((c[ok], J[:, ok], e[ok], ew[ok]))
+    for key, got in obs.items():                 # value groups (kind, depth[, layer]): positions, values
+        g = groups.setdefault((key[0],) + key[2:], ([], []))
+        g[0].append(key[1])
+        g[1].append(got)
     b, G, bw, n = np.zeros(P), np.zeros((P, P)), np.zeros(P), 0
-    for gkey, items in groups.items():
+    for gkey, (pos, got) in groups.items():
+        if gkey[0] in ("k", "v"):
+            val, ref_w = fw[gkey[0]][gkey[1]][gkey[2]], fr[gkey[0]][gkey[1]][gkey[2]]
+        else:
+            val, ref_w = fw["logits"][gkey[1]], fr["logits"][gkey[1]]
+        pos = np.asarray(pos)
+        val = val[:, pos].reshape(P + 1, len(pos), -1)                       # [1 + P, values, n]
+        c = val[0]
+        J = (val[1:] - c) / FD_STEP
+        e = np.stack([np.asarray(x, np.float64).reshape(-1) for x in got]) - c
+        ew = ref_w[0, pos].reshape(len(pos), -1) - c
+        ok = np.isfinite(e) & np.isfinite(ew)
         depth = gkey[1]
-        rms = np.sqrt(np.mean([c @ c for c, *_ in items]))
+        rms = np.sqrt(np.mean(np.sum(np.where(ok, c, 0.0) ** 2, axis=1)))
         w = 1.0 / max(rms * GROWTH ** depth, 1e-30) ** 2
-        for _, J, e, ew in items:
-            b += w * (J @ e)
-            bw += w * (J @ ew)
-            G += w * (J @ J.T)
-            n += e.size
+        if ok.all():
+            Jf, ef, ewf = J.reshape(P, -1), e.ravel(), ew.ravel()
+        else:
+            Jf, ef, ewf = J[:, ok], e[ok], ew[ok]
+        b += w * (Jf @ ef)
+        bw += w * (Jf @ ewf)
+        G += w * (Jf @ Jf.T)
+        n += ef.size
     return b, G, n, bw
 
 
@@ -279,11 +343,20 @@ def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, repr
     case = probe_case(model.cfg.vocab_size, model.cfg.total_loops, n, seed)
     policy = case.policy if case.policy in backend.policies else backend.policies[0]
     case.policy = policy
-    runs = {mode: run(backend, model, case, mode) for mode in ("block", "loop")}
     dtype = "float32" if backend.exact else backend.dtype
-    stats_fn = stats_fn or (lambda tokens, loops, obs: request_stats(model, tokens, loops, obs, dtype))
+    runs, later = {}, None
+    for mode in ("block", "loop"):
+        runs[mode] = run(backend, model, case, mode)
+        if stats_fn is None and later is None:    # the block run's forwards while the loop run runs
+            later = drift_model.background(batch_forwards, model, _contexts(merged_observations([runs[mode]])), dtype)
+    if later is not None:
+        later.result()
+    merged = merged_observations(runs.values())
+    if stats_fn is None:                      # the NumPy sensitivities: every request's forwards in few batches
+        batch_forwards(model, _contexts(merged), dtype)
+        stats_fn = lambda tokens, loops, obs: request_stats(model, tokens, loops, obs, dtype)
     per: dict = {}
-    for rid, sets in merged_observations(runs.values()).items():
+    for rid, sets in merged.items():
         for tokens, loops, obs in sets:
             new = stats_fn(tokens, loops, obs)
             per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))

@@ -22,6 +22,19 @@ LAYER_PARAMS = ("attn_scale", "k_proj", "v_proj", "o_proj", "gate_proj", "up_pro
 GLOBAL_PARAMS = ("rope_theta", "embed_tokens", "norm", "lm_head")
 
 
+_POOL: list = []
+
+
+def background(fn, *args, **kwargs):
+    """fn(*args, **kwargs) on the one helper thread the verdicts share: a Future. The twin and the
+    finite differences are NumPy on arrays large enough to release the GIL, so they overlap the
+    backend's and the reference's runs (a second core where there is one)."""
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="verdict"))
+    return _POOL[0].submit(fn, *args, **kwargs)
+
+
 def params(num_layers: int) -> list[tuple[str, int | None]]:
     """Every knob: (name, layer) per layer, then (name, None) for the global ones."""
     return [(p, l) for l in range(num_layers) for p in LAYER_PARAMS] + [(p, None) for p in GLOBAL_PARAMS]
@@ -72,32 +85,95 @@ def _rope(x, cos, sin):
     return x * cos[:, :, None] + rot * sin[:, :, None]
 
 
+class _Tape:
+    """One stream's N(0, 1) draws for the stored intermediates, taken in blocks of at least 1 << 16
+    (a block too short for the next intermediate is dropped and a new one drawn)."""
+
+    __slots__ = ("rng", "z", "i")
+
+    def __init__(self, rng):
+        self.rng, self.z, self.i = rng, np.zeros(0, np.float32), 0
+
+    def take(self, n: int) -> np.ndarray:
+        if self.i + n > self.z.size:
+            self.z, self.i = self.rng.standard_normal(max(1 << 16, n), dtype=np.float32), 0
+        self.i += n
+        return self.z[self.i - n:self.i]
+
+
+def _rows_tokens(tokens, B: int):
+    """(tok [T] shared by every row, or [B, T] right-padded with 0; lengths [B])."""
+    if len(tokens) and np.ndim(tokens[0]) > 0:                     # one sequence per row
+        assert len(tokens) == B, (len(tokens), B)
+        lengths = np.array([len(t) for t in tokens], np.int64)
+        tok = np.zeros((B, int(lengths.max())), np.int64)
+        for r, t in enumerate(tokens):
+            tok[r, :len(t)] = t
+        return tok, lengths
+    tok = np.asarray(tokens, np.int64)
+    return tok, np.full(B, len(tok), np.int64)
+
+
 def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
-    """tokens: [T] ids; scales: [B, len(params(L))] factors. Returns {"k": [loop][layer] [B, T,
-    nkv, hd] (after RoPE), "v": same, "logits": [loop] [B, T, V]} in FP64. noise: (rng, sigma)."""
+    """tokens: [T] ids (every row), or B sequences of ids, one per row of scales (ragged: a row is
+    right-padded to the longest; causal attention keeps a row's positions below its length
+    exactly what forward over that row alone gives, and those past it are meaningless);
+    scales: [B, len(params(L))] factors. Returns {"k": [loop][layer] [B, T, nkv, hd] (after
+    RoPE), "v": same, "logits": [loop] [B, T, V]} in FP64.
+
+    noise: (rng, sigma), one stream for every row; or (rngs, sigma), a list of G streams: the rows
+    are G equal consecutive blocks (rows of one block share a length), and block g gets exactly
+    the draws forward(model, its tokens, loops, its scales, noise=(rngs[g], sigma)) would, so a
+    batch of noise twins equals the twins run one by one."""
     cfg = model.cfg
     names = params(cfg.num_layers)
     scales = np.asarray(scales, np.float64)
-    B, T = scales.shape[0], len(tokens)
+    B = scales.shape[0]
+    tok, lengths = _rows_tokens(tokens, B)
+    T = tok.shape[-1]
     assert scales.shape[1] == len(names), (scales.shape, len(names))
     nh, nkv, hd, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
     col = {n: i for i, n in enumerate(names)}
     s = lambda name, layer=None: scales[:, col[(name, layer)]][:, None, None]       # [B, 1, 1]
-    rng, sigma = noise if noise is not None else (None, 0.0)
-    tape = {"z": np.zeros(0, np.float32), "i": 0}        # N(0, 1) draws, taken in blocks
+    rngs, sigma = noise if noise is not None else (None, 0.0)
+    rng = rngs
+    blocks = []                                        # (tape, first row, end row, length)
+    if rngs is not None:
+        rngs = list(rngs) if isinstance(rngs, (list, tuple)) else [rngs]
+        nb = B // len(rngs)
+        assert nb * len(rngs) == B, (B, len(rngs))
+        for g, r in enumerate(rngs):
+            n = lengths[g * nb:(g + 1) * nb]
+            assert (n == n[0]).all(), "the rows of one noise stream must share a length"
+            blocks.append((_Tape(r), g * nb, (g + 1) * nb, int(n[0])))
+    whole = len(blocks) == 1 and blocks[0][3] == T
+    sig32 = np.float32(sigma)
 
-    def rn(x):                                         # a stored intermediate, rounded (twin) or not
+    def rn(x, taxes=(1,)):                             # a stored intermediate, rounded (twin) or not
         if rng is None:
             return x
-        if tape["i"] + x.size > tape["z"].size:
-            tape["z"], tape["i"] = rng.standard_normal(max(1 << 16, x.size), dtype=np.float32), 0
-        z = tape["z"][tape["i"]:tape["i"] + x.size].reshape(x.shape)
-        tape["i"] += x.size
-        return x * (1.0 + sigma * z)
+        if whole:                                      # one stream, no padding
+            f = np.multiply(blocks[0][0].take(x.size).reshape(x.shape), sig32)
+        else:
+            f = np.zeros(x.shape, np.float32)
+            for tape, r0, r1, n in blocks:
+                idx = [slice(r0, r1)] + [slice(None)] * (x.ndim - 1)
+                for a in taxes:                        # the position axes: the block's own length
+                    idx[a] = slice(0, n)
+                idx = tuple(idx)
+                shape = f[idx].shape
+                np.multiply(tape.take(int(np.prod(shape))).reshape(shape), sig32, out=f[idx])
+        f += np.float32(1.0)                           # 1 + sigma * z in FP32, as x * (1.0 + sigma * z)
+        return np.multiply(x, f, out=x) if x.dtype == np.float64 and x.flags.owndata and x.flags.writeable else x * f
 
     w = _f64(model)
-    if rng is not None:
-        w = {k: v * (1.0 + sigma * rng.standard_normal((B,) + v.shape, dtype=np.float32)) for k, v in w.items()}
+    if rng is not None:                                # per stream: every weight's draws, in order, then the tape
+        z = {k: [] for k in w}
+        for tape, r0, r1, _ in blocks:
+            for k, v in w.items():
+                z[k].append(tape.rng.standard_normal((r1 - r0,) + v.shape, dtype=np.float32))
+        w = {k: v * (1.0 + sigma * (z[k][0] if len(blocks) == 1 else np.concatenate(z[k])))
+             for k, v in w.items()}
     W = (lambda name: w[name]) if rng is None else (lambda name: w[name][:, None])   # [B, 1, ...] per setting
 
     def mm(x, name):                                   # x: [B, T, in] @ W.T -> [B, T, out]
@@ -115,9 +191,13 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
     ang = np.concatenate([ang, ang], axis=-1)
     cos, sin = rn(np.cos(ang)), rn(np.sin(ang))
     mask = np.triu(np.full((T, T), -np.inf), k=1)
-    tok = np.asarray(tokens, np.int64)
+    causal = np.tril(np.ones((T, T), bool))
     emb = w["model.embed_tokens.weight"]
-    h = rn((emb[tok][None] if rng is None else emb[:, tok]) * s("embed_tokens"))       # h: [B, T, H]
+    if rng is None:
+        e = emb[tok] if tok.ndim == 2 else emb[tok][None]
+    else:
+        e = emb[np.arange(B)[:, None], tok] if tok.ndim == 2 else emb[:, tok]
+    h = rn(e * s("embed_tokens"))                                                       # h: [B, T, H]
     out = {"k": [], "v": [], "logits": []}
     for j in range(loops):
         out["k"].append([]), out["v"].append([])
@@ -132,8 +212,9 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
             kk, vv = np.repeat(k, nh // nkv, axis=2), np.repeat(v, nh // nkv, axis=2)
             qt, kt, vt = q.transpose(0, 2, 1, 3), kk.transpose(0, 2, 3, 1), vv.transpose(0, 2, 1, 3)
             logit = (qt @ kt) * ((hd ** -0.5) * s("attn_scale", l)[..., None]) + mask     # [B, nh, T, T]
-            prob = np.exp(logit - logit.max(-1, keepdims=True))
-            prob = rn(prob / prob.sum(-1, keepdims=True))
+            z = logit - logit.max(-1, keepdims=True)
+            prob = np.exp(z, out=np.zeros_like(z), where=causal)            # exp(-inf) = 0 above the diagonal
+            prob = rn(prob / prob.sum(-1, keepdims=True), (2, 3))
             a = rn((prob @ vt).transpose(0, 2, 1, 3).reshape(B, T, nh * hd))
             o = rn(mm(a, p + "self_attn.o_proj.weight") * s("o_proj", l))
             h = rn(h + rn(_rms(o, nw(p + "input_layernorm_2.weight") * s("input_layernorm_2", l), eps)))

@@ -99,22 +99,56 @@ def _contexts(tr):
 
 
 _TWINS: dict = {}
+# Rows x positions of one batched twin forward: contexts are batched in order of length up to this
+# many (SAMPLES rows each, right-padded to the chunk's longest); one forward over every context of
+# a case is slower on a CPU than a few at a time (docs/results.md, "Time the verdict adds").
+TWIN_ROWS_T = 1500
 
 
-def _twin(model, tokens: tuple, loops: int, dtype: str, samples: int, seed: int):
-    """(center, twin) forwards of one context; the noise is seeded by the context, so the block and
-    loop runs of one case (same contexts) get the same bounds, computed once."""
-    key = (id(model), tokens, loops, dtype, samples, seed)
-    hit = _TWINS.get(key)
-    if hit is None or hit[0] is not model:
-        P = len(drift_model.params(model.cfg.num_layers))
-        rng = np.random.default_rng([seed, len(tokens), *tokens])
-        if len(_TWINS) >= 256:
-            _TWINS.clear()
-        hit = _TWINS[key] = (model, drift_model.forward(model, list(tokens), loops, np.ones((1, P))),
-                             drift_model.forward(model, list(tokens), loops, np.ones((samples, P)),
-                                                 noise=(rng, SIGMA[dtype])))
-    return hit[1], hit[2]
+def _rows(fw, r0: int, r1: int, n: int) -> dict:
+    """Rows r0:r1 of a batched forward, positions below n: what forward over them alone gives."""
+    return {"k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
+            "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
+            "logits": [x[r0:r1, :n] for x in fw["logits"]]}
+
+
+def _twins(model, contexts, dtype: str, samples: int, seed: int) -> dict:
+    """(tokens, loops) -> (center, twin) forwards of each context; the noise is seeded by the
+    context, so the block and loop runs of one case (same contexts) get the same bounds, computed
+    once. The contexts not yet computed run as one batch per loop count (each context its own
+    rows and its own noise stream: the same values as one forward per context)."""
+    P = len(drift_model.params(model.cfg.num_layers))
+    out, todo = {}, {}
+    for tokens, loops in contexts:
+        key = (id(model), tokens, loops, dtype, samples, seed)
+        hit = _TWINS.get(key)
+        if hit is not None and hit[0] is model:
+            out[(tokens, loops)] = hit[1:]
+        else:
+            todo.setdefault(loops, {})[tokens] = key
+    if sum(map(len, todo.values())) + len(_TWINS) > 256:
+        _TWINS.clear()
+    for loops, keys in todo.items():
+        ctx = sorted(keys, key=len)
+        while ctx:
+            n = 1
+            while n < len(ctx) and (n + 1) * samples * len(ctx[n]) <= TWIN_ROWS_T:
+                n += 1
+            chunk, ctx = ctx[:n], ctx[n:]
+            rngs = [np.random.default_rng([seed, len(t), *t]) for t in chunk]
+            center = drift_model.forward(model, [list(t) for t in chunk], loops, np.ones((n, P)))
+            twin = drift_model.forward(model, [list(t) for t in chunk for _ in range(samples)], loops,
+                                       np.ones((n * samples, P)), noise=(rngs, SIGMA[dtype]))
+            for i, t in enumerate(chunk):
+                hit = out[(t, loops)] = (_rows(center, i, i + 1, len(t)),
+                                         _rows(twin, i * samples, (i + 1) * samples, len(t)))
+                _TWINS[keys[t]] = (model,) + hit
+    return out
+
+
+def twin_bounds_later(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED):
+    """twin_bounds computed on the verdicts' helper thread (drift_model.background): a Future."""
+    return drift_model.background(twin_bounds, model, ref_traces, dtype, samples, seed)
 
 
 def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED) -> Bounds | None:
@@ -123,15 +157,22 @@ def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int
     if dtype not in SIGMA:
         return None
     kv, logits = {}, {}
-    for tr in ref_traces:
-        for rid, (tokens, start, (d, D)) in _contexts(tr).items():
-            center, twin = _twin(model, tuple(tokens), D, dtype, samples, seed)
-            for (q, pos, j, l) in tr.kv_writes:
-                if q != rid:
-                    continue
-                dk = twin["k"][j][l][:, pos] - center["k"][j][l][:, pos]           # [S, nkv, hd]
-                dv = twin["v"][j][l][:, pos] - center["v"][j][l][:, pos]
-                kv[(tr.round, q, pos, j, l)] = float(np.sqrt(np.mean(np.sum(dk * dk + dv * dv, axis=(1, 2)))))
+    contexts = [(tr, _contexts(tr)) for tr in ref_traces]
+    fw = _twins(model, dict.fromkeys((tuple(t), D) for _, ctx in contexts for t, _, (_, D) in ctx.values()), dtype,
+                samples, seed)
+    for tr, ctx in contexts:
+        writes: dict = {}                                      # rid -> (depth, layer) -> positions
+        for (q, pos, j, l) in tr.kv_writes:
+            writes.setdefault(q, {}).setdefault((j, l), []).append(pos)
+        for rid, (tokens, start, (d, D)) in ctx.items():
+            center, twin = fw[(tuple(tokens), D)]
+            for (j, l), pos in writes.get(rid, {}).items():
+                at = np.asarray(pos)
+                dk = twin["k"][j][l][:, at] - center["k"][j][l][:, at]             # [S, writes, nkv, hd]
+                dv = twin["v"][j][l][:, at] - center["v"][j][l][:, at]
+                s = np.sqrt(np.mean(np.sum(dk * dk + dv * dv, axis=(2, 3)), axis=0))
+                for p, v in zip(pos, s.tolist()):
+                    kv[(tr.round, rid, p, j, l)] = v
             for kind, keys, j in (("draft_logits", tr.draft_logits, d - 1), ("verify_logits", tr.verify_logits, D - 1)):
                 for (q, o) in keys:
                     if q != rid:
