@@ -289,18 +289,18 @@ def test_processors_in_graphed_rounds(preset, policy, mode):
     the same rounds eager, and to every round in flight at once."""
     m, bk = model(preset), backend()
     c = proc_case(m.cfg.vocab_size, policy)
-    g = run(bk, m, c, mode, graphs=graph_mode(bk))
+    g = run_scenario(bk, m, c, mode, graphs=graph_mode(bk))
     counters_hold(g.traces)
     keys = [k[1] for k in g.session.graphs.graphs if k[0] in ("draft", "verify", "accept")]
     assert any(isinstance(k[-1], tuple) for k in keys) and any(not isinstance(k[-1], tuple) for k in keys)
     assert not g.session.graphs.capture_errors
     assert any(t.finished for t in g.traces)                          # stops after min_tokens
-    assert_identical(g, run(bk, m, c, mode, graphs="off"))
-    judged(reference_run(m, c, mode), g)
+    assert_identical(g, run_scenario(bk, m, c, mode, graphs="off"))
+    judged(judge_run(m, c, mode), g)
     ahead = proc_case(m.cfg.vocab_size, policy, stops=False)          # no request finishes: all in flight
-    a = run(bk, m, ahead, mode, graphs=graph_mode(bk), submit_ahead=True)
-    assert_identical(a, run(bk, m, ahead, mode, graphs="off"))
-    judged(reference_run(m, ahead, mode), a)
+    a = run_scenario(bk, m, ahead, mode, graphs=graph_mode(bk), submit_ahead=True)
+    assert_identical(a, run_scenario(bk, m, ahead, mode, graphs="off"))
+    judged(judge_run(m, ahead, mode), a)
 
 
 def processor_params(vocab: int):

@@ -10,7 +10,7 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from kernels import bench
+from bench import calls as bench
 from kernels.kvplanes import KVPlanes
 from kernels.model import PackedModel
 from kernels.options import KernelOptions

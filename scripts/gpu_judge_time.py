@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_tests.judge_timing import time_judge_round  # noqa: E402
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from oracle.config import preset  # noqa: E402
-from oracle.model import LoopedModel, build_model  # noqa: E402
-from oracle.weights import random_weights  # noqa: E402
+from oracle.checkpoint import build_model  # noqa: E402
+from oracle.model import LoopedModel, random_weights  # noqa: E402
 
 
 def main(argv=None) -> int:

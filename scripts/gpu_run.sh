@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -51,6 +51,17 @@ print(json.dumps({"linear_weight_bytes": wbytes, "kv_bytes_per_row": kv_row, "co
                   "c_over_floor_with_kv": {m: c / floor_kv[m] for m, c in ct["c_ms"].items()}}, indent=1))
 PY
   ;;
+procs)   # the logits processors' added work: paired block/loop rounds at C=64 without and with them, twice each
+  P="--repetition-penalty 1.3 --presence-penalty 0.5 --frequency-penalty 0.2 --logit-bias 5:2.0,9:-1.5 --bad-words 3,4/7"
+  for arm in off on off on; do
+    n=$(ls "$OUT"/procs_${arm}_*.json 2>/dev/null | wc -l)
+    timeout ${PROCS_TIMEOUT:-150} python3 -m oracle bench rounds --preset ouro-1.4b --batch ${BATCH:-64} --k 4 -d 2 -D 4 \
+      --tokens ${TOKENS:-32} --repeats ${REPEATS:-5} --context 256 --temperature ${TEMP:-0} $([ $arm = on ] && echo $P) \
+      --json > "$OUT/procs_${arm}_$n.json" 2> "$OUT/procs_${arm}_$n.log"; tail -c 400 "$OUT/procs_${arm}_$n.json"; echo
+  done ;;
+judge)   # the JAX FP32 judge's round at ouro-1.4b, C=16, context 1024, against its floor (oracle.cost.judge_round_floor)
+  timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py ${JUDGE_ARGS:---kv-fetch async} --json "$OUT/judge_time.json" \
+    2>&1 | tee "$OUT/judge_time.log" | tail -30 ;;
 sweep)   # synchronous rounds, then two rounds in flight
   for f in ${IN_FLIGHT:-1 2}; do
     timeout ${SWEEP_TIMEOUT:-280} python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,16,64,128} --k 4 \

@@ -698,7 +698,8 @@ from kernels import host_sampling                                               
 from kernels.engine import Engine                                               # noqa: E402
 from kernels.round_buffer import processors_variant                             # noqa: E402
 from kernels.rows import MAX_BAD_WORD_LEN, MAX_BAD_WORDS, STEPS, TAIL, processor_steps  # noqa: E402
-from oracle.judge.cases import judge_cases, run as judge_run                    # noqa: E402
+from oracle.judge.cases import judge_cases                                      # noqa: E402
+from oracle.judge.runner import run_scenario as judge_run                   # noqa: E402
 from oracle.judge.scenario import make_case                                     # noqa: E402
 from oracle.sampling import Seen                                                # noqa: E402
 
