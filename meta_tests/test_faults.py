@@ -117,13 +117,13 @@ EXPECTED = {
     "make_stop_kv_not_rolled_back": [(STOPS, "KV frontiers")],
     "make_mask_verify_only": [(ROUNDS, "vs reference")],
     "make_penalty_ignores_drafts": [
-        (ROUNDS, "draft token"), (PLAIN, "under plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode"),
+        (ROUNDS, "draft token"), (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode"),
         (STATEFUL, "draft token")],
     "make_penalty_verify_only": [(ROUNDS, "vs reference block"), (GENERATION, "vs reference block"), (STATEFUL, "")],
     "make_min_tokens_counts_round_drafts": [
-        (PLAIN, "under plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
+        (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
     "make_bad_words_ignore_drafts": [
-        (PLAIN, "under plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
+        (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
 }
 PROCESSOR_FAULTS = ("make_penalty_ignores_drafts", "make_penalty_verify_only", "make_min_tokens_counts_round_drafts",
                     "make_bad_words_ignore_drafts")

@@ -5,8 +5,8 @@ round's drafts 1..o (oracle.phases.seen, oracle.judge.decisions.seen_in): the co
 decoding would have had. Requests here always carry processors, on small vocabularies (8-24
 tokens) so that they bite (strategies.processor_kwargs: repeats, penalties up to 2, biases
 that change decisions, bad words from the prompt's tokens, min_tokens with stop tokens), and
-the first two properties add bad words cut from each request's own plain decode
-(`with_recent_bad_words`), whose prefixes are drafts of one round.
+the first two properties add bad words and stop tokens (with min_tokens around them) cut
+from each request's own plain decode (`with_recent_words`), so that they bite inside rounds.
 
 * test_greedy_speculative_decoding_is_plain_decoding (any backend): greedy requests emit
   exactly the same tokens under speculative rounds (any K_i, d < D, both modes and RNG
@@ -100,23 +100,34 @@ def planned(sc: Scenario) -> dict:
             for rid in range(len(sc.prompts))}
 
 
-def with_recent_bad_words(sc: Scenario, data) -> Scenario:
-    """sc with, on some requests, a bad word of 2-3 consecutive tokens of the request's own
-    plain decode (on the reference): its prefix is generated, often as drafts of one round,
-    and its last token is what the decode would otherwise emit next, so the word bites (a
-    prompt-made word rarely does). Only where the mask leaves other tokens than the word's
-    last, the stop tokens and the one-token words."""
+def with_recent_words(sc: Scenario, data) -> Scenario:
+    """sc with, on some requests, words cut from the request's own plain decode (on the
+    reference), so that they bite inside rounds (words drawn from the prompt rarely do):
+    a bad word of 2-3 consecutive generated tokens (its prefix is generated, often as the
+    drafts of one round, and its last token is what the decode would emit next), and a stop
+    token the decode generates at position m with min_tokens in m..m+4 (the stop token is
+    masked exactly where the decode would emit it). Each only where the mask leaves tokens
+    besides the masked ones."""
     pre = harness.run(harness.REFERENCE, plain_scenario(sc, planned(sc)), "block")
     params = list(sc.params)
     for rid, p in enumerate(params):
         g = generated(pre, sc, rid)
-        if len(g) < 2 or not data.draw(st.booleans(), label=f"bad word from the decode of request {rid}"):
-            continue
-        n = data.draw(st.integers(0, len(g) - 2), label="at")
-        word = tuple(g[n:n + data.draw(st.integers(2, min(3, len(g) - n)), label="length")])
-        left = set(unmasked(p, sc.cfg.vocab_size)) - set(p.stop_token_ids) - {w[-1] for w in p.bad_words if len(w) == 1}
-        if left - {word[-1]}:
-            params[rid] = dataclasses.replace(p, bad_words=p.bad_words + (word,))
+        left = set(unmasked(p, sc.cfg.vocab_size)) - set(p.stop_token_ids) - \
+            {w[-1] for w in p.bad_words if len(w) == 1}
+        if len(g) >= 2 and data.draw(st.booleans(), label=f"bad word from the decode of request {rid}"):
+            n = data.draw(st.integers(0, len(g) - 2), label="at")
+            word = tuple(g[n:n + data.draw(st.integers(2, min(3, len(g) - n)), label="length")])
+            if left - {word[-1]}:
+                p = dataclasses.replace(p, bad_words=p.bad_words + (word,))
+                left -= {word[-1]}
+        if g and data.draw(st.booleans(), label=f"stop token from the decode of request {rid}"):
+            m = data.draw(st.integers(0, len(g) - 1), label="stop at")
+            low = min(m, p.max_tokens or m)
+            k = data.draw(st.integers(low, low + 4), label="min_tokens")
+            if left - {g[m]}:
+                p = dataclasses.replace(p, stop_token_ids=tuple(sorted(set(p.stop_token_ids) | {g[m]})),
+                                        min_tokens=min(k, p.max_tokens or k))
+        params[rid] = p
     return dataclasses.replace(sc, params=tuple(params))
 
 
@@ -159,25 +170,25 @@ def bite_events(bk, run, sc: Scenario) -> None:
 @given(sc=processor_scenarios(kind="greedy"), mode=st.sampled_from(MODES), plain_mode=st.sampled_from(MODES),
        data=st.data())
 def test_greedy_speculative_decoding_is_plain_decoding(sc, mode, plain_mode, data):
-    bk, sc = harness.backend_for(with_recent_bad_words(sc, data))
+    bk, sc = harness.backend_for(with_recent_words(sc, data))
     spec = harness.run(bk, sc, mode)
     lengths = {rid: len(generated(spec, sc, rid)) for rid in range(len(sc.prompts))}
     plain = harness.run(bk, plain_scenario(sc, lengths), plain_mode)
     margin = 0.0 if bk.exact else TOLERANCES[bk.dtype]["margin"]
-    where = f"{bk.name}: speculative ({mode}) vs one-token-per-step ({plain_mode}) decoding, {sc.describe()}"
+    where = f"speculative rounds ({mode}) vs plain decoding ({plain_mode})"
     for rid, p in enumerate(sc.params):
         a, b = generated(spec, sc, rid), generated(plain, sc, rid)
         n = next((n for n, (x, y) in enumerate(zip(a, b)) if x != y), None)
         if n is None:
             assert len(a) == len(b) and finished(spec, rid) == finished(plain, rid), \
-                (f"{where}: request {rid} ({p.to_json()}) generated {a} ({finished(spec, rid)}), plain decoding "
-                 f"{b} ({finished(plain, rid)})")
+                (f"{bk.name}: request {rid} generated {a} ({finished(spec, rid)}) under {where}: {b} "
+                 f"({finished(plain, rid)}); params {p.to_json()}; {sc.describe()}")
             continue
         near = min(greedy_margin(processed_at(bk, spec, rid, n, p), a[n], b[n]),
                    greedy_margin(processed_at(bk, plain, rid, n, p), b[n], a[n]))
-        assert near <= margin, (f"{where}: request {rid} ({p.to_json()}) generated token {n} is {a[n]} under "
-                                f"speculative rounds, {b[n]} under plain decoding (margin {near:.3g} > "
-                                f"{margin:.3g}); speculative {a}, plain {b}")
+        assert near <= margin, (f"{bk.name}: request {rid} generated token {n} is {a[n]} under speculative rounds "
+                                f"({mode}), {b[n]} under plain decoding ({plain_mode}) (margin {near:.3g} > "
+                                f"{margin:.3g}); speculative {a}, plain {b}; params {p.to_json()}; {sc.describe()}")
         event("excused near tie")
     accepted = sum(tr.accepted[r] for tr in spec.traces for r in tr.requests)
     event(f"drafts accepted in all: {'0' if not accepted else '1-4' if accepted < 5 else '5+'}")
@@ -243,7 +254,7 @@ def test_forced_drafts_follow_the_plain_decode(sc, mode, data):
     bk = harness.backend()
     if not bk.exact:
         pytest.skip(f"backend {bk.name} is not exact: forced drafts need bit-equal logits across batchings")
-    bk, sc = harness.backend_for(with_recent_bad_words(sc, data))
+    bk, sc = harness.backend_for(with_recent_words(sc, data))
     model = build_model(sc.cfg, sc.weight_seed)
     plain = harness.run(bk, plain_scenario(sc, planned(sc)), "loop")
     plan = plain_plan(bk, plain, sc)
