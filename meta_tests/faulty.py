@@ -27,6 +27,13 @@ fails (meta_tests/test_faults.py asserts which properties catch which fault).
                                     the KV keeps every emitted token's position (start + a + 1)
     make_mask_verify_only           banned/allowed masks applied to the verification logits
                                     only: drafts come from the unmasked draft logits
+    make_penalty_ignores_drafts     repetition/presence/frequency penalties computed on the
+                                    committed tokens only (seen.output without this round's drafts)
+    make_penalty_verify_only        penalties applied to the verification logits only: drafts
+                                    come from unpenalised draft logits
+    make_min_tokens_counts_round_drafts  min_tokens counts every draft of the round as generated
+                                    (len(output) - drafts + round_drafts): stop tokens unmasked early
+    make_bad_words_ignore_drafts    bad-word prefixes matched against the committed output only
     make_biased_sampler             the filtered distribution is moved by 2% total variation
                                     (property_tests.test_distribution.biased)
     make_logits_off_at_one_offset   verification logits of offset 1 off by 25% (self-consistent)
@@ -46,7 +53,7 @@ import types
 
 import numpy as np
 
-from oracle import phases, sampling
+from oracle import phases, processors, sampling
 from oracle.reference_backend import ReferenceBackend, ReferenceSession
 from oracle.kv import KVCache, KVWrite
 from oracle.phases import PHASES, Phases
@@ -370,6 +377,56 @@ class MaskVerifyOnly(FaultyBackend):
                 r.params = p
 
 
+def _committed(seen):
+    """What the logits would see if this round's drafts were not there."""
+    return dataclasses.replace(seen, output=seen.output[:len(seen.output) - seen.drafts], drafts=0)
+
+
+def _penalties_ignore_drafts(x, params, seen):
+    return processors.penalties(x, params, _committed(seen))                  # BUG: drafts not counted
+
+
+class PenaltyIgnoresDrafts(FaultyBackend):
+    fault = "penalty_ignores_drafts"
+    sampling = sampling_with_steps(penalties=_penalties_ignore_drafts)
+
+
+class PenaltyVerifyOnly(FaultyBackend):
+    fault = "penalty_verify_only"
+
+    def draft_head(self, st, heads):
+        saved = [r.params for r in st.requests]
+        for r in st.requests:                                   # BUG: drafts see unpenalised logits
+            r.params = dataclasses.replace(r.params, repetition_penalty=1.0, presence_penalty=0.0,
+                                           frequency_penalty=0.0)
+        try:
+            phases.draft_head(st, heads)
+        finally:
+            for r, p in zip(st.requests, saved):
+                r.params = p
+
+
+def _min_tokens_counts_round_drafts(x, params, seen):
+    generated = len(seen.output) - seen.drafts + seen.round_drafts            # BUG: all K drafts counted
+    if generated < params.min_tokens and params.stop_token_ids:
+        x[list(params.stop_token_ids)] = -np.inf
+    return x
+
+
+class MinTokensCountsRoundDrafts(FaultyBackend):
+    fault = "min_tokens_counts_round_drafts"
+    sampling = sampling_with_steps(min_tokens=_min_tokens_counts_round_drafts)
+
+
+def _bad_words_ignore_drafts(x, params, seen):
+    return processors.bad_words(x, params, _committed(seen))                  # BUG: drafts not matched
+
+
+class BadWordsIgnoreDrafts(FaultyBackend):
+    fault = "bad_words_ignore_drafts"
+    sampling = sampling_with_steps(bad_words=_bad_words_ignore_drafts)
+
+
 def _biased_filtered_probs(logits, params, seen=None):
     from property_tests.test_distribution import biased
     return biased(sampling.filtered_probs(logits, params, seen)).astype(np.float32)
@@ -516,6 +573,22 @@ def make_mask_verify_only():
     return MaskVerifyOnly()
 
 
+def make_penalty_ignores_drafts():
+    return PenaltyIgnoresDrafts()
+
+
+def make_penalty_verify_only():
+    return PenaltyVerifyOnly()
+
+
+def make_min_tokens_counts_round_drafts():
+    return MinTokensCountsRoundDrafts()
+
+
+def make_bad_words_ignore_drafts():
+    return BadWordsIgnoreDrafts()
+
+
 def make_biased_sampler():
     return BiasedSampler()
 
@@ -536,6 +609,10 @@ FAULTS = {  # factory name -> one-line description
     "make_residual_unnormalised": "residual max(0, p - q) not divided by its sum",
     "make_stop_kv_not_rolled_back": "stop/max_tokens cut the tokens but not the KV frontier",
     "make_mask_verify_only": "banned/allowed masks applied to verification logits only",
+    "make_penalty_ignores_drafts": "penalties computed on committed tokens only (drafts ignored)",
+    "make_penalty_verify_only": "penalties applied to verification logits only, not to draft logits",
+    "make_min_tokens_counts_round_drafts": "min_tokens counts all of the round's drafts as generated",
+    "make_bad_words_ignore_drafts": "bad-word prefixes matched against committed output only",
     "make_biased_sampler": "sampler biased by 2% total variation",
     "make_logits_off_at_one_offset": "verification logits of offset 1 off by 25%",
     "make_divergence_without_near_tie": "greedy final token replaced by the least likely one",

@@ -30,6 +30,9 @@ PROPERTIES = [
     "test_golden::test_rng_order_matches_golden[name=sequential_mixed_d2_D4,mode=block]",
     "test_golden::test_rng_order_matches_golden[name=fixed_mixed_d2_D4,mode=loop]",
     "test_stateful::RoundLifecycle",
+    "test_processor_props::test_greedy_speculative_decoding_is_plain_decoding",
+    "test_processor_props::test_forced_drafts_follow_the_plain_decode",
+    "test_processor_props::test_processors_draw_no_uniforms",
 ]
 
 

@@ -44,6 +44,19 @@ Faults of issue 13 (masks, ties, stops; asserted below, ci profile):
     mask on verification only   rounds agree (drafts of banned tokens; sampled requests carry
                                 masks in a quarter of the examples)
 
+Faults of issue 25 (sequence-dependent processors inside rounds; asserted below, ci profile,
+FP32 and emulated BF16; the forced-draft property runs on exact backends only, so BF16 relies
+on the others):
+
+    penalty ignores drafts      rounds agree, plain-decoding equivalence, forced drafts, stateful
+    penalty on verify only      rounds agree, generation agrees, stateful (greedy output stays
+                                lossless: only the drafts, and so the RNG events, change)
+    min_tokens counts drafts    plain-decoding equivalence, forced drafts (min_tokens needs stop
+                                tokens: the round properties' requests carry none)
+    bad words ignore drafts     plain-decoding equivalence, forced drafts
+and each fails `check --backend` on the processor case (PROCESSOR_CASES: the issue's
+processor flags with stop tokens) in both precisions, where the correct backends pass.
+
 The correct-but-inexact backend (make_noisy_fp32: batch-variant 1e-7 noise, device-RNG
 replay path) must pass: test_correct_inexact_backend_passes (no false alarms).
 """
@@ -72,6 +85,9 @@ GOLDEN_FIXED_LOOP = "test_golden::test_rng_order_matches_golden[name=fixed_mixed
 STATEFUL = "test_stateful::RoundLifecycle"
 RESIDUAL_SUM = "test_distribution::test_residual_is_a_distribution"
 STOPS = "test_stop_props::test_stops_cut_emission_not_decisions"
+PLAIN = "test_processor_props::test_greedy_speculative_decoding_is_plain_decoding"
+FORCED_DRAFTS = "test_processor_props::test_forced_drafts_follow_the_plain_decode"
+NO_UNIFORMS = "test_processor_props::test_processors_draw_no_uniforms"
 
 # fault factory -> [(property, a substring the failure must contain, or "")]
 EXPECTED = {
@@ -100,13 +116,23 @@ EXPECTED = {
     "make_residual_unnormalised": [(RESIDUAL_SUM, "not 1")],
     "make_stop_kv_not_rolled_back": [(STOPS, "KV frontiers")],
     "make_mask_verify_only": [(ROUNDS, "vs reference")],
+    "make_penalty_ignores_drafts": [
+        (ROUNDS, "draft token"), (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode"),
+        (STATEFUL, "draft token")],
+    "make_penalty_verify_only": [(ROUNDS, "vs reference block"), (GENERATION, "vs reference block"), (STATEFUL, "")],
+    "make_min_tokens_counts_round_drafts": [
+        (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
+    "make_bad_words_ignore_drafts": [
+        (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
 }
+PROCESSOR_FAULTS = ("make_penalty_ignores_drafts", "make_penalty_verify_only", "make_min_tokens_counts_round_drafts",
+                    "make_bad_words_ignore_drafts")
 PRECISIONS = ("fp32", "bf16")     # bf16: the same backend in emulated BF16, declared inexact
 # In reduced precision the golden RNG-order test judges each request's draws only up to its
 # first divergence (a near-tie flip changes the later ones), so a fault that shows in the
 # logits rather than in the draws is left to the properties that compare logits (ROUNDS,
 # SCHEDULE, CACHE_FREE, STATEFUL catch draft_head_late in BF16 too).
-BF16_SKIP = {("make_draft_head_late", GOLDEN_FIXED_LOOP)}
+BF16_SKIP = {("make_draft_head_late", GOLDEN_FIXED_LOOP)} | {(f, FORCED_DRAFTS) for f in PROCESSOR_FAULTS}
 
 CASES = [(f, prop, why) for f, props in EXPECTED.items() for prop, why in props]
 
@@ -126,7 +152,7 @@ def backend(factory: str, precision: str):
                          ids=[f"{f.removeprefix('make_')}-{_id(p)}" for f, p, _ in CASES])
 def test_fault_is_caught(factory, prop, why, precision):
     if precision == "bf16" and (factory, prop) in BF16_SKIP:
-        pytest.skip("golden RNG order in reduced precision: see BF16_SKIP")
+        pytest.skip("golden RNG order, or drafts forced on an inexact backend, in reduced precision: see BF16_SKIP")
     o = check(backend(factory, precision), f"meta_tests.faulty:{factory}", prop)
     RESULTS.append((f"{factory} [{precision}]", prop, o))
     assert o.caught, f"fault {factory} was NOT caught by {prop} ({o.message})"
@@ -138,7 +164,7 @@ def test_every_fault_has_catchers():
     assert set(EXPECTED) == set(faulty.FAULTS) - {"make_biased_sampler"}   # biased: test_power.py
 
 
-CORRECT = [ROUNDS, CACHE_FREE, GENERATION, ALONE, RNG, FORCED, GOLDEN_SEQ, STATEFUL]
+CORRECT = [ROUNDS, CACHE_FREE, GENERATION, ALONE, RNG, FORCED, GOLDEN_SEQ, STATEFUL, PLAIN, NO_UNIFORMS]
 # correct backends the excuses must not fail: FP32 with 1e-7 batch-variant noise, the reference
 # declaring exact=False, and both run in emulated BF16
 CORRECT_BACKENDS = [("make_noisy_fp32", "fp32"), ("make_exact_false", "fp32"), ("make_no_fault", "bf16"),
@@ -150,3 +176,44 @@ CORRECT_BACKENDS = [("make_noisy_fp32", "fp32"), ("make_exact_false", "fp32"), (
 def test_correct_inexact_backend_passes(prop, factory, precision):
     o = check(backend(factory, precision), f"meta_tests.faulty:{factory}", prop)
     assert not o.caught, f"false alarm: correct backend {factory} [{precision}] fails {prop}: {o.message}"
+
+
+# ---- the processor faults fail the `check --backend` verdict (oracle.judge.cases.judge_cases) ----
+
+def processor_cases(vocab: int = 64) -> list:
+    """The issue's processor flags (--repetition-penalty 1.3 --presence-penalty 0.5
+    --frequency-penalty 0.2 --logit-bias 5:2.0,9:-1.5 --bad-words 3,4/7 --min-tokens 4) with stop
+    tokens 24,49,13 (min_tokens masks only stop tokens), greedy and sampled requests, d=2 D=4,
+    four rounds of K up to 8, under both RNG policies: what `check --backend` runs once the
+    flags exist."""
+    from oracle.judge.scenario import make_case
+    from oracle.sampling import SamplingParams as SP
+    proc = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
+                bad_words=[(3, 4), (7,)], min_tokens=4, stop_token_ids=(24, 49, 13))
+    params = [SP(seed=1, **proc), SP(1.0, seed=2, **proc), SP(0.7, top_k=20, seed=3, **proc), SP(seed=4, **proc)]
+    rounds = [{0: 5, 1: 6, 2: 3, 3: 9}, {0: 7, 1: 4, 2: 8, 3: 2}, {0: 3, 1: 9, 2: 5, 3: 6}, {0: 9, 1: 2, 2: 6, 3: 5}]
+    return [make_case(f"processors, policy {policy}", rounds, 2, 4, params, seed=7, policy=policy, vocab=vocab)
+            for policy in ("sequential", "fixed")]
+
+
+def _verdict(factory: str, precision: str) -> dict:
+    from oracle.judge.cases import judge_cases
+    from oracle.checkpoint import build_model
+    return judge_cases(backend(factory, precision), build_model("tiny", 0), processor_cases(),
+                       f" --backend meta_tests.faulty:{factory}")
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("factory", PROCESSOR_FAULTS, ids=[f.removeprefix("make_") for f in PROCESSOR_FAULTS])
+def test_processor_fault_fails_the_check_verdict(factory, precision):
+    v = _verdict(factory, precision)
+    bad = [c for c in v["checks"] if not c["ok"]]
+    assert not v["ok"] and bad, f"fault {factory} [{precision}] passed the processor cases"
+    assert any(w in bad[0]["name"] for w in ("tokens", "decisions", "rng_events")), bad[0]
+
+
+@pytest.mark.parametrize("factory,precision", CORRECT_BACKENDS, ids=[f"{f[5:]}-{p}" for f, p in CORRECT_BACKENDS])
+def test_correct_backends_pass_the_processor_cases(factory, precision):
+    v = _verdict(factory, precision)
+    bad = [c for c in v["checks"] if not c["ok"]]
+    assert v["ok"], f"false alarm: correct backend {factory} [{precision}]: {bad[0] if bad else v}"

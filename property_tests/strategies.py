@@ -14,6 +14,12 @@ Size caps (environment variables; the defaults depend on the Hypothesis profile 
 The caps are read when a test module builds its strategies (after pytest has loaded the
 profile), so `HYPOTHESIS_PROFILE=nightly` and `--hypothesis-profile=nightly` both widen them.
 Models are cached by (config, weight seed): `seeded_model(cfg, seed)`.
+
+Requests: `sampling_params` (what the round properties draw) is `base_params` (greedy or
+sampled, filters and masks) with the sequence-dependent processors in a third of the requests
+(`with_processors`: penalties, logit bias, bad words from the prompt's tokens, and min_tokens
+where there are stop tokens, as in `stop_params`); property_tests/test_processor_props.py
+draws them on every request.
 """
 from __future__ import annotations
 
@@ -165,13 +171,16 @@ def sampled_params(draw, vocab: int):
 
 
 @st.composite
-def stop_params(draw, vocab: int):
+def stop_params(draw, vocab: int, recent=()):
     """Greedy or sampled params with frequent stops: up to vocab/4 stop token ids and
-    sometimes a small max_tokens (use with a small vocabulary)."""
+    sometimes a small max_tokens (use with a small vocabulary); in half the cases the
+    processors too, min_tokens among them (it masks the stop tokens while it has not been
+    reached)."""
     from dataclasses import replace
-    p = draw(sampling_params(vocab))
+    p = draw(base_params(vocab))
     stops = draw(st.lists(st.integers(0, vocab - 1), max_size=max(1, vocab // 4), unique=True))
-    return replace(p, stop_token_ids=tuple(stops), max_tokens=draw(st.none() | st.integers(1, 12)))
+    p = replace(p, stop_token_ids=tuple(stops), max_tokens=draw(st.none() | st.integers(1, 12)))
+    return draw(with_processors(p, vocab, recent)) if draw(st.booleans()) else p
 
 
 @st.composite
@@ -179,10 +188,72 @@ def greedy_params(draw, vocab: int | None = None):
     return SamplingParams(seed=draw(seeds()), **(draw(masks(vocab)) if vocab else {}))
 
 
-def sampling_params(vocab: int):
+def base_params(vocab: int):
     """Greedy or sampled (temperature, optional min-p, top-k, top-p, banned/allowed token
-    masks, on greedy requests too); a list of these is a mixed greedy/sampled batch."""
+    masks, on greedy requests too), without the sequence-dependent processors."""
     return greedy_params(vocab) | sampled_params(vocab)
+
+
+@st.composite
+def sampling_params(draw, vocab: int, recent=()):
+    """base_params, and in a third of the requests the processors (`with_processors`;
+    recent: tokens the request will see, its prompt, for bad words and bias that bite); a
+    list of these is a mixed greedy/sampled batch."""
+    p = draw(base_params(vocab))
+    return draw(with_processors(p, vocab, recent)) if draw(st.integers(0, 2)) == 2 else p
+
+
+# ---- sequence-dependent logits processors (oracle/processors.py) ----------------------------
+
+def unmasked(p: SamplingParams, vocab: int) -> list[int]:
+    """The tokens the banned/allowed mask of p leaves."""
+    allowed = range(vocab) if p.allowed_token_ids is None else p.allowed_token_ids
+    return sorted(set(allowed) - set(p.banned_token_ids))
+
+
+@st.composite
+def processor_kwargs(draw, vocab: int, recent=(), stops=(), max_tokens=None, keep=None) -> dict:
+    """SamplingParams fields of the processors that bite on a small vocabulary, each on in
+    about half the draws (at least one on): repetition penalty in [0.5, 2] (2 and 0.5
+    often), presence and frequency penalties in [-2, 2] (the ends often), a logit bias of
+    up to 3 tokens large enough to change decisions (+-8, +-100 or within +-10), 1-3 bad
+    words of 1-3 tokens, and with stop tokens min_tokens in 0..8 (no more than
+    max_tokens). Tokens come from `recent` (the tokens the request will see, so repeats
+    and bad-word prefixes occur) or anywhere. keep: a token no bad word and no stop token
+    masked by min_tokens may end in (the row is never all masked)."""
+    pool = st.integers(0, vocab - 1)
+    recent = sorted({t for t in recent[-6:] if t < vocab})
+    if recent:
+        pool = st.sampled_from(recent) | pool
+    on = draw(st.lists(st.booleans(), min_size=5, max_size=5))
+    if not any(on):
+        on[draw(st.integers(0, 4))] = True
+    out = {}
+    if on[0]:
+        out["repetition_penalty"] = draw(st.sampled_from([2.0, 0.5, 1.3]) | st.floats(0.5, 2.0))
+    if on[1]:
+        out["presence_penalty"] = draw(st.sampled_from([2.0, -2.0, 0.5]) | st.floats(-2.0, 2.0))
+        out["frequency_penalty"] = draw(st.sampled_from([0.0, 2.0, -2.0]) | st.floats(-2.0, 2.0))
+    if on[2]:
+        bias = st.sampled_from([8.0, -8.0, 100.0, -100.0]) | st.floats(-10.0, 10.0)
+        out["logit_bias"] = tuple(draw(st.lists(st.tuples(pool, bias), min_size=1, max_size=3,
+                                                unique_by=lambda tb: tb[0])))
+    if on[3]:
+        words = draw(st.lists(st.lists(pool, min_size=1, max_size=3).map(tuple), min_size=1, max_size=3))
+        out["bad_words"] = tuple(w for w in words if w[-1] != keep)
+    if on[4] and stops and keep not in stops:
+        out["min_tokens"] = draw(st.integers(0, min(8, max_tokens or 8)))
+    return out
+
+
+@st.composite
+def with_processors(draw, p: SamplingParams, vocab: int, recent=()):
+    """p with processor_kwargs: the row never empties (a token the mask leaves is kept out
+    of every bad word and, under min_tokens, out of the stop tokens)."""
+    from dataclasses import replace
+    free = unmasked(p, vocab)
+    keep = draw(st.sampled_from([t for t in free if t not in p.stop_token_ids] or free))
+    return replace(p, **draw(processor_kwargs(vocab, recent, p.stop_token_ids, p.max_tokens, keep)))
 
 
 def policies(supported=POLICIES):
@@ -239,8 +310,8 @@ def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int
     ragged = draw(st.booleans()) if ragged_depths is None else ragged_depths
     depth_list = tuple(draw(request_depths(D)) for _ in range(n)) if ragged else None
     prompt_list = tuple(draw(prompts(cfg.vocab_size)) for _ in range(n))
-    param_list = tuple(draw(params if params is not None else sampling_params(cfg.vocab_size))
-                       for _ in range(n))
+    param_list = tuple(draw(params if params is not None else sampling_params(cfg.vocab_size, prompt_list[i]))
+                       for i in range(n))
     lo, hi = rounds
     n_rounds = draw(st.integers(lo, hi or cap("ORACLE_MAX_ROUNDS")))
     ops, live, left = [], [], set()

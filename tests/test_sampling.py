@@ -150,3 +150,257 @@ def test_check_token_refuses_wrapped_ids():
     for bad in (-1, 4, 1.0, True):
         with pytest.raises(OracleError, match="not a token id"):
             S.check_token(bad, 4, "draft token")
+
+
+# ---- sequence-dependent processors (oracle/processors.py, vLLM's definitions) ----------------
+
+import json  # noqa: E402
+
+from oracle.processors import Seen  # noqa: E402
+
+NEG = -np.inf
+
+
+def vllm_processed(logits, params, prompt=(), output=()):
+    """An independent FP64 implementation of vLLM's definitions, in the chain's order: the
+    banned/allowed mask; bad words (the output, not the prompt, must end with all but the
+    word's last token; a one-token word always masks); logit bias; min_tokens (stop tokens
+    masked while fewer than min_tokens tokens are generated); penalties (repetition on prompt
+    and output tokens: x > 0 -> x / r, else x * r; then frequency * count and presence *
+    [count > 0] subtracted, counts over the output only)."""
+    x = [float(v) for v in logits]
+    V = len(x)
+    for t in range(V):
+        if t in params.banned_token_ids or (params.allowed_token_ids is not None and t not in params.allowed_token_ids):
+            x[t] = NEG
+    out = list(output)
+    for word in params.bad_words:
+        *prefix, last = word
+        if not prefix or (len(out) >= len(prefix) and out[len(out) - len(prefix):] == prefix):
+            x[last] = NEG
+    for t, b in params.logit_bias:
+        x[t] += b
+    if len(out) < params.min_tokens:
+        for t in params.stop_token_ids:
+            x[t] = NEG
+    counts = {t: out.count(t) for t in set(out)}
+    for t in set(prompt) | set(out):
+        if params.repetition_penalty != 1:
+            x[t] = x[t] / params.repetition_penalty if x[t] > 0 else x[t] * params.repetition_penalty
+    for t, c in counts.items():
+        x[t] -= params.frequency_penalty * c
+        x[t] -= params.presence_penalty
+    return np.array(x, np.float64)
+
+
+def _random_case(rng):
+    V = int(rng.integers(2, 12))
+    logits = (rng.standard_normal(V) * rng.choice([0.5, 2.0, 8.0])).astype(np.float32)
+    prompt = tuple(int(t) for t in rng.integers(0, V, int(rng.integers(1, 6))))
+    output = tuple(int(t) for t in rng.integers(0, V, int(rng.integers(0, 8))))
+    pick = lambda: int(rng.integers(0, V))
+    kw = {}
+    if rng.random() < 0.6:
+        kw["repetition_penalty"] = float(rng.choice([0.5, 2.0, rng.uniform(0.1, 3.0)]))
+    if rng.random() < 0.6:
+        kw["presence_penalty"], kw["frequency_penalty"] = (float(v) for v in rng.uniform(-2, 2, 2))
+    if rng.random() < 0.5:
+        kw["logit_bias"] = {pick(): float(rng.uniform(-100, 100)) for _ in range(int(rng.integers(1, 4)))}
+    if rng.random() < 0.5:
+        # words from the output's tokens, so prefixes match
+        src = list(output) or [pick()]
+        kw["bad_words"] = [tuple(int(rng.choice(src)) for _ in range(int(rng.integers(0, 3)))) + (pick(),)
+                           for _ in range(int(rng.integers(1, 3)))]
+    if rng.random() < 0.5:
+        kw["stop_token_ids"] = (pick(),)
+        kw["min_tokens"] = int(rng.integers(0, 10))
+    if rng.random() < 0.2:
+        kw["banned_token_ids"] = (pick(),)
+    return logits, SP(**kw), prompt, output
+
+
+def test_processors_match_an_independent_vllm_implementation():
+    rng = np.random.default_rng(25)
+    checked = masked_rows = 0
+    for _ in range(1000):
+        logits, params, prompt, output = _random_case(rng)
+        want = vllm_processed(logits, params, prompt, output)
+        seen = Seen(prompt, output, drafts=min(2, len(output)), round_drafts=3)   # drafts: part of the output
+        if not np.isfinite(want).any():
+            masked_rows += 1
+            with pytest.raises(OracleError, match="every token is masked"):
+                S.processed_logits(logits, params, seen)
+            continue
+        got = S.processed_logits(logits, params, seen)
+        assert got.dtype == np.float32
+        assert (np.isneginf(got) == np.isneginf(want)).all(), (params, prompt, output, got, want)
+        fin = np.isfinite(want)
+        np.testing.assert_allclose(got[fin], want[fin], rtol=2e-6, atol=2e-5)   # FP32 rounding of each op
+        top = np.sort(want[fin])[::-1]
+        if len(top) == 1 or top[0] - top[1] > 1e-3:
+            assert S.greedy_token(logits, params, seen) == int(np.argmax(want))
+        checked += 1
+    assert checked > 750 and masked_rows > 0
+
+
+def test_repetition_penalty_on_prompt_and_output_tokens():
+    logits = np.array([2.0, -2.0, 1.0, 0.5, -1.0], np.float32)
+    got = S.processed_logits(logits, SP(repetition_penalty=2.0), Seen(prompt=(0,), output=(1, 1)))
+    assert got.tolist() == [1.0, -4.0, 1.0, 0.5, -1.0]                          # positive / r, else * r, once
+    got = S.processed_logits(logits, SP(repetition_penalty=0.5), Seen(prompt=(3,), output=(4,)))
+    assert got.tolist() == [2.0, -2.0, 1.0, 1.0, -0.5]                          # r < 1 rewards repeats
+    got = S.processed_logits(np.array([0.0, 1.0], np.float32), SP(repetition_penalty=2.0), Seen((0,), ()))
+    assert got.tolist() == [0.0, 1.0]                                           # 0 is "else": 0 * r
+
+
+def test_presence_and_frequency_on_output_tokens_only():
+    logits = np.array([1.0, 1.0, 1.0, 1.0], np.float32)
+    p = SP(presence_penalty=0.25, frequency_penalty=0.5)
+    got = S.processed_logits(logits, p, Seen(prompt=(0, 1), output=(2, 2, 3, 1)))
+    assert got.tolist() == [1.0, 0.25, -0.25, 0.25]                             # 1 - 0.5*count - 0.25
+    got = S.processed_logits(logits, SP(presence_penalty=-2.0, frequency_penalty=-1.0), Seen((), (3, 3)))
+    assert got.tolist() == [1.0, 1.0, 1.0, 5.0]                                 # negative: repeats rewarded
+
+
+def test_logit_bias_adds_and_takes_a_dict():
+    logits = np.array([0.0, 1.0, 2.0], np.float32)
+    assert S.processed_logits(logits, SP(logit_bias={0: 5.0, 2: -1.5})).tolist() == [5.0, 1.0, 0.5]
+    assert S.greedy_token(logits, SP(logit_bias={0: 2.5})) == 0                 # bias changes a decision
+    assert S.processed_logits(logits, SP(logit_bias={1: -100.0}))[1] == np.float32(-99.0)   # finite: not a mask
+
+
+def test_bad_words_match_the_output_not_the_prompt():
+    logits = np.zeros(6, np.float32)
+    P = SP(bad_words=[(5,), (1, 2), (3, 4, 0)])
+    masked = lambda seen: np.flatnonzero(np.isneginf(S.processed_logits(logits, P, seen))).tolist()
+    assert masked(Seen((), ())) == [5]                                          # one-token word: always
+    assert masked(Seen((1,), ())) == [5]                                        # prefix in the prompt: no
+    assert masked(Seen((), (1,))) == [2, 5]
+    assert masked(Seen((), (1, 3))) == [5]                                      # the output must END with it
+    assert masked(Seen((), (2, 3, 4))) == [0, 5]
+    assert masked(Seen((3,), (4,))) == [5]                                      # prefix across prompt/output: no
+    assert masked(Seen((), (4,))) == [5]                                        # shorter than the prefix
+
+
+def test_min_tokens_masks_stop_tokens_until_reached():
+    logits = np.array([3.0, 2.0, 1.0], np.float32)
+    P = SP(stop_token_ids=(0, 2), min_tokens=2)
+    assert S.greedy_token(logits, P, Seen((0, 0, 0), ())) == 1                  # the prompt does not count
+    assert S.greedy_token(logits, P, Seen((), (1,))) == 1
+    assert S.greedy_token(logits, P, Seen((), (1, 1))) == 0                     # 2 generated: unmasked
+    assert S.processed_logits(logits, SP(min_tokens=5)).tolist() == logits.tolist()   # no stop tokens: a no-op
+    assert not SP(min_tokens=5).needs_seen and SP(stop_token_ids=(1,), min_tokens=1).needs_seen
+
+
+def test_chain_order():
+    assert [n for n, _ in S.CHAIN.processors] == ["mask", "bad_words", "logit_bias", "min_tokens", "penalties"]
+    assert [n for n, _ in S.CHAIN.filters] == ["temperature", "min_p", "top_k", "top_p"]
+    one = np.array([1.0, 0.0], np.float32)
+    # bias before penalties: (1 - 2) * 2 = -2, not 1 / 2 - 2 = -1.5
+    assert S.processed_logits(one, SP(logit_bias={0: -2.0}, repetition_penalty=2.0), Seen((0,), ()))[0] == -2.0
+    # bias before frequency: the same either way for an addition; presence after repetition: (1 / 2) - 1
+    assert S.processed_logits(one, SP(repetition_penalty=2.0, presence_penalty=1.0), Seen((), (0,)))[0] == -0.5
+    # repetition before frequency: (1 - 1) is not divided: 1 / 2 - 1 = -0.5, not (1 - 1) / 2 = 0
+    assert S.processed_logits(one, SP(repetition_penalty=2.0, frequency_penalty=1.0), Seen((), (0,)))[0] == -0.5
+    # the mask first: a banned token stays banned whatever its bias
+    assert S.greedy_token(one, SP(banned_token_ids=(1,), logit_bias={1: 100.0})) == 0
+    # processors before temperature and the filters
+    logits = np.array([2.0, 1.5, 0.0], np.float32)
+    P = SP(0.5, top_k=1, logit_bias={1: 1.0})
+    assert S.filtered_probs(logits, P).tolist() == [0.0, 1.0, 0.0]
+    P = SP(0.7, repetition_penalty=1.7, presence_penalty=0.3)
+    seen = Seen((2,), (0, 1))
+    assert np.array_equal(S.filtered_probs(logits, P, seen),
+                          S.softmax(S.processed_logits(logits, P, seen) / np.float32(0.7)))
+    # min_tokens masks before the penalties: a stop token's -inf is not resurrected by a negative presence
+    P = SP(stop_token_ids=(0,), min_tokens=3, presence_penalty=-2.0, frequency_penalty=-2.0)
+    assert S.processed_logits(one, P, Seen((), (0,)))[0] == -np.inf
+
+
+def test_penalties_keep_minus_inf():
+    x = np.array([-np.inf, 1.0, -np.inf], np.float32)
+    for r in (0.5, 2.0):
+        got = S.processed_logits(x, SP(repetition_penalty=r, presence_penalty=-2.0, frequency_penalty=-2.0),
+                                 Seen((0,), (0, 2, 2)))
+        assert np.isneginf(got[[0, 2]]).all() and np.isfinite(got[1])
+    assert np.isneginf(S.processed_logits(x, SP(logit_bias={0: 100.0}))[0])
+
+
+def test_all_masked_rows_are_errors():
+    logits = np.array([1.0, 2.0, 3.0], np.float32)
+    with pytest.raises(OracleError, match="every token is masked"):
+        S.greedy_token(logits, SP(bad_words=[(0,), (1,), (2,)]), Seen())
+    with pytest.raises(OracleError, match="every token is masked"):
+        S.filtered_probs(logits, SP(1.0, allowed_token_ids=(1, 2), bad_words=[(1,), (0, 2)]), Seen((), (0,)))
+    with pytest.raises(OracleError, match="every token is masked"):
+        S.greedy_token(logits, SP(stop_token_ids=(0, 1), banned_token_ids=(2,), min_tokens=1), Seen())
+    assert S.greedy_token(logits, SP(stop_token_ids=(0, 1), banned_token_ids=(2,), min_tokens=1), Seen((), (1,))) == 1
+
+
+def test_processors_need_seen_and_are_off_by_default():
+    logits = np.array([0.3, -1.2, 2.5, 0.0], np.float32)
+    for p in (SP(repetition_penalty=1.1), SP(presence_penalty=0.1), SP(frequency_penalty=-0.1),
+              SP(bad_words=[(1,)]), SP(stop_token_ids=(1,), min_tokens=1)):
+        assert p.needs_seen and p.has_processors
+        with pytest.raises(OracleError, match="pass seen="):
+            S.processed_logits(logits, p)
+    assert SP(logit_bias={1: 1.0}).has_processors and not SP(logit_bias={1: 1.0}).needs_seen
+    off = SP(0.8, top_k=3, stop_token_ids=(1,))
+    assert not off.has_processors
+    seen = Seen((0, 1), (2, 2, 3), 2, 4)
+    assert np.array_equal(S.filtered_probs(logits, off), S.filtered_probs(logits, off, seen))   # the same bits
+    assert set(off.to_json()).isdisjoint({"repetition_penalty", "logit_bias", "bad_words", "min_tokens"})
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"repetition_penalty": 0.0}, "repetition_penalty must be a finite number > 0"),
+    ({"repetition_penalty": -1.0}, "repetition_penalty"),
+    ({"repetition_penalty": float("inf")}, "repetition_penalty"),
+    ({"repetition_penalty": True}, "repetition_penalty"),
+    ({"presence_penalty": 2.5}, r"presence_penalty must be in \[-2, 2\]"),
+    ({"presence_penalty": float("nan")}, "presence_penalty"),
+    ({"frequency_penalty": -2.01}, r"frequency_penalty must be in \[-2, 2\]"),
+    ({"logit_bias": {-1: 1.0}}, "not a token id"),
+    ({"logit_bias": {1: 100.5}}, r"\[-100, 100\]"),
+    ({"logit_bias": {1: float("nan")}}, r"\[-100, 100\]"),
+    ({"logit_bias": ((1, 1.0), (1, 2.0))}, "names a token twice"),
+    ({"logit_bias": ((1,),)}, "must map token ids to biases"),
+    ({"logit_bias": 3}, "must map token ids to biases"),
+    ({"bad_words": ((),)}, "non-empty sequences"),
+    ({"bad_words": (3,)}, "non-empty sequences"),
+    ({"bad_words": ((1, -2),)}, "token ids >= 0"),
+    ({"min_tokens": -1}, "min_tokens must be an integer >= 0"),
+    ({"min_tokens": 1.0}, "min_tokens"),
+    ({"min_tokens": 5, "max_tokens": 4}, "min_tokens 5 exceeds max_tokens 4"),
+])
+def test_bad_processor_params(kw, msg):
+    with pytest.raises(OracleError, match=msg):
+        SP(**kw)
+
+
+def test_processor_params_edges_and_normal_forms():
+    p = SP(repetition_penalty=1e-3, presence_penalty=-2, frequency_penalty=2, logit_bias={np.int64(9): -1.5, 5: 2},
+           bad_words=[[3, 4], (np.int32(7),)], min_tokens=4, max_tokens=4)
+    assert p.logit_bias == ((5, 2.0), (9, -1.5)) and all(type(t) is int for t, _ in p.logit_bias)
+    assert p.bad_words == ((3, 4), (7,)) and p.presence_penalty == -2.0 and type(p.presence_penalty) is float
+    assert SP(logit_bias=[(1, 100), (0, -100)]).logit_bias == ((0, -100.0), (1, 100.0))
+    p.check_vocab(10)
+    with pytest.raises(OracleError, match=r"logit_bias holds 9, outside the vocabulary \[0, 8\)"):
+        p.check_vocab(8)
+    with pytest.raises(OracleError, match=r"bad_words holds 7, outside the vocabulary \[0, 6\)"):
+        SP(bad_words=[(1, 7)]).check_vocab(6)
+
+
+@pytest.mark.parametrize("p", [
+    SP(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
+       bad_words=[(3, 4), (7,)], min_tokens=4, stop_token_ids=(2,)),
+    SP(0.7, top_k=5, top_p=0.9, seed=11, min_p=0.05, logit_bias={0: -100}, max_tokens=9, min_tokens=9,
+       stop_token_ids=(1, 3), banned_token_ids=(4,)),
+    SP(presence_penalty=-2.0),
+    SP(1.2, bad_words=[(1, 2, 3)]),
+    SP(),
+])
+def test_to_json_round_trip(p):
+    j = p.to_json()
+    assert SP(**j) == p
+    assert SP(**json.loads(json.dumps(j))) == p                                 # lists, through a trace file
