@@ -77,7 +77,9 @@ def make_cases(n: int, vocab: int, max_prompt: int, max_C: int, max_cells: int, 
 
 
 def time_judge(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 5) -> dict:
-    """Median wall time of one judge round (K = 4, d = 2, D = 4, greedy) per mode."""
+    """Median wall time of one judge round (K = 4, d = 2, D = 4, greedy) per mode, its floor
+    on the H200 (oracle.cost.judge_round_floor) and measured / floor."""
+    from oracle.cost import judge_round_floor
     out = {}
     rng = np.random.default_rng(0)
     for mode in ("block", "loop"):
@@ -90,7 +92,9 @@ def time_judge(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 5) -> 
             t0 = time.perf_counter()
             s.step({rid: 5 for rid in range(C)})
             times.append(time.perf_counter() - t0)
-        out[mode] = round(1e3 * statistics.median(times), 1)
+        ms = 1e3 * statistics.median(times)
+        floor_ms = 1e3 * judge_round_floor(model.cfg, C, ctx - 1, 2, 4, mode, K=4)["floor_s"]
+        out[mode] = {"ms": round(ms, 1), "floor_ms": round(floor_ms, 1), "over_floor": round(ms / floor_ms, 2)}
     return out
 
 
@@ -167,7 +171,8 @@ def report(summary: dict, json_path=None) -> int:
     for f in summary["failed"]:
         print(f"  FAILED: {f}")
     if "judge_round_ms_C16_ctx1024" in summary:
-        print(f"judge round time, C=16, context 1024, K=4, d=2, D=4 (median ms): {summary['judge_round_ms_C16_ctx1024']}")
+        print(f"judge round time, C=16, context 1024, K=4, d=2, D=4 (median ms, H200 floor ms, measured / floor): "
+              f"{summary['judge_round_ms_C16_ctx1024']}")
     print(f"{'OK' if ok else 'FAILED'} in {summary['wall_s']} s")
     if json_path:
         Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")
