@@ -21,7 +21,7 @@ def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case
     pen = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
                bad_words=((3, 4), (7,)))
     procs = [SamplingParams(stop_token_ids=(11,), min_tokens=4, **pen), S(1, stop_token_ids=(11, 12), min_tokens=3, **pen),
-             S(2, top_k=12, **pen), SamplingParams(repetition_penalty=0.8, frequency_penalty=-0.5, bad_words=((2, 2),))]
+             S(2, top_k=12, **pen), SamplingParams(repetition_penalty=0.8, frequency_penalty=-0.5, bad_words=((8, 8),))]
     specs = [
         ("ragged (5,3,1) d=2 D=4", [{0: 5, 1: 3, 2: 1}], 2, 4, mixed[:3], 1, "sequential", None),
         ("uniform (5,5,5,5) d=2 D=4, 6 rounds", [{i: 5 for i in range(4)}] * 6, 2, 4, mixed[:4], 2, "sequential", None),
