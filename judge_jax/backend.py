@@ -18,7 +18,7 @@ from oracle.kv import KVWrite
 from oracle.phases import Request, RoundState, draft_head, finish_round, run_call, verify_head
 from oracle.rng_trace import RequestRng, check_policy
 from oracle.schedule import plan, validate
-from oracle.session import admit
+from oracle.session import admit, restore, snapshot
 
 from .kvplanes import DeviceKV
 from .model import JaxLoopedModel
@@ -201,16 +201,13 @@ class JaxSession:
         if missing:
             raise OracleError(f"round names unknown request(s) {missing}")
         reqs = [self.requests[r] for r in counts]
-        snap = [(r.rng.snapshot(), len(r.tokens), list(self.kv.front[r.rid]), r.generated, r.finished) for r in reqs]
+        snap, fronts = snapshot(reqs), {r.rid: list(self.kv.front[r.rid]) for r in reqs}
         self.kv.log = []
         try:
             trace = self._round(reqs, list(counts.values()))
         except BaseException:                                     # a failed round leaves no trace
-            for r, (rng, n_tok, front, generated, finished) in zip(reqs, snap):
-                r.rng.restore(rng)
-                del r.tokens[n_tok:]
-                self.kv.front[r.rid] = front
-                r.generated, r.finished = generated, finished
+            restore(reqs, snap)
+            self.kv.front.update(fronts)
             raise
         finally:
             self.kv.log = []

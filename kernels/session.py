@@ -17,7 +17,7 @@ import torch
 from oracle.errors import OracleError
 from oracle.rng_trace import check_policy, max_draws
 from oracle.schedule import plan as plan_schedule, shared, validate
-from oracle.session import check_depths
+from oracle.session import admit
 
 from .collect import Handle, HostRequest, build_trace, check_results
 from .engine import Engine, unpack_results
@@ -59,12 +59,8 @@ class TorchSession:
     # ---- requests ----
     def add(self, rid, prompt, params, replay=None, depths=None) -> None:
         """depths: (d_i, D_i) for every round of the request (default the session's)."""
-        if rid in self.requests:
-            raise OracleError(f"request {rid} is already in the session")
-        depths = check_depths(rid, depths, self.d, self.D)
-        prompt = [int(t) for t in prompt]
-        if not prompt:
-            raise OracleError(f"request {rid}: empty prompt")
+        di, Di, prompt = admit(self.requests, rid, prompt, depths, self.d, self.D)
+        depths = (di, Di)
         bad = [t for t in prompt if not 0 <= t < self.cfg.vocab_size]
         if bad:
             raise OracleError(f"token id {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")

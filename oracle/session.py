@@ -61,17 +61,14 @@ class Session:
             raise OracleError(f"round names unknown request(s) {missing}")
         reqs = [self.requests[r] for r in counts]
         # a failed round leaves no trace: KV, tokens and RNG streams are restored
-        snap = [(r.rng.snapshot(), len(r.tokens), len(r.tokens) - 1, r.generated, r.finished) for r in reqs]
-        n_log = len(self.kv.log)
+        snap, n_log = snapshot(reqs), len(self.kv.log)
         try:
             trace = self.round_fn(self.model, self.kv, reqs, list(counts.values()), [r.depths[0] for r in reqs],
                                   [r.depths[1] for r in reqs], self.round_idx, self.policy)
         except BaseException:
-            for r, (rng, n_tok, frontier, generated, finished) in zip(reqs, snap):
-                r.rng.restore(rng)
-                del r.tokens[n_tok:]
-                r.generated, r.finished = generated, finished
-                self.kv.truncate(r.rid, frontier)       # a round only appends past the frontier
+            restore(reqs, snap)
+            for r in reqs:
+                self.kv.truncate(r.rid, len(r.tokens) - 1)   # a round only appends past the frontier
             del self.kv.log[n_log:]
             raise
         self.round_idx += 1
@@ -79,8 +76,21 @@ class Session:
         return trace
 
 
+def snapshot(reqs) -> list:
+    """The host state a round changes in each request (stream, tokens, counts), for `restore`."""
+    return [(r.rng.snapshot(), len(r.tokens), r.generated, r.finished) for r in reqs]
+
+
+def restore(reqs, snap) -> None:
+    """Undo a failed round's changes to the requests (every session; each restores its own KV)."""
+    for r, (rng, n_tok, generated, finished) in zip(reqs, snap):
+        r.rng.restore(rng)
+        del r.tokens[n_tok:]
+        r.generated, r.finished = generated, finished
+
+
 def admit(requests, rid, prompt, depths, d: int, D: int) -> tuple[int, int, list[int]]:
-    """The checks of a joining request, the same in every session (reference, JAX):
+    """The checks of a joining request, the same in every session (reference, JAX, torch):
     a new id, its (d_i, D_i), a non-empty prompt. Returns (d_i, D_i, prompt as ints)."""
     if rid in requests:
         raise OracleError(f"request {rid} is already in the session")
