@@ -1,5 +1,5 @@
 """Logits processors that depend on the sequence (docs/DESIGN.md section 5), with vLLM's
-definitions: bad words, logit bias, min_tokens, and the repetition, frequency and presence
+definitions and order: bad words, min_tokens, logit bias, then the repetition, frequency and presence
 penalties. Each step maps FP32 logits [V] to FP32 logits [V] (it may write into its input,
 which the chain has copied) and skips itself when its parameter is off, so a request without
 processors gets the same bits as before they existed.

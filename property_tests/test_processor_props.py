@@ -1,5 +1,5 @@
 """Sequence-dependent logits processors inside speculative rounds (oracle/processors.py; the
-chain of oracle/sampling.py: mask, bad_words, logit_bias, min_tokens, penalties, then the
+chain of oracle/sampling.py: mask, bad_words, min_tokens, logit_bias, penalties, then the
 filters). The logits at offset o see the prompt, the output of earlier rounds and this
 round's drafts 1..o (oracle.phases.seen, oracle.judge.decisions.seen_in): the context plain
 decoding would have had. Requests here always carry processors, on small vocabularies (8-24

@@ -293,7 +293,7 @@ def test_min_tokens_masks_stop_tokens_until_reached():
 
 
 def test_chain_order():
-    assert [n for n, _ in S.CHAIN.processors] == ["mask", "bad_words", "logit_bias", "min_tokens", "penalties"]
+    assert [n for n, _ in S.CHAIN.processors] == ["mask", "bad_words", "min_tokens", "logit_bias", "penalties"]
     assert [n for n, _ in S.CHAIN.filters] == ["temperature", "min_p", "top_k", "top_p"]
     one = np.array([1.0, 0.0], np.float32)
     # bias before penalties: (1 - 2) * 2 = -2, not 1 / 2 - 2 = -1.5
