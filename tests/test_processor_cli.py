@@ -88,3 +88,12 @@ def test_the_processors_change_the_tokens():
     procs = custom_case(_args([*PROCS, "--stop-tokens", "11,12", "--temperature", "0"]))
     emitted = lambda case: [t.emitted for t in judge_run(model, case, "block").traces]
     assert emitted(plain) != emitted(procs)
+
+
+@pytest.mark.parametrize("backend", ["torch-cpu", "torch-cpu-bf16", "jax"])
+def test_the_processor_case_passes_on_every_ci_backend(backend, capsys):
+    """The issue's case (plus stop tokens, so min_tokens bites) on the backends CI can run, judged
+    by each one's tolerance row: sampled and greedy requests in one batch."""
+    pytest.importorskip("jax" if backend == "jax" else "torch")
+    assert main(["check", *PROCS, "--stop-tokens", "11,12", "--backend", backend]) == 0
+    assert "OK" in capsys.readouterr().out
