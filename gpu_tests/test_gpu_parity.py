@@ -24,7 +24,7 @@ from oracle.judge.compare import compare_runs
 from oracle.config import preset as preset_cfg
 from oracle.sampling import SamplingParams as SP
 from property_tests import harness
-from property_tests.strategies import seeded_model, sampling_params, scenarios, stop_params
+from property_tests.strategies import PROC_PARAMS, seeded_model, sampling_params, scenarios, stop_params
 
 pytestmark = pytest.mark.gpu
 SCALE = float(os.environ.get("GPU_TESTS_EXAMPLES", "1"))      # scales Hypothesis example counts
@@ -256,14 +256,7 @@ def test_drift_verdict_on_the_cuda_kernels(fault):
 
 
 # ---- sequence-dependent processors (oracle/processors.py) in graphed rounds --------------------
-# the parameters (`check --repetition-penalty 1.3 --presence-penalty 0.5 --frequency-penalty
-# 0.2 --logit-bias 5:2.0,9:-1.5 --bad-words 3,4/7 --min-tokens 4`), with stop tokens so that
-# min_tokens bites; greedy and sampled, with and without filters, beside requests without any
-PROC = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
-            bad_words=((3, 4), (7,)), min_tokens=4, stop_token_ids=(2, 6, 8))
-PROC_KINDS = [SP(**PROC), SP(1.0, seed=1, **PROC), SP(0.8, top_k=8, seed=2, **PROC), SP(), SP(1.0, seed=4),
-              SP(0.9, seed=5, repetition_penalty=0.6, bad_words=((1, 2, 3), (9, 9)), logit_bias={9: 30.0}),
-              SP(frequency_penalty=-2.0, logit_bias={12: 40.0}, min_tokens=3, stop_token_ids=(12,))]
+# the requests of property_tests.strategies.PROC_PARAMS (the CPU kernel tests take the same)
 PROC_ROUNDS = [{0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 3}, {0: 5, 1: 5, 2: 5, 3: 5, 4: 3, 5: 5, 6: 4},
                {3: 4, 1: 2, 4: 1, 5: 6, 6: 1}, {4: 3}, {0: 6, 1: 6, 2: 6, 3: 6, 4: 6, 5: 6, 6: 6}]
 
@@ -275,7 +268,7 @@ def graph_mode(bk) -> str:
 
 def proc_case(vocab, policy, stops=True):
     rng = np.random.default_rng(25)
-    params = PROC_KINDS if stops else [dataclasses.replace(p, stop_token_ids=(), min_tokens=0) for p in PROC_KINDS]
+    params = PROC_PARAMS if stops else [dataclasses.replace(p, stop_token_ids=(), min_tokens=0) for p in PROC_PARAMS]
     return Case(f"processors {policy}", [list(map(int, rng.integers(0, 16, 1 + 2 * i))) for i in range(len(params))],
                 params, PROC_ROUNDS, 2, 4, policy)
 

@@ -290,6 +290,22 @@ def stream_violation(events: list, seed: int, rid) -> str | None:
     return None
 
 
+def rng_use_violation(bk, run: ScenarioRun, params: dict, policy: str) -> str | None:
+    """The first way run's RNG use breaks the contract: a round's events outside its policy's
+    layout, or (host-stream backends) a sampled request's events off its seeded stream."""
+    for tr in run.traces:
+        problem = policy_violation(tr, params, policy)
+        if problem:
+            return problem
+    if host_rng(bk):
+        for rid in run.tokens:
+            if not params[rid].greedy:
+                problem = stream_violation(run.events(rid), params[rid].seed, rid)
+                if problem:
+                    return problem
+    return None
+
+
 def accepted_events(tr: RoundTrace, params: dict) -> list[str]:
     """Hypothesis event() labels for a round's acceptance outcomes."""
     out = []

@@ -382,3 +382,15 @@ def logit_pairs(draw, max_vocab: int = 32):
         draft = (np.round(draft / step) * step).astype(np.float32)
     params = draw(sampled_params(V))
     return target, draft, params
+
+
+# ---- fixed processor requests the kernel tests (tests/test_kernels_cpu.py, gpu_tests) share ----
+# the parameters (`check --repetition-penalty 1.3 ... --min-tokens 4`), with stop tokens the
+# tiny model emits, so that min_tokens bites and requests stop; greedy and sampled, with and without
+# filters, beside requests without any
+PROC = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
+            bad_words=((3, 4), (7,)), min_tokens=4, stop_token_ids=(2, 6, 8))
+PROC_PARAMS = [SamplingParams(**PROC), SamplingParams(1.0, seed=1, **PROC), SamplingParams(0.8, top_k=8, seed=2, **PROC),
+               SamplingParams(), SamplingParams(1.0, seed=4),
+               SamplingParams(0.9, seed=5, repetition_penalty=0.6, bad_words=((1, 2, 3), (9, 9)), logit_bias={9: 30.0}),
+               SamplingParams(frequency_penalty=-2.0, logit_bias={12: 40.0}, min_tokens=3, stop_token_ids=(12,))]

@@ -323,14 +323,8 @@ def test_processors_draw_no_uniforms(sc, mode):
     bk, sc = harness.backend_for(sc)
     params = dict(enumerate(sc.params))
     r = harness.run(bk, sc, mode)
-    for tr in r.traces:
-        problem = harness.policy_violation(tr, params, sc.policy)
-        assert problem is None, f"{r.label()} with processors, {sc.describe()}: {problem}"
-    if harness.host_rng(bk):
-        for rid in r.tokens:
-            if not params[rid].greedy:
-                problem = harness.stream_violation(r.events(rid), params[rid].seed, rid)
-                assert problem is None, f"{r.label()} with processors, {sc.describe()}: {problem}"
+    problem = harness.rng_use_violation(bk, r, params, sc.policy)
+    assert problem is None, f"{r.label()} with processors, {sc.describe()}: {problem}"
     # the same requests without processors (on the reference): the same uniforms while the
     # outcomes (K_i, accepted) are the same
     bare = harness.run(harness.REFERENCE, dataclasses.replace(sc, params=tuple(map(without_processors, sc.params))),

@@ -26,14 +26,8 @@ def test_rng_events_follow_policy(sc):
     params = dict(enumerate(sc.params))
     runs = {mode: harness.run(bk, sc, mode) for mode in MODES}
     for mode, r in runs.items():
-        for tr in r.traces:
-            problem = harness.policy_violation(tr, params, sc.policy)
-            assert problem is None, f"{r.label()}: {problem}"
-        if harness.host_rng(bk):
-            for rid in r.tokens:
-                if not params[rid].greedy:
-                    problem = harness.stream_violation(r.events(rid), params[rid].seed, rid)
-                    assert problem is None, f"{r.label()}: {problem}"
+        problem = harness.rng_use_violation(bk, r, params, sc.policy)
+        assert problem is None, f"{r.label()}: {problem}"
     a = [e for tr in runs["block"].traces for e in tr.rng_events]
     b = [e for tr in runs["loop"].traces for e in tr.rng_events]
     diff = first_difference(a, b)

@@ -703,13 +703,8 @@ from oracle.judge.runner import run_scenario as judge_run                   # no
 from oracle.judge.scenario import make_case                                     # noqa: E402
 from oracle.sampling import Seen                                                # noqa: E402
 
-# the parameters (`check --repetition-penalty 1.3 ... --min-tokens 4`), with stop tokens
-# the tiny model emits, so that min_tokens bites and requests stop
-PROC = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
-            bad_words=((3, 4), (7,)), min_tokens=4, stop_token_ids=(2, 6, 8))
-PROC_PARAMS = [SP(**PROC), SP(1.0, seed=1, **PROC), SP(0.8, top_k=8, seed=2, **PROC), SP(), SP(1.0, seed=4),
-               SP(0.9, seed=5, repetition_penalty=0.6, bad_words=((1, 2, 3), (9, 9)), logit_bias={9: 30.0}),
-               SP(frequency_penalty=-2.0, logit_bias={12: 40.0}, min_tokens=3, stop_token_ids=(12,))]
+from property_tests.strategies import PROC, PROC_PARAMS                         # noqa: E402
+
 PROC_ROUNDS = [{0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 3}, {0: 5, 1: 5, 2: 5, 3: 5, 4: 3, 5: 5, 6: 4},
                {3: 4, 1: 2, 4: 1, 5: 6, 6: 1}, {0: 1, 1: 3, 2: 2, 3: 5, 4: 6, 5: 2, 6: 6}, {i: 6 for i in range(7)},
                {4: 3}, {0: 4, 1: 4, 2: 4, 5: 4, 6: 4}]
