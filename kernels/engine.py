@@ -26,13 +26,14 @@ from __future__ import annotations
 import torch
 
 from oracle.rng_trace import accept_index, draft_index, draws_used, final_index
+from oracle.sampling import SamplingParams
 
 from . import sampler
 from .graphs import GraphRunner
 from .kvplanes import KVPlanes
 from .model import PackedModel
 from .options import KernelOptions
-from .rows import MAX_BAD_WORDS, PROC_ROWS, SLOT_ROWS, TAIL, sampling_rows
+from .rows import FILTER_ROWS, PROC_ROWS, SLOT_ROWS, STEP_ROWS, TAIL, sampling_rows
 from .round_buffer import RoundPlan, scratch_call_meta, scratch_head_meta, scratch_request_meta
 
 I64 = torch.int64
@@ -77,29 +78,24 @@ class Engine:
             "start": z(S, dtype=I64), "last": z(S, dtype=I64),        # frontier, offset-0 token
             "cursor": z(S, dtype=I64), "ubase": z(S, dtype=I64),      # RNG stream cursor, window base
             "ubuf": z(S, self.Wcap, dtype=torch.float64),              # uniform windows
-            "temp": torch.ones(S, device=dev), "top_k": torch.full((S,), V, device=dev, dtype=I64),
-            "top_p": torch.full((S,), float("inf"), device=dev),
-            "greedy": torch.ones(S, device=dev, dtype=torch.bool),
-            "stop": z(S, V, dtype=torch.bool),                         # stop token ids as a mask
-            "ban": z(S, V, dtype=torch.bool),                          # banned or not allowed: -inf
-            "min_p": z(S),                                             # 0: off
-            "left": torch.full((S,), 2**62, device=dev, dtype=I64),    # max_tokens not yet generated
-        } | (self._proc_buffers(S) if self.procs else {})
+        } | self._row_buffers(S, SLOT_ROWS) | (self._proc_buffers(S) if self.procs else {})
+
+    def _row_buffers(self, S: int, names) -> dict:
+        """[S, ...] buffers of the sampling rows `names` (kernels/rows.py), every slot holding
+        the rows of default params: each step off (its identity)."""
+        off = sampling_rows(SamplingParams(), self.weights.cfg.vocab_size)
+        return {n: torch.as_tensor(off[n]).to(self.device).expand(S, *off[n].shape).clone() for n in names}
 
     def _proc_buffers(self, S: int) -> dict:
         """The processors' per-slot state (module docstring), allocated with the first request
         that has a processor; a slot without processors holds the identity (1, 0, 0, no words)."""
-        dev, V, W, L = self.device, self.weights.cfg.vocab_size, MAX_BAD_WORDS, TAIL
+        dev, V = self.device, self.weights.cfg.vocab_size
         z = lambda *shape, dtype=torch.float32: torch.zeros(shape, device=dev, dtype=dtype)
         return {
-            "rep": torch.ones(S, device=dev), "pres": z(S), "freq": z(S),          # penalties
-            "min_tokens": z(S, dtype=I64), "gen": z(S, dtype=I64),                # min_tokens, tokens generated
-            "bias": torch.full((S, V), -0.0, device=dev),                          # logit_bias (-0.0: none)
+            "gen": z(S, dtype=I64),                                                # tokens generated
             "prompt": z(S, V, dtype=torch.bool), "counts": z(S, V),                # prompt tokens, output counts
-            "bw_pre": z(S, W, L, dtype=I64), "bw_plen": z(S, W, dtype=I64),        # bad words (rows.py)
-            "bw_last": torch.full((S, W), -1, device=dev, dtype=I64),
-            "tail": z(S, L, dtype=I64),                                            # last L output tokens
-        }
+            "tail": z(S, TAIL, dtype=I64),                                         # last TAIL output tokens
+        } | self._row_buffers(S, PROC_ROWS)
 
     def grow(self, max_requests: int, max_len: int) -> None:
         """Larger capacity, state kept (stream-ordered copies, so rounds may be in flight).
@@ -157,8 +153,7 @@ class Engine:
     def _probs(self, logits, slot, sampling: str):
         if sampling == "plain":
             return sampler.plain_probs(logits, self.temp.index_select(0, slot))
-        return sampler.filtered_probs(logits, self.temp.index_select(0, slot), self.top_k.index_select(0, slot),
-                                      self.top_p.index_select(0, slot), self.min_p.index_select(0, slot))
+        return sampler.filtered_probs(logits, {k: getattr(self, k).index_select(0, slot) for k in FILTER_ROWS})
 
     def _uniform(self, slot, index):
         # uniform at stream index cursor + index of each slot, from its window
@@ -172,22 +167,17 @@ class Engine:
         if "bad_words" in steps or "min_tokens" in steps:
             r["nvalid"] = self.gen.index_select(0, slot) + off                  # tokens generated before o
         drafts = self.tok.index_select(0, slot)[:, 1:]                           # [N, T-1]; 1..o drawn
+        for name in steps:                                                       # the steps' own rows
+            for k in STEP_ROWS[name]:
+                r[k] = getattr(self, k).index_select(0, slot)
         if "bad_words" in steps:
             L = self.tail.shape[1]
             seq = torch.cat([self.tail.index_select(0, slot), drafts], 1)         # tail ++ drafts
             r["ctx"] = seq.gather(1, off[:, None] + torch.arange(L, device=off.device)[None, :])
-            for k in ("bw_pre", "bw_plen", "bw_last"):
-                r[k] = getattr(self, k).index_select(0, slot)
-        if "logit_bias" in steps:
-            r["bias"] = self.bias.index_select(0, slot)
-        if "min_tokens" in steps:
-            r["stop"], r["min_tokens"] = self.stop.index_select(0, slot), self.min_tokens.index_select(0, slot)
         if "penalties" in steps:
             before = (torch.arange(T - 1, device=off.device)[None, :] < off[:, None]).float()   # drafts 1..o
             r["counts"] = self.counts.index_select(0, slot).scatter_add_(1, drafts, before)
             r["prompt"] = self.prompt.index_select(0, slot)
-            for k in ("rep", "freq", "pres"):
-                r[k] = getattr(self, k).index_select(0, slot)
         return r
 
     def _processed(self, raw, slot, off, steps):

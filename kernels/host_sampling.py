@@ -11,7 +11,7 @@ from oracle.errors import OracleError
 from oracle.sampling import check_logits, seen_or_empty
 
 from . import sampler
-from .rows import TAIL, sampling_rows
+from .rows import FILTER_ROWS, STEP_ROWS, STEPS, TAIL, sampling_rows
 
 
 def _t(a) -> torch.Tensor:
@@ -27,7 +27,7 @@ def proc_rows(rows: dict, seen, V: int) -> dict:
     ctx[TAIL - len(tail):] = tail
     prompt = np.zeros(V, bool)
     prompt[list(seen.prompt)] = True
-    r = {k: _t(rows[k]) for k in ("rep", "pres", "freq", "min_tokens", "bias", "stop", "bw_pre", "bw_plen", "bw_last")}
+    r = {k: _t(rows[k]) for name in STEPS for k in STEP_ROWS[name]}
     return r | {"nvalid": torch.tensor([len(out)]), "ctx": _t(ctx), "prompt": _t(prompt),
                 "counts": _t(np.bincount(out, minlength=V).astype(np.float32))}
 
@@ -60,7 +60,7 @@ def greedy_token(logits, params=None, seen=None) -> int:
 def filtered_probs(logits, params, seen=None) -> np.ndarray:
     assert not params.greedy, "greedy requests have no sampling distribution"
     _, x, rows = _processed(logits, params, seen)
-    out = sampler.filtered_probs(x, _t(rows["temp"]), _t(rows["top_k"]), _t(rows["top_p"]), _t(rows["min_p"]))
+    out = sampler.filtered_probs(x, {k: _t(rows[k]) for k in FILTER_ROWS})
     return out[0].numpy()
 
 

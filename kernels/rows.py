@@ -84,6 +84,14 @@ def sampling_rows(params, vocab: int) -> dict:
 # the processor steps the device runs after the mask (kernels/sampler.py STEPS), in
 # oracle.sampling.CHAIN's order
 STEPS = tuple(n for n, _ in CHAIN.processors if n != "mask")
-# the per-slot rows each group of device buffers takes (Engine._buffers, Engine._proc_buffers)
-SLOT_ROWS = ("greedy", "temp", "top_k", "top_p", "min_p", "left", "ban", "stop")
-PROC_ROWS = ("rep", "pres", "freq", "min_tokens", "bias", "bw_pre", "bw_plen", "bw_last")
+# the rows each step of the chain reads (the device gathers them per row: Engine._proc_rows for
+# the processors, FILTER_ROWS for sampler.filtered_probs)
+STEP_ROWS = {"temperature": ("temp",), "min_p": ("min_p",), "top_k": ("top_k",), "top_p": ("top_p",),
+             "bad_words": ("bw_pre", "bw_plen", "bw_last"), "logit_bias": ("bias",), "min_tokens": ("stop", "min_tokens"),
+             "penalties": ("rep", "pres", "freq")}
+assert set(STEP_ROWS) == {n for n, _ in CHAIN.filters} | set(STEPS), "a chain step without its rows"
+FILTER_ROWS = tuple(r for n, _ in CHAIN.filters for r in STEP_ROWS[n])
+# the per-slot rows each group of device buffers takes (Engine._buffers, Engine._proc_buffers),
+# initialised to the rows of default params (every step off)
+SLOT_ROWS = ("greedy", "left", "ban", "stop") + FILTER_ROWS
+PROC_ROWS = tuple(dict.fromkeys(r for n in STEPS for r in STEP_ROWS[n] if r not in SLOT_ROWS))

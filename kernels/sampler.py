@@ -82,12 +82,13 @@ def processed(logits: torch.Tensor, banned: torch.Tensor, r: dict | None = None,
     return x
 
 
-def filtered_probs(logits: torch.Tensor, temp: torch.Tensor, top_k: torch.Tensor,
-                   top_p: torch.Tensor, min_p: torch.Tensor | None = None) -> torch.Tensor:
+def filtered_probs(logits: torch.Tensor, r: dict) -> torch.Tensor:
     """logits: [N, V] FP32 (masked) -> probabilities [N, V] FP32: temperature, min-p
     (softmax >= min_p * max), top-k (x >= the k-th value), top-p (p >= the probability of the
     last token whose mass before it is <= p; the top token always stays), softmax. Ties with
-    the last survivor of top-k or top-p survive (oracle/sampling.py)."""
+    the last survivor of top-k or top-p survive (oracle/sampling.py). r: the filters' rows
+    (kernels/rows.py FILTER_ROWS), each [N]; min_p may be absent (off)."""
+    temp, top_k, top_p, min_p = r["temp"], r["top_k"], r["top_p"], r.get("min_p")
     V = logits.shape[-1]
     x = logits / temp[:, None]
     if min_p is not None:

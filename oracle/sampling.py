@@ -181,14 +181,16 @@ def stop_cut(emitted, params: SamplingParams, generated: int) -> tuple[int, str 
 
 
 def check_logits(logits: np.ndarray, where: str = "logits") -> None:
-    """NaN and +inf are refused; -inf is a masked token; a row of -inf only is an error."""
+    """NaN and +inf are refused; -inf is a masked token; a row of -inf only is an error.
+    The maximum is finite exactly when none of these happened (a NaN propagates through it)."""
     logits = np.asarray(logits)
+    if logits.size and np.isfinite(logits.max()):
+        return
     bad = np.isnan(logits) | (logits == np.inf)
     if bad.any():
         n = int(np.flatnonzero(bad)[0])
         raise OracleError(f"{where}: non-finite value {logits.reshape(-1)[n]} at token {n}")
-    if not (logits > -np.inf).any():
-        raise OracleError(f"{where}: every token is masked (-inf)")
+    raise OracleError(f"{where}: every token is masked (-inf)")
 
 
 def check_token(x, vocab: int, what: str = "token") -> int:
@@ -289,7 +291,7 @@ def filtered_probs(logits: np.ndarray, params: SamplingParams, seen: Seen | None
 
 def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max())
-    return (e / e.sum()).astype(F32)
+    return (e / e.sum()).astype(F32, copy=False)
 
 
 def categorical(probs: np.ndarray, u: float) -> int:
@@ -306,8 +308,10 @@ def categorical(probs: np.ndarray, u: float) -> int:
 def greedy_token(logits: np.ndarray, params: SamplingParams | None = None, seen: Seen | None = None,
                  chain: Chain = CHAIN) -> int:
     """argmax of the processed logits (of the raw ones without params); ties: lowest id."""
-    check_logits(logits)
-    return int(np.argmax(logits if params is None else processed_logits(logits, params, seen, chain)))
+    if params is None:
+        check_logits(logits)
+        return int(np.argmax(logits))
+    return int(np.argmax(processed_logits(logits, params, seen, chain)))       # checks the logits
 
 
 def accepts(u: float, p_x: float, q_x: float) -> bool:

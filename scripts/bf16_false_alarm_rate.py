@@ -6,6 +6,7 @@ run, the largest ratio of a value's error to its twin noise scale and of an excu
 its twin scale (the K_VALUE and K_MARGIN those runs would need), as quantiles.
 
     python scripts/bf16_false_alarm_rate.py [--seed 0] [--n 250] [--jobs 1] [--row] [--json PATH]
+        [--backend SPEC]   (default torch-cpu-bf16; e.g. torch-cpu with --row: the float32 row)
 """
 import argparse
 import datetime
@@ -34,7 +35,7 @@ def random_model(rng):
 
 def one(args) -> tuple:
     """(failed, detail, head_dim, max value ratio, max margin ratio) of run i of seed s."""
-    seed, i, row = args
+    seed, i, row, spec = args
     import torch
     torch.set_num_threads(1)
     from oracle.judge import compare, noise  # noqa: F401
@@ -52,9 +53,11 @@ def one(args) -> tuple:
               for _ in range(n)]
     rounds = [{r: int(rng.integers(1, 7)) for r in range(n)} for _ in range(int(rng.integers(1, 3)))]
     sc = Case("random", prompts, params, rounds, d, D)
-    got, ref = run_scenario(load_backend("torch-cpu-bf16"), model, sc, "block"), judge_run(model, sc, "block")
-    bounds = None if row else noise.twin_bounds(model, ref.traces, "bfloat16")
-    rep = compare.compare_runs(ref.traces, got.traces, "bfloat16", bounds=bounds)
+    bk = load_backend(spec)
+    seen = _record_row_errors(compare) if row else None
+    got, ref = run_scenario(bk, model, sc, "block"), judge_run(model, sc, "block")
+    bounds = None if row else noise.twin_bounds(model, ref.traces, bk.dtype)
+    rep = compare.compare_runs(ref.traces, got.traces, bk.dtype, bounds=bounds)
     ratio = margin = 0.0
     if bounds is not None:                          # the ratios the twin's K must cover
         for a, b in zip(ref.traces, got.traces):
@@ -79,8 +82,36 @@ def one(args) -> tuple:
             if any(first_divergence(a, b, r, T) for r, T in zip(a.requests, a.token_counts)):
                 break                                 # later rounds ran on other tokens
     bad = rep.first_failure()
+    if seen is not None:                              # row mode: error / the row's depth-0 base, per depth
+        ratio = dict(seen)
     return (not rep.ok, "" if bad is None else bad.detail[:140], cfg.head_dim, cfg.hidden_size, cfg.num_layers, d, D,
             ratio, margin)
+
+
+_ROW_ERRORS: dict = {}
+
+
+def _record_row_errors(compare) -> dict:
+    """Patch the judge's comparison (once per worker) to collect, per (kind, depth), the largest
+    relative error of this run in units of the row's depth-0 value: {(kind, depth): max err / base}."""
+    _ROW_ERRORS.clear()
+    if getattr(compare._differ, "records_row_errors", False):
+        return _ROW_ERRORS
+    allowed, differ = compare.allowed, compare._differ
+    last = {}
+
+    def allowed_rec(tol, kind, depth):
+        last["at"] = (kind, depth, tol[kind])
+        return allowed(tol, kind, depth)
+
+    def differ_rec(rep, kind, ref, got, bound, exact, floor=0.0):
+        out = differ(rep, kind, ref, got, bound, exact, floor)
+        k, depth, base = last["at"]
+        _ROW_ERRORS[(k, depth)] = max(_ROW_ERRORS.get((k, depth), 0.0), out[1] / base)
+        return out
+    differ_rec.records_row_errors = True
+    compare.allowed, compare._differ = allowed_rec, differ_rec
+    return _ROW_ERRORS
 
 
 def parser(doc: str, n: int) -> argparse.ArgumentParser:
@@ -114,19 +145,31 @@ def run_all(fn, work: list, jobs: int) -> list:
 
 def main(argv=None) -> int:
     p = parser(__doc__, 250)
-    p.add_argument("--row", action="store_true", help="judge by the fixed bfloat16 row instead of the twin")
+    p.add_argument("--row", action="store_true", help="judge by the backend's fixed row instead of the twin")
+    p.add_argument("--backend", default="torch-cpu-bf16", help="the correct backend judged (a load_backend spec)")
     args = p.parse_args(argv)
-    res = run_all(one, [(args.seed, i, args.row) for i in range(args.first, args.first + args.n)], args.jobs)
+    res = run_all(one, [(args.seed, i, args.row, args.backend) for i in range(args.first, args.first + args.n)], args.jobs)
     fails = [r for r in res if r[0]]
     by_hd = {hd: f"{sum(f[2] == hd for f in fails)}/{sum(r[2] == hd for r in res)}" for hd in sorted({r[2] for r in res})}
-    print(f"{len(fails)} of {args.n} correct runs failed ({'fixed bfloat16 row' if args.row else 'noise twin'}); "
+    print(f"{len(fails)} of {args.n} correct runs failed ({'fixed row' if args.row else 'noise twin'}, {args.backend}); "
           f"by head_dim: {by_hd}")
     for f in fails:
         print("  hd=%d H=%d L=%d d=%d D=%d: %s" % (f[2], f[3], f[4], f[5], f[6], f[1]))
-    summary = {"runs": args.n, "seed": args.seed, "judged_by": "fixed bfloat16 row" if args.row else "noise twin",
+    summary = {"runs": args.n, "seed": args.seed, "judged_by": "fixed row" if args.row else "noise twin", "backend": args.backend,
                "failed": len(fails), "failed_by_head_dim": by_hd,
                "failures": [{"head_dim": f[2], "hidden": f[3], "layers": f[4], "d": f[5], "D": f[6], "detail": f[1]}
                             for f in fails]}
+    if args.row:                                      # how the row's errors grow with depth
+        worst: dict = {}
+        for r in res:
+            for key, v in r[7].items():
+                worst.setdefault(key, []).append(v)
+        print("  error / the row's depth-0 value, per (kind, depth): 99% and max over runs")
+        for key in sorted(worst):
+            x = np.array(worst[key])
+            print(f"    {key[0]:6s} depth {key[1]}: {len(x):5d} runs, 99% {np.quantile(x, .99):.3f}, max {x.max():.3f}")
+        summary["row_error_over_base"] = {f"{k[0]}@{k[1]}": {"runs": len(v), "q99": float(np.quantile(v, .99)),
+                                                              "max": float(max(v))} for k, v in sorted(worst.items())}
     if not args.row:
         for name, col, key in (("value error / twin scale", 7, "value_ratio"), ("excused margin / twin scale", 8,
                                                                                 "margin_ratio")):

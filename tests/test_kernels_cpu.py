@@ -361,8 +361,8 @@ def test_sampler_matches_reference():
         k, p = [None, 1, 5, 20, 64, 100][trial % 6], [None, 0.3, 0.9, 1.0, 0.05][trial % 5]
         params = SP(t, top_k=k, top_p=p)
         want = sampling.filtered_probs(lg, params)
-        got = sampler.filtered_probs(torch.from_numpy(lg)[None], torch.tensor([t]), torch.tensor([min(k or V, V)]),
-                                     torch.tensor([p if p is not None and p < 1 else float("inf")]))[0].numpy()
+        got = sampler.filtered_probs(torch.from_numpy(lg)[None], {"temp": torch.tensor([t]), "top_k": torch.tensor([min(k or V, V)]),
+                                     "top_p": torch.tensor([p if p is not None and p < 1 else float("inf")])})[0].numpy()
         assert np.array_equal(want > 0, got > 0) and np.abs(want - got).max() < 1e-6
         for u in rng.random(4):
             assert sampling.categorical(want, u) == int(sampler.categorical(torch.from_numpy(want)[None],
@@ -530,7 +530,7 @@ def test_head_sampling_variants_match_reference(model, params, variant, policy):
 def test_plain_probs_are_the_unfiltered_filtered_probs():
     x = torch.randn(7, 300) * 4
     temp = torch.tensor([1.0, 0.5, 2.0, 1.3, 0.9, 1.0, 0.7])
-    full = sampler.filtered_probs(x, temp, torch.full((7,), 300), torch.full((7,), float("inf")))
+    full = sampler.filtered_probs(x, {"temp": temp, "top_k": torch.full((7,), 300), "top_p": torch.full((7,), float("inf"))})
     assert torch.equal(sampler.plain_probs(x, temp), full)
 
 

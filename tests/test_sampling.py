@@ -404,3 +404,63 @@ def test_to_json_round_trip(p):
     j = p.to_json()
     assert SP(**j) == p
     assert SP(**json.loads(json.dumps(j))) == p                                 # lists, through a trace file
+
+
+# ---- bad values of the steps' parameters (oracle.sampling.SamplingParams) ----
+# (a new step adds its bad values here, beside its test against an independent implementation)
+# Refused where a request is made (the CLI's flags, a trace's params, a plug-in's request), so
+# each must be one OracleError line that names the field and the value.
+
+BAD_PROCESSOR_PARAMS = [
+    ("repetition penalty zero", {"repetition_penalty": 0}, "repetition_penalty", "0"),
+    ("repetition penalty negative", {"repetition_penalty": -1.3}, "repetition_penalty", "-1.3"),
+    ("repetition penalty nan", {"repetition_penalty": float("nan")}, "repetition_penalty", "nan"),
+    ("repetition penalty inf", {"repetition_penalty": float("inf")}, "repetition_penalty", "inf"),
+    ("repetition penalty a string", {"repetition_penalty": "1.3"}, "repetition_penalty", "'1.3'"),
+    ("repetition penalty a bool", {"repetition_penalty": True}, "repetition_penalty", "True"),
+    ("presence penalty above 2", {"presence_penalty": 2.5}, "presence_penalty", "2.5"),
+    ("presence penalty below -2", {"presence_penalty": -3}, "presence_penalty", "-3"),
+    ("presence penalty none", {"presence_penalty": None}, "presence_penalty", "None"),
+    ("frequency penalty above 2", {"frequency_penalty": 2.01}, "frequency_penalty", "2.01"),
+    ("frequency penalty nan", {"frequency_penalty": float("nan")}, "frequency_penalty", "nan"),
+    ("logit bias negative token", {"logit_bias": {-1: 2.0}}, "logit_bias", "-1"),
+    ("logit bias float token", {"logit_bias": {1.5: 2.0}}, "logit_bias", "1.5"),
+    ("logit bias bool token", {"logit_bias": {True: 2.0}}, "logit_bias", "True"),
+    ("logit bias above 100", {"logit_bias": {5: 101.0}}, "logit_bias of token 5", "101.0"),
+    ("logit bias below -100", {"logit_bias": ((5, -150),)}, "logit_bias of token 5", "-150"),
+    ("logit bias inf", {"logit_bias": {5: float("-inf")}}, "logit_bias of token 5", "-inf"),
+    ("logit bias string", {"logit_bias": {5: "2"}}, "logit_bias of token 5", "'2'"),
+    ("logit bias duplicate token", {"logit_bias": ((5, 2.0), (5, -1.0))}, "logit_bias", "twice"),
+    ("logit bias not pairs", {"logit_bias": (5, 2.0)}, "logit_bias", "must map token ids to biases"),
+    ("logit bias triples", {"logit_bias": ((5, 2.0, 1),)}, "logit_bias", "must map token ids to biases"),
+    ("bad words empty word", {"bad_words": ((3, 4), ())}, "bad_words", "[(3, 4), ()]"),
+    ("bad words not sequences", {"bad_words": (3, 4)}, "bad_words", "[3, 4]"),
+    ("bad words a string", {"bad_words": ("ab",)}, "bad_words", "non-empty sequences of token ids"),
+    ("bad words negative id", {"bad_words": ((3, -4),)}, "bad_words", "-4"),
+    ("bad words float id", {"bad_words": ((3.0,),)}, "bad_words", "3.0"),
+    ("min tokens negative", {"min_tokens": -1}, "min_tokens", "-1"),
+    ("min tokens float", {"min_tokens": 2.0}, "min_tokens", "2.0"),
+    ("min tokens none", {"min_tokens": None}, "min_tokens", "None"),
+    ("min tokens above max tokens", {"min_tokens": 6, "max_tokens": 5}, "min_tokens 6 exceeds max_tokens 5", ""),
+]
+
+
+@pytest.mark.parametrize("name,kw,field,value", BAD_PROCESSOR_PARAMS, ids=[n for n, *_ in BAD_PROCESSOR_PARAMS])
+def test_bad_processor_params_are_refused_in_one_line(name, kw, field, value):
+    from oracle.errors import OracleError
+    from oracle.sampling import SamplingParams
+    with pytest.raises(OracleError) as e:
+        SamplingParams(**kw)
+    msg = str(e.value)
+    assert "\n" not in msg and field in msg and value in msg, msg
+
+
+@pytest.mark.parametrize("kw,field,token", [({"logit_bias": {3: 1.0, 64: -1.0}}, "logit_bias", 64),
+                                            ({"bad_words": ((1, 2), (70,))}, "bad_words", 70)])
+def test_processor_token_ids_outside_the_vocabulary_are_refused(kw, field, token):
+    from oracle.errors import OracleError
+    from oracle.sampling import SamplingParams
+    p = SamplingParams(**kw)
+    p.check_vocab(100)
+    with pytest.raises(OracleError, match=rf"^request 3: {field} holds {token}, outside the vocabulary \[0, 64\)$"):
+        p.check_vocab(64, "request 3")
