@@ -104,12 +104,9 @@ def build_trace(h, out: dict, results, dtype: str, full: bool = True) -> RoundTr
     full=False (a session without traces, e.g. a benchmark): no params, prefixes or calls
     (their copies are O(requests x context) and O(rows) per round); logits and KV come only
     when `out` holds them."""
-    tr = RoundTrace(h.mode, h.round_idx, h.policy, h.d, h.D, [r.rid for r in h.reqs], list(h.counts))
+    tr = RoundTrace.begin(h.mode, h.round_idx, h.policy, h.d, h.D, h.reqs, h.counts, h.depths, full)
     tr.dtype = dtype
-    tr.depths = {r.rid: list(dp) for r, dp in zip(h.reqs, h.depths)}
     if full:
-        tr.params = {r.rid: r.params.to_json() for r in h.reqs}
-        tr.prefix = {r.rid: list(r.tokens) for r in h.reqs}
         tr.calls = [{"rows": [[h.reqs[i].rid, o, j] for i, o, j in c.rows],
                      "draft_head": [[h.reqs[i].rid, o] for i, o in c.draft_head]} for c in h.plan.schedule.calls]
     for i, (req, T, (K, a, events, drafts, emitted, used, n, why)) in enumerate(zip(h.reqs, h.counts, results)):
@@ -125,10 +122,6 @@ def build_trace(h, out: dict, results, dtype: str, full: bool = True) -> RoundTr
                     call = h.plan.wrote[(i, o, j)]
                     for l in range(k.shape[0]):
                         tr.kv_writes[(rid, start + o, j, l)] = (call, k[l, i, j, o], v[l, i, j, o])
-        tr.rng_events.extend(events)
-        tr.drafts[rid], tr.accepted[rid], tr.emitted[rid] = drafts, a, emitted
-        tr.committed[rid], tr.generated[rid] = emitted[:n], req.generated
-        if why:
-            tr.finished[rid] = why
+        tr.record(rid, drafts, a, emitted, n, req.generated, why, events)
     tr.stats = dict(h.stats, accepted=sum(tr.accepted.values()))
     return tr

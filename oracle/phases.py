@@ -69,10 +69,7 @@ class RoundState:
         self.q: dict[tuple[int, int], np.ndarray] = {}                      # draft distributions
         self.n_events = [len(r.rng.events) for r in requests]
         self.n_kv = len(kv.log)
-        self.trace = RoundTrace(mode, round_idx, policy, self.d, self.D, [r.rid for r in requests], counts,
-                                prefix={r.rid: list(r.tokens) for r in requests},
-                                params={r.rid: r.params.to_json() for r in requests},
-                                depths={r.rid: list(dp) for r, dp in zip(requests, depths)})
+        self.trace = RoundTrace.begin(mode, round_idx, policy, self.d, self.D, requests, counts, depths)
         self.stats = {"recurrent_calls": 0, "rows_per_call": [], "head_calls": 0, "head_rows": 0,
                       "draft_head_calls": 0, "draft_head_rows": 0, "drafted": sum(c - 1 for c in counts)}
 
@@ -193,16 +190,12 @@ def finish_round(st: RoundState, logits: dict):
     for i, req in enumerate(st.requests):
         a, emitted = st.phases.accept(st, i, logits)   # decisions and RNG as without stops
         n, why = st.phases.sampling.stop_cut(emitted, req.params, req.generated)
-        kept = emitted[:n]                             # n >= 1: a finished request never runs
-        tr.drafts[req.rid] = st.tokens[i][1:]
-        tr.accepted[req.rid], tr.emitted[req.rid] = a, emitted
-        tr.committed[req.rid], tr.generated[req.rid] = kept, req.generated
-        req.tokens.extend(kept)
+        tr.record(req.rid, st.tokens[i][1:], a, emitted, n, req.generated, why, req.rng.events[st.n_events[i]:])
+        req.tokens.extend(emitted[:n])                 # n >= 1: a finished request never runs
         req.generated += n
         st.kv.truncate(req.rid, st.starts[i] + n)      # KV of offsets 0..n-1 stays
         if why:
-            req.finished = tr.finished[req.rid] = why
-        tr.rng_events.extend(req.rng.events[st.n_events[i]:])
+            req.finished = why
     for w in st.kv.log[st.n_kv:]:
         tr.kv_writes[(w.request, w.position, w.depth, w.layer)] = (w.call, w.k, w.v)
     st.stats["accepted"] = sum(tr.accepted.values())

@@ -44,6 +44,29 @@ class RoundTrace:
     generated: dict = field(default_factory=dict)      # rid -> tokens generated before the round
     finished: dict = field(default_factory=dict)       # rid -> "stop" | "length": left the batch
 
+    @classmethod
+    def begin(cls, mode: str, round_idx: int, policy: str, d, D, reqs, counts, depths, full: bool = True):
+        """The trace of a round about to run: reqs hold rid, params and tokens (committed before
+        the round), depths (d_i, D_i) per request. full=False: no params or prefixes (a
+        benchmark's traces). Both trace builders start here (oracle/phases.py, kernels/collect.py)."""
+        tr = cls(mode, round_idx, policy, d, D, [r.rid for r in reqs], list(counts),
+                 depths={r.rid: list(dp) for r, dp in zip(reqs, depths)})
+        if full:
+            tr.prefix = {r.rid: list(r.tokens) for r in reqs}
+            tr.params = {r.rid: r.params.to_json() for r in reqs}
+        return tr
+
+    def record(self, rid, drafts: list, accepted: int, emitted: list, kept: int, generated: int,
+               finished: str | None, events: list) -> None:
+        """One request's outcome: its drafts, accepted count, the a+1 emitted tokens of which
+        the first `kept` are committed, tokens generated before the round, why it finished (or
+        None), and its RNG events of the round (appended in batch order)."""
+        self.drafts[rid], self.accepted[rid], self.emitted[rid] = drafts, accepted, emitted
+        self.committed[rid], self.generated[rid] = emitted[:kept], generated
+        if finished:
+            self.finished[rid] = finished
+        self.rng_events.extend(events)
+
     def kept(self, rid) -> list:
         """The tokens the round committed for rid."""
         return self.committed.get(rid, self.emitted.get(rid, []))
