@@ -209,10 +209,12 @@ def sampling_params(draw, vocab: int, recent=()):
 
 # Backends whose round properties draw processor-free requests: their processors are judged by
 # property_tests/test_processor_props.py (every request), tests/test_kernels_cpu.py and the check's
-# processor case. With processors in the round properties, under `pytest -n auto` the torch-cpu-bf16
-# stateful property (a KV write 0.075 > 0.06 at depth 1) and the jax generation property failed
-# while each passed run alone (2026-12-01): an order-dependent failure not yet explained.
-PROCESSOR_FREE_ROUND_BACKENDS = ("torch-cpu", "torch-cpu-bf16", "jax")
+# processor case. torch-cpu-bf16 only: with processors drawn in its round properties, two examples
+# sit just past the fixed bfloat16 row (a KV write 0.0602 > 0.06 at depth 1; verification logits
+# 0.382 from the cache-free forward), the row whose false-alarm rate on tiny models was measured
+# at 14 of 1000 runs (docs/results.md). torch-cpu and jax pass with processors drawn since the
+# float32 row grows with depth (2026-12-01).
+PROCESSOR_FREE_ROUND_BACKENDS = ("torch-cpu-bf16",)
 
 
 def processors_in_round_properties() -> bool:
