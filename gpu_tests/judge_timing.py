@@ -146,18 +146,21 @@ def _probe_round(s, counts) -> dict:
 
 
 def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 5, gpu: str = "h200",
-                     trace_dir=None, **session_options) -> dict:
+                     trace_dir=None, host_profile: int = 0, **session_options) -> dict:
     """Per mode: median ms of a round (K = 4, d = 2, D = 4, greedy, C requests, prompts of ctx
     tokens), every timed round's ms, the floor ms on `gpu` with its terms, measured / floor,
     the transfers and compiles of one round, and a probed round's per-step host/device split.
     trace_dir: also write a jax.profiler trace of one more round per mode there;
+    host_profile: also run one more round per mode under cProfile and keep its top
+    `host_profile` functions by cumulative and by own time (text, in the mode's "host_profile");
     session_options: for judge.session (e.g. kv_fetch="round").
     cpu_median_ms: the process's CPU time per round (all threads; on a shared CPU host the
     wall time also counts other processes' turns)."""
     out = {"C": C, "ctx": ctx, "K": K, "d": d, "D": D, "repeats": repeats, "gpu_floor": gpu}
     counts = {rid: K + 1 for rid in range(C)}
     for mode in MODES:
-        s = _session(judge, model, mode, C, ctx, repeats + 3 + (trace_dir is not None), **session_options)
+        s = _session(judge, model, mode, C, ctx, repeats + 3 + (trace_dir is not None) + bool(host_profile),
+                     **session_options)
         _listen()
         _compiles.update(on=True, n=0, s=0.0)
         t0 = time.perf_counter()
@@ -186,6 +189,19 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
             import jax
             with jax.profiler.trace(os.path.join(str(trace_dir), mode)):
                 s.step(counts)
+        hprof = None
+        if host_profile:
+            import cProfile
+            import io
+            import pstats
+            pr = cProfile.Profile()
+            pr.enable()
+            s.step(counts)
+            pr.disable()
+            buf = io.StringIO()
+            pstats.Stats(pr, stream=buf).sort_stats("cumulative").print_stats(host_profile)
+            pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(host_profile)
+            hprof = buf.getvalue()
         context = round(statistics.mean(starts))          # the timed rounds' mean offset-0 position
         floor = judge_round_floor(model.cfg, C, context, d, D, mode, K=K, gpu=gpu)
         med = statistics.median(times)
@@ -194,4 +210,6 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
                      "over_floor": sig(med / (1e3 * floor["floor_s"])),
                      "floor_terms_ms": {k: sig(1e3 * floor[k]) for k in ("weights_s", "kv_s", "flops_s", "head_s")},
                      "per_round": per_round, "probe": probe}
+        if hprof is not None:
+            out[mode]["host_profile"] = hprof
     return out

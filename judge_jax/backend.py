@@ -48,9 +48,16 @@ class _RoundModel:
     keeps handles as a list (oracle.phases' `stack` hook), and the device gathers a call's
     inputs and a head's rows from them. Per call one index vector goes up; per head call the
     logits come back (sampling is on the host). The trace's KV writes are gathered from the
-    planes on the device and brought back at `flush` (before finish_round reads kv.log):
+    planes on the device and brought back at `flush`, which puts them in the round's trace:
     kv_fetch="async" gathers each call's rows right after it and starts their copy to the
-    host (they overlap the later calls), "round" gathers the whole round's at flush, one copy."""
+    host at the next head call (they overlap the later calls), "round" gathers the whole
+    round's at flush, one copy.
+
+    Why the copies start at a head call: `copy_to_host_async` holds the host until its array
+    is computed. Started right after each call (as before 2026-12-01), it held the host for
+    that call's device time, 12 times a round (65-84 ms of a 195 ms round at ouro-1.4b on the
+    H200, cProfile), so the next calls were not enqueued meanwhile. A head call's logits come
+    after those gathers in stream order, so the host waits for them there anyway."""
 
     def __init__(self, jm: JaxLoopedModel, kv: DeviceKV, record: bool = True, kv_fetch: str = "async"):
         if kv_fetch not in ("async", "round"):
@@ -60,6 +67,7 @@ class _RoundModel:
         self.version: list[int] = []     # per pool row: writes so far
         self.pending: list = []          # (device K/V rows or None, [(rid, pos, depth, call)])
         self.rows: list = []             # device rows (slot, pos, depth) not yet gathered (kv_fetch="round")
+        self.kicked = 0                  # pending[:kicked] have their host copies started
 
     def embed(self, tokens) -> list:
         self.jm.check_tokens(tokens)
@@ -74,7 +82,14 @@ class _RoundModel:
         return x.row
 
     def head(self, h) -> np.ndarray:
-        return self.jm.head_rows(self.kv, [self._row(x) for x in h])
+        return self.jm.head_rows(self.kv, [self._row(x) for x in h], before_wait=self._kick)
+
+    def _kick(self) -> None:
+        """Start the host copies of the KV rows gathered since the last head call."""
+        for dev, _ in self.pending[self.kicked:]:
+            if dev is not None:
+                dev[0].copy_to_host_async()
+        self.kicked = len(self.pending)
 
     def recurrent_call(self, rows, h, kv: DeviceKV, call: int) -> list:
         """rows: [(rid, position, depth)]; h: their inputs (handles). Writes are logged (for the
@@ -103,31 +118,42 @@ class _RoundModel:
             out.append(_Hidden(r, self.version[r]))
         if self.record:
             logged = [(rid, pos, depth, call) for rid, pos, depth in rows]
-            if self.kv_fetch == "async":
-                dev = self.jm.kv_rows(kv, dev_rows)
-                dev[0].copy_to_host_async()
-                self.pending.append((dev, logged))
+            if self.kv_fetch == "async":                  # its copy starts at the next head call (_kick)
+                self.pending.append((self.jm.kv_rows(kv, dev_rows), logged))
             else:
                 self.rows += dev_rows
                 self.pending.append((None, logged))
         return out
 
-    def flush(self) -> None:
-        """Bring the round's KV writes back and log them (kv.log, for the trace)."""
-        pending, self.pending = self.pending, []
+    def flush(self, trace=None) -> int:
+        """Bring the round's KV writes back. With a trace, put them straight into
+        trace.kv_writes ((rid, pos, depth, layer) -> (call, k, v), the entries finish_round
+        makes of kv.log, in the same order; 7680 KVWrite objects a round at ouro-1.4b cost
+        ~25 ms of host time) and return their count, the writes made, for the trace's stats;
+        without one, log them in kv.log (KVWrite) as the reference's cache does."""
+        pending, self.pending, self.kicked = self.pending, [], 0
         if self.kv_fetch == "round" and pending:
-            arrays = [self.jm.fetch_kv(self.jm.kv_rows(self.kv, self.rows))]
+            arrays = [self.jm.fetch_kv(self.jm.kv_rows(self.kv, self.rows), rows_first=True)]
             logged = [[w for _, ws in pending for w in ws]]
             self.rows = []
         else:
-            arrays = [self.jm.fetch_kv(dev) for dev, _ in pending]
+            arrays = [self.jm.fetch_kv(dev, rows_first=True) for dev, _ in pending]
             logged = [ws for _, ws in pending]
-        L = self.cfg.num_layers
+        L, made = self.cfg.num_layers, 0
         for kvr, ws in zip(arrays, logged):
-            k, v = kvr[0], kvr[1]
-            for r, (rid, pos, depth, call) in enumerate(ws):
-                for l in range(L):
-                    self.kv.log.append(KVWrite(rid, pos, depth, l, call, k[l, r], v[l, r]))
+            n = len(ws)
+            ks = list(kvr[0].reshape(n * L, *kvr.shape[3:]))      # row r, layer l at r * L + l (views)
+            vs = list(kvr[1].reshape(n * L, *kvr.shape[3:]))
+            if trace is None:
+                for r, (rid, pos, depth, call) in enumerate(ws):
+                    for l in range(L):
+                        self.kv.log.append(KVWrite(rid, pos, depth, l, call, ks[r * L + l], vs[r * L + l]))
+            else:
+                keys = [(rid, pos, depth, l) for rid, pos, depth, _ in ws for l in range(L)]
+                calls = [call for *_, call in ws for _ in range(L)]
+                trace.kv_writes.update(zip(keys, zip(calls, ks, vs)))
+            made += n * L
+        return made
 
 
 class JaxSession:
@@ -223,8 +249,9 @@ class JaxSession:
             run_call(st, list(call.rows))
             draft_head(st, list(call.draft_head))
         logits = verify_head(st)
-        model.flush()                                     # the KV writes, for finish_round's trace
-        trace = finish_round(st, logits)
+        made = model.flush(st.trace)                      # the KV writes, straight into the trace
+        trace = finish_round(st, logits)                  # (kv.log stays empty: it counts 0 writes)
+        trace.stats["kv_writes"] += made
         trace.dtype = "float32"
         return trace
 
@@ -234,9 +261,9 @@ class JaxBackend:
     policies = ("sequential", "fixed")
     host_rng = True                  # uniforms come from PCG64(seed) on the host, like the reference
 
-    def __init__(self, mesh=None, unroll: bool = True, ctx_bits: int = 4, **session_defaults):
+    def __init__(self, mesh=None, unroll: bool = True, ctx_bits: int = 4, dot: str = "highest", **session_defaults):
         self.mesh, self.defaults = mesh, session_defaults
-        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits}
+        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits, "dot": dot}
         self._models = weakref.WeakKeyDictionary()   # reference model -> its JAX model (weights on device)
 
     def model(self, model) -> JaxLoopedModel:
@@ -259,5 +286,5 @@ class JaxBackend:
 
 def make_jax_backend(mesh=None, **options) -> JaxBackend:
     """options: session defaults (max_requests, max_len, prefill_chunk, kv_fetch) and the
-    model's unroll / ctx_bits (JaxLoopedModel); mesh: a jax.sharding.Mesh with axis "tp"."""
+    model's unroll / ctx_bits / dot (JaxLoopedModel); mesh: a jax.sharding.Mesh with axis "tp"."""
     return JaxBackend(mesh, **options)

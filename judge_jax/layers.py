@@ -3,7 +3,16 @@
 Weights are stored [in, out] so a row vector multiplies from the left, either one buffer per
 layer and matrix (params["layers"]: a list of per-layer dicts; the layer loops are unrolled,
 so no program slices a stacked weight array and the KV planes are indexed by a static
-layer) or stacked over layers (a dict of [L, ...] arrays; the loops are scans). Every matmul and einsum runs at Precision.HIGHEST: true FP32, no TF32 / bf16 passes.
+layer) or stacked over layers (a dict of [L, ...] arrays; the loops are scans). A per-layer
+dict may hold q/k/v as one [H, q+2kv] matrix "wqkv" and gate/up as one [H, 2I] matrix "wgu"
+(model.py merges them when unsharded: fewer, wider products).
+
+Precision: every einsum (attention) and, by default, every matmul runs at Precision.HIGHEST:
+true FP32, no TF32 / bf16 passes. `Dims.dot` may name a multi-pass algorithm for the weight
+products instead (DOT_ALGORITHMS: "tf32x3", three TF32 tensor-core products of the split
+operands, FP32 accumulation); its error against an FP64 product was measured at FP32 level
+on the H200 (scripts/gpu_judge_profile.py; docs/results/judge_profile_h200.json). CPU XLA has
+no such algorithm, so there the products stay at HIGHEST whatever `dot` says.
 """
 from __future__ import annotations
 
@@ -17,6 +26,15 @@ import numpy as np
 HIGHEST = jax.lax.Precision.HIGHEST
 mm = partial(jnp.matmul, precision=HIGHEST)
 einsum = partial(jnp.einsum, precision=HIGHEST)
+DOT_ALGORITHMS = {"highest": HIGHEST, "tf32x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,
+                  "bf16x6": jax.lax.DotAlgorithmPreset.BF16_BF16_F32_X6}
+
+
+def wmm(dims: "Dims | None"):
+    """The weight product of `dims.dot` (HIGHEST on a CPU backend or without dims)."""
+    if dims is None or dims.dot == "highest" or jax.default_backend() == "cpu":
+        return mm
+    return partial(jnp.matmul, precision=DOT_ALGORITHMS[dims.dot])
 
 
 @dataclass(frozen=True)
@@ -27,6 +45,7 @@ class Dims:
     head_dim: int
     eps: float
     norm_offset: float = 0.0     # test seam: 1.0 applies norm weights as (1 + w), which is WRONG for Ouro
+    dot: str = "highest"         # the weight products' algorithm (DOT_ALGORITHMS); attention stays HIGHEST
 
 
 def rms_norm(x, w, dims: Dims, c):
@@ -53,18 +72,28 @@ def apply_rope(x, cos, sin):
     return x * cos[:, None, :] + rotated * sin[:, None, :]
 
 
-def mlp(y, lw):
+def mlp(y, lw, dims: "Dims | None" = None):
     # y: [rows, H] -> [rows, H]; SwiGLU: down(silu(gate y) * up y)
-    g = mm(y, lw["wg"])
-    return mm(jax.nn.silu(g) * mm(y, lw["wu"]), lw["wd"])
+    mw = wmm(dims)
+    if "wgu" in lw:                                                  # gate and up as one product
+        g, u = jnp.split(mw(y, lw["wgu"]), 2, axis=-1)
+    else:
+        g, u = mw(y, lw["wg"]), mw(y, lw["wu"])
+    return mw(jax.nn.silu(g) * u, lw["wd"])
 
 
 def qkv(x, lw, cos, sin, dims: Dims):
     # x: [rows, H] (already normed) -> q: [rows, nh, hd], k, v: [rows, nkv, hd]; RoPE on q, k
-    n = x.shape[0]
-    q = mm(x, lw["wq"]).reshape(n, dims.num_heads, dims.head_dim)
-    k = mm(x, lw["wk"]).reshape(n, dims.num_kv_heads, dims.head_dim)
-    v = mm(x, lw["wv"]).reshape(n, dims.num_kv_heads, dims.head_dim)
+    n, mw = x.shape[0], wmm(dims)
+    nq, nk = dims.num_heads * dims.head_dim, dims.num_kv_heads * dims.head_dim
+    if "wqkv" in lw:                                                 # q, k, v as one product
+        y = mw(x, lw["wqkv"])
+        q, k, v = y[:, :nq], y[:, nq:nq + nk], y[:, nq + nk:]
+    else:
+        q, k, v = mw(x, lw["wq"]), mw(x, lw["wk"]), mw(x, lw["wv"])
+    q = q.reshape(n, dims.num_heads, dims.head_dim)
+    k = k.reshape(n, dims.num_kv_heads, dims.head_dim)
+    v = v.reshape(n, dims.num_kv_heads, dims.head_dim)
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
@@ -83,9 +112,9 @@ def attend(q, K, V, allowed, dims: Dims, c):
 
 def block_out(h, a, lw, dims: Dims, c):
     """The rest of a sandwich layer after attention: h: [rows, H], a: [rows, nh*hd]."""
-    h = h + rms_norm(mm(a, lw["wo"]), lw["n_attn_out"], dims, c)
+    h = h + rms_norm(wmm(dims)(a, lw["wo"]), lw["n_attn_out"], dims, c)
     y = rms_norm(h, lw["n_post"], dims, c)
-    return h + rms_norm(mlp(y, lw), lw["n_mlp_out"], dims, c)
+    return h + rms_norm(mlp(y, lw, dims), lw["n_mlp_out"], dims, c)
 
 
 def full_forward(params, tokens, cos, sin, loops: int, dims: Dims):

@@ -91,14 +91,15 @@ def _head(lm_head, pool, src):
 
 @jax.jit
 def _kv_rows(kc, vc, idx):
-    """idx: int32 [3, n] = slot, depth, pos -> K and V of those rows: [2, L, n, nkv, hd]."""
+    """idx: int32 [3, n] = slot, depth, pos -> K and V of those rows, row-major: [2, n, L, nkv, hd]
+    (so the host can cut it into per-(row, layer) views without a copy)."""
     slot, depth, pos = idx
-    return jnp.stack([kc[:, depth, slot, pos], vc[:, depth, slot, pos]])
+    return jnp.stack([kc[:, depth, slot, pos], vc[:, depth, slot, pos]]).transpose(0, 2, 1, 3, 4)
 
 
 class JaxLoopedModel:
     def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0, pad: bool = True,
-                 unroll: bool = True, ctx_bits: int = 4):
+                 unroll: bool = True, ctx_bits: int = 4, dot: str = "highest", merge: bool = True):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
         gate is ignored. mesh: a jax.sharding.Mesh with axis "tp" (sharding.py) or None.
         pad: run tiny configs in the canonical padded layout (layout.py; exact zeros).
@@ -106,17 +107,28 @@ class JaxLoopedModel:
         program; slower to compile), else stacked weights and a scan over the layers.
         ctx_bits: significant bits of a large model's attended-context bucket (1: powers of two:
         fewer programs, up to 2x the keys read).
+        dot: the weight products' algorithm (layers.DOT_ALGORITHMS; "highest": true FP32; a GPU
+        only: "tf32x3", measured at FP32-level error; the CPU keeps HIGHEST).
+        merge: with unroll and no mesh, q/k/v as one [H, q+2kv] matrix and gate/up as one
+        [H, 2I] per layer (two wide products instead of five narrow ones).
         norm_offset: a test seam only (1.0 = the wrong `1 + w` RMSNorm).
         The public API takes and returns true shapes: h [n, hidden], logits [n, vocab]."""
         self.cfg, self.mesh = cfg, mesh
         self.layout = lay = Layout.for_config(cfg, pad)
-        self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset))
+        from .layers import DOT_ALGORITHMS
+        if dot not in DOT_ALGORITHMS:
+            raise OracleError(f"dot algorithm {dot!r}: expected one of {', '.join(DOT_ALGORITHMS)}")
+        self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset), dot)
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]               # token lookup for the host-side round driver
         host = lay.pad_params(host)
         if unroll:                                    # [L, ...] arrays -> one dict of buffers per layer
             stacked = host["layers"]
             host["layers"] = [{k: np.ascontiguousarray(v[l]) for k, v in stacked.items()} for l in range(cfg.num_layers)]
+            if merge and mesh is None:                # sharding splits q/k/v and gate/up apart: unmerged there
+                for lw in host["layers"]:
+                    lw["wqkv"] = np.concatenate([lw.pop("wq"), lw.pop("wk"), lw.pop("wv")], axis=1)
+                    lw["wgu"] = np.concatenate([lw.pop("wg"), lw.pop("wu")], axis=1)
         self.unroll, self.ctx_bits = unroll, ctx_bits
         if mesh is None:
             self.params = jax.device_put(host)
@@ -223,8 +235,9 @@ class JaxLoopedModel:
                                          cos, sin, self._put(idx), groups=G, ctx=ctx, dims=self.dims)
         self.counts["calls"] += 1
 
-    def head_rows(self, kv, src) -> np.ndarray:
-        """lm_head over pool rows src: logits [n, V], brought back (sampling is on the host)."""
+    def head_rows(self, kv, src, before_wait=None) -> np.ndarray:
+        """lm_head over pool rows src: logits [n, V], brought back (sampling is on the host).
+        before_wait: called once the head is enqueued, before the host waits for its logits."""
         t0 = time.perf_counter()
         n = len(src)
         if n == 0:
@@ -232,25 +245,29 @@ class JaxLoopedModel:
         s = np.zeros(pow2(n, self.floors["head"]), np.int32)
         s[:n] = src
         out = self._step("head", n, t0, _head, self.params["lm_head"], kv.pool, self._put(s))
+        if before_wait is not None:
+            before_wait()
         return self._get(out)[:n, :self.cfg.vocab_size]
 
     def kv_rows(self, kv, rows):
         """The K/V that rows [(slot, position, depth)] hold in the planes, every layer, gathered
-        on the device and not brought back: (device array [2, L, n_padded, nkv, hd], n)."""
+        on the device and not brought back: (device array [2, n_padded, L, nkv, hd], n)."""
         t0 = time.perf_counter()
         n = len(rows)
         idx = np.zeros((3, pow2(n, 64) if self.small else bucket(n, 3)), np.int32)
         idx[:, :n] = np.asarray(rows, np.int32).T[[0, 2, 1]]          # slot, depth, pos
         return self._step("kv_fetch", n, t0, _kv_rows, kv.k, kv.v, self._put(idx)), n
 
-    def fetch_kv(self, dev_n) -> np.ndarray:
-        """kv_rows' result on the host: [2, L, n, nkv, hd] at the model's true shapes."""
+    def fetch_kv(self, dev_n, rows_first: bool = False) -> np.ndarray:
+        """kv_rows' result on the host at the model's true shapes: [2, L, n, nkv, hd] (a view),
+        or with rows_first [2, n, L, nkv, hd] as gathered."""
         dev, n = dev_n
         t0 = time.perf_counter()
         out = self._get(dev)
         if self.probe is not None:
             self.probe.append(("kv_fetch_to_host", n, time.perf_counter() - t0, 0.0))
-        return self.layout.unpad_kv(out[:, :self.cfg.num_layers, :n])
+        out = self.layout.unpad_kv(out[:, :n, :self.cfg.num_layers])
+        return out if rows_first else out.transpose(0, 2, 1, 3, 4)
 
     # ---- head and recurrent call with host arrays (tests, tools) ----
     def head(self, h: np.ndarray) -> np.ndarray:

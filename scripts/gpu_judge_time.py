@@ -40,6 +40,8 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", default="h200", help="the peak rates of the floor (oracle.cost.GPU_PEAKS)")
     p.add_argument("--json", help="write the result here")
     p.add_argument("--trace", help="write a jax.profiler trace of one round per mode under this folder")
+    p.add_argument("--host-profile", type=int, default=0, metavar="N",
+                   help="one more round per mode under cProfile: keep its top N functions (in the JSON)")
     p.add_argument("--hidden", type=int, help="override the preset's hidden size (random weights)")
     p.add_argument("--intermediate", type=int, help="override the preset's MLP size")
     p.add_argument("--layers", type=int, help="override the preset's layer count")
@@ -48,6 +50,7 @@ def main(argv=None) -> int:
     p.add_argument("--scan", action="store_true", help="stacked weights and a scan over the layers (the judge's "
                    "unroll=False: faster compiles) instead of unrolled layers")
     p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
+    p.add_argument("--dot", default="highest", help="the weight products' algorithm (judge_jax.layers.DOT_ALGORITHMS)")
     p.add_argument("--allow-cpu", action="store_true", help="run ouro-1.4b even where JAX has no GPU (hours)")
     args = p.parse_args(argv)
     import jax
@@ -58,13 +61,14 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     model = build(args)
-    judge = make_jax_backend(unroll=not args.scan, ctx_bits=args.ctx_bits)
+    judge = make_jax_backend(unroll=not args.scan, ctx_bits=args.ctx_bits, dot=args.dot)
     fetches = ("async", "round") if args.kv_fetch == "both" else (args.kv_fetch,)
-    res = {"unroll": not args.scan, "ctx_bits": args.ctx_bits, "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
+    res = {"unroll": not args.scan, "ctx_bits": args.ctx_bits, "dot": args.dot, "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
            "jax": jax.__version__}
     for fetch in fetches:
         res[fetch] = time_judge_round(judge, model, C=args.C, ctx=args.ctx, repeats=args.repeats, gpu=args.gpu,
                                       trace_dir=None if args.trace is None else Path(args.trace) / fetch,
+                                      host_profile=args.host_profile,
                                       **({} if fetch == "async" else {"kv_fetch": fetch}))   # async: the default
         show(args, res[fetch], fetch)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
