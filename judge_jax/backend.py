@@ -261,9 +261,10 @@ class JaxBackend:
     policies = ("sequential", "fixed")
     host_rng = True                  # uniforms come from PCG64(seed) on the host, like the reference
 
-    def __init__(self, mesh=None, unroll: bool = True, ctx_bits: int = 4, dot: str = "highest", **session_defaults):
+    def __init__(self, mesh=None, unroll: bool = True, ctx_bits: int = 4, dot: str = "highest", attn: str = "xla",
+                 **session_defaults):
         self.mesh, self.defaults = mesh, session_defaults
-        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits, "dot": dot}
+        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits, "dot": dot, "attn": attn}
         self._models = weakref.WeakKeyDictionary()   # reference model -> its JAX model (weights on device)
 
     def model(self, model) -> JaxLoopedModel:
@@ -286,5 +287,5 @@ class JaxBackend:
 
 def make_jax_backend(mesh=None, **options) -> JaxBackend:
     """options: session defaults (max_requests, max_len, prefill_chunk, kv_fetch) and the
-    model's unroll / ctx_bits / dot (JaxLoopedModel); mesh: a jax.sharding.Mesh with axis "tp"."""
+    model's unroll / ctx_bits / dot / attn (JaxLoopedModel); mesh: a jax.sharding.Mesh with axis "tp"."""
     return JaxBackend(mesh, **options)

@@ -46,6 +46,7 @@ class Dims:
     eps: float
     norm_offset: float = 0.0     # test seam: 1.0 applies norm weights as (1 + w), which is WRONG for Ouro
     dot: str = "highest"         # the weight products' algorithm (DOT_ALGORITHMS); attention stays HIGHEST
+    attn: str = "xla"            # recurrent attention: "xla" (gather the planes, einsum) or "pallas" (attend_planes)
 
 
 def rms_norm(x, w, dims: Dims, c):
@@ -110,6 +111,59 @@ def attend(q, K, V, allowed, dims: Dims, c):
     return o.reshape(G, R, dims.num_heads * dims.head_dim)
 
 
+def attend_planes(kc, vc, l: int, q, depth, slot, pos, ctx: int, dims: Dims, scale):
+    """attend() over the cache planes in place: a Pallas (Triton) kernel, one program per
+    (group, kv head), streams keys 0..ctx-1 of its plane kc[l, depth[g], slot[g]] once (no
+    gathered copy of the planes), online softmax, FP32 multiply-adds on the CUDA cores (no
+    tensor cores, no TF32). q: [G, R, nh, hd]; pos: [G, R] (-1: a padding row, which sees
+    key 0 only, as in recurrent) -> [G, R, nh*hd]. On a CPU backend it runs interpreted."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+    G, R = q.shape[:2]
+    nkv, grp, hd = dims.num_kv_heads, dims.num_heads // dims.num_kv_heads, dims.head_dim
+    Rp = R * grp                                                   # a program's query rows
+    BT = max(16, 128 // Rp)                                        # keys per step
+    nblk = -(-ctx // BT)
+    qg = (q * scale).reshape(G, R, nkv, grp, hd).transpose(0, 2, 1, 3, 4).reshape(G, nkv, Rp, hd)
+    posg = jnp.repeat(pos, grp, axis=1)                            # [G, Rp]
+
+    def kernel(depth_ref, slot_ref, pos_ref, q_ref, kc_ref, vc_ref, o_ref):
+        g, k = pl.program_id(0), pl.program_id(1)
+        d, s, li = depth_ref[g], slot_ref[g], jnp.int32(l)
+        qq, pp = q_ref[...], pos_ref[...]                          # [Rp, hd], [Rp]
+
+        def step(i, carry):
+            m, den, acc = carry
+            t = i * BT + jnp.arange(BT)
+            valid = t < ctx
+            kb = plgpu.load(kc_ref.at[li, d, s, pl.ds(i * BT, BT), k, :], mask=valid[:, None], other=0.0)
+            sc = jnp.sum(qq[:, None, :] * kb[None, :, :], axis=2)                    # [Rp, BT]
+            ok = ((t[None, :] <= pp[:, None]) | (t[None, :] == 0)) & valid[None, :]
+            sc = jnp.where(ok, sc, -jnp.inf)
+            mn = jnp.maximum(m, jnp.max(sc, axis=1))
+            p = jnp.exp(sc - mn[:, None])
+            alpha = jnp.exp(m - mn)
+            vb = plgpu.load(vc_ref.at[li, d, s, pl.ds(i * BT, BT), k, :], mask=valid[:, None], other=0.0)
+            acc = acc * alpha[:, None] + jnp.sum(p[:, :, None] * vb[None, :, :], axis=1)
+            return mn, den * alpha + jnp.sum(p, axis=1), acc
+
+        init = (jnp.full((Rp,), -jnp.inf, jnp.float32), jnp.zeros((Rp,), jnp.float32),
+                jnp.zeros((Rp, hd), jnp.float32))
+        _, den, acc = jax.lax.fori_loop(0, nblk, step, init)
+        o_ref[...] = acc / den[:, None]
+
+    whole = lambda shape: pl.BlockSpec(shape, lambda g, k: (0,) * len(shape))   # noqa: E731
+    o = pl.pallas_call(
+        kernel, grid=(G, nkv),
+        in_specs=[whole((G,)), whole((G,)), pl.BlockSpec((None, Rp), lambda g, k: (g, 0)),
+                  pl.BlockSpec((None, None, Rp, hd), lambda g, k: (g, k, 0, 0)), pl.no_block_spec, pl.no_block_spec],
+        out_specs=pl.BlockSpec((None, None, Rp, hd), lambda g, k: (g, k, 0, 0)),
+        out_shape=jax.ShapeDtypeStruct((G, nkv, Rp, hd), jnp.float32),
+        interpret=jax.default_backend() == "cpu",
+        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2))(depth, slot, posg, qg, kc, vc)
+    return o.reshape(G, nkv, R, grp, hd).transpose(0, 2, 1, 3, 4).reshape(G, R, dims.num_heads * hd)
+
+
 def block_out(h, a, lw, dims: Dims, c):
     """The rest of a sandwich layer after attention: h: [rows, H], a: [rows, nh*hd]."""
     h = h + rms_norm(wmm(dims)(a, lw["wo"]), lw["n_attn_out"], dims, c)
@@ -159,9 +213,13 @@ def recurrent(params, kc, vc, cos, sin, h, slot, depth, pos, ctx: int, dims: Dim
         q, k, v = qkv(rms_norm(h, lw["n_in"], dims, c), lw, cos, sin, dims)
         kc = kc.at[l, wdepth, wslot, wpos].set(k, mode="drop")
         vc = vc.at[l, wdepth, wslot, wpos].set(v, mode="drop")
-        K = kc[l, depth, slot, :ctx]                                     # [G, ctx, nkv, hd]: one plane each
-        V = vc[l, depth, slot, :ctx]
-        a = attend(q.reshape(G, R, *q.shape[1:]), K, V, allowed, dims, c).reshape(G * R, -1)
+        if dims.attn == "pallas" and isinstance(l, int):                # the planes read in place
+            a = attend_planes(kc, vc, l, q.reshape(G, R, *q.shape[1:]), depth, slot, pos, ctx, dims,
+                              c["scale"]).reshape(G * R, -1)
+        else:
+            K = kc[l, depth, slot, :ctx]                                 # [G, ctx, nkv, hd]: one plane each
+            V = vc[l, depth, slot, :ctx]
+            a = attend(q.reshape(G, R, *q.shape[1:]), K, V, allowed, dims, c).reshape(G * R, -1)
         return block_out(h, a, lw, dims, c), kc, vc
 
     if isinstance(params["layers"], dict):                          # stacked [L, ...]: a scan

@@ -99,7 +99,8 @@ def _kv_rows(kc, vc, idx):
 
 class JaxLoopedModel:
     def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0, pad: bool = True,
-                 unroll: bool = True, ctx_bits: int = 4, dot: str = "highest", merge: bool = True):
+                 unroll: bool = True, ctx_bits: int = 4, dot: str = "highest", merge: bool = True,
+                 attn: str = "xla"):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
         gate is ignored. mesh: a jax.sharding.Mesh with axis "tp" (sharding.py) or None.
         pad: run tiny configs in the canonical padded layout (layout.py; exact zeros).
@@ -109,6 +110,8 @@ class JaxLoopedModel:
         fewer programs, up to 2x the keys read).
         dot: the weight products' algorithm (layers.DOT_ALGORITHMS; "highest": true FP32; a GPU
         only: "tf32x3", measured at FP32-level error; the CPU keeps HIGHEST).
+        attn: the recurrent call's attention, "xla" (gather each group's plane, einsum) or
+        "pallas" (layers.attend_planes: the planes read in place; unrolled layers only).
         merge: with unroll and no mesh, q/k/v as one [H, q+2kv] matrix and gate/up as one
         [H, 2I] per layer (two wide products instead of five narrow ones).
         norm_offset: a test seam only (1.0 = the wrong `1 + w` RMSNorm).
@@ -118,7 +121,9 @@ class JaxLoopedModel:
         from .layers import DOT_ALGORITHMS
         if dot not in DOT_ALGORITHMS:
             raise OracleError(f"dot algorithm {dot!r}: expected one of {', '.join(DOT_ALGORITHMS)}")
-        self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset), dot)
+        if attn not in ("xla", "pallas"):
+            raise OracleError(f"attention {attn!r}: expected 'xla' or 'pallas'")
+        self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset), dot, attn)
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]               # token lookup for the host-side round driver
         host = lay.pad_params(host)

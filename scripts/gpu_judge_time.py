@@ -51,6 +51,7 @@ def main(argv=None) -> int:
                    "unroll=False: faster compiles) instead of unrolled layers")
     p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
     p.add_argument("--dot", default="highest", help="the weight products' algorithm (judge_jax.layers.DOT_ALGORITHMS)")
+    p.add_argument("--attn", default="xla", choices=("xla", "pallas"), help="the recurrent call's attention (JaxLoopedModel)")
     p.add_argument("--allow-cpu", action="store_true", help="run ouro-1.4b even where JAX has no GPU (hours)")
     args = p.parse_args(argv)
     import jax
@@ -61,9 +62,9 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     model = build(args)
-    judge = make_jax_backend(unroll=not args.scan, ctx_bits=args.ctx_bits, dot=args.dot)
+    judge = make_jax_backend(unroll=not args.scan, ctx_bits=args.ctx_bits, dot=args.dot, attn=args.attn)
     fetches = ("async", "round") if args.kv_fetch == "both" else (args.kv_fetch,)
-    res = {"unroll": not args.scan, "ctx_bits": args.ctx_bits, "dot": args.dot, "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
+    res = {"unroll": not args.scan, "ctx_bits": args.ctx_bits, "dot": args.dot, "attn": args.attn, "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
            "jax": jax.__version__}
     for fetch in fetches:
         res[fetch] = time_judge_round(judge, model, C=args.C, ctx=args.ctx, repeats=args.repeats, gpu=args.gpu,

@@ -29,8 +29,8 @@ from property_tests.strategies import seeded_model, model_configs, weight_seeds
 TOL = 1e-5
 
 
-def jax_model(ref, norm_offset=0.0, pad=True) -> JaxLoopedModel:
-    return JaxLoopedModel(ref.cfg, ref.weights, norm_offset=norm_offset, pad=pad)
+def jax_model(ref, norm_offset=0.0, pad=True, **kw) -> JaxLoopedModel:
+    return JaxLoopedModel(ref.cfg, ref.weights, norm_offset=norm_offset, pad=pad, **kw)
 
 
 def check_forward(cfg, seed, tokens, loops, norm_offset=0.0, pad=True):
@@ -66,10 +66,10 @@ def mixed_calls(draw):
     return D, prompt_lens, shuffled, draw(st.integers(0, 2**31 - 1))
 
 
-def check_recurrent(cfg, seed, call, norm_offset=0.0, pad=True):
+def check_recurrent(cfg, seed, call, norm_offset=0.0, pad=True, **kw):
     D, prompt_lens, rows, data_seed = call
     ref = seeded_model(cfg, seed)
-    jm = jax_model(ref, norm_offset, pad)
+    jm = jax_model(ref, norm_offset, pad, **kw)
     rng = np.random.default_rng(data_seed)
     kv_ref = KVCache(cfg.num_layers, D, cfg.num_kv_heads, cfg.head_dim)
     kv_jax = DeviceKV(jm.layout, D, slots=2, max_len=8)                 # small: the call grows it
@@ -109,6 +109,14 @@ def test_cache_free_forward_matches_numpy(cfg, seed, tokens, loops, pad):
 @given(cfg=model_configs(), seed=weight_seeds(), call=mixed_calls(), pad=st.booleans())
 def test_recurrent_mixed_depth_matches_numpy(cfg, seed, call, pad):
     check_recurrent(cfg, seed, call, pad=pad)
+
+
+@settings(settings.default, max_examples=4, deadline=None)
+@given(cfg=model_configs(), seed=weight_seeds(), call=mixed_calls(), pad=st.booleans())
+def test_recurrent_pallas_attention_matches_numpy(cfg, seed, call, pad):
+    """attn="pallas" (layers.attend_planes: the planes read in place; interpreted on a CPU)
+    and unmerged weights (merge=False), against the NumPy recurrent call."""
+    check_recurrent(cfg, seed, call, pad=pad, attn="pallas", merge=False)
 
 
 # ---- the cross-check catches a wrong RMSNorm on either side ------------------------------
