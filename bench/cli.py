@@ -12,7 +12,8 @@ import json
 from oracle.cli import HELP, limits
 from oracle.cli.argtypes import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
 from oracle.bench_stats import paired_summary
-from oracle.cli.environment import set_torch_threads
+from oracle.config import preset
+from oracle.cli.environment import set_threads
 from oracle.cli.round_args import add_processor_options, processor_fields
 from oracle.errors import OracleError
 from oracle.progress import add_quiet_option, progress, warn
@@ -153,7 +154,7 @@ def noise_problem(table: dict) -> str | None:
 
 def cmd_ctable(args) -> int:
     calls, _ = _torch_bench()
-    threads = set_torch_threads(args)
+    threads = set_threads(args, preset(args.preset).hidden_size)
     rows = sorted(set(args.rows or DEFAULT_ROWS))
     rpp = sorted(set(args.rows_per_plane))
     if min(rpp) < 1:
@@ -240,7 +241,7 @@ def _common(args):
 def cmd_rounds(args) -> int:
     _common(args)
     _, br = _torch_bench()
-    threads = set_torch_threads(args)
+    threads = set_threads(args, preset(args.preset).hidden_size)
     w = br.random_weights(args.preset, _device(args))
     results = [paired(args, w, C) for C in progress(args.batch, "paired rounds per C", args.quiet)]
     if args.json:
@@ -257,7 +258,7 @@ def cmd_sweep(args) -> int:
     from oracle.cost import compare_rounds, ctable_from_dict
     _common(args)
     calls, br = _torch_bench()
-    threads = set_torch_threads(args)
+    threads = set_threads(args, preset(args.preset).hidden_size)
     dev = _device(args)
     rec_rows, head_rows, shared = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
     # c(M) at the rounds' own KV capacity (at M >= 2 it moves c(M) on the H200: docs/results.md)

@@ -470,7 +470,8 @@ def test_bench_ctable_beyond_the_noise_bound_is_refused_unless_forced(tmp_path, 
     rc, out, err = run_main(argv + ["--force"], None, capsys, monkeypatch)
     table = json.loads(out_file.read_text())
     assert rc == 0 and table["noisy"].startswith("(q3-q1)/median 0.40 at M=1")
-    assert table["threads"] >= 1 and table["threads_from"] in ("option", "free cores", "OMP_NUM_THREADS")
+    assert table["threads"] >= 1 and table["threads_from"] in ("option", "free cores", "OMP_NUM_THREADS",
+                                                               "hidden size 32 < 512")
     rc, _, err = run_main(["cost", "--ctable", str(out_file), "--k", "0", "--batch", "1"], None, capsys, monkeypatch)
     assert rc == 2 and "marked it noisy" in err
     monkeypatch.setattr(kb, "measure_c_table", _fake_ctable(0.05))
@@ -489,3 +490,20 @@ def test_threads_come_from_the_option_or_the_free_cores(monkeypatch):
     monkeypatch.setattr(environment.os, "getloadavg", lambda: (5.0, 0.0, 0.0))
     assert environment.free_cores() == 1                                  # never below one
     assert environment.choose_threads(None, {"OMP_NUM_THREADS": "2"}) == (2, "OMP_NUM_THREADS")
+    monkeypatch.setattr(environment.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert environment.choose_threads(None, {}, hidden=2048) == (2, "free cores")
+    assert environment.choose_threads(None, {}, hidden=32) == (1, "hidden size 32 < 512")   # threads only cost
+    assert environment.choose_threads(4, {}, hidden=32) == (4, "option")
+
+
+def test_check_limits_blas_threads_too():
+    from threadpoolctl import threadpool_info
+    from oracle.cli import environment
+
+    class Args:
+        threads = 1
+    for n in (2, 1):
+        Args.threads = n
+        assert environment.set_threads(Args(), hidden=32) == {"threads": n, "threads_from": "option"}
+        blas = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+        assert blas and all(t == n for t in blas), blas

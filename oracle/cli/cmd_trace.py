@@ -15,7 +15,7 @@ from ..backends import BackendCallFailed, GuardedBackend, import_prefix, load_ba
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
 from ..judge.compare import TOLERANCES, compare_runs
-from .environment import set_torch_threads
+from .environment import set_threads
 from ..errors import OracleError
 from ..checkpoint import build_model
 from .round_args import add_round_options, custom_case, model_flags, round_flags
@@ -35,7 +35,7 @@ def record(args) -> int:
     bk = REFERENCE if args.backend is None else load_backend(args.backend)     # before the model is built
     case = custom_case(args)
     model = build_model(args.preset, args.seed, args.checkpoint)
-    threads = set_torch_threads(args)
+    threads = set_threads(args, model.cfg.hidden_size)
     try:
         traces = run_scenario(GuardedBackend(bk, args.timeout), model, case, args.mode).traces
     except BackendCallFailed as e:

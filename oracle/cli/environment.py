@@ -78,23 +78,33 @@ def free_cores() -> int:
     return max(1, usable - round(load))
 
 
-def choose_threads(option: int | None, env=os.environ) -> tuple[int, str]:
-    """(threads, where from): --threads, else a numeric OMP_NUM_THREADS, else the free cores.
-    Two threads per core on a busy machine spin against the other process (`check --backend
-    torch-cpu-bf16` took 51 s instead of 5 s on 2 busy cores: issue 26)."""
+# Below this hidden size intra-op threads only add overhead: `check --backend torch-cpu-bf16` on
+# the tiny preset, idle 2 cores, took 11.4 s with one thread and 13.8 s with two (2026-12-01).
+ONE_THREAD_HIDDEN = 512
+
+
+def choose_threads(option: int | None, env=os.environ, hidden: int | None = None) -> tuple[int, str]:
+    """(threads, where from): --threads, else a numeric OMP_NUM_THREADS, else 1 for a model of
+    hidden size below ONE_THREAD_HIDDEN, else the free cores. Two threads per core on a busy
+    machine spin against the other process (`check --backend torch-cpu-bf16` took 51 s instead
+    of 5 s on 2 busy cores: issue 26)."""
     if option is not None:
         return option, "option"
     omp = env.get("OMP_NUM_THREADS", "").strip()
     if omp.isdigit() and int(omp) >= 1:
         return int(omp), "OMP_NUM_THREADS"
+    if hidden is not None and hidden < ONE_THREAD_HIDDEN:
+        return 1, f"hidden size {hidden} < {ONE_THREAD_HIDDEN}"
     return free_cores(), "free cores"
 
 
-def set_torch_threads(args) -> dict:
-    """torch.set_num_threads(choose_threads(args.threads)) if torch is loaded (a torch backend,
-    a plug-in that imports it, or bench); {"threads": N or None, "threads_from": ...} for --json."""
-    if "torch" not in sys.modules:
-        return {"threads": None, "threads_from": None}
-    n, where = choose_threads(getattr(args, "threads", None))
-    sys.modules["torch"].set_num_threads(n)
+def set_threads(args, hidden: int | None = None) -> dict:
+    """torch's intra-op threads (if torch is loaded: a torch backend, a plug-in that imports it,
+    or bench) and NumPy's BLAS threads, both choose_threads(args.threads, hidden=the model's
+    hidden size); {"threads": N, "threads_from": ...} for --json."""
+    n, where = choose_threads(getattr(args, "threads", None), hidden=hidden)
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(n, user_api="blas")
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
     return {"threads": n, "threads_from": where}
