@@ -4,7 +4,8 @@ Pure Python, no arrays. A row is (request, offset, depth); a call runs one loop 
 layer stack over its rows; after a call, the draft head runs on `draft_head` rows
 (request, offset) and offset+1's draft token is drawn. The verification head then runs
 once over every (request, offset). `check_schedule` checks a plan's invariants;
-`schedule_violation` checks a round's trace (the calls it ran, its stats) against its plan.
+`schedule_violation` checks a round's trace (the calls it ran, its stats, the call each KV
+write names) against its plan.
 """
 from __future__ import annotations
 
@@ -235,4 +236,15 @@ def schedule_violation(tr, mode: str) -> str | None:
             return f"round {tr.round}: {mode} call {n} ran {g}, the plan has {w}"
     if len(got) != len(want):
         return f"round {tr.round}: {len(got)} calls, the {mode} plan has {len(want)}"
+    return kv_call_violation(tr)
+
+
+def kv_call_violation(tr) -> str | None:
+    """A KV write whose recorded call is not the call that ran its row (request, offset, depth)."""
+    ran = {(r, o, j): n for n, c in enumerate(tr.calls) for r, o, j in c["rows"]}
+    for (rid, pos, j, layer), (call, _, _) in tr.kv_writes.items():
+        o = pos - (len(tr.prefix[rid]) - 1)
+        if ran.get((rid, o, j)) != call:
+            return (f"round {tr.round}: the KV write of request {rid} offset {o} depth {j} layer {layer} names "
+                    f"call {call}; its row ran in call {ran.get((rid, o, j))}")
     return None

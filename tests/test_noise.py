@@ -79,7 +79,8 @@ def test_bounds_are_the_twins_spread(traces):
 
 def test_batched_twin_is_the_twin_per_context(traces, monkeypatch):
     """Contexts batched into one forward (ragged, one noise stream each) give the bounds of one
-    forward per context, to FP64 rounding."""
+    forward per context, to FP32 rounding (noise.TWIN_PRECISION; a bound is a difference of
+    twin and center of ~1e-3 relative, so FP32 rounding moves it by up to ~1e-4 of itself)."""
     model, ref, bounds = traces
     monkeypatch.setattr(noise, "_TWINS", {})
     monkeypatch.setattr(noise, "TWIN_ROWS_T", 0)                    # one context per forward
@@ -89,7 +90,7 @@ def test_batched_twin_is_the_twin_per_context(traces, monkeypatch):
     batched = noise.twin_bounds(model, ref, "bfloat16")
     assert alone.kv.keys() == batched.kv.keys() == bounds.kv.keys()
     for k, v in alone.kv.items():
-        assert batched.kv[k] == pytest.approx(v, rel=1e-12)
+        assert batched.kv[k] == pytest.approx(v, rel=1e-3)
     for k, (s, t) in alone.logits.items():
-        assert batched.logits[k][0] == pytest.approx(s, rel=1e-12)
-        assert np.max(np.abs(batched.logits[k][1] - t)) <= 1e-12 * np.max(np.abs(t))
+        assert batched.logits[k][0] == pytest.approx(s, rel=1e-3)
+        assert np.max(np.abs(batched.logits[k][1] - t)) <= 1e-5 * np.max(np.abs(t))

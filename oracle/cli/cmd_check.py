@@ -15,9 +15,9 @@ from .argtypes import int_at_least, positive_seconds
 from .catalogue import default_cases
 from ..backends import GuardedBackend, JudgeFailed, import_prefix, load_backend
 from ..judge.scenario import command
-from ..judge.cases import check_cases, judge_cases
-from ..judge.drift import drift_lines, judge_drift
-from .environment import set_torch_threads
+from ..judge.cases import check_cases, judge_cases, reference_sides
+from ..judge.drift import drift_lines, finish_drift, start_drift
+from .environment import set_threads
 from ..errors import OracleError
 from ..checkpoint import build_model
 from ..progress import warn
@@ -102,17 +102,20 @@ def check_backend(args, model, cases, t0, backend, judge) -> int:
         c.reproduce = prefix + (c.reproduce or "python -m oracle check")
     out = {"ok": True, "backend": backend.name, "dtype": backend.dtype, "exact": bool(backend.exact),
            "judge": judge.name if judge else "reference", "tolerance_row": row, "layers": model.cfg.num_layers,
-           "timeout_s": args.timeout, **set_torch_threads(args)}
+           "timeout_s": args.timeout, **set_threads(args, model.cfg.hidden_size)}
     guarded = GuardedBackend(backend, args.timeout)
+    sides = reference_sides(backend, model, cases, judge)   # the reference's runs start now, in the background
+    drift = None
+    if args.drift:             # the probe through the backend first: its fit runs while the cases are judged
+        fault = f"LOOPSPEC_FAULT={shlex.quote(os.environ['LOOPSPEC_FAULT'])} " if os.environ.get("LOOPSPEC_FAULT") else ""
+        drift = start_drift(guarded, model, fault + prefix + command(["check", *model_flags(args)]) + suffix, judge)
     try:
         out |= judge_cases(guarded, model, cases, suffix,
-                           None if judge is None else GuardedBackend(judge, args.timeout, judge=True))
+                           None if judge is None else GuardedBackend(judge, args.timeout, judge=True), sides)
     except JudgeFailed as e:
         raise OracleError(f"the reference --reference {args.reference} failed: {e}") from None
     nothing_compared(out)
-    if args.drift:
-        fault = f"LOOPSPEC_FAULT={shlex.quote(os.environ['LOOPSPEC_FAULT'])} " if os.environ.get("LOOPSPEC_FAULT") else ""
-        judge_drift(guarded, model, out, fault + prefix + command(["check", *model_flags(args)]) + suffix, judge)
+    finish_drift(drift, out)
     skipped = out["skipped"]
     out["seconds"] = round(time.perf_counter() - t0, 2)
     if args.json:

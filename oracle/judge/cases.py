@@ -9,43 +9,81 @@ from __future__ import annotations
 from .cache_free import cache_free_check
 from .compare import compare_runs
 from ..errors import OracleError
-from .noise import SIGMA, twin_bounds, twin_bounds_later
+from .noise import SIGMA, twin_bounds
 from .report import Check, Report
 from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from .scenario import Case
 from ..schedule import schedule_violation
+from .worker import background
 
 MODES = ("block", "loop")
 COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
 
 
+class ReferenceSide:
+    """The FP32 reference's run of one scenario and its noise-twin bounds, made once, in the
+    background (worker.background: a forked child where the platform forks, so both overlap the
+    backend's runs), and judged against in both modes. The reference's block and loop rounds
+    agree bit for bit (check_case checks it on every built-in case, tests/test_rounds.py on drawn
+    ones), so a backend drawing each request's host stream is judged against the one run in either
+    mode; the mode-specific part of its traces, the calls, is checked against the backend's own
+    plan (compare_runs)."""
+
+    def __init__(self, model, sc, dtype: str, **options):
+        self.job = background(_reference_side, model, sc, dtype, options)
+
+    def result(self):
+        """(the reference's round traces, their twin bounds or None)."""
+        return self.job.result()
+
+
+def _reference_side(model, sc, dtype: str, options: dict):
+    traces = judge_run(model, sc, "block", **options).traces
+    return traces, twin_bounds(model, traces, dtype) if dtype in SIGMA else None
+
+
 def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None,
-               **options) -> tuple[Report, ScenarioRun]:
+               ref: ReferenceSide | None = None, **options) -> tuple[Report, ScenarioRun]:
     """The backend's run in one mode against the judge's (default the reference), by the
     backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
+    ref: the reference's side, shared by both modes (judge_backend makes it; a host-stream
+    backend with the reference as judge only); made here when not given.
     options: session options for both sides (e.g. max_requests, max_len to size the KV)."""
     dtype = "exact" if bk.exact else bk.dtype
-    if judge is None and draws_host_stream(bk) and dtype in SIGMA:
-        # the reference's side needs nothing of the backend's run: the reference runs first and its
-        # noise twin is computed while the backend runs (same bounds, same order of comparison)
-        ref = judge_run(model, sc, mode, **options)
-        later = twin_bounds_later(model, ref.traces, dtype)
+    if judge is None and draws_host_stream(bk):
+        # the reference's side needs nothing of the backend's run: it and its noise twin are made
+        # in the background while the backend runs
+        ref = ref or ReferenceSide(model, sc, dtype, **options)
         got = run_scenario(bk, model, sc, mode, **options)
-        return compare_runs(ref.traces, got.traces, dtype, reproduce, case, bounds=later.result()), got
+        return judge_against(ref, got, dtype, reproduce, case), got
     got = run_scenario(bk, model, sc, mode, **options)
-    ref = judge_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge, **options)
-    bounds = twin_bounds(model, ref.traces, dtype) if judge is None else None
-    return compare_runs(ref.traces, got.traces, dtype, reproduce, case, bounds=bounds), got
+    ref_run = judge_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge, **options)
+    bounds = twin_bounds(model, ref_run.traces, dtype) if judge is None else None
+    return compare_runs(ref_run.traces, got.traces, dtype, reproduce, case, bounds=bounds), got
 
 
-def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: bool = False, judge=None) -> list:
+def judge_against(ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: str = "", case: str = "") -> Report:
+    """A backend's run against the reference's side (its traces and twin bounds)."""
+    traces, bounds = ref.result()
+    return compare_runs(traces, got.traces, dtype, reproduce, case, bounds=bounds)
+
+
+def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: bool = False, judge=None,
+                  ref: ReferenceSide | None = None) -> list:
     """[(label, Report)]: backend block vs judge block, backend loop vs judge loop, and backend
-    block vs backend loop. catch=True: a backend that raises is a failed check."""
+    block vs backend loop. catch=True: a backend that raises is a failed check. ref: the
+    reference's side of sc, made earlier (reference_sides); made here where it applies."""
     out, runs = [], {}
-    for mode in MODES:
+    dtype = "exact" if bk.exact else bk.dtype
+    if ref is None and judge is None and draws_host_stream(bk):
+        ref = ReferenceSide(model, sc, dtype)
+    for mode in MODES:                             # with a ReferenceSide: both runs, then both judged
         label = f"{case} [{mode}]" if case else mode
         try:
-            rep, runs[mode] = judge_mode(bk, model, sc, mode, reproduce, label, judge)
+            if ref is None:
+                rep, runs[mode] = judge_mode(bk, model, sc, mode, reproduce, label, judge)
+            else:
+                rep, runs[mode] = None, run_scenario(bk, model, sc, mode)
         except Exception as e:                     # noqa: BLE001 -- judged, not aborted
             if not catch:
                 raise
@@ -53,10 +91,13 @@ def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: boo
             rep.fail("backend", f"{label}: the backend raised {type(e).__name__}: {e}")
             rep.finish()
         out.append((label, rep))
+    for n, (label, rep) in enumerate(out):
+        if rep is None:
+            out[n] = (label, judge_against(ref, runs[MODES[n]], dtype, reproduce, label))
     if len(runs) == 2:
         label = f"{case} [block vs loop]" if case else "block vs loop"
-        dtype = "exact" if bk.exact else bk.dtype
-        bounds = twin_bounds(model, runs["block"].traces, dtype) if judge is None else None
+        bounds = None if judge is not None else \
+            twin_bounds(model, runs["block"].traces, dtype, reuse=None if ref is None else ref.result()[1])
         if bounds is not None:
             bounds.scale = 2 ** 0.5                       # both sides carry the precision's noise
         out.append((label, compare_runs(runs["block"].traces, runs["loop"].traces, dtype, reproduce, label,
@@ -121,18 +162,36 @@ def check_cases(model, cases) -> dict:
 
 # ---- a backend against the judge on many cases (`python -m oracle check --backend`) ----
 
-def judge_cases(backend, model, cases, suffix: str = "", judge=None) -> dict:
+# Up to this hidden size every case's reference side is started at once (each a forked child
+# with its own KV and activations); above it one case at a time.
+SIDES_AHEAD_HIDDEN = 1024
+
+
+def reference_sides(backend, model, cases, judge=None) -> dict:
+    """id(case) -> ReferenceSide, started now for every case judge_cases will judge against the
+    reference (a host-stream backend, no --reference judge), so that they run while the backend
+    does; {} where none applies or the model is large (judge_backend then makes each in turn)."""
+    if judge is not None or not draws_host_stream(backend) or model.cfg.hidden_size > SIDES_AHEAD_HIDDEN:
+        return {}
+    dtype = "exact" if backend.exact else backend.dtype
+    return {id(c): ReferenceSide(model, c, dtype) for c in cases if c.policy in backend.policies}
+
+
+def judge_cases(backend, model, cases, suffix: str = "", judge=None, sides: dict | None = None) -> dict:
     """judge_backend on every case whose policy the backend supports, summed into one verdict:
     {"ok", "cases", "checks", counters, "max_rel_err", "excused_divergences", "skipped"}.
-    suffix: appended to each case's reproduce line (`--backend X [--reference Y]`)."""
+    suffix: appended to each case's reproduce line (`--backend X [--reference Y]`). sides:
+    reference_sides(...) made earlier (default: made here)."""
     out = {"ok": True, "checks": [], "cases": [], **{k: 0 for k in COUNTERS}, "excused_divergences": [],
            "max_rel_err": {"kv": 0.0, "logits": 0.0}, "skipped": []}
+    sides = reference_sides(backend, model, cases, judge) if sides is None else sides
     for case in cases:
         if case.policy not in backend.policies:
             out["skipped"].append(f"{case.name} (policy {case.policy} not supported by {backend.name})")
             continue
         reproduce = (case.reproduce or "python -m oracle check") + suffix
-        reports = judge_backend(backend, model, case, reproduce, case.name, catch=True, judge=judge)
+        reports = judge_backend(backend, model, case, reproduce, case.name, catch=True, judge=judge,
+                                ref=sides.get(id(case)))
         case_ok = all(rep.ok for _, rep in reports)
         out["ok"] &= case_ok
         out["cases"].append({"name": case.name, "ok": case_ok})

@@ -12,7 +12,10 @@ all call it.
   request is not compared in later rounds. Every other request's rows still are.
   Every decision of the backend must also be what the reference's rules give from the
   backend's OWN logits and uniforms (decisions.unexplained_decision), in every round.
-* Either way: the KV write addresses, the logits' keys and the counts-derived stats do not
+* Either way: a backend round whose calls are not compared with the reference's (the two ran
+  different modes, or one side records no calls) is checked against its own mode's plan
+  (schedule.schedule_violation: its calls, its call counts, the call each KV write names);
+  the KV write addresses, the logits' keys and the counts-derived stats do not
   depend on tokens, so they are compared in full; a trace that cannot be a round's output
   (token ids outside the vocabulary, q(x) = 0 drafts, missing logits) is a failed check.
 
@@ -29,6 +32,7 @@ from .decisions import first_divergence, trace_problem, unexplained_decision
 from .report import CHECKS, Check, Report, rel_err  # noqa: F401 (CHECKS, Check: oracle.judge.compare's API)
 from ..errors import OracleError
 from ..rng_trace import first_difference
+from ..schedule import schedule_violation
 from ..tolerances import TOLERANCES
 from ..traces import depths_of
 
@@ -105,6 +109,16 @@ class RoundPair:
     same_calls: bool               # both ran the same calls: a KV write's call is compared too
     norms: dict                    # typical_norms(ref): the floors of rel_err
     bounds: object = None          # the noise twin's bounds (oracle/judge/noise.py), or None
+    by_request: dict = field(default_factory=dict)    # id(trace) -> rid -> its KV writes
+
+    def writes(self, tr, rid) -> dict:
+        """The KV writes of request rid in round trace tr (grouped once per trace)."""
+        groups = self.by_request.get(id(tr))
+        if groups is None:
+            groups = self.by_request[id(tr)] = {}
+            for k, v in tr.kv_writes.items():
+                groups.setdefault(k[0], {})[k] = v
+        return groups.get(rid, {})
 
 
 def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
@@ -137,22 +151,28 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
     rep.tokens_compared += len(a.emitted[rid]) if div is None else div.offset
     # KV writes: every address exactly; values at offsets that ran on identical tokens
     start = len(a.prefix[rid]) - 1
-    KA = {k: v for k, v in a.kv_writes.items() if k[0] == rid}
-    KB = {k: v for k, v in b.kv_writes.items() if k[0] == rid}
+    KA, KB = pair.writes(a, rid), pair.writes(b, rid)
     name = lambda k: f"KV write of offset {k[1] - start} (position {k[1]}) depth {k[2]} layer {k[3]}"
     for k in sorted(KA.keys() ^ KB.keys(), key=str)[:1]:
         rep.fail("kv_writes", f"{at}: {name(k)} is {'missing from' if k in KA else 'extra in'} the backend's trace")
-    for k in sorted(KA.keys() & KB.keys()):
-        if k[1] - start >= cut:
-            continue
+    keys = [k for k in sorted(KA.keys() & KB.keys()) if k[1] - start < cut]
+    batch = _kv_batch(KA, KB, keys)
+    for i, k in enumerate(keys):
         (ca, ka, va), (cb, kb, vb) = KA[k], KB[k]
         if same_calls and ca != cb:
             rep.fail("kv_writes", f"{at}: {name(k)} made by call {cb}, the reference's by call {ca}")
-        bound = allowed(tol, "kv", k[2])
-        if bounds is not None:              # the noise twin's bound for this write (oracle/judge/noise.py)
-            floor = norms.get(("kv", k[2], k[3]), 0.0)
-            bound = bounds.kv_allowed(a.round, k, max(_norm(ka, va), floor)) or bound
-        differs, err = _differ(rep, "kv", [ka, va], [kb, vb], bound, exact, norms.get(("kv", k[2], k[3]), 0.0))
+        bound, floor = allowed(tol, "kv", k[2]), norms.get(("kv", k[2], k[3]), 0.0)
+        if batch is not None and batch[0][i]:          # finite and stacked: this write's errors are computed
+            ref_norm, diff, same = batch[1][i], batch[2][i], batch[3][i]
+            err = diff / max(ref_norm, floor, 1e-30)
+            if bounds is not None:              # the noise twin's bound for this write (oracle/judge/noise.py)
+                bound = bounds.kv_allowed(a.round, k, max(ref_norm, floor)) or bound
+            differs = not same if exact else not err <= bound
+            rep.max_rel_err["kv"] = max(rep.max_rel_err["kv"], err)
+        else:
+            if bounds is not None:
+                bound = bounds.kv_allowed(a.round, k, max(_norm(ka, va), floor)) or bound
+            differs, err = _differ(rep, "kv", [ka, va], [kb, vb], bound, exact, floor)
         rep.kv_writes_compared += 1
         if differs:
             rep.fail("kv_writes", f"{at}: {name(k)} differs: relative error {err:.3g}"
@@ -188,6 +208,29 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
             rep.divergences.append(f"{at}: {div.what}, {why}; "
                                    f"request {rid} is compared up to offset {div.cut - 1} and not after")
         stopped.add(rid)
+
+
+def _kv_batch(KA, KB, keys):
+    """Every KV write of `keys` at once (k and v together, FP64): (finite [n] bool, the reference's
+    norm [n], ||got - ref|| [n], bit-equal [n]); None where the writes cannot be stacked (shapes
+    differ). A write that is not finite on either side is judged alone (_differ: -inf, NaN)."""
+    if not keys:
+        return None
+    try:
+        r = [np.stack([KA[k][i] for k in keys]) for i in (1, 2)]
+        g = [np.stack([KB[k][i] for k in keys]) for i in (1, 2)]
+    except ValueError:
+        return None
+    if r[0].shape != g[0].shape or r[1].shape != g[1].shape:
+        return None
+    n = len(keys)
+    r = np.concatenate([x.reshape(n, -1) for x in r], axis=1).astype(np.float64)
+    g = np.concatenate([x.reshape(n, -1) for x in g], axis=1).astype(np.float64)
+    finite = np.isfinite(r).all(axis=1) & np.isfinite(g).all(axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = g - r
+        return (finite, np.sqrt(np.einsum("ij,ij->i", r, r)).tolist(), np.sqrt(np.einsum("ij,ij->i", d, d)).tolist(),
+                (r == g).all(axis=1).tolist())
 
 
 def _norm(*xs) -> float:
@@ -259,6 +302,13 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
             n = next((n for n, (x, y) in enumerate(zip(_calls(a), _calls(b))) if x != y), min(len(a.calls), len(b.calls)))
             rep.fail("schedule", f"{where}: call {n} of the backend's {b.mode} round differs from the reference's "
                      f"({len(b.calls)} calls vs {len(a.calls)})")
+        elif not same_calls and b.mode in ("block", "loop"):         # judged against its own plan instead
+            try:
+                problem = schedule_violation(b, b.mode)
+            except (OracleError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+                problem = f"its calls cannot be planned ({type(e).__name__}: {e})"
+            if problem:
+                rep.fail("schedule", f"{where}: the backend's {b.mode} round departs from its plan: {problem}")
         pair = RoundPair(rep, a, b, tol, exact, stopped, same_calls, {} if exact else typical_norms(a), bounds)
         live = dict(_live(a, stopped)) if not full else dict(zip(a.requests, a.token_counts))
         for rid, T in zip(b.requests, b.token_counts):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_model, drift_stats
+from .worker import background
 from .scenario import make_case
 from .runner import run_scenario as run
 from ..traces import depths_of
@@ -334,23 +335,18 @@ def probe_case(vocab: int, total_loops: int, n: int = PROBE_REQUESTS, seed: int 
                      prompt_len=(24, 40), vocab=vocab)
 
 
-def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "",
-                stats_fn=None, dirs=None) -> DriftReport:
-    """Runs the probe through the backend in both modes and fits the drifts. stats_fn(tokens,
-    loops, obs) -> (b, G, values, bw): the sensitivities (default: finite differences of the NumPy
-    model, request_stats; the JAX judge passes its jvp, judge_jax/drift.py)."""
-    t0 = time.perf_counter()
+def probe_runs(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345) -> dict:
+    """The probe through the backend in both modes: mode -> ScenarioRun."""
     case = probe_case(model.cfg.vocab_size, model.cfg.total_loops, n, seed)
-    policy = case.policy if case.policy in backend.policies else backend.policies[0]
-    case.policy = policy
-    dtype = "float32" if backend.exact else backend.dtype
-    runs, later = {}, None
-    for mode in ("block", "loop"):
-        runs[mode] = run(backend, model, case, mode)
-        if stats_fn is None and later is None:    # the block run's forwards while the loop run runs
-            later = drift_model.background(batch_forwards, model, _contexts(merged_observations([runs[mode]])), dtype)
-    if later is not None:
-        later.result()
+    case.policy = case.policy if case.policy in backend.policies else backend.policies[0]
+    return {mode: run(backend, model, case, mode) for mode in ("block", "loop")}
+
+
+def fit(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=None) -> DriftReport:
+    """The drift fit over the probe's runs. stats_fn(tokens, loops, obs) -> (b, G, values, bw): the
+    sensitivities (default: finite differences of the NumPy model, request_stats; the JAX judge
+    passes its jvp, judge_jax/drift.py). rep.seconds: this fit's own time."""
+    t0 = time.perf_counter()
     merged = merged_observations(runs.values())
     if stats_fn is None:                      # the NumPy sensitivities: every request's forwards in few batches
         batch_forwards(model, _contexts(merged), dtype)
@@ -365,23 +361,78 @@ def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, repr
     return rep
 
 
+def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "",
+                stats_fn=None, dirs=None) -> DriftReport:
+    """Runs the probe through the backend in both modes and fits the drifts (fit)."""
+    t0 = time.perf_counter()
+    runs = probe_runs(backend, model, n, seed)
+    rep = fit(model, runs, "float32" if backend.exact else backend.dtype, reproduce, stats_fn, dirs)
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
 # ---- in `check --backend` ----
 
-def judge_drift(backend, model, out: dict, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS) -> None:
-    """The drift verdict of an inexact backend, added to a judge_cases summary: out["drift"] and a
-    failed "drift" check naming the parameter. With a JAX judge the sensitivities are its jvp."""
+@dataclass
+class PendingDrift:
+    """A drift verdict under way (start_drift): the probe ran; its fit runs in the background."""
+    model: object
+    runs: dict | None
+    dtype: str
+    reproduce: str
+    stats_fn: object = None
+    dirs: object = None
+    job: object = None             # worker.background's handle of the NumPy fit
+    seconds: float = 0.0           # the probe's runs
+    error: str = ""                # the backend raised during the probe
+
+
+def start_drift(backend, model, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS) -> PendingDrift | None:
+    """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
+    NumPy fit in the background (worker.background), so that it overlaps what the check does next;
+    with a JAX judge the sensitivities are its jvp, fitted in finish_drift. None: no drift verdict
+    applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran)."""
     if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
-        return      # exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran
+        return None
     stats_fn = dirs = None
     maker = getattr(judge, "drift_stats_fn", None)
     if maker is not None:
         if model.cfg.hidden_size >= COARSE_HIDDEN:            # per layer would cost one jvp per knob
             dirs = coarse_directions(model.cfg.num_layers)
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
-    rep = drift_check(backend, model, n=n, reproduce=reproduce, stats_fn=stats_fn, dirs=dirs)
+    t0 = time.perf_counter()
+    pending = PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs)
+    try:
+        pending.runs = probe_runs(backend, model, n)
+    except Exception as e:                     # noqa: BLE001 -- judged: a failed drift check
+        pending.error = f"drift probe: the backend raised {type(e).__name__}: {e}"
+        return pending
+    pending.seconds = time.perf_counter() - t0
+    if stats_fn is None:
+        pending.job = background(fit, model, pending.runs, backend.dtype, reproduce)
+    return pending
+
+
+def finish_drift(pending: PendingDrift | None, out: dict) -> None:
+    """The verdict of start_drift added to a judge_cases summary: out["drift"] and a failed "drift"
+    check naming the parameter."""
+    if pending is None:
+        return
+    if pending.error:
+        out["ok"] = False
+        out["checks"].append({"name": "drift probe: drift", "ok": False, "detail": pending.error})
+        return
+    rep = pending.job.result() if pending.job is not None else \
+        fit(pending.model, pending.runs, pending.dtype, pending.reproduce, pending.stats_fn, pending.dirs)
+    rep.seconds += pending.seconds
     out["drift"] = rep.to_json()
     out["ok"] = bool(out["ok"] and rep.ok)
     out["checks"].append({"name": "drift probe: drift", "ok": rep.ok, "detail": rep.failure})
+
+
+def judge_drift(backend, model, out: dict, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS) -> None:
+    """start_drift and finish_drift at once."""
+    finish_drift(start_drift(backend, model, reproduce, judge, n), out)
 
 
 def drift_lines(drift: dict) -> list[str]:

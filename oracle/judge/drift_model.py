@@ -6,7 +6,8 @@ logit scale, the RoPE base, a norm's weight or a projection's output, per layer,
 embedding, final norm and lm_head. `forward(model, tokens, loops, scales)` returns every K/V
 write and every loop's logits for every setting; the drift fit takes finite differences of it
 (oracle/judge/drift.py). With `noise=(rng, sigma)` every stored intermediate and every weight is also
-multiplied by (1 + sigma * N(0, 1)), independently per setting: the noise twin that calibrates
+multiplied by (1 + sigma * u), u uniform with mean 0 and variance 1 (a rounding's relative error
+is uniform), independently per setting: the noise twin that calibrates
 what a correct reduced-precision implementation may differ by (oracle/judge/noise.py).
 
 Same math as LoopedModel.forward_full (tests/test_drift.py holds them equal at scales 1).
@@ -20,19 +21,6 @@ import numpy as np
 LAYER_PARAMS = ("attn_scale", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                 "input_layernorm", "input_layernorm_2", "post_attention_layernorm", "post_attention_layernorm_2")
 GLOBAL_PARAMS = ("rope_theta", "embed_tokens", "norm", "lm_head")
-
-
-_POOL: list = []
-
-
-def background(fn, *args, **kwargs):
-    """fn(*args, **kwargs) on the one helper thread the verdicts share: a Future. The twin and the
-    finite differences are NumPy on arrays large enough to release the GIL, so they overlap the
-    backend's and the reference's runs (a second core where there is one)."""
-    if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="verdict"))
-    return _POOL[0].submit(fn, *args, **kwargs)
 
 
 def params(num_layers: int) -> list[tuple[str, int | None]]:
@@ -62,15 +50,19 @@ class Rounded:
         self.weights = {k: round_to(v, dtype) for k, v in model.weights.items()}
 
 
-def _f64(model) -> dict:
-    cache = getattr(model, "_drift_f64", None)
-    if cache is None:
-        cache = {k: np.asarray(v, np.float64) for k, v in model.weights.items()}
+def _weights(model, precision=np.float64) -> dict:
+    """The model's weights in `precision`, kept on the model (one copy per precision)."""
+    caches = getattr(model, "_drift_weights", None)
+    if caches is None:
+        caches = {}
         try:
-            model._drift_f64 = cache
+            model._drift_weights = caches
         except AttributeError:          # a model with __slots__: recompute each time
             pass
-    return cache
+    key = np.dtype(precision).name
+    if key not in caches:
+        caches[key] = {k: np.asarray(v, precision) for k, v in model.weights.items()}
+    return caches[key]
 
 
 def _rms(x, w, eps):
@@ -85,8 +77,17 @@ def _rope(x, cos, sin):
     return x * cos[:, :, None] + rot * sin[:, :, None]
 
 
+def unit_uniform(rng, shape) -> np.ndarray:
+    """FP32 draws uniform on [-sqrt 3, sqrt 3): mean 0, variance 1."""
+    z = rng.random(shape, dtype=np.float32)
+    z -= np.float32(0.5)
+    z *= np.float32(2 * 3 ** 0.5)
+    return z
+
+
 class _Tape:
-    """One stream's N(0, 1) draws for the stored intermediates, taken in blocks of at least 1 << 16
+    """One stream's draws u (uniform on [-sqrt 3, sqrt 3): mean 0, variance 1; uniform draws cost a
+    fifth of normal ones on the CPUs measured) for the stored intermediates, taken in blocks of at least 1 << 16
     (a block too short for the next intermediate is dropped and a new one drawn)."""
 
     __slots__ = ("rng", "z", "i")
@@ -96,7 +97,7 @@ class _Tape:
 
     def take(self, n: int) -> np.ndarray:
         if self.i + n > self.z.size:
-            self.z, self.i = self.rng.standard_normal(max(1 << 16, n), dtype=np.float32), 0
+            self.z, self.i = unit_uniform(self.rng, max(1 << 16, n)), 0
         self.i += n
         return self.z[self.i - n:self.i]
 
@@ -114,12 +115,13 @@ def _rows_tokens(tokens, B: int):
     return tok, np.full(B, len(tok), np.int64)
 
 
-def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
+def forward(model, tokens, loops: int, scales: np.ndarray, noise=None, precision=np.float64) -> dict:
     """tokens: [T] ids (every row), or B sequences of ids, one per row of scales (ragged: a row is
     right-padded to the longest; causal attention keeps a row's positions below its length
     exactly what forward over that row alone gives, and those past it are meaningless);
     scales: [B, len(params(L))] factors. Returns {"k": [loop][layer] [B, T, nkv, hd] (after
-    RoPE), "v": same, "logits": [loop] [B, T, V]} in FP64.
+    RoPE), "v": same, "logits": [loop] [B, T, V]} in `precision` (FP64 unless told; the RoPE
+    angles are FP64 either way).
 
     noise: (rng, sigma), one stream for every row; or (rngs, sigma), a list of G streams: the rows
     are G equal consecutive blocks (rows of one block share a length), and block g gets exactly
@@ -127,7 +129,7 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
     batch of noise twins equals the twins run one by one."""
     cfg = model.cfg
     names = params(cfg.num_layers)
-    scales = np.asarray(scales, np.float64)
+    scales = np.asarray(scales, precision)
     B = scales.shape[0]
     tok, lengths = _rows_tokens(tokens, B)
     T = tok.shape[-1]
@@ -164,14 +166,14 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
                 shape = f[idx].shape
                 np.multiply(tape.take(int(np.prod(shape))).reshape(shape), sig32, out=f[idx])
         f += np.float32(1.0)                           # 1 + sigma * z in FP32, as x * (1.0 + sigma * z)
-        return np.multiply(x, f, out=x) if x.dtype == np.float64 and x.flags.owndata and x.flags.writeable else x * f
+        return np.multiply(x, f, out=x) if x.dtype == precision and x.flags.owndata and x.flags.writeable else x * f
 
-    w = _f64(model)
+    w = _weights(model, precision)
     if rng is not None:                                # per stream: every weight's draws, in order, then the tape
         z = {k: [] for k in w}
         for tape, r0, r1, _ in blocks:
             for k, v in w.items():
-                z[k].append(tape.rng.standard_normal((r1 - r0,) + v.shape, dtype=np.float32))
+                z[k].append(unit_uniform(tape.rng, (r1 - r0,) + v.shape))
         w = {k: v * (1.0 + sigma * (z[k][0] if len(blocks) == 1 else np.concatenate(z[k])))
              for k, v in w.items()}
     W = (lambda name: w[name]) if rng is None else (lambda name: w[name][:, None])   # [B, 1, ...] per setting
@@ -185,12 +187,12 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None) -> dict:
     def nw(name):                                      # a norm weight, broadcast to [B or 1, 1, H]
         return w[name][None, None] if rng is None else w[name][:, None]
 
-    theta = cfg.rope_theta * scales[:, col[("rope_theta", None)]]                    # [B]
+    theta = cfg.rope_theta * scales[:, col[("rope_theta", None)]].astype(np.float64)  # [B]; angles in FP64
     inv = 1.0 / theta[:, None] ** (np.arange(0, hd, 2, dtype=np.float64) / hd)[None]  # [B, hd/2]
     ang = np.arange(T, dtype=np.float64)[None, :, None] * inv[:, None, :]              # [B, T, hd/2]
     ang = np.concatenate([ang, ang], axis=-1)
-    cos, sin = rn(np.cos(ang)), rn(np.sin(ang))
-    mask = np.triu(np.full((T, T), -np.inf), k=1)
+    cos, sin = rn(np.cos(ang).astype(precision)), rn(np.sin(ang).astype(precision))
+    mask = np.triu(np.full((T, T), -np.inf, precision), k=1)
     causal = np.tril(np.ones((T, T), bool))
     emb = w["model.embed_tokens.weight"]
     if rng is None:

@@ -2,7 +2,7 @@
 
 What may a correct implementation of a precision differ by, on these very inputs? The twin
 answers it by simulation: drift_model.forward with every weight and every stored intermediate
-multiplied by (1 + SIGMA[dtype] * N(0, 1)), SAMPLES times per round and request, over the
+multiplied by (1 + SIGMA[dtype] * u) (u: mean 0, variance 1, uniform), SAMPLES times per round and request, over the
 round's own context (the request's committed tokens plus the round's drafts). The spread of a
 value over the samples is its noise scale s_v: it is large exactly where the model amplifies
 rounding (a sandwich norm after an attention output that nearly cancels), small elsewhere.
@@ -20,6 +20,7 @@ import dataclasses
 import numpy as np
 
 from . import drift_model
+from .worker import background
 from ..traces import depths_of
 
 # Relative noise per rounding: bfloat16 keeps 8 significant bits, so a rounding's relative
@@ -32,6 +33,10 @@ SAMPLES = 8
 K_VALUE = 10.0         # a value may differ by up to this many noise scales
 K_MARGIN = 10.0        # a divergence is excused within this many noise scales of flipping
 SEED = 20261201
+# The twin's forwards run in FP32: its noise (SIGMA, ~1e-3 relative) is four orders of magnitude
+# above FP32 rounding (6e-8), so FP64 would change its bounds by less than one part in 1e4, at
+# twice the cost (docs/results.md, "Time the verdict adds").
+TWIN_PRECISION = np.float32
 
 
 @dataclasses.dataclass(slots=True)
@@ -41,6 +46,7 @@ class Bounds:
     kv: dict
     logits: dict
     scale: float = 1.0     # sqrt(2) when both sides are noisy (a backend's block vs loop runs)
+    contexts: dict = dataclasses.field(default_factory=dict)   # (round, rid) -> (tokens, (d, D)) computed on
 
     def kv_allowed(self, rnd, key, ref_norm: float) -> float | None:
         s = self.kv.get((rnd,) + tuple(key))
@@ -136,9 +142,10 @@ def _twins(model, contexts, dtype: str, samples: int, seed: int) -> dict:
                 n += 1
             chunk, ctx = ctx[:n], ctx[n:]
             rngs = [np.random.default_rng([seed, len(t), *t]) for t in chunk]
-            center = drift_model.forward(model, [list(t) for t in chunk], loops, np.ones((n, P)))
+            center = drift_model.forward(model, [list(t) for t in chunk], loops, np.ones((n, P)),
+                                         precision=TWIN_PRECISION)
             twin = drift_model.forward(model, [list(t) for t in chunk for _ in range(samples)], loops,
-                                       np.ones((n * samples, P)), noise=(rngs, SIGMA[dtype]))
+                                       np.ones((n * samples, P)), noise=(rngs, SIGMA[dtype]), precision=TWIN_PRECISION)
             for i, t in enumerate(chunk):
                 hit = out[(t, loops)] = (_rows(center, i, i + 1, len(t)),
                                          _rows(twin, i * samples, (i + 1) * samples, len(t)))
@@ -147,24 +154,35 @@ def _twins(model, contexts, dtype: str, samples: int, seed: int) -> dict:
 
 
 def twin_bounds_later(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED):
-    """twin_bounds computed on the verdicts' helper thread (drift_model.background): a Future."""
-    return drift_model.background(twin_bounds, model, ref_traces, dtype, samples, seed)
+    """twin_bounds computed in the background (worker.background): result() gives the Bounds."""
+    return background(twin_bounds, model, ref_traces, dtype, samples, seed)
 
 
-def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED) -> Bounds | None:
+def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED,
+                reuse: Bounds | None = None) -> Bounds | None:
     """The twin's noise scales for every KV write and logits vector of ref_traces (None: no twin
-    for this dtype)."""
+    for this dtype). reuse: bounds computed before (on the reference's run of the same scenario):
+    a (round, request) with the context they were computed on takes its scales from them."""
     if dtype not in SIGMA:
         return None
-    kv, logits = {}, {}
+    kv, logits, seen = {}, {}, {}
     contexts = [(tr, _contexts(tr)) for tr in ref_traces]
-    fw = _twins(model, dict.fromkeys((tuple(t), D) for _, ctx in contexts for t, _, (_, D) in ctx.values()), dtype,
-                samples, seed)
+    known = lambda rnd, rid, c: reuse is not None and reuse.contexts.get((rnd, rid)) == (tuple(c[0]), c[2])
+    fw = _twins(model, dict.fromkeys((tuple(t), D) for tr, ctx in contexts for rid, (t, _, (_, D)) in ctx.items()
+                                     if not known(tr.round, rid, ctx[rid])), dtype, samples, seed)
     for tr, ctx in contexts:
         writes: dict = {}                                      # rid -> (depth, layer) -> positions
         for (q, pos, j, l) in tr.kv_writes:
             writes.setdefault(q, {}).setdefault((j, l), []).append(pos)
         for rid, (tokens, start, (d, D)) in ctx.items():
+            seen[(tr.round, rid)] = (tuple(tokens), (d, D))
+            lkeys = [(kind, q, o) for kind, keys in (("draft_logits", tr.draft_logits), ("verify_logits", tr.verify_logits))
+                     for (q, o) in keys if q == rid]
+            if known(tr.round, rid, ctx[rid]):                  # the same context: the same scales
+                for (j, l), pos in writes.get(rid, {}).items():
+                    kv.update((k, reuse.kv[k]) for k in ((tr.round, rid, p, j, l) for p in pos) if k in reuse.kv)
+                logits.update((k, reuse.logits[k]) for k in ((tr.round,) + x for x in lkeys) if k in reuse.logits)
+                continue
             center, twin = fw[(tuple(tokens), D)]
             for (j, l), pos in writes.get(rid, {}).items():
                 at = np.asarray(pos)
@@ -173,10 +191,8 @@ def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int
                 s = np.sqrt(np.mean(np.sum(dk * dk + dv * dv, axis=(2, 3)), axis=0))
                 for p, v in zip(pos, s.tolist()):
                     kv[(tr.round, rid, p, j, l)] = v
-            for kind, keys, j in (("draft_logits", tr.draft_logits, d - 1), ("verify_logits", tr.verify_logits, D - 1)):
-                for (q, o) in keys:
-                    if q != rid:
-                        continue
-                    t, c = twin["logits"][j][:, start + o], center["logits"][j][:, start + o]   # [S, V], [1, V]
-                    logits[(tr.round, kind, q, o)] = (float(np.sqrt(np.mean(np.sum((t - c) ** 2, axis=1)))), t)
-    return Bounds(kv, logits)
+            for kind, q, o in lkeys:
+                j = d - 1 if kind == "draft_logits" else D - 1
+                t, c = twin["logits"][j][:, start + o], center["logits"][j][:, start + o]   # [S, V], [1, V]
+                logits[(tr.round, kind, q, o)] = (float(np.sqrt(np.mean(np.sum((t - c) ** 2, axis=1)))), t)
+    return Bounds(kv, logits, contexts=seen)
