@@ -147,3 +147,35 @@ def test_record_a_backend_and_diff_by_its_recorded_row(tmp_path, capsys):
     assert rc == 0 and json.loads(out)["tolerance_row"] == "float32"
     rc, out, err = run_main(["trace", "diff", a, c], capsys)
     assert rc == 1 and "tolerance row 'float32' (recorded with B)" in out and "largest difference at index 17" in out
+
+
+RAISES_BF16 = '''
+from kernels.backend import make_torch_cpu_bf16
+class Session:
+    def __init__(self, inner):
+        self.inner = inner
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+    def step(self, counts):
+        raise RuntimeError("kernel crashed")
+class Backend:
+    def __init__(self):
+        self.inner = make_torch_cpu_bf16()
+        self.name = "raises-bf16"
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+    def session(self, *args, **kwargs):
+        return Session(self.inner.session(*args, **kwargs))
+def make():
+    return Backend()
+'''
+
+
+def test_a_bf16_backend_that_raises_fails_the_check_and_its_drift_probe(plugins, capsys):
+    pytest.importorskip("torch")
+    name = plugins("plug_raises_bf16", RAISES_BF16)
+    rc, out, err = run_main(["check", "--backend", f"{name}:make", *SMALL], capsys)
+    assert rc == 1, (out, err)
+    assert "the backend raised RuntimeError: kernel crashed" in out
+    assert "drift probe: the backend raised RuntimeError: kernel crashed" in out
+    assert "internal error" not in out + err
