@@ -12,8 +12,8 @@ all call it.
   request is not compared in later rounds. Every other request's rows still are.
   Every decision of the backend must also be what the reference's rules give from the
   backend's OWN logits and uniforms (decisions.unexplained_decision), in every round.
-* Either way: a backend round whose calls are not compared with the reference's (the two ran
-  different modes, or one side records no calls) is checked against its own mode's plan
+* Either way: a backend round paired in full whose calls are not compared with the reference's
+  (the two ran different modes, or one side records no calls) is checked against its own mode's plan
   (schedule.schedule_violation: its calls, its call counts, the call each KV write names);
   the KV write addresses, the logits' keys and the counts-derived stats do not
   depend on tokens, so they are compared in full; a trace that cannot be a round's output
@@ -302,7 +302,7 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
             n = next((n for n, (x, y) in enumerate(zip(_calls(a), _calls(b))) if x != y), min(len(a.calls), len(b.calls)))
             rep.fail("schedule", f"{where}: call {n} of the backend's {b.mode} round differs from the reference's "
                      f"({len(b.calls)} calls vs {len(a.calls)})")
-        elif not same_calls and b.mode in ("block", "loop"):         # judged against its own plan instead
+        elif full and b.token_counts and not same_calls and b.mode in ("block", "loop"):   # its own plan instead
             try:
                 problem = schedule_violation(b, b.mode)
             except (OracleError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:

@@ -10,6 +10,7 @@ os.fork is missing, fn runs on one helper thread.
 """
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -40,6 +41,7 @@ class Child:
         pid = os.fork()
         if pid == 0:                                    # the child: compute, send, exit at once
             try:
+                gc.disable()                            # its collections would touch (and copy) every shared page
                 os.close(read)
                 try:
                     payload = (True, fn(*args, **kwargs))
@@ -54,14 +56,16 @@ class Child:
             finally:
                 os._exit(0)
         os.close(write)
-        self.pid, self.read, self.value = pid, read, None
+        self.pid, self.read, self.value, self.owner = pid, read, None, os.getpid()
+        self.keep = (args, kwargs)      # alive until collected: a Child among them may be read by this one
 
     def result(self):
         if self.read is not None:
             with os.fdopen(self.read, "rb") as f:
                 data = f.read()
-            self.read = None
-            os.waitpid(self.pid, 0)
+            self.read, self.keep = None, None
+            if os.getpid() == self.owner:               # a child of the owner may read it too; the owner reaps
+                os.waitpid(self.pid, 0)
             self.value = pickle.loads(data) if data else \
                 (False, RuntimeError("the verdict's child process ended without a result"))
         ok, value = self.value
@@ -70,10 +74,13 @@ class Child:
         return value
 
     def __del__(self):
-        if getattr(self, "read", None) is not None:     # never collected: stop the child, reap it
-            try:
+        if getattr(self, "owner", None) != os.getpid():
+            return
+        try:
+            if self.read is not None:                   # never collected: stop the child
                 os.close(self.read)
                 os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except OSError:
-                pass
+            if self.value is None or self.read is not None:
+                os.waitpid(self.pid, 0)                 # reap it (a child of the owner read its result)
+        except OSError:
+            pass
