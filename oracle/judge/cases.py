@@ -27,19 +27,24 @@ class ReferenceSide:
     agree bit for bit (check_case checks it on every built-in case, tests/test_rounds.py on drawn
     ones), so a backend drawing each request's host stream is judged against the one run in either
     mode; the mode-specific part of its traces, the calls, is checked against the backend's own
-    plan (compare_runs)."""
+    plan (compare_runs). batch: (the job of reference_sides, this scenario's index in it)."""
 
-    def __init__(self, model, sc, dtype: str, **options):
-        self.job = background(_reference_side, model, sc, dtype, options)
+    def __init__(self, model, sc, dtype: str, batch=None, **options):
+        self.job, self.index = batch if batch is not None else (background(_reference_side, model, sc, dtype, options), None)
 
     def result(self):
         """(the reference's round traces, their twin bounds or None)."""
-        return self.job.result()
+        out = self.job.result()
+        return out if self.index is None else out[self.index]
 
 
 def _reference_side(model, sc, dtype: str, options: dict):
     traces = judge_run(model, sc, "block", **options).traces
     return traces, twin_bounds(model, traces, dtype) if dtype in SIGMA else None
+
+
+def _reference_sides(model, cases, dtype: str) -> list:
+    return [_reference_side(model, c, dtype, {}) for c in cases]
 
 
 def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None,
@@ -69,10 +74,12 @@ def judge_against(ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: s
 
 
 def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: bool = False, judge=None,
-                  ref: ReferenceSide | None = None) -> list:
+                  ref: ReferenceSide | None = None, later: bool = False):
     """[(label, Report)]: backend block vs judge block, backend loop vs judge loop, and backend
     block vs backend loop. catch=True: a backend that raises is a failed check. ref: the
-    reference's side of sc, made earlier (reference_sides); made here where it applies."""
+    reference's side of sc, made earlier (reference_sides); made here where it applies.
+    later=True: the backend's runs now, and a handle whose result() makes the comparisons (so a
+    caller can run every case's backend runs while the reference's sides are being made)."""
     out, runs = [], {}
     dtype = "exact" if bk.exact else bk.dtype
     if ref is None and judge is None and draws_host_stream(bk):
@@ -91,6 +98,24 @@ def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: boo
             rep.fail("backend", f"{label}: the backend raised {type(e).__name__}: {e}")
             rep.finish()
         out.append((label, rep))
+    judged = Deferred(_judgments, model, out, runs, ref, dtype, reproduce, case, judge)
+    return judged if later else judged.result()
+
+
+class Deferred:
+    """fn(*args), made when result() is first asked for."""
+
+    def __init__(self, fn, *args):
+        self.fn, self.args, self.value = fn, args, None
+
+    def result(self):
+        if self.fn is not None:
+            self.value, self.fn, self.args = self.fn(*self.args), None, None
+        return self.value
+
+
+def _judgments(model, out, runs, ref, dtype, reproduce, case, judge) -> list:
+    """judge_backend's comparisons, once the backend's runs are made."""
     for n, (label, rep) in enumerate(out):
         if rep is None:
             out[n] = (label, judge_against(ref, runs[MODES[n]], dtype, reproduce, label))
@@ -162,19 +187,23 @@ def check_cases(model, cases) -> dict:
 
 # ---- a backend against the judge on many cases (`python -m oracle check --backend`) ----
 
-# Up to this hidden size every case's reference side is started at once (each a forked child
-# with its own KV and activations); above it one case at a time.
+# Up to this hidden size the reference sides of every case are made in one background job
+# started before the backend's runs (one forked child: a fork per case cost more CPU than it
+# saved beside a busy process); above it one case at a time.
 SIDES_AHEAD_HIDDEN = 1024
 
 
 def reference_sides(backend, model, cases, judge=None) -> dict:
-    """id(case) -> ReferenceSide, started now for every case judge_cases will judge against the
-    reference (a host-stream backend, no --reference judge), so that they run while the backend
-    does; {} where none applies or the model is large (judge_backend then makes each in turn)."""
+    """id(case) -> ReferenceSide for every case judge_cases will judge against the reference (a
+    host-stream backend, no --reference judge), all made by one background job started now, so
+    that they are made while the backend runs; {} where none applies or the model is large
+    (judge_backend then makes each in turn)."""
     if judge is not None or not draws_host_stream(backend) or model.cfg.hidden_size > SIDES_AHEAD_HIDDEN:
         return {}
     dtype = "exact" if backend.exact else backend.dtype
-    return {id(c): ReferenceSide(model, c, dtype) for c in cases if c.policy in backend.policies}
+    todo = [c for c in cases if c.policy in backend.policies]
+    job = background(_reference_sides, model, todo, dtype)
+    return {id(c): ReferenceSide(model, c, dtype, batch=(job, i)) for i, c in enumerate(todo)}
 
 
 def judge_cases(backend, model, cases, suffix: str = "", judge=None, sides: dict | None = None) -> dict:
@@ -185,13 +214,16 @@ def judge_cases(backend, model, cases, suffix: str = "", judge=None, sides: dict
     out = {"ok": True, "checks": [], "cases": [], **{k: 0 for k in COUNTERS}, "excused_divergences": [],
            "max_rel_err": {"kv": 0.0, "logits": 0.0}, "skipped": []}
     sides = reference_sides(backend, model, cases, judge) if sides is None else sides
+    pending = []                                   # every case's backend runs first, then the comparisons
     for case in cases:
         if case.policy not in backend.policies:
             out["skipped"].append(f"{case.name} (policy {case.policy} not supported by {backend.name})")
             continue
         reproduce = (case.reproduce or "python -m oracle check") + suffix
-        reports = judge_backend(backend, model, case, reproduce, case.name, catch=True, judge=judge,
-                                ref=sides.get(id(case)))
+        pending.append((case, judge_backend(backend, model, case, reproduce, case.name, catch=True, judge=judge,
+                                            ref=sides.get(id(case)), later=bool(sides))))
+    for case, reports in pending:
+        reports = reports.result() if isinstance(reports, Deferred) else reports
         case_ok = all(rep.ok for _, rep in reports)
         out["ok"] &= case_ok
         out["cases"].append({"name": case.name, "ok": case_ok})
