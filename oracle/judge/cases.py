@@ -48,17 +48,15 @@ def _reference_sides(model, cases, dtype: str) -> list:
 
 
 def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None,
-               ref: ReferenceSide | None = None, **options) -> tuple[Report, ScenarioRun]:
+               **options) -> tuple[Report, ScenarioRun]:
     """The backend's run in one mode against the judge's (default the reference), by the
     backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
-    ref: the reference's side, shared by both modes (judge_backend makes it; a host-stream
-    backend with the reference as judge only); made here when not given.
     options: session options for both sides (e.g. max_requests, max_len to size the KV)."""
     dtype = "exact" if bk.exact else bk.dtype
     if judge is None and draws_host_stream(bk):
         # the reference's side needs nothing of the backend's run: it and its noise twin are made
         # in the background while the backend runs
-        ref = ref or ReferenceSide(model, sc, dtype, **options)
+        ref = ReferenceSide(model, sc, dtype, **options)
         got = run_scenario(bk, model, sc, mode, **options)
         return judge_against(ref, got, dtype, reproduce, case), got
     got = run_scenario(bk, model, sc, mode, **options)

@@ -20,7 +20,6 @@ import dataclasses
 import numpy as np
 
 from . import drift_model
-from .worker import background
 from ..traces import depths_of
 
 # Relative noise per rounding: bfloat16 keeps 8 significant bits, so a rounding's relative
@@ -151,11 +150,6 @@ def _twins(model, contexts, dtype: str, samples: int, seed: int) -> dict:
                                          _rows(twin, i * samples, (i + 1) * samples, len(t)))
                 _TWINS[keys[t]] = (model,) + hit
     return out
-
-
-def twin_bounds_later(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED):
-    """twin_bounds computed in the background (worker.background): result() gives the Bounds."""
-    return background(twin_bounds, model, ref_traces, dtype, samples, seed)
 
 
 def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED,

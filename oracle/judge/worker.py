@@ -57,15 +57,13 @@ class Child:
                 os._exit(0)
         os.close(write)
         self.pid, self.read, self.value, self.owner = pid, read, None, os.getpid()
-        self.keep = (args, kwargs)      # alive until collected: a Child among them may be read by this one
 
     def result(self):
         if self.read is not None:
             with os.fdopen(self.read, "rb") as f:
                 data = f.read()
-            self.read, self.keep = None, None
-            if os.getpid() == self.owner:               # a child of the owner may read it too; the owner reaps
-                os.waitpid(self.pid, 0)
+            self.read = None
+            os.waitpid(self.pid, 0)
             self.value = pickle.loads(data) if data else \
                 (False, RuntimeError("the verdict's child process ended without a result"))
         ok, value = self.value
@@ -74,13 +72,13 @@ class Child:
         return value
 
     def __del__(self):
-        if getattr(self, "owner", None) != os.getpid():
+        # never collected: stop the child and reap it (only in the process that forked it: a
+        # handle freed inside another child is that child's copy)
+        if getattr(self, "read", None) is None or self.owner != os.getpid():
             return
         try:
-            if self.read is not None:                   # never collected: stop the child
-                os.close(self.read)
-                os.kill(self.pid, signal.SIGKILL)
-            if self.value is None or self.read is not None:
-                os.waitpid(self.pid, 0)                 # reap it (a child of the owner read its result)
+            os.close(self.read)
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
         except OSError:
             pass
