@@ -41,6 +41,12 @@ class TorchBackend:
         self.defaults = {"graphs": graphs, "kernel_options": self.kernel_options} | session_defaults
         self._weights = weakref.WeakKeyDictionary()      # reference model -> converted weights
 
+    @property
+    def fork_safe(self) -> bool:
+        """On the CPU with one intra-op thread a forked child may run this backend (`check
+        --backend` runs the drift probe in one): no thread pool or device context to inherit."""
+        return self.device.type == "cpu" and torch.get_num_threads() == 1
+
     def weights(self, model) -> TorchWeights:
         w = self._weights.get(model)
         if w is None:

@@ -64,6 +64,7 @@ class Engine:
         for name, t in self._buffers(self.kv.n_slots).items():
             setattr(self, name, t)
 
+    @torch.inference_mode(False)      # session state: never an inference tensor (kernels/session.py)
     def _buffers(self, S: int) -> dict:
         """Per-slot round state; every tensor's leading dimension is slot-major."""
         dev, T, V, H = self.device, self.Tcap, self.weights.cfg.vocab_size, self.weights.cfg.hidden_size
@@ -86,6 +87,7 @@ class Engine:
         off = sampling_rows(SamplingParams(), self.weights.cfg.vocab_size)
         return {n: torch.as_tensor(off[n]).to(self.device).expand(S, *off[n].shape).clone() for n in names}
 
+    @torch.inference_mode(False)      # session state: never an inference tensor (kernels/session.py)
     def _proc_buffers(self, S: int) -> dict:
         """The processors' per-slot state (module docstring), allocated with the first request
         that has a processor; a slot without processors holds the identity (1, 0, 0, no words)."""

@@ -15,6 +15,7 @@ from oracle.errors import OracleError
 
 
 class KVPlanes:
+    @torch.inference_mode(False)      # session state: never an inference tensor (kernels/session.py)
     def __init__(self, cfg, D: int, n_requests: int, max_len: int, device, dtype):
         self.D, self.max_len = D, max_len
         self.n_slots = n_requests + 1                       # + scratch
@@ -26,6 +27,7 @@ class KVPlanes:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.free = list(range(n_requests))
 
+    @torch.inference_mode(False)      # session state: never an inference tensor (kernels/session.py)
     def grown(self, n_requests: int, max_len: int) -> "KVPlanes":
         """A larger copy: same slots and positions (the old scratch slot becomes free)."""
         assert n_requests >= self.n_slots - 1 and max_len >= self.max_len

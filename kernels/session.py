@@ -9,6 +9,7 @@ A failed round cleans up: a request whose device state can no longer be trusted 
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -29,7 +30,22 @@ from .streams import UniformStream
 from .triton_attention import span_bucket
 
 
+def _no_autograd(method):
+    """A session call under torch.inference_mode on the CPU: no autograd bookkeeping per op (a
+    tiny model's round is mostly per-op overhead there; docs/results.md, "Time the verdict
+    adds"). The engine's state (KV planes, per-slot buffers) is made outside inference mode even
+    within such a call, so code that drives the engine directly may change it in place. CUDA runs
+    as before (not yet measured with it)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        device = self.device if hasattr(self, "device") else args[0].device      # __init__: weights
+        with torch.inference_mode(device.type == "cpu"):
+            return method(self, *args, **kwargs)
+    return call
+
+
 class TorchSession:
+    @_no_autograd
     def __init__(self, weights, d, D, mode, policy="sequential", *, name="torch", dtype_name="float32",
                  max_requests=8, max_len=256, max_tokens_per_round=16, grow=True, graphs="off",
                  max_batch_size=512, max_graphs=512, trace=True, debug_poison=False,
@@ -57,6 +73,7 @@ class TorchSession:
         self.span_bucket = span_bucket
 
     # ---- requests ----
+    @_no_autograd
     def add(self, rid, prompt, params, replay=None, depths=None) -> None:
         """depths: (d_i, D_i) for every round of the request (default the session's)."""
         di, Di, prompt = admit(self.requests, rid, prompt, depths, self.d, self.D)
@@ -84,6 +101,7 @@ class TorchSession:
             raise
         self.requests[rid] = HostRequest(rid, slot, params, prompt, stream, depths, steps=processor_steps(params))
 
+    @_no_autograd
     def remove(self, rid) -> list[int]:
         req = self._get(rid)
         self._drain(req)
@@ -91,11 +109,13 @@ class TorchSession:
         self.engine.kv.release(req.slot)
         return req.tokens
 
+    @_no_autograd
     def tokens(self, rid) -> list[int]:
         req = self._get(rid)
         self._drain(req)
         return list(req.tokens)
 
+    @_no_autograd
     def kv_frontiers(self, rid) -> set[int]:
         """The device KV frontier of rid (one per request: every plane shares it)."""
         req = self._get(rid)
@@ -108,9 +128,11 @@ class TorchSession:
         return self.requests[rid]
 
     # ---- rounds ----
+    @_no_autograd
     def step(self, counts: dict):
         return self.collect(self.submit(counts))
 
+    @_no_autograd
     def submit(self, counts: dict) -> Handle:
         t0 = time.perf_counter()
         missing = [r for r in counts if r not in self.requests]
@@ -214,6 +236,7 @@ class TorchSession:
     def _poison(self, slots, frontier):
         self.engine.kv.poison(slots, frontier)
 
+    @_no_autograd
     def collect(self, h: Handle):
         while not h.done:
             self._finish(self.pending[0])

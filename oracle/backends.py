@@ -160,6 +160,10 @@ class GuardedBackend:
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
+    def fresh(self) -> "GuardedBackend":
+        """The same backend under a new guard (a forked child's: the old guard's thread is not in it)."""
+        return GuardedBackend(self._inner, self._guard.timeout, self._guard.judge)
+
     def session(self, *args, **kwargs):
         return GuardedSession(self._guard.call("session()", self._inner.session, *args, **kwargs), self._guard)
 

@@ -159,6 +159,7 @@ class Session:
     def step(self, counts):
         raise RuntimeError("kernel crashed")
 class Backend:
+    fork_safe = FORK_SAFE
     def __init__(self):
         self.inner = make_torch_cpu_bf16()
         self.name = "raises-bf16"
@@ -171,9 +172,10 @@ def make():
 '''
 
 
-def test_a_bf16_backend_that_raises_fails_the_check_and_its_drift_probe(plugins, capsys):
+@pytest.mark.parametrize("fork_safe", [True, False])   # the probe in a forked child, or in this process
+def test_a_bf16_backend_that_raises_fails_the_check_and_its_drift_probe(plugins, capsys, fork_safe):
     pytest.importorskip("torch")
-    name = plugins("plug_raises_bf16", RAISES_BF16)
+    name = plugins(f"plug_raises_bf16_{fork_safe}", RAISES_BF16.replace("FORK_SAFE", str(fork_safe)))
     rc, out, err = run_main(["check", "--backend", f"{name}:make", *SMALL], capsys)
     assert rc == 1, (out, err)
     assert "the backend raised RuntimeError: kernel crashed" in out

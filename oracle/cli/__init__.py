@@ -150,6 +150,21 @@ def _one_line(e: BaseException) -> str:
     return one_line(str(e)) or type(e).__name__
 
 
+def exit_now(code: int) -> None:
+    """End the process with `code` once stdout and stderr are flushed and every verdict child
+    (oracle/judge/worker.py) is stopped, without the interpreter's teardown (os._exit). Every file
+    the commands write is closed by then; atexit handlers do not run (the CLI registers none)."""
+    worker = sys.modules.get("oracle.judge.worker")
+    if worker is not None:
+        worker.stop_all()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):                 # a closed pipe or stream: nothing more to say
+            pass
+    os._exit(code)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:

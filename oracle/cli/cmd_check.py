@@ -15,11 +15,13 @@ from .argtypes import int_at_least, positive_seconds
 from .catalogue import default_cases
 from ..backends import GuardedBackend, JudgeFailed, import_prefix, load_backend
 from ..judge.scenario import command
-from ..judge.cases import check_cases, judge_cases, reference_sides
+from ..judge.cases import (cancel_sides, check_cases, judge_cases, reference_sides, sides_ahead_apply, sides_for,
+                           start_sides)
 from ..judge.drift import drift_lines, finish_drift, start_drift
 from .environment import set_threads
 from ..errors import OracleError
 from ..checkpoint import build_model
+from ..config import preset
 from ..progress import warn
 from .round_args import add_round_options, custom_case, is_custom, model_flags
 
@@ -68,11 +70,23 @@ def run(args) -> int:
         return list_cases()
     if args.threads is not None and args.backend in (None, "reference"):
         warn("--threads has no effect without --backend: the reference check runs on NumPy, not torch")
-    backend, judge = load_backends(args) if (args.backend, args.reference) != (None, None) else (None, None)
-    model = build_model(args.preset, args.seed, args.checkpoint)
-    cases = [custom_case(args)] if is_custom(args) or args.case else default_cases(model.cfg.vocab_size, model_flags(args))
-    if args.backend is not None and args.backend != "reference":
-        return check_backend(args, model, cases, t0, backend, judge)
+    judged = args.backend is not None and args.backend != "reference"
+    early = None
+    if judged and args.checkpoint is None and sides_ahead_apply(preset(args.preset or "tiny"), args.reference):
+        # a small preset: the model first (milliseconds) and the reference's side begun, so that
+        # it runs while the backend is imported (oracle/judge/cases.py, start_sides)
+        model, cases = model_and_cases(args)
+        set_threads(args, model.cfg.hidden_size)           # NumPy's BLAS threads, before the jobs fork
+        early = start_sides(model, cases)
+    try:
+        backend, judge = load_backends(args) if (args.backend, args.reference) != (None, None) else (None, None)
+    except BaseException:
+        cancel_sides(early)
+        raise
+    if early is None:
+        model, cases = model_and_cases(args)
+    if judged:
+        return check_backend(args, model, cases, t0, backend, judge, early)
     out = check_cases(model, cases)
     nothing_compared(out)
     out["seconds"] = round(time.perf_counter() - t0, 2)
@@ -93,7 +107,13 @@ def run(args) -> int:
     return 0 if out["ok"] else 1
 
 
-def check_backend(args, model, cases, t0, backend, judge) -> int:
+def model_and_cases(args):
+    model = build_model(args.preset, args.seed, args.checkpoint)
+    cases = [custom_case(args)] if is_custom(args) or args.case else default_cases(model.cfg.vocab_size, model_flags(args))
+    return model, cases
+
+
+def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
     judge_name = "the FP32 reference" if judge is None else f"the {judge.name} judge ({judge.dtype})"
     row = "exact" if backend.exact else backend.dtype
     suffix = f" --backend {shlex.quote(args.backend)}" + (f" --reference {shlex.quote(args.reference)}" if judge else "")
@@ -104,7 +124,8 @@ def check_backend(args, model, cases, t0, backend, judge) -> int:
            "judge": judge.name if judge else "reference", "tolerance_row": row, "layers": model.cfg.num_layers,
            "timeout_s": args.timeout, **set_threads(args, model.cfg.hidden_size)}
     guarded = GuardedBackend(backend, args.timeout)
-    sides = reference_sides(backend, model, cases, judge)   # the reference's runs start now, in the background
+    # the reference's sides: begun before the backend loaded (its facts sent now), else started now
+    sides = sides_for(early, backend) if early is not None else reference_sides(backend, model, cases, judge)
     drift = None
     if args.drift:             # the probe through the backend first: its fit runs while the cases are judged
         fault = f"LOOPSPEC_FAULT={shlex.quote(os.environ['LOOPSPEC_FAULT'])} " if os.environ.get("LOOPSPEC_FAULT") else ""

@@ -6,15 +6,17 @@ the built-in cases are oracle/cli/catalogue.py.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .cache_free import cache_free_check
-from .compare import compare_runs
+from .compare import compare_runs, typical_norms
 from ..errors import OracleError
 from .noise import SIGMA, twin_bounds
 from .report import Check, Report
 from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from .scenario import Case
 from ..schedule import schedule_violation
-from .worker import background
+from .worker import Inbox, background
 
 MODES = ("block", "loop")
 COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
@@ -33,14 +35,17 @@ class ReferenceSide:
         self.job, self.index = batch if batch is not None else (background(_reference_side, model, sc, dtype, options), None)
 
     def result(self):
-        """(the reference's round traces, their twin bounds or None)."""
+        """(the reference's round traces, their twin bounds or None, their typical_norms)."""
         out = self.job.result()
         return out if self.index is None else out[self.index]
 
 
-def _reference_side(model, sc, dtype: str, options: dict):
-    traces = judge_run(model, sc, "block", **options).traces
-    return traces, twin_bounds(model, traces, dtype) if dtype in SIGMA else None
+def _reference_side(model, sc, dtype: str, options: dict, traces=None):
+    """(the reference's block traces of sc, their twin bounds or None, their typical_norms);
+    traces: that run, made before."""
+    traces = judge_run(model, sc, "block", **options).traces if traces is None else traces
+    return (traces, twin_bounds(model, traces, dtype) if dtype in SIGMA else None,
+            None if dtype == "exact" else [typical_norms(t) for t in traces])
 
 
 def _reference_sides(model, cases, dtype: str) -> list:
@@ -67,8 +72,8 @@ def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", ju
 
 def judge_against(ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: str = "", case: str = "") -> Report:
     """A backend's run against the reference's side (its traces and twin bounds)."""
-    traces, bounds = ref.result()
-    return compare_runs(traces, got.traces, dtype, reproduce, case, bounds=bounds)
+    traces, bounds, norms = ref.result()
+    return compare_runs(traces, got.traces, dtype, reproduce, case, bounds=bounds, ref_norms=norms)
 
 
 def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: bool = False, judge=None,
@@ -202,6 +207,65 @@ def reference_sides(backend, model, cases, judge=None) -> dict:
     todo = [c for c in cases if c.policy in backend.policies]
     job = background(_reference_sides, model, todo, dtype)
     return {id(c): ReferenceSide(model, c, dtype, batch=(job, i)) for i, c in enumerate(todo)}
+
+
+# ---- the reference's sides begun before the backend is loaded ----
+#
+# On a model of hidden size up to SIDES_AHEAD_HIDDEN each case's reference run needs nothing of the
+# backend: one background job starts the runs before the backend's import (torch: about 2 s of CPU
+# on the 2-core machines CI uses) and receives through an Inbox, once the backend is loaded, what
+# the twin bounds need (its dtype and policies): each case's reference block run -> (dtype,
+# policies) -> each case's twin bounds. A backend that draws no host stream ends the job at once;
+# one that fails to load cancels it. (The drift probe's reference side is not begun ahead: the BF16
+# backend commits other tokens than the reference on about half of the probe's requests, 11 of 24
+# on the tiny preset, so forwards at the reference's tokens would mostly be made again.)
+
+@dataclass
+class Ahead:
+    cases: list
+    job: object                    # worker.background handle: [(traces, bounds, norms) | None per case] or None
+    facts: Inbox
+
+
+def sides_ahead_apply(model_cfg, judge_name) -> bool:
+    """Whether `check --backend` begins the reference's sides ahead: the NumPy reference is the judge
+    (no --reference) and the model is small enough for them to be made at once."""
+    return judge_name in (None, "reference") and model_cfg.hidden_size <= SIDES_AHEAD_HIDDEN
+
+
+def start_sides(model, cases) -> Ahead:
+    facts = Inbox()
+    return Ahead(cases, background(_sides_job, model, cases, facts), facts)
+
+
+def cancel_sides(ahead: Ahead | None) -> None:
+    """The backend did not load: the job ends (its input cancelled, its child stopped)."""
+    if ahead is not None:
+        ahead.facts.cancel()
+        if hasattr(ahead.job, "stop"):
+            ahead.job.stop()
+
+
+def sides_for(ahead: Ahead, backend) -> dict:
+    """Sends the backend's facts to the job begun by start_sides; id(case) -> ReferenceSide, as
+    reference_sides gives ({} for a backend whose uniforms the reference replays)."""
+    if not draws_host_stream(backend):
+        ahead.facts.send(None)
+        return {}
+    dtype = "exact" if backend.exact else backend.dtype
+    ahead.facts.send((dtype, tuple(backend.policies)))
+    return {id(c): ReferenceSide(None, c, dtype, batch=(ahead.job, i))
+            for i, c in enumerate(ahead.cases) if c.policy in backend.policies}
+
+
+def _sides_job(model, cases, facts: Inbox):
+    traces = [run_scenario(REFERENCE, model, c, "block").traces for c in cases]
+    got = facts.get()
+    if got is None:
+        return None
+    dtype, policies = got
+    return [_reference_side(model, c, dtype, {}, traces=t) if c.policy in policies else None
+            for c, t in zip(cases, traces)]
 
 
 def judge_cases(backend, model, cases, suffix: str = "", judge=None, sides: dict | None = None) -> dict:

@@ -264,14 +264,15 @@ def _live(tr, stopped) -> list:
 
 
 def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = "", case: str = "",
-                 bounds=None) -> Report:
+                 bounds=None, ref_norms: list | None = None) -> Report:
     """Judge round traces `other` against `ref` (same requests, rounds and inputs). dtype:
     "exact" or a row of TOLERANCES (a backend's dtype). case: prefix of every place named.
     After a request diverged (reduced precision) its rounds may differ in number and members
     (a stop token one side drew and the other did not): rounds are paired on the requests
     still compared, and a round holding only diverged requests on one side is not paired.
     bounds: the noise twin's per-value bounds and margins of `ref` (oracle/judge/noise.py), which replace
-    the fixed row's for the values they cover; None: the row of TOLERANCES."""
+    the fixed row's for the values they cover; None: the row of TOLERANCES. ref_norms:
+    [typical_norms(t) for t in ref], made before (with the reference's side, in the background)."""
     if dtype not in TOLERANCES:
         raise OracleError(f"no tolerance row for dtype {dtype!r} (known: {', '.join(TOLERANCES)})")
     tol, exact = TOLERANCES[dtype], dtype == "exact"
@@ -309,7 +310,8 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
                 problem = f"its calls cannot be planned ({type(e).__name__}: {e})"
             if problem:
                 rep.fail("schedule", f"{where}: the backend's {b.mode} round departs from its plan: {problem}")
-        pair = RoundPair(rep, a, b, tol, exact, stopped, same_calls, {} if exact else typical_norms(a), bounds)
+        norms = {} if exact else typical_norms(a) if ref_norms is None else ref_norms[i]
+        pair = RoundPair(rep, a, b, tol, exact, stopped, same_calls, norms, bounds)
         live = dict(_live(a, stopped)) if not full else dict(zip(a.requests, a.token_counts))
         for rid, T in zip(b.requests, b.token_counts):
             at = f"{where} request {rid}"

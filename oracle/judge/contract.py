@@ -60,6 +60,9 @@ OPTIONAL_BACKEND = {
                  lambda v: all(callable(getattr(v, f, None)) for f in SAMPLING_INTERFACE)),
     "max_in_flight": ("how many submitted rounds may wait to be collected (default 2)",
                       lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+    "fork_safe": ("the backend may run in a forked child of the process that loaded it (no threads, device "
+                  "contexts or sockets of its own yet): `check --backend` then runs the drift probe and its fit in "
+                  "one, beside the cases' runs (default False)", lambda v: isinstance(v, bool)),
     "drift_stats_fn": ("drift_stats_fn(model, dtype, basis=None): the drift verdict's sensitivities "
                        "when this backend is the judge (judge_jax)", callable),
 }

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_model, drift_stats
-from .worker import background
+from .worker import background, forks
 from .scenario import make_case
 from .runner import run_scenario as run
 from ..traces import depths_of
@@ -402,6 +402,10 @@ def start_drift(backend, model, reproduce: str = "", judge=None, n: int = PROBE_
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
     t0 = time.perf_counter()
     pending = PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs)
+    if stats_fn is None and getattr(backend, "fork_safe", False) is True and forks():
+        # the probe's runs and the fit in one forked child, beside the cases' runs in this process
+        pending.job = background(_probe_and_fit, backend, model, n, reproduce)
+        return pending
     try:
         pending.runs = probe_runs(backend, model, n)
     except Exception as e:                     # noqa: BLE001 -- judged: a failed drift check
@@ -411,6 +415,20 @@ def start_drift(backend, model, reproduce: str = "", judge=None, n: int = PROBE_
     if stats_fn is None:
         pending.job = background(fit, model, pending.runs, backend.dtype, reproduce)
     return pending
+
+
+def _probe_and_fit(backend, model, n: int, reproduce: str):
+    """start_drift's probe and fit in a forked child: (DriftReport or None, the probe's error)."""
+    backend = backend.fresh() if hasattr(backend, "fresh") else backend     # a guard with its own thread here
+    t0 = time.perf_counter()
+    try:
+        runs = probe_runs(backend, model, n)
+    except Exception as e:                     # noqa: BLE001 -- judged: a failed drift check
+        return None, f"drift probe: the backend raised {type(e).__name__}: {e}"
+    probe = time.perf_counter() - t0
+    rep = fit(model, runs, backend.dtype, reproduce)
+    rep.seconds += probe
+    return rep, ""
 
 
 def finish_drift(pending: PendingDrift | None, out: dict) -> None:
@@ -424,6 +442,10 @@ def finish_drift(pending: PendingDrift | None, out: dict) -> None:
         return
     rep = pending.job.result() if pending.job is not None else \
         fit(pending.model, pending.runs, pending.dtype, pending.reproduce, pending.stats_fn, pending.dirs)
+    if isinstance(rep, tuple):                 # _probe_and_fit's: the probe ran in the child
+        rep, pending.error = rep
+        if pending.error:
+            return finish_drift(pending, out)
     rep.seconds += pending.seconds
     out["drift"] = rep.to_json()
     out["ok"] = bool(out["ok"] and rep.ok)

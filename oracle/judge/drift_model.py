@@ -73,8 +73,11 @@ def _rms(x, w, eps):
 def _rope(x, cos, sin):
     # x: [B, T, heads, hd]; cos, sin: [B, T, hd]
     half = x.shape[-1] // 2
-    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos[:, :, None] + rot * sin[:, :, None]
+    sin = sin[:, :, None]
+    out = x * cos[:, :, None]                         # + rotate_half(x) * sin, a half at a time
+    out[..., :half] -= x[..., half:] * sin[..., :half]
+    out[..., half:] += x[..., :half] * sin[..., half:]
+    return out
 
 
 def unit_uniform(rng, shape) -> np.ndarray:
@@ -193,7 +196,6 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None, precision
     ang = np.concatenate([ang, ang], axis=-1)
     cos, sin = rn(np.cos(ang).astype(precision)), rn(np.sin(ang).astype(precision))
     mask = np.triu(np.full((T, T), -np.inf, precision), k=1)
-    causal = np.tril(np.ones((T, T), bool))
     emb = w["model.embed_tokens.weight"]
     if rng is None:
         e = emb[tok] if tok.ndim == 2 else emb[tok][None]
@@ -211,19 +213,25 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None, precision
             v = rn(mm(x, p + "self_attn.v_proj.weight") * s("v_proj", l)).reshape(B, T, nkv, hd)
             q, k = rn(_rope(q, cos, sin)), rn(_rope(k, cos, sin))
             out["k"][j].append(k), out["v"][j].append(v)
-            kk, vv = np.repeat(k, nh // nkv, axis=2), np.repeat(v, nh // nkv, axis=2)
-            qt, kt, vt = q.transpose(0, 2, 1, 3), kk.transpose(0, 2, 3, 1), vv.transpose(0, 2, 1, 3)
-            logit = (qt @ kt) * ((hd ** -0.5) * s("attn_scale", l)[..., None]) + mask     # [B, nh, T, T]
-            z = logit - logit.max(-1, keepdims=True)
-            prob = np.exp(z, out=np.zeros_like(z), where=causal)            # exp(-inf) = 0 above the diagonal
-            prob = rn(prob / prob.sum(-1, keepdims=True), (2, 3))
-            a = rn((prob @ vt).transpose(0, 2, 1, 3).reshape(B, T, nh * hd))
+            kk, vv = (k, v) if nh == nkv else (np.repeat(k, nh // nkv, axis=2), np.repeat(v, nh // nkv, axis=2))
+            qt = (q * ((hd ** -0.5) * s("attn_scale", l)[..., None])).transpose(0, 2, 1, 3)  # the logit scale, on q
+            prob = qt @ kk.transpose(0, 2, 3, 1)                                  # logits: [B, nh, T, T]
+            prob += mask
+            prob -= prob.max(-1, keepdims=True)
+            np.exp(prob, out=prob)                                                # exp(-inf) = 0 above the diagonal
+            prob /= prob.sum(-1, keepdims=True)
+            prob = rn(prob, (2, 3))
+            a = rn((prob @ vv.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3).reshape(B, T, nh * hd))
             o = rn(mm(a, p + "self_attn.o_proj.weight") * s("o_proj", l))
             h = rn(h + rn(_rms(o, nw(p + "input_layernorm_2.weight") * s("input_layernorm_2", l), eps)))
             y = rn(_rms(h, nw(p + "post_attention_layernorm.weight") * s("post_attention_layernorm", l), eps))
             g = rn(mm(y, p + "mlp.gate_proj.weight") * s("gate_proj", l))
             u = rn(mm(y, p + "mlp.up_proj.weight") * s("up_proj", l))
-            m = rn(mm(rn(g / (1.0 + np.exp(-g)) * u), p + "mlp.down_proj.weight") * s("down_proj", l))
+            act = np.exp(-g)                                                      # SiLU(g) * u: g / (1 + e^-g) * u
+            act += 1.0
+            np.divide(g, act, out=act)
+            act *= u
+            m = rn(mm(rn(act), p + "mlp.down_proj.weight") * s("down_proj", l))
             h = rn(h + rn(_rms(m, nw(p + "post_attention_layernorm_2.weight") * s("post_attention_layernorm_2", l),
                                eps)))
         h = rn(_rms(h, nw("model.norm.weight") * s("norm"), eps))

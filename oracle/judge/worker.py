@@ -7,6 +7,10 @@ main thread. Where the platform forks, fn runs in a forked child process instead
 parent's memory at the fork; its result comes back pickled through a pipe), on a second core
 where there is one. Where JAX is loaded (a multithreaded runtime that must not be forked) or
 os.fork is missing, fn runs on one helper thread.
+
+An Inbox carries one value to a job after it started (`check --backend` begins the reference's
+sides before the backend is loaded and sends the job the backend's dtype once it is:
+cases.start_sides).
 """
 from __future__ import annotations
 
@@ -14,16 +18,30 @@ import gc
 import os
 import pickle
 import signal
+import struct
 import sys
+import tempfile
 
 _POOL: list = []
+_LIVE: dict = {}                 # pid -> Child not yet reaped, of this process
+
+
+def stop_all() -> None:
+    """Stop and reap every child still running (the CLI's exit, cli.exit_now)."""
+    for child in list(_LIVE.values()):
+        child.stop()
+
+
+def forks() -> bool:
+    """Whether background() runs its job in a forked child (else on the helper thread)."""
+    return hasattr(os, "fork") and "jax" not in sys.modules
 
 
 def background(fn, *args, **kwargs):
     """fn(*args, **kwargs) off the main thread: in a forked child (Child) or on the helper thread (a
     concurrent.futures.Future). fn must not change state the caller reads later: a child's changes
     stay in the child."""
-    if hasattr(os, "fork") and "jax" not in sys.modules:
+    if forks():
         return Child(fn, args, kwargs)
     if not _POOL:
         from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +75,7 @@ class Child:
                 os._exit(0)
         os.close(write)
         self.pid, self.read, self.value, self.owner = pid, read, None, os.getpid()
+        _LIVE[pid] = self
 
     def result(self):
         if self.read is not None:
@@ -64,6 +83,7 @@ class Child:
                 data = f.read()
             self.read = None
             os.waitpid(self.pid, 0)
+            _LIVE.pop(self.pid, None)
             self.value = pickle.loads(data) if data else \
                 (False, RuntimeError("the verdict's child process ended without a result"))
         ok, value = self.value
@@ -71,14 +91,74 @@ class Child:
             raise value
         return value
 
-    def __del__(self):
-        # never collected: stop the child and reap it (only in the process that forked it: a
-        # handle freed inside another child is that child's copy)
-        if getattr(self, "read", None) is None or self.owner != os.getpid():
-            return
+    def stop(self) -> None:
+        """Kill the child and reap it, unless its result was read (only in the process that
+        forked it: a handle inherited by another child is that child's copy)."""
         try:
+            if getattr(self, "read", None) is None or self.owner != os.getpid():
+                return
+            _LIVE.pop(self.pid, None)
             os.close(self.read)
+            self.read = None
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
-        except OSError:
+        except (OSError, AttributeError, TypeError):      # at interpreter exit the module may be torn down
             pass
+
+    __del__ = stop                                      # never collected: stopped
+
+
+class Inbox:
+    """One value sent to a background job after it started: send(value) by the caller, get() in
+    the job (it waits until the value is there). A pipe with a length header, so it serves a
+    forked child and the helper thread alike, and a copy of the pipe that another child inherited
+    cannot hold a reader back; a value past the pipe's buffer goes through a temporary file (its
+    name through the pipe), so send() never waits for the reader. cancel(): get() raises instead."""
+
+    HEADER = struct.Struct("<q")
+    INLINE = 16384                 # bytes written through the pipe itself
+    CANCELLED, IN_FILE = -1, -2
+
+    def __init__(self):
+        self.read, self.write = os.pipe()
+
+    def send(self, value) -> None:
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(data) <= self.INLINE:
+            return self._put(self.HEADER.pack(len(data)) + data)
+        fd, path = tempfile.mkstemp(prefix="oracle-inbox-", suffix=".pickle")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        name = os.fsencode(path)
+        self._put(self.HEADER.pack(self.IN_FILE) + self.HEADER.pack(len(name)) + name)
+
+    def cancel(self) -> None:
+        if self.write is not None:
+            self._put(self.HEADER.pack(self.CANCELLED))
+
+    def _put(self, message: bytes) -> None:
+        assert self.write is not None, "an Inbox carries one value"
+        fd, self.write = self.write, None
+        with os.fdopen(fd, "wb") as f:
+            f.write(message)
+
+    def get(self):
+        with os.fdopen(self.read, "rb", closefd=False) as f:
+            n = self.HEADER.unpack(_exactly(f, self.HEADER.size))[0]
+            if n == self.CANCELLED:
+                raise RuntimeError("the job's input was cancelled")
+            if n != self.IN_FILE:
+                return pickle.loads(_exactly(f, n))
+            path = os.fsdecode(_exactly(f, self.HEADER.unpack(_exactly(f, self.HEADER.size))[0]))
+        try:
+            with open(path, "rb") as g:
+                return pickle.load(g)
+        finally:
+            os.unlink(path)
+
+
+def _exactly(f, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise RuntimeError("the job's input ended early")
+    return data
