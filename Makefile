@@ -2,9 +2,12 @@ PY ?= python
 
 .PHONY: install test test-parallel test-serial check gpu-parity gpu-parity-full bench golden
 
+# An editable install compiles nothing: the bytecode is written here, once (with
+# PYTHONDONTWRITEBYTECODE set, as on CI's machines, every run would compile the sources again).
 install:
 	$(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -e ".[test]"
+	$(PY) -m compileall -q oracle kernels bench judge_jax property_tests examples > /dev/null
 
 # Unit tests, the property suite and its meta-tests on the reference, then the property suite
 # against every backend CI can run: torch FP32 and BF16 on the CPU (judged by the float32 and
