@@ -26,7 +26,7 @@ def _echo_pid(box):
     return os.getpid(), box.get()
 
 
-@pytest.mark.parametrize("size", [3, 200_000])        # within the pipe's buffer, and past it
+@pytest.mark.parametrize("size", [3, 200_000])        # within the pipe's buffer, and past it (send waits for get)
 def test_an_inbox_carries_a_value_to_a_forked_job(size):
     box = worker.Inbox()
     job = worker.background(_echo_pid, box)

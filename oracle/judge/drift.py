@@ -400,34 +400,34 @@ def start_drift(backend, model, reproduce: str = "", judge=None, n: int = PROBE_
         if model.cfg.hidden_size >= COARSE_HIDDEN:            # per layer would cost one jvp per knob
             dirs = coarse_directions(model.cfg.num_layers)
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
-    t0 = time.perf_counter()
     pending = PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs)
     if stats_fn is None and getattr(backend, "fork_safe", False) is True and forks():
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
         pending.job = background(_probe_and_fit, backend, model, n, reproduce)
         return pending
-    try:
-        pending.runs = probe_runs(backend, model, n)
-    except Exception as e:                     # noqa: BLE001 -- judged: a failed drift check
-        pending.error = f"drift probe: the backend raised {type(e).__name__}: {e}"
-        return pending
-    pending.seconds = time.perf_counter() - t0
-    if stats_fn is None:
+    pending.runs, pending.error, pending.seconds = _probe(backend, model, n)
+    if stats_fn is None and not pending.error:
         pending.job = background(fit, model, pending.runs, backend.dtype, reproduce)
     return pending
+
+
+def _probe(backend, model, n: int) -> tuple:
+    """(the probe's runs, "", seconds), or (None, the backend's exception in a line, seconds)."""
+    t0 = time.perf_counter()
+    try:
+        return probe_runs(backend, model, n), "", time.perf_counter() - t0
+    except Exception as e:                     # noqa: BLE001 -- judged: a failed drift check
+        return None, f"drift probe: the backend raised {type(e).__name__}: {e}", time.perf_counter() - t0
 
 
 def _probe_and_fit(backend, model, n: int, reproduce: str):
     """start_drift's probe and fit in a forked child: (DriftReport or None, the probe's error)."""
     backend = backend.fresh() if hasattr(backend, "fresh") else backend     # a guard with its own thread here
-    t0 = time.perf_counter()
-    try:
-        runs = probe_runs(backend, model, n)
-    except Exception as e:                     # noqa: BLE001 -- judged: a failed drift check
-        return None, f"drift probe: the backend raised {type(e).__name__}: {e}"
-    probe = time.perf_counter() - t0
+    runs, error, seconds = _probe(backend, model, n)
+    if error:
+        return None, error
     rep = fit(model, runs, backend.dtype, reproduce)
-    rep.seconds += probe
+    rep.seconds += seconds
     return rep, ""
 
 
@@ -436,16 +436,16 @@ def finish_drift(pending: PendingDrift | None, out: dict) -> None:
     check naming the parameter."""
     if pending is None:
         return
-    if pending.error:
+    rep, error = None, pending.error
+    if not error:
+        rep = pending.job.result() if pending.job is not None else \
+            fit(pending.model, pending.runs, pending.dtype, pending.reproduce, pending.stats_fn, pending.dirs)
+        if isinstance(rep, tuple):             # _probe_and_fit's: the probe ran in the child
+            rep, error = rep
+    if error:
         out["ok"] = False
-        out["checks"].append({"name": "drift probe: drift", "ok": False, "detail": pending.error})
+        out["checks"].append({"name": "drift probe: drift", "ok": False, "detail": error})
         return
-    rep = pending.job.result() if pending.job is not None else \
-        fit(pending.model, pending.runs, pending.dtype, pending.reproduce, pending.stats_fn, pending.dirs)
-    if isinstance(rep, tuple):                 # _probe_and_fit's: the probe ran in the child
-        rep, pending.error = rep
-        if pending.error:
-            return finish_drift(pending, out)
     rep.seconds += pending.seconds
     out["drift"] = rep.to_json()
     out["ok"] = bool(out["ok"] and rep.ok)

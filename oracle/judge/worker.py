@@ -20,7 +20,6 @@ import pickle
 import signal
 import struct
 import sys
-import tempfile
 
 _POOL: list = []
 _LIVE: dict = {}                 # pid -> Child not yet reaped, of this process
@@ -112,25 +111,19 @@ class Inbox:
     """One value sent to a background job after it started: send(value) by the caller, get() in
     the job (it waits until the value is there). A pipe with a length header, so it serves a
     forked child and the helper thread alike, and a copy of the pipe that another child inherited
-    cannot hold a reader back; a value past the pipe's buffer goes through a temporary file (its
-    name through the pipe), so send() never waits for the reader. cancel(): get() raises instead."""
+    cannot hold a reader back. send() returns at once for a value within the pipe's buffer (the
+    backend's facts of cases.sides_for); a larger one waits for the reader. cancel(): get() raises
+    instead."""
 
     HEADER = struct.Struct("<q")
-    INLINE = 16384                 # bytes written through the pipe itself
-    CANCELLED, IN_FILE = -1, -2
+    CANCELLED = -1
 
     def __init__(self):
         self.read, self.write = os.pipe()
 
     def send(self, value) -> None:
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(data) <= self.INLINE:
-            return self._put(self.HEADER.pack(len(data)) + data)
-        fd, path = tempfile.mkstemp(prefix="oracle-inbox-", suffix=".pickle")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        name = os.fsencode(path)
-        self._put(self.HEADER.pack(self.IN_FILE) + self.HEADER.pack(len(name)) + name)
+        self._put(self.HEADER.pack(len(data)) + data)
 
     def cancel(self) -> None:
         if self.write is not None:
@@ -147,14 +140,7 @@ class Inbox:
             n = self.HEADER.unpack(_exactly(f, self.HEADER.size))[0]
             if n == self.CANCELLED:
                 raise RuntimeError("the job's input was cancelled")
-            if n != self.IN_FILE:
-                return pickle.loads(_exactly(f, n))
-            path = os.fsdecode(_exactly(f, self.HEADER.unpack(_exactly(f, self.HEADER.size))[0]))
-        try:
-            with open(path, "rb") as g:
-                return pickle.load(g)
-        finally:
-            os.unlink(path)
+            return pickle.loads(_exactly(f, n))
 
 
 def _exactly(f, n: int) -> bytes:
