@@ -35,8 +35,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
+from oracle.judge.compare import compare_runs  # noqa: E402
+from oracle.judge.runner import draws_host_stream, judge_run, run_scenario  # noqa: E402
 from oracle.judge.scenario import Case  # noqa: E402
-from oracle.judge.cases import judge_mode  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.sampling import SamplingParams as SP  # noqa: E402
 
@@ -76,6 +77,100 @@ def make_cases(n: int, vocab: int, max_prompt: int, max_C: int, max_cells: int, 
     return cases
 
 
+class CompileClock:
+    """XLA compiles seen by this process (jax.monitoring): count and seconds, all threads."""
+
+    def __init__(self):
+        import threading
+        from jax import monitoring
+        self.n, self.s, self._lock = 0, 0.0, threading.Lock()
+        monitoring.register_event_duration_secs_listener(self._seen)
+
+    def _seen(self, event, secs, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            with self._lock:
+                self.n, self.s = self.n + 1, self.s + secs
+
+
+class Budget:
+    """Bytes of device memory held by the judge's runs in flight: a run waits until its KV
+    fits beside the others (or none is in flight)."""
+
+    def __init__(self, total: int):
+        import threading
+        self.total, self.used, self.cond = total, 0, threading.Condition()
+
+    def take(self, n: int):
+        with self.cond:
+            self.cond.wait_for(lambda: self.used == 0 or self.used + n <= self.total)
+            self.used += n
+
+    def give(self, n: int):
+        with self.cond:
+            self.used -= n
+            self.cond.notify_all()
+
+
+def judge_kv_bytes(judge, model, case) -> int:
+    """The judge's device KV for a case: K and V planes at the session's (bucketed) shape."""
+    jm = judge.model(model)
+    slots, length, _ = jm.session_shapes(len(case.prompts), max_len(case))
+    lay = jm.layout
+    planes = 1 << max(0, case.D - 1).bit_length()
+    return 2 * lay.L * planes * slots * length * lay.nkv * lay.hd * 4
+
+
+def _judge_side(judge, model, case, mode, replay_from=None, budget: Budget | None = None):
+    """The judge's run of one case (its traces; the session, with its device KV, let go)."""
+    need = judge_kv_bytes(judge, model, case) if budget is not None else 0
+    if budget is not None:
+        budget.take(need)
+    try:
+        return _judge_run(judge, model, case, mode, replay_from)
+    finally:
+        if budget is not None:
+            budget.give(need)
+
+
+def _judge_run(judge, model, case, mode, replay_from):
+    t = time.perf_counter()
+    run = judge_run(model, case, mode, replay_from=replay_from, judge=judge,
+                    max_requests=len(case.prompts), max_len=max_len(case))
+    run.session = None
+    print(f"     judge done: {case.name}, {time.perf_counter() - t:.1f} s", flush=True)
+    return run, time.perf_counter() - t
+
+
+def judged_cases(backend, judge, model, cases, threads: int, judge_bytes: int = 64 << 30):
+    """Yield (case, mode, report, backend s, judge s) per case, in order. With a backend that
+    draws each request's host stream the judge's runs need nothing of the backend's, so they
+    run up to `threads` at a time in threads beside the backend's runs, as long as their KV
+    fits in judge_bytes (XLA compiles release the GIL: a large model's compiles, most of a
+    case's time, overlap); else the judge replays each backend run's uniforms after it."""
+    dtype = "exact" if backend.exact else backend.dtype
+    ahead = draws_host_stream(backend) and threads > 0
+    pool = futures = None
+    if ahead:
+        from concurrent.futures import ThreadPoolExecutor
+        pool, budget = ThreadPoolExecutor(threads, thread_name_prefix="judge"), Budget(judge_bytes)
+        futures = [pool.submit(_judge_side, judge, model, case, mode, None, budget) for case, mode in cases]
+    try:
+        for i, (case, mode) in enumerate(cases):
+            t = time.perf_counter()
+            got = run_scenario(backend, model, case, mode, max_requests=len(case.prompts), max_len=max_len(case))
+            got.session = None
+            tb = time.perf_counter() - t
+            ref, tj = futures[i].result() if ahead else _judge_side(judge, model, case, mode, replay_from=got)
+            rep = compare_runs(ref.traces, got.traces, dtype, f"scripts/gpu_parity_full.py case {case.name}",
+                               case.name)
+            yield case, mode, rep, tb, tj
+    finally:
+        if pool is not None:
+            for f in futures:
+                f.cancel()
+            pool.shutdown(wait=True)
+
+
 def time_judge(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 5) -> dict:
     """Median wall time of one judge round (K = 4, d = 2, D = 4, greedy) per mode, its floor
     on the H200 (oracle.cost.judge_round_floor) and measured / floor."""
@@ -110,6 +205,10 @@ def main(argv=None) -> int:
     p.add_argument("--max-requests", type=int, default=64)
     p.add_argument("--max-cells", type=int, default=24576, help="bound on C * max_len per case (memory)")
     p.add_argument("--time-judge", action="store_true", help="also time the judge's rounds at C=16, context 1024")
+    p.add_argument("--judge-threads", type=int, default=4,
+                   help="judge runs made at a time beside the backend's (0: one after each backend run)")
+    p.add_argument("--judge-gib", type=float, default=64.0,
+                   help="device memory for the KV of the judge's runs in flight (GiB)")
     p.add_argument("--json", help="write the summary here")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge the JSON summaries of earlier runs and report")
     args = p.parse_args(argv)
@@ -127,12 +226,15 @@ def main(argv=None) -> int:
     summary = {"preset": args.preset, "backend": f"{backend.name} ({backend.dtype})", "tolerance_row": dtype, "cases": 0, "failed": [],
                "request_rounds": 0, "kv_writes": 0, "logits": 0, "rng_events": 0, "tokens": 0,
                "max_rel_err": {"kv": 0.0, "logits": 0.0}, "excused": []}
-    for case, mode in cases:
-        if case.policy not in backend.policies:
-            continue
-        tc = time.perf_counter()
-        rep, _ = judge_mode(backend, model, case, mode, f"scripts/gpu_parity_full.py case {case.name}", case.name,
-                            judge, max_requests=len(case.prompts), max_len=max_len(case))
+    if args.judge_threads < 0:
+        p.error("--judge-threads must be >= 0")
+    cases = [(c, m) for c, m in cases if c.policy in backend.policies]
+    clock, tc = CompileClock(), time.perf_counter()
+    summary["times"] = []
+    for case, mode, rep, tb, tj in judged_cases(backend, judge, model, cases, args.judge_threads,
+                                                int(args.judge_gib * (1 << 30))):
+        summary["times"].append({"case": case.name, "backend_s": round(tb, 1), "judge_s": round(tj, 1),
+                                 "done_at_s": round(time.perf_counter() - t0, 1)})
         summary["cases"] += 1
         summary["request_rounds"] += sum(len(r) for r in case.rounds)
         for k, attr in (("kv_writes", "kv_writes_compared"), ("logits", "logits_compared"),
@@ -145,13 +247,15 @@ def main(argv=None) -> int:
         if bad:
             summary["failed"].append({"case": case.name, "failures": bad[:5]})
         print(f"{'ok  ' if not bad else 'FAIL'} {case.name}: KV {rep.max_rel_err['kv']:.3g}, logits "
-              f"{rep.max_rel_err['logits']:.3g}, {len(rep.divergences)} excused, {time.perf_counter() - tc:.1f} s",
-              flush=True)
+              f"{rep.max_rel_err['logits']:.3g}, {len(rep.divergences)} excused; backend {tb:.1f} s, judge "
+              f"{tj:.1f} s, done at {time.perf_counter() - tc:.1f} s", flush=True)
         for b in bad[:5]:
             print(f"     {b}")
+    summary["cases_s"] = round(time.perf_counter() - tc, 1)
+    summary["compiles"] = {"n": clock.n, "s": round(clock.s, 1), "judge_threads": args.judge_threads}
+    summary["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.time_judge:
         summary["judge_round_ms_C16_ctx1024"] = time_judge(judge, model)
-    summary["wall_s"] = round(time.perf_counter() - t0, 1)
     return report(summary, args.json)
 
 
@@ -173,6 +277,8 @@ def report(summary: dict, json_path=None) -> int:
     if "judge_round_ms_C16_ctx1024" in summary:
         print(f"judge round time, C=16, context 1024, K=4, d=2, D=4 (median ms, H200 floor ms, measured / floor): "
               f"{summary['judge_round_ms_C16_ctx1024']}")
+    if "compiles" in summary:
+        print(f"cases {summary['cases_s']} s; XLA compiles {summary['compiles']}")
     print(f"{'OK' if ok else 'FAILED'} in {summary['wall_s']} s")
     if json_path:
         Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")
@@ -186,8 +292,8 @@ def merge(paths: list, json_path=None) -> int:
     out = dict(parts[0])
     for k in ("cases", "request_rounds", "kv_writes", "logits", "rng_events", "tokens"):
         out[k] = sum(p[k] for p in parts)
-    for k in ("failed", "excused"):
-        out[k] = [x for p in parts for x in p[k]]
+    for k in ("failed", "excused", "times"):
+        out[k] = [x for p in parts for x in p.get(k, [])]
     out["max_rel_err"] = {k: max(p["max_rel_err"][k] for p in parts) for k in ("kv", "logits")}
     out["wall_s"] = max(p["wall_s"] for p in parts)
     for p in parts:

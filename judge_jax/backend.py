@@ -91,9 +91,10 @@ class _RoundModel:
                 dev[0].copy_to_host_async()
         self.kicked = len(self.pending)
 
-    def recurrent_call(self, rows, h, kv: DeviceKV, call: int) -> list:
+    def recurrent_call(self, rows, h, kv: DeviceKV, call: int, min_rows: int = 1, min_ctx: int = 0) -> list:
         """rows: [(rid, position, depth)]; h: their inputs (handles). Writes are logged (for the
-        trace) with the call number, as the reference numbers them."""
+        trace) with the call number, as the reference numbers them. min_rows, min_ctx: the
+        call's least padded shape (JaxLoopedModel.call)."""
         assert kv is self.kv
         src, tok = [], []
         for x in h:
@@ -111,7 +112,7 @@ class _RoundModel:
                 self.version.append(0)
             dst.append(r)
         kv.ensure_pool(len(self.version))
-        self.jm.call(kv, dev_rows, src, tok, dst)
+        self.jm.call(kv, dev_rows, src, tok, dst, min_rows, min_ctx)
         out = []
         for r in dst:
             self.version[r] += 1
@@ -173,7 +174,8 @@ class JaxSession:
         if jm.mesh is not None:
             from .sharding import kv_sharding
             sharding = kv_sharding(jm.mesh)
-        self.kv = DeviceKV(jm.layout, D, max_requests, max_len, sharding)
+        slots, length, pool = jm.session_shapes(max_requests, max_len)
+        self.kv = DeviceKV(jm.layout, D, slots, length, sharding, pool_rows=pool)
         self.requests: dict = {}
         self.round_idx = 0
 
@@ -196,7 +198,10 @@ class JaxSession:
                     outs = []
                     for a in range(0, n, c):
                         rows = [(rid, p, depth) for p in range(a, min(a + c, n))]
-                        outs += prefill.recurrent_call(rows, h[a:a + c], self.kv, -1 - depth)
+                        # a prompt past one chunk: every chunk padded to c rows and whole chunks
+                        # of context (one program per chunk index); a shorter one: at least 16 rows
+                        whole = (c, a + c) if n > c else (16, 0)
+                        outs += prefill.recurrent_call(rows, h[a:a + c], self.kv, -1 - depth, *whole)
                     h = outs
         except BaseException:
             self.kv.drop(rid)
@@ -287,5 +292,6 @@ class JaxBackend:
 
 def make_jax_backend(mesh=None, **options) -> JaxBackend:
     """options: session defaults (max_requests, max_len, prefill_chunk, kv_fetch) and the
-    model's unroll / ctx_bits / dot / attn (JaxLoopedModel); mesh: a jax.sharding.Mesh with axis "tp"."""
+    model's unroll / ctx_bits / dot / attn (JaxLoopedModel); mesh: a jax.sharding.Mesh with
+    axis "tp"."""
     return JaxBackend(mesh, **options)

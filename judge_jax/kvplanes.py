@@ -24,8 +24,10 @@ from .model import pow2
 
 
 class DeviceKV:
-    def __init__(self, layout, num_depths: int, slots: int = 8, max_len: int = 64, sharding=None):
-        """layout: the model's layout.Layout (device shapes, possibly padded)."""
+    def __init__(self, layout, num_depths: int, slots: int = 8, max_len: int = 64, sharding=None,
+                 pool_rows: int = 64):
+        """layout: the model's layout.Layout (device shapes, possibly padded); pool_rows: the
+        hidden-state pool's first size (it grows by doubling)."""
         self.layout, self.num_layers, self.num_depths = layout, layout.cfg.num_layers, num_depths
         self.L, self.nkv, self.hd = layout.L, layout.nkv, layout.hd
         self.planes = pow2(num_depths)                # fewer distinct cache shapes, fewer programs
@@ -36,7 +38,7 @@ class DeviceKV:
         self.log: list[KVWrite] = []                   # writes of the running round (reset per round)
         self.k = self.v = None
         self._alloc(slots, max_len)
-        self.pool = jnp.zeros((64, layout.H), jnp.float32)
+        self.pool = jnp.zeros((pool_rows, layout.H), jnp.float32)
 
     def ensure_pool(self, rows: int) -> None:
         """Room for pool rows 0..rows-1 (grows by doubling, keeping the rows held)."""

@@ -12,11 +12,15 @@ Two paths over the same parameters:
 
 Recompiles are bounded by bucketing: row groups (one per (slot, depth) plane in a call), rows
 per group and the sequence length are padded to powers of two, the attended context of a
-large model to 4 significant bits (at most 1/8 of it padding; a power of two for tiny ones:
-fewer programs), and the rows of a KV fetch to 3 (padding
-rows are masked and their KV writes dropped); small calls of tiny models are padded up to a
-fixed row count, and tiny configs share one canonical padded layout (layout.py), so a
-property suite over random shapes compiles a handful of programs.
+large model to 4 significant bits past 512 keys (at most 1/8 of it padding) and to a power of
+two below (a power of two for tiny ones: fewer programs), and the rows of a KV fetch to 3
+(padding rows are masked and their KV writes dropped); small calls of tiny models are padded
+up to a fixed row count, and tiny configs share one canonical padded layout (layout.py), so a
+property suite over random shapes compiles a handful of programs. A large model's sessions
+share program shapes too (`session_shapes`): KV planes of a power-of-two slot count and a
+length of 2 significant bits, one pool and RoPE table of at least 4096 rows, and prefill
+chunks padded to whole chunks; so the 12 cases of gpu_tests/parity_full.py compile one set of
+programs per case shape, not one per case.
 """
 from __future__ import annotations
 
@@ -159,10 +163,18 @@ class JaxLoopedModel:
         cfg, weights = read_checkpoint(folder)
         return cls(cfg, weights, **kw)
 
-    # ---- RoPE table (host FP64 angles, grown on demand) ----
+    def session_shapes(self, slots: int, max_len: int) -> tuple[int, int, int]:
+        """(slots, max_len, pool rows) of a session's device state asked for slots x max_len: a
+        large model's rounded up (program shapes shared by sessions of similar size; at most
+        1.5x the positions), a tiny model's as asked (its layout already pads)."""
+        if self.small:
+            return slots, max_len, 64
+        return pow2(slots), bucket(max_len, 2, 64), pow2(max(4096, max_len, 16 * slots))
+
+    # ---- RoPE table (host FP64 angles, grown on demand; at least 4096 rows for a large model) ----
     def rope(self, n: int):
         if n > self._rope_n:
-            self._rope_n = pow2(n, 64)
+            self._rope_n = pow2(n, 64 if self.small else 4096)
             cos, sin = self.layout.rope(self._rope_n)
             self._rope = (jax.device_put(cos), jax.device_put(sin))
         return self._rope
@@ -209,16 +221,18 @@ class JaxLoopedModel:
             self.probe.append((kind, rows, t1 - t0, time.perf_counter() - t1))
         return out
 
-    def call(self, kv, rows, src, tok, dst) -> None:
+    def call(self, kv, rows, src, tok, dst, min_rows: int = 1, min_ctx: int = 0) -> None:
         """One loop over rows [(slot, position, depth)] (kv.claim's): row r's input is pool row
         src[r] of kv.pool, or the embedding of token tok[r] where src[r] < 0; its output goes
-        to pool row dst[r]. Enqueued with one index vector up; nothing comes back."""
+        to pool row dst[r]. Enqueued with one index vector up; nothing comes back.
+        min_rows, min_ctx: pad the rows per group and the attended context to at least these
+        (a prefill chunk's shape; fewer programs)."""
         t0 = time.perf_counter()
         groups: dict[tuple[int, int], list[int]] = {}
         for r, (slot, _, depth) in enumerate(rows):
             groups.setdefault((slot, depth), []).append(r)
         f = self.floors
-        G, R = pow2(len(groups)), pow2(max(len(v) for v in groups.values()))
+        G, R = pow2(len(groups)), pow2(max(min_rows, max(len(v) for v in groups.values())))
         big = G * R > f["groups"] * f["rows"]         # floors only where they cost nothing real
         if not big:                                   # small calls: G*R padded to the floor product
             G = max(G, f["groups"])
@@ -233,8 +247,12 @@ class JaxLoopedModel:
             for r_in_g, r in enumerate(members):
                 w = g * R + r_in_g
                 per_row[:, w] = rows[r][1], src[r], tok[r], dst[r]
-        top = int(per_row[0].max()) + 1
-        ctx = min(kv.max_len, bucket(top, self.ctx_bits, 16) if big and not self.small else pow2(top, 16 if big else f["ctx"]))
+        top = max(int(per_row[0].max()) + 1, min_ctx)
+        if self.small:
+            ctx = pow2(top, 16 if big else f["ctx"])
+        else:
+            ctx = bucket(top, self.ctx_bits, 16) if top > 512 else pow2(top, 16)
+        ctx = min(kv.max_len, ctx)
         cos, sin = self.rope(kv.max_len)
         kv.k, kv.v, kv.pool = self._step("recurrent", len(rows), t0, _call, self.params, kv.k, kv.v, kv.pool,
                                          cos, sin, self._put(idx), groups=G, ctx=ctx, dims=self.dims)

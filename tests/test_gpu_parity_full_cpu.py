@@ -29,13 +29,47 @@ def test_cases_cover_the_grid():
 
 
 def test_torch_cpu_against_the_judge(tmp_path, capsys):
-    out = tmp_path / "summary.json"
-    rc = load_script().main(SMALL + ["--backend", "torch-cpu", "--json", str(out)])
+    """The judge's runs in threads beside the backend's (the default) and one after each:
+    the same verdict and the same counts."""
+    summaries = []
+    for threads in ("3", "0"):
+        out = tmp_path / f"summary{threads}.json"
+        rc = load_script().main(SMALL + ["--backend", "torch-cpu", "--judge-threads", threads, "--json", str(out)])
+        text = capsys.readouterr().out
+        assert rc == 0, text
+        s = json.loads(out.read_text())
+        assert s["cases"] == 2 and not s["failed"] and s["kv_writes"] > 0 and s["logits"] > 0
+        assert s["max_rel_err"]["logits"] <= 1e-5 and "OK in" in text
+        assert [t["case"] for t in s["times"]] == [t["case"] for t in (summaries or [s])[0]["times"]]
+        summaries.append(s)
+    keys = ("request_rounds", "kv_writes", "logits", "rng_events", "tokens", "max_rel_err", "excused")
+    assert {k: summaries[0][k] for k in keys} == {k: summaries[1][k] for k in keys}
+
+
+def test_a_faulty_backend_fails_with_the_judge_in_threads(monkeypatch, capsys):
+    """A backend whose logits are off fails its cases although the judge ran ahead of it."""
+    from judge_jax.backend import make_jax_backend
+    mod = load_script()
+    wrong = make_jax_backend()
+    monkeypatch.setattr(mod, "load_backend", lambda spec: wrong)
+    import judge_jax.model as jm
+    real = jm.JaxLoopedModel.head_rows
+
+    def off(self, *a, **kw):                    # the backend's logit 3 is 0.5 too high; the judge's not
+        out = real(self, *a, **kw)
+        if self is wrong_model[0]:
+            out = out.copy()
+            out[:, 3] += 0.5
+        return out
+    wrong_model = [None]
+    monkeypatch.setattr(jm.JaxLoopedModel, "head_rows", off)
+    from oracle.checkpoint import build_model as build
+    model = build("tiny", seed=0)
+    monkeypatch.setattr(mod, "build_model", lambda preset, seed: model)
+    wrong_model[0] = wrong.model(model)
+    assert mod.main(SMALL + ["--judge-threads", "2"]) == 1
     text = capsys.readouterr().out
-    assert rc == 0, text
-    s = json.loads(out.read_text())
-    assert s["cases"] == 2 and not s["failed"] and s["kv_writes"] > 0 and s["logits"] > 0
-    assert s["max_rel_err"]["logits"] <= 1e-5 and "OK in" in text
+    assert "FAIL" in text and "FAILED in" in text
 
 
 def test_device_rng_backend_is_replayed(monkeypatch, capsys):
@@ -45,7 +79,6 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
     device_rng.host_rng = False          # as if it drew its own uniforms: the judge must replay them
     seen = []
 
-    import oracle.judge.cases as cases
     import oracle.judge.runner as runner
 
     def fake_run(backend, model, sc, mode, replay=None, _run=runner.run_scenario, **kw):
@@ -53,7 +86,49 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
         return _run(backend, model, sc, mode, replay, **kw)
 
     monkeypatch.setattr(mod, "load_backend", lambda spec: device_rng)
-    monkeypatch.setattr(cases, "run_scenario", fake_run)      # the backend's side (judge_mode)
+    monkeypatch.setattr(mod, "run_scenario", fake_run)        # the backend's side (judged_cases)
     monkeypatch.setattr(runner, "run_scenario", fake_run)     # the judge's side (judge_run)
     assert mod.main(SMALL + ["--backend", "device-rng"]) == 0, capsys.readouterr().out
     assert seen == [False, True, False, True]       # backend first, then the judge in replay mode
+
+
+def test_budget_holds_a_run_until_its_kv_fits():
+    import threading
+    import time
+    mod = load_script()
+    b = mod.Budget(10)
+    b.take(6)
+    got = []
+    t = threading.Thread(target=lambda: (b.take(6), got.append("second")))
+    t.start()
+    time.sleep(0.2)
+    assert got == []                      # 6 + 6 > 10: it waits
+    b.give(6)
+    t.join(5)
+    assert got == ["second"] and b.used == 6
+    b.give(6)
+    b.take(50)                            # larger than the whole budget: runs alone
+    assert b.used == 50
+
+
+def test_large_sessions_share_program_shapes():
+    """A large model's session state is bucketed (slots a power of two, the length to 2
+    significant bits, pool and RoPE rows at least 4096); a tiny model's is as asked."""
+    import numpy as np
+    from judge_jax.model import JaxLoopedModel
+    from oracle.config import ModelConfig
+    from oracle.checkpoint import random_weights
+    cfg = ModelConfig(vocab_size=64, hidden_size=1024, intermediate_size=64, num_layers=5, num_heads=8,
+                      num_kv_heads=1, head_dim=128)
+    jm = JaxLoopedModel(cfg, random_weights(cfg, 0))
+    assert not jm.small
+    assert jm.session_shapes(3, 2067) == (4, 3072, 4096)
+    assert jm.session_shapes(64, 83) == (64, 96, 4096)
+    assert jm.session_shapes(16, 1043) == (16, 1536, 4096)
+    assert jm.session_shapes(2, 9000) == (2, 12288, 16384)
+    for n in range(1, 5000, 7):                            # at most 1.5x the positions asked for
+        assert n <= jm.session_shapes(1, n)[1] <= max(64, 1.5 * n)
+    tiny = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                       num_kv_heads=4, head_dim=8)
+    assert JaxLoopedModel(tiny, random_weights(tiny, 0)).session_shapes(3, 83) == (3, 83, 64)
+    assert np.isfinite(jm.head(np.ones((1, 1024), np.float32))).all()
