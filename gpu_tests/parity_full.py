@@ -12,11 +12,13 @@ requests, both RNG policies, (d, D) in {(1,4), (2,4), (3,4)}, block and loop rou
 
 Memory (ouro-1.4b, one H200 of 139 GB): the judge's FP32 KV costs, per request slot and
 position, L * D * 2 * nkv * hd * 4 B = 24 * 4 * 2 * 16 * 128 * 4 = 1.5 MiB; the backend's
-BF16 KV half that. Sessions are sized exactly (slots = C, max_len = longest prompt + the
-rounds' tokens), and a case keeps C * max_len <= --max-cells = 24576, so the judge holds
-<= 24576 * 1.5 MiB = 36 GiB of KV (72 GiB if XLA keeps a second copy while updating) and
-the backend <= 18 GiB (36 GiB if it doubles on growth), plus 5.6 GB of FP32 weights for the
-judge and 2.8 GB of BF16 weights for the backend: < 120 GB in the worst case.
+BF16 KV half that. Sessions are asked for slots = C and max_len = longest prompt + the rounds'
+tokens, and a case keeps C * max_len <= --max-cells = 24576. The judge rounds its sessions up
+(slots to a power of two, positions to 2 significant bits: JaxLoopedModel.session_shapes); the
+12 default cases stay within 24576 cells, 36 GiB of judge KV each. The judge's runs in flight
+(--judge-threads) hold at most --judge-gib = 64 GiB of KV together (a larger case runs alone);
+the backend holds <= 18 GiB (36 GiB if it doubles on growth), plus 5.6 GB of FP32 weights for
+the judge and 2.8 GB of BF16 weights for the backend.
 """
 from __future__ import annotations
 

@@ -22,6 +22,8 @@ def test_cases_cover_the_grid():
     assert max(len(c.prompts) for c in cases) == 64
     assert max(len(p) for c in cases for p in c.prompts) == 2048 and min(len(p) for c in cases for p in c.prompts) == 1
     assert all(len(c.prompts) * mod.max_len(c) <= 24576 for c in cases)          # the memory bound
+    from judge_jax.model import bucket, pow2                                    # ... as the judge rounds it
+    assert all(pow2(len(c.prompts)) * bucket(mod.max_len(c), 2, 64) <= 24576 for c in cases)
     Ts = {t for c in cases for r in c.rounds for t in r.values()}
     assert Ts == set(range(1, 10))
     kinds = {p.greedy for c in cases for p in c.params}
@@ -114,7 +116,6 @@ def test_budget_holds_a_run_until_its_kv_fits():
 def test_large_sessions_share_program_shapes():
     """A large model's session state is bucketed (slots a power of two, the length to 2
     significant bits, pool and RoPE rows at least 4096); a tiny model's is as asked."""
-    import numpy as np
     from judge_jax.model import JaxLoopedModel
     from oracle.config import ModelConfig
     from oracle.checkpoint import random_weights
@@ -131,4 +132,3 @@ def test_large_sessions_share_program_shapes():
     tiny = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                        num_kv_heads=4, head_dim=8)
     assert JaxLoopedModel(tiny, random_weights(tiny, 0)).session_shapes(3, 83) == (3, 83, 64)
-    assert np.isfinite(jm.head(np.ones((1, 1024), np.float32))).all()
