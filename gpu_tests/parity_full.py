@@ -214,6 +214,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the summary here")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge the JSON summaries of earlier runs and report")
     args = p.parse_args(argv)
+    if args.judge_threads < 0:
+        p.error("--judge-threads must be >= 0")
+    if not args.judge_gib > 0:
+        p.error(f"--judge-gib must be > 0, got {args.judge_gib}")
     if args.merge:
         return merge(args.merge, args.json)
     t0 = time.perf_counter()
@@ -228,8 +232,6 @@ def main(argv=None) -> int:
     summary = {"preset": args.preset, "backend": f"{backend.name} ({backend.dtype})", "tolerance_row": dtype, "cases": 0, "failed": [],
                "request_rounds": 0, "kv_writes": 0, "logits": 0, "rng_events": 0, "tokens": 0,
                "max_rel_err": {"kv": 0.0, "logits": 0.0}, "excused": []}
-    if args.judge_threads < 0:
-        p.error("--judge-threads must be >= 0")
     cases = [(c, m) for c, m in cases if c.policy in backend.policies]
     clock, tc = CompileClock(), time.perf_counter()
     summary["times"] = []

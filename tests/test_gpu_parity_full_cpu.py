@@ -132,3 +132,13 @@ def test_large_sessions_share_program_shapes():
     tiny = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                        num_kv_heads=4, head_dim=8)
     assert JaxLoopedModel(tiny, random_weights(tiny, 0)).session_shapes(3, 83) == (3, 83, 64)
+
+
+def test_bad_thread_and_memory_options_are_refused(capsys):
+    import pytest
+    mod = load_script()
+    for bad in (["--judge-threads", "-1"], ["--judge-gib", "0"], ["--judge-gib", "nan"]):
+        with pytest.raises(SystemExit) as e:
+            mod.main(SMALL + bad)
+        assert e.value.code == 2
+        assert "--judge-" in capsys.readouterr().err
