@@ -36,6 +36,7 @@ import numpy as np
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
+from judge_jax.model import pow2  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
 from oracle.judge.compare import compare_runs  # noqa: E402
 from oracle.judge.runner import draws_host_stream, judge_run, run_scenario  # noqa: E402
@@ -80,18 +81,26 @@ def make_cases(n: int, vocab: int, max_prompt: int, max_C: int, max_cells: int, 
 
 
 class CompileClock:
-    """XLA compiles seen by this process (jax.monitoring): count and seconds, all threads."""
+    """XLA compiles seen by this process since start() (jax.monitoring): count and seconds, all
+    threads. One listener per process, however often main() runs."""
 
-    def __init__(self):
+    n, s, _lock, _listening = 0, 0.0, None, False
+
+    @classmethod
+    def start(cls):
         import threading
         from jax import monitoring
-        self.n, self.s, self._lock = 0, 0.0, threading.Lock()
-        monitoring.register_event_duration_secs_listener(self._seen)
+        if not cls._listening:
+            cls._lock, cls._listening = threading.Lock(), True
+            monitoring.register_event_duration_secs_listener(cls._seen)
+        cls.n, cls.s = 0, 0.0
+        return cls
 
-    def _seen(self, event, secs, **_):
+    @classmethod
+    def _seen(cls, event, secs, **_):
         if event == "/jax/core/compile/backend_compile_duration":
-            with self._lock:
-                self.n, self.s = self.n + 1, self.s + secs
+            with cls._lock:
+                cls.n, cls.s = cls.n + 1, cls.s + secs
 
 
 class Budget:
@@ -118,8 +127,7 @@ def judge_kv_bytes(judge, model, case) -> int:
     jm = judge.model(model)
     slots, length, _ = jm.session_shapes(len(case.prompts), max_len(case))
     lay = jm.layout
-    planes = 1 << max(0, case.D - 1).bit_length()
-    return 2 * lay.L * planes * slots * length * lay.nkv * lay.hd * 4
+    return 2 * lay.L * pow2(case.D) * slots * length * lay.nkv * lay.hd * 4     # DeviceKV: pow2(D) planes
 
 
 def _judge_side(judge, model, case, mode, replay_from=None, budget: Budget | None = None):
@@ -233,7 +241,7 @@ def main(argv=None) -> int:
                "request_rounds": 0, "kv_writes": 0, "logits": 0, "rng_events": 0, "tokens": 0,
                "max_rel_err": {"kv": 0.0, "logits": 0.0}, "excused": []}
     cases = [(c, m) for c, m in cases if c.policy in backend.policies]
-    clock, tc = CompileClock(), time.perf_counter()
+    clock, tc = CompileClock.start(), time.perf_counter()
     summary["times"] = []
     for case, mode, rep, tb, tj in judged_cases(backend, judge, model, cases, args.judge_threads,
                                                 int(args.judge_gib * (1 << 30))):
