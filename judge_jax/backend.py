@@ -24,6 +24,9 @@ from .kvplanes import DeviceKV
 from .model import JaxLoopedModel
 
 
+KV_FETCH = ("async", "thread", "round")
+
+
 class _Token:
     """A depth-0 row's loop input: the embedding of a token (looked up on the device)."""
     __slots__ = ("token",)
@@ -51,7 +54,9 @@ class _RoundModel:
     planes on the device and brought back at `flush`, which puts them in the round's trace:
     kv_fetch="async" gathers each call's rows right after it and starts their copy to the
     host at the next head call (they overlap the later calls), "round" gathers the whole
-    round's at flush, one copy.
+    round's at flush, one copy; "thread" gathers each call's rows right after it and hands
+    them to the session's fetch thread (one worker), which waits for them and copies them to
+    the host while the main thread goes on with the round.
 
     Why the copies start at a head call: `copy_to_host_async` holds the host until its array
     is computed. Started right after each call (as before 2026-12-01), it held the host for
@@ -59,10 +64,14 @@ class _RoundModel:
     H200, cProfile), so the next calls were not enqueued meanwhile. A head call's logits come
     after those gathers in stream order, so the host waits for them there anyway."""
 
-    def __init__(self, jm: JaxLoopedModel, kv: DeviceKV, record: bool = True, kv_fetch: str = "async"):
-        if kv_fetch not in ("async", "round"):
-            raise OracleError(f"kv_fetch {kv_fetch!r}: expected 'async' or 'round'")
+    def __init__(self, jm: JaxLoopedModel, kv: DeviceKV, record: bool = True, kv_fetch: str = "async",
+                 fetcher=None):
+        if kv_fetch not in KV_FETCH:
+            raise OracleError(f"kv_fetch {kv_fetch!r}: expected one of {', '.join(KV_FETCH)}")
+        if kv_fetch == "thread" and fetcher is None:
+            raise OracleError("kv_fetch 'thread' needs the session's fetch thread")
         self.jm, self.cfg, self.kv, self.record, self.kv_fetch = jm, jm.cfg, kv, record, kv_fetch
+        self.fetcher = fetcher           # a one-worker executor (kv_fetch="thread")
         self.row_of: dict = {}           # (rid, position) -> pool row
         self.version: list[int] = []     # per pool row: writes so far
         self.pending: list = []          # (device K/V rows or None, [(rid, pos, depth, call)])
@@ -86,6 +95,8 @@ class _RoundModel:
 
     def _kick(self) -> None:
         """Start the host copies of the KV rows gathered since the last head call."""
+        if self.kv_fetch != "async":
+            return
         for dev, _ in self.pending[self.kicked:]:
             if dev is not None:
                 dev[0].copy_to_host_async()
@@ -121,6 +132,9 @@ class _RoundModel:
             logged = [(rid, pos, depth, call) for rid, pos, depth in rows]
             if self.kv_fetch == "async":                  # its copy starts at the next head call (_kick)
                 self.pending.append((self.jm.kv_rows(kv, dev_rows), logged))
+            elif self.kv_fetch == "thread":               # waited for and copied by the fetch thread
+                dev = self.jm.kv_rows(kv, dev_rows)
+                self.pending.append((self.fetcher.submit(self.jm.fetch_kv, dev, True), logged))
             else:
                 self.rows += dev_rows
                 self.pending.append((None, logged))
@@ -137,6 +151,9 @@ class _RoundModel:
             arrays = [self.jm.fetch_kv(self.jm.kv_rows(self.kv, self.rows), rows_first=True)]
             logged = [[w for _, ws in pending for w in ws]]
             self.rows = []
+        elif self.kv_fetch == "thread":
+            arrays = [fut.result() for fut, _ in pending]
+            logged = [ws for _, ws in pending]
         else:
             arrays = [self.jm.fetch_kv(dev, rows_first=True) for dev, _ in pending]
             logged = [ws for _, ws in pending]
@@ -161,11 +178,17 @@ class JaxSession:
     def __init__(self, jm: JaxLoopedModel, d, D, mode, policy="sequential", *, name="jax",
                  max_requests: int = 8, max_len: int = 64, prefill_chunk: int = 512, kv_fetch: str = "async"):
         """prefill_chunk: prompt positions per prefill call (bounds memory and program shapes);
-        kv_fetch: how the trace's KV writes come back ("async" per call, "round": _RoundModel)."""
+        kv_fetch: how the trace's KV writes come back ("async" / "thread" per call, "round":
+        once a round; _RoundModel)."""
         assert prefill_chunk >= 1
-        if kv_fetch not in ("async", "round"):
-            raise OracleError(f"kv_fetch {kv_fetch!r}: expected 'async' or 'round'")
+        if kv_fetch not in KV_FETCH:
+            raise OracleError(f"kv_fetch {kv_fetch!r}: expected one of {', '.join(KV_FETCH)}")
         self.kv_fetch = kv_fetch
+        self.fetcher = None
+        if kv_fetch == "thread":
+            from concurrent.futures import ThreadPoolExecutor
+            self.fetcher = ThreadPoolExecutor(1, thread_name_prefix="jax-kv-fetch")
+            weakref.finalize(self, self.fetcher.shutdown, wait=False)
         validate([1], d, D)
         plan(mode, [1], d, D)                                     # checks the mode
         self.jm, self.d, self.D, self.mode, self.policy = jm, d, D, mode, check_policy(policy)
@@ -247,7 +270,7 @@ class JaxSession:
 
     def _round(self, reqs, counts):
         d, D = [r.depths[0] for r in reqs], [r.depths[1] for r in reqs]
-        model = _RoundModel(self.jm, self.kv, kv_fetch=self.kv_fetch)
+        model = _RoundModel(self.jm, self.kv, kv_fetch=self.kv_fetch, fetcher=self.fetcher)
         st = RoundState(model, self.kv, reqs, counts, d, D, self.round_idx, self.policy, self.mode)
         sched = plan(self.mode, st.counts, d, D)
         for call in sched.calls:
@@ -266,10 +289,11 @@ class JaxBackend:
     policies = ("sequential", "fixed")
     host_rng = True                  # uniforms come from PCG64(seed) on the host, like the reference
 
-    def __init__(self, mesh=None, unroll: bool = True, ctx_bits: int = 4, dot: str = "highest", attn: str = "xla",
-                 **session_defaults):
+    def __init__(self, mesh=None, unroll: bool | None = None, ctx_bits: int = 4, dot: str = "highest", attn: str = "xla",
+                 rows_bits: int = 1, **session_defaults):
         self.mesh, self.defaults = mesh, session_defaults
-        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits, "dot": dot, "attn": attn}
+        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits, "dot": dot, "attn": attn,
+                              "rows_bits": rows_bits}
         self._models = weakref.WeakKeyDictionary()   # reference model -> its JAX model (weights on device)
 
     def model(self, model) -> JaxLoopedModel:
@@ -292,6 +316,6 @@ class JaxBackend:
 
 def make_jax_backend(mesh=None, **options) -> JaxBackend:
     """options: session defaults (max_requests, max_len, prefill_chunk, kv_fetch) and the
-    model's unroll / ctx_bits / dot / attn (JaxLoopedModel); mesh: a jax.sharding.Mesh with
+    model's unroll / ctx_bits / dot / attn / rows_bits (JaxLoopedModel); mesh: a jax.sharding.Mesh with
     axis "tp"."""
     return JaxBackend(mesh, **options)

@@ -103,20 +103,23 @@ def _kv_rows(kc, vc, idx):
 
 class JaxLoopedModel:
     def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0, pad: bool = True,
-                 unroll: bool = True, ctx_bits: int = 4, dot: str = "highest", merge: bool = True,
-                 attn: str = "xla"):
+                 unroll: bool | None = None, ctx_bits: int = 4, dot: str = "highest", merge: bool = True,
+                 attn: str = "xla", rows_bits: int = 1):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
         gate is ignored. mesh: a jax.sharding.Mesh with axis "tp" (sharding.py) or None.
         pad: run tiny configs in the canonical padded layout (layout.py; exact zeros).
         unroll: one buffer per layer and unrolled layer loops (no per-layer weight slices in a
-        program; slower to compile), else stacked weights and a scan over the layers.
+        program; slower to compile), else stacked weights and a scan over the layers; None: a
+        scan on a GPU, unrolled on a CPU (where a scan ran 5x slower) or with Pallas attention.
         ctx_bits: significant bits of a large model's attended-context bucket (1: powers of two:
         fewer programs, up to 2x the keys read).
         dot: the weight products' algorithm (layers.DOT_ALGORITHMS; "highest": true FP32; a GPU
         only: "tf32x3", measured at FP32-level error; the CPU keeps HIGHEST).
         attn: the recurrent call's attention, "xla" (gather each group's plane, einsum) or
         "pallas" (layers.attend_planes: the planes read in place; unrolled layers only).
-        merge: with unroll and no mesh, q/k/v as one [H, q+2kv] matrix and gate/up as one
+        rows_bits: significant bits of a large model's rows-per-group bucket (1: a power of two,
+        fewer programs; 2: a verification group of 5 rows pads to 6, not 8).
+        merge: with no mesh, q/k/v as one [H, q+2kv] matrix and gate/up as one
         [H, 2I] per layer (two wide products instead of five narrow ones).
         norm_offset: a test seam only (1.0 = the wrong `1 + w` RMSNorm).
         The public API takes and returns true shapes: h [n, hidden], logits [n, vocab]."""
@@ -127,18 +130,25 @@ class JaxLoopedModel:
             raise OracleError(f"dot algorithm {dot!r}: expected one of {', '.join(DOT_ALGORITHMS)}")
         if attn not in ("xla", "pallas"):
             raise OracleError(f"attention {attn!r}: expected 'xla' or 'pallas'")
+        if not (isinstance(rows_bits, int) and 1 <= rows_bits <= 8):
+            raise OracleError(f"rows_bits {rows_bits!r}: expected an integer in 1..8")
+        if not (isinstance(ctx_bits, int) and 1 <= ctx_bits <= 16):
+            raise OracleError(f"ctx_bits {ctx_bits!r}: expected an integer in 1..16")
         self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset), dot, attn)
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]               # token lookup for the host-side round driver
         host = lay.pad_params(host)
+        if unroll is None:                            # scan on a GPU (compiles in about half the time,
+            unroll = attn == "pallas" or jax.default_backend() == "cpu"   # runs as fast); unrolled on a CPU
+        merge = merge and mesh is None                # sharding splits q/k/v and gate/up apart: unmerged there
+        if merge:                                     # [L, H, q+2kv] and [L, H, 2I]: two wide products
+            st = host["layers"]
+            st["wqkv"] = np.concatenate([st.pop("wq"), st.pop("wk"), st.pop("wv")], axis=2)
+            st["wgu"] = np.concatenate([st.pop("wg"), st.pop("wu")], axis=2)
         if unroll:                                    # [L, ...] arrays -> one dict of buffers per layer
             stacked = host["layers"]
             host["layers"] = [{k: np.ascontiguousarray(v[l]) for k, v in stacked.items()} for l in range(cfg.num_layers)]
-            if merge and mesh is None:                # sharding splits q/k/v and gate/up apart: unmerged there
-                for lw in host["layers"]:
-                    lw["wqkv"] = np.concatenate([lw.pop("wq"), lw.pop("wk"), lw.pop("wv")], axis=1)
-                    lw["wgu"] = np.concatenate([lw.pop("wg"), lw.pop("wu")], axis=1)
-        self.unroll, self.ctx_bits = unroll, ctx_bits
+        self.unroll, self.ctx_bits, self.rows_bits = unroll, ctx_bits, rows_bits
         if mesh is None:
             self.params = jax.device_put(host)
         else:
@@ -232,7 +242,8 @@ class JaxLoopedModel:
         for r, (slot, _, depth) in enumerate(rows):
             groups.setdefault((slot, depth), []).append(r)
         f = self.floors
-        G, R = pow2(len(groups)), pow2(max(min_rows, max(len(v) for v in groups.values())))
+        R = max(min_rows, max(len(v) for v in groups.values()))
+        G, R = pow2(len(groups)), pow2(R) if self.small else bucket(R, self.rows_bits)
         big = G * R > f["groups"] * f["rows"]         # floors only where they cost nothing real
         if not big:                                   # small calls: G*R padded to the floor product
             G = max(G, f["groups"])

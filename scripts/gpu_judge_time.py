@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -45,11 +46,12 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, help="override the preset's hidden size (random weights)")
     p.add_argument("--intermediate", type=int, help="override the preset's MLP size")
     p.add_argument("--layers", type=int, help="override the preset's layer count")
-    p.add_argument("--kv-fetch", default="async", choices=("async", "round", "both"),
+    p.add_argument("--kv-fetch", default="async", choices=("async", "thread", "round", "both"),
                    help="how the trace's KV writes come back (judge_jax.backend._RoundModel); both: time each")
-    p.add_argument("--scan", action="store_true", help="stacked weights and a scan over the layers (the judge's "
-                   "unroll=False: faster compiles) instead of unrolled layers")
+    p.add_argument("--layer-loop", default="auto", choices=("auto", "scan", "unroll"),
+                   help="the judge's layer loop (JaxLoopedModel unroll: auto = a scan on a GPU)")
     p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
+    p.add_argument("--rows-bits", type=int, default=1, help="significant bits of the rows-per-group bucket")
     p.add_argument("--dot", default="highest", help="the weight products' algorithm (judge_jax.layers.DOT_ALGORITHMS)")
     p.add_argument("--attn", default="xla", choices=("xla", "pallas"), help="the recurrent call's attention (JaxLoopedModel)")
     p.add_argument("--allow-cpu", action="store_true", help="run ouro-1.4b even where JAX has no GPU (hours)")
@@ -62,9 +64,12 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     model = build(args)
-    judge = make_jax_backend(unroll=not args.scan, ctx_bits=args.ctx_bits, dot=args.dot, attn=args.attn)
+    unroll = {"auto": None, "scan": False, "unroll": True}[args.layer_loop]
+    judge = make_jax_backend(unroll=unroll, ctx_bits=args.ctx_bits, dot=args.dot, attn=args.attn,
+                             rows_bits=args.rows_bits)
     fetches = ("async", "round") if args.kv_fetch == "both" else (args.kv_fetch,)
-    res = {"unroll": not args.scan, "ctx_bits": args.ctx_bits, "dot": args.dot, "attn": args.attn, "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
+    res = {"unroll": judge.model(model).unroll, "ctx_bits": args.ctx_bits, "rows_bits": args.rows_bits,
+           "xla_flags": os.environ.get("XLA_FLAGS", ""), "timing_lock": bool(os.environ.get("LOOPSPEC_TIMING_LOCK")), "dot": args.dot, "attn": args.attn, "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
            "jax": jax.__version__}
     for fetch in fetches:
         res[fetch] = time_judge_round(judge, model, C=args.C, ctx=args.ctx, repeats=args.repeats, gpu=args.gpu,

@@ -27,7 +27,7 @@ def session(tiny, mode="block", kv_fetch="async", C=3, n=9):
     return s
 
 
-@pytest.mark.parametrize("kv_fetch", ["async", "round"])
+@pytest.mark.parametrize("kv_fetch", ["async", "thread", "round"])
 def test_what_crosses_per_round(tiny, kv_fetch):
     """Per round (K=4, d=2, D=4: 12 calls, 5 head calls): up, one index vector per call and per
     head call (+ one per KV gather); down, the logits of each head call and the KV writes (one
@@ -43,7 +43,7 @@ def test_what_crosses_per_round(tiny, kv_fetch):
     got = {k: s.jm.counts[k] - before[k] for k in before}
     with jax.transfer_guard_host_to_device("disallow"):  # an implicit transfer would raise
         s.step(counts)
-    fetches = 12 if kv_fetch == "async" else 1
+    fetches = 1 if kv_fetch == "round" else 12
     assert got["calls"] == 12 and tr.stats["head_calls"] == 5
     assert got["h2d"] == 12 + 5 + fetches and got["d2h"] == 5 + fetches
     assert seen["h2d"] == got["h2d"] and seen["d2h"] == got["d2h"] and seen["compiles"] == 0
@@ -51,9 +51,11 @@ def test_what_crosses_per_round(tiny, kv_fetch):
 
 
 @pytest.mark.parametrize("mode,options", [("block", {"kv_fetch": "round"}), ("loop", {"kv_fetch": "round"}),
+                                          ("block", {"kv_fetch": "thread"}), ("loop", {"kv_fetch": "thread", "rows_bits": 2}),
                                           ("block", {"unroll": False}), ("loop", {"unroll": False, "ctx_bits": 1})])
 def test_other_options_match_reference(tiny, mode, options):
-    """KV writes fetched once per round, and the stacked-weight scan, judge like the defaults."""
+    """KV writes fetched once per round or by the fetch thread, the stacked-weight scan, and
+    rows padded to 2 significant bits judge like the defaults."""
     from tests.test_jax_backend import case
     ref = run(REFERENCE, tiny, case(), mode).traces
     got = run(make_jax_backend(**options), tiny, case(), mode).traces
