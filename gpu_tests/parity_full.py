@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-requests", type=int, default=64)
     p.add_argument("--max-cells", type=int, default=24576, help="bound on C * max_len per case (memory)")
     p.add_argument("--time-judge", action="store_true", help="also time the judge's rounds at C=16, context 1024")
-    p.add_argument("--judge-threads", type=int, default=4,
+    p.add_argument("--judge-threads", type=int, default=6,
                    help="judge runs made at a time beside the backend's (0: one after each backend run)")
     p.add_argument("--judge-gib", type=float, default=64.0,
                    help="device memory for the KV of the judge's runs in flight (GiB)")

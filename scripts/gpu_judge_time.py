@@ -4,6 +4,7 @@
     python scripts/gpu_judge_time.py --json out.json --trace /tmp/judge_trace
     python scripts/gpu_judge_time.py --preset small --ctx 128   # the same at a small shape (CPU)
     python scripts/gpu_judge_time.py --preset small --hidden 256 --layers 17 --ctx 256   # a mid shape
+    python scripts/gpu_judge_time.py --variant "" --variant "dot=tf32x3,rows_bits=2"    # variants, one build
 
 Prints, per mode: the median round ms (K = 4, d = 2, D = 4, greedy), the floor on the H200
 (oracle.cost.judge_round_floor: weights, KV and FLOPs at peak rates) and measured / floor; the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import sys
@@ -54,6 +56,9 @@ def main(argv=None) -> int:
     p.add_argument("--rows-bits", type=int, default=1, help="significant bits of the rows-per-group bucket")
     p.add_argument("--dot", default="highest", help="the weight products' algorithm (judge_jax.layers.DOT_ALGORITHMS)")
     p.add_argument("--attn", default="xla", choices=("xla", "pallas"), help="the recurrent call's attention (JaxLoopedModel)")
+    p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE,...",
+                   help="time this judge variant too (repeatable; keys dot, rows_bits, ctx_bits, layer_loop, attn, "
+                   "kv_fetch; the rest from the options above): one model build, variants one after another")
     p.add_argument("--allow-cpu", action="store_true", help="run ouro-1.4b even where JAX has no GPU (hours)")
     args = p.parse_args(argv)
     import jax
@@ -64,24 +69,52 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     model = build(args)
-    unroll = {"auto": None, "scan": False, "unroll": True}[args.layer_loop]
-    judge = make_jax_backend(unroll=unroll, ctx_bits=args.ctx_bits, dot=args.dot, attn=args.attn,
-                             rows_bits=args.rows_bits)
-    fetches = ("async", "round") if args.kv_fetch == "both" else (args.kv_fetch,)
-    res = {"unroll": judge.model(model).unroll, "ctx_bits": args.ctx_bits, "rows_bits": args.rows_bits,
-           "xla_flags": os.environ.get("XLA_FLAGS", ""), "timing_lock": bool(os.environ.get("LOOPSPEC_TIMING_LOCK")), "dot": args.dot, "attn": args.attn, "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
+    res = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "timing_lock": bool(os.environ.get("LOOPSPEC_TIMING_LOCK")),
+           "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
            "jax": jax.__version__}
-    for fetch in fetches:
-        res[fetch] = time_judge_round(judge, model, C=args.C, ctx=args.ctx, repeats=args.repeats, gpu=args.gpu,
-                                      trace_dir=None if args.trace is None else Path(args.trace) / fetch,
-                                      host_profile=args.host_profile,
-                                      **({} if fetch == "async" else {"kv_fetch": fetch}))   # async: the default
-        show(args, res[fetch], fetch)
+    specs = [variant(args, v) for v in args.variant] or [variant(args, "")]
+    if len(specs) > 1:
+        res["variants"] = []
+    for spec in specs:
+        opts = dict(spec)
+        fetch_opt = opts.pop("kv_fetch")
+        judge = make_jax_backend(**opts)
+        fetches = ("async", "round") if fetch_opt == "both" else (fetch_opt,)
+        one = dict(spec, unroll=judge.model(model).unroll)
+        if len(specs) > 1:
+            print(f"variant {spec}", flush=True)
+        for fetch in fetches:
+            one[fetch] = time_judge_round(judge, model, C=args.C, ctx=args.ctx, repeats=args.repeats, gpu=args.gpu,
+                                          trace_dir=None if args.trace is None else Path(args.trace) / fetch,
+                                          host_profile=args.host_profile, kv_fetch=fetch)
+            show(args, one[fetch], fetch)
+        if len(specs) > 1:
+            res["variants"].append(one)
+        else:
+            res.update(one)
+        del judge
+        gc.collect()
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     print(f"done in {res['wall_s']} s")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
     return 0
+
+
+def variant(args, text: str) -> dict:
+    """The judge options of a --variant spec (unset keys from the command-line options)."""
+    spec = {"dot": args.dot, "rows_bits": args.rows_bits, "ctx_bits": args.ctx_bits, "layer_loop": args.layer_loop,
+            "attn": args.attn, "kv_fetch": args.kv_fetch}
+    for item in filter(None, text.split(",")):
+        k, eq, v = item.partition("=")
+        if not eq or k not in spec:
+            raise SystemExit(f"error: --variant {text!r}: {item!r} is not KEY=VALUE with KEY one of {', '.join(spec)}")
+        spec[k] = int(v) if k in ("rows_bits", "ctx_bits") else v
+    loop = spec.pop("layer_loop")
+    if loop not in ("auto", "scan", "unroll"):
+        raise SystemExit(f"error: --variant {text!r}: layer_loop must be auto, scan or unroll")
+    spec["unroll"] = {"auto": None, "scan": False, "unroll": True}[loop]
+    return spec
 
 
 def build(args):

@@ -7,7 +7,10 @@ Each variant is NAME:ARGS[|ENV=VALUE ...]: scripts/gpu_judge_time.py with ARGS (
 environment variables), its JSON and log in DIR/NAME.{json,log}. Up to --wave variants run at
 once (model build and XLA compiles overlap); their timed rounds take turns under one file lock
 (LOOPSPEC_TIMING_LOCK, gpu_tests/judge_timing.py), so no two variants time a round at the
-same moment. Device memory is allocated on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false).
+same moment. One variant's build, compiles and warm-up still run beside another's timed rounds
+(on the H200 that inflated rounds by up to 1.6x): for numbers to compare, time the variants in
+one process, one after another (`gpu_judge_time.py --variant ...`); this is for a quick look.
+Device memory is allocated on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false).
 Prints one line per variant and mode: median ms, over floor, warm-up compile s.
 """
 from __future__ import annotations
