@@ -30,19 +30,20 @@ def test_chunked_prefill_matches_reference(tiny, chunk):
     assert all(tr.dtype == "float32" for tr in got)
 
 
-@pytest.mark.parametrize("mode", ["block", "loop"])
-def test_large_model_shapes_match_reference(mode):
+@pytest.mark.parametrize("mode,rows_bits", [("block", 1), ("loop", 1), ("block", 2)])
+def test_large_model_shapes_match_reference(mode, rows_bits):
     """A config past the tiny layout (hidden * layers > 4096): its bucketed session shapes,
     prefill chunks padded to whole chunks (prompts past one chunk and within one), and the
-    power-of-two context below 512 keys judge like the reference."""
+    power-of-two context below 512 keys judge like the reference; so do rows per group padded
+    to 2 significant bits (a verification group of 5 rows: 6, not 8)."""
     from oracle.checkpoint import random_weights
     from oracle.config import ModelConfig
     from oracle.model import LoopedModel
     cfg = ModelConfig(vocab_size=64, hidden_size=1024, intermediate_size=64, num_layers=5, num_heads=8,
                       num_kv_heads=1, head_dim=128)
     model = LoopedModel(cfg, random_weights(cfg, 1))
-    judge = make_jax_backend(prefill_chunk=8)
-    assert not judge.model(model).small
+    judge = make_jax_backend(prefill_chunk=8, rows_bits=rows_bits)
+    assert not judge.model(model).small and judge.model(model).unroll      # a CPU: unrolled layers
     rng = np.random.default_rng(2)
     prompts = [list(map(int, rng.integers(0, 64, n))) for n in (21, 6, 1)]
     sc = Case("large", prompts, [SP(), SP(1.0, seed=3), SP(0.8, top_k=9, seed=4)],

@@ -191,3 +191,11 @@ def test_checkpoint_bf16_and_errors(tmp_path, tiny):
         read_checkpoint(tmp_path / "shape")
     with pytest.raises(OracleError, match="no config.json"):
         read_checkpoint(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("option,value,message", [("rows_bits", 0, "rows_bits 0"), ("rows_bits", 2.0, "rows_bits 2.0"),
+                                                  ("ctx_bits", 0, "ctx_bits 0"), ("dot", "fp64", "dot algorithm 'fp64'"),
+                                                  ("attn", "flash", "attention 'flash'")])
+def test_bad_model_options_are_refused(tiny, option, value, message):
+    with pytest.raises(OracleError, match=message):
+        JaxLoopedModel(tiny.cfg, tiny.weights, **{option: value})

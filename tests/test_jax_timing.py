@@ -85,3 +85,38 @@ def test_gpu_judge_time_script_runs_on_the_cpu(tmp_path):
     res = json.loads(out.read_text())
     assert {"async", "round"} <= set(res) and res["async"]["block"]["floor_ms"] > 0
     assert "measured/floor" in p.stdout
+
+
+def test_gpu_judge_time_variants_in_one_process(tmp_path):
+    """--variant: one model build, each variant timed with its own options; a bad key is refused."""
+    out = tmp_path / "v.json"
+    script = [sys.executable, str(ROOT / "scripts" / "gpu_judge_time.py"), "--preset", "tiny", "--C", "2",
+              "--ctx", "8", "--repeats", "1"]
+    p = subprocess.run(script + ["--variant", "", "--variant", "kv_fetch=thread,rows_bits=2,layer_loop=scan",
+                                 "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    first, second = json.loads(out.read_text())["variants"]
+    assert first["kv_fetch"] == "async" and first["unroll"] is True and "async" in first    # a CPU: unrolled
+    assert second["rows_bits"] == 2 and second["unroll"] is False and second["thread"]["loop"]["median_ms"] > 0
+    bad = subprocess.run(script + ["--variant", "dots=tf32x3"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "'dots=tf32x3' is not KEY=VALUE" in bad.stdout + bad.stderr
+
+
+def test_gpu_judge_crosscheck_passes_and_fails(monkeypatch, capsys):
+    """scripts/gpu_judge_crosscheck.py at a CPU shape: the judge within 1e-5 of the NumPy
+    reference exits 0; a judge with the wrong RMSNorm (1 + w) exits 1, NOT within."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("crosscheck", ROOT / "scripts" / "gpu_judge_crosscheck.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--preset", "tiny", "--judges", "highest,highest/scan", "--tokens", "5", "--prompt", "9"]) == 0
+    assert capsys.readouterr().out.count("-> within 1e-05") == 2
+    real = mod.JaxLoopedModel
+
+    def wrong(*a, **kw):
+        return real(*a, norm_offset=1.0, **kw)
+    monkeypatch.setattr(mod, "JaxLoopedModel", wrong)
+    assert mod.main(["--preset", "tiny", "--judges", "highest", "--tokens", "5", "--prompt", "9"]) == 1
+    assert "NOT within" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        mod.main(["--judges", "fp64"])
