@@ -56,7 +56,8 @@ class _RoundModel:
     host at the next head call (they overlap the later calls), "round" gathers the whole
     round's at flush, one copy; "thread" gathers each call's rows right after it and hands
     them to the session's fetch thread (one worker), which waits for them and copies them to
-    the host while the main thread goes on with the round.
+    the host while the main thread goes on with the round (on the H200 no faster than "async":
+    the thread's copies and the main thread's head calls contend, docs/results.md).
 
     Why the copies start at a head call: `copy_to_host_async` holds the host until its array
     is computed. Started right after each call (as before 2026-12-01), it held the host for
