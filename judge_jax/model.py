@@ -138,8 +138,8 @@ class JaxLoopedModel:
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]               # token lookup for the host-side round driver
         host = lay.pad_params(host)
-        if unroll is None:                            # scan on a GPU (compiles in about half the time,
-            unroll = attn == "pallas" or jax.default_backend() == "cpu"   # runs as fast); unrolled on a CPU
+        if unroll is None:                            # a scan on a GPU (H200: round and compiles about as the
+            unroll = attn == "pallas" or jax.default_backend() == "cpu"   # unrolled loop's); unrolled on a CPU
         merge = merge and mesh is None                # sharding splits q/k/v and gate/up apart: unmerged there
         if merge:                                     # [L, H, q+2kv] and [L, H, 2I]: two wide products
             st = host["layers"]
