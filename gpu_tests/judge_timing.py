@@ -149,60 +149,6 @@ def _probe_round(s, counts) -> dict:
             "phases_host_ms": round(1e3 * wall - inside, 3)}     # oracle.phases' own work
 
 
-def _timed(s, counts, repeats, trace_dir, host_profile, mode):
-    """The timed rounds, the counted round, the probed round (and trace / host profile)."""
-    times, cpu, starts = [], [], []
-    for _ in range(repeats):
-        starts += [len(s.tokens(rid)) - 1 for rid in counts]     # offset 0's position
-        t0, c0 = time.perf_counter(), time.process_time()
-        s.step(counts)
-        times.append(1e3 * (time.perf_counter() - t0))
-        cpu.append(1e3 * (time.process_time() - c0))
-    kv = getattr(s, "kv", None)
-    held = getattr(kv, "k", None)
-    with count_transfers() as per_round:
-        s.step(counts)
-    if held is not None and hasattr(held, "is_deleted"):      # the calls took the KV planes over
-        per_round["kv_donated"] = bool(held.is_deleted())   # (False: each call copied them)
-    del held
-    probe = _probe_round(s, counts)
-    if trace_dir is not None:
-        import jax
-        with jax.profiler.trace(os.path.join(str(trace_dir), mode)):
-            s.step(counts)
-    hprof = None
-    if host_profile:
-        import cProfile
-        import io
-        import pstats
-        pr = cProfile.Profile()
-        pr.enable()
-        s.step(counts)
-        pr.disable()
-        buf = io.StringIO()
-        pstats.Stats(pr, stream=buf).sort_stats("cumulative").print_stats(host_profile)
-        pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(host_profile)
-        hprof = buf.getvalue()
-    return times, cpu, starts, per_round, probe, hprof
-
-
-@contextlib.contextmanager
-def _timing_turn():
-    """With LOOPSPEC_TIMING_LOCK=PATH, hold an exclusive lock on PATH while timing: processes
-    that compile side by side on one GPU then time one at a time."""
-    path = os.environ.get("LOOPSPEC_TIMING_LOCK")
-    if not path:
-        yield
-        return
-    import fcntl
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 5, gpu: str = "h200",
                      trace_dir=None, host_profile: int = 0, **session_options) -> dict:
     """Per mode: median ms of a round (K = 4, d = 2, D = 4, greedy, C requests, prompts of ctx
@@ -228,9 +174,38 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
             _compiles["on"] = False
         warm = time.perf_counter() - t0
         warm_compiles = {"compiles": _compiles["n"], "compile_s": round(_compiles["s"], 3)}
-        with _timing_turn():
-            res = _timed(s, counts, repeats, trace_dir, host_profile, mode)
-        times, cpu, starts, per_round, probe, hprof = res
+        times, cpu, starts = [], [], []
+        for _ in range(repeats):
+            starts += [len(s.tokens(rid)) - 1 for rid in counts]     # offset 0's position
+            t0, c0 = time.perf_counter(), time.process_time()
+            s.step(counts)
+            times.append(1e3 * (time.perf_counter() - t0))
+            cpu.append(1e3 * (time.process_time() - c0))
+        kv = getattr(s, "kv", None)
+        held = getattr(kv, "k", None)
+        with count_transfers() as per_round:
+            s.step(counts)
+        if held is not None and hasattr(held, "is_deleted"):      # the calls took the KV planes over
+            per_round["kv_donated"] = bool(held.is_deleted())   # (False: each call copied them)
+        del held
+        probe = _probe_round(s, counts)
+        if trace_dir is not None:
+            import jax
+            with jax.profiler.trace(os.path.join(str(trace_dir), mode)):
+                s.step(counts)
+        hprof = None
+        if host_profile:
+            import cProfile
+            import io
+            import pstats
+            pr = cProfile.Profile()
+            pr.enable()
+            s.step(counts)
+            pr.disable()
+            buf = io.StringIO()
+            pstats.Stats(pr, stream=buf).sort_stats("cumulative").print_stats(host_profile)
+            pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(host_profile)
+            hprof = buf.getvalue()
         context = round(statistics.mean(starts))          # the timed rounds' mean offset-0 position
         floor = judge_round_floor(model.cfg, C, context, d, D, mode, K=K, gpu=gpu)
         med = statistics.median(times)

@@ -40,6 +40,9 @@ from .layers import Dims
 from .layout import Layout
 
 
+LAYER_LOOPS = {"auto": None, "scan": False, "unroll": True}    # names of JaxLoopedModel's `unroll`
+
+
 def pow2(n: int, floor: int = 1) -> int:
     return max(floor, 1 << max(0, int(n) - 1).bit_length())
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.layers import DOT_ALGORITHMS  # noqa: E402
-from judge_jax.model import JaxLoopedModel  # noqa: E402
+from judge_jax.model import LAYER_LOOPS, JaxLoopedModel  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.judge.compare import compare_runs, rel_err  # noqa: E402
 from oracle.judge.runner import REFERENCE, run_scenario  # noqa: E402
@@ -48,10 +48,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the result here")
     a = p.parse_args(argv)
     judges = [x for x in a.judges.split(",") if x]
-    loops = {"": None, "scan": False, "unroll": True}
+    loops = dict(LAYER_LOOPS, **{"": None})                      # no /LOOP: the judge's default
     bad = [x for x in judges if x.partition("/")[0] not in DOT_ALGORITHMS or x.partition("/")[2] not in loops]
     if bad or not judges:
-        p.error(f"--judges {a.judges!r}: expected DOT[/scan|/unroll], DOT one of {', '.join(DOT_ALGORITHMS)}")
+        p.error(f"--judges {a.judges!r}: expected DOT[/auto|/scan|/unroll], DOT one of {', '.join(DOT_ALGORITHMS)}")
     if a.tokens < 1 or a.prompt < 1 or not a.tol > 0:
         p.error("--tokens and --prompt must be >= 1 and --tol > 0")
     import jax

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_tests.judge_timing import time_judge_round  # noqa: E402
 from judge_jax.backend import make_jax_backend  # noqa: E402
+from judge_jax.model import LAYER_LOOPS  # noqa: E402
 from oracle.config import preset  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.model import LoopedModel, random_weights  # noqa: E402
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, help="override the preset's layer count")
     p.add_argument("--kv-fetch", default="async", choices=("async", "thread", "round", "both"),
                    help="how the trace's KV writes come back (judge_jax.backend._RoundModel); both: time each")
-    p.add_argument("--layer-loop", default="auto", choices=("auto", "scan", "unroll"),
+    p.add_argument("--layer-loop", default="auto", choices=tuple(LAYER_LOOPS),
                    help="the judge's layer loop (JaxLoopedModel unroll: auto = a scan on a GPU)")
     p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
     p.add_argument("--rows-bits", type=int, default=1, help="significant bits of the rows-per-group bucket")
@@ -69,8 +70,7 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     model = build(args)
-    res = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "timing_lock": bool(os.environ.get("LOOPSPEC_TIMING_LOCK")),
-           "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
+    res = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
            "jax": jax.__version__}
     specs = [variant(args, v) for v in args.variant] or [variant(args, "")]
     if len(specs) > 1:
@@ -109,11 +109,13 @@ def variant(args, text: str) -> dict:
         k, eq, v = item.partition("=")
         if not eq or k not in spec:
             raise SystemExit(f"error: --variant {text!r}: {item!r} is not KEY=VALUE with KEY one of {', '.join(spec)}")
+        if k in ("rows_bits", "ctx_bits") and not v.isdigit():
+            raise SystemExit(f"error: --variant {text!r}: {k} must be a whole number, not {v!r}")
         spec[k] = int(v) if k in ("rows_bits", "ctx_bits") else v
     loop = spec.pop("layer_loop")
-    if loop not in ("auto", "scan", "unroll"):
-        raise SystemExit(f"error: --variant {text!r}: layer_loop must be auto, scan or unroll")
-    spec["unroll"] = {"auto": None, "scan": False, "unroll": True}[loop]
+    if loop not in LAYER_LOOPS:
+        raise SystemExit(f"error: --variant {text!r}: layer_loop must be one of {', '.join(LAYER_LOOPS)}")
+    spec["unroll"] = LAYER_LOOPS[loop]
     return spec
 
 
