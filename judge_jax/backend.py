@@ -9,6 +9,7 @@ and oracle.rng_trace, so RNG events match the reference exactly.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
@@ -296,12 +297,14 @@ class JaxBackend:
         self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits, "dot": dot, "attn": attn,
                               "rows_bits": rows_bits}
         self._models = weakref.WeakKeyDictionary()   # reference model -> its JAX model (weights on device)
+        self._lock = threading.Lock()                # judge threads: one JAX model per reference model
 
     def model(self, model) -> JaxLoopedModel:
-        jm = self._models.get(model)
-        if jm is None:
-            jm = self._models[model] = JaxLoopedModel.from_reference(model, mesh=self.mesh, **self.model_options)
-        return jm
+        with self._lock:
+            jm = self._models.get(model)
+            if jm is None:
+                jm = self._models[model] = JaxLoopedModel.from_reference(model, mesh=self.mesh, **self.model_options)
+            return jm
 
     def drift_stats_fn(self, model, dtype: str, basis=None):
         """The drift verdict's sensitivities by jax.linearize on this device (judge_jax/drift.py);

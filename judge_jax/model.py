@@ -24,6 +24,7 @@ programs per case shape, not one per case.
 """
 from __future__ import annotations
 
+import threading
 import time
 from functools import partial
 
@@ -164,6 +165,7 @@ class JaxLoopedModel:
         self.small = small
         self._rope_n = 0
         self._rope = None
+        self._lock = threading.Lock()  # judge threads share one model: the RoPE table and counts
         self.counts = {"calls": 0, "h2d": 0, "d2h": 0, "d2h_bytes": 0}   # explicit transfers, all steps
         self.probe = None          # a list: each device step is waited for and timed into it
 
@@ -186,11 +188,18 @@ class JaxLoopedModel:
 
     # ---- RoPE table (host FP64 angles, grown on demand; at least 4096 rows for a large model) ----
     def rope(self, n: int):
-        if n > self._rope_n:
-            self._rope_n = pow2(n, 64 if self.small else 4096)
-            cos, sin = self.layout.rope(self._rope_n)
-            self._rope = (jax.device_put(cos), jax.device_put(sin))
-        return self._rope
+        with self._lock:
+            if n > self._rope_n:
+                rows = pow2(n, 64 if self.small else 4096)
+                cos, sin = self.layout.rope(rows)
+                self._rope = (jax.device_put(cos), jax.device_put(sin))
+                self._rope_n = rows
+            return self._rope
+
+    def _count(self, **add: int) -> None:
+        with self._lock:
+            for k, v in add.items():
+                self.counts[k] += v
 
     # ---- cache-free ----
     def forward_full(self, tokens, loops: int) -> list[np.ndarray]:
@@ -217,12 +226,11 @@ class JaxLoopedModel:
 
     # ---- the device steps of a round (host arrays go up and come back only here) ----
     def _put(self, x: np.ndarray):
-        self.counts["h2d"] += 1
+        self._count(h2d=1)
         return jax.device_put(x)
 
     def _get(self, x) -> np.ndarray:
-        self.counts["d2h"] += 1
-        self.counts["d2h_bytes"] += int(x.size) * x.dtype.itemsize
+        self._count(d2h=1, d2h_bytes=int(x.size) * x.dtype.itemsize)
         return np.asarray(jax.device_get(x))
 
     def _step(self, kind: str, rows: int, t0: float, fn, *args, **kw):
@@ -270,7 +278,7 @@ class JaxLoopedModel:
         cos, sin = self.rope(kv.max_len)
         kv.k, kv.v, kv.pool = self._step("recurrent", len(rows), t0, _call, self.params, kv.k, kv.v, kv.pool,
                                          cos, sin, self._put(idx), groups=G, ctx=ctx, dims=self.dims)
-        self.counts["calls"] += 1
+        self._count(calls=1)
 
     def head_rows(self, kv, src, before_wait=None) -> np.ndarray:
         """lm_head over pool rows src: logits [n, V], brought back (sampling is on the host).

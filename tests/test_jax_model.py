@@ -199,3 +199,49 @@ def test_checkpoint_bf16_and_errors(tmp_path, tiny):
 def test_bad_model_options_are_refused(tiny, option, value, message):
     with pytest.raises(OracleError, match=message):
         JaxLoopedModel(tiny.cfg, tiny.weights, **{option: value})
+
+
+def test_rope_table_is_safe_across_judge_threads(tiny, monkeypatch):
+    """parity_full's judge threads share one JAX model: a thread that asks for the RoPE table
+    while another is still building it gets the table, never None."""
+    import threading
+    import time
+    jm = JaxLoopedModel(tiny.cfg, tiny.weights)
+    build = type(jm.layout).rope
+    started = threading.Event()
+
+    def slow_rope(layout, n):
+        started.set()
+        time.sleep(0.2)                   # the second thread arrives while the table is being built
+        return build(layout, n)
+
+    monkeypatch.setattr(type(jm.layout), "rope", slow_rope)   # a frozen dataclass: patched on its class
+    got = [None, None]
+
+    def ask(i):
+        got[i] = jm.rope(100)
+
+    first = threading.Thread(target=ask, args=(0,))
+    first.start()
+    started.wait()
+    second = threading.Thread(target=ask, args=(1,))
+    second.start()
+    first.join(), second.join()
+    assert got[0] is not None and got[1] is got[0]
+    cos, sin = got[1]
+    assert cos.shape[0] >= 100 and sin.shape == cos.shape
+
+
+def test_transfer_counts_are_exact_across_threads(tiny):
+    import threading
+    jm = JaxLoopedModel(tiny.cfg, tiny.weights)
+    x = np.zeros(4, np.float32)
+
+    def work():
+        for _ in range(200):
+            jm._get(jm._put(x))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert jm.counts["h2d"] == jm.counts["d2h"] == 800 and jm.counts["d2h_bytes"] == 800 * 16
