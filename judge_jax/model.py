@@ -163,8 +163,7 @@ class JaxLoopedModel:
         self.floors = {"groups": 16, "rows": 16, "ctx": 64, "head": 64} if small else \
             {"groups": 1, "rows": 1, "ctx": 16, "head": 1}
         self.small = small
-        self._rope_n = 0
-        self._rope = None
+        self._rope = None          # (cos, sin) on the device, [rows, hd] each
         self._lock = threading.Lock()  # judge threads share one model: the RoPE table and counts
         self.counts = {"calls": 0, "h2d": 0, "d2h": 0, "d2h_bytes": 0}   # explicit transfers, all steps
         self.probe = None          # a list: each device step is waited for and timed into it
@@ -189,11 +188,9 @@ class JaxLoopedModel:
     # ---- RoPE table (host FP64 angles, grown on demand; at least 4096 rows for a large model) ----
     def rope(self, n: int):
         with self._lock:
-            if n > self._rope_n:
-                rows = pow2(n, 64 if self.small else 4096)
-                cos, sin = self.layout.rope(rows)
+            if self._rope is None or n > self._rope[0].shape[0]:
+                cos, sin = self.layout.rope(pow2(n, 64 if self.small else 4096))
                 self._rope = (jax.device_put(cos), jax.device_put(sin))
-                self._rope_n = rows
             return self._rope
 
     def _count(self, **add: int) -> None:
