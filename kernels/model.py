@@ -36,11 +36,25 @@ def pre_attn(h, n_in, qkv, cos, sin, nh: int, nkv: int, hd: int, eps: float):
     return rope(q.reshape(M, nh, hd), cos, sin), rope(k.reshape(M, nkv, hd), cos, sin), v.reshape(M, nkv, hd)
 
 
-def post_attn(h, a, o, n_attn_out, n_post, gate_up, down, n_mlp_out, eps: float):
-    """Output projection, sandwich norms and the SwiGLU MLP. h, a: [M, H] -> [M, H]."""
+def post_attn(h, a, o, n_attn_out, n_post, gate_up, down, n_mlp_out, eps: float, act_fp8: bool = False):
+    """Output projection, sandwich norms and the SwiGLU MLP. h, a: [M, H] -> [M, H].
+    act_fp8: the "fp8_act" precision fault (the activation rounded through FP8 e4m3)."""
     x = h + rms_norm(a @ o.T, n_attn_out, eps)
     g, u = (rms_norm(x, n_post, eps) @ gate_up.T).chunk(2, dim=-1)
-    return x + rms_norm((F.silu(g) * u) @ down.T, n_mlp_out, eps)
+    act = F.silu(g) * u
+    if act_fp8:
+        act = fp8(act)
+    return x + rms_norm(act @ down.T, n_mlp_out, eps)
+
+
+def fp8(x: torch.Tensor) -> torch.Tensor:
+    """x rounded through FP8 e4m3 and back (the precision faults of KernelOptions.fault)."""
+    return x.to(torch.float8_e4m3fn).to(x.dtype)
+
+
+def fp8_rows(flat: torch.Tensor, index: torch.Tensor) -> None:
+    """The "fp8_k" / "fp8_v" faults: the rows just written at `index` of a flat KV plane, stored through FP8."""
+    flat.index_copy_(0, index, fp8(flat.index_select(0, index)))
 
 
 # compile_dynamic (KernelOptions):
@@ -82,6 +96,7 @@ class PackedModel:
         self.gemv, self.fuse, self.triton_attn, self.pdl = options.resolve(w.device)
         self.cos, self.sin = w.rope_table(kv.max_len)       # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
+        self.fault = w.precision_fault                       # "" or a precision fault: "fp8_k" | "fp8_v" | "fp8_act"
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.w.embed.index_select(0, tokens)          # [M, H]
@@ -123,6 +138,8 @@ class PackedModel:
             q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)                # [M, heads, hd]
             kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
+            if self.fault in ("fp8_k", "fp8_v"):
+                fp8_rows(kv.flat_view(kv.k if self.fault == "fp8_k" else kv.v, l), write)
             if self.triton_attn:                                  # reads only keys 0..pos per row
                 a = triton_attention.decode_attention(q.contiguous(), kv, l, plane, pos, span=span,
                                                       scale=self.w.attn_scale)
@@ -131,7 +148,8 @@ class PackedModel:
                 V = kv.v[l][:, :span].index_select(0, gplane)
                 Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
                 a = attend(Q, K, V, masked, self.w.attn_scale).index_select(0, qidx)  # [M, nh*hd]
-            h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps)
+            h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps,
+                     *((True,) if self.fault == "fp8_act" else ()))
         return rms_norm(h[:1] if pad else h, self.w.norm, eps)
 
     def _gemv_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor, span: int | None) -> torch.Tensor:
@@ -143,9 +161,12 @@ class PackedModel:
         for l, L in enumerate(self.w.layers):
             q, r = gemv_kernels.qkv_rope_kv(h, y2, n_prev, L.n_in, L.qkv, self.cos, self.sin, kv.k[l], kv.v[l],
                                             plane, pos, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, eps, tiles, pdl)
+            if self.fault in ("fp8_k", "fp8_v"):
+                fp8_rows(kv.flat_view(kv.k if self.fault == "fp8_k" else kv.v, l), plane * kv.max_len + pos)
             a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl, span, self.w.attn_scale)  # [M, nh*hd]
             y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)                       # [M, H]
             h, act = gemv_kernels.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles, pdl)  # [M, H], [M, I]
+            act = fp8(act) if self.fault == "fp8_act" else act
             y2, n_prev = gemv_kernels.gemv(act, L.down, "down", tiles, pdl), L.n_mlp_out   # [M, H]
         return gemv_kernels.residual_norm(h, y2, n_prev, self.w.norm, eps, pdl)
 

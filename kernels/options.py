@@ -37,8 +37,12 @@ ENV = {"gemv": "LOOPSPEC_GEMV", "fuse": "LOOPSPEC_FUSE", "triton_attn": "LOOPSPE
        "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS", "pdl": "LOOPSPEC_PDL", "fault": "LOOPSPEC_FAULT"}
 # Deliberate kernel faults, for the judge's own tests (meta_tests/faulty_kernels.py, make gpu-parity):
 # "attn_scale=F" multiplies the softmax logit scale in the attention kernels, "rope_theta=F" the
-# RoPE base of the cos/sin tables, "input_layernorm.L=F" layer L's input norm weight.
+# RoPE base of the cos/sin tables, "input_layernorm.L=F" layer L's input norm weight. Precision
+# faults (no factor): "fp8_k" / "fp8_v" store K / V in the cache through FP8 e4m3, "fp8_act" rounds
+# the MLP activation (SiLU(gate) * up) through FP8 before down_proj, "fp8_gate_up.L" stores layer L's
+# gate/up weights through FP8: a quantized path switched on by mistake, for the precision verdict.
 FAULTS = ("attn_scale", "rope_theta", "input_layernorm")
+PRECISION_FAULTS = ("fp8_k", "fp8_v", "fp8_act", "fp8_gate_up")
 # The handover between the GEMV paths and cuBLAS, chosen by measurement on the H200: the
 # small-M path beat cuBLAS + compiled blocks at M = 2, 4, 8 and 16 by 18-23% (docs/results.md, "Kernels
 # at the ouro-1.4b shape").
@@ -103,10 +107,16 @@ class KernelOptions:
         return tuple(on[n] if getattr(self, n) is None else getattr(self, n) for n in names)
 
 
-def parse_fault(fault: str) -> tuple[str, int | None, float] | None:
-    """"name[.layer]=factor" -> (name, layer, factor); "" -> None. A malformed fault is refused."""
+def parse_fault(fault: str) -> tuple[str, int | None, float | None] | None:
+    """"name[.layer]=factor" -> (name, layer, factor); a precision fault "fp8_k" | "fp8_v" | "fp8_act"
+    | "fp8_gate_up.L" -> (name, layer, None); "" -> None. A malformed fault is refused."""
     if not fault:
         return None
+    name, _, layer = fault.partition(".")
+    if name in PRECISION_FAULTS:
+        if (name == "fp8_gate_up") != layer.isdigit() or (layer and name != "fp8_gate_up"):
+            raise OracleError(f"kernel fault {fault!r}: expected fp8_k, fp8_v, fp8_act or fp8_gate_up.L (L a layer)")
+        return name, int(layer) if layer else None, None
     what, eq, factor = fault.partition("=")
     name, _, layer = what.partition(".")
     try:
@@ -117,5 +127,5 @@ def parse_fault(fault: str) -> tuple[str, int | None, float] | None:
     if not eq or name not in FAULTS or f is None or not f > 0 or (name == "input_layernorm") != (li is not None) \
             or (li is not None and li < 0):
         raise OracleError(f"kernel fault {fault!r}: expected attn_scale=F, rope_theta=F or input_layernorm.L=F "
-                          "(F > 0, L a layer)")
+                          "(F > 0, L a layer), or fp8_k, fp8_v, fp8_act, fp8_gate_up.L")
     return name, li, f

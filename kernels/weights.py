@@ -22,6 +22,7 @@ class TorchWeights:
         self.cfg, self.device, self.dtype = cfg, torch.device(device), dtype
         self.attn_scale = cfg.head_dim ** -0.5               # the softmax logit scale of every layer
         self.rope_theta = cfg.rope_theta
+        self.precision_fault = ""                             # "fp8_k" | "fp8_v" | "fp8_act": with_fault
         t = tensors
         self.embed = t["model.embed_tokens.weight"]          # [V, H]
         self.norm = t["model.norm.weight"]                   # [H]
@@ -70,13 +71,18 @@ class TorchWeights:
         if parsed is None:
             return self
         name, layer, f = parsed
-        if name == "attn_scale":
+        if layer is not None and layer >= self.cfg.num_layers:
+            raise OracleError(f"kernel fault {fault!r}: the model has {self.cfg.num_layers} layers")
+        if name == "fp8_gate_up":
+            L = self.layers[layer]
+            L.gate_up = L.gate_up.to(torch.float8_e4m3fn).to(self.dtype)
+        elif name in ("fp8_k", "fp8_v", "fp8_act"):
+            self.precision_fault = name                        # applied by kernels/model.py
+        elif name == "attn_scale":
             self.attn_scale *= f
         elif name == "rope_theta":
             self.rope_theta *= f
         else:
-            if layer >= self.cfg.num_layers:
-                raise OracleError(f"kernel fault {fault!r}: the model has {self.cfg.num_layers} layers")
             L = self.layers[layer]
             L.n_in = (L.n_in.float() * f).to(self.dtype)
         return self

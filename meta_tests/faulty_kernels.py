@@ -18,7 +18,9 @@ import functools
 from kernels.backend import TorchBackend
 from kernels.options import KernelOptions
 
-FAULTS = {"attn_scale": "attn_scale=1.01", "rope_theta": "rope_theta=1.01", "input_norm": "input_layernorm.0=1.01"}
+FAULTS = {"attn_scale": "attn_scale=1.01", "rope_theta": "rope_theta=1.01", "input_norm": "input_layernorm.0=1.01",
+          # precision faults: computes or stores below the declared bfloat16 (the precision verdict)
+          "fp8_k": "fp8_k", "fp8_v": "fp8_v", "fp8_act": "fp8_act", "fp8_gate_up": "fp8_gate_up.1"}
 # what the verdict must name for each fault
 NAMES = {"attn_scale": "attention logit scale", "rope_theta": "RoPE base", "input_norm": "layer 0 input_layernorm weight"}
 
@@ -38,3 +40,11 @@ make_input_norm_bf16 = functools.partial(_make, "input_norm", "cpu")
 make_attn_scale_cuda = functools.partial(_make, "attn_scale", "cuda")
 make_rope_theta_cuda = functools.partial(_make, "rope_theta", "cuda")
 make_input_norm_cuda = functools.partial(_make, "input_norm", "cuda")
+make_fp8_k_bf16 = functools.partial(_make, "fp8_k", "cpu")
+make_fp8_v_bf16 = functools.partial(_make, "fp8_v", "cpu")
+make_fp8_act_bf16 = functools.partial(_make, "fp8_act", "cpu")
+make_fp8_gate_up_bf16 = functools.partial(_make, "fp8_gate_up", "cpu")
+make_fp8_k_cuda = functools.partial(_make, "fp8_k", "cuda")
+make_fp8_v_cuda = functools.partial(_make, "fp8_v", "cuda")
+make_fp8_act_cuda = functools.partial(_make, "fp8_act", "cuda")
+make_fp8_gate_up_cuda = functools.partial(_make, "fp8_gate_up", "cuda")

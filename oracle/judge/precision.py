@@ -1,0 +1,167 @@
+"""The precision verdict (docs/DESIGN.md, "Reduced precision"): does a backend compute or store
+below the precision it declares? A KV cache that silently became FP8 stays inside every per-value
+bound; its error *energy* does not.
+
+For each value v the backend committed in the drift probe (every K and V write, every draft and
+verification logits vector at a position whose whole context was committed), r_v = ||got - ref|| /
+s_v, where ref is the reference's FP32 forward at the backend's own tokens and s_v the noise twin's
+scale of that value (oracle/judge/noise.py: the RMS of ||twin - ref|| over SAMPLES forwards with
+every weight and stored intermediate rounded-as-noise to the declared dtype). A correct
+implementation of the dtype gives E[r_v^2] near 1 (less where it keeps more precision).
+
+    group g      (kind, depth[, layer]): kind k | v | draft | verify
+    sample       one request: m_gr = mean over its values in g of r_v^2 (its block and loop runs averaged)
+    statistic    x_gr = log m_gr; t_g = (mean_r x_gr - log RHO) / se_g, Student's t, n - 1 dof
+    verdict      fail iff t_g > t_crit(one-sided FAMILY_ALPHA / groups, n - 1) for some g
+
+RHO is the energy a correct backend may show, as a multiple of the twin's. The report gives every
+group's energy E_g = exp(mean_r x_gr) as effective significant bits, bits = BITS - log2(E_g) / 2.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import drift_stats, noise
+
+BITS = {"bfloat16": 8, "float16": 11}       # significant bits of the declared dtype
+# The error energy a correct implementation of the declared dtype may show, in units of the twin's
+# (calibration: docs/results.md, "The precision verdict").
+RHO = 2.0
+FAMILY_ALPHA = 1e-4                          # family-wise false-alarm rate, Bonferroni over the groups
+KIND = {"k": "K writes", "v": "V writes", "draft": "draft logits", "verify": "verification logits"}
+
+
+def group_label(g: tuple) -> str:
+    return f"{KIND[g[0]]}, depth {g[1]}" + (f", layer {g[2]}" if len(g) > 2 else "")
+
+
+@dataclass(slots=True)
+class Group:
+    key: tuple
+    energy: float          # exp(mean_r log m_gr): the group's error energy over the twin's
+    se: float              # standard error of mean_r log m_gr
+    t: float               # (mean log m - log RHO) / se
+    values: int
+    bits: float            # effective significant bits: BITS - log2(energy) / 2
+
+    def line(self, dtype: str) -> str:
+        return (f"{group_label(self.key)}: error energy {self.energy:.2f}x the {dtype} twin's (z = {self.t:.1f}): "
+                f"about {self.bits:.1f} significant bits where {dtype} has {BITS[dtype]}")
+
+    def to_json(self) -> dict:
+        return {"group": group_label(self.key), "energy": self.energy, "se_log": self.se, "z": self.t,
+                "values": self.values, "bits": self.bits}
+
+
+@dataclass(slots=True)
+class PrecisionReport:
+    ok: bool
+    dtype: str
+    requests: int
+    threshold: float
+    rho: float = RHO
+    groups: list = field(default_factory=list)
+    failure: str = ""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "dtype": self.dtype, "requests": self.requests, "threshold": self.threshold,
+                "rho": self.rho, "family_alpha": FAMILY_ALPHA, "failure": self.failure,
+                "seconds": round(self.seconds, 2), "groups": [g.to_json() for g in self.groups]}
+
+
+def one_sided_threshold(n_tests: int, n_samples: int, family_alpha: float = FAMILY_ALPHA) -> float:
+    """The t beyond which a group's energy exceeds RHO: one-sided, Bonferroni over n_tests."""
+    return drift_stats.t_critical(2 * family_alpha / max(1, n_tests), n_samples - 1)
+
+
+def request_energies(model, runs, dtype: str) -> dict:
+    """rid -> {group: mean r_v^2 over the request's values, its runs averaged}, with the values
+    counted: rid -> {group: (m, values)}."""
+    from .drift import observations
+    obs = observations(runs)
+    spans = {key: (tuple(tokens[:max(k[1] for k in o) + 1]), loops) for key, (tokens, loops, o) in obs.items() if o}
+    fw = noise._twins(model, list(dict.fromkeys(spans.values())), dtype, noise.SAMPLES, noise.SEED)
+    per: dict = {}
+    for key, (tokens, loops, o) in obs.items():
+        if not o:
+            continue
+        center, twin = fw[spans[key]]
+        sums: dict = {}
+        for vkey, got in o.items():
+            kind, pos = vkey[0], vkey[1]
+            if kind in ("k", "v"):
+                c, t = center[kind][vkey[2]][vkey[3]][0, pos], twin[kind][vkey[2]][vkey[3]][:, pos]
+            else:
+                c, t = center["logits"][vkey[2]][0, pos], twin["logits"][vkey[2]][:, pos]
+            got = np.asarray(got, np.float64)
+            if got.shape != c.shape:
+                continue                             # malformed: the comparison's to fail, not a sample here
+            c, t = np.asarray(c, np.float64), np.asarray(t, np.float64)
+            ok = np.isfinite(got) & np.isfinite(c)
+            s2 = float(np.mean(np.sum(np.where(ok, t - c, 0.0) ** 2, axis=tuple(range(1, t.ndim)))))
+            if not s2 > 0:
+                continue
+            r2 = float(np.sum(np.where(ok, got - c, 0.0) ** 2)) / s2
+            g = (kind,) + tuple(vkey[2:])
+            acc = sums.setdefault(g, [0.0, 0])
+            acc[0] += r2
+            acc[1] += 1
+        rid = key[1]
+        for g, (s, n) in sums.items():
+            per.setdefault(rid, {}).setdefault(g, []).append((s / n, n))
+    return {rid: {g: (float(np.mean([m for m, _ in ms])), sum(n for _, n in ms)) for g, ms in groups.items()}
+            for rid, groups in per.items()}
+
+
+def verdict(energies: dict, dtype: str, reproduce: str = "", rho: float = RHO) -> PrecisionReport:
+    """The precision verdict from request_energies."""
+    by_group: dict = {}
+    for groups in energies.values():
+        for g, (m, n) in groups.items():
+            by_group.setdefault(g, []).append((m, n))
+    n_req = len(energies)
+    tested = {g: v for g, v in by_group.items() if len(v) >= 2}
+    thr = one_sided_threshold(len(tested), max(2, n_req))
+    out = []
+    for g in sorted(tested, key=lambda k: (["k", "v", "draft", "verify"].index(k[0]),) + k[1:]):
+        ms = np.array([max(m, 1e-300) for m, _ in tested[g]])
+        x = np.log(ms)
+        mean, se, _ = drift_stats.one_sample_t(x)
+        t = (mean - math.log(rho)) / se if se > 0 else (math.inf if mean > math.log(rho) else -math.inf)
+        e = math.exp(mean)
+        out.append(Group(g, e, se, t, sum(n for _, n in tested[g]), BITS[dtype] - math.log2(e) / 2))
+    bad = [g for g in out if g.t > thr]
+    rep = PrecisionReport(not bad, dtype, n_req, thr, rho, out)
+    if bad:
+        worst = max(bad, key=lambda g: g.energy)
+        rep.failure = (f"{worst.line(dtype)}: computed or stored below {dtype} (a correct {dtype} implementation "
+                       f"stays within {rho:g}x the twin's energy; z > {thr:.2f} over {n_req} requests, family-wise "
+                       f"false-alarm rate {FAMILY_ALPHA:g})"
+                       + (f"; {len(bad) - 1} more groups past the threshold" if len(bad) > 1 else "")
+                       + (f" (reproduce: {reproduce})" if reproduce else ""))
+    return rep
+
+
+def fit(model, runs, dtype: str, reproduce: str = "") -> PrecisionReport | None:
+    """The precision verdict over the drift probe's runs (None: no twin for this dtype)."""
+    if dtype not in noise.SIGMA:
+        return None
+    t0 = time.perf_counter()
+    rep = verdict(request_energies(model, runs.values() if isinstance(runs, dict) else runs, dtype), dtype, reproduce)
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+def report_lines(p: dict) -> list[str]:
+    """The precision section of `check --backend`'s text output: every group's effective precision."""
+    head = (f"  precision: {len(p['groups'])} value groups over {p['requests']} probe requests ({p['seconds']} s); "
+            f"error energy beyond {p['rho']:g}x the twin's at z > {p['threshold']:.2f} fails (family-wise "
+            f"false-alarm rate {p['family_alpha']:g}): "
+            + ("every group within" if p["ok"] else "BELOW THE DECLARED PRECISION"))
+    return [head] + [f"    {g['group']}: energy {g['energy']:.2f}x (z = {g['z']:.1f}), about {g['bits']:.1f} bits"
+                     for g in p["groups"]]
