@@ -312,6 +312,12 @@ class JaxBackend:
         from .drift import make_stats_fn
         return make_stats_fn(model, dtype, basis=basis)
 
+    def precision_energy_fn(self, model, dtype: str):
+        """The precision verdict's noise twin on this device (judge_jax/twin.py): energy_fn(tokens,
+        loops, obs) -> {group: (sum of r^2, values)}."""
+        from .twin import make_energy_fn
+        return make_energy_fn(model, dtype)
+
     def session(self, model, d, D, mode, policy="sequential", **options) -> JaxSession:
         if policy not in self.policies:
             raise OracleError(f"backend {self.name} does not support RNG policy {policy!r}")

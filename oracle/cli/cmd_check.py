@@ -18,6 +18,7 @@ from ..judge.scenario import command
 from ..judge.cases import (cancel_sides, check_cases, judge_cases, reference_sides, sides_ahead_apply, sides_for,
                            start_sides)
 from ..judge.drift import drift_lines, finish_drift, start_drift
+from ..judge import precision
 from .environment import set_threads
 from ..errors import OracleError
 from ..checkpoint import build_model
@@ -163,6 +164,8 @@ def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
           f"every decision explained by the backend's own logits: "
           f"{'yes' if not any(not c['ok'] and c['name'].endswith(': decisions') for c in out['checks']) else 'NO'}")
     for line in drift_lines(out["drift"]) if "drift" in out else []:
+        print(line)
+    for line in precision.report_lines(out["precision"]) if "precision" in out else []:
         print(line)
     print(f"  {'OK' if out['ok'] else 'FAILED'} in {out['seconds']} s")
     return 0 if out["ok"] else 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import drift_model, drift_stats
+from . import drift_model, drift_stats, noise
 from .worker import background, forks
 from .scenario import make_case
 from .runner import run_scenario as run
@@ -38,10 +38,14 @@ ALIAS = 1e-6                   # directions with |cos| > 1 - ALIAS are one direc
 # is the smallest over s.
 WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
 # Rounding noise also drifts a little by itself, at second order (normalising a noisy vector
-# shrinks it by ~ sigma**2 / 2): on random property-suite models the correct torch-cpu-bf16
-# backend showed drifts up to 0.0012 beyond the weights' share (docs/results.md, "The
-# reduced-precision verdict"). The test is therefore of |drift| <= DRIFT_FLOOR, not of drift = 0: z = (|d| - floor) / se.
+# shrinks it by ~ sigma**2 / 2). What it gives along each direction is measured on the noise twin
+# (the same estimator over each twin sample's error, SAMPLES per request): a correct engine's drift,
+# beyond the weights' share, lies between 0 and precision.RHO times the twin's mean drift (rounding
+# with up to RHO times the twin's error energy), widened by TWIN_SPREAD standard errors of that mean.
+# Where no twin applies (the JAX judge's sensitivities) the flat DRIFT_FLOOR is the allowance: on
+# random property-suite models the correct torch-cpu-bf16 backend drifted up to 0.0012.
 DRIFT_FLOOR = 0.002
+TWIN_SPREAD = 3.0
 
 LABEL = {
     "attn_scale": "attention logit scale (= q_proj output scale)", "k_proj": "k_proj output scale",
@@ -183,22 +187,30 @@ def _forwards(model, tokens: tuple, loops: int, dtype: str):
 
 
 def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
-    """(b [P], G [P, P], values, bw [P]): b = J^T W e and G = J^T W J over one request's
-    observations, J by forward finite differences of drift_model.forward (FP64) at the committed
-    tokens; bw = J^T W e_w, where e_w is what storing the weights in `dtype` alone changes."""
+    """(b [P], G [P, P], values, bw [P], bt [S, P] or None): b = J^T W e and G = J^T W J over one
+    request's observations, J by forward finite differences of drift_model.forward (FP64) at the
+    committed tokens; bw = J^T W e_w, where e_w is what storing the weights in `dtype` alone
+    changes; bt[s] = J^T W e_s for each noise-twin sample s (oracle/judge/noise.py; None for a
+    dtype without a twin): what rounding alone does to the estimates."""
     P = len(drift_model.params(model.cfg.num_layers))
-    fw, fr = _forwards(model, _span(tokens, obs), loops, dtype)
+    span = _span(tokens, obs)
+    fw, fr = _forwards(model, span, loops, dtype)
+    tw = noise._twins(model, [(span, loops)], dtype, noise.SAMPLES, noise.SEED)[(span, loops)] \
+        if dtype in noise.SIGMA else None
     groups: dict = {}
     for key, got in obs.items():                 # value groups (kind, depth[, layer]): positions, values
         g = groups.setdefault((key[0],) + key[2:], ([], []))
         g[0].append(key[1])
         g[1].append(got)
     b, G, bw, n = np.zeros(P), np.zeros((P, P)), np.zeros(P), 0
+    bt = None if tw is None else np.zeros((noise.SAMPLES, P))
     for gkey, (pos, got) in groups.items():
         if gkey[0] in ("k", "v"):
             val, ref_w = fw[gkey[0]][gkey[1]][gkey[2]], fr[gkey[0]][gkey[1]][gkey[2]]
+            twin = None if tw is None else (tw[0][gkey[0]][gkey[1]][gkey[2]], tw[1][gkey[0]][gkey[1]][gkey[2]])
         else:
             val, ref_w = fw["logits"][gkey[1]], fr["logits"][gkey[1]]
+            twin = None if tw is None else (tw[0]["logits"][gkey[1]], tw[1]["logits"][gkey[1]])
         pos = np.asarray(pos)
         val = val[:, pos].reshape(P + 1, len(pos), -1)                       # [1 + P, values, n]
         c = val[0]
@@ -216,8 +228,12 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
         b += w * (Jf @ ef)
         bw += w * (Jf @ ewf)
         G += w * (Jf @ Jf.T)
+        if twin is not None:                     # each twin sample's error against the twin's own center
+            et = (np.asarray(twin[1][:, pos], np.float64) - np.asarray(twin[0][:, pos], np.float64)).reshape(
+                noise.SAMPLES, len(pos), -1)
+            bt += w * (np.where(ok, et, 0.0).reshape(noise.SAMPLES, -1)[:, ok.ravel()] @ Jf.T)
         n += ef.size
-    return b, G, n, bw
+    return b, G, n, bw, bt
 
 
 # ---- the directions tested and the verdict ----
@@ -254,13 +270,14 @@ class Estimate:
     t: float
     explained: float        # pooled (c.b)^2 / (c.G.c): the error this direction alone explains
     weights: float = 0.0    # the drift that storing the weights in the backend's dtype alone gives
+    allowance: tuple = (-DRIFT_FLOOR, DRIFT_FLOOR)   # the rounding allowance beyond the weights' share (lo, hi)
 
     def line(self) -> str:
         return f"{self.label} {1 + self.drift:.4f} ± {self.se:.4f} (z = {self.t:.1f})"
 
     def to_json(self) -> dict:
         return {"parameter": self.label, "scale": 1 + self.drift, "se": self.se, "z": self.t,
-                "weights_alone": 1 + self.weights}
+                "weights_alone": 1 + self.weights, "allowance": list(self.allowance)}
 
 
 @dataclass(slots=True)
@@ -281,11 +298,25 @@ class DriftReport:
                 "estimates": [e.to_json() for e in self.estimates]}
 
 
+def twin_allowance(xt: np.ndarray) -> tuple[float, float]:
+    """(lo, hi): the drift rounding alone may give along one direction, from the twin samples'
+    estimates xt [requests, SAMPLES]: between 0 and RHO times their mean, widened by TWIN_SPREAD
+    standard errors of that mean (over requests)."""
+    from .precision import RHO
+    per = xt.mean(axis=1)
+    mean = float(per.mean())
+    se = float(per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else abs(mean)
+    ends = (0.0, RHO * mean)
+    return min(ends) - TWIN_SPREAD * se, max(ends) + TWIN_SPREAD * se
+
+
 def verdict(stats: list, num_layers: int, reproduce: str = "", dirs=None) -> DriftReport:
-    """The drift verdict from per-request (b, G, values, bw); dirs: the directions tested
-    (default: `directions`, every parameter per layer)."""
+    """The drift verdict from per-request (b, G, values, bw[, bt]); dirs: the directions tested
+    (default: `directions`, every parameter per layer). With every request's bt (the twin samples'
+    J^T W e), each direction's rounding allowance is the twin's; else the flat DRIFT_FLOOR."""
     Gs, bs = np.stack([s[1] for s in stats]), np.stack([s[0] for s in stats])
     bws = np.stack([s[3] for s in stats])
+    bts = np.stack([s[4] for s in stats]) if all(len(s) > 4 and s[4] is not None for s in stats) else None
     Gp = Gs.sum(0)
     dirs = directions(num_layers) if dirs is None else dirs
     power = [c @ Gp @ c for _, c in dirs]
@@ -308,10 +339,11 @@ def verdict(stats: list, num_layers: int, reproduce: str = "", dirs=None) -> Dri
         a = np.einsum("p,rpq,q->r", c, Gs, c)
         keep = a > 0
         x, xw = (bs[keep] @ c) / a[keep], (bws[keep] @ c) / a[keep]
-        mean, se, t, s = min((drift_stats.beyond_floor(x - s * xw, DRIFT_FLOOR) + (s,) for s in WEIGHT_SHARES),
+        lo, hi = twin_allowance(bts[keep] @ c / a[keep, None]) if bts is not None else (-DRIFT_FLOOR, DRIFT_FLOOR)
+        mean, se, t, s = min((drift_stats.beyond_interval(x - s * xw, lo, hi) + (s,) for s in WEIGHT_SHARES),
                              key=lambda r: abs(r[2]))
         est.append(Estimate(" = ".join(names), mean + s * float(np.mean(xw)), se, t,
-                            float((bs.sum(0) @ c) ** 2 / pw), float(np.mean(xw))))
+                            float((bs.sum(0) @ c) ** 2 / pw), float(np.mean(xw)), (lo, hi)))
     bad = [e for e in est if abs(e.t) > thr]
     rep = DriftReport(not bad, n, thr, est, invisible, values=sum(s[2] for s in stats))
     if bad:
@@ -361,6 +393,17 @@ def fit(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=
     return rep
 
 
+def probe_verdicts(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=None,
+                   energy_fn=None) -> tuple:
+    """(DriftReport, PrecisionReport or None) over the probe's runs: the drift fit, and the error
+    energy against the noise twin (oracle/judge/precision.py; None without a twin: FP32). With the
+    NumPy sensitivities both use the twin's forwards at the backend's tokens, made once; with the
+    JAX judge's (stats_fn), its twin is energy_fn (judge_jax/twin.py)."""
+    from . import precision
+    prec = precision.fit(model, runs, dtype, reproduce, energy_fn) if stats_fn is None or energy_fn else None
+    return fit(model, runs, dtype, reproduce, stats_fn, dirs), prec
+
+
 def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "",
                 stats_fn=None, dirs=None) -> DriftReport:
     """Runs the probe through the backend in both modes and fits the drifts (fit)."""
@@ -382,6 +425,7 @@ class PendingDrift:
     reproduce: str
     stats_fn: object = None
     dirs: object = None
+    energy_fn: object = None       # the JAX judge's noise twin (judge_jax/twin.py), or None
     job: object = None             # worker.background's handle of the NumPy fit
     seconds: float = 0.0           # the probe's runs
     error: str = ""                # the backend raised during the probe
@@ -400,14 +444,16 @@ def start_drift(backend, model, reproduce: str = "", judge=None, n: int = PROBE_
         if model.cfg.hidden_size >= COARSE_HIDDEN:            # per layer would cost one jvp per knob
             dirs = coarse_directions(model.cfg.num_layers)
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
-    pending = PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs)
+    twin = getattr(judge, "precision_energy_fn", None)
+    energy_fn = twin(model, backend.dtype) if twin is not None and stats_fn is not None else None
+    pending = PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn)
     if stats_fn is None and getattr(backend, "fork_safe", False) is True and forks():
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
         pending.job = background(_probe_and_fit, backend, model, n, reproduce)
         return pending
     pending.runs, pending.error, pending.seconds = _probe(backend, model, n)
     if stats_fn is None and not pending.error:
-        pending.job = background(fit, model, pending.runs, backend.dtype, reproduce)
+        pending.job = background(probe_verdicts, model, pending.runs, backend.dtype, reproduce)
     return pending
 
 
@@ -421,14 +467,15 @@ def _probe(backend, model, n: int) -> tuple:
 
 
 def _probe_and_fit(backend, model, n: int, reproduce: str):
-    """start_drift's probe and fit in a forked child: (DriftReport or None, the probe's error)."""
+    """start_drift's probe and fit in a forked child: ((DriftReport, PrecisionReport) or None, the
+    probe's error)."""
     backend = backend.fresh() if hasattr(backend, "fresh") else backend     # a guard with its own thread here
     runs, error, seconds = _probe(backend, model, n)
     if error:
         return None, error
-    rep = fit(model, runs, backend.dtype, reproduce)
-    rep.seconds += seconds
-    return rep, ""
+    reps = probe_verdicts(model, runs, backend.dtype, reproduce)
+    reps[0].seconds += seconds
+    return reps, ""
 
 
 def finish_drift(pending: PendingDrift | None, out: dict) -> None:
@@ -436,20 +483,26 @@ def finish_drift(pending: PendingDrift | None, out: dict) -> None:
     check naming the parameter."""
     if pending is None:
         return
-    rep, error = None, pending.error
+    reps, error = None, pending.error
     if not error:
-        rep = pending.job.result() if pending.job is not None else \
-            fit(pending.model, pending.runs, pending.dtype, pending.reproduce, pending.stats_fn, pending.dirs)
-        if isinstance(rep, tuple):             # _probe_and_fit's: the probe ran in the child
-            rep, error = rep
+        reps = pending.job.result() if pending.job is not None else \
+            probe_verdicts(pending.model, pending.runs, pending.dtype, pending.reproduce, pending.stats_fn, pending.dirs,
+                           pending.energy_fn)
+        if isinstance(reps[1], str):           # _probe_and_fit's: the probe ran in the child
+            reps, error = reps
     if error:
         out["ok"] = False
         out["checks"].append({"name": "drift probe: drift", "ok": False, "detail": error})
         return
+    rep, prec = reps
     rep.seconds += pending.seconds
     out["drift"] = rep.to_json()
     out["ok"] = bool(out["ok"] and rep.ok)
     out["checks"].append({"name": "drift probe: drift", "ok": rep.ok, "detail": rep.failure})
+    if prec is not None:
+        out["precision"] = prec.to_json()
+        out["ok"] = bool(out["ok"] and prec.ok)
+        out["checks"].append({"name": "drift probe: precision", "ok": prec.ok, "detail": prec.failure})
 
 
 def judge_drift(backend, model, out: dict, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS) -> None:

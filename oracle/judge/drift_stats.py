@@ -81,6 +81,15 @@ def beyond_floor(x, floor: float) -> tuple[float, float, float]:
     return mean, se, t
 
 
+def beyond_interval(x, lo: float, hi: float) -> tuple[float, float, float]:
+    """(mean, standard error, t) where t tests lo <= mean <= hi: the distance of the mean past the
+    nearer end over se, signed (0 inside: the least favourable point of the null is that end)."""
+    mean, se, _ = one_sample_t(x)
+    excess = mean - hi if mean > hi else (mean - lo if mean < lo else 0.0)
+    t = 0.0 if excess == 0 else (excess / se if se > 0 else math.copysign(float("inf"), excess))
+    return mean, se, t
+
+
 def threshold(n_tests: int, n_samples: int, family_alpha: float = FAMILY_ALPHA) -> float:
     """The |t| beyond which a drift is called: Bonferroni over n_tests parameters."""
     return t_critical(family_alpha / max(1, n_tests), n_samples - 1)

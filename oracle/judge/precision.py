@@ -79,20 +79,17 @@ def one_sided_threshold(n_tests: int, n_samples: int, family_alpha: float = FAMI
     return drift_stats.t_critical(2 * family_alpha / max(1, n_tests), n_samples - 1)
 
 
-def request_energies(model, runs, dtype: str) -> dict:
-    """rid -> {group: mean r_v^2 over the request's values, its runs averaged}, with the values
-    counted: rid -> {group: (m, values)}."""
-    from .drift import observations
-    obs = observations(runs)
-    spans = {key: (tuple(tokens[:max(k[1] for k in o) + 1]), loops) for key, (tokens, loops, o) in obs.items() if o}
-    fw = noise._twins(model, list(dict.fromkeys(spans.values())), dtype, noise.SAMPLES, noise.SEED)
-    per: dict = {}
-    for key, (tokens, loops, o) in obs.items():
-        if not o:
-            continue
-        center, twin = fw[spans[key]]
+def numpy_energy_fn(model, dtype: str, contexts=()):
+    """energy_fn(tokens, loops, obs) -> {group: (sum of r_v^2, values)} on the NumPy twin
+    (noise._twins: its forwards for `contexts` [(tokens, loops)] made first, in batches)."""
+    if contexts:
+        noise._twins(model, list(dict.fromkeys(contexts)), dtype, noise.SAMPLES, noise.SEED)
+
+    def energy_fn(tokens, loops, obs):
+        span = (tuple(tokens[:max(k[1] for k in obs) + 1]), loops)
+        center, twin = noise._twins(model, [span], dtype, noise.SAMPLES, noise.SEED)[span]
         sums: dict = {}
-        for vkey, got in o.items():
+        for vkey, got in obs.items():
             kind, pos = vkey[0], vkey[1]
             if kind in ("k", "v"):
                 c, t = center[kind][vkey[2]][vkey[3]][0, pos], twin[kind][vkey[2]][vkey[3]][:, pos]
@@ -102,18 +99,32 @@ def request_energies(model, runs, dtype: str) -> dict:
             if got.shape != c.shape:
                 continue                             # malformed: the comparison's to fail, not a sample here
             c, t = np.asarray(c, np.float64), np.asarray(t, np.float64)
-            ok = np.isfinite(got) & np.isfinite(c)
-            s2 = float(np.mean(np.sum(np.where(ok, t - c, 0.0) ** 2, axis=tuple(range(1, t.ndim)))))
+            s2 = float(np.mean(np.sum((t - c) ** 2, axis=tuple(range(1, t.ndim)))))
             if not s2 > 0:
                 continue
-            r2 = float(np.sum(np.where(ok, got - c, 0.0) ** 2)) / s2
-            g = (kind,) + tuple(vkey[2:])
-            acc = sums.setdefault(g, [0.0, 0])
-            acc[0] += r2
+            e = got - c
+            acc = sums.setdefault((kind,) + tuple(vkey[2:]), [0.0, 0])
+            acc[0] += float(np.sum(np.where(np.isfinite(e), e, 0.0) ** 2)) / s2
             acc[1] += 1
-        rid = key[1]
-        for g, (s, n) in sums.items():
-            per.setdefault(rid, {}).setdefault(g, []).append((s / n, n))
+        return {g: (s, n) for g, (s, n) in sums.items()}
+
+    return energy_fn
+
+
+def request_energies(model, runs, dtype: str, energy_fn=None) -> dict:
+    """rid -> {group: (m, values)}: m the mean r_v^2 over the request's values in the group, its
+    runs (block, loop) averaged. energy_fn: the twin (default: numpy_energy_fn; the JAX judge's
+    is judge_jax/twin.py's, on the device)."""
+    from .drift import observations
+    obs = {key: v for key, v in observations(runs).items() if v[2]}
+    if energy_fn is None:
+        energy_fn = numpy_energy_fn(model, dtype, [(tuple(t[:max(k[1] for k in o) + 1]), lo)
+                                                   for t, lo, o in obs.values()])
+    per: dict = {}
+    for (_, rid), (tokens, loops, o) in obs.items():
+        for g, (s, n) in energy_fn(tokens, loops, o).items():
+            if n:
+                per.setdefault(rid, {}).setdefault(g, []).append((s / n, n))
     return {rid: {g: (float(np.mean([m for m, _ in ms])), sum(n for _, n in ms)) for g, ms in groups.items()}
             for rid, groups in per.items()}
 
@@ -147,12 +158,13 @@ def verdict(energies: dict, dtype: str, reproduce: str = "", rho: float = RHO) -
     return rep
 
 
-def fit(model, runs, dtype: str, reproduce: str = "") -> PrecisionReport | None:
+def fit(model, runs, dtype: str, reproduce: str = "", energy_fn=None) -> PrecisionReport | None:
     """The precision verdict over the drift probe's runs (None: no twin for this dtype)."""
     if dtype not in noise.SIGMA:
         return None
     t0 = time.perf_counter()
-    rep = verdict(request_energies(model, runs.values() if isinstance(runs, dict) else runs, dtype), dtype, reproduce)
+    runs = runs.values() if isinstance(runs, dict) else runs
+    rep = verdict(request_energies(model, runs, dtype, energy_fn), dtype, reproduce)
     rep.seconds = time.perf_counter() - t0
     return rep
 
