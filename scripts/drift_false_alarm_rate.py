@@ -1,7 +1,8 @@
-"""How often the drift verdict (oracle/judge/drift.py) fails a correct BF16 backend (torch-cpu-bf16) on
-random tiny models of the property suite's sizes (hidden 8-32, head_dim 2-8, 1-2 layers), and how
-large a fault it sees there: with --fault (kernels/options.py FAULTS, e.g. attn_scale=1.01) the
-same runs report how often that fault is caught and named.
+"""How often the drift and precision verdicts (oracle/judge/drift.py, oracle/judge/precision.py: the
+probe's two verdicts) fail a correct BF16 backend (torch-cpu-bf16) on random tiny models of the
+property suite's sizes (hidden 8-32, head_dim 2-8, 1-2 layers), and how large a fault they see
+there: with --fault (kernels/options.py FAULTS, e.g. attn_scale=1.01 or fp8_k) the same runs report
+how often that fault is caught and named.
 
     python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--first 0] [--jobs 1] [--fault SPEC] [--json PATH]
     python scripts/drift_false_alarm_rate.py --merge A.json B.json ... [--json PATH]
@@ -19,23 +20,43 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))          # bf16_false_a
 
 
 def one(args) -> tuple:
-    """(failed, failure line, max |z|, |z| threshold, parameters tested) of run i of seed s."""
+    """(failed, failure line, max |z|, |z| threshold, parameters tested, precision failed, its failure
+    line, its max z, its threshold, groups tested) of run i of seed s."""
     seed, i, fault = args
     import torch
     torch.set_num_threads(1)
     from bf16_false_alarm_rate import random_model
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
-    from oracle.judge.drift import drift_check
+    from oracle.judge.drift import probe_runs, probe_verdicts
     rng = np.random.default_rng([seed, i])
     _, model = random_model(rng)
     bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
-    rep = drift_check(bk, model, seed=int(rng.integers(1 << 30)))
-    return (not rep.ok, rep.failure[:160], max(abs(e.t) for e in rep.estimates), rep.threshold, len(rep.estimates))
+    rep, prec = probe_verdicts(model, probe_runs(bk, model, seed=int(rng.integers(1 << 30))), "bfloat16")
+    return (not rep.ok, rep.failure[:160], max(abs(e.t) for e in rep.estimates), rep.threshold, len(rep.estimates),
+            not prec.ok, prec.failure[:160], max(g.t for g in prec.groups), prec.threshold, len(prec.groups))
 
 
 def summarize(res: list, label: str) -> dict:
-    """Prints the summary of runs res [(index, failed, failure, max |z|, threshold, directions)]."""
+    """Prints the summary of runs res [(index, failed, failure, max |z|, threshold, directions, precision
+    failed, failure, max z, threshold, groups)]: the drift verdict's, then the precision verdict's."""
+    out = summarize_drift(res, label)
+    if res and len(res[0]) > 6:
+        fails = [r for r in res if r[6]]
+        z = np.array([r[8] for r in res])
+        print(f"{len(fails)} of {len(res)} runs failed the precision verdict ({label}); max z per run: median "
+              f"{np.median(z):.2f}, 99% {np.quantile(z, 0.99):.2f}, max {z.max():.2f}; thresholds "
+              f"{min(r[9] for r in res):.2f}-{max(r[9] for r in res):.2f} over {min(r[10] for r in res)}-"
+              f"{max(r[10] for r in res)} groups")
+        for f in fails[:20]:
+            print("  ", f[7])
+        out["precision"] = {"failed": len(fails), "max_z_per_run": {"median": float(np.median(z)),
+                            "q99": float(np.quantile(z, 0.99)), "max": float(z.max())},
+                            "failures": [f[7] for f in fails]}
+    return out
+
+
+def summarize_drift(res: list, label: str) -> dict:
     fails = [r for r in res if r[1]]
     z = np.array([r[3] for r in res])
     print(f"{len(fails)} of {len(res)} runs failed the drift verdict ({label}); "

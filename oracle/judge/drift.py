@@ -358,13 +358,21 @@ def verdict(stats: list, num_layers: int, reproduce: str = "", dirs=None) -> Dri
 
 # ---- the probe: seeded sequences through the backend ----
 
+# The probe's requests run PROBE_GROUP at a time (a round names one group): every call then has at
+# most PROBE_GROUP * 5 = 15 rows, the rows a decode step of a small batch has, and on CUDA the
+# torch backend takes its small-M (GEMV) path for all of them; LOOPSPEC_GEMV=0 judges the cuBLAS
+# path instead. With all 24 in every round the calls had 24-120 rows and never took it.
+PROBE_GROUP = 3
+
+
 def probe_case(vocab: int, total_loops: int, n: int = PROBE_REQUESTS, seed: int = 12345, rounds: int = 4):
     """n requests (half greedy, half sampled at T = 1), prompts of 24-40 tokens (RoPE's effect
-    grows with the position), K = 4 per round."""
+    grows with the position), K = 4 per round, PROBE_GROUP requests a round."""
     D = max(2, min(total_loops, 4))
     params = [SamplingParams() if i % 2 == 0 else SamplingParams(temperature=1.0, seed=seed + i) for i in range(n)]
-    return make_case("drift probe", [{i: 5 for i in range(n)}] * rounds, max(1, D // 2), D, params, seed=seed,
-                     prompt_len=(24, 40), vocab=vocab)
+    groups = [range(g, min(n, g + PROBE_GROUP)) for g in range(0, n, PROBE_GROUP)]
+    return make_case("drift probe", [{i: 5 for i in grp} for grp in groups for _ in range(rounds)], max(1, D // 2), D,
+                     params, seed=seed, prompt_len=(24, 40), vocab=vocab)
 
 
 def probe_runs(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345) -> dict:

@@ -149,13 +149,23 @@ def verdict(energies: dict, dtype: str, reproduce: str = "", rho: float = RHO) -
     bad = [g for g in out if g.t > thr]
     rep = PrecisionReport(not bad, dtype, n_req, thr, rho, out)
     if bad:
+        first = min(bad, key=lambda g: compute_order(g.key))
         worst = max(bad, key=lambda g: g.energy)
-        rep.failure = (f"{worst.line(dtype)}: computed or stored below {dtype} (a correct {dtype} implementation "
-                       f"stays within {rho:g}x the twin's energy; z > {thr:.2f} over {n_req} requests, family-wise "
-                       f"false-alarm rate {FAMILY_ALPHA:g})"
-                       + (f"; {len(bad) - 1} more groups past the threshold" if len(bad) > 1 else "")
-                       + (f" (reproduce: {reproduce})" if reproduce else ""))
+        rep.failure = (f"{first.line(dtype)}: computed or stored below {dtype}, the first group past the threshold "
+                       f"in compute order (the error enters there or just before)"
+                       + (f"; the largest: {group_label(worst.key)}, {worst.energy:.2f}x" if worst is not first else "")
+                       + f"; {len(bad)} of {len(out)} groups past it (a correct {dtype} implementation stays within "
+                       f"{rho:g}x the twin's energy; z > {thr:.2f} over {n_req} requests, family-wise false-alarm "
+                       f"rate {FAMILY_ALPHA:g})" + (f" (reproduce: {reproduce})" if reproduce else ""))
     return rep
+
+
+def compute_order(g: tuple) -> tuple:
+    """Where a group's values are made in a forward: by depth, then layer (K before V), the logits
+    after the depth's last layer (draft before verification)."""
+    if g[0] in ("k", "v"):
+        return (g[1], g[2], g[0] == "v")
+    return (g[1], float("inf"), g[0] == "verify")
 
 
 def fit(model, runs, dtype: str, reproduce: str = "", energy_fn=None) -> PrecisionReport | None:
