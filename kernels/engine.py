@@ -16,8 +16,10 @@ token counts [V], its logit-bias row [V], the penalty scalars, min_tokens, its g
 its bad words (rows.py) and its last rows.TAIL output tokens. A row (slot, o) of a round sees
 those plus the round's drafts 1..o (oracle.phases.seen): the counts get the drafts' histogram
 (a masked scatter_add over the slot's [T-1] drafts), the generated count gets o, and the
-bad-word match reads the committed tail followed by the drafts. accept_commit adds the n kept
-tokens to the counts, the generated count and the tail. A round's `steps` (the processor
+bad-word match reads the committed tail followed by the drafts. A round with no_repeat_ngram
+also keeps each slot's history (prompt and output, up to rows.HISTORY tokens) and reads it
+followed by the drafts 1..o. accept_commit adds the n kept tokens to the counts, the generated
+count, the tail and (with no_repeat_ngram) the history. A round's `steps` (the processor
 steps on for any of its requests; RoundPlan.processors) are part of the head and accept
 steps' graph keys; with none the steps are the ones without processors.
 """
@@ -33,7 +35,7 @@ from .graphs import GraphRunner
 from .kvplanes import KVPlanes
 from .model import PackedModel
 from .options import KernelOptions
-from .rows import FILTER_ROWS, PROC_ROWS, SLOT_ROWS, STEP_ROWS, TAIL, sampling_rows
+from .rows import FILTER_ROWS, HISTORY, PROC_ROWS, SLOT_ROWS, STEP_ROWS, TAIL, sampling_rows
 from .round_buffer import RoundPlan, scratch_call_meta, scratch_head_meta, scratch_request_meta
 
 I64 = torch.int64
@@ -97,6 +99,7 @@ class Engine:
             "gen": z(S, dtype=I64),                                                # tokens generated
             "prompt": z(S, V, dtype=torch.bool), "counts": z(S, V),                # prompt tokens, output counts
             "tail": z(S, TAIL, dtype=I64),                                         # last TAIL output tokens
+            "hist": z(S, HISTORY, dtype=I64), "plen": z(S, dtype=I64),             # prompt and output, prompt length
         } | self._row_buffers(S, PROC_ROWS)
 
     def grow(self, max_requests: int, max_len: int) -> None:
@@ -141,6 +144,9 @@ class Engine:
             self.prompt[slot] = False
             self.prompt[slot].index_fill_(0, prompt, True)
             self.counts[slot], self.gen[slot], self.tail[slot] = 0, 0, 0
+            m = min(prompt.shape[0], HISTORY)                # no_repeat_ngram refuses longer ones (rows.LIMITS)
+            self.hist[slot], self.plen[slot] = 0, prompt.shape[0]
+            self.hist[slot, :m] = prompt[:m]
 
     # ---- graph-capturable steps ----
     def call_step(self, meta: torch.Tensor, M: int, G: int, Qm: int, span: int | None = None) -> None:
@@ -176,6 +182,12 @@ class Engine:
             L = self.tail.shape[1]
             seq = torch.cat([self.tail.index_select(0, slot), drafts], 1)         # tail ++ drafts
             r["ctx"] = seq.gather(1, off[:, None] + torch.arange(L, device=off.device)[None, :])
+        if "no_repeat_ngram" in steps:                                           # history ++ drafts 1..o
+            H, hl = self.hist.shape[1], self.plen.index_select(0, slot) + self.gen.index_select(0, slot)
+            j = torch.arange(H + T - 1, device=off.device)[None, :]
+            idx = torch.where(j < hl[:, None], j, H + (j - hl[:, None]).clamp(0, T - 2))
+            r["seq"] = torch.cat([self.hist.index_select(0, slot), drafts], 1).gather(1, idx)
+            r["seqlen"] = hl + off
         if "penalties" in steps:
             before = (torch.arange(T - 1, device=off.device)[None, :] < off[:, None]).float()   # drafts 1..o
             r["counts"] = self.counts.index_select(0, slot).scatter_add_(1, drafts, before)
@@ -245,7 +257,7 @@ class Engine:
                         lambda m: self.verify_step(m, N, plan.sampling, steps),
                         lambda: torch.from_numpy(scratch_head_meta(N, 2, sc, T)))
         return self.graphs.run("accept", (R, policy) + pk, R, buf[a0:a0 + n],
-                               lambda m: self.accept_step(m, R, policy, bool(steps)),
+                               lambda m: self.accept_step(m, R, policy, steps),
                                lambda: torch.from_numpy(scratch_request_meta(R, 0, sc)))
 
     def begin_step(self, meta: torch.Tensor, R: int, W: int) -> None:
@@ -256,18 +268,19 @@ class Engine:
         self.ubuf.index_copy_(0, slots, torch.nn.functional.pad(win, (0, self.Wcap - W), value=float("nan")))
         self.ubase.index_copy_(0, slots, ubase)
 
-    def accept_step(self, meta: torch.Tensor, R: int, policy: str, procs: bool = False) -> torch.Tensor:
+    def accept_step(self, meta: torch.Tensor, R: int, policy: str, steps: tuple = ()) -> torch.Tensor:
         """meta: [slot(R) K(R) ubase(R)] -> the packed results [R, F] (RESULT_SCALARS, drafts, flags)."""
         slots, K, _ = meta.view(3, R)
-        out = self.accept_commit(slots, K, policy, procs)
+        out = self.accept_commit(slots, K, policy, steps)
         return torch.cat([torch.stack([out[k].long() for k in RESULT_SCALARS], 1), out["drafts"],
                           out["dbad"].long(), out["vbad"].long()], 1)
 
-    def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, policy: str, procs: bool = False) -> dict:
+    def accept_commit(self, slots: torch.Tensor, K: torch.Tensor, policy: str, steps: tuple = ()) -> dict:
         """Acceptance for every request of the round, then the cut (after the first stop token,
         or at max_tokens) and the commit on the device: frontier start + n for n kept tokens,
-        next offset-0 token, RNG cursor; procs: also the processors' output counts, generated
-        count and tail. slots, K: [R]. Stream indices: oracle.rng_trace."""
+        next offset-0 token, RNG cursor; with processor steps also their output counts,
+        generated count and tail (and with no_repeat_ngram the history). slots, K: [R].
+        Stream indices: oracle.rng_trace."""
         T, V = self.Tcap, self.p.shape[1]
         o = torch.arange(T - 1, device=slots.device)
         greedy = self.greedy.index_select(0, slots)                              # [R]
@@ -309,10 +322,17 @@ class Engine:
         self.last.index_copy_(0, slots, e.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0])
         self.left.index_copy_(0, slots, left - n)
         self.cursor.index_copy_(0, slots, self.cursor.index_select(0, slots) + used)
-        if procs:                                       # the kept tokens e[:n] join the output
+        if steps:                                       # the kept tokens e[:n] join the output
             kept = (t[None, :] < n[:, None]).float()                                 # [R, T]
             self.counts.view(-1).index_add_(0, (slots[:, None] * V + e).reshape(-1), kept.reshape(-1))
-            self.gen.index_copy_(0, slots, self.gen.index_select(0, slots) + n)
+            gen = self.gen.index_select(0, slots)
+            if "no_repeat_ngram" in steps:                                           # history ++ e[:n]
+                H, hl = self.hist.shape[1], self.plen.index_select(0, slots) + gen
+                j = torch.arange(H, device=n.device)[None, :]
+                idx = torch.where(j < hl[:, None], j, H + (j - hl[:, None]).clamp(0, T - 1))
+                seq = torch.cat([self.hist.index_select(0, slots), e], 1).gather(1, idx)
+                self.hist.index_copy_(0, slots, torch.where(j < (hl + n)[:, None], seq, 0))
+            self.gen.index_copy_(0, slots, gen + n)
             L = self.tail.shape[1]
             seq = torch.cat([self.tail.index_select(0, slots), e], 1)                # tail ++ e
             self.tail.index_copy_(0, slots, seq.gather(1, n[:, None] + torch.arange(L, device=n.device)[None, :]))

@@ -27,9 +27,11 @@ def proc_rows(rows: dict, seen, V: int) -> dict:
     ctx[TAIL - len(tail):] = tail
     prompt = np.zeros(V, bool)
     prompt[list(seen.prompt)] = True
+    seq = np.asarray(tuple(seen.prompt) + tuple(seen.output) or (0,), np.int64)
     r = {k: _t(rows[k]) for name in STEPS for k in STEP_ROWS[name]}
     return r | {"nvalid": torch.tensor([len(out)]), "ctx": _t(ctx), "prompt": _t(prompt),
-                "counts": _t(np.bincount(out, minlength=V).astype(np.float32))}
+                "counts": _t(np.bincount(out, minlength=V).astype(np.float32)),
+                "seq": _t(seq), "seqlen": torch.tensor([len(seen.prompt) + len(out)])}
 
 
 def _processed(logits, params, seen):

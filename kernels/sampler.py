@@ -18,6 +18,8 @@ import torch
 
 from oracle.sampling import CHAIN
 
+from .rows import MAX_NGRAM
+
 NEG_INF = float("-inf")
 
 
@@ -65,7 +67,30 @@ def penalties(x: torch.Tensor, r: dict) -> torch.Tensor:
     return x - r["pres"][:, None] * seen.float()
 
 
-STEPS = {"bad_words": bad_words, "logit_bias": logit_bias, "min_tokens": min_tokens, "penalties": penalties}
+def no_repeat_ngram(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """Hugging Face's no_repeat_ngram_size n: a token that would complete an n-gram already in
+    the sequence is masked. r: seq [N, L] (prompt, output and the drafts before the row; values
+    past seqlen are ignored), seqlen [N], no_repeat_ngram [N] (0: off; at most rows.MAX_NGRAM).
+    Fixed shapes: every window of MAX_NGRAM tokens is compared with the row's last n-1."""
+    N, V = x.shape
+    seq, L, n = r["seq"], r["seqlen"], r["no_repeat_ngram"]
+    M, Ls = MAX_NGRAM, seq.shape[1]
+    win = torch.nn.functional.pad(seq, (0, M - 1), value=-1).unfold(1, M, 1)           # [N, Ls, M]: seq[j + k]
+    k = torch.arange(M - 1, device=x.device)
+    last = seq.gather(1, ((L - n + 1)[:, None] + k[None, :]).clamp(0, Ls - 1))          # [N, M-1]: the last n-1
+    need = k[None, :] < (n - 1)[:, None]
+    match = ((win[:, :, :M - 1] == last[:, None, :]) | ~need[:, None, :]).all(-1)       # [N, Ls]
+    j = torch.arange(Ls, device=x.device)
+    match = match & (j[None, :] + n[:, None] <= L[:, None]) & (n > 0)[:, None]          # n-gram j.. ends before L
+    nxt = win.gather(2, (n - 1).clamp(min=0)[:, None, None].expand(N, Ls, 1))[:, :, 0]  # its last token
+    idx = torch.where(match, nxt, V)                                                    # V: a spare column
+    hit = torch.zeros((N, V + 1), dtype=torch.bool, device=x.device).scatter_(1, idx, True)
+    return x.masked_fill(hit[:, :V], NEG_INF)
+
+
+# the device step of each processor of oracle.sampling.CHAIN, by name
+STEPS = {"bad_words": bad_words, "logit_bias": logit_bias, "min_tokens": min_tokens, "penalties": penalties,
+         "no_repeat_ngram": no_repeat_ngram}
 ORDER = tuple(n for n, _ in CHAIN.processors)
 assert ORDER[0] == "mask" and set(ORDER[1:]) == set(STEPS), f"the device has no step for {ORDER}"
 

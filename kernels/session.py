@@ -83,7 +83,7 @@ class TorchSession:
             raise OracleError(f"token id {bad[0]} is outside the vocabulary [0, {self.cfg.vocab_size})")
         params.check_vocab(self.cfg.vocab_size, f"request {rid}")
         try:
-            check_limits(params)                                         # the device's bad-word tables
+            check_limits(params, len(prompt) + (params.max_tokens or 0))  # the device's fixed-size tables
         except OracleError as e:
             raise OracleError(f"request {rid}: {e}") from None
         self._fit(len(prompt), f"request {rid}: prompt of {len(prompt)} tokens")
@@ -153,6 +153,10 @@ class TorchSession:
             reach = len(req.tokens) - 1 + ahead + t                     # positions 0..reach-1
             need = max(need, reach)
             self._fit(reach, f"request {req.rid}: a round reaching position {reach - 1}")
+            try:
+                check_limits(req.params, reach + 1)                      # the tokens committed after it, at most
+            except OracleError as e:
+                raise OracleError(f"request {req.rid}: {e}") from None
             while req.in_flight and self._need(req, t) > self.engine.Wcap:
                 self._finish(self.pending[0])                            # window too small: finish the oldest
         dep = [r.depths for r in reqs]                                   # (d_i, D_i) per request

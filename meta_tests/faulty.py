@@ -34,6 +34,8 @@ fails (meta_tests/test_faults.py asserts which properties catch which fault).
     make_min_tokens_counts_round_drafts  min_tokens counts every draft of the round as generated
                                     (len(output) - drafts + round_drafts): stop tokens unmasked early
     make_bad_words_ignore_drafts    bad-word prefixes matched against the committed output only
+    make_no_repeat_ngram_ignores_drafts  n-grams matched against the prompt and the committed
+                                    output only (this round's drafts not in the sequence)
     make_biased_sampler             the filtered distribution is moved by 2% total variation
                                     (property_tests.test_distribution.biased)
     make_logits_off_at_one_offset   verification logits of offset 1 off by 25% (self-consistent)
@@ -427,6 +429,15 @@ class BadWordsIgnoreDrafts(FaultyBackend):
     sampling = sampling_with_steps(bad_words=_bad_words_ignore_drafts)
 
 
+def _no_repeat_ngram_ignores_drafts(x, params, seen):
+    return processors.no_repeat_ngram(x, params, _committed(seen))           # BUG: drafts not in the n-grams
+
+
+class NoRepeatNgramIgnoresDrafts(FaultyBackend):
+    fault = "no_repeat_ngram_ignores_drafts"
+    sampling = sampling_with_steps(no_repeat_ngram=_no_repeat_ngram_ignores_drafts)
+
+
 def _biased_filtered_probs(logits, params, seen=None):
     from property_tests.test_distribution import biased
     return biased(sampling.filtered_probs(logits, params, seen)).astype(np.float32)
@@ -589,6 +600,10 @@ def make_bad_words_ignore_drafts():
     return BadWordsIgnoreDrafts()
 
 
+def make_no_repeat_ngram_ignores_drafts():
+    return NoRepeatNgramIgnoresDrafts()
+
+
 def make_biased_sampler():
     return BiasedSampler()
 
@@ -613,6 +628,7 @@ FAULTS = {  # factory name -> one-line description
     "make_penalty_verify_only": "penalties applied to verification logits only, not to draft logits",
     "make_min_tokens_counts_round_drafts": "min_tokens counts all of the round's drafts as generated",
     "make_bad_words_ignore_drafts": "bad-word prefixes matched against committed output only",
+    "make_no_repeat_ngram_ignores_drafts": "no_repeat_ngram matched against prompt and committed output only",
     "make_biased_sampler": "sampler biased by 2% total variation",
     "make_logits_off_at_one_offset": "verification logits of offset 1 off by 25%",
     "make_divergence_without_near_tie": "greedy final token replaced by the least likely one",

@@ -54,6 +54,7 @@ on the others):
     min_tokens counts drafts    plain-decoding equivalence, forced drafts (min_tokens needs stop
                                 tokens: the round properties' requests carry none)
     bad words ignore drafts     plain-decoding equivalence, forced drafts
+    n-grams ignore drafts       plain-decoding equivalence with no_repeat_ngram alone
 and each fails `check --backend` on the processor case (PROCESSOR_CASES: the issue's
 processor flags with stop tokens) in both precisions, where the correct backends pass.
 
@@ -86,6 +87,7 @@ STATEFUL = "test_stateful::RoundLifecycle"
 RESIDUAL_SUM = "test_distribution::test_residual_is_a_distribution"
 STOPS = "test_stop_props::test_stops_cut_emission_not_decisions"
 PLAIN = "test_processor_props::test_greedy_speculative_decoding_is_plain_decoding"
+PLAIN_NGRAM = "test_processor_props::test_each_processor_alone_is_plain_decoding[step=no_repeat_ngram]"
 FORCED_DRAFTS = "test_processor_props::test_forced_drafts_follow_the_plain_decode"
 NO_UNIFORMS = "test_processor_props::test_processors_draw_no_uniforms"
 
@@ -124,6 +126,7 @@ EXPECTED = {
         (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
     "make_bad_words_ignore_drafts": [
         (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
+    "make_no_repeat_ngram_ignores_drafts": [(PLAIN_NGRAM, "plain decoding")],
 }
 PROCESSOR_FAULTS = ("make_penalty_ignores_drafts", "make_penalty_verify_only", "make_min_tokens_counts_round_drafts",
                     "make_bad_words_ignore_drafts")

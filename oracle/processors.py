@@ -1,6 +1,6 @@
 """Logits processors that depend on the sequence (docs/DESIGN.md section 5), with vLLM's
 definitions and order: bad words, min_tokens, logit bias, then the repetition, frequency and presence
-penalties. Each step maps FP32 logits [V] to FP32 logits [V] (it may write into its input,
+penalties; then Hugging Face's no_repeat_ngram_size. Each step maps FP32 logits [V] to FP32 logits [V] (it may write into its input,
 which the chain has copied) and skips itself when its parameter is off, so a request without
 processors gets the same bits as before they existed.
 
@@ -72,4 +72,18 @@ def penalties(x: np.ndarray, params, seen: Seen) -> np.ndarray:
         x = (x - F32(f) * counts.astype(F32)).astype(F32)
     if p != 0:
         x = (x - F32(p) * (counts > 0).astype(F32)).astype(F32)
+    return x
+
+
+def no_repeat_ngram(x: np.ndarray, params, seen: Seen) -> np.ndarray:
+    """Hugging Face's NoRepeatNGramLogitsProcessor: with n = no_repeat_ngram, a token is masked
+    when it would complete an n-gram that already occurs in the sequence, the prompt followed by
+    the output (HF matches its whole input_ids, prompt included). n = 1 masks every token seen."""
+    n = params.no_repeat_ngram
+    if not n:
+        return x
+    seq = tuple(seen.prompt) + tuple(seen.output)
+    prefix = seq[len(seq) - n + 1:] if n > 1 else ()             # the last n-1 tokens
+    banned = [seq[j + n - 1] for j in range(len(seq) - n + 1) if seq[j:j + n - 1] == prefix]
+    x[banned] = -np.inf
     return x

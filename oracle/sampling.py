@@ -1,19 +1,24 @@
 """Sampling: the request parameters, the chain from logits to probabilities, categorical
 draws and acceptance (docs/DESIGN.md section 5).
 
-The chain (`CHAIN`, in FP32, on the draft and on the verification logits of every offset):
+The chain (`CHAIN`, a tuple of `Step`s, in FP32, on the draft and on the verification logits
+of every offset):
   processors (greedy and sampled requests alike; `seen`: the tokens these logits see)
   1. mask: banned token ids, and every id outside allowed_token_ids, become -inf (a row
      with every token masked is an error; -inf is a legal logit, NaN and +inf are not);
   2. bad_words, 3. min_tokens, 4. logit_bias, 5. penalties (oracle/processors.py, vLLM's
-     definitions and order; min_tokens and logit_bias commute);
+     definitions and order; min_tokens and logit_bias commute), 6. no_repeat_ngram (Hugging
+     Face's no_repeat_ngram_size, on the prompt and the output);
   filters (sampled requests; greedy requests take the argmax of the processed logits)
-  6. temperature: x / T;
-  7. min-p (vLLM's definition): drop tokens with softmax(x) < min_p * max softmax(x);
-  8. top-k: keep x >= the k-th largest x;
-  9. top-p: sort the probabilities descending; a token whose mass before it (in that order)
+  7. temperature: x / T;
+  8. min-p (vLLM's definition): drop tokens with softmax(x) < min_p * max softmax(x);
+  9. top-k: keep x >= the k-th largest x;
+  10. top-p: sort the probabilities descending; a token whose mass before it (in that order)
      exceeds p is dropped, the top token always stays;
-  10. softmax.
+  11. softmax.
+Each step carries its SamplingParams fields and their off values, when it is on, the check of
+its values, and its command-line options; SamplingParams' checks and JSON, the CLI's processor
+options, the tests' "processors off" and the torch backend's rows are read from CHAIN.
 Ties: every token tied with the last survivor of top-k or top-p survives too (top-k keeps
 x >= the k-th value; top-p keeps p_t >= the probability of the last token kept in sorted
 order), as FlashInfer does. Why: tied tokens are indistinguishable to the model, so which of
@@ -26,8 +31,10 @@ A categorical draw consumes one uniform: inverse CDF over token ids in FP64.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -40,6 +47,9 @@ F32 = np.float32
 
 @dataclass(slots=True, frozen=True)
 class SamplingParams:
+    """A request's parameters. Each field but seed and the stop cut's (stop_token_ids,
+    max_tokens) belongs to one step of CHAIN, which checks it, says when it is on, and writes
+    it to JSON (`Step`)."""
     temperature: float = 0.0          # 0 means greedy
     top_k: int | None = None          # None: off
     top_p: float | None = None        # None or 1.0: off
@@ -55,15 +65,9 @@ class SamplingParams:
     logit_bias: tuple = ()            # ((token id, bias in [-100, 100]), ...), by token id; a dict is taken
     bad_words: tuple = ()             # token-id sequences; the last token of one is masked after the others
     min_tokens: int = 0               # stop tokens masked until this many tokens are generated
+    no_repeat_ngram: int = 0          # Hugging Face's no_repeat_ngram_size: 0 off; n bans repeating an n-gram
 
     def __post_init__(self):
-        t = self.temperature
-        if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
-            raise OracleError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
-            raise OracleError(f"top_k must be an integer >= 1, got {self.top_k!r}")
-        if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
-            raise OracleError(f"top_p must be in (0, 1], got {self.top_p!r}")
         stops = tuple(self.stop_token_ids)
         if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 for t in stops):
             raise OracleError(f"stop_token_ids must be token ids >= 0, got {list(stops)!r}")
@@ -71,58 +75,9 @@ class SamplingParams:
         m = self.max_tokens
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise OracleError(f"max_tokens must be an integer >= 1 (or None), got {m!r}")
-        for name in ("banned_token_ids", "allowed_token_ids"):
-            ids = getattr(self, name)
-            if ids is None:
-                continue
-            ids = tuple(ids)
-            if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 for t in ids):
-                raise OracleError(f"{name} must be token ids >= 0, got {list(ids)!r}")
-            object.__setattr__(self, name, tuple(int(t) for t in ids))
-        if self.allowed_token_ids is not None and not set(self.allowed_token_ids) - set(self.banned_token_ids):
-            raise OracleError("allowed_token_ids minus banned_token_ids is empty: every token is masked")
-        mp = self.min_p
-        if mp is not None and (isinstance(mp, bool) or not isinstance(mp, (int, float)) or not 0 <= mp <= 1):
-            raise OracleError(f"min_p must be in [0, 1], got {mp!r}")
-        self._check_processors()
-
-    def _check_processors(self):
-        num = lambda v: isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
-        r = self.repetition_penalty
-        if not num(r) or r <= 0:
-            raise OracleError(f"repetition_penalty must be a finite number > 0 (1 = off), got {r!r}")
-        for name in ("presence_penalty", "frequency_penalty"):
-            v = getattr(self, name)
-            if not num(v) or not -2 <= v <= 2:
-                raise OracleError(f"{name} must be in [-2, 2] (0 = off), got {v!r}")
-        bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
-        try:
-            bias = [(t, b) for t, b in bias]
-        except (TypeError, ValueError):
-            raise OracleError(f"logit_bias must map token ids to biases, got {self.logit_bias!r}") from None
-        for t, b in bias:
-            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
-                raise OracleError(f"logit_bias: {t!r} is not a token id >= 0")
-            if not num(b) or not -100 <= b <= 100:
-                raise OracleError(f"logit_bias of token {t}: the bias must be a finite number in [-100, 100], got {b!r}")
-        if len({t for t, _ in bias}) != len(bias):
-            raise OracleError("logit_bias names a token twice")
-        words = []
-        for w in self.bad_words:
-            w = tuple(w) if isinstance(w, (list, tuple)) else None
-            if not w or any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 for t in w):
-                raise OracleError(f"bad_words must be non-empty sequences of token ids >= 0, got {list(self.bad_words)!r}")
-            words.append(tuple(int(t) for t in w))
-        m = self.min_tokens
-        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
-            raise OracleError(f"min_tokens must be an integer >= 0, got {m!r}")
-        if self.max_tokens is not None and m > self.max_tokens:
-            raise OracleError(f"min_tokens {m} exceeds max_tokens {self.max_tokens}")
-        object.__setattr__(self, "repetition_penalty", float(r))
-        object.__setattr__(self, "presence_penalty", float(self.presence_penalty))
-        object.__setattr__(self, "frequency_penalty", float(self.frequency_penalty))
-        object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(b)) for t, b in bias)))
-        object.__setattr__(self, "bad_words", tuple(words))
+        for step in CHAIN.steps:                        # each step's fields, checked and in normal form
+            for name, value in step.check(self).items():
+                object.__setattr__(self, name, value)
 
     @property
     def greedy(self) -> bool:
@@ -131,38 +86,154 @@ class SamplingParams:
     @property
     def needs_seen(self) -> bool:
         """Whether the processed logits depend on the tokens before them."""
-        return bool(self.repetition_penalty != 1 or self.presence_penalty or self.frequency_penalty or
-                    self.bad_words or (self.min_tokens and self.stop_token_ids))
+        return any(s.seen and s.is_on(self) for s in CHAIN.steps)
 
     @property
     def has_processors(self) -> bool:
         """Any of the processors of oracle/processors.py is on."""
-        return self.needs_seen or bool(self.logit_bias)
+        return any(s.kind == "processor" and s.is_on(self) for s in CHAIN.steps)
 
     def to_json(self) -> dict:
+        """temperature, top_k, top_p and seed always; the stop cut's fields and each step's
+        fields when one of them is not its off value. SamplingParams(**json) reads it back."""
         out = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
         if self.stop_token_ids or self.max_tokens is not None:
             out |= {"stop_token_ids": list(self.stop_token_ids), "max_tokens": self.max_tokens}
-        if self.banned_token_ids or self.allowed_token_ids is not None:
-            out |= {"banned_token_ids": list(self.banned_token_ids),
-                    "allowed_token_ids": None if self.allowed_token_ids is None else list(self.allowed_token_ids)}
-        if self.min_p:
-            out["min_p"] = self.min_p
-        if self.has_processors:
-            out |= {"repetition_penalty": self.repetition_penalty, "presence_penalty": self.presence_penalty,
-                    "frequency_penalty": self.frequency_penalty, "logit_bias": [list(tb) for tb in self.logit_bias],
-                    "bad_words": [list(w) for w in self.bad_words], "min_tokens": self.min_tokens}
+        for step in CHAIN.steps:
+            if step.given(self):
+                out |= {name: _json(getattr(self, name)) for name in step.off}
         return out
 
     def check_vocab(self, vocab: int, who="request") -> None:
         """Token ids named by the params must be in the vocabulary."""
-        named = {"stop_token_ids": self.stop_token_ids, "banned_token_ids": self.banned_token_ids,
-                 "allowed_token_ids": self.allowed_token_ids or (), "logit_bias": [t for t, _ in self.logit_bias],
-                 "bad_words": [t for w in self.bad_words for t in w]}
-        for name, ids in named.items():
-            bad = [t for t in ids if t >= vocab]
-            if bad:
-                raise OracleError(f"{who}: {name} holds {bad[0]}, outside the vocabulary [0, {vocab})")
+        try:
+            in_vocab("stop_token_ids", self.stop_token_ids, vocab)
+            for step in CHAIN.steps:
+                step.check(self, vocab)
+        except OracleError as e:
+            raise OracleError(f"{who}: {e}") from None
+
+
+def _json(v):
+    return [_json(x) for x in v] if isinstance(v, tuple) else v
+
+
+def in_vocab(name: str, ids, vocab: int) -> None:
+    bad = [t for t in ids if t >= vocab]
+    if bad:
+        raise OracleError(f"{name} holds {bad[0]}, outside the vocabulary [0, {vocab})")
+
+
+def _is_id(t) -> bool:
+    return not isinstance(t, bool) and isinstance(t, (int, np.integer)) and t >= 0
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# ---- each step's check: (params, vocab=None) -> {field: normal form}; a bad value is one
+# OracleError line naming the field and the value; with vocab, its token ids are checked too ----
+
+def _check_mask(p, vocab=None) -> dict:
+    out = {}
+    for name in ("banned_token_ids", "allowed_token_ids"):
+        ids = getattr(p, name)
+        if ids is None:
+            continue
+        ids = tuple(ids)
+        if not all(_is_id(t) for t in ids):
+            raise OracleError(f"{name} must be token ids >= 0, got {list(ids)!r}")
+        out[name] = tuple(int(t) for t in ids)
+        if vocab is not None:
+            in_vocab(name, out[name], vocab)
+    if p.allowed_token_ids is not None and not set(out["allowed_token_ids"]) - set(out["banned_token_ids"]):
+        raise OracleError("allowed_token_ids minus banned_token_ids is empty: every token is masked")
+    return out
+
+
+def _check_bad_words(p, vocab=None) -> dict:
+    words = []
+    for w in p.bad_words:
+        w = tuple(w) if isinstance(w, (list, tuple)) else None
+        if not w or not all(_is_id(t) for t in w):
+            raise OracleError(f"bad_words must be non-empty sequences of token ids >= 0, got {list(p.bad_words)!r}")
+        words.append(tuple(int(t) for t in w))
+    if vocab is not None:
+        in_vocab("bad_words", [t for w in words for t in w], vocab)
+    return {"bad_words": tuple(words)}
+
+
+def _check_min_tokens(p, vocab=None) -> dict:
+    m = p.min_tokens
+    if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+        raise OracleError(f"min_tokens must be an integer >= 0, got {m!r}")
+    if p.max_tokens is not None and m > p.max_tokens:
+        raise OracleError(f"min_tokens {m} exceeds max_tokens {p.max_tokens}")
+    return {}
+
+
+def _check_logit_bias(p, vocab=None) -> dict:
+    bias = p.logit_bias.items() if isinstance(p.logit_bias, dict) else p.logit_bias
+    try:
+        bias = [(t, b) for t, b in bias]
+    except (TypeError, ValueError):
+        raise OracleError(f"logit_bias must map token ids to biases, got {p.logit_bias!r}") from None
+    for t, b in bias:
+        if not _is_id(t):
+            raise OracleError(f"logit_bias: {t!r} is not a token id >= 0")
+        if not _num(b) or not -100 <= b <= 100:
+            raise OracleError(f"logit_bias of token {t}: the bias must be a finite number in [-100, 100], got {b!r}")
+    if len({t for t, _ in bias}) != len(bias):
+        raise OracleError("logit_bias names a token twice")
+    if vocab is not None:
+        in_vocab("logit_bias", [t for t, _ in bias], vocab)
+    return {"logit_bias": tuple(sorted((int(t), float(b)) for t, b in bias))}
+
+
+def _check_penalties(p, vocab=None) -> dict:
+    r = p.repetition_penalty
+    if not _num(r) or r <= 0:
+        raise OracleError(f"repetition_penalty must be a finite number > 0 (1 = off), got {r!r}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = getattr(p, name)
+        if not _num(v) or not -2 <= v <= 2:
+            raise OracleError(f"{name} must be in [-2, 2] (0 = off), got {v!r}")
+    return {"repetition_penalty": float(r), "presence_penalty": float(p.presence_penalty),
+            "frequency_penalty": float(p.frequency_penalty)}
+
+
+def _check_no_repeat_ngram(p, vocab=None) -> dict:
+    n = p.no_repeat_ngram
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise OracleError(f"no_repeat_ngram must be an integer >= 0 (0 = off), got {n!r}")
+    return {"no_repeat_ngram": int(n)}
+
+
+def _check_temperature(p, vocab=None) -> dict:
+    t = p.temperature
+    if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
+        raise OracleError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+    return {}
+
+
+def _check_min_p(p, vocab=None) -> dict:
+    mp = p.min_p
+    if mp is not None and (isinstance(mp, bool) or not isinstance(mp, (int, float)) or not 0 <= mp <= 1):
+        raise OracleError(f"min_p must be in [0, 1], got {mp!r}")
+    return {}
+
+
+def _check_top_k(p, vocab=None) -> dict:
+    if p.top_k is not None and (isinstance(p.top_k, bool) or not isinstance(p.top_k, int) or p.top_k < 1):
+        raise OracleError(f"top_k must be an integer >= 1, got {p.top_k!r}")
+    return {}
+
+
+def _check_top_p(p, vocab=None) -> dict:
+    if p.top_p is not None and not (isinstance(p.top_p, (int, float)) and 0 < p.top_p <= 1):
+        raise OracleError(f"top_p must be in (0, 1], got {p.top_p!r}")
+    return {}
 
 
 def stop_cut(emitted, params: SamplingParams, generated: int) -> tuple[int, str | None]:
@@ -240,19 +311,93 @@ def top_p(x: np.ndarray, params: SamplingParams) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step of the chain: its SamplingParams fields with their off values (the defaults),
+    when it is on, the check of its values, what it does, and its command-line options.
+    kind: "mask" and "processor" steps take (x, params, seen), "filter" steps (x, params);
+    greedy requests stop after the processors. A step that is off is the identity."""
+    name: str
+    kind: str                         # "mask" | "processor" | "filter"
+    apply: Callable                   # FP32 logits [V] -> FP32 logits [V]
+    off: dict                         # field -> its off value
+    check: Callable                   # (params, vocab=None) -> {field: normal form}; one-line OracleError
+    on: Callable | None = None        # params -> bool; None: a field is not its off value
+    seen: bool = False                # it reads the tokens before the logits (Seen)
+    options: tuple = ()               # (dest, kind, metavar, help): oracle/cli/round_args.py ARG_TYPES
+    strategy: str = ""                # property_tests/strategies.py: the function drawing its values
+
+    def given(self, params) -> bool:
+        """A field of the step is not its off value (what to_json writes)."""
+        return any(getattr(params, f) != v for f, v in self.off.items())
+
+    def is_on(self, params) -> bool:
+        return self.on(params) if self.on is not None else self.given(params)
+
+
+STEPS = (
+    Step("mask", "mask", mask, {"banned_token_ids": (), "allowed_token_ids": None}, _check_mask),
+    Step("bad_words", "processor", processors.bad_words, {"bad_words": ()}, _check_bad_words, seen=True,
+         options=(("bad_words", "words", "IDS/IDS",
+                   "token-id words whose last token is masked after the others, e.g. 3,4/7 (default: none)"),),
+         strategy="bad_words_kwargs"),
+    Step("min_tokens", "processor", processors.min_tokens, {"min_tokens": 0}, _check_min_tokens,
+         on=lambda p: bool(p.min_tokens and p.stop_token_ids), seen=True,
+         options=(("min_tokens", "count", "N",
+                   "stop tokens are masked until this many tokens are generated (default: 0)"),),
+         strategy="min_tokens_kwargs"),
+    Step("logit_bias", "processor", processors.logit_bias, {"logit_bias": ()}, _check_logit_bias,
+         options=(("logit_bias", "biases", "ID:B,...",
+                   "added to the logits of these token ids, e.g. 5:2.0,9:-1.5 (default: none)"),),
+         strategy="logit_bias_kwargs"),
+    Step("penalties", "processor", processors.penalties,
+         {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}, _check_penalties, seen=True,
+         options=(("repetition_penalty", "number", "R",
+                   "vLLM's repetition penalty on prompt and output tokens, > 0 (default: 1, off)"),
+                  ("presence_penalty", "number", "P",
+                   "subtracted from the logits of tokens in the output, in [-2, 2] (default: 0)"),
+                  ("frequency_penalty", "number", "F", "subtracted per occurrence in the output, in [-2, 2] (default: 0)")),
+         strategy="penalties_kwargs"),
+    Step("no_repeat_ngram", "processor", processors.no_repeat_ngram, {"no_repeat_ngram": 0}, _check_no_repeat_ngram,
+         seen=True,
+         options=(("no_repeat_ngram", "count", "N",
+                   "Hugging Face's no_repeat_ngram_size: a token that would repeat an N-gram of the prompt and "
+                   "output is masked (default: 0, off)"),),
+         strategy="no_repeat_ngram_kwargs"),
+    Step("temperature", "filter", temperature, {"temperature": 0.0}, _check_temperature),
+    Step("min_p", "filter", min_p, {"min_p": None}, _check_min_p, on=lambda p: bool(p.min_p)),
+    Step("top_k", "filter", top_k, {"top_k": None}, _check_top_k),
+    Step("top_p", "filter", top_p, {"top_p": None}, _check_top_p, on=lambda p: p.top_p is not None and p.top_p < 1),
+)
+
+
+@dataclass(frozen=True)
 class Chain:
-    """The chain's steps by name, in order (the module docstring). Processors take
-    (x, params, seen), filters (x, params). `replace(top_k=f)` swaps one step (meta_tests'
-    faulty samplers); kernels/sampler.py runs its own steps in the order of these names."""
-    processors: tuple = (("mask", mask), ("bad_words", processors.bad_words), ("min_tokens", processors.min_tokens),
-                         ("logit_bias", processors.logit_bias), ("penalties", processors.penalties))
-    filters: tuple = (("temperature", temperature), ("min_p", min_p), ("top_k", top_k), ("top_p", top_p))
+    """The chain's steps in order (the module docstring). `replace(top_k=f)` swaps one step's
+    function (meta_tests' faulty samplers); kernels/sampler.py runs its own steps by name."""
+    steps: tuple = STEPS
+
+    @property
+    def processors(self) -> tuple:
+        """(name, function) of the mask and the processors, in order."""
+        return tuple((s.name, s.apply) for s in self.steps if s.kind != "filter")
+
+    @property
+    def filters(self) -> tuple:
+        return tuple((s.name, s.apply) for s in self.steps if s.kind == "filter")
+
+    def named(self, kind: str) -> tuple:
+        """The steps of one kind ("mask", "processor", "filter"), in order."""
+        return tuple(s for s in self.steps if s.kind == kind)
+
+    def off(self, kind: str = "processor") -> dict:
+        """The SamplingParams fields of the steps of one kind at their off values
+        (dataclasses.replace(params, **CHAIN.off()): the params without processors)."""
+        return {f: v for s in self.named(kind) for f, v in s.off.items()}
 
     def replace(self, **steps) -> "Chain":
-        names = {n for n, _ in self.processors + self.filters}
+        names = {s.name for s in self.steps}
         assert set(steps) <= names, f"no step {sorted(set(steps) - names)} in the chain"
-        swap = lambda part: tuple((n, steps.get(n, f)) for n, f in part)
-        return Chain(swap(self.processors), swap(self.filters))
+        return Chain(tuple(dataclasses.replace(s, apply=steps.get(s.name, s.apply)) for s in self.steps))
 
 
 CHAIN = Chain()
@@ -268,7 +413,7 @@ def seen_or_empty(params: SamplingParams, seen: Seen | None) -> Seen:
 
 def processed_logits(logits: np.ndarray, params: SamplingParams, seen: Seen | None = None,
                      chain: Chain = CHAIN) -> np.ndarray:
-    """logits [V] -> FP32 logits [V] after the mask and the processors (steps 1-5)."""
+    """logits [V] -> FP32 logits [V] after the mask and the processors (steps 1-6)."""
     check_logits(logits)
     seen = seen_or_empty(params, seen)
     x = np.array(logits, F32)

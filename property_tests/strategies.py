@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from oracle.config import ModelConfig
 from oracle.model import LoopedModel, random_weights
 from oracle.rng_trace import POLICIES
-from oracle.sampling import SamplingParams
+from oracle.sampling import CHAIN, SamplingParams
 
 MODES = ("block", "loop")
 
@@ -229,49 +229,89 @@ def unmasked(p: SamplingParams, vocab: int) -> list[int]:
     return sorted(set(allowed) - set(p.banned_token_ids))
 
 
+# Each processor step of oracle.sampling.CHAIN names its function here (Step.strategy):
+# (draw, c) -> its SamplingParams fields, drawn so that they bite on a small vocabulary.
+# c: pool (token ids, often the recent ones), stops, max_tokens, keep (a token that no mask of
+# the step may take: the row never empties).
+
+def penalties_kwargs(draw, c) -> dict:
+    """Repetition in [0.5, 2] (2 and 0.5 often), and/or presence and frequency in [-2, 2] (the
+    ends often)."""
+    which = draw(st.sampled_from(["repetition", "additive", "both"]))
+    out = {}
+    if which != "additive":
+        out["repetition_penalty"] = draw(st.sampled_from([2.0, 0.5, 1.3]) | st.floats(0.5, 2.0))
+    if which != "repetition":
+        out["presence_penalty"] = draw(st.sampled_from([2.0, -2.0, 0.5]) | st.floats(-2.0, 2.0))
+        out["frequency_penalty"] = draw(st.sampled_from([0.0, 2.0, -2.0]) | st.floats(-2.0, 2.0))
+    return out
+
+
+def logit_bias_kwargs(draw, c) -> dict:
+    """Up to 3 tokens, biases large enough to change decisions (+-8, +-100 or within +-10)."""
+    bias = st.sampled_from([8.0, -8.0, 100.0, -100.0]) | st.floats(-10.0, 10.0)
+    return {"logit_bias": tuple(draw(st.lists(st.tuples(c["pool"], bias), min_size=1, max_size=3,
+                                              unique_by=lambda tb: tb[0])))}
+
+
+def bad_words_kwargs(draw, c) -> dict:
+    """1-3 words of 1-3 tokens, none ending in keep."""
+    words = draw(st.lists(st.lists(c["pool"], min_size=1, max_size=3).map(tuple), min_size=1, max_size=3))
+    return {"bad_words": tuple(w for w in words if w[-1] != c["keep"])}
+
+
+def min_tokens_kwargs(draw, c) -> dict:
+    """With stop tokens (keep not among them): min_tokens in 0..8, no more than max_tokens."""
+    if not c["stops"] or c["keep"] in c["stops"]:
+        return {}
+    return {"min_tokens": draw(st.integers(0, min(8, c["max_tokens"] or 8)))}
+
+
+def no_repeat_ngram_kwargs(draw, c) -> dict:
+    """n in 2..4 where the mask leaves 16 tokens or more (3 or 4 from 12; none below). The
+    n-gram ban grows with the sequence and masks every token after a prefix that recurred once
+    per token left (n = 1 masks every token seen): a legal all-masked row, which the runs here
+    must not reach."""
+    if c["free"] < 12:
+        return {}
+    return {"no_repeat_ngram": draw(st.sampled_from([2, 3, 4] if c["free"] >= 16 else [3, 4]))}
+
+
 @st.composite
-def processor_kwargs(draw, vocab: int, recent=(), stops=(), max_tokens=None, keep=None) -> dict:
-    """SamplingParams fields of the processors that bite on a small vocabulary, each on in
-    about half the draws (at least one on): repetition penalty in [0.5, 2] (2 and 0.5
-    often), presence and frequency penalties in [-2, 2] (the ends often), a logit bias of
-    up to 3 tokens large enough to change decisions (+-8, +-100 or within +-10), 1-3 bad
-    words of 1-3 tokens, and with stop tokens min_tokens in 0..8 (no more than
-    max_tokens). Tokens come from `recent` (the tokens the request will see, so repeats
-    and bad-word prefixes occur) or anywhere. keep: a token no bad word and no stop token
-    masked by min_tokens may end in (the row is never all masked)."""
+def processor_kwargs(draw, vocab: int, recent=(), stops=(), max_tokens=None, keep=None, free=None,
+                     only: str | None = None) -> dict:
+    """SamplingParams fields of the processor steps of oracle.sampling.CHAIN, each on in about
+    half the draws (at least one on), drawn by the step's strategy (above). Tokens come from
+    `recent` (the tokens the request will see, so repeats and bad-word prefixes occur) or
+    anywhere. keep: a token no bad word and no stop token masked by min_tokens may end in;
+    free: the tokens the mask leaves (default: the vocabulary); only: the one step drawn (by name)."""
+    free = vocab if free is None else free
     pool = st.integers(0, vocab - 1)
     recent = sorted({t for t in recent[-6:] if t < vocab})
     if recent:
         pool = st.sampled_from(recent) | pool
-    on = draw(st.lists(st.booleans(), min_size=5, max_size=5))
+    steps = CHAIN.named("processor")
+    on = draw(st.lists(st.booleans(), min_size=len(steps), max_size=len(steps)))
     if not any(on):
-        on[draw(st.integers(0, 4))] = True
+        on[draw(st.integers(0, len(steps) - 1))] = True
+    if only is not None:
+        on = [s.name == only for s in steps]
+    c = {"pool": pool, "stops": stops, "max_tokens": max_tokens, "keep": keep, "free": free}
     out = {}
-    if on[0]:
-        out["repetition_penalty"] = draw(st.sampled_from([2.0, 0.5, 1.3]) | st.floats(0.5, 2.0))
-    if on[1]:
-        out["presence_penalty"] = draw(st.sampled_from([2.0, -2.0, 0.5]) | st.floats(-2.0, 2.0))
-        out["frequency_penalty"] = draw(st.sampled_from([0.0, 2.0, -2.0]) | st.floats(-2.0, 2.0))
-    if on[2]:
-        bias = st.sampled_from([8.0, -8.0, 100.0, -100.0]) | st.floats(-10.0, 10.0)
-        out["logit_bias"] = tuple(draw(st.lists(st.tuples(pool, bias), min_size=1, max_size=3,
-                                                unique_by=lambda tb: tb[0])))
-    if on[3]:
-        words = draw(st.lists(st.lists(pool, min_size=1, max_size=3).map(tuple), min_size=1, max_size=3))
-        out["bad_words"] = tuple(w for w in words if w[-1] != keep)
-    if on[4] and stops and keep not in stops:
-        out["min_tokens"] = draw(st.integers(0, min(8, max_tokens or 8)))
+    for step, o in zip(steps, on):
+        if o:
+            out |= globals()[step.strategy](draw, c)
     return out
 
 
 @st.composite
-def with_processors(draw, p: SamplingParams, vocab: int, recent=()):
+def with_processors(draw, p: SamplingParams, vocab: int, recent=(), only: str | None = None):
     """p with processor_kwargs: the row never empties (a token the mask leaves is kept out
     of every bad word and, under min_tokens, out of the stop tokens)."""
     from dataclasses import replace
     free = unmasked(p, vocab)
     keep = draw(st.sampled_from([t for t in free if t not in p.stop_token_ids] or free))
-    return replace(p, **draw(processor_kwargs(vocab, recent, p.stop_token_ids, p.max_tokens, keep)))
+    return replace(p, **draw(processor_kwargs(vocab, recent, p.stop_token_ids, p.max_tokens, keep, len(free), only)))
 
 
 def policies(supported=POLICIES):
@@ -394,5 +434,6 @@ PROC = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2,
             bad_words=((3, 4), (7,)), min_tokens=4, stop_token_ids=(2, 6, 8))
 PROC_PARAMS = [SamplingParams(**PROC), SamplingParams(1.0, seed=1, **PROC), SamplingParams(0.8, top_k=8, seed=2, **PROC),
                SamplingParams(), SamplingParams(1.0, seed=4),
-               SamplingParams(0.9, seed=5, repetition_penalty=0.6, bad_words=((1, 2, 3), (9, 9)), logit_bias={9: 30.0}),
+               SamplingParams(0.9, seed=5, repetition_penalty=0.6, bad_words=((1, 2, 3), (9, 9)), logit_bias={9: 30.0},
+                              no_repeat_ngram=2),
                SamplingParams(frequency_penalty=-2.0, logit_bias={12: 40.0}, min_tokens=3, stop_token_ids=(12,))]

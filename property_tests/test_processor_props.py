@@ -1,6 +1,6 @@
 """Sequence-dependent logits processors inside speculative rounds (oracle/processors.py; the
-chain of oracle/sampling.py: mask, bad_words, min_tokens, logit_bias, penalties, then the
-filters). The logits at offset o see the prompt, the output of earlier rounds and this
+chain of oracle/sampling.py: mask, bad_words, min_tokens, logit_bias, penalties, no_repeat_ngram,
+then the filters). The logits at offset o see the prompt, the output of earlier rounds and this
 round's drafts 1..o (oracle.phases.seen, oracle.judge.decisions.seen_in): the context plain
 decoding would have had. Requests here always carry processors, on small vocabularies (8-24
 tokens) so that they bite (strategies.processor_kwargs: repeats, penalties up to 2, biases
@@ -14,6 +14,9 @@ from each request's own plain decode (`with_recent_words`), so that they bite in
   processors, whatever is accepted. Inexact backends: a first difference is excused only at
   a near tie of the backend's own processed logits (the dtype's margin row, as the judge
   excuses divergences); the sequences are compared up to it.
+  test_each_processor_alone_is_plain_decoding: the same, per processor step of
+  oracle.sampling.CHAIN, with that step alone on (a new step is covered once its strategy is
+  named in CHAIN).
 * test_forced_drafts_follow_the_plain_decode (exact backends whose sessions run
   oracle.phases, i.e. the reference and meta_tests.faulty): the draft head is replaced
   (a `Phases` with another draft_head) by one that drafts the plain decode's next tokens and,
@@ -41,7 +44,7 @@ from hypothesis import strategies as st
 from oracle import phases as oracle_phases
 from oracle.judge.decisions import greedy_margin, seen_in
 from oracle.phases import PHASES
-from oracle.sampling import SamplingParams
+from oracle.sampling import CHAIN, SamplingParams
 from oracle.session import get_round
 from oracle.tolerances import TOLERANCES
 
@@ -56,19 +59,19 @@ ACCEPT_ALWAYS = 1.0 - 2.0 ** -53      # u * q(x) < p(x) whenever p(x) = q(x) > 0
 # ---- inputs --------------------------------------------------------------------------------
 
 @st.composite
-def processor_request(draw, vocab: int, prompt, kind: str = "any") -> SamplingParams:
-    """One request with processors (always): greedy (kind "greedy") or either; in half the cases
-    stop tokens (up to a third of the vocabulary) and sometimes max_tokens, so min_tokens
-    bites."""
+def processor_request(draw, vocab: int, prompt, kind: str = "any", only: str | None = None) -> SamplingParams:
+    """One request with processors (always; only: that step alone): greedy (kind "greedy") or
+    either; in half the cases stop tokens (up to a third of the vocabulary) and sometimes
+    max_tokens, so min_tokens bites."""
     p = draw(greedy_params(vocab) if kind == "greedy" else base_params(vocab))
     if draw(st.booleans()):
         stops = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=max(1, vocab // 3), unique=True))
         p = dataclasses.replace(p, stop_token_ids=tuple(stops), max_tokens=draw(st.none() | st.integers(4, 24)))
-    return draw(with_processors(p, vocab, prompt))
+    return draw(with_processors(p, vocab, prompt, only))
 
 
 @st.composite
-def processor_scenarios(draw, kind: str = "any", rounds=(2, None)) -> Scenario:
+def processor_scenarios(draw, kind: str = "any", rounds=(2, None), only: str | None = None) -> Scenario:
     """1-3 requests with processors on a small model, every request in every round (K_i
     drawn per round), per-request depths in half the runs."""
     cfg = draw(model_configs(vocab=(8, 24)))
@@ -77,7 +80,7 @@ def processor_scenarios(draw, kind: str = "any", rounds=(2, None)) -> Scenario:
     ragged = draw(st.booleans())
     depth_list = tuple(draw(request_depths(D)) for _ in range(n)) if ragged else None
     prompt_list = tuple(draw(prompts(cfg.vocab_size)) for _ in range(n))
-    params = tuple(draw(processor_request(cfg.vocab_size, prompt_list[i], kind)) for i in range(n))
+    params = tuple(draw(processor_request(cfg.vocab_size, prompt_list[i], kind, only)) for i in range(n))
     lo, hi = rounds
     ops = [("add", i) for i in range(n)]
     for _ in range(draw(st.integers(lo, hi or cap("ORACLE_MAX_ROUNDS")))):
@@ -170,7 +173,20 @@ def bite_events(bk, run, sc: Scenario) -> None:
 @given(sc=processor_scenarios(kind="greedy"), mode=st.sampled_from(MODES), plain_mode=st.sampled_from(MODES),
        data=st.data())
 def test_greedy_speculative_decoding_is_plain_decoding(sc, mode, plain_mode, data):
-    bk, sc = harness.backend_for(with_recent_words(sc, data))
+    assert_plain_decoding(with_recent_words(sc, data), mode, plain_mode)
+
+
+@pytest.mark.parametrize("step", [s.name for s in CHAIN.named("processor")])
+@settings(max_examples=examples(15))
+@given(mode=st.sampled_from(MODES), plain_mode=st.sampled_from(MODES), data=st.data())
+def test_each_processor_alone_is_plain_decoding(step, mode, plain_mode, data):
+    """The property above with one processor step of oracle.sampling.CHAIN on, alone (a step
+    that needs stop tokens is off where the request has none)."""
+    assert_plain_decoding(data.draw(processor_scenarios(kind="greedy", only=step), label="scenario"), mode, plain_mode)
+
+
+def assert_plain_decoding(sc, mode, plain_mode):
+    bk, sc = harness.backend_for(sc)
     spec = harness.run(bk, sc, mode)
     lengths = {rid: len(generated(spec, sc, rid)) for rid in range(len(sc.prompts))}
     plain = harness.run(bk, plain_scenario(sc, lengths), plain_mode)
@@ -314,8 +330,7 @@ def test_forced_drafts_follow_the_plain_decode(sc, mode, data):
 # ---- c. processors draw no uniforms ---------------------------------------------------------
 
 def without_processors(p: SamplingParams) -> SamplingParams:
-    return dataclasses.replace(p, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
-                               logit_bias=(), bad_words=(), min_tokens=0)
+    return dataclasses.replace(p, **CHAIN.off("processor"))
 
 
 @settings(max_examples=examples(30))

@@ -697,7 +697,7 @@ def test_sweep_measures_c_at_its_sessions_kv_capacity(tmp_path):
 from kernels import host_sampling                                               # noqa: E402
 from kernels.engine import Engine                                               # noqa: E402
 from kernels.round_buffer import processors_variant                             # noqa: E402
-from kernels.rows import MAX_BAD_WORD_LEN, MAX_BAD_WORDS, STEPS, TAIL, processor_steps  # noqa: E402
+from kernels.rows import HISTORY, MAX_BAD_WORD_LEN, MAX_BAD_WORDS, MAX_NGRAM, STEPS, TAIL, processor_steps  # noqa: E402
 from oracle.judge.cases import judge_cases                                      # noqa: E402
 from oracle.judge.runner import run_scenario as judge_run                   # noqa: E402
 from oracle.judge.scenario import make_case                                     # noqa: E402
@@ -717,6 +717,8 @@ def commit_output(engine, slot, output):
     engine.gen[slot] = len(output)
     tail = list(output[-TAIL:]) if output else []
     engine.tail[slot] = torch.tensor([0] * (TAIL - len(tail)) + tail)
+    plen = int(engine.plen[slot])
+    engine.hist[slot, plen:plen + len(output)] = torch.tensor(output, dtype=torch.int64)
 
 
 def assert_proc_state(session):
@@ -735,6 +737,8 @@ def assert_proc_state(session):
         prompt = np.zeros(V, bool)
         prompt[req.tokens[:len(req.tokens) - req.generated]] = True
         assert np.array_equal(e.prompt[req.slot].numpy(), prompt)
+        if req.params.no_repeat_ngram:                  # the history: prompt and output
+            assert e.hist[req.slot, :len(req.tokens)].tolist() == req.tokens, req.rid
 
 
 def random_proc_params(rng, V, ctx):
@@ -752,7 +756,8 @@ def random_proc_params(rng, V, ctx):
     return SP(pick(0.0, 1.0, 0.7), seed=1, repetition_penalty=pick(1.0, 1.3, 0.7, 2.0, 1e-3),
               presence_penalty=pick(0.0, 0.5, -1.0, 2.0), frequency_penalty=pick(0.0, 0.2, -2.0, 1.5),
               logit_bias=bias, bad_words=tuple(words), stop_token_ids=stops,
-              min_tokens=int(rng.integers(0, 12)), banned_token_ids=tuple(int(t) for t in rng.integers(0, V, rng.integers(0, 3))))
+              min_tokens=int(rng.integers(0, 12)), banned_token_ids=tuple(int(t) for t in rng.integers(0, V, rng.integers(0, 3))),
+              no_repeat_ngram=pick(0, 0, 1, 2, 3, MAX_NGRAM))
 
 
 def test_device_processors_match_the_reference_bit_for_bit(model):
@@ -767,7 +772,7 @@ def test_device_processors_match_the_reference_bit_for_bit(model):
     s = TORCH.session(model, 2, 4, "loop", max_requests=4)
     e, V, T = s.engine, model.cfg.vocab_size, s.Tcap
     s.add(-1, [1], SP(bad_words=((1,),)))                                        # allocates the buffers
-    counted = {"match": 0, "min_tokens": 0, "errors": 0, "argmax_moved": 0}
+    counted = {"match": 0, "min_tokens": 0, "errors": 0, "argmax_moved": 0, "ngram": 0}
     for trial in range(150):
         prompt = [int(t) for t in rng.integers(0, 8, rng.integers(1, 6))]
         output = [int(t) for t in rng.integers(0, 8, rng.integers(0, 12))]
@@ -815,8 +820,10 @@ def test_device_processors_match_the_reference_bit_for_bit(model):
                 counted["match"] += any(len(w) > 1 and len(w) - 1 <= len(full) and tuple(full[len(full) - len(w) + 1:]) == w[:-1]
                                         and len(w) - 1 > o for w in params.bad_words)
                 counted["min_tokens"] += len(full) == params.min_tokens - 1 and bool(params.stop_token_ids)
+                counted["ngram"] += bool(np.isneginf(sampling.processed_logits(np.zeros(V, np.float32), SP(
+                    no_repeat_ngram=params.no_repeat_ngram), seen)).any())         # an n-gram masked a token
         s.remove(rid)
-    assert min(counted.values()) > 0, counted          # straddling matches, min_tokens edges, errors, moved argmaxes
+    assert min(counted.values()) > 0, counted          # straddling matches, min_tokens edges, errors, moved argmaxes, n-grams
 
 
 def test_host_sampling_runs_the_device_processors():
@@ -908,7 +915,7 @@ def test_rounds_without_processors_take_todays_steps(model):
     assert variant([SP(), SP(0.5, top_k=3, stop_token_ids=(4,), banned_token_ids=(1,))]) == ()
     assert variant([SP(), SP(logit_bias={1: 1.0}), SP(min_tokens=2)]) == ("logit_bias",)
     assert variant([SP(min_tokens=2, stop_token_ids=(1,)), SP(presence_penalty=0.1, logit_bias={1: -1.0}),
-                    SP(bad_words=((2,),))]) == STEPS
+                    SP(bad_words=((2,),), no_repeat_ngram=2)]) == STEPS
     s.add(7, [1, 2], SP(repetition_penalty=1.2))
     assert s.engine.procs and s.engine.counts.shape == (s.engine.kv.n_slots, model.cfg.vocab_size)
     assert s.submit({0: 2, 1: 2}).plan.processors == () and s.submit({0: 2, 7: 2}).plan.processors == ("penalties",)
@@ -923,6 +930,23 @@ def test_bad_words_past_the_device_tables_are_refused_at_add(model):
         s.add(0, [1], SP(bad_words=tuple((t,) for t in range(MAX_BAD_WORDS + 1))))
     assert s.engine.kv.free == free and not s.requests
     s.add(0, [1], SP(bad_words=(tuple(range(MAX_BAD_WORD_LEN)),) + tuple((t,) for t in range(MAX_BAD_WORDS - 1))))
+
+
+def test_no_repeat_ngram_past_the_device_tables_is_refused(model):
+    """n above MAX_NGRAM, or a prompt and max_tokens above HISTORY: refused at add() in one line;
+    without max_tokens, the round that would commit past HISTORY."""
+    s = TORCH.session(model, 2, 4, "loop", max_len=HISTORY + 64)
+    free = list(s.engine.kv.free)
+    with pytest.raises(OracleError, match=f"^request 0: no_repeat_ngram {MAX_NGRAM + 1}: .* at most {MAX_NGRAM} tokens$"):
+        s.add(0, [1], SP(no_repeat_ngram=MAX_NGRAM + 1))
+    with pytest.raises(OracleError, match=f"^request 0: no_repeat_ngram: the request reaches {HISTORY + 1} tokens"):
+        s.add(0, [1, 2], SP(no_repeat_ngram=2, max_tokens=HISTORY - 1))
+    assert s.engine.kv.free == free and not s.requests
+    s.add(0, [1, 2], SP(no_repeat_ngram=MAX_NGRAM, max_tokens=HISTORY - 2))
+    s.add(1, [1] * (HISTORY - 2), SP(no_repeat_ngram=2))
+    s.step({1: 2})                                               # HISTORY tokens committed at most: fits
+    with pytest.raises(OracleError, match=f"^request 1: no_repeat_ngram: the request reaches {HISTORY + 1} tokens"):
+        s.submit({1: 2})
 
 
 def proc_cases(vocab):
@@ -953,7 +977,7 @@ def _verify_only(real):                     # the draft head runs without proces
 
 
 def _no_commit(real):                       # the output counts, generated count and tail never move
-    return lambda self, meta, R, policy, procs=False: real(self, meta, R, policy, False)
+    return lambda self, meta, R, policy, steps=(): real(self, meta, R, policy, ())
 
 
 @pytest.mark.parametrize("method,fault", [("_proc_rows", _no_drafts), ("draft_step", _verify_only),

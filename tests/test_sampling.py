@@ -167,7 +167,8 @@ def vllm_processed(logits, params, prompt=(), output=()):
     word's last token; a one-token word always masks); logit bias; min_tokens (stop tokens
     masked while fewer than min_tokens tokens are generated); penalties (repetition on prompt
     and output tokens: x > 0 -> x / r, else x * r; then frequency * count and presence *
-    [count > 0] subtracted, counts over the output only)."""
+    [count > 0] subtracted, counts over the output only); then Hugging Face's
+    no_repeat_ngram_size on prompt + output (hf_no_repeat_ngram_bans)."""
     x = [float(v) for v in logits]
     V = len(x)
     for t in range(V):
@@ -190,7 +191,21 @@ def vllm_processed(logits, params, prompt=(), output=()):
     for t, c in counts.items():
         x[t] -= params.frequency_penalty * c
         x[t] -= params.presence_penalty
+    for t in hf_no_repeat_ngram_bans(params.no_repeat_ngram, list(prompt) + out):
+        x[t] = NEG
     return np.array(x, np.float64)
+
+
+def hf_no_repeat_ngram_bans(n, seq) -> list:
+    """Hugging Face's _get_ngrams / _get_generated_ngrams (NoRepeatNGramLogitsProcessor) over
+    the whole sequence, prompt and output: the tokens that follow an earlier occurrence of the
+    last n-1 tokens."""
+    if not n or len(seq) + 1 < n:
+        return []
+    ngrams = {}
+    for gram in zip(*[seq[i:] for i in range(n)]):
+        ngrams.setdefault(tuple(gram[:-1]), []).append(gram[-1])
+    return ngrams.get(tuple(seq[len(seq) + 1 - n:]), [])
 
 
 def _random_case(rng):
@@ -216,6 +231,8 @@ def _random_case(rng):
         kw["min_tokens"] = int(rng.integers(0, 10))
     if rng.random() < 0.2:
         kw["banned_token_ids"] = (pick(),)
+    if rng.random() < 0.3:
+        kw["no_repeat_ngram"] = int(rng.choice([1, 2, 2, 3, 3, 4]))
     return logits, SP(**kw), prompt, output
 
 
@@ -262,6 +279,19 @@ def test_presence_and_frequency_on_output_tokens_only():
     assert got.tolist() == [1.0, 1.0, 1.0, 5.0]                                 # negative: repeats rewarded
 
 
+def test_no_repeat_ngram_counts_the_prompt_and_the_output():
+    logits = np.zeros(6, np.float32)
+    masked = lambda n, seen: np.flatnonzero(np.isneginf(S.processed_logits(logits, SP(no_repeat_ngram=n), seen))).tolist()
+    assert masked(2, Seen((1, 2, 3), (1,))) == [2]                              # 1 2 seen in the prompt
+    assert masked(2, Seen((1,), (2, 3, 1))) == [2]                              # in the output
+    assert masked(2, Seen((1, 2), (1, 4, 1))) == [2, 4]                         # every earlier follower
+    assert masked(1, Seen((5,), (0, 0))) == [0, 5]                              # n = 1: every token seen
+    assert masked(3, Seen((1, 2, 3), (1,))) == []                               # (3, 1) never seen before
+    assert masked(3, Seen((1, 2), (0, 1, 2))) == [0]
+    assert masked(4, Seen((1,), ())) == [] and masked(2, Seen()) == []          # shorter than n - 1
+    assert not SP(no_repeat_ngram=0).has_processors and SP(no_repeat_ngram=3).needs_seen
+
+
 def test_logit_bias_adds_and_takes_a_dict():
     logits = np.array([0.0, 1.0, 2.0], np.float32)
     assert S.processed_logits(logits, SP(logit_bias={0: 5.0, 2: -1.5})).tolist() == [5.0, 1.0, 0.5]
@@ -293,7 +323,8 @@ def test_min_tokens_masks_stop_tokens_until_reached():
 
 
 def test_chain_order():
-    assert [n for n, _ in S.CHAIN.processors] == ["mask", "bad_words", "min_tokens", "logit_bias", "penalties"]
+    assert [n for n, _ in S.CHAIN.processors] == ["mask", "bad_words", "min_tokens", "logit_bias", "penalties",
+                                                 "no_repeat_ngram"]
     assert [n for n, _ in S.CHAIN.filters] == ["temperature", "min_p", "top_k", "top_p"]
     one = np.array([1.0, 0.0], np.float32)
     # bias before penalties: (1 - 2) * 2 = -2, not 1 / 2 - 2 = -1.5
@@ -398,6 +429,7 @@ def test_processor_params_edges_and_normal_forms():
        stop_token_ids=(1, 3), banned_token_ids=(4,)),
     SP(presence_penalty=-2.0),
     SP(1.2, bad_words=[(1, 2, 3)]),
+    SP(no_repeat_ngram=3, min_tokens=2),
     SP(),
 ])
 def test_to_json_round_trip(p):
@@ -442,6 +474,9 @@ BAD_PROCESSOR_PARAMS = [
     ("min tokens float", {"min_tokens": 2.0}, "min_tokens", "2.0"),
     ("min tokens none", {"min_tokens": None}, "min_tokens", "None"),
     ("min tokens above max tokens", {"min_tokens": 6, "max_tokens": 5}, "min_tokens 6 exceeds max_tokens 5", ""),
+    ("no repeat ngram negative", {"no_repeat_ngram": -1}, "no_repeat_ngram", "-1"),
+    ("no repeat ngram float", {"no_repeat_ngram": 2.0}, "no_repeat_ngram", "2.0"),
+    ("no repeat ngram none", {"no_repeat_ngram": None}, "no_repeat_ngram", "None"),
 ]
 
 

@@ -19,25 +19,24 @@ from ..config import ModelConfig, preset
 from ..errors import OracleError
 from ..progress import warn
 from ..rng_trace import check_policy
-from ..sampling import SamplingParams
+from ..sampling import CHAIN, SamplingParams
 from ..schedule import validate
 
 
-PROCESSOR_OPTIONS = (   # dest, type, metavar, help: the logits processors (oracle/processors.py)
-    ("repetition_penalty", finite_float, "R", "vLLM's repetition penalty on prompt and output tokens, > 0 (default: 1, off)"),
-    ("presence_penalty", finite_float, "P", "subtracted from the logits of tokens in the output, in [-2, 2] (default: 0)"),
-    ("frequency_penalty", finite_float, "F", "subtracted per occurrence in the output, in [-2, 2] (default: 0)"),
-    ("logit_bias", token_biases, "ID:B,...", "added to the logits of these token ids, e.g. 5:2.0,9:-1.5 (default: none)"),
-    ("bad_words", token_words, "IDS/IDS", "token-id words whose last token is masked after the others, e.g. 3,4/7 "
-                                          "(default: none)"),
-    ("min_tokens", int_at_least(0), "N", "stop tokens are masked until this many tokens are generated (default: 0)"),
-)
+# the kinds of value a chain step's option takes (oracle.sampling.Step.options): its argparse
+# type and how round_flags writes it back
+ARG_TYPES = {"number": (finite_float, repr), "count": (int_at_least(0), repr),
+             "biases": (token_biases, lambda v: ",".join(f"{t}:{b!r}" for t, b in v.items())),
+             "words": (token_words, lambda v: "/".join(",".join(map(str, w)) for w in v))}
+# dest, type, metavar, help, format: the processors' options (oracle/processors.py), from oracle.sampling.CHAIN
+PROCESSOR_OPTIONS = tuple((dest, ARG_TYPES[kind][0], metavar, text, ARG_TYPES[kind][1])
+                          for step in CHAIN.named("processor") for dest, kind, metavar, text in step.options)
 
 
 def add_processor_options(p) -> None:
     """The processor options (`check`, `trace record`, `bench rounds|sweep`); their values are
     SamplingParams fields of the same names."""
-    for dest, kind, metavar, text in PROCESSOR_OPTIONS:
+    for dest, kind, metavar, text, _ in PROCESSOR_OPTIONS:
         p.add_argument("--" + dest.replace("_", "-"), type=kind, default=None, metavar=metavar, help=text)
 
 
@@ -202,15 +201,12 @@ def round_flags(args, counts) -> list[str]:
     out += ["--rounds", str(args.rounds), "--policy", args.policy]
     for flag, value in (("--prompt-len", args.prompt_len), ("--temperature", args.temperature),
                         ("--top-k", args.top_k), ("--top-p", args.top_p), ("--max-tokens", args.max_tokens),
-                        ("--min-p", args.min_p), ("--repetition-penalty", args.repetition_penalty),
-                        ("--presence-penalty", args.presence_penalty), ("--frequency-penalty", args.frequency_penalty),
-                        ("--min-tokens", args.min_tokens)):
+                        ("--min-p", args.min_p)):
         if value is not None:
             out += [flag, repr(value)]
-    if args.logit_bias:
-        out += ["--logit-bias", ",".join(f"{t}:{b!r}" for t, b in args.logit_bias.items())]
-    if args.bad_words:
-        out += ["--bad-words", "/".join(",".join(map(str, w)) for w in args.bad_words)]
+    for dest, _, _, _, fmt in PROCESSOR_OPTIONS:
+        if getattr(args, dest) is not None:
+            out += ["--" + dest.replace("_", "-"), fmt(getattr(args, dest))]
     for flag, ids in (("--stop-tokens", args.stop_tokens), ("--banned-tokens", args.banned_tokens)):
         if ids:
             out += [flag, ",".join(map(str, ids))]
