@@ -11,11 +11,13 @@ largest precision z, the group energies' range, the drift estimate nearest its t
 """
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")      # JAX beside torch on one GPU
 
 # the kernel paths: KernelOptions switches (unset: on where available)
 PATHS = {"default": {}, "gemv0": {"gemv": False}, "triton0": {"triton_attn": False}, "fuse0": {"fuse": False},
