@@ -104,6 +104,13 @@ def check_bench_args(args) -> None:
         if not args.allow_large and max(args.batch) > MAX_BATCH:
             limits.refuse("--batch: concurrency C", max(args.batch), MAX_BATCH)
         limits.check_counts([args.k + 1], args.target_loops, args.allow_large)
+        if args.min_tokens:         # options that would do nothing are refused (docs/cli_inputs.md)
+            raise OracleError(f"--min-tokens {args.min_tokens} masks stop tokens, and bench's requests have none "
+                              f"(they generate --tokens each): it has no effect here; drop it")
+        filters = [f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p)) if v is not None]
+        if args.temperature == 0 and filters:
+            raise OracleError(f"{filters[0]} filters sampled tokens; with --temperature 0 (the default) every "
+                              f"request is greedy and it has no effect: drop it or give a temperature > 0")
         if args.target_loops > cfg.total_loops:
             warn(f"-D {args.target_loops} is beyond the {cfg.total_loops} loops {args.preset} was trained with "
                  f"(total_ut_steps); the timing holds, its logits past depth {cfg.total_loops - 1} would be "
@@ -167,12 +174,15 @@ def cmd_ctable(args) -> int:
         raise OracleError(f"--rows-per-plane {max(rpp)}: more rows per plane than --context + 1 positions")
     table = measure_ctable(calls, args, rows, args.repeats, shared, args.kv_capacity) | threads
     noisy = noise_problem(table)
-    if noisy and not args.force:
+    if noisy and args.out and not args.force:
         raise OracleError(f"bench c-table: the repeats spread beyond the noise bound ({noisy}): the machine "
                           f"is busy; rerun on an idle one, or pass --force to write it marked \"noisy\" "
                           f"(`cost` then refuses it unless --force)")
     if noisy:
         table["noisy"] = noisy
+        if not args.out:           # printed, not written: shown with its spread flagged
+            warn(f"bench c-table: the repeats spread beyond the noise bound ({noisy}): the table is marked "
+                 f"\"noisy\"; `cost` refuses it unless --force, and --out writes it only with --force")
     text = json.dumps(table, indent=1)
     if args.out:
         write_out(args.out, text, f"c(M) for {len(rows)} row counts M={rows[0]}..{rows[-1]} on {table['device']}")

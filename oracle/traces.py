@@ -9,6 +9,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -132,8 +133,8 @@ class RoundTrace:
         return t
 
 
-FORMAT = "loopspec-trace/2"      # JSON + NPZ, the NPZ's SHA-256 in the JSON
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3               # 3: the file names its model (`model`) and its requests' sampling parameters (`params`)
+FORMAT = f"loopspec-trace/{SCHEMA_VERSION}"      # JSON + NPZ, the NPZ's SHA-256 in the JSON
 ROUND_KEYS = {"mode": str, "round": int, "policy": str, "d": int, "D": int, "requests": list,
               "token_counts": list, "prefix": list, "calls": list, "kv_writes": list, "draft_logits": list,
               "verify_logits": list, "rng_events": list, "drafts": list, "accepted": list, "emitted": list,
@@ -161,10 +162,50 @@ def sha256_of(path) -> str:
     return h.hexdigest()
 
 
-def save_traces(path, traces: list[RoundTrace], meta: dict | None = None) -> None:
-    """Writes PATH.npz (arrays), then PATH (JSON) holding the NPZ's SHA-256."""
+# ---- a trace file's identity: its model and its requests' sampling parameters ----
+
+def weights_sha256(weights: dict) -> str:
+    """SHA-256 of a model's weights as the reference computes with them (FP32, by HF name, in
+    name order, each name and shape included): the same for a preset and a checkpoint saved
+    from it, whatever the checkpoint's shards or storage dtype."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        a = np.ascontiguousarray(weights[name], dtype=np.float32)
+        h.update(f"{name}:{list(a.shape)};".encode())
+        h.update(a.data)
+    return h.hexdigest()
+
+
+def model_identity(model, preset: str | None = None, seed: int | None = None, checkpoint=None) -> dict:
+    """The `model` object of a trace file: {preset, seed} or {checkpoint} (the folder, as
+    given), plus `config` (ModelConfig fields) and `weights_sha256` (the weights' content)."""
+    out = {"checkpoint": str(checkpoint)} if checkpoint is not None else {"preset": preset, "seed": seed}
+    return out | {"config": model.cfg.to_dict(), "weights_sha256": weights_sha256(model.weights)}
+
+
+def params_json(params) -> dict:
+    """{rid: SamplingParams.to_json()} from a list (index = rid) or dict of SamplingParams or
+    their JSON."""
+    items = params.items() if isinstance(params, dict) else enumerate(params)
+    return {r: (p if isinstance(p, dict) else p.to_json()) for r, p in items}
+
+
+def save_traces(path, traces: list[RoundTrace], meta: dict | None = None, model: dict | None = None,
+                params=None) -> None:
+    """Writes PATH.npz (arrays), then PATH (JSON) holding the NPZ's SHA-256. `model`: the
+    model's identity (`model_identity`), required; `params`: each request's SamplingParams (a
+    list by request id, or a dict), default: the first a round records for each request."""
     from .errors import OracleError
     path = Path(path)
+    if not isinstance(model, dict) or "config" not in model or "weights_sha256" not in model:
+        raise OracleError("save_traces: give model=oracle.traces.model_identity(model, preset, seed | checkpoint): "
+                          "a trace file names the model it ran")
+    if params is None:
+        params = {}
+        for t in traces:
+            for r, p in t.params.items():
+                params.setdefault(r, p)
+    params = params_json(params)
     if path.is_dir():
         raise OracleError(f"trace file {path} is a directory; give a file name")
     if not path.parent.is_dir():
@@ -175,7 +216,8 @@ def save_traces(path, traces: list[RoundTrace], meta: dict | None = None) -> Non
     npz = npz_path(path)
     with open(npz, "wb") as f:             # np.savez would append .npz to a str path
         np.savez_compressed(f, **arrays)
-    path.write_text(json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION,
+    path.write_text(json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION, "model": model,
+                                "params": [[r, p] for r, p in params.items()],
                                 "npz": {"file": npz.name, "sha256": sha256_of(npz)},
                                 "meta": meta or {}, "rounds": [t.to_json() for t in traces]}) + "\n")
 
@@ -236,9 +278,73 @@ def request_problem(t: RoundTrace) -> str | None:
     return None
 
 
+class TraceFile(NamedTuple):
+    traces: list          # RoundTrace per round
+    meta: dict            # the recording's settings (reproduce line, backend, tolerance row, ...)
+    model: dict           # model_identity(): preset and seed or checkpoint, config, weights_sha256
+    params: dict          # rid -> SamplingParams JSON: each request's sampling parameters
+
+
+def _check_schema(path, j: dict) -> None:
+    """format `loopspec-trace/N` and an integer schema_version, the one this oracle reads."""
+    from .errors import OracleError
+    fmt, version = j.get("format"), j.get("schema_version")
+    if not (isinstance(fmt, str) and fmt.startswith("loopspec-trace/")):
+        raise OracleError(f"trace file {path}: format {fmt!r}, expected {FORMAT!r} "
+                          f"(re-record it with `python -m oracle trace record`)")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise OracleError(f"trace file {path}: schema_version {version!r} is not an integer "
+                          f"(this oracle reads schema_version {SCHEMA_VERSION})")
+    if version != SCHEMA_VERSION:
+        raise OracleError(f"trace file {path}: schema_version {version} is not supported (this oracle reads "
+                          f"schema_version {SCHEMA_VERSION}; re-record it with `python -m oracle trace record`)")
+    if fmt != FORMAT:
+        raise OracleError(f"trace file {path}: format {fmt!r} does not match schema_version {version} "
+                          f"(expected {FORMAT!r})")
+
+
+def _check_model(path, m) -> None:
+    """The `model` object's shape (its config's values are checked by the CLI's ModelConfig)."""
+    from .errors import OracleError
+    what = "(the model it ran: preset and seed, or checkpoint; config; weights_sha256)"
+    if not isinstance(m, dict):
+        raise OracleError(f"trace file {path}: malformed: \"model\" must be an object {what}")
+    if not isinstance(m.get("config"), dict):
+        raise OracleError(f"trace file {path}: malformed: model.config must be an object (the model's config)")
+    sha = m.get("weights_sha256")
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        raise OracleError(f"trace file {path}: malformed: model.weights_sha256 {sha!r} is not 64 hex digits")
+    if "checkpoint" in m:
+        if not isinstance(m["checkpoint"], str):
+            raise OracleError(f"trace file {path}: malformed: model.checkpoint {m['checkpoint']!r} is not a path")
+        return
+    seed = m.get("seed")
+    if not isinstance(m.get("preset"), str) or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise OracleError(f"trace file {path}: malformed: model needs a preset name and an integer seed >= 0, "
+                          f"or a checkpoint {what}; got preset {m.get('preset')!r}, seed {seed!r}")
+
+
+def _check_params(path, params) -> dict:
+    """The file's `params`: a list of [request id, object] with distinct integer ids."""
+    from .errors import OracleError
+    ok = isinstance(params, list) and all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], int)
+                                          and not isinstance(x[0], bool) and isinstance(x[1], dict) for x in params)
+    if not ok or len({x[0] for x in params}) != len(params):
+        raise OracleError(f"trace file {path}: malformed: \"params\" must list [request id, sampling parameters "
+                          f"object] once per request")
+    return {r: p for r, p in params}
+
+
 def load_traces(path) -> tuple[list[RoundTrace], dict]:
-    """Reads PATH and PATH.npz; any departure from the schema, a missing NPZ or one whose
-    SHA-256 differs from the JSON's, and a trace without rounds, raise OracleError."""
+    """(traces, meta) of load_trace_file."""
+    f = load_trace_file(path)
+    return f.traces, f.meta
+
+
+def load_trace_file(path) -> TraceFile:
+    """Reads PATH and PATH.npz; any departure from the schema (another format or
+    schema_version, no model identity or params), a missing NPZ or one whose SHA-256 differs
+    from the JSON's, and a trace without rounds, raise OracleError."""
     from .errors import OracleError
     path = Path(path)
     if not path.exists():
@@ -251,9 +357,9 @@ def load_traces(path) -> tuple[list[RoundTrace], dict]:
         raise OracleError(f"trace file {path} is not valid JSON ({e})") from None
     if not isinstance(j, dict):
         raise OracleError(f"trace file {path} holds a JSON {type(j).__name__}, not a trace object")
-    if j.get("format") != FORMAT:
-        raise OracleError(f"trace file {path}: format {j.get('format')!r}, expected {FORMAT!r} "
-                          f"(re-record it with `python -m oracle trace record`)")
+    _check_schema(path, j)
+    _check_model(path, j.get("model"))
+    params = _check_params(path, j.get("params"))
     rounds, meta, npz_info = j.get("rounds"), j.get("meta"), j.get("npz")
     if not isinstance(rounds, list):
         raise OracleError(f"trace file {path} has no \"rounds\" list")
@@ -284,4 +390,8 @@ def load_traces(path) -> tuple[list[RoundTrace], dict]:
         problem = request_problem(traces[-1])
         if problem:
             raise OracleError(f"trace file {path}: round {n} is malformed: {problem}")
-    return traces, meta
+        for r, p in traces[-1].params.items():
+            if r in params and p != params[r]:
+                raise OracleError(f"trace file {path}: round {n} is malformed: request {r} ran with sampling "
+                                  f"parameters {p}, the file's params say {params[r]}")
+    return TraceFile(traces, meta, j["model"], params)

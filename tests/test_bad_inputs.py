@@ -91,6 +91,12 @@ class Files:
             (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wmap}))
         return self.ckpt(name, edit)
 
+    def other_trace(self, name: str, *options) -> str:
+        """A trace recorded like the good one but with other options (another model or parameters)."""
+        p = self.path(name)
+        assert main(["trace", "record", "--counts", "2,1", "--rounds", "2", *options, "--out", p]) == 0
+        return p
+
     def trace_without_npz(self, name: str) -> str:
         p = self.trace(name)
         Path(p + ".npz").unlink()
@@ -124,6 +130,19 @@ def _round0(**fields):
     """Edit of a trace: set per-request fields of round 0 (lists of [rid, value])."""
     def edit(j):
         j["rounds"][0].update(fields)
+    return edit
+
+
+def _params(**fields):
+    """Edit of a trace: request 0's sampling parameters, in the file's params and every round's."""
+    def edit(j):
+        for rid, p in j["params"]:
+            if rid == 0:
+                p.update(fields)
+        for r in j["rounds"]:
+            for rid, p in r.get("params", []):
+                if rid == 0:
+                    p.update(fields)
     return edit
 
 
@@ -171,6 +190,36 @@ CATALOGUE = [
     ("values", "schedule -D with --depths", lambda f: ["schedule", "--counts", "5,3", "--depths", "1:3,2:4", "-D", "4"]),
     ("values", "record mode unknown", lambda f: ["trace", "record", "--mode", "both", "--out", f.path("t.json")]),
     ("values", "record seed -1", lambda f: ["trace", "record", "--seed", "-1", "--out", f.path("t.json")]),
+    # values that cannot work: limits stated
+    ("values", "repetition penalty overflowing float32", lambda f: [*CHECK, "--repetition-penalty", "1e300"]),
+    ("values", "repetition penalty vanishing in float32", lambda f: [*CHECK, "--repetition-penalty", "1e-300"]),
+    ("values", "one-token bad words mask every token", lambda f: [*CHECK, "--bad-words", ALL_TOKENS.replace(",", "/")]),
+    ("values", "bad words and banned tokens mask every token",
+     lambda f: [*CHECK, "--banned-tokens", ",".join(map(str, range(32))), "--bad-words",
+                "/".join(map(str, range(32, 64)))]),
+    ("values", "min-tokens masking every token", lambda f: [*CHECK, "--stop-tokens", ALL_TOKENS, "--min-tokens", "2"]),
+    ("values", "record repetition penalty 1e300",
+     lambda f: ["trace", "record", "--repetition-penalty", "1e300", "--out", f.path("t.json")]),
+    ("plugin", "timeout beyond the clock", lambda f: ["check", "--backend", "torch-cpu", "--timeout", "1e300"]),
+    ("plugin", "timeout past 1e6 s", lambda f: ["check", "--backend", "torch-cpu", "--timeout", "2e6"]),
+    ("plugin", "record timeout beyond the clock",
+     lambda f: ["trace", "record", "--backend", "torch-cpu", "--timeout", "1e300", "--out", f.path("t.json")]),
+    # ---- options that would do nothing: refused, never dropped ----
+    ("dropped", "policy fixed with temperature 0", lambda f: [*CHECK, "--policy", "fixed", "--temperature", "0"]),
+    ("dropped", "top-k with temperature 0", lambda f: [*CHECK, "--top-k", "5", "--temperature", "0"]),
+    ("dropped", "min-p with temperature 0", lambda f: [*CHECK, "--min-p", "0.1", "--temperature", "0"]),
+    ("dropped", "top-k keeping the whole vocabulary", lambda f: [*CHECK, "--top-k", "64"]),
+    ("dropped", "min-tokens without stop tokens", lambda f: [*CHECK, "--min-tokens", "2"]),
+    ("dropped", "record policy fixed with temperature 0",
+     lambda f: ["trace", "record", "--policy", "fixed", "--temperature", "0", "--out", f.path("t.json")]),
+    ("dropped", "record timeout without backend", lambda f: ["trace", "record", "--timeout", "5", "--out", f.path("t.json")]),
+    ("dropped", "record threads without backend", lambda f: ["trace", "record", "--threads", "1", "--out", f.path("t.json")]),
+    ("dropped", "record timeout with the reference backend",
+     lambda f: ["trace", "record", "--backend", "reference", "--timeout", "5", "--out", f.path("t.json")]),
+    ("dropped", "bench rounds min-tokens", lambda f: ["bench", "rounds", "--device", "cpu", "--preset", "tiny",
+                                                      "--min-tokens", "2"]),
+    ("dropped", "bench sweep top-k with greedy requests",
+     lambda f: ["bench", "sweep", "--device", "cpu", "--preset", "tiny", "--top-k", "5"]),
     # ---- usage: commands and options ----
     ("usage", "unknown command", lambda f: ["frobnicate"]),
     ("usage", "no command", lambda f: ["--"]),
@@ -309,6 +358,28 @@ CATALOGUE = [
     ("trace", "diff no meta", lambda f: ["trace", "diff", str(f.good_trace), f.trace("nm.json", lambda j: j.pop("meta"))]),
     ("trace", "diff recorded tolerance row unknown",
      lambda f: ["trace", "diff", str(f.good_trace), f.trace("tr.json", lambda j: j["meta"].update(tolerance_row="int4"))]),
+    ("trace", "diff another schema version", lambda f: ["trace", "diff", str(f.good_trace),
+                                                        f.trace("s2.json", lambda j: j.update(schema_version=2))]),
+    ("trace", "diff schema version a string", lambda f: ["trace", "diff", str(f.good_trace),
+                                                         f.trace("s3.json", lambda j: j.update(schema_version="3"))]),
+    ("trace", "diff no schema version", lambda f: ["trace", "diff", f.trace("s0.json", lambda j: j.pop("schema_version")),
+                                                   str(f.good_trace)]),
+    ("trace", "diff no model", lambda f: ["trace", "diff", str(f.good_trace), f.trace("nmo.json", lambda j: j.pop("model"))]),
+    ("trace", "diff model config not a config",
+     lambda f: ["trace", "diff", str(f.good_trace), f.trace("mc.json", lambda j: j["model"]["config"].update(hidden_size=0))]),
+    ("trace", "diff no params", lambda f: ["trace", "diff", str(f.good_trace), f.trace("np.json", lambda j: j.pop("params"))]),
+    ("trace", "diff another preset", lambda f: ["trace", "diff", str(f.good_trace), f.other_trace("small.json", "--preset", "small")]),
+    ("trace", "diff another seed", lambda f: ["trace", "diff", str(f.good_trace), f.other_trace("seed1.json", "--seed", "1")]),
+    ("trace", "diff another temperature",
+     lambda f: ["trace", "diff", str(f.good_trace), f.other_trace("t05.json", "--temperature", "0.5")]),
+    ("trace", "diff logit bias outside the vocabulary",
+     lambda f: ["trace", "diff", *[f.trace("lb.json", _params(logit_bias=[[99, 1.0]]))] * 2]),
+    ("trace", "diff bad word outside the vocabulary",
+     lambda f: ["trace", "diff", str(f.good_trace), f.trace("bw.json", _params(bad_words=[[3, 640]]))]),
+    ("trace", "diff bias out of range", lambda f: ["trace", "diff", str(f.good_trace), f.trace("lb2.json", _params(logit_bias=[[5, 1e9]]))]),
+    ("trace", "diff repetition penalty overflowing float32",
+     lambda f: ["trace", "diff", str(f.good_trace), f.trace("rp.json", _params(repetition_penalty=1e300))]),
+    ("trace", "diff unknown sampling parameter", lambda f: ["trace", "diff", str(f.good_trace), f.trace("up.json", _params(heat=2))]),
     ("trace", "record out is a directory", lambda f: ["trace", "record", "--rounds", "1", "--out", str(f.root)]),
     ("trace", "record out in a missing folder", lambda f: ["trace", "record", "--rounds", "1", "--out", f.path("no/dir/t.json")]),
     ("trace", "record without out", lambda f: ["trace", "record", "--rounds", "1"]),
@@ -401,7 +472,7 @@ def test_catalogue_size_and_families():
     assert len(CATALOGUE) >= 70
     assert len({(f, n) for f, n, _ in CATALOGUE}) == len(CATALOGUE)
     assert {f for f, _, _ in CATALOGUE} == {"values", "usage", "environment", "limits", "checkpoint", "model",
-                                                  "trace", "cost", "bench", "plugin"}
+                                                  "trace", "cost", "bench", "plugin", "dropped"}
 
 
 # ---- accepted, with a warning on stderr ----
@@ -439,10 +510,6 @@ def test_internal_error_is_one_line_with_a_saved_traceback(capsys, monkeypatch):
     saved.unlink()
 
 
-def test_min_p_with_only_greedy_requests_is_warned(capsys, monkeypatch):
-    rc, out, err = run_main(["check", "--temperature", "0", "--min-p", "0.1", "--rounds", "1", "--counts", "2"],
-                            None, capsys, monkeypatch)
-    assert rc == 0 and err.startswith("warning: --top-k/--top-p/--min-p have no effect with --temperature 0")
 
 
 def test_bench_rounds_D_beyond_trained_loops_is_warned(capsys, monkeypatch):
@@ -474,6 +541,10 @@ def test_bench_ctable_beyond_the_noise_bound_is_refused_unless_forced(tmp_path, 
                                                                "hidden size 32 < 512")
     rc, _, err = run_main(["cost", "--ctable", str(out_file), "--k", "0", "--batch", "1"], None, capsys, monkeypatch)
     assert rc == 2 and "marked it noisy" in err
+    printed = [a for a in argv if a not in ("--out", str(out_file))]      # the README's try: printed, flagged
+    rc, out, err = run_main(printed, None, capsys, monkeypatch)
+    assert rc == 0 and json.loads(out)["noisy"].startswith("(q3-q1)/median 0.40 at M=1")
+    assert err.startswith("warning: bench c-table: the repeats spread beyond the noise bound")
     monkeypatch.setattr(kb, "measure_c_table", _fake_ctable(0.05))
     rc, out, err = run_main(argv + ["--threads", "1"], None, capsys, monkeypatch)
     table = json.loads(out_file.read_text())
@@ -507,3 +578,174 @@ def test_check_limits_blas_threads_too():
         assert environment.set_threads(Args(), hidden=32) == {"threads": n, "threads_from": "option"}
         blas = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
         assert blas and all(t == n for t in blas), blas
+
+
+# ---- trace files know their model, schema and sampling parameters ----
+
+@pytest.mark.parametrize("options,field,a,b", [
+    (["--preset", "small"], "model.preset", "'tiny'", "'small'"),
+    (["--seed", "1"], "model.seed", "0", "1"),
+    (["--temperature", "0.5"], "params of request 0: temperature", "0.0", "0.5"),
+])
+def test_trace_diff_refuses_another_model_or_parameters_naming_the_field(options, field, a, b, fixtures, tmp_path,
+                                                                        capsys, monkeypatch):
+    f = Files(tmp_path, *fixtures)
+    other = f.other_trace("other.json", *options)
+    for left, right, va, vb in ((str(f.good_trace), other, a, b), (other, str(f.good_trace), b, a)):
+        rc, out, err = run_main(["trace", "diff", left, right], None, capsys, monkeypatch)
+        lines = err.strip().splitlines()
+        assert rc == 2 and out == "" and len(lines) == 1, (rc, out, err)
+        assert f"{field} differs: {va} in {left}, {vb} in {right}" in lines[0], lines[0]
+
+
+def test_trace_diff_names_the_schema_version(fixtures, tmp_path, capsys, monkeypatch):
+    f = Files(tmp_path, *fixtures)
+    for version, words in ((2, "schema_version 2 is not supported (this oracle reads schema_version 3"),
+                           ("3", "schema_version '3' is not an integer")):
+        rc, _, err = run_main(["trace", "diff", str(f.good_trace), f.trace(f"v{version}.json", lambda j: j.update(
+            schema_version=version))], None, capsys, monkeypatch)
+        assert rc == 2 and words in err, err
+
+
+def test_a_preset_and_its_saved_checkpoint_are_one_model(fixtures, tmp_path, capsys, monkeypatch):
+    """Identity is the weights' content: the tiny preset (seed 0) and the checkpoint saved from it diff."""
+    ckpt, good = fixtures
+    rec = str(tmp_path / "ck.json")
+    rc, _, _ = run_main(["trace", "record", "--checkpoint", str(ckpt), "--counts", "2,1", "--rounds", "2", "--out", rec],
+                        None, capsys, monkeypatch)
+    assert rc == 0 and json.loads(Path(rec).read_text())["model"]["checkpoint"] == str(Path(ckpt).resolve())
+    rc, out, err = run_main(["trace", "diff", str(good), rec], None, capsys, monkeypatch)
+    assert rc == 0 and out.strip().endswith("identical"), (out, err)
+
+
+def test_trace_diff_never_says_ok_for_a_comparison_it_did_not_make(fixtures, tmp_path, capsys, monkeypatch):
+    """Token counts that differ stop the comparison at round 0: nothing of the values is compared."""
+    f = Files(tmp_path, *fixtures)
+    other = f.other_trace("c31.json", "--counts", "3,1")      # two requests, same params; other counts
+    rc, out, err = run_main(["trace", "diff", str(f.good_trace), other], None, capsys, monkeypatch)
+    assert rc == 1, (out, err)
+    for name in ("kv_writes", "draft_logits", "verify_logits", "rng_events", "tokens"):
+        assert f"--   {name}: not compared" in out and f"ok   {name}" not in out, out
+    rc, out, _ = run_main(["trace", "diff", str(f.good_trace), other, "--json"], None, capsys, monkeypatch)
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert checks["kv_writes"]["compared"] is False and checks["rounds"]["ok"] is False
+
+
+# ---- trace record --backend judges what it records ----
+
+NAN_PLUGIN = """
+import numpy as np
+from oracle.reference_backend import ReferenceBackend
+
+class Session:
+    def __init__(self, inner):
+        self.inner = inner
+    def add(self, rid, prompt, params, replay=None, depths=None):
+        self.inner.add(rid, prompt, params, replay=replay, depths=depths)
+    def step(self, counts):
+        tr = self.inner.step(counts)
+        key = sorted(tr.verify_logits)[0]
+        lg = np.array(tr.verify_logits[key], copy=True)
+        lg[3] = np.nan
+        tr.verify_logits[key] = lg
+        return tr
+    def remove(self, rid):
+        return self.inner.remove(rid)
+    def tokens(self, rid):
+        return self.inner.tokens(rid)
+
+class Backend:
+    name, dtype, exact, policies, host_rng = "nan-logits", "float32", False, ("sequential", "fixed"), True
+    def session(self, model, d, D, mode, policy="sequential"):
+        return Session(ReferenceBackend().session(model, d, D, mode, policy))
+
+def make():
+    return Backend()
+"""
+
+
+@pytest.mark.parametrize("spec,words", [
+    ("plug_nan:make", "verification logits of offset 0 hold NaN"),
+    ("meta_tests.plugins:make_token_out_of_vocab", "emitted token 64 is not a token id in [0, 64)"),
+])
+def test_record_of_malformed_rounds_fails_and_writes_only_when_asked(spec, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "plug_nan.py").write_text(NAN_PLUGIN)
+    out_file = tmp_path / "m.json"
+    argv = ["trace", "record", "--counts", "2,1", "--rounds", "1", "--backend", spec, "--out", str(out_file)]
+    rc, out, err = run_main(argv, None, capsys, monkeypatch)
+    assert rc == 1 and "MALFORMED round 0 request" in out and words in out, (out, err)
+    assert "nothing written" in out and not out_file.exists() and not Path(str(out_file) + ".npz").exists()
+    rc, out, err = run_main(argv + ["--keep-malformed"], None, capsys, monkeypatch)
+    assert rc == 1 and out_file.exists() and "malformed request-round(s) kept" in out
+    meta = json.loads(out_file.read_text())["meta"]
+    assert any(words in m for m in meta["malformed"]) and "--keep-malformed" in meta["reproduce"]
+
+
+# ---- check's own options: refused where they would do nothing (oracle/cli/option_rules.py) ----
+
+CHECK_RULES = [
+    (["--no-drift"], "--no-drift"),
+    (["--timeout", "5"], "--timeout 5"),
+    (["--backend", "reference", "--timeout", "5"], "--timeout 5"),
+    (["--threads", "2"], "--threads 2"),
+    (["--list-cases", "--backend", "torch-cpu"], "--backend would be ignored"),
+    (["--list-cases", "--counts", "2,1"], "--counts would be ignored"),
+    (["--list-cases", "--case", "x"], "--case would be ignored"),
+    (["--list-cases", "--json"], "--json would be ignored"),
+    (["--list-cases", "--no-drift"], "--no-drift would be ignored"),
+]
+
+
+@pytest.mark.parametrize("argv,words", CHECK_RULES, ids=[" ".join(a) for a, _ in CHECK_RULES])
+def test_check_options_that_would_do_nothing_are_refused(argv, words):
+    from oracle.cli import build_parser
+    from oracle.cli.option_rules import check_option_rules
+    from oracle.errors import OracleError
+    args = build_parser(["check"]).parse_args(["check", *argv])
+    with pytest.raises(OracleError) as e:
+        check_option_rules(args)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_check_options_that_do_something_pass_the_rules():
+    from oracle.cli import build_parser
+    from oracle.cli.option_rules import DEFAULT_TIMEOUT, check_option_rules
+    for argv in (["--list-cases"], ["--backend", "torch-cpu", "--no-drift", "--timeout", "5", "--threads", "1"], []):
+        args = build_parser(["check"]).parse_args(["check", *argv])
+        check_option_rules(args)
+        assert args.timeout == (5.0 if "--timeout" in argv else DEFAULT_TIMEOUT)
+
+
+def test_no_drift_with_a_float32_or_exact_backend_is_refused():
+    from types import SimpleNamespace as NS
+    from oracle.cli.option_rules import refuse_ineffective
+    from oracle.errors import OracleError
+    for bk in (NS(name="fp32", exact=False, dtype="float32"), NS(name="ex", exact=True, dtype="bfloat16")):
+        with pytest.raises(OracleError, match="--no-drift: backend"):
+            refuse_ineffective(NS(drift=False), bk)
+    refuse_ineffective(NS(drift=False), NS(name="bf", exact=False, dtype="bfloat16"))     # it skips the verdict
+    refuse_ineffective(NS(drift=True), NS(name="fp32", exact=False, dtype="float32"))
+
+
+def test_timeout_limit_is_what_threading_accepts():
+    import threading
+    from oracle.cli.argtypes import MAX_SECONDS, positive_seconds
+    assert MAX_SECONDS <= threading.TIMEOUT_MAX and positive_seconds(str(MAX_SECONDS)) == MAX_SECONDS
+    threading.Event().wait(min(MAX_SECONDS, 1e-3))
+    with pytest.raises(Exception, match="beyond the longest timeout"):
+        positive_seconds("1e300")
+
+
+# ---- lines that mislead ----
+
+def test_cost_k_beyond_the_limit_names_k(capsys, monkeypatch):
+    rc, out, err = run_main(["cost", "--k", "100000"], None, capsys, monkeypatch)
+    assert rc == 2 and err.startswith("error: --k: drafts per request K 100000 exceeds the limit 255") \
+        and "--counts" not in err
+
+
+def test_cost_help_names_the_shipped_head_table(capsys, monkeypatch):
+    rc, out, _ = run_main(["cost", "--help"], None, capsys, monkeypatch)
+    text = " ".join(out.split())
+    assert rc == 0 and "default: the shipped head table of --gpu when no --ctable is given" in text

@@ -46,10 +46,12 @@ def record_args(draw, checkpoint: str) -> list[str]:
              "--mode", draw(st.sampled_from(["block", "loop"]))]
     optional = {"--policy": st.sampled_from(["sequential", "fixed"]), "--prompt-len": st.integers(1, 6),
                 "--temperature": st.sampled_from([0.0, 0.5, 1.0]) | st.floats(0.1, 2.0),
-                "--top-k": st.integers(1, 70), "--top-p": st.floats(0.05, 1.0)}
-    for flag, values in optional.items():
-        if draw(st.booleans()):
-            argv += [flag, str(draw(values))]
+                "--top-k": st.integers(1, 63), "--top-p": st.floats(0.05, 1.0)}
+    given = {flag: str(draw(values)) for flag, values in optional.items() if draw(st.booleans())}
+    if given.get("--temperature") == "0.0":        # greedy: the filters and --policy fixed would do nothing
+        given = {f: v for f, v in given.items() if f not in ("--top-k", "--top-p") and (f, v) != ("--policy", "fixed")}
+    for flag, value in given.items():
+        argv += [flag, value]
     return argv
 
 
@@ -123,3 +125,44 @@ def test_a_backend_recording_reproduces_with_its_backend(tmp_path, capsys, monke
     assert words[words.index("--backend") + 1] == spec and meta["tolerance_row"] == "float32"
     assert quiet_main(words[3:-1] + [second], capsys) == 0
     assert quiet_main(["trace", "diff", first, second, "--tolerance", "exact"], capsys) == 0
+
+
+def test_a_diff_reproduce_line_records_into_a_new_file_and_reproduces_the_diff(tmp_path, capsys, monkeypatch):
+    """`trace diff A B`'s failure line re-records A into a new file (A and B untouched), then
+    diffs it against B: the same verdict, the same failure."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    monkeypatch.delenv("ORACLE_BACKEND", raising=False)
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    spec = "examples.plugin_backend:make_faulty_backend"
+    assert quiet_main(["trace", "record", "--counts", "2,1", "--rounds", "1", "--out", a], capsys) == 0
+    assert quiet_main(["trace", "record", "--counts", "2,1", "--rounds", "1", "--backend", spec, "--out", b],
+                      capsys) == 0
+    before = {p: Path(p).read_bytes() for p in (a, a + ".npz", b, b + ".npz")}
+    assert main(["trace", "diff", a, b, "--json"]) == 1
+    detail = next(c["detail"] for c in json.loads(capsys.readouterr().out)["checks"] if not c["ok"])
+    line = detail.split("(reproduce: ", 1)[1][:-1]
+    record, _, rediff = line.partition(" && ")
+    words = shlex.split(record)
+    new = words[-1]
+    assert words[-2] == "--out" and new not in (a, b) and new.endswith(".rerun.json")
+    assert shlex.split(rediff)[3:] == ["trace", "diff", new, b]
+    repo = Path(__file__).resolve().parents[1]
+    run = subprocess.run(line.replace("python -m oracle", f"{shlex.quote(sys.executable)} -m oracle"), shell=True,
+                         cwd=repo, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 1 and detail.split(" (reproduce: ")[0] in run.stdout, (run.stdout, run.stderr)
+    assert {p: Path(p).read_bytes() for p in before} == before            # the inputs are untouched
+    assert Path(new).exists()
+
+
+def test_a_recording_with_a_timeout_reproduces_with_it(tmp_path, capsys, monkeypatch):
+    import json
+    monkeypatch.delenv("ORACLE_BACKEND", raising=False)
+    out = str(tmp_path / "t.json")
+    assert quiet_main(["trace", "record", "--counts", "2", "--rounds", "1", "--backend",
+                       "examples.plugin_backend:make_backend", "--timeout", "7.5", "--out", out], capsys) == 0
+    words = shlex.split(json.loads(open(out).read())["meta"]["reproduce"])
+    assert words[words.index("--timeout") + 1] == "7.5"
+    assert quiet_main(words[3:-1] + [str(tmp_path / "again.json")], capsys) == 0

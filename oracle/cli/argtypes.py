@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import threading
 from pathlib import Path
 
 from ..errors import OracleError
@@ -54,11 +55,18 @@ def probability(text: str) -> float:
     return value
 
 
+# the longest `--timeout`: 1e6 s (11.6 days), well inside what threading's waits accept
+# (threading.TIMEOUT_MAX, about 9.2e9 s on Linux; beyond it they raise OverflowError)
+MAX_SECONDS = min(1e6, threading.TIMEOUT_MAX)
+
+
 def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0 (`--timeout`)."""
+    """argparse type: a finite number of seconds in (0, MAX_SECONDS] (`--timeout`)."""
     value = finite_float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text} s is beyond the longest timeout, {MAX_SECONDS:g} s")
     return value
 
 

@@ -36,7 +36,9 @@ def register(subparsers) -> None:
                    help="ragged round: token count T_i = K_i + 1 per request (instead of --k/--batch; default: none)")
     add_schedule_options(p)
     p.add_argument("--head-ctable", default=None, metavar="FILE",
-                   help="h(M) table for head calls (draft heads and the verification head); default: none")
+                   help="h(M) table for head calls (draft heads and the verification head); default: the "
+                        "shipped head table of --gpu when no --ctable is given, none (head costs left out) with "
+                        "--ctable")
     p.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON')
     p.set_defaults(func=run, preflight=check_cost_args)
 
@@ -46,6 +48,8 @@ def check_cost_args(args) -> None:
     resolve_schedule_depths(args)
     if args.gpu is not None and args.ctable is not None:
         raise OracleError("--gpu picks the shipped tables; do not combine it with --ctable")
+    if args.counts is None and args.k is not None and not args.allow_large and args.k + 1 > limits.MAX_TOKEN_COUNT:
+        limits.refuse("--k: drafts per request K", args.k, limits.MAX_TOKEN_COUNT - 1)   # --k's name, not --counts'
     if args.batch and args.counts is None and not args.allow_large:     # before the rounds are built
         rows = max(args.batch) * ((4 if args.k is None else args.k) + 1) * (args.target_loops or 4)
         if rows > limits.MAX_SCHEDULE_ROWS:

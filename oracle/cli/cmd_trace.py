@@ -8,6 +8,9 @@ by B's recorded row unless --tolerance is given."""
 from __future__ import annotations
 
 import json
+import shlex
+from dataclasses import asdict
+from pathlib import Path
 
 from . import HELP
 from .argtypes import check_out_path, int_at_least, positive_seconds
@@ -15,19 +18,51 @@ from ..backends import BackendCallFailed, GuardedBackend, import_prefix, load_ba
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
 from ..judge.compare import TOLERANCES, compare_runs
+from ..judge.decisions import trace_problem
 from .environment import set_threads
 from ..errors import OracleError
 from ..checkpoint import build_model
-from .round_args import add_round_options, custom_case, model_flags, round_flags
-from ..traces import load_traces, save_traces
+from ..config import ModelConfig
+from ..sampling import SamplingParams
+from .option_rules import check_threads, check_timeout, timeout_flags
+from .round_args import add_round_options, check_penalty, check_round_args, custom_case, model_flags, round_flags
+from ..traces import load_trace_file, model_identity, request_problem, save_traces
 
 
 def record_command(args, out: str) -> str:
     """The `trace record` command that regenerates this recording into `out`."""
     shape = ["--case", args.case] if args.case is not None else round_flags(args, args.counts or [5, 3, 1])
-    backend = ["--backend", args.backend] if args.backend is not None else []
+    backend = ["--backend", args.backend, *timeout_flags(args)] if args.backend is not None else []
+    keep = ["--keep-malformed"] if args.keep_malformed else []
     return import_prefix(args.backend) + command(["trace", "record", *model_flags(args), *shape, "--mode", args.mode,
-                                                  *backend, "--out", out])
+                                                  *backend, *keep, "--out", out])
+
+
+def check_record_args(args) -> None:
+    """`trace record`'s preflight: --timeout and --threads only with a backend, then the round
+    options (oracle/cli/round_args.py)."""
+    check_timeout(args)
+    check_threads(args)
+    check_round_args(args)
+
+
+def malformed_rounds(traces, vocab: int) -> list[str]:
+    """'round N request R: why' for every request whose part of a round cannot be a round's
+    output (oracle.judge.decisions.trace_problem, traces.request_problem)."""
+    out = []
+    for n, t in enumerate(traces):
+        before = len(out)
+        for rid, T in zip(t.requests, t.token_counts):
+            try:
+                why = trace_problem(t, rid, T, vocab)
+            except Exception as e:                                  # noqa: BLE001 -- whatever the trace holds
+                why = f"cannot be judged ({type(e).__name__}: {e})"
+            if why:
+                out.append(f"round {n} request {rid}: {why}")
+        problem = None if len(out) > before else request_problem(t)
+        if problem:
+            out.append(f"round {n}: {problem}")
+    return out
 
 
 def record(args) -> int:
@@ -45,13 +80,25 @@ def record(args) -> int:
             raise
         raise OracleError(f"backend {bk.name} raised {type(e).__name__}: {e}") from None
     row = "exact" if bk.exact else bk.dtype
+    bad = malformed_rounds(traces, model.cfg.vocab_size)
+    for line in bad:
+        print(f"MALFORMED {line}")
+    if bad and not args.keep_malformed:
+        print(f"FAILED: backend {bk.name} recorded {len(bad)} malformed request-round(s); nothing written "
+              f"(--keep-malformed writes them, marked in meta.malformed)")
+        return 1
+    identity = model_identity(model, args.preset, args.seed, None if args.checkpoint is None
+                              else Path(args.checkpoint).resolve())
     save_traces(args.out, traces, {"case": case.name, "mode": args.mode, "reproduce": record_command(args, args.out),
                                    "check": case.reproduce, "backend": args.backend or "reference",
-                                   "dtype": bk.dtype, "exact": bool(bk.exact), "tolerance_row": row, **threads})
+                                   "dtype": bk.dtype, "exact": bool(bk.exact), "tolerance_row": row, **threads,
+                                   **({"malformed": bad} if bad else {})},
+                model=identity, params=case.params_for(model) if hasattr(case, "params_for") else case.params)
     n_ev = sum(len(t.rng_events) for t in traces)
     print(f"recorded {len(traces)} rounds ({args.mode}, {bk.name}, tolerance row {row}, {n_ev} RNG events) "
-          f"to {args.out} and {args.out}.npz")
-    return 0
+          f"to {args.out} and {args.out}.npz" + (f"; FAILED: {len(bad)} malformed request-round(s) kept "
+                                                 f"(--keep-malformed; meta.malformed lists them)" if bad else ""))
+    return 1 if bad else 0
 
 
 def recorded_row(path, meta: dict) -> str:
@@ -63,22 +110,109 @@ def recorded_row(path, meta: dict) -> str:
     return row
 
 
+def checked_file(path):
+    """A trace file (traces.load_trace_file) whose model config and sampling parameters are
+    valid values: every token id they name in the model's vocabulary, every value in range."""
+    f = load_trace_file(path)
+    try:
+        cfg = ModelConfig(**f.model["config"])
+    except (TypeError, OracleError) as e:
+        raise OracleError(f"trace file {path}: malformed: model.config is not a model config ({e})") from None
+    where = [("params", f.params)] + [(f"round {n} params", t.params) for n, t in enumerate(f.traces)]
+    for what, params in where:
+        for rid, p in params.items():
+            try:
+                sp = SamplingParams(**p)
+                sp.check_vocab(cfg.vocab_size, "ids")
+                check_penalty(sp.repetition_penalty, "repetition_penalty")
+            except (TypeError, OracleError) as e:
+                raise OracleError(f"trace file {path}: malformed: {what} of request {rid}: {e}") from None
+    return f
+
+
+def identity_difference(fa, fb) -> tuple | None:
+    """(FIELD, A's value, B's value) of the first difference of model or sampling parameters, or None.
+    Two files of the same weights and config are of one model (a preset and a checkpoint saved
+    from it included)."""
+    ma, mb = fa.model, fb.model
+    if (ma["weights_sha256"], ma["config"]) != (mb["weights_sha256"], mb["config"]):
+        for key in ("preset", "seed"):
+            if key in ma and key in mb and ma[key] != mb[key]:
+                return f"model.{key}", ma[key], mb[key]
+        if ("checkpoint" in ma) != ("checkpoint" in mb):
+            desc = lambda m: f"checkpoint {m['checkpoint']}" if "checkpoint" in m else f"preset {m['preset']} seed {m['seed']}"
+            return "model", desc(ma), desc(mb)
+        for key in ma["config"].keys() | mb["config"].keys():
+            if ma["config"].get(key) != mb["config"].get(key):
+                return f"model.config.{key}", ma["config"].get(key), mb["config"].get(key)
+        return "model.weights_sha256", ma["weights_sha256"], mb["weights_sha256"]
+    if sorted(fa.params) != sorted(fb.params):
+        return "params (requests)", sorted(fa.params), sorted(fb.params)
+    for rid in sorted(fa.params):
+        pa, pb = asdict(SamplingParams(**fa.params[rid])), asdict(SamplingParams(**fb.params[rid]))
+        for key in pa:
+            if pa[key] != pb[key]:
+                return f"params of request {rid}: {key}", pa[key], pb[key]
+    return None
+
+
+def rerun_path(a: str, b: str) -> str:
+    """A new file beside A for a re-recording of A: never A or B."""
+    taken = {Path(x).resolve() for x in (a, b)} | {Path(x + ".npz").resolve() for x in (a, b)}
+    stem = str(Path(a).with_suffix("")) if Path(a).suffix == ".json" else a
+    out = stem + ".rerun.json"
+    while Path(out).resolve() in taken or Path(out + ".npz").resolve() in taken:
+        out = out[:-len(".json")] + ".rerun.json"
+    return out
+
+
+def diff_reproduce(args, meta_a: dict, row: str) -> str:
+    """The line that reproduces this diff: A's recording re-run into a new file (never over A
+    or B), then the same diff against B. '' when A carries no `trace record` line."""
+    line = meta_a.get("reproduce", "")
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return line
+    if len(words) < 2 or words[-2] != "--out" or "record" not in words or not line.endswith(shlex.quote(words[-1])):
+        return line
+    new = rerun_path(args.a, args.b)
+    tol = ["--tolerance", args.tolerance] if args.tolerance else []
+    return (line[:-len(shlex.quote(words[-1]))] + shlex.quote(new) + " && "
+            + command(["trace", "diff", new, args.b, *tol]))
+
+
+# check -> the Report counter that says it compared something (0: it was not made)
+COUNTED = {"kv_writes": "kv_writes_compared", "draft_logits": "logits_compared", "verify_logits": "logits_compared",
+           "rng_events": "rng_events_compared", "tokens": "tokens_compared"}
+
+
 def diff(args) -> int:
-    a, meta_a = load_traces(args.a)
-    b, meta_b = load_traces(args.b)
+    fa, fb = checked_file(args.a), checked_file(args.b)
+    differ = identity_difference(fa, fb)
+    if differ:
+        key, va, vb = differ
+        raise OracleError(f"trace diff: {key} differs: {va!r} in {args.a}, {vb!r} in {args.b}; traces of "
+                          f"different models or sampling parameters are not compared")
+    a, b, meta_a, meta_b = fa.traces, fb.traces, fa.meta, fb.meta
     row = args.tolerance or recorded_row(args.b, meta_b)
-    rep = compare_runs(a, b, row, meta_a.get("reproduce", ""))
+    rep = compare_runs(a, b, row, diff_reproduce(args, meta_a, row))
     order = ["rng_events", "kv_writes", "draft_logits", "verify_logits", "tokens", "stats"]
     checks = sorted(rep.checks, key=lambda c: order.index(c.name) if c.name in order else len(order))
+    made = {c.name: not (c.ok and c.name in COUNTED and getattr(rep, COUNTED[c.name]) == 0) for c in checks}
     if args.json:
-        print(json.dumps({"ok": rep.ok, "tolerance_row": row, "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
+        print(json.dumps({"ok": rep.ok, "tolerance_row": row, "checks": [{"name": c.name, "ok": c.ok, "compared": made[c.name],
+                                                                           "detail": c.detail} for c in checks],
                           "kv_writes_compared": rep.kv_writes_compared, "logits_compared": rep.logits_compared,
                           "rng_events_compared": rep.rng_events_compared}))
     else:
         print(f"{args.b} judged against {args.a} by tolerance row {row!r}"
               + ("" if args.tolerance else " (recorded with B)"))
         for c in checks:
-            print(f"{'ok  ' if c.ok else 'DIFF'} {c.name}{': ' + c.detail if c.detail else ''}")
+            if not made[c.name]:
+                print(f"--   {c.name}: not compared (nothing of it was reached)")
+            else:
+                print(f"{'ok  ' if c.ok else 'DIFF'} {c.name}{': ' + c.detail if c.detail else ''}")
         print(("identical" if row == "exact" else f"equal within tolerance row {row!r}") if rep.ok else "traces differ")
     return 0 if rep.ok else 1
 
@@ -97,12 +231,15 @@ def register(sub) -> None:
     r.add_argument("--backend", default=None, metavar="SPEC",
                    help="record this backend's traces (torch-cpu | torch-cpu-bf16 | torch-cuda | jax | "
                         "package.module:factory; default: the reference)")
-    r.add_argument("--timeout", type=positive_seconds, default=300.0, metavar="S",
-                   help="seconds each backend call may take")
+    r.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
+                   help="with --backend: seconds each backend call may take (default: 300)")
     r.add_argument("--threads", type=int_at_least(1), default=None, metavar="N",
-                   help="torch intra-op threads when the backend loads torch (default: the free cores)")
+                   help="with --backend: torch intra-op threads when the backend loads torch (default: the free cores)")
+    r.add_argument("--keep-malformed", action="store_true",
+                   help="write the file even when a recorded round is malformed (NaN logits, a token outside the "
+                        "vocabulary, ...); the rounds are listed in meta.malformed and the exit code is still 1")
     r.add_argument("--out", required=True, metavar="FILE", help="trace file (JSON); arrays go to FILE.npz")
-    r.set_defaults(func=record)
+    r.set_defaults(func=record, preflight=check_record_args)
     d = tsub.add_parser("diff", help="compare two trace files (exit 1 on a difference)",
                         description="Compare two trace files, RNG events first; exit 0 identical, 1 they "
                                     "differ, 2 a file is missing, malformed or paired with the wrong NPZ.")

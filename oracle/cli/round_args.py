@@ -158,13 +158,10 @@ def check_round_args(args) -> None:
         raise OracleError(f"--banned-tokens masks all {cfg.vocab_size} tokens of the vocabulary: no token is left "
                           f"to draft or verify")
     processor_params(args).check_vocab(cfg.vocab_size, "the round options")    # ranges and ids, one line
-    if args.min_tokens and not args.stop_tokens:
-        warn(f"--min-tokens {args.min_tokens} has no effect without --stop-tokens (it masks the stop tokens "
-             f"until {args.min_tokens} tokens are generated)")
-    if args.temperature == 0 and (args.top_k is not None or args.top_p is not None or args.min_p is not None):
-        warn("--top-k/--top-p/--min-p have no effect with --temperature 0 (greedy)")
-    if args.top_k is not None and args.top_k > cfg.vocab_size:
-        warn(f"--top-k {args.top_k} is above the vocabulary size {cfg.vocab_size}: it keeps every token")
+    if args.repetition_penalty is not None:
+        check_penalty(args.repetition_penalty)
+    check_masks(args, cfg.vocab_size)
+    refuse_dropped(args, cfg.vocab_size)
     if args.target_loops > cfg.total_loops:
         warn(f"-D {args.target_loops} is beyond the {cfg.total_loops} loops the model was trained with "
              f"(total_ut_steps); its logits past depth {cfg.total_loops - 1} are extrapolation")
@@ -172,6 +169,54 @@ def check_round_args(args) -> None:
     limits.check_work(cfg, counts, args.target_loops, args.rounds, plen, args.allow_large, check=not recording,
                       reference=getattr(args, "reference", None), d=args.draft_loops)
     args.round_args_checked = True
+
+
+# --repetition-penalty R divides positive logits by R and multiplies negative ones by R: within
+# these bounds a logit up to 3e8 in size stays a finite float32 (max 3.4e38) and a nonzero one
+# stays nonzero (smallest normal 1.2e-38)
+REPETITION_PENALTY_RANGE = (1e-30, 1e30)
+
+
+def check_penalty(value: float, who: str = "--repetition-penalty") -> None:
+    """A repetition penalty whose products stay finite, nonzero float32 (REPETITION_PENALTY_RANGE)."""
+    lo, hi = REPETITION_PENALTY_RANGE
+    if not lo <= value <= hi:
+        raise OracleError(f"{who} {value:g}: must be in [{lo:g}, {hi:g}] (1 = off): the logits it multiplies "
+                          f"or divides would overflow float32 (max 3.4e38) or vanish beyond that")
+
+
+def check_masks(args, vocab: int) -> None:
+    """Masks that leave no token to emit: --banned-tokens and one-token --bad-words (masked
+    always) covering the vocabulary; with --min-tokens, those and the stop tokens (masked until
+    min_tokens tokens are generated)."""
+    banned = set(args.banned_tokens or ())
+    always = banned | {w[0] for w in args.bad_words or () if len(w) == 1}
+    if len(always) >= vocab and len(banned) < vocab:
+        raise OracleError(f"--bad-words (one-token words) with --banned-tokens mask all {vocab} tokens of the "
+                          f"vocabulary: no token is left to draft or verify")
+    if args.min_tokens and len(always | set(args.stop_tokens or ())) >= vocab:
+        raise OracleError(f"--min-tokens {args.min_tokens} masks the stop tokens, and with --banned-tokens and "
+                          f"--bad-words they cover all {vocab} tokens: no token is left before {args.min_tokens} "
+                          f"are generated")
+
+
+def refuse_dropped(args, vocab: int) -> None:
+    """Round options that would have no effect (docs/cli_inputs.md: refused, never dropped)."""
+    if args.min_tokens and not args.stop_tokens:
+        raise OracleError(f"--min-tokens {args.min_tokens} masks the stop tokens until {args.min_tokens} tokens are "
+                          f"generated; without --stop-tokens it has no effect: drop it or give --stop-tokens")
+    if args.temperature == 0:
+        given = next((f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p), ("--min-p", args.min_p))
+                      if v is not None), None)
+        if given:
+            raise OracleError(f"{given} filters sampled tokens; with --temperature 0 every request is greedy and "
+                              f"it has no effect: drop it or give a temperature > 0")
+        if args.policy == "fixed":
+            raise OracleError("--policy fixed lays out the uniforms of sampled requests; with --temperature 0 every "
+                              "request is greedy and draws none: drop it or give a temperature > 0")
+    if args.top_k is not None and args.top_k >= vocab:
+        raise OracleError(f"--top-k {args.top_k} keeps every token of the {vocab}-token vocabulary: it has no "
+                          f"effect; give k < {vocab} or drop it")
 
 
 def is_custom(args) -> bool:
