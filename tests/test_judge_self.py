@@ -121,4 +121,5 @@ def test_wrong_residual_token_beside_the_right_one_fails(tiny):
         failed = {c.name for c in rep.checks if not c.ok}
         assert "decisions" in failed, (dtype, failed)
         detail = next(c.detail for c in rep.checks if c.name == "decisions")
-        assert f"final token (offset {b.accepted[rid]}): {right} vs {wrong}" in detail, detail
+        assert f"final token (offset {b.accepted[rid]}): backend {wrong} vs the reference's rules {right}" in detail, \
+            detail

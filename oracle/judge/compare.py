@@ -68,7 +68,7 @@ def _differ(rep, kind, ref, got, bound, exact, floor=0.0) -> tuple[bool, float]:
 
 
 def largest_difference(names, ref, got) -> str:
-    """'; largest difference at index 17: 0.9311 vs 0.4311 (backend vs reference)' over the
+    """'; largest difference at index 17: backend 0.9311 vs reference 0.4311' over the
     elements of the arrays (named, e.g. k and v of a KV write; NaN and unmatched inf count as
     the largest); '' where shapes differ."""
     best = None
@@ -84,7 +84,7 @@ def largest_difference(names, ref, got) -> str:
             idx = np.unravel_index(n, d.shape)
             where = ", ".join(map(str, idx))
             best = (d.flat[n], f"{nm}[{where}]" if nm else f"index {where}", g.flat[n], r.flat[n])
-    return "" if best is None else f"; largest difference at {best[1]}: {best[2]:.6g} vs {best[3]:.6g} (backend vs reference)"
+    return "" if best is None else f"; largest difference at {best[1]}: backend {best[2]:.6g} vs reference {best[3]:.6g}"
 
 
 def _events_before(events, div):

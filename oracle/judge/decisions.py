@@ -163,8 +163,10 @@ def trace_problem(tr, rid, T: int, V: int) -> str | None:
     return None
 
 
-def first_divergence(a, b, rid, T: int) -> Divergence | None:
-    """The first differing decision of request rid in round traces a (reference) and b."""
+def first_divergence(a, b, rid, T: int, labels=("reference", "backend")) -> Divergence | None:
+    """The first differing decision of request rid in round traces a (reference) and b; `what`
+    names b's value first, then a's, each by its label ("backend 7 vs reference 9")."""
+    la, lb = labels
     params, K = params_of(a, rid), T - 1
     seen = lambda o: seen_in(a, rid, o, a.drafts[rid])          # both sides ran on these tokens up to o
     for n in range(K):
@@ -174,7 +176,8 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
             parts = (greedy_margin(processed_logits(lg, params, sn), x, y),) if params.greedy else \
                 (temper(params) * draw_margin(filtered_probs(lg, params, sn), y, _u(a, rid, "draft", n)),
                  filter_margin(lg, params, sn))
-            return Divergence(n + 1, f"draft token of offset {n + 1}: {x} vs {y}", min(parts), "draft", n, parts)
+            return Divergence(n + 1, f"draft token of offset {n + 1}: {lb} {y} vs {la} {x}", min(parts), "draft", n,
+                              parts)
     ar, br = a.accepted[rid], b.accepted[rid]
     if ar != br:
         o = min(ar, br)
@@ -188,7 +191,8 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
             p, q = filtered_probs(lg, params, sn), filtered_probs(dl, params, sn)
             parts = (temper(params) * float(abs(_u(a, rid, "accept", o) * q[x] - p[x])),
                      filter_margin(lg, params, sn), filter_margin(dl, params, sn))
-        return Divergence(T, f"acceptance of the draft at offset {o}: accepted {ar} vs {br}", min(parts), "accept", o,
+        return Divergence(T, f"acceptance of the draft at offset {o}: accepted {lb} {br} vs {la} {ar}", min(parts),
+                          "accept", o,
                           parts)
     x, y = a.emitted[rid][-1], b.emitted[rid][-1]
     if x != y:
@@ -203,7 +207,7 @@ def first_divergence(a, b, rid, T: int) -> Divergence | None:
         else:
             parts = (temper(params) * draw_margin(filtered_probs(lg, params, sn), y, _u(a, rid, "bonus", K)),
                      filter_margin(lg, params, sn))
-        return Divergence(T, f"final token (offset {ar}): {x} vs {y}", min(parts), "final", ar, parts)
+        return Divergence(T, f"final token (offset {ar}): {lb} {y} vs {la} {x}", min(parts), "final", ar, parts)
     return None
 
 
