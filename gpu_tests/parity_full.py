@@ -38,6 +38,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.model import pow2  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
+from oracle.contract import LoadedBackend, as_loaded  # noqa: E402
 from oracle.judge.compare import compare_runs  # noqa: E402
 from oracle.judge.runner import draws_host_stream, judge_run, run_scenario  # noqa: E402
 from oracle.judge.scenario import Case  # noqa: E402
@@ -122,7 +123,7 @@ class Budget:
             self.cond.notify_all()
 
 
-def judge_kv_bytes(judge, model, case) -> int:
+def judge_kv_bytes(judge: LoadedBackend, model, case) -> int:
     """The judge's device KV for a case: K and V planes at the session's (bucketed) shape."""
     jm = judge.model(model)
     slots, length, _ = jm.session_shapes(len(case.prompts), max_len(case))
@@ -130,7 +131,7 @@ def judge_kv_bytes(judge, model, case) -> int:
     return 2 * lay.L * pow2(case.D) * slots * length * lay.nkv * lay.hd * 4     # DeviceKV: pow2(D) planes
 
 
-def _judge_side(judge, model, case, mode, replay_from=None, budget: Budget | None = None):
+def _judge_side(judge: LoadedBackend, model, case, mode, replay_from=None, budget: Budget | None = None):
     """The judge's run of one case (its traces; the session, with its device KV, let go)."""
     need = judge_kv_bytes(judge, model, case) if budget is not None else 0
     if budget is not None:
@@ -142,7 +143,7 @@ def _judge_side(judge, model, case, mode, replay_from=None, budget: Budget | Non
             budget.give(need)
 
 
-def _judge_run(judge, model, case, mode, replay_from):
+def _judge_run(judge: LoadedBackend, model, case, mode, replay_from):
     t = time.perf_counter()
     run = judge_run(model, case, mode, replay_from=replay_from, judge=judge,
                     max_requests=len(case.prompts), max_len=max_len(case))
@@ -151,7 +152,7 @@ def _judge_run(judge, model, case, mode, replay_from):
     return run, time.perf_counter() - t
 
 
-def judged_cases(backend, judge, model, cases, threads: int, judge_bytes: int = 64 << 30):
+def judged_cases(backend: LoadedBackend, judge: LoadedBackend, model, cases, threads: int, judge_bytes: int = 64 << 30):
     """Yield (case, mode, report, backend s, judge s) per case, in order. With a backend that
     draws each request's host stream the judge's runs need nothing of the backend's, so they
     run up to `threads` at a time in threads beside the backend's runs, as long as their KV
@@ -181,7 +182,7 @@ def judged_cases(backend, judge, model, cases, threads: int, judge_bytes: int = 
             pool.shutdown(wait=True)
 
 
-def time_judge(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 5) -> dict:
+def time_judge(judge: LoadedBackend, model, C: int = 16, ctx: int = 1024, repeats: int = 5) -> dict:
     """Median wall time of one judge round (K = 4, d = 2, D = 4, greedy) per mode, its floor
     on the H200 (oracle.cost.judge_round_floor) and measured / floor."""
     from oracle.cost import judge_round_floor
@@ -230,7 +231,7 @@ def main(argv=None) -> int:
         return merge(args.merge, args.json)
     t0 = time.perf_counter()
     model = build_model(args.preset, seed=args.seed)
-    backend, judge = load_backend(args.backend), make_jax_backend()
+    backend, judge = load_backend(args.backend), as_loaded(make_jax_backend())
     dtype = "exact" if backend.exact else backend.dtype
     cases = make_cases(args.cases, model.cfg.vocab_size, args.max_prompt, args.max_requests, args.max_cells,
                        args.rounds, args.seed)

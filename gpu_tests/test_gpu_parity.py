@@ -22,6 +22,7 @@ from oracle.judge.runner import judge_run, run_scenario
 from oracle.judge.scenario import Case
 from oracle.judge.compare import compare_runs
 from oracle.config import preset as preset_cfg
+from oracle.contract import LoadedBackend
 from oracle.sampling import SamplingParams as SP
 from property_tests import harness
 from property_tests.strategies import PROC_PARAMS, seeded_model, sampling_params, scenarios, stop_params
@@ -41,7 +42,7 @@ def model(name):
     return seeded_model(preset_cfg(name), 0)
 
 
-def backend():
+def backend() -> LoadedBackend:
     return harness.backend()
 
 

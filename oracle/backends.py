@@ -1,9 +1,11 @@
 """Backends: what runs rounds and returns traces (docs/DESIGN.md section 9), found by name.
 
-What a backend is, is oracle/judge/contract.py (`Backend`, `Session`, the optional hooks).
-Here: `load_backend(spec)` (a `NAMED` backend or `package.module:factory`; ORACLE_BACKEND when
-no spec is given), the attributes it requires (`REQUIRED`), backend calls under a time limit
-(`GuardedBackend`, `check --timeout`), and the PYTHONPATH a reproduce line needs for a
+What a backend is, is oracle/contract.py (`Backend`, `Session`, the optional hooks,
+`Capabilities`). Here: `load_backend(spec, timeout)` (a `NAMED` backend or
+`package.module:factory`; ORACLE_BACKEND when no spec is given), which imports the module and
+calls the factory within `timeout` seconds, refuses an object that breaks the contract
+(`contract_problems`) and returns it as a `LoadedBackend` (`.caps`); backend calls under a time
+limit (`GuardedBackend`, `check --timeout`); and the PYTHONPATH a reproduce line needs for a
 plug-in (`import_prefix`). Every backend, the FP32 reference among them
 (oracle/reference_backend.py), is reached through its "module:factory" string, so this
 module imports none of them.
@@ -15,19 +17,30 @@ import os
 import queue
 import threading
 
+from .contract import Capabilities, LoadedBackend, capabilities, contract_problems
 from .errors import OracleError
-from .tolerances import TOLERANCES
 
 
-def load_backend(spec: str | None = None):
+def load_backend(spec: str | None = None, timeout: float | None = None) -> LoadedBackend:
+    """The backend `spec` names, checked against the contract. timeout: seconds the module's
+    import and the factory's call may take together (None: no limit; `check --timeout`). Every
+    load problem is an OracleError of one line (exit 2)."""
     spec = os.environ.get("ORACLE_BACKEND", "reference") if spec is None else spec
     if not spec.strip():
         raise OracleError(f"backend '': empty name (known: {', '.join(NAMED)}, package.module:factory)")
     if spec in NAMED:
-        return _from_factory(spec, NAMED[spec])
-    if ":" in spec:
-        return _from_factory(spec, spec)
-    raise OracleError(f"unknown backend {spec!r} (known: {', '.join(NAMED)}, package.module:factory)")
+        target = NAMED[spec]
+    elif ":" in spec:
+        target = spec
+    else:
+        raise OracleError(f"unknown backend {spec!r} (known: {', '.join(NAMED)}, package.module:factory)")
+    bk = _within(timeout, spec, target)
+    problems = contract_problems(bk)
+    if problems:
+        more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else ""
+        raise OracleError(f"backend {spec!r}: the object {target}() returned breaks the backend contract "
+                          f"(oracle/contract.py): {problems[0]}{more}")
+    return LoadedBackend(bk, Capabilities.read(bk))
 
 
 # Named backends resolve through the same plug-in path as a user's `module:factory`.
@@ -38,10 +51,34 @@ NAMED = {
     "torch-cuda": "kernels.backend:make_torch_cuda",
     "jax": "judge_jax.backend:make_jax_backend",
 }
-REQUIRED = ("name", "dtype", "exact", "policies", "session")
 
 
-def _from_factory(spec: str, target: str):
+def _within(timeout: float | None, spec: str, target: str):
+    """_from_factory(spec, target), given at most `timeout` seconds (None: in this thread, no
+    limit). It runs on a daemon thread, which a hung import or factory leaves behind."""
+    if timeout is None:
+        return _from_factory(spec, target)
+    stage = [f"importing {target.partition(':')[0]}"]       # what the thread is doing, for the message
+    done: list = []
+    event = threading.Event()
+
+    def load():
+        try:
+            done.append((True, _from_factory(spec, target, stage)))
+        except BaseException as e:                 # noqa: BLE001 -- handed back to the caller's thread
+            done.append((False, e))
+        event.set()
+
+    threading.Thread(target=load, name=f"load backend {spec}", daemon=True).start()
+    if not event.wait(None if timeout >= threading.TIMEOUT_MAX else timeout):
+        raise OracleError(f"backend {spec!r}: {stage[-1]} did not finish within {timeout:g} s (--timeout)")
+    ok, value = done[0]
+    if ok:
+        return value
+    raise value
+
+
+def _from_factory(spec: str, target: str, stage: list | None = None):
     mod_name, _, attr = target.partition(":")
     if not mod_name or not attr:
         raise OracleError(f"backend {spec!r}: expected package.module:factory")
@@ -57,18 +94,14 @@ def _from_factory(spec: str, target: str):
                           f"{e.msg if isinstance(e, SyntaxError) else e}{where}") from None
     if not callable(factory):
         raise OracleError(f"backend {spec!r}: {target} is not callable (a factory returning a backend)")
+    if stage is not None:
+        stage.append(f"{target}()")
     try:
-        bk = factory()
+        return factory()
     except OracleError:                            # the factory's own one-line reason (no CUDA device, ...)
         raise
     except (Exception, SystemExit) as e:           # noqa: BLE001 -- a plug-in's failure is input
         raise OracleError(f"backend {spec!r}: {target}() raised {type(e).__name__}: {e}") from None
-    missing = [a for a in REQUIRED if not hasattr(bk, a)]
-    if missing:
-        raise OracleError(f"backend {spec!r}: the object {target}() returned lacks {', '.join(missing)}")
-    if not bk.exact and bk.dtype not in TOLERANCES:
-        raise OracleError(f"backend {spec!r}: dtype {bk.dtype!r} has no tolerance row (known: {', '.join(TOLERANCES)})")
-    return bk
 
 
 # ---- backend calls with a time limit (`check --timeout`) ----
@@ -158,7 +191,14 @@ class GuardedBackend:
         self._guard = CallGuard(getattr(inner, "name", type(inner).__name__), timeout, judge)
 
     def __getattr__(self, name):
+        if name.startswith("__") or name in ("_inner", "_guard"):     # not yet set (copy, pickle): no recursion
+            raise AttributeError(name)
         return getattr(self._inner, name)
+
+    @property
+    def caps(self) -> Capabilities:
+        """The guarded backend's Capabilities (oracle/contract.py)."""
+        return capabilities(self._inner)
 
     def fresh(self) -> "GuardedBackend":
         """The same backend under a new guard (a forked child's: the old guard's thread is not in it)."""

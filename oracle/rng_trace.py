@@ -18,9 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import OracleError
-from .rng_events import RngEvent, events_from_json, events_to_json  # noqa: F401 (oracle.rng_trace's API)
+from .rng_events import POLICIES, RngEvent, events_from_json, events_to_json  # noqa: F401 (oracle.rng_trace's API)
 
-POLICIES = ("sequential", "fixed")
 PURPOSES = ("draft", "accept", "residual", "bonus")
 
 

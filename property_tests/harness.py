@@ -12,11 +12,13 @@ Comparison rules:
   checked too; a device-RNG backend against the reference in replay mode (each request added
   with `replay=[the backend's recorded uniforms]`).
 
-Optional backend hooks the suite uses when present:
-* `session.kv.frontiers(rid)` / `session.kv.read(rid, depth, layer, pos)` (the reference's
-  KVCache) or `session.kv_frontiers(rid)`: KV rollback checks (skipped otherwise);
+Optional hooks the suite uses when present, read through oracle/contract.py (a backend's
+`Capabilities`: `bk.caps` for a loaded one, `caps(bk)` here for any; a session's
+`session_capabilities`), never probed here:
+* `session.kv_frontiers(rid)`: KV rollback checks (skipped otherwise); `session.kv.read(rid,
+  depth, layer, pos)` (the reference's KVCache) for the reference's own checks;
 * `session.submit(counts) -> handle` and `session.collect(handle) -> RoundTrace`: deferred
-  collection in the stateful test (else `step`);
+  collection in the stateful test (else `step`); `backend.max_in_flight` rounds at most;
 * `backend.sampling`: a namespace with `filtered_probs, categorical, accepts, residual` (the
   backend's host sampling functions) for the enumeration tests (else oracle.sampling);
 * `backend.host_rng = True`: the backend draws from the seeded host generator, so its RNG
@@ -32,6 +34,7 @@ import numpy as np
 
 from oracle import sampling as oracle_sampling
 from oracle.backends import load_backend
+from oracle.contract import Capabilities, LoadedBackend, capabilities, session_capabilities, unwrap
 from oracle.reference_backend import ReferenceBackend
 from oracle.judge import runner
 from oracle.judge.runner import ScenarioRun
@@ -61,7 +64,7 @@ def backend_spec() -> str:
     return os.environ.get("ORACLE_BACKEND", "reference")
 
 
-def backend():
+def backend() -> LoadedBackend:
     """The backend under test."""
     if _override:
         return _override[-1][0]
@@ -81,26 +84,32 @@ def use_backend(bk, spec: str):
         _override.pop()
 
 
-def is_reference(bk) -> bool:
-    return type(bk) is ReferenceBackend
+def is_reference(bk: LoadedBackend) -> bool:
+    return type(unwrap(bk)) is ReferenceBackend
 
 
-def dtype_of(bk) -> str:
+def caps(bk: LoadedBackend) -> Capabilities:
+    """What the backend offers beyond the contract's required part (a loaded backend's `.caps`;
+    read now for one a meta-test made directly)."""
+    return capabilities(bk)
+
+
+def dtype_of(bk: LoadedBackend) -> str:
     """The compare_runs mode for a backend: "exact" or its dtype's tolerance row."""
     return "exact" if bk.exact else bk.dtype
 
 
-def sampling_impl(bk=None):
-    """The sampling functions the enumeration tests exercise (backend.sampling if any)."""
-    bk = bk or backend()
-    return getattr(bk, "sampling", None) or oracle_sampling
+def sampling_impl(bk: LoadedBackend | None = None):
+    """The sampling functions the enumeration tests exercise (the backend's own sampler if any)."""
+    return caps(bk or backend()).sampling or oracle_sampling
 
 
-def host_rng(bk) -> bool:
-    return bool(bk.exact or getattr(bk, "host_rng", False))
+def host_rng(bk: LoadedBackend) -> bool:
+    """Whether the backend's uniforms are each request's seeded host stream (exact or host_rng)."""
+    return caps(bk).host_rng
 
 
-def supported(sc: Scenario, bk) -> Scenario:
+def supported(sc: Scenario, bk: LoadedBackend) -> Scenario:
     """The scenario with a policy the backend declares (its first one otherwise)."""
     return sc if sc.policy in bk.policies else sc.with_policy(bk.policies[0])
 
@@ -124,7 +133,7 @@ def reproduce_line(nodeid: str = "") -> str:
 
 # ---- running a scenario -------------------------------------------------------------------
 
-def run(bk, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> ScenarioRun:
+def run(bk: LoadedBackend, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> ScenarioRun:
     """Every op of `sc` on a fresh session of `bk` (oracle.judge.runner.run_scenario, the one runner)."""
     return runner.run_scenario(bk, seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay, after_step)
 
@@ -159,7 +168,7 @@ def assert_runs_match(ref: ScenarioRun, other: ScenarioRun, dtype: str, nodeid: 
     return rep
 
 
-def check_equivalence(sc: Scenario, bk=None, reports: list | None = None) -> dict:
+def check_equivalence(sc: Scenario, bk: LoadedBackend | None = None, reports: list | None = None) -> dict:
     """Backend block vs reference block, backend loop vs reference loop, backend block vs
     backend loop, by the one judge. Returns the backend's runs by mode; reports (if given)
     receives the three judge reports in that order."""
@@ -209,13 +218,9 @@ def only(tr: RoundTrace, rid) -> RoundTrace | None:
 
 def kv_frontiers(session, rid):
     """The set of KV frontiers of rid over all (depth, layer) planes, or None if the
-    backend does not expose them."""
-    kv = getattr(session, "kv", None)
-    if kv is not None and hasattr(kv, "frontiers"):
-        return kv.frontiers(rid)
-    if hasattr(session, "kv_frontiers"):
-        return set(session.kv_frontiers(rid))
-    return None
+    session does not expose them (its optional `kv_frontiers`)."""
+    fn = session_capabilities(session).kv_frontiers
+    return None if fn is None else set(fn(rid))
 
 
 # ---- RNG policy ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from oracle.judge.compare import compare_runs
+from oracle.contract import session_capabilities
 
 from . import harness
 from .harness import examples
@@ -59,8 +60,8 @@ class RoundLifecycle(RuleBasedStateMachine):
         self.sut = self.bk.session(model, self.d, self.D, mode, policy)
         self.ref = harness.REFERENCE.session(model, self.d, self.D, "loop" if mode == "block" else "block", policy)
         self.replay = not harness.host_rng(self.bk)      # device RNG: the reference replays its uniforms
-        self.deferred = hasattr(self.sut, "submit") and hasattr(self.sut, "collect")
-        self.max_in_flight = getattr(self.bk, "max_in_flight", 2)
+        self.deferred = session_capabilities(self.sut).submit_collect
+        self.max_in_flight = harness.caps(self.bk).max_in_flight
         self.active, self.preempted, self.in_flight, self.events = {}, {}, [], {}
         self.diverged = set()
         self.next_rid, self.rounds = 0, 0

@@ -1,5 +1,6 @@
-"""The backend contract in code (oracle/judge/contract.py): every in-repo backend and every
-meta_tests factory keeps it, and an object that breaks it is told where."""
+"""The backend contract in code (oracle/contract.py): every in-repo backend and every
+meta_tests factory keeps it, an object that breaks it is told where, and a backend's optional
+hooks are read once, into its Capabilities."""
 from __future__ import annotations
 
 import inspect
@@ -7,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from oracle.backends import REQUIRED, load_backend
-from oracle.judge.contract import Backend, Session, contract_problems, session_problems
+from oracle.backends import load_backend
+from oracle.contract import (OPTIONAL_BACKEND, OPTIONAL_SESSION, REQUIRED, Backend, Capabilities, LoadedBackend,
+                             Session, as_loaded, capabilities, contract_problems, session_capabilities,
+                             session_problems, unwrap)
 from oracle.checkpoint import build_model
 
 import meta_tests.faulty as faulty
@@ -35,8 +38,9 @@ def test_every_in_repo_backend_keeps_the_contract(spec, tiny):
     if spec in NEEDS:
         pytest.importorskip(NEEDS[spec])
     bk = load_backend(spec)
-    assert isinstance(bk, Backend)
-    assert contract_problems(bk) == []
+    assert isinstance(bk, LoadedBackend) and isinstance(bk, Backend)
+    assert contract_problems(bk) == [] and contract_problems(unwrap(bk)) == []
+    assert bk.caps == Capabilities.read(unwrap(bk)) and capabilities(bk) is bk.caps
     for policy in bk.policies:
         s = bk.session(tiny, 1, 2, "block", policy)
         assert isinstance(s, Session)
@@ -81,3 +85,52 @@ def test_a_broken_backend_is_told_where():
                  "optional host_rng", "session.add", "session lacks tokens()", "submit/collect"):
         assert part in text, (part, problems)
     assert contract_problems(object()) == [f"backend lacks {a}" for a in REQUIRED]
+
+
+def test_the_capabilities_name_every_optional_hook():
+    """One field per optional backend hook; the session's hooks in SessionCapabilities."""
+    import dataclasses
+    assert set(OPTIONAL_BACKEND) == {f.name for f in dataclasses.fields(Capabilities)}
+    assert set(OPTIONAL_SESSION) == {"submit", "collect", "kv_frontiers"}
+
+
+def test_capabilities_of_a_backend_made_directly():
+    class Bare:                                      # the required part only
+        name, dtype, exact, policies = "bare", "bfloat16", False, ("sequential",)
+
+        def session(self, model, d, D, mode, policy="sequential"):
+            pass
+
+    class Hooks(Bare):
+        host_rng, fork_safe, max_in_flight = True, True, 5
+
+        def drift_stats_fn(self, model, dtype, basis=None):
+            pass
+
+    bare, hooks = capabilities(Bare()), capabilities(Hooks())
+    assert bare == Capabilities() and not bare.host_rng and bare.max_in_flight == 2
+    assert hooks.host_rng and hooks.fork_safe and hooks.max_in_flight == 5 and callable(hooks.drift_stats_fn)
+    exact = Bare()
+    exact.exact = True                               # an exact backend draws the host stream
+    assert capabilities(exact).host_rng
+    raw = Hooks()
+    loaded = as_loaded(raw)
+    assert isinstance(loaded, LoadedBackend) and as_loaded(loaded) is loaded and loaded.caps == capabilities(raw)
+    assert loaded.name == "bare" and unwrap(loaded).__class__ is Hooks
+
+
+def test_a_guarded_backend_keeps_the_caps():
+    from oracle.backends import GuardedBackend
+    bk = load_backend("examples.plugin_backend:make_backend")
+    guarded = GuardedBackend(bk, 5.0)
+    assert guarded.caps is bk.caps and capabilities(guarded) is bk.caps and guarded.name == bk.name
+
+
+def test_session_capabilities(tiny):
+    ref = load_backend("reference").session(tiny, 1, 2, "block")
+    caps = session_capabilities(ref)
+    assert not caps.submit_collect and caps.kv_frontiers is not None
+    ref.add(0, [1, 2, 3], __import__("oracle.sampling", fromlist=["SamplingParams"]).SamplingParams())
+    assert caps.kv_frontiers(0) == {2}
+    plug = load_backend("examples.plugin_backend:make_backend").session(tiny, 1, 2, "block")
+    assert session_capabilities(plug).kv_frontiers is None

@@ -5,14 +5,15 @@ replay consumes. The verdicts built on it are oracle/judge/cases.py and oracle/j
 A scenario is any object with d, D, policy, prompts, params and `ops`: a sequence of
 ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid); optionally `depths`, one
 (d_i, D_i) per request. `Case` (oracle/judge/scenario.py) and `property_tests.strategies.Scenario`
-both are one. A backend is what oracle/judge/contract.py says; the runner is the one caller of
-a session's methods.
+both are one. A backend is what oracle/contract.py says: a LoadedBackend (load_backend), or an
+object made directly, whose Capabilities `capabilities` reads.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..backends import load_backend
+from ..contract import LoadedBackend, capabilities
 
 REFERENCE = load_backend("reference")     # the judge's default side (oracle/reference_backend.py)
 
@@ -33,7 +34,7 @@ class ScenarioRun:
         return f"{self.backend_name} {self.mode}"
 
 
-def run_scenario(bk, model, sc, mode: str, replay: dict | None = None, after_step=None,
+def run_scenario(bk: LoadedBackend, model, sc, mode: str, replay: dict | None = None, after_step=None,
                  submit_ahead: bool = False, **options) -> ScenarioRun:
     """Every op of `sc` on a fresh session of backend `bk`. replay: rid -> uniforms to consume
     instead of the request's generator. after_step(session, trace): called after each round.
@@ -90,7 +91,7 @@ def replay_lists(other: ScenarioRun, sc) -> dict:
     return {rid: [e.value for e in other.events(rid)] + pad for rid in range(len(sc.prompts))}
 
 
-def judge_run(model, sc, mode: str, replay_from: ScenarioRun | None = None, judge=None,
+def judge_run(model, sc, mode: str, replay_from: ScenarioRun | None = None, judge: LoadedBackend | None = None,
               **options) -> ScenarioRun:
     """The judge's side of a comparison: `judge` (default REFERENCE, the FP32 reference) on the
     scenario; with replay_from, consuming the uniforms that run drew."""
@@ -98,8 +99,9 @@ def judge_run(model, sc, mode: str, replay_from: ScenarioRun | None = None, judg
                         replay=None if replay_from is None else replay_lists(replay_from, sc), **options)
 
 
-def draws_host_stream(bk) -> bool:
-    """Whether a backend's uniforms are each request's seeded host stream (exact backends and
-    `host_rng = True`): then the reference draws its own and the order is checked too; else
-    the reference replays the backend's recorded uniforms (a device RNG need not match)."""
-    return bool(bk.exact or getattr(bk, "host_rng", False))
+def draws_host_stream(bk: LoadedBackend) -> bool:
+    """Whether a backend's uniforms are each request's seeded host stream (its Capabilities'
+    host_rng: exact backends and `host_rng = True`): then the reference draws its own and the
+    order is checked too; else the reference replays the backend's recorded uniforms (a device
+    RNG need not match)."""
+    return capabilities(bk).host_rng

@@ -1,20 +1,27 @@
 """The backend contract in code: what `python -m oracle check --backend`, the property suite and
-the meta tests call on a backend (oracle.judge.runner.run_scenario is the one caller of a session).
+the meta tests call on a backend (docs/DESIGN.md sections 9 and 13).
 
-`Backend` and `Session` are `typing.Protocol`s of the required part; the optional hooks are
-listed in OPTIONAL_BACKEND and OPTIONAL_SESSION with what they mean. `contract_problems` says,
-in one line each, where an object breaks the contract (an empty list: it keeps it). Nothing
-here changes what load_backend accepts (oracle/backends.py: REQUIRED and the dtype's tolerance
-row); the contract test (tests/test_contract.py) checks every in-repo backend against it.
+`Backend` and `Session` are `typing.Protocol`s of the required part (`REQUIRED`); the optional
+hooks are listed in OPTIONAL_BACKEND and OPTIONAL_SESSION with what they mean. `contract_problems`
+says, in one line each, where an object breaks the contract (an empty list: it keeps it);
+oracle.backends.load_backend refuses a backend it names anything for. What a backend offers
+beyond the required part is its `Capabilities`, read once: a backend load_backend accepted is a
+`LoadedBackend` (its own attributes, and `.caps`); `capabilities(bk)` gives the same for an object
+made directly (a test's), and `session_capabilities(s)` a session's optional hooks. This module is
+the one place that probes for the optional hooks; the runner, the judge and the property suite
+read `Capabilities`.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, runtime_checkable
 
-from ..backends import REQUIRED
-from ..rng_trace import POLICIES
-from ..tolerances import TOLERANCES
+from .rng_events import POLICIES
+from .tolerances import TOLERANCES
+
+REQUIRED = ("name", "dtype", "exact", "policies", "session")   # what every backend has
+DEFAULT_IN_FLIGHT = 2            # max_in_flight when a backend does not say
 
 
 @runtime_checkable
@@ -58,19 +65,22 @@ OPTIONAL_BACKEND = {
     "sampling": ("the sampler behind oracle.sampling's interface, which the property suite's "
                  "enumeration tests exercise (property_tests/harness.py sampling_impl)",
                  lambda v: all(callable(getattr(v, f, None)) for f in SAMPLING_INTERFACE)),
-    "max_in_flight": ("how many submitted rounds may wait to be collected (default 2)",
+    "max_in_flight": (f"how many submitted rounds may wait to be collected (default {DEFAULT_IN_FLIGHT})",
                       lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
     "fork_safe": ("the backend may run in a forked child of the process that loaded it (no threads, device "
                   "contexts or sockets of its own yet): `check --backend` then runs the drift probe and its fit in "
                   "one, beside the cases' runs (default False)", lambda v: isinstance(v, bool)),
     "drift_stats_fn": ("drift_stats_fn(model, dtype, basis=None): the drift verdict's sensitivities "
                        "when this backend is the judge (judge_jax)", callable),
+    "precision_energy_fn": ("precision_energy_fn(model, dtype): the precision verdict's noise twin when this "
+                            "backend is the judge (judge_jax)", callable),
 }
 # Optional hooks of a session: name -> what it means.
 OPTIONAL_SESSION = {
     "submit": "submit(counts) -> handle: a round started, not yet collected (with collect)",
     "collect": "collect(handle) -> RoundTrace: the round submit started (with submit)",
-    "kv_frontiers": "kv_frontiers(rid) -> set of depths: the KV planes the request has written",
+    "kv_frontiers": "kv_frontiers(rid) -> set of ints: the KV frontiers of the request's planes (the KV rollback "
+                    "checks of the property suite; skipped without it)",
 }
 SAMPLING_INTERFACE = ("filtered_probs", "categorical", "accepts", "residual")   # what the property suite calls
 SESSION_METHODS = ("add", "step", "remove", "tokens")
@@ -144,3 +154,97 @@ def session_problems(session) -> list[str]:
     if has["submit"] != has["collect"]:
         out.append("session has one of submit/collect without the other")
     return out
+
+
+# ---- what a backend offers beyond the required part, read once ----
+
+@dataclass(frozen=True)
+class Capabilities:
+    """A backend's optional hooks (OPTIONAL_BACKEND), as the runner, the judge and the property
+    suite read them. Read once: at load (LoadedBackend.caps), or by capabilities(bk) for an object
+    made directly."""
+    host_rng: bool = False               # uniforms are each request's seeded host stream: host_rng = True, or exact
+    fork_safe: bool = False              # may run in a forked child (the drift probe beside the cases)
+    max_in_flight: int = DEFAULT_IN_FLIGHT   # submitted rounds that may wait to be collected
+    sampling: Any = None                 # its own sampler (SAMPLING_INTERFACE); None: it has none (oracle.sampling's)
+    drift_stats_fn: Callable | None = None   # drift_stats_fn(model, dtype, basis=None) as the judge's side
+    precision_energy_fn: Callable | None = None   # precision_energy_fn(model, dtype) as the judge's side
+
+    @classmethod
+    def read(cls, backend) -> "Capabilities":
+        """The hooks of `backend` as it declares them (absent or None: the default)."""
+        hook = {h: getattr(backend, h, None) for h in OPTIONAL_BACKEND}
+        return cls(host_rng=bool(getattr(backend, "exact", False) or hook["host_rng"]),
+                   fork_safe=hook["fork_safe"] is True,
+                   max_in_flight=DEFAULT_IN_FLIGHT if hook["max_in_flight"] is None else hook["max_in_flight"],
+                   sampling=hook["sampling"], drift_stats_fn=hook["drift_stats_fn"],
+                   precision_energy_fn=hook["precision_energy_fn"])
+
+
+@dataclass(frozen=True)
+class SessionCapabilities:
+    """A session's optional hooks (OPTIONAL_SESSION)."""
+    submit_collect: bool = False         # submit(counts) -> handle and collect(handle) -> RoundTrace
+    kv_frontiers: Callable | None = None     # kv_frontiers(rid) -> set of ints
+
+
+def capabilities(backend) -> Capabilities:
+    """What `backend` offers: the Capabilities it carries (a LoadedBackend's, a GuardedBackend's),
+    else read from the object now (a backend made directly, as tests do)."""
+    caps = backend.caps if isinstance(backend, LoadedBackend) else getattr(backend, "caps", None)
+    return caps if isinstance(caps, Capabilities) else Capabilities.read(backend)
+
+
+def session_capabilities(session) -> SessionCapabilities:
+    """What a session offers beyond add, step, remove and tokens."""
+    has = {m: callable(getattr(session, m, None)) for m in OPTIONAL_SESSION}
+    return SessionCapabilities(submit_collect=has["submit"] and has["collect"],
+                               kv_frontiers=session.kv_frontiers if has["kv_frontiers"] else None)
+
+
+class LoadedBackend:
+    """A backend that oracle.backends.load_backend accepted (contract_problems found nothing):
+    the backend's own attributes pass through, `caps` is its Capabilities (read at load) and
+    `__wrapped__` the object its factory returned."""
+
+    def __init__(self, backend, caps: Capabilities | None = None):
+        self.__wrapped__ = backend
+        self.caps = Capabilities.read(backend) if caps is None else caps
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "caps":     # not yet set (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.__wrapped__, name)
+
+    def __repr__(self) -> str:
+        return f"LoadedBackend({self.__wrapped__!r})"
+
+    @property
+    def name(self) -> str:
+        return self.__wrapped__.name
+
+    @property
+    def dtype(self) -> str:
+        return self.__wrapped__.dtype
+
+    @property
+    def exact(self) -> bool:
+        return self.__wrapped__.exact
+
+    @property
+    def policies(self) -> tuple:
+        return self.__wrapped__.policies
+
+    def session(self, *args, **kwargs) -> Session:
+        return self.__wrapped__.session(*args, **kwargs)
+
+
+def as_loaded(backend) -> LoadedBackend:
+    """`backend` as a LoadedBackend (itself if it is one; a backend made directly gets its
+    Capabilities read now). Checks nothing: load_backend is where the contract is enforced."""
+    return backend if isinstance(backend, LoadedBackend) else LoadedBackend(backend, capabilities(backend))
+
+
+def unwrap(backend):
+    """The object a backend's factory returned (a LoadedBackend's __wrapped__; else itself)."""
+    return backend.__wrapped__ if isinstance(backend, LoadedBackend) else backend
