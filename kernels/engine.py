@@ -34,7 +34,7 @@ from . import sampler
 from .graphs import GraphRunner
 from .kvplanes import KVPlanes
 from .model import PackedModel
-from .options import KernelOptions
+from .options import PENALTY_ROWS, KernelOptions, chain_fault
 from .rows import FILTER_ROWS, HISTORY, PROC_ROWS, SLOT_ROWS, STEP_ROWS, TAIL, sampling_rows
 from .round_buffer import RoundPlan, scratch_call_meta, scratch_head_meta, scratch_request_meta
 
@@ -63,6 +63,7 @@ class Engine:
         self.kv = KVPlanes(weights.cfg, D, max_requests, max_len, self.device, weights.dtype)
         self.model = PackedModel(weights, self.kv, options)
         self.procs = False                      # processor buffers allocated (_proc_buffers)
+        self.skip = chain_fault(options.fault) if options is not None else None    # a deliberate fault, or None
         for name, t in self._buffers(self.kv.n_slots).items():
             setattr(self, name, t)
 
@@ -194,13 +195,21 @@ class Engine:
             r["prompt"] = self.prompt.index_select(0, slot)
         return r
 
-    def _processed(self, raw, slot, off, steps):
-        """(processed logits, bad rows) of raw logits [N, V] at rows (slot, off)."""
+    def _processed(self, raw, slot, off, steps, rows: str = "verify"):
+        """(processed logits, bad rows) of raw logits [N, V] at rows (slot, off); rows: "draft" | "verify"."""
         ban = self.ban.index_select(0, slot)
+        skip = self.skip[1] if self.skip is not None and self.skip[0] == rows else None
+        if skip is not None:                    # a deliberate fault (KernelOptions.fault "skip_ROWS.STEP")
+            ban = torch.zeros_like(ban) if skip == "mask" else ban
+            steps = tuple(n for n in steps if n != skip)
         if not steps:
             logits = sampler.mask(raw, ban)                                      # banned: -inf
             return logits, sampler.nonfinite(raw, logits)
-        logits = sampler.processed(raw, ban, self._proc_rows(slot, off, steps), steps)
+        r = self._proc_rows(slot, off, steps)
+        if skip in PENALTY_ROWS and "penalties" in steps:
+            name, identity = PENALTY_ROWS[skip]
+            r[name] = torch.full_like(r[name], identity)
+        logits = sampler.processed(raw, ban, r, steps)
         return logits, sampler.nonfinite(raw, logits, processed=True)
 
     def draft_step(self, meta: torch.Tensor, Mh: int, sampling: str, steps: tuple = ()) -> None:
@@ -209,7 +218,7 @@ class Engine:
         flat, slot, off = meta.view(3, Mh)
         raw = self.model.head(self.hid.index_select(0, flat))                   # [Mh, V]
         self.dlog.index_copy_(0, flat, raw)                                      # traced unmasked
-        logits, bad = self._processed(raw, slot, off, steps)
+        logits, bad = self._processed(raw, slot, off, steps, "draft")
         self.dbad.index_copy_(0, flat, bad)
         if sampling == "greedy":
             self.tok.view(-1).index_copy_(0, flat + 1, sampler.greedy(logits))

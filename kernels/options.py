@@ -107,10 +107,31 @@ class KernelOptions:
         return tuple(on[n] if getattr(self, n) is None else getattr(self, n) for n in names)
 
 
+# Sampling-chain faults (kernels/engine.py Engine._processed): "skip_draft.STEP" / "skip_verify.STEP"
+# skip one step of the chain on the draft rows / the verification rows only: STEP is "mask"
+# (banned and allowed ids), a processor step (kernels/rows.py STEPS: "bad_words", "min_tokens",
+# "logit_bias", "penalties", ...) or one penalty ("repetition", "presence", "frequency"). For the
+# built-in cases' power (meta_tests/test_cases_bite.py): each must change a token in `check`.
+CHAIN_ROWS = ("skip_draft", "skip_verify")
+PENALTY_ROWS = {"repetition": ("rep", 1.0), "presence": ("pres", 0.0), "frequency": ("freq", 0.0)}
+
+
+def chain_fault(fault: str) -> tuple[str, str] | None:
+    """"skip_draft.STEP" | "skip_verify.STEP" -> ("draft" | "verify", STEP); any other fault -> None."""
+    rows, _, step = fault.partition(".")
+    if rows not in CHAIN_ROWS:
+        return None
+    from .rows import STEPS
+    if step not in ("mask", *STEPS, *PENALTY_ROWS):
+        raise OracleError(f"kernel fault {fault!r}: expected {rows}.STEP, STEP one of mask, "
+                          f"{', '.join((*STEPS, *PENALTY_ROWS))}")
+    return rows.removeprefix("skip_"), step
+
+
 def parse_fault(fault: str) -> tuple[str, int | None, float | None] | None:
     """"name[.layer]=factor" -> (name, layer, factor); a precision fault "fp8_k" | "fp8_v" | "fp8_act"
     | "fp8_gate_up.L" -> (name, layer, None); "" -> None. A malformed fault is refused."""
-    if not fault:
+    if not fault or chain_fault(fault):          # a sampling-chain fault: no weight or precision fault
         return None
     name, _, layer = fault.partition(".")
     if name in PRECISION_FAULTS:

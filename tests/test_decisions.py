@@ -7,7 +7,8 @@ import copy
 import numpy as np
 
 from oracle.judge.compare import compare_runs
-from oracle.judge.decisions import draw_margin, first_divergence, greedy_margin, redecide, unexplained_decision
+from oracle.judge.decisions import (contradicted_decision, draw_margin, first_divergence, greedy_margin, redecide,
+                                    unexplained_decision)
 from oracle.sampling import SamplingParams as SP, filtered_probs
 from oracle.session import Session
 
@@ -93,3 +94,28 @@ def test_reference_traces_explain_themselves(tiny):
         tr = one_round(tiny, params, T=5)
         for rid, T in zip(tr.requests, tr.token_counts):
             assert unexplained_decision(tr, rid, T, 0.0) is None
+
+
+def test_reference_decision_against_its_own_rule_is_never_excused(tiny):
+    """A judge's side whose greedy final token is the runner-up of its own logits: its margin
+    against the backend's (right) token is below zero, which the near-tie rule alone would
+    excuse; the judge fails it and names the decision and the margin."""
+    tr = one_round(tiny, lambda rid: SP())
+    rid, T, second = near_tie_finals(tr)[0]
+    bad = copy.deepcopy(tr)                       # the reference emits the runner-up from its own logits
+    bad.emitted[rid] = bad.emitted[rid][:-1] + [second]
+    bad.committed[rid] = list(bad.emitted[rid])
+    div = first_divergence(bad, tr, rid, T)
+    assert div is not None and div.margin < 0     # excused as a near tie by the margin rule alone
+    assert contradicted_decision(tr, rid, T, 1e-5) is None
+    for dtype in ("bfloat16", "float32"):
+        rep = compare_runs([bad], [tr], dtype, case="c")
+        fail = rep.first_failure()
+        assert not rep.ok and fail.name == "tokens", rep.checks
+        assert f"c: round 0 request {rid}: final token (offset {tr.accepted[rid]}): reference {second} vs its rule " \
+               f"{tr.emitted[rid][-1]}" in fail.detail, fail.detail
+        assert f"reference margin -{abs(div.margin):.3g} < 0" in fail.detail and "never excused" in fail.detail
+        assert not rep.divergences
+    # the exact row fails any divergence anyway; a consistent reference is excused at a near tie
+    assert not compare_runs([bad], [tr], "exact").ok
+    assert compare_runs([tr], [bad], "bfloat16").first_failure().name == "decisions"

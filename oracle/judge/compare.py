@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decisions import first_divergence, trace_problem, unexplained_decision
+from .decisions import contradicted_decision, first_divergence, trace_problem, unexplained_decision
 from .report import CHECKS, Check, Report, rel_err  # noqa: F401 (CHECKS, Check: oracle.judge.compare's API)
 from ..errors import OracleError
 from ..rng_trace import first_difference
@@ -196,6 +196,12 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
                          + largest_difference(("",), [A[(rid, o)]], [B[(rid, o)]]))
     # the token decision last: a KV or logits difference above is its cause, reported first
     if div is not None:
+        # a reference decision that contradicts its own rule (margin below zero) is never excused
+        own = None if exact else contradicted_decision(a, rid, T, tol["self_margin"])
+        if own:
+            rep.fail("tokens", f"{at}: {own}")
+            stopped.add(rid)
+            return
         margin = tol["margin"]
         excused = not exact and div.margin <= margin
         why = f"reference margin {div.margin:.3g} " + ("" if exact else f"{'<=' if excused else '>'} allowed {margin:.3g}")

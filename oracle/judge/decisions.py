@@ -263,3 +263,20 @@ def unexplained_decision(tr, rid, T: int, margin: float) -> str | None:
         return None
     return f"request {rid} {div.what}: the reference's rules give the first value from the backend's own " \
            f"logits and uniforms (margin {div.margin:.3g} > {margin:g})"
+
+
+def contradicted_decision(tr, rid, T: int, margin: float) -> str | None:
+    """A decision of the JUDGE'S side tr that its own rule, applied to its own logits and uniforms,
+    does not make (beyond `margin`): a message naming the decision and the reference's margin,
+    which is below zero (its choice is not what its rule picks), or None. The judge fails such a
+    divergence before any excuse (fixed row or twin): a near-tie excuse assumes the reference's
+    decision is right, and a negative margin would always count as near."""
+    try:
+        div = first_divergence(redecide(tr, rid, T), tr, rid, T, ("its rule", "reference"))
+    except OracleError as e:          # e.g. a draft with q(x) = 0 on the reference's own side
+        return f"the reference's rules cannot reach the reference's own decisions from its logits and " \
+               f"uniforms ({e}); never excused"
+    if div is None or div.margin <= margin:
+        return None
+    return f"{div.what}: the reference's own decision is not what its rule gives from its own logits and " \
+           f"uniforms: reference margin {-div.margin:.3g} < 0, never excused"

@@ -46,6 +46,7 @@ def run_scenario(bk: LoadedBackend, model, sc, mode: str, replay: dict | None = 
     pending = []                                  # submitted, not yet collected (submit_ahead)
     finished = set()                              # requests that stopped: they left the batch
     depths = getattr(sc, "depths", None)
+    params = sc.params_for(model) if hasattr(sc, "params_for") else sc.params     # a Case's model-derived params
     for op, arg in list(sc.ops) + [("flush", None)]:
         if op != "step" and pending:
             for handle in pending:
@@ -58,7 +59,7 @@ def run_scenario(bk: LoadedBackend, model, sc, mode: str, replay: dict | None = 
             kw = {} if replay is None else {"replay": replay.get(arg, [])}
             if depths is not None:
                 kw["depths"] = tuple(depths[arg])
-            s.add(arg, list(sc.prompts[arg]), sc.params[arg], **kw)
+            s.add(arg, list(sc.prompts[arg]), params[arg], **kw)
         elif op == "step":
             counts = {rid: t for rid, t in arg if rid not in finished}
             if not counts:

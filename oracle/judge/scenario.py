@@ -4,7 +4,7 @@ catalogue (oracle/cli/catalogue.py) and round options need not import the runner
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,6 +20,22 @@ class Case:
     policy: str = "sequential"
     reproduce: str = ""
     depths: list | None = None         # (d_i, D_i) per request; None: every request (d, D)
+    derive: object = None              # (model, case) -> the params run (params_for); None: params
+    derived: list = field(default_factory=list, repr=False, compare=False)   # [(model, params)]: made once
+
+    def params_for(self, model) -> list:
+        """The SamplingParams each request runs with on `model`: `params`, or where the case
+        derives them from the model (the built-in mask and processor cases: what they ban or
+        penalise includes the reference's own top choices), derive(model, self), made once
+        per model. A deterministic function of the model, so the reproduce line remakes it."""
+        if self.derive is None:
+            return self.params
+        for m, params in self.derived:
+            if m is model:
+                return params
+        params = self.derive(model, self)
+        self.derived[:] = [(model, params)]
+        return params
 
     @property
     def ops(self) -> tuple:
