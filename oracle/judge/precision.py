@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_stats, noise
+from .observations import observations
 
 BITS = {"bfloat16": 8, "float16": 11}       # significant bits of the declared dtype
 # The error energy a correct implementation of the declared dtype may show, in units of the twin's
@@ -115,7 +116,6 @@ def request_energies(model, runs, dtype: str, energy_fn=None) -> dict:
     """rid -> {group: (m, values)}: m the mean r_v^2 over the request's values in the group, its
     runs (block, loop) averaged. energy_fn: the twin (default: numpy_energy_fn; the JAX judge's
     is judge_jax/twin.py's, on the device)."""
-    from .drift import observations
     obs = {key: v for key, v in observations(runs).items() if v[2]}
     if energy_fn is None:
         energy_fn = numpy_energy_fn(model, dtype, [(tuple(t[:max(k[1] for k in o) + 1]), lo)
