@@ -27,7 +27,7 @@ def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case
     # the mask and processor cases: params derived from the reference's own top choices (derived_params)
     masks = [(G, "banned"), (G, "allowed"), (S(1), "banned"), (S(2, top_k=8), "allowed")]
     procs = [(G, "bad_words"), (G, "bad_bigram"), (G, "min_tokens"), (G, "logit_bias"), (G, "repetition"),
-             (G, "presence"), (G, "frequency"), (S(1, t=0.8), "all")]
+             (S(3), "presence"), (S(4), "frequency"), (S(1, t=0.8), "all")]
     specs = [
         ("ragged (5,3,1) d=2 D=4", [{0: 5, 1: 3, 2: 1}], 2, 4, mixed[:3], 1, "sequential", None),
         ("uniform (5,5,5,5) d=2 D=4, 6 rounds", [{i: 5 for i in range(4)}] * 6, 2, 4, mixed[:4], 2, "sequential", None),
@@ -43,7 +43,7 @@ def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case
         ("stop tokens and max_tokens, 4 rounds", [{0: 5, 1: 3, 2: 1, 3: 4}] * 4, 2, 4, stop, 7, "sequential", None),
         ("banned and allowed token ids, 2 rounds", [{0: 5, 1: 4, 2: 5, 3: 3}] * 2, 2, 4, masks, 9, "sequential", None),
         ("logits processors (penalties, bias, bad words, min_tokens), 3 rounds",
-         [{i: (5, 4, 3, 5)[i % 4] for i in range(8)}] * 3, 2, 4, procs, 8, "sequential", None),
+         [dict(enumerate((5, 4, 3, 5, 5, 5, 5, 4)))] * 3, 2, 4, procs, 8, "sequential", None),
         ("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
          1, 2, [mixed[i % 6] for i in range(8)], 5, "sequential", None),
     ]
