@@ -63,6 +63,7 @@ def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case
 # off on the FP32 reference), so that skipping the step, on the drafts or on the verification
 # only, changes a token: what it bans is what the model would pick, and each penalty or bias is
 # strong enough to move the top choice. A deterministic function of the model.
+PLAIN_RUN_SECONDS = 10.0     # the plain run's estimated NumPy cost above which the prompt stands in
 PLAIN_ROUNDS = 2             # the plain run: the case's first 2 rounds (where its steps bite first)
 BIAS = -10.0                 # logit_bias on the top choices (vLLM's range: [-100, 100])
 REPETITION = 4.0             # repetition_penalty: seen tokens' positive logits / 4, or (1 / 4) x 4
@@ -81,7 +82,7 @@ def tops(run, rid) -> list[int]:
              for (q, o), lg in sorted(kind.items()) if q == rid]
     counts = Counter(every)
     order = sorted(dict.fromkeys(every), key=lambda t: -counts[t])
-    runners_up = [int(t) for t in (-seen[0].verify_logits[(rid, 0)]).argsort(kind="stable")]   # then by its first logits
+    runners_up = [int(t) for t in (-seen[0].verify_logits[(rid, 0)]).argsort(kind="stable")]   # by its first logits
     return list(dict.fromkeys(first + order + runners_up))
 
 
@@ -97,6 +98,8 @@ def first_bite(run, rid, plain, field: str, values) -> dict:
     would not."""
     from ..judge.decisions import seen_in
     from ..sampling import processed_logits
+    if run is None:                               # no plain run (derived_params): the first value
+        return {field: values[0]}
     never = (len(run.traces), 0)
     best = None
     for v in values:
@@ -119,29 +122,41 @@ def first_bite(run, rid, plain, field: str, values) -> dict:
 def derived_params(kinds, model, case) -> list:
     """The params of a mask or processor case on `model` (kinds: one per request, the step it
     bites with): the case's plain params plus that step, aimed at the request's top choices in
-    the reference's run of the plain case (its first PLAIN_ROUNDS rounds). min_tokens is the request's first K: its stop tokens
-    (its top choices) are masked at every draft offset of its first round, and a count that took
-    the round's K drafts as generated would unmask them from offset 0."""
+    the reference's run of the plain case (its first PLAIN_ROUNDS rounds). min_tokens is the
+    request's first K: its stop tokens (its top choices) are masked at every draft offset of its
+    first round, and a count that took the round's K drafts as generated would unmask them from
+    offset 0. A model whose plain run
+    would take the NumPy reference more than PLAIN_RUN_SECONDS (limits.estimate_seconds: the
+    real shape, judged by JAX) takes each request's prompt tokens, last first, as its top choices."""
     from ..judge.runner import REFERENCE, run_scenario
+    from .limits import estimate_seconds
     plain = dataclasses.replace(case, rounds=case.rounds[:PLAIN_ROUNDS], derive=None, derived=[])
-    run = run_scenario(REFERENCE, model, plain, "block")
     V = model.cfg.vocab_size
+    run = None
+    if estimate_seconds(model.cfg, plain.rounds, plain.D, 8, check=False) <= PLAIN_RUN_SECONDS:
+        run = run_scenario(REFERENCE, model, plain, "block")
     out = []
     for rid, (p, kind) in enumerate(zip(case.params, kinds)):
-        top = tops(run, rid)
-        drafts = next(tr.drafts[rid] for tr in run.traces if rid in tr.requests)
+        if run is not None:
+            top = tops(run, rid)
+            drafts = next(tr.drafts[rid] for tr in run.traces if rid in tr.requests)
+        else:                                    # too large for a NumPy run: the prompt's own tokens
+            top = list(dict.fromkeys(case.prompts[rid][::-1] + list(range(V))))
+            drafts = case.prompts[rid][-2:]
         t2, t3 = tuple(top[:2]), tuple(top[:3])
+        first_K = next(r[rid] for r in case.rounds if rid in r) - 1
         kw = {"banned": dict(banned_token_ids=t3),
               "allowed": dict(allowed_token_ids=tuple(t for t in range(V) if t not in t3)),
               "bad_words": dict(bad_words=tuple((t,) for t in t2)),
               "bad_bigram": dict(bad_words=(tuple(drafts[:2]),) if len(drafts) > 1 else ((top[0],),)),
-              "min_tokens": dict(stop_token_ids=t2, min_tokens=max(len(drafts), 1)),
+              "min_tokens": dict(stop_token_ids=t2, min_tokens=max(first_K, 1)),
               "logit_bias": dict(logit_bias={t: BIAS for t in t2}),
               "repetition": first_bite(run, rid, p, "repetition_penalty", (REPETITION, 1 / REPETITION)),
               "presence": first_bite(run, rid, p, "presence_penalty", (PRESENCE, -PRESENCE)),
               "frequency": first_bite(run, rid, p, "frequency_penalty", (FREQUENCY, -FREQUENCY)),
               "all": dict(banned_token_ids=top[:1], bad_words=((top[1],),), logit_bias={top[2]: BIAS},
-                          repetition_penalty=REPETITION, presence_penalty=-PRESENCE / 2, frequency_penalty=-FREQUENCY / 2),
+                          repetition_penalty=REPETITION, presence_penalty=-PRESENCE / 2,
+                          frequency_penalty=-FREQUENCY / 2),
               }[kind]
         out.append(dataclasses.replace(p, **kw))
     return out
