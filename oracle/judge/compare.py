@@ -9,7 +9,9 @@ all call it.
   decisions by the first-divergence rule, PER REQUEST: where a request's decision differs at
   a reference near-tie (margin <= tol["margin"]), only what precedes that decision is
   compared (KV writes and logits of earlier offsets, the RNG events drawn before it), and the
-  request is not compared in later rounds. Every other request's rows still are.
+  request is not compared in later rounds. Every other request's rows still are. A
+  divergence where the reference's own decision is not what its rule gives from its own
+  logits and uniforms (decisions.contradicted_decision: a margin below zero) is never excused.
   Every decision of the backend must also be what the reference's rules give from the
   backend's OWN logits and uniforms (decisions.unexplained_decision), in every round.
 * Either way: a backend round paired in full whose calls are not compared with the reference's
