@@ -39,8 +39,8 @@ from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.model import pow2  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
 from oracle.contract import LoadedBackend, as_loaded  # noqa: E402
-from oracle.judge.compare import compare_runs  # noqa: E402
-from oracle.judge.runner import draws_host_stream, judge_run, run_scenario  # noqa: E402
+from oracle.judge import verdict  # noqa: E402
+from oracle.judge.verdict import Budget  # noqa: E402,F401 (the judge's KV budget; tests)
 from oracle.judge.scenario import Case  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.sampling import SamplingParams as SP  # noqa: E402
@@ -104,82 +104,12 @@ class CompileClock:
                 cls.n, cls.s = cls.n + 1, cls.s + secs
 
 
-class Budget:
-    """Bytes of device memory held by the judge's runs in flight: a run waits until its KV
-    fits beside the others (or none is in flight)."""
-
-    def __init__(self, total: int):
-        import threading
-        self.total, self.used, self.cond = total, 0, threading.Condition()
-
-    def take(self, n: int):
-        with self.cond:
-            self.cond.wait_for(lambda: self.used == 0 or self.used + n <= self.total)
-            self.used += n
-
-    def give(self, n: int):
-        with self.cond:
-            self.used -= n
-            self.cond.notify_all()
-
-
 def judge_kv_bytes(judge: LoadedBackend, model, case) -> int:
     """The judge's device KV for a case: K and V planes at the session's (bucketed) shape."""
     jm = judge.model(model)
     slots, length, _ = jm.session_shapes(len(case.prompts), max_len(case))
     lay = jm.layout
     return 2 * lay.L * pow2(case.D) * slots * length * lay.nkv * lay.hd * 4     # DeviceKV: pow2(D) planes
-
-
-def _judge_side(judge: LoadedBackend, model, case, mode, replay_from=None, budget: Budget | None = None):
-    """The judge's run of one case (its traces; the session, with its device KV, let go)."""
-    need = judge_kv_bytes(judge, model, case) if budget is not None else 0
-    if budget is not None:
-        budget.take(need)
-    try:
-        return _judge_run(judge, model, case, mode, replay_from)
-    finally:
-        if budget is not None:
-            budget.give(need)
-
-
-def _judge_run(judge: LoadedBackend, model, case, mode, replay_from):
-    t = time.perf_counter()
-    run = judge_run(model, case, mode, replay_from=replay_from, judge=judge,
-                    max_requests=len(case.prompts), max_len=max_len(case))
-    run.session = None
-    print(f"     judge done: {case.name}, {time.perf_counter() - t:.1f} s", flush=True)
-    return run, time.perf_counter() - t
-
-
-def judged_cases(backend: LoadedBackend, judge: LoadedBackend, model, cases, threads: int, judge_bytes: int = 64 << 30):
-    """Yield (case, mode, report, backend s, judge s) per case, in order. With a backend that
-    draws each request's host stream the judge's runs need nothing of the backend's, so they
-    run up to `threads` at a time in threads beside the backend's runs, as long as their KV
-    fits in judge_bytes (XLA compiles release the GIL: a large model's compiles, most of a
-    case's time, overlap); else the judge replays each backend run's uniforms after it."""
-    dtype = "exact" if backend.exact else backend.dtype
-    ahead = draws_host_stream(backend) and threads > 0
-    pool = futures = None
-    if ahead:
-        from concurrent.futures import ThreadPoolExecutor
-        pool, budget = ThreadPoolExecutor(threads, thread_name_prefix="judge"), Budget(judge_bytes)
-        futures = [pool.submit(_judge_side, judge, model, case, mode, None, budget) for case, mode in cases]
-    try:
-        for i, (case, mode) in enumerate(cases):
-            t = time.perf_counter()
-            got = run_scenario(backend, model, case, mode, max_requests=len(case.prompts), max_len=max_len(case))
-            got.session = None
-            tb = time.perf_counter() - t
-            ref, tj = futures[i].result() if ahead else _judge_side(judge, model, case, mode, replay_from=got)
-            rep = compare_runs(ref.traces, got.traces, dtype, f"scripts/gpu_parity_full.py case {case.name}",
-                               case.name)
-            yield case, mode, rep, tb, tj
-    finally:
-        if pool is not None:
-            for f in futures:
-                f.cancel()
-            pool.shutdown(wait=True)
 
 
 def time_judge(judge: LoadedBackend, model, C: int = 16, ctx: int = 1024, repeats: int = 5) -> dict:
@@ -220,6 +150,8 @@ def main(argv=None) -> int:
                    help="judge runs made at a time beside the backend's (0: one after each backend run)")
     p.add_argument("--judge-gib", type=float, default=64.0,
                    help="device memory for the KV of the judge's runs in flight (GiB)")
+    p.add_argument("--probe", action="store_true",
+                   help="also run the drift probe's drift and precision verdicts (the JAX judge's jvp and twin)")
     p.add_argument("--json", help="write the summary here")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge the JSON summaries of earlier runs and report")
     args = p.parse_args(argv)
@@ -238,38 +170,95 @@ def main(argv=None) -> int:
     if args.only:
         a, b = (int(x) for x in args.only.split(":"))
         cases = cases[a:b]
-    summary = {"preset": args.preset, "backend": f"{backend.name} ({backend.dtype})", "tolerance_row": dtype, "cases": 0, "failed": [],
-               "request_rounds": 0, "kv_writes": 0, "logits": 0, "rng_events": 0, "tokens": 0,
-               "max_rel_err": {"kv": 0.0, "logits": 0.0}, "excused": []}
-    cases = [(c, m) for c, m in cases if c.policy in backend.policies]
+    pairs = [(c, m) for c, m in cases if c.policy in backend.policies]
     clock, tc = CompileClock.start(), time.perf_counter()
-    summary["times"] = []
-    for case, mode, rep, tb, tj in judged_cases(backend, judge, model, cases, args.judge_threads,
-                                                int(args.judge_gib * (1 << 30))):
-        summary["times"].append({"case": case.name, "backend_s": round(tb, 1), "judge_s": round(tj, 1),
-                                 "done_at_s": round(time.perf_counter() - t0, 1)})
-        summary["cases"] += 1
-        summary["request_rounds"] += sum(len(r) for r in case.rounds)
-        for k, attr in (("kv_writes", "kv_writes_compared"), ("logits", "logits_compared"),
-                        ("rng_events", "rng_events_compared"), ("tokens", "tokens_compared")):
-            summary[k] += getattr(rep, attr)
-        for k in ("kv", "logits"):
-            summary["max_rel_err"][k] = max(summary["max_rel_err"][k], rep.max_rel_err[k])
-        summary["excused"] += [f"{case.name}: {d}" for d in rep.divergences]
+
+    def progress(case, mode, rep, tb, tj):
         bad = [f"{c.name}: {c.detail}" for c in rep.checks if not c.ok]
-        if bad:
-            summary["failed"].append({"case": case.name, "failures": bad[:5]})
         print(f"{'ok  ' if not bad else 'FAIL'} {case.name}: KV {rep.max_rel_err['kv']:.3g}, logits "
               f"{rep.max_rel_err['logits']:.3g}, {len(rep.divergences)} excused; backend {tb:.1f} s, judge "
               f"{tj:.1f} s, done at {time.perf_counter() - tc:.1f} s", flush=True)
         for b in bad[:5]:
             print(f"     {b}")
+
+    try:
+        v = verdict.judge_pairs(backend, judge, model, pairs, threads=args.judge_threads,
+                                budget_bytes=int(args.judge_gib * (1 << 30)),
+                                kv_bytes=lambda case: judge_kv_bytes(judge, model, case),
+                                options=lambda case: {"max_requests": len(case.prompts), "max_len": max_len(case)},
+                                reproduce="scripts/gpu_parity_full.py", on_case=progress)
+        if args.probe:                 # the drift probe's two verdicts, the JAX judge's sensitivities and twin
+            v.checks += verdict.probe_checks(*verdict.finish_probe(verdict.start_drift(backend, model, judge=judge)))
+    except Exception as e:                                  # noqa: BLE001 -- named in one line below
+        if not out_of_memory(e):
+            raise
+        print(f"error: out of device memory ({type(e).__name__}: {str(e).splitlines()[0][:200]}); lower "
+              f"--judge-gib (now {args.judge_gib:g}) or --judge-threads (now {args.judge_threads})", flush=True)
+        return 2
+    summary = summarize(v, args.preset, dtype)
     summary["cases_s"] = round(time.perf_counter() - tc, 1)
     summary["compiles"] = {"n": clock.n, "s": round(clock.s, 1), "judge_threads": args.judge_threads}
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.time_judge:
-        summary["judge_round_ms_C16_ctx1024"] = time_judge(judge, model)
+        free_device_caches()                 # the cases' KV and compiled buffers, before the timed sessions
+        try:
+            summary["judge_round_ms_C16_ctx1024"] = time_judge(judge, model)
+        except Exception as e:                              # noqa: BLE001 -- named in one line
+            if not out_of_memory(e):
+                raise
+            summary["judge_round_ms_C16_ctx1024"] = {"error": f"out of device memory: {str(e).splitlines()[0][:200]}"}
+    summary["peak_memory_gib"] = peak_memory_gib()
     return report(summary, args.json)
+
+
+def summarize(v, preset: str, dtype: str) -> dict:
+    """The run's summary (the JSON this script writes) from its Verdict."""
+    bad_by_case: dict = {}
+    for c in v.failed:
+        bad_by_case.setdefault(c["name"].split(": ")[0], []).append(f"{c['name']}: {c['detail']}")
+    return {"preset": preset, "backend": f"{v.backend} ({v.dtype})", "tolerance_row": dtype, "cases": len(v.cases),
+            "failed": [{"case": k, "failures": b[:5]} for k, b in bad_by_case.items()],
+            "request_rounds": v.counters["request_rounds"], "kv_writes": v.counters["kv_writes_compared"],
+            "logits": v.counters["logits_compared"], "rng_events": v.counters["rng_events_compared"],
+            "tokens": v.counters["tokens_compared"], "max_rel_err": dict(v.max_rel_err), "excused": list(v.excused),
+            "times": [{"case": c["name"], **{k: c[k] for k in ("backend_s", "judge_s", "done_at_s") if k in c}}
+                      for c in v.cases],
+            **({"drift": v.drift.to_json()} if v.drift is not None else {}),
+            **({"precision": v.precision.to_json()} if v.precision is not None else {})}
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether e is a device allocation failure (XLA's RESOURCE_EXHAUSTED, torch's OutOfMemoryError)."""
+    return "RESOURCE_EXHAUSTED" in str(e) or type(e).__name__ in ("OutOfMemoryError", "XlaRuntimeError") \
+        and "memory" in str(e).lower()
+
+
+def free_device_caches() -> None:
+    """Hand the allocators' cached blocks back: torch's (the backend's KV of every case) and Python's."""
+    import gc
+    gc.collect()
+    try:
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+def peak_memory_gib() -> dict:
+    """Peak device memory of the run: torch's allocator and JAX's (GiB); {} on a CPU."""
+    out = {}
+    try:
+        import torch
+        if torch.cuda.is_available():
+            out["torch"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 1)
+    except ImportError:
+        pass
+    import jax
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        out["jax"] = round(stats["peak_bytes_in_use"] / 2 ** 30, 1)
+    return out
 
 
 def report(summary: dict, json_path=None) -> int:
@@ -290,6 +279,8 @@ def report(summary: dict, json_path=None) -> int:
     if "judge_round_ms_C16_ctx1024" in summary:
         print(f"judge round time, C=16, context 1024, K=4, d=2, D=4 (median ms, H200 floor ms, measured / floor): "
               f"{summary['judge_round_ms_C16_ctx1024']}")
+    if summary.get("peak_memory_gib"):
+        print(f"peak device memory (GiB): {summary['peak_memory_gib']}")
     if "compiles" in summary:
         print(f"cases {summary['cases_s']} s; XLA compiles {summary['compiles']}")
     print(f"{'OK' if ok else 'FAILED'} in {summary['wall_s']} s")

@@ -18,7 +18,7 @@ from oracle.checkpoint import build_model
 from oracle.cli import main
 from oracle.cli.catalogue import default_cases
 from oracle.judge import compare
-from oracle.judge.cases import judge_cases
+from oracle.judge.verdict import judge
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_torch_mask_skipped_on_drafts_fails_the_default_check(capsys):
 def test_torch_chain_step_skipped_on_one_side_fails(tiny, biting, step, rows):
     pytest.importorskip("torch")
     from meta_tests import faulty_chain
-    out = judge_cases(faulty_chain.make(step, rows), tiny, biting)
+    out = judge(faulty_chain.make(step, rows), tiny, biting, drift=False).to_json()
     bad = failures(out)
     assert bad, f"skip_{rows}.{step} passed the built-in cases"
     # a token changed (or the backend's own decision is not the chain's on its own logits)
@@ -64,19 +64,19 @@ def test_torch_chain_step_skipped_on_one_side_fails(tiny, biting, step, rows):
 def test_correct_torch_backend_passes_the_biting_cases(tiny, biting):
     pytest.importorskip("torch")
     from kernels.backend import make_torch_cpu_bf16
-    out = judge_cases(make_torch_cpu_bf16(), tiny, biting)
+    out = judge(make_torch_cpu_bf16(), tiny, biting, drift=False).to_json()
     assert out["ok"], failures(out)
 
 
 @pytest.mark.parametrize("fault", ["make_mask_verify_only", "make_penalty_verify_only", "make_penalty_ignores_drafts",
                                    "make_min_tokens_counts_round_drafts", "make_bad_words_ignore_drafts"])
 def test_reference_level_chain_faults_fail_the_default_check(tiny, biting, fault):
-    out = judge_cases(getattr(faulty, fault)(), tiny, biting)
+    out = judge(getattr(faulty, fault)(), tiny, biting, drift=False).to_json()
     assert any(c["name"].endswith("tokens") for c in failures(out)), (fault, failures(out))
 
 
 def test_no_fault_passes_the_biting_cases(tiny, biting):
-    out = judge_cases(faulty.make_no_fault(), tiny, biting)
+    out = judge(faulty.make_no_fault(), tiny, biting, drift=False).to_json()
     assert out["ok"], failures(out)
 
 
@@ -92,13 +92,13 @@ def test_judge_contradicting_its_own_rule_is_never_excused(tiny, monkeypatch):
     """A judge whose greedy argmax breaks near ties towards the highest id: a correct inexact
     backend diverges from it where its choice was the runner-up, at a reference margin below zero."""
     cases = default_cases(tiny.cfg.vocab_size)[:1]
-    judge = faulty_judge.make_loose_argmax_judge()
-    out = judge_cases(faulty.make_exact_false(), tiny, cases, judge=judge)
+    side = faulty_judge.make_loose_argmax_judge()
+    out = judge(faulty.make_exact_false(), tiny, cases, judge=side, drift=False).to_json()
     bad = failures(out)
     assert bad and bad[0]["name"].endswith("tokens"), bad
     assert "reference margin -" in bad[0]["detail"] and "never excused" in bad[0]["detail"]
     assert "not what its rule gives" in bad[0]["detail"] and " vs its rule " in bad[0]["detail"]
     # without the rule, the near-tie excuse would pass it
     monkeypatch.setattr(compare, "contradicted_decision", lambda *a: None)
-    out = judge_cases(faulty.make_exact_false(), tiny, cases, judge=faulty_judge.make_loose_argmax_judge())
+    out = judge(faulty.make_exact_false(), tiny, cases, judge=faulty_judge.make_loose_argmax_judge(), drift=False).to_json()
     assert out["ok"] and out["excused_divergences"], failures(out)

@@ -200,10 +200,10 @@ def processor_cases(vocab: int = 64) -> list:
 
 
 def _verdict(factory: str, precision: str) -> dict:
-    from oracle.judge.cases import judge_cases
+    from oracle.judge.verdict import judge
     from oracle.checkpoint import build_model
-    return judge_cases(backend(factory, precision), build_model("tiny", 0), processor_cases(),
-                       f" --backend meta_tests.faulty:{factory}")
+    return judge(backend(factory, precision), build_model("tiny", 0), processor_cases(),
+                 suffix=f" --backend meta_tests.faulty:{factory}", drift=False).to_json()
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

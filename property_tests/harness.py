@@ -40,6 +40,7 @@ from oracle.judge import runner
 from oracle.judge.runner import ScenarioRun
 from oracle.judge.compare import compare_runs
 from oracle.judge.noise import twin_bounds
+from oracle.judge.verdict import judge
 from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
 
@@ -169,24 +170,18 @@ def assert_runs_match(ref: ScenarioRun, other: ScenarioRun, dtype: str, nodeid: 
 
 
 def check_equivalence(sc: Scenario, bk: LoadedBackend | None = None, reports: list | None = None) -> dict:
-    """Backend block vs reference block, backend loop vs reference loop, backend block vs
-    backend loop, by the one judge. Returns the backend's runs by mode; reports (if given)
-    receives the three judge reports in that order."""
+    """The one verdict (oracle.judge.verdict.judge) of the backend on sc: backend block vs reference
+    block, backend loop vs reference loop, backend block vs backend loop. Returns the backend's runs
+    by mode; reports (if given) receives the three judge reports in that order. A failed verdict
+    raises AssertionError with its first failure."""
     bk = bk or backend()
     sc = supported(sc, bk)
-    dt = dtype_of(bk)
-    model = seeded_model(sc.cfg, sc.weight_seed)
-    runs = {mode: run(bk, sc, mode) for mode in MODES}
-    if not is_reference(bk):
-        for mode in MODES:
-            ref = reference_run(sc, mode, replay_from=None if host_rng(bk) else runs[mode])
-            rep = assert_runs_match(ref, runs[mode], dt, model=model)
-            if reports is not None:
-                reports.append(rep)
-    rep = assert_runs_match(runs["block"], runs["loop"], dt, model=model, both_noisy=not is_reference(bk))
+    v = judge(bk, seeded_model(sc.cfg, sc.weight_seed), [sc], drift=False, catch=False, inline=True)
     if reports is not None:
-        reports.append(rep)
-    return runs
+        reports += [rep for _, rep in v.reports]
+    if not v.ok:
+        raise AssertionError(f"{bk.name} ({dtype_of(bk)}): {v.first_failure()}")
+    return v.runs[sc.name]
 
 
 # ---- per-request views --------------------------------------------------------------------

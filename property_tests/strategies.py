@@ -340,6 +340,14 @@ class Scenario:
     def rounds(self) -> list[dict]:
         return [dict(arg) for op, arg in self.ops if op == "step"]
 
+    @property
+    def name(self) -> str:                # the Case protocol's name and reproduce line (the verdict's
+        return "scenario"                 # reports; Hypothesis prints the example and its blob)
+
+    @property
+    def reproduce(self) -> str:
+        return ""
+
     def with_policy(self, policy: str) -> "Scenario":
         from dataclasses import replace
         return replace(self, policy=policy)

@@ -28,7 +28,8 @@ def one(args) -> tuple:
     from bf16_false_alarm_rate import random_model
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
-    from oracle.judge.drift import probe_runs, probe_verdicts
+    from oracle.judge.drift import probe_runs
+    from oracle.judge.verdict import probe_verdicts
     rng = np.random.default_rng([seed, i])
     _, model = random_model(rng)
     bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))

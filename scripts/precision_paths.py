@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
     from oracle.checkpoint import build_model
-    from oracle.judge import drift
+    from oracle.judge import drift, verdict
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     variants = a.variants.split(",") if a.variants else CORRECT + FAULTED
     if device == "cpu":
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         try:
             runs = drift.probe_runs(backend(v, device), model)
             t2 = time.perf_counter()
-            rep, prec = drift.probe_verdicts(model, runs, "bfloat16", stats_fn=stats_fn, dirs=dirs, energy_fn=energy_fn)
+            rep, prec = verdict.probe_verdicts(model, runs, "bfloat16", stats_fn=stats_fn, dirs=dirs, energy_fn=energy_fn)
         except Exception as e:                      # noqa: BLE001 -- recorded, the other variants go on
             out["variants"][v] = {"error": f"{type(e).__name__}: {e}"}
             print(f"{v}: ERROR {type(e).__name__}: {e}", flush=True)

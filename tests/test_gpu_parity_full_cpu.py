@@ -88,7 +88,8 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
         return _run(backend, model, sc, mode, replay, **kw)
 
     monkeypatch.setattr(mod, "load_backend", lambda spec: device_rng)
-    monkeypatch.setattr(mod, "run_scenario", fake_run)        # the backend's side (judged_cases)
+    import oracle.judge.verdict as verdict
+    monkeypatch.setattr(verdict, "run_scenario", fake_run)    # the backend's side (verdict.judge_pairs)
     monkeypatch.setattr(runner, "run_scenario", fake_run)     # the judge's side (judge_run)
     assert mod.main(SMALL + ["--backend", "device-rng"]) == 0, capsys.readouterr().out
     assert seen == [False, True, False, True]       # backend first, then the judge in replay mode
@@ -142,3 +143,21 @@ def test_bad_thread_and_memory_options_are_refused(capsys):
             mod.main(SMALL + bad)
         assert e.value.code == 2
         assert "--judge-" in capsys.readouterr().err
+
+
+def test_the_probe_names_a_drift_fault(tmp_path, capsys):
+    """--probe: the drift probe's verdicts through the one verdict, with the JAX judge's jvp and its
+    noise twin (judge_jax/twin.py): a 1% softmax scale fails the drift verdict naming it while every
+    case's values pass. (FP8 K storage through the same path: docs/results.md, about 95 s of CPU
+    here, so measured once rather than in every CI run.)"""
+    import pytest
+    pytest.importorskip("torch")
+    for factory, named in (("make_attn_scale_bf16", "attention logit scale"),):
+        out = tmp_path / f"{factory}.json"
+        rc = load_script().main(SMALL[:3] + ["1"] + SMALL[4:] + ["--backend", f"meta_tests.faulty_kernels:{factory}",
+                                                               "--probe", "--json", str(out)])
+        text = capsys.readouterr().out
+        s = json.loads(out.read_text())
+        assert rc == 1 and "FAILED in" in text, text
+        assert [f["case"] for f in s["failed"]] == ["drift probe"], s["failed"]
+        assert named in s["failed"][0]["failures"][0], s["failed"]

@@ -77,13 +77,14 @@ def judge_against(ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: s
 
 
 def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: bool = False, judge=None,
-                  ref: ReferenceSide | None = None, later: bool = False):
+                  ref: ReferenceSide | None = None, later: bool = False, runs_out: dict | None = None):
     """[(label, Report)]: backend block vs judge block, backend loop vs judge loop, and backend
     block vs backend loop. catch=True: a backend that raises is a failed check. ref: the
     reference's side of sc, made earlier (reference_sides); made here where it applies.
     later=True: the backend's runs now, and a handle whose result() makes the comparisons (so a
-    caller can run every case's backend runs while the reference's sides are being made)."""
-    out, runs = [], {}
+    caller can run every case's backend runs while the reference's sides are being made).
+    runs_out: receives the backend's runs by mode."""
+    out, runs = [], ({} if runs_out is None else runs_out)
     dtype = "exact" if bk.exact else bk.dtype
     if ref is None and judge is None and draws_host_stream(bk):
         ref = ReferenceSide(model, sc, dtype)
@@ -266,34 +267,3 @@ def _sides_job(model, cases, facts: Inbox):
     dtype, policies = got
     return [_reference_side(model, c, dtype, {}, traces=t) if c.policy in policies else None
             for c, t in zip(cases, traces)]
-
-
-def judge_cases(backend, model, cases, suffix: str = "", judge=None, sides: dict | None = None) -> dict:
-    """judge_backend on every case whose policy the backend supports, summed into one verdict:
-    {"ok", "cases", "checks", counters, "max_rel_err", "excused_divergences", "skipped"}.
-    suffix: appended to each case's reproduce line (`--backend X [--reference Y]`). sides:
-    reference_sides(...) made earlier (default: made here)."""
-    out = {"ok": True, "checks": [], "cases": [], **{k: 0 for k in COUNTERS}, "excused_divergences": [],
-           "max_rel_err": {"kv": 0.0, "logits": 0.0}, "skipped": []}
-    sides = reference_sides(backend, model, cases, judge) if sides is None else sides
-    pending = []                                   # every case's backend runs first, then the comparisons
-    for case in cases:
-        if case.policy not in backend.policies:
-            out["skipped"].append(f"{case.name} (policy {case.policy} not supported by {backend.name})")
-            continue
-        reproduce = (case.reproduce or "python -m oracle check") + suffix
-        pending.append((case, judge_backend(backend, model, case, reproduce, case.name, catch=True, judge=judge,
-                                            ref=sides.get(id(case)), later=bool(sides))))
-    for case, reports in pending:
-        reports = reports.result() if isinstance(reports, Deferred) else reports
-        case_ok = all(rep.ok for _, rep in reports)
-        out["ok"] &= case_ok
-        out["cases"].append({"name": case.name, "ok": case_ok})
-        for label, rep in reports:
-            for k in COUNTERS:
-                out[k] += getattr(rep, k)
-            for k in ("kv", "logits"):
-                out["max_rel_err"][k] = max(out["max_rel_err"][k], rep.max_rel_err[k])
-            out["excused_divergences"] += rep.divergences
-            out["checks"] += [{"name": f"{label}: {c.name}", "ok": c.ok, "detail": c.detail} for c in rep.checks]
-    return out

@@ -255,13 +255,13 @@ def unexplained_decision(tr, rid, T: int, margin: float) -> str | None:
     message, or None. An excused divergence is then explained by logits that are within
     tolerance, never by the backend's sampling or acceptance logic."""
     try:
-        div = first_divergence(redecide(tr, rid, T), tr, rid, T)
+        div = first_divergence(redecide(tr, rid, T), tr, rid, T, ("the reference's rules", "backend"))
     except OracleError as e:          # e.g. a draft with q(x) = 0, a uniform outside [0, 1)
         return f"request {rid}: the reference's rules cannot reach this trace's decisions from its own " \
                f"logits and uniforms: {e}"
     if div is None or div.margin <= margin:
         return None
-    return f"request {rid} {div.what}: the reference's rules give the first value from the backend's own " \
+    return f"request {rid} {div.what}: the reference's rules give their value from the backend's own " \
            f"logits and uniforms (margin {div.margin:.3g} > {margin:g})"
 
 

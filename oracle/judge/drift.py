@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import drift_model, drift_stats, noise, precision
+from . import drift_model, drift_stats, noise
 from .worker import background, forks
 from .scenario import make_case
 from .runner import run_scenario as run
@@ -40,7 +40,7 @@ WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
 # Rounding noise also drifts a little by itself, at second order (normalising a noisy vector
 # shrinks it by ~ sigma**2 / 2). What it gives along each direction is measured on the noise twin
 # (the same estimator over each twin sample's error, SAMPLES per request): a correct engine's drift,
-# beyond the weights' share, lies between 0 and precision.RHO times the twin's mean drift (rounding
+# beyond the weights' share, lies between 0 and noise.RHO times the twin's mean drift (rounding
 # with up to RHO times the twin's error energy), widened by TWIN_SPREAD standard errors of that mean
 # and by DRIFT_FLOOR. The floor covers what the twin does not draw: over 2000 random property-suite
 # models the correct torch-cpu-bf16 backend drifted up to 0.0018 beyond the weights' share along
@@ -262,12 +262,12 @@ class DriftReport:
 
 def twin_allowance(xt: np.ndarray) -> tuple[float, float]:
     """(lo, hi): the drift rounding alone may give along one direction, from the twin samples'
-    estimates xt [requests, SAMPLES]: between 0 and precision.RHO times their mean, widened by TWIN_SPREAD
+    estimates xt [requests, SAMPLES]: between 0 and noise.RHO times their mean, widened by TWIN_SPREAD
     standard errors of that mean (over requests) and by DRIFT_FLOOR."""
     per = xt.mean(axis=1)
     mean = float(per.mean())
     se = float(per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else abs(mean)
-    ends = (0.0, precision.RHO * mean)
+    ends = (0.0, noise.RHO * mean)
     return min(ends) - TWIN_SPREAD * se - DRIFT_FLOOR, max(ends) + TWIN_SPREAD * se + DRIFT_FLOOR
 
 
@@ -362,16 +362,6 @@ def fit(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=
     return rep
 
 
-def probe_verdicts(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=None,
-                   energy_fn=None) -> tuple:
-    """(DriftReport, PrecisionReport or None) over the probe's runs: the drift fit, and the error
-    energy against the noise twin (oracle/judge/precision.py; None without a twin: FP32). With the
-    NumPy sensitivities both use the twin's forwards at the backend's tokens, made once; with the
-    JAX judge's (stats_fn), its twin is energy_fn (judge_jax/twin.py)."""
-    prec = precision.fit(model, runs, dtype, reproduce, energy_fn) if stats_fn is None or energy_fn else None
-    return fit(model, runs, dtype, reproduce, stats_fn, dirs), prec
-
-
 def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "",
                 stats_fn=None, dirs=None) -> DriftReport:
     """Runs the probe through the backend in both modes and fits the drifts (fit)."""
@@ -382,109 +372,26 @@ def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, repr
     return rep
 
 
-# ---- in `check --backend` ----
-
-@dataclass
-class PendingDrift:
-    """A drift verdict under way (start_drift): the probe ran; its fit runs in the background."""
-    model: object
-    runs: dict | None
-    dtype: str
-    reproduce: str
-    stats_fn: object = None
-    dirs: object = None
-    energy_fn: object = None       # the JAX judge's noise twin (judge_jax/twin.py), or None
-    job: object = None             # worker.background's handle of the NumPy fit
-    seconds: float = 0.0           # the probe's runs
-    error: str = ""                # the backend raised during the probe
-
-
-def start_drift(backend, model, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS) -> PendingDrift | None:
-    """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
-    NumPy fit in the background (worker.background), so that it overlaps what the check does next;
-    with a JAX judge the sensitivities are its jvp, fitted in finish_drift. None: no drift verdict
-    applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran)."""
-    if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
-        return None
-    stats_fn = dirs = None
-    maker = getattr(judge, "drift_stats_fn", None)
-    if maker is not None:
-        if model.cfg.hidden_size >= COARSE_HIDDEN:            # per layer would cost one jvp per knob
-            dirs = coarse_directions(model.cfg.num_layers)
-        stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
-    twin = getattr(judge, "precision_energy_fn", None)
-    energy_fn = twin(model, backend.dtype) if twin is not None and stats_fn is not None else None
-    pending = PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn)
-    if stats_fn is None and getattr(backend, "fork_safe", False) is True and forks():
-        # the probe's runs and the fit in one forked child, beside the cases' runs in this process
-        pending.job = background(_probe_and_fit, backend, model, n, reproduce)
-        return pending
-    pending.runs, pending.error, pending.seconds = _probe(backend, model, n)
-    if stats_fn is None and not pending.error:
-        pending.job = background(probe_verdicts, model, pending.runs, backend.dtype, reproduce)
-    return pending
-
-
-def _probe(backend, model, n: int) -> tuple:
-    """(the probe's runs, "", seconds), or (None, the backend's exception in a line, seconds)."""
-    t0 = time.perf_counter()
-    try:
-        return probe_runs(backend, model, n), "", time.perf_counter() - t0
-    except Exception as e:                     # noqa: BLE001 -- judged: a failed drift check
-        return None, f"drift probe: the backend raised {type(e).__name__}: {e}", time.perf_counter() - t0
-
-
-def _probe_and_fit(backend, model, n: int, reproduce: str):
-    """start_drift's probe and fit in a forked child: ((DriftReport, PrecisionReport) or None, the
-    probe's error)."""
-    backend = backend.fresh() if hasattr(backend, "fresh") else backend     # a guard with its own thread here
-    runs, error, seconds = _probe(backend, model, n)
-    if error:
-        return None, error
-    reps = probe_verdicts(model, runs, backend.dtype, reproduce)
-    reps[0].seconds += seconds
-    return reps, ""
-
-
-def finish_drift(pending: PendingDrift | None, out: dict) -> None:
-    """The verdict of start_drift added to a judge_cases summary: out["drift"] and a failed "drift"
-    check naming the parameter."""
-    if pending is None:
-        return
-    reps, error = None, pending.error
-    if not error:
-        reps = pending.job.result() if pending.job is not None else \
-            probe_verdicts(pending.model, pending.runs, pending.dtype, pending.reproduce, pending.stats_fn, pending.dirs,
-                           pending.energy_fn)
-        if isinstance(reps[1], str):           # _probe_and_fit's: the probe ran in the child
-            reps, error = reps
-    if error:
-        out["ok"] = False
-        out["checks"].append({"name": "drift probe: drift", "ok": False, "detail": error})
-        return
-    rep, prec = reps
-    rep.seconds += pending.seconds
-    out["drift"] = rep.to_json()
-    out["ok"] = bool(out["ok"] and rep.ok)
-    out["checks"].append({"name": "drift probe: drift", "ok": rep.ok, "detail": rep.failure})
-    if prec is not None:
-        out["precision"] = prec.to_json()
-        out["ok"] = bool(out["ok"] and prec.ok)
-        out["checks"].append({"name": "drift probe: precision", "ok": prec.ok, "detail": prec.failure})
-
-
-def judge_drift(backend, model, out: dict, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS) -> None:
-    """start_drift and finish_drift at once."""
-    finish_drift(start_drift(backend, model, reproduce, judge, n), out)
-
-
 def drift_lines(drift: dict) -> list[str]:
-    """The drift section of `check --backend`'s text output: every estimate with its interval."""
+    """The drift section of `check --backend`'s text output: the answer first, then every estimate
+    with its interval and its rounding allowance, then the terms explained."""
     est = drift["estimates"]
-    head = (f"  drift: {len(est)} directions fitted over {drift['requests']} probe requests ({drift['values']} values, "
-            f"{drift['seconds']} s); |z| > {drift['threshold']:.2f} fails (family-wise false-alarm rate "
-            f"{drift['family_alpha']:g}); {'none' if drift['ok'] else 'SYSTEMATIC ERROR'}")
-    rows = [f"    {e['parameter']} {e['scale']:.4f} ± {e['se']:.4f} (z = {e['z']:.1f}; weights rounded to the "
-            f"dtype alone: {e['weights_alone']:.4f})" for e in est]
-    tail = [f"    not observable: {', '.join(drift['invisible'])}"] if drift["invisible"] else []
-    return [head] + rows + tail
+    answer = "no systematic drift" if drift["ok"] else "SYSTEMATIC DRIFT: " + drift["failure"].split(": a systematic")[0]
+    head = (f"  drift: {answer} ({len(est)} directions fitted over {drift['requests']} probe requests, "
+            f"{drift['values']} values, {drift['seconds']} s; |z| > {drift['threshold']:.2f} fails, family-wise "
+            f"false-alarm rate {drift['family_alpha']:g})")
+    rows = []
+    for e in est:
+        lo, hi = e.get("allowance", (-DRIFT_FLOOR, DRIFT_FLOOR))
+        why = "; within the rounding allowance" if e["z"] == 0 else ""
+        rows.append(f"    {e['parameter']} {e['scale']:.4f} ± {e['se']:.4f} (z = {e['z']:.1f}{why}; weights rounded "
+                    f"to the dtype alone: {e['weights_alone']:.4f}; rounding allowance beyond them "
+                    f"{lo:+.4f}..{hi:+.4f})")
+    notes = ["    terms: z is the distance past the rounding allowance (what the noise twin's rounding alone "
+             "drifts, widened by the floor 0.001) in standard errors over requests, 0 inside it; 'A = B' is one "
+             "direction under two names (their effects on every observed value are proportional)"]
+    if drift["invisible"]:
+        rows.append(f"    not observable: {', '.join(drift['invisible'])}")
+        notes[0] += ("; 'not observable': a scale no observed value depends on (a scale just before an RMSNorm "
+                     "cancels in it)")
+    return [head] + rows + notes

@@ -32,6 +32,11 @@ SAMPLES = 8
 K_VALUE = 10.0         # a value may differ by up to this many noise scales
 K_MARGIN = 10.0        # a divergence is excused within this many noise scales of flipping
 SEED = 20261201
+# The error energy a correct implementation of the declared dtype may show, in units of the twin's
+# (the precision verdict's allowance, oracle/judge/precision.py; the drift verdict allows the drift
+# rounding of that energy gives, oracle/judge/drift.py twin_allowance). Calibration: correct torch
+# kernels on every path measured showed 0.77-1.23 (docs/results.md, "The precision verdict").
+RHO = 2.0
 # The twin's forwards run in FP32: its noise (SIGMA, ~1e-3 relative) is four orders of magnitude
 # above FP32 rounding (6e-8), so FP64 would change its bounds by less than one part in 1e4, at
 # twice the cost (docs/results.md, "Time the verdict adds").

@@ -29,9 +29,7 @@ from . import drift_stats, noise
 from .observations import observations
 
 BITS = {"bfloat16": 8, "float16": 11}       # significant bits of the declared dtype
-# The error energy a correct implementation of the declared dtype may show, in units of the twin's
-# (calibration: docs/results.md, "The precision verdict").
-RHO = 2.0
+RHO = noise.RHO                             # the energy a correct implementation may show, x the twin's
 FAMILY_ALPHA = 1e-4                          # family-wise false-alarm rate, Bonferroni over the groups
 KIND = {"k": "K writes", "v": "V writes", "draft": "draft logits", "verify": "verification logits"}
 

@@ -23,6 +23,35 @@ import sys
 
 _POOL: list = []
 _LIVE: dict = {}                 # pid -> Child not yet reaped, of this process
+_INLINE: list = []               # non-empty: background() computes at once, in this thread (inline())
+
+
+class inline:
+    """`with inline():` background() runs each job at once, here (the property suite judges many
+    small examples: a fork per example would cost more than it overlaps)."""
+
+    def __enter__(self):
+        _INLINE.append(True)
+        return self
+
+    def __exit__(self, *exc):
+        _INLINE.pop()
+        return False
+
+
+class Done:
+    """A job already computed: result() gives its value or raises its exception."""
+
+    def __init__(self, fn, args, kwargs):
+        try:
+            self.value, self.error = fn(*args, **kwargs), None
+        except Exception as e:                          # noqa: BLE001 -- raised by result(), as a job's
+            self.value, self.error = None, e
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def stop_all() -> None:
@@ -40,6 +69,8 @@ def background(fn, *args, **kwargs):
     """fn(*args, **kwargs) off the main thread: in a forked child (Child) or on the helper thread (a
     concurrent.futures.Future). fn must not change state the caller reads later: a child's changes
     stay in the child."""
+    if _INLINE:
+        return Done(fn, args, kwargs)
     if forks():
         return Child(fn, args, kwargs)
     if not _POOL:
