@@ -15,7 +15,7 @@ from . import HELP
 from .argtypes import int_at_least, positive_seconds
 from .catalogue import default_cases
 from .option_rules import check_option_rules, refuse_ineffective, timeout_flags
-from ..backends import import_prefix, load_backend
+from ..backends import JudgeFailed, import_prefix, load_backend
 from ..judge.scenario import command
 from ..judge import verdict
 from .environment import set_threads
@@ -110,9 +110,12 @@ def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
         c.reproduce = prefix + (c.reproduce or "python -m oracle check")
     threads = set_threads(args, model.cfg.hidden_size)
     fault = f"LOOPSPEC_FAULT={shlex.quote(os.environ['LOOPSPEC_FAULT'])} " if os.environ.get("LOOPSPEC_FAULT") else ""
-    v = verdict.judge(backend, model, cases, judge=judge, drift=args.drift, suffix=suffix, early=early,
-                      probe_reproduce=fault + prefix + command(["check", *model_flags(args)]) + suffix,
-                      timeout=args.timeout)
+    try:
+        v = verdict.judge(backend, model, cases, judge=judge, drift=args.drift, suffix=suffix, early=early,
+                          probe_reproduce=fault + prefix + command(["check", *model_flags(args)]) + suffix,
+                          timeout=args.timeout)
+    except JudgeFailed as e:
+        raise OracleError(f"the reference --reference {args.reference} failed: {e}") from None
     v.info |= {"timeout_s": args.timeout, **threads}
     v.seconds = time.perf_counter() - t0
     if args.report:

@@ -23,9 +23,8 @@ from . import precision as _precision
 from . import worker as _worker
 from .compare import compare_runs
 from .runner import draws_host_stream, judge_run, run_scenario
-from ..backends import GuardedBackend, JudgeFailed
+from ..backends import GuardedBackend
 from ..contract import capabilities
-from ..errors import OracleError
 
 COUNTERS = _cases.COUNTERS
 AHEAD_HIDDEN = _cases.SIDES_AHEAD_HIDDEN      # up to this hidden size the reference's sides can be begun early
@@ -172,10 +171,7 @@ def judge(backend, model, cases, *, judge=None, drift: bool = True, suffix: str 
     sides = _cases.sides_for(early, backend) if early is not None else \
         _cases.reference_sides(backend, model, cases, judge)
     pending = start_drift(guarded, model, probe_reproduce, judge) if drift else None
-    try:
-        judged = _judge_cases(v, guarded, model, cases, suffix, gjudge, sides, catch)
-    except JudgeFailed as e:
-        raise OracleError(f"the judge's side {v.judge} failed: {e}") from None
+    judged = _judge_cases(v, guarded, model, cases, suffix, gjudge, sides, catch)   # JudgeFailed: the caller's to name
     for case, reports, runs in judged:
         ok = all(rep.ok for _, rep in reports)
         v.cases.append({"name": case.name, "ok": ok})
