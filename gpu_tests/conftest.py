@@ -59,8 +59,10 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("-", "parity summary (the one judge)")
     for name, verdict in SUMMARY.get("drift", {}).items():
         terminalreporter.write_line(f"drift verdict, tiny, kernel fault {name}: {verdict}")
+    for name, verdict in SUMMARY.get("precision", {}).items():
+        terminalreporter.write_line(f"precision verdict, tiny, kernel fault {name}: {verdict}")
     for preset, s in SUMMARY.items():
-        if preset == "drift":
+        if preset in ("drift", "precision"):
             continue
         terminalreporter.write_line(
             f"{preset}: {s['cases']} cases, {s['request_rounds']} request-rounds compared, max relative error "

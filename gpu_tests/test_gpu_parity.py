@@ -256,6 +256,25 @@ def test_drift_verdict_on_the_cuda_kernels(fault):
         assert not rep.ok and faulty_kernels.NAMES[fault] in rep.failure.split(" 1.0")[0], rep.failure
 
 
+@pytest.mark.parametrize("fault", [None, "fp8_k"])
+def test_precision_verdict_on_the_cuda_kernels(fault):
+    """The precision verdict (oracle/judge/precision.py) on the BF16 CUDA kernels at the tiny preset:
+    the correct kernels pass, K stored in the cache through FP8 (meta_tests/faulty_kernels.py
+    make_fp8_k_cuda) fails naming K writes at depth 0 (docs/DESIGN.md, "Reduced precision")."""
+    from meta_tests import faulty_kernels
+    from oracle.judge.drift import probe_runs
+    from oracle.judge.verdict import probe_verdicts
+    bk = backend() if fault is None else getattr(faulty_kernels, f"make_{fault}_cuda")()
+    m = model("tiny")
+    _, prec = probe_verdicts(m, probe_runs(bk, m), bk.dtype)
+    SUMMARY.setdefault("precision", {})[fault or "none"] = prec.failure.split(":")[0] if fault else \
+        f"max z {max(g.t for g in prec.groups):.2f} < {prec.threshold:.2f}"
+    if fault is None:
+        assert prec.ok, prec.failure
+    else:
+        assert not prec.ok and prec.failure.split(":")[0].startswith("K writes, depth 0"), prec.failure
+
+
 # ---- sequence-dependent processors (oracle/processors.py) in graphed rounds --------------------
 # the requests of property_tests.strategies.PROC_PARAMS (the CPU kernel tests take the same)
 PROC_ROUNDS = [{0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 3}, {0: 5, 1: 5, 2: 5, 3: 5, 4: 3, 5: 5, 6: 4},
