@@ -102,8 +102,8 @@ def _energies(params, tokens, cos, sin, got, pres, key, sigma, loops, shape, sam
     sums, counts = {}, {}
     for kind in ("k", "v") + KIND_LOGITS:
         ref, s = (center[kind], s2[kind]) if kind in ("k", "v") else (center["logits"], s2["logits"])
-        e = got[kind] - ref
-        e2 = jnp.sum(jnp.where(jnp.isfinite(e), e * e, 0.0), axis=-1)
+        e = jnp.where(jnp.isfinite(ref), got[kind] - ref, 0.0)      # where the reference is -inf too: 0
+        e2 = jnp.sum(jnp.where(jnp.isfinite(e), e * e, jnp.inf), axis=-1)   # a non-finite value: infinite energy
         ok = pres[kind] & (s > 0)
         r2 = jnp.where(ok, e2 / jnp.where(ok, s, 1.0), 0.0)
         sums[kind], counts[kind] = jnp.sum(r2, axis=-1), jnp.sum(ok, axis=-1)

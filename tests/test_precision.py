@@ -233,3 +233,27 @@ def test_parse_fault_refuses(fault):
         parse_fault(fault)
     with pytest.raises(OracleError, match="kernel fault"):
         KernelOptions(fault=fault)
+
+
+def test_each_group_is_tested_over_its_own_requests():
+    """A group seen in 3 of 24 requests gets the threshold of 2 degrees of freedom, not 23: a high
+    but noisy energy there is not called (it would be against 23)."""
+    rng = np.random.default_rng(1)
+    energies = {r: {("k", 0, 0): (1.0 * float(np.exp(rng.normal(0, 0.05))), 10)} for r in range(24)}
+    for r, m in zip(range(3), (40.0, 60.0, 50.0)):
+        energies[r][("v", 0, 0)] = (m, 10)
+    rep = precision.verdict(energies, "bfloat16")
+    g = {x.key: x for x in rep.groups}
+    assert g[("v", 0, 0)].requests == 3 and g[("k", 0, 0)].requests == 24
+    assert g[("v", 0, 0)].threshold == pytest.approx(precision.one_sided_threshold(2, 3))
+    assert g[("v", 0, 0)].threshold > 5 * g[("k", 0, 0)].threshold
+    assert g[("v", 0, 0)].t > g[("k", 0, 0)].threshold and rep.ok     # past 23 dof's threshold, within its own
+
+
+def test_nothing_observed_or_a_non_finite_value_fails():
+    assert not precision.verdict({}, "bfloat16").ok
+    assert "nothing to judge" in precision.verdict({}, "bfloat16").failure
+    energies = {r: {("k", 0, 0): (1.0, 10)} for r in range(24)}
+    energies[5][("k", 0, 0)] = (math.inf, 10)
+    rep = precision.verdict(energies, "bfloat16")
+    assert not rep.ok and "K writes, depth 0, layer 0" in rep.failure
