@@ -55,7 +55,11 @@ def typical_norms(tr) -> dict:
         acc.setdefault(("kv", j, l), []).append(float(np.sum(np.square(k, dtype=np.float64)) + np.sum(np.square(v, dtype=np.float64))))
     for kind, logits in (("draft_logits", tr.draft_logits), ("verify_logits", tr.verify_logits)):
         for lg in logits.values():
-            fin = np.asarray(lg, np.float64)[np.isfinite(lg)]
+            try:
+                lg = np.asarray(lg, np.float64)
+            except (TypeError, ValueError):             # not numbers: the malformed check names it
+                continue
+            fin = lg[np.isfinite(lg)]
             acc.setdefault((kind,), []).append(float(np.sum(fin * fin)))
     return {k: float(np.sqrt(np.mean(v))) for k, v in acc.items()}
 

@@ -156,6 +156,8 @@ def trace_problem(tr, rid, T: int, V: int) -> str | None:
             if lg is None:
                 return f"{name} logits of offset {o} are missing"
             lg = np.asarray(lg)
+            if lg.dtype.kind not in "fiu":
+                return f"{name} logits of offset {o} are of type {lg.dtype}, not numbers"
             if lg.shape != (V,):
                 return f"{name} logits of offset {o} have shape {list(lg.shape)}, expected [{V}]"
             if np.isnan(lg).any() or np.isposinf(lg).any() or not np.isfinite(lg).any():

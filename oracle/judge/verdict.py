@@ -264,12 +264,37 @@ def start_drift(backend, model, reproduce: str = "", judge=None, n: int = _drift
 
 
 def _probe(backend, model, n: int) -> tuple:
-    """(the probe's runs, "", seconds), or (None, the backend's exception in a line, seconds)."""
+    """(the probe's runs, "", seconds), or (None, the backend's exception or the first malformed
+    round in a line, seconds): a malformed probe is a failed check naming the place, not a fit."""
     t0 = time.perf_counter()
     try:
-        return _drift.probe_runs(backend, model, n), "", time.perf_counter() - t0
+        runs = _drift.probe_runs(backend, model, n)
     except Exception as e:                     # noqa: BLE001 -- judged: a failed drift check
         return None, f"drift probe: the backend raised {type(e).__name__}: {e}", time.perf_counter() - t0
+    problem = probe_problem(model, runs)
+    return (None if problem else runs), problem, time.perf_counter() - t0
+
+
+def probe_problem(model, runs: dict) -> str:
+    """The first value of the probe's runs the fits cannot read (decisions.trace_problem: tokens
+    outside the vocabulary, logits not numbers or misshapen; a K/V write not [kv heads, head_dim]
+    numbers), as a line naming mode, round and request; "" if none."""
+    from .decisions import trace_problem
+    cfg = model.cfg
+    for mode, run in runs.items():
+        for tr in run.traces:
+            for i, rid in enumerate(tr.requests):
+                why = trace_problem(tr, rid, tr.token_counts[i], cfg.vocab_size)
+                if why:
+                    return f"drift probe [{mode}]: round {tr.round} request {rid}: {why}"
+            for (rid, pos, j, l), (_, k, v) in tr.kv_writes.items():
+                for name, x in (("K", k), ("V", v)):
+                    x = np.asarray(x)
+                    if x.dtype.kind not in "fiu" or x.shape != (cfg.num_kv_heads, cfg.head_dim):
+                        return (f"drift probe [{mode}]: round {tr.round} request {rid}: the {name} write at position "
+                                f"{pos}, depth {j}, layer {l} is {x.dtype} {list(x.shape)}, expected numbers of shape "
+                                f"[{cfg.num_kv_heads}, {cfg.head_dim}]")
+    return ""
 
 
 def _probe_and_fit(backend, model, n: int, reproduce: str):
