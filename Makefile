@@ -9,11 +9,13 @@ install:
 	$(PY) -m pip install -e ".[test]"
 	$(PY) -m compileall -q oracle kernels bench judge_jax property_tests examples > /dev/null
 
-# Unit tests, the property suite and its meta-tests on the reference, then the property suite
+# ruff's lint and format check (seconds), then unit tests, the property suite and its
+# meta-tests on the reference, then the property suite
 # against every backend CI can run: torch FP32 and BF16 on the CPU (judged by the float32 and
 # bfloat16 rows) and the JAX FP32 backend, all in the ci profile. pytest-xdist spreads each
 # over the cores (one torch thread per worker: conftest.py).
 test:
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto tests property_tests meta_tests
 	ORACLE_BACKEND=torch-cpu HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests
 	ORACLE_BACKEND=torch-cpu-bf16 HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests
@@ -23,7 +25,7 @@ test:
 # for the timing on a many-core host.
 test-parallel: test
 
-# The first line of `make test` without xdist, with Hypothesis statistics (one process).
+# The first pytest line of `make test` without xdist, with Hypothesis statistics (one process).
 test-serial:
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --hypothesis-show-statistics tests property_tests meta_tests
 

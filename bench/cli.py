@@ -297,7 +297,8 @@ def cmd_sweep(args) -> int:
         out["rows"].append(r)
         _print_paired(r, args.allow_fallback)
         print(f"C={C:4d} predicted block {pred['block_ms']:.3f} ms, loop {pred['loop_ms']:.3f} ms, ratio "
-              f"{pred['ratio']:.4f} (recurrent only {pred_nohead['ratio']:.4f}, one row per plane {pred_one['ratio']:.4f}); "
+              f"{pred['ratio']:.4f} (recurrent only {pred_nohead['ratio']:.4f}, "
+              f"one row per plane {pred_one['ratio']:.4f}); "
               f"measured - predicted = "
               f"{r['ratio_difference']:+.4f}", flush=True)
     if args.out:

@@ -4,8 +4,9 @@ Rounds follow the shared planner (`oracle.schedule.plan`); the host-side logic o
 (row bookkeeping, draft head, sampling, acceptance, RNG events, commit) is oracle.phases'
 with a model adapter whose numerics (recurrent calls, heads) run in JAX and whose KV
 planes and hidden states live on the device (kvplanes.DeviceKV; _RoundModel says what
-crosses to the host: an index vector per call, the logits per head call, the KV writes). Sampling on the host through oracle.sampling
-and oracle.rng_trace, so RNG events match the reference exactly.
+crosses to the host: an index vector per call, the logits per head call, the KV writes).
+Sampling on the host through oracle.sampling and oracle.rng_trace, so RNG events match the
+reference exactly.
 """
 from __future__ import annotations
 

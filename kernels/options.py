@@ -12,9 +12,10 @@ Fields (None: on where available; True: on, False: off) and their variables:
                      True also compiles on the CPU                                          LOOPSPEC_FUSE
     triton_attn      split-KV decode attention (kernels/triton_attention.py); CUDA+Triton  LOOPSPEC_TRITON_ATTN
     compile_dynamic  "rows" | "all": what torch.compile treats as symbolic (with fuse)      LOOPSPEC_COMPILE_DYNAMIC
-    gemv_config      GEMV tile overrides {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages[, peel]])}  LOOPSPEC_GEMV_CONFIG (a JSON file)
-    gemv_max_rows    calls of 1..gemv_max_rows rows take the GEMV path (2..16: the small-M
-                     tensor-core path of kernels/gemv.py); larger calls cuBLAS + compiled blocks LOOPSPEC_GEMV_MAX_ROWS
+    gemv_config      GEMV tile overrides                                                    LOOPSPEC_GEMV_CONFIG
+                     {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages[, peel]])}              (a JSON file)
+    gemv_max_rows    calls of 1..gemv_max_rows rows take the GEMV path (2..16: the small-M  LOOPSPEC_GEMV_MAX_ROWS
+                     tensor-core path of kernels/gemv.py); larger calls cuBLAS + compiled blocks
     pdl              programmatic dependent launch of the GEMV-path kernels (each starts while its
                      predecessor drains, streams its first weight tile, then waits for the
                      predecessor's writes); available on CUDA devices of compute capability >= 9   LOOPSPEC_PDL

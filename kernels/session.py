@@ -280,7 +280,8 @@ class TorchSession:
         for r in h.reqs:                  # a round submitted after the one that finished r fails
             for later in r.in_flight if r.finished else ():
                 later.error = later.error or OracleError(
-                    f"round {later.round_idx} names request {r.rid}, which finished ({r.finished}) in round {h.round_idx}")
+                    f"round {later.round_idx} names request {r.rid}, "
+                    f"which finished ({r.finished}) in round {h.round_idx}")
 
     def commit_round(self, h: Handle, results) -> None:
         """The host side of a collected round's commit (the device committed its own state in

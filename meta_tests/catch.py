@@ -2,7 +2,8 @@
 whether it failed (caught the fault) and how.
 
 A property is named "module::function", "module::function[param=value,...]" or
-"module::StateMachineClass", relative to property_tests (e.g. "test_golden::test_rng_order_matches_golden[name=fixed_mixed_d2_D4,mode=loop]").
+"module::StateMachineClass", relative to property_tests (e.g.
+"test_golden::test_rng_order_matches_golden[name=fixed_mixed_d2_D4,mode=loop]").
 Hypothesis properties run with their profile's example budget but without the shrink phase
 (a meta-test only needs to know *that* and *where* the property fails) and derandomized, so
 the result is the same on every machine.

@@ -1,8 +1,8 @@
 """Logits processors that depend on the sequence (docs/DESIGN.md section 5), with vLLM's
 definitions and order: bad words, min_tokens, logit bias, then the repetition, frequency and presence
-penalties; then Hugging Face's no_repeat_ngram_size. Each step maps FP32 logits [V] to FP32 logits [V] (it may write into its input,
-which the chain has copied) and skips itself when its parameter is off, so a request without
-processors gets the same bits as before they existed.
+penalties; then Hugging Face's no_repeat_ngram_size. Each step maps FP32 logits [V] to FP32
+logits [V] (it may write into its input, which the chain has copied) and skips itself when its
+parameter is off, so a request without processors gets the same bits as before they existed.
 
 `Seen` is what the logits of one offset see. A round's offset o (0-based; offset 0 is the last
 committed token) has drafts 1..o behind it, for the draft logits that draw draft o+1 and for

@@ -257,10 +257,10 @@ def request_problem(t: RoundTrace) -> str | None:
     if len(t.token_counts) != len(reqs) or any(isinstance(T, bool) or not isinstance(T, int) or T < 1
                                                for T in t.token_counts):
         return f"token_counts {t.token_counts} are not one integer >= 1 per request {reqs}"
-    for field in PER_REQUEST:
-        extra = [r for r in getattr(t, field) if r not in reqs]
+    for name in PER_REQUEST:
+        extra = [r for r in getattr(t, name) if r not in reqs]
         if extra:
-            return f"{field} names request {extra[0]!r}, which is not one of the round's requests {reqs}"
+            return f"{name} names request {extra[0]!r}, which is not one of the round's requests {reqs}"
     pairs = [("d, D", (t.d, t.D))] if t.d is not None or t.D is not None else []
     pairs += [(f"depths of request {r}", tuple(x)) for r, x in t.depths.items()]
     for what, pair in pairs:

@@ -44,7 +44,7 @@ from oracle.judge.verdict import judge
 from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
 
-from .strategies import MODES, Scenario, seeded_model, profile_name
+from .strategies import Scenario, seeded_model, profile_name
 
 REFERENCE = ReferenceBackend()
 CI_EXAMPLES = 20              # max_examples of the ci profile (property_tests/conftest.py)

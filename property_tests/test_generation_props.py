@@ -115,7 +115,8 @@ def test_rollback_after_every_acceptance_count(kind, a, policy):
         assert len(tr.emitted[0]) == a_got + 1 and s.tokens(0) == list(sc.prompts[0]) + tr.emitted[0]
         f = harness.kv_frontiers(s, 0)
         assert f is None or f == {start + a_got + 1}, \
-            f"{bk.name} {mode}: after accepting {a_got} drafts the KV frontier is {sorted(f)}, expected {start + a_got + 1}"
+            f"{bk.name} {mode}: after accepting {a_got} drafts the KV frontier is {sorted(f)}, " \
+            f"expected {start + a_got + 1}"
         check_committed_kv(s, {0: 1, 1: 1, 2: 1}, sc.D, sc.cfg.num_layers, f"{bk.name} {mode} round 0")
     harness.check_equivalence(sc, bk)
 

@@ -45,7 +45,6 @@ from oracle import phases as oracle_phases
 from oracle.judge.decisions import greedy_margin, seen_in
 from oracle.phases import PHASES
 from oracle.sampling import CHAIN, SamplingParams
-from oracle.session import get_round
 from oracle.tolerances import TOLERANCES
 
 from . import harness
@@ -360,7 +359,8 @@ def test_processors_draw_no_uniforms(sc, mode):
                                   f"{eb} without")
             else:
                 assert [x[:2] + x[3:] for x in ea] == [x[:2] + x[3:] for x in eb], \
-                    f"{r.label()}, {sc.describe()}: round {a.round} request {rid}: RNG layout {ea} vs {eb} without processors"
+                    f"{r.label()}, {sc.describe()}: round {a.round} request {rid}: " \
+                    f"RNG layout {ea} vs {eb} without processors"
             same += 1
             if a.finished.get(rid) or b.finished.get(rid):
                 break

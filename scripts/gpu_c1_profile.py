@@ -5,7 +5,6 @@ time of the same call. One device call.
 import argparse
 import json
 import os
-import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile

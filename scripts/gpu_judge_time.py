@@ -137,7 +137,8 @@ def show(args, res: dict, fetch: str) -> None:
         r = res[mode]
         terms = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in r["floor_terms_ms"].items())
         pr = r["per_round"]
-        print(f"  {mode:5s}: {r['median_ms']:9.2f} ms (CPU time {r['cpu_median_ms']:.2f} ms), floor {r['floor_ms']:.2f} ms "
+        print(f"  {mode:5s}: {r['median_ms']:9.2f} ms (CPU time {r['cpu_median_ms']:.2f} ms), "
+              f"floor {r['floor_ms']:.2f} ms "
               f"({terms} ms alone), measured/floor {r['over_floor']:.2f}x; warm-up {r['warmup_s']:.1f} s "
               f"({r['warmup_compiles']['compiles']} compiles, {r['warmup_compiles']['compile_s']:.1f} s)")
         print(f"         per round: {pr['h2d']} host->device transfers, {pr['d2h']} device->host fetches "
@@ -147,7 +148,8 @@ def show(args, res: dict, fetch: str) -> None:
             pb = r["probe"]
             steps = "; ".join(f"{k} x{v['n']}: host {v['host_ms']:.2f} + device wait {v['device_wait_ms']:.2f}"
                               for k, v in pb["steps"].items())
-            print(f"         probed round {pb['wall_ms']:.2f} ms: {steps}; oracle.phases host {pb['phases_host_ms']:.2f} ms")
+            print(f"         probed round {pb['wall_ms']:.2f} ms: {steps}; "
+                  f"oracle.phases host {pb['phases_host_ms']:.2f} ms")
 
 
 if __name__ == "__main__":

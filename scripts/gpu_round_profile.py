@@ -4,7 +4,6 @@ each arm at one concurrency (ouro-1.4b shape, graphs on), CUDA time per round by
 import argparse
 import json
 import os
-import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile

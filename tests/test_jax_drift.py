@@ -9,7 +9,6 @@ import pytest
 from judge_jax.drift import make_stats_fn
 from oracle.judge import drift, drift_model
 from oracle.config import ModelConfig
-from oracle.checkpoint import build_model
 from oracle.model import LoopedModel, random_weights
 
 TOL = 1e-3

@@ -699,7 +699,6 @@ from kernels.engine import Engine                                               
 from kernels.round_buffer import processors_variant                             # noqa: E402
 from kernels.rows import HISTORY, MAX_BAD_WORD_LEN, MAX_BAD_WORDS, MAX_NGRAM, STEPS, TAIL, processor_steps  # noqa: E402
 from oracle.judge.verdict import judge                                           # noqa: E402
-from oracle.judge.runner import run_scenario as judge_run                   # noqa: E402
 from oracle.judge.scenario import make_case                                     # noqa: E402
 from oracle.sampling import Seen                                                # noqa: E402
 

@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 NOT_RUN = {
     "python3 -m venv .venv && . .venv/bin/activate && make install": "the set-up (what .ci/run does first)",
     "make test": "the whole suite, of which this test is part (.ci/run)",
-    "HYPOTHESIS_PROFILE=ci ORACLE_BACKEND=judge_jax.backend:make_jax_backend python -m pytest -q property_tests":
-        "a part of `make test`",
+    "HYPOTHESIS_PROFILE=ci ORACLE_BACKEND=judge_jax.backend:make_jax_backend "
+    "python -m pytest -q property_tests": "a part of `make test`",
     "python -m pytest -q tests/test_jax_model.py tests/test_jax_sharding.py": "tests `make test` runs",
 }
 GPU_MARKS = ("--backend torch-cuda", "make gpu-parity", "bench c-table", "bench rounds", "bench sweep")

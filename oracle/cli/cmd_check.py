@@ -81,13 +81,15 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"loopspec-oracle check: block round vs loop round on the reference ({args.checkpoint or args.preset}, FP32)")
+        print("loopspec-oracle check: block round vs loop round on the reference "
+              f"({args.checkpoint or args.preset}, FP32)")
         for c in out["cases"]:
             mark = "PASS" if c["ok"] else "FAIL"
             print(f"  [{mark}] {c['name']}  ({c['requests']} requests, {c['rounds']} rounds, policy {c['policy']})")
             for chk in out["checks"]:
                 if chk["name"].startswith(c["name"] + ":") and (not chk["ok"] or chk["name"].endswith("cache_free")):
-                    print(f"         {'ok  ' if chk['ok'] else 'FAIL'} {chk['name'][len(c['name']) + 2:]}: {chk['detail']}")
+                    tag = "ok  " if chk["ok"] else "FAIL"
+                    print(f"         {tag} {chk['name'][len(c['name']) + 2:]}: {chk['detail']}")
         print(f"  compared bit for bit: {out['kv_writes_compared']} KV writes, {out['logits_compared']} logits vectors, "
               f"{out['rng_events_compared']} RNG events, {out['tokens_compared']} emitted tokens "
               f"({out['layers']} layers)")

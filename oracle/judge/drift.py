@@ -21,10 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_model, drift_stats, noise
-from .worker import background, forks
 from .scenario import make_case
 from .runner import run_scenario as run
-from ..traces import depths_of
 from ..sampling import SamplingParams
 
 FD_STEP = 1e-6                 # relative step of the finite differences (FP64)

@@ -179,9 +179,8 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None, precision
                 z[k].append(unit_uniform(tape.rng, (r1 - r0,) + v.shape))
         w = {k: v * (1.0 + sigma * (z[k][0] if len(blocks) == 1 else np.concatenate(z[k])))
              for k, v in w.items()}
-    W = (lambda name: w[name]) if rng is None else (lambda name: w[name][:, None])   # [B, 1, ...] per setting
 
-    def mm(x, name):                                   # x: [B, T, in] @ W.T -> [B, T, out]
+    def mm(x, name):                                   # x: [B, T, in] @ w[name].T -> [B, T, out]
         m = w[name]
         if rng is None:
             return (x.reshape(-1, x.shape[-1]) @ m.T).reshape(x.shape[:-1] + (m.shape[0],))

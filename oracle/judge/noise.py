@@ -7,8 +7,10 @@ round's own context (the request's committed tokens plus the round's drafts). Th
 value over the samples is its noise scale s_v: it is large exactly where the model amplifies
 rounding (a sandwich norm after an attention output that nearly cancels), small elsewhere.
 
-    a KV write or logits vector v fails if  ||got - ref|| > K_VALUE * s_v          (s_v: RMS over samples of ||twin - center||)
-    a token divergence is excused only if  some part of its margin <= K_MARGIN * s_m  (s_m: RMS of that part's change on the twin's logits)
+    a KV write or logits vector v fails if  ||got - ref|| > K_VALUE * s_v
+        (s_v: RMS over samples of ||twin - center||)
+    a token divergence is excused only if  some part of its margin <= K_MARGIN * s_m
+        (s_m: RMS of that part's change on the twin's logits)
 
 `twin_bounds(model, ref_traces, dtype)` returns the `Bounds` compare_runs takes (bounds=); with
 no bounds compare_runs uses the fixed row of TOLERANCES.
