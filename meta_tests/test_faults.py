@@ -61,6 +61,7 @@ processor flags with stop tokens) in both precisions, where the correct backends
 The correct-but-inexact backend (make_noisy_fp32: batch-variant 1e-7 noise, device-RNG
 replay path) must pass: test_correct_inexact_backend_passes (no false alarms).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -94,22 +95,38 @@ NO_UNIFORMS = "test_processor_props::test_processors_draw_no_uniforms"
 # fault factory -> [(property, a substring the failure must contain, or "")]
 EXPECTED = {
     "make_accept_before_last_draft": [
-        (RNG, "PCG64"), (ROUNDS, "rng_events"), (GOLDEN_SEQ, "RNG order changed"), (STATEFUL, "rng_events")],
+        (RNG, "PCG64"),
+        (ROUNDS, "rng_events"),
+        (GOLDEN_SEQ, "RNG order changed"),
+        (STATEFUL, "rng_events"),
+    ],
     "make_draft_head_late": [
-        (ROUNDS, "loop vs reference loop"), (SCHEDULE, "the plan has"), (CACHE_FREE, "cache-free"),
-        (GOLDEN_FIXED_LOOP, "RNG order changed"), (STATEFUL, "")],
+        (ROUNDS, "loop vs reference"),
+        (SCHEDULE, "the plan has"),
+        (CACHE_FREE, "cache-free"),
+        (GOLDEN_FIXED_LOOP, "RNG order changed"),
+        (STATEFUL, ""),
+    ],
     "make_kv_wrong_plane": [
-        (ROUNDS, "kv_writes"), (CACHE_FREE, "cache-free"), (ALONE, "kv_writes"), (STATEFUL, "kv_writes")],
+        (ROUNDS, "kv_writes"),
+        (CACHE_FREE, "cache-free"),
+        (ALONE, "kv_writes"),
+        (STATEFUL, "kv_writes"),
+    ],
     "make_rollback_off_by_one": [
-        (ROLLBACK, "KV frontiers"), (FORCED, "KV frontier"), (GENERATION, "KV frontiers"),
-        (STATEFUL, "KV frontiers|a failed round (zero tokens) changed the backend's state")],
-    "make_top_p_no_shift": [
-        (FILTERS, "filtered probabilit"), (CHI2_TOP_P, "chi-square"), (ROUNDS, "")],
-    "make_residual_no_clamp": [
-        (ENUMERATION, ""), (CHI2_TOP_P, "chi-square|zero total mass"), (ROUNDS, "")],
+        (ROLLBACK, "KV frontiers"),
+        (FORCED, "KV frontier"),
+        (GENERATION, "KV frontiers"),
+        (STATEFUL, "KV frontiers|a failed round (zero tokens) changed the backend's state"),
+    ],
+    "make_top_p_no_shift": [(FILTERS, "filtered probabilit"), (CHI2_TOP_P, "chi-square"), (ROUNDS, "")],
+    "make_residual_no_clamp": [(ENUMERATION, ""), (CHI2_TOP_P, "chi-square|zero total mass"), (ROUNDS, "")],
     "make_bonus_after_rejection": [
-        (RNG, "the policy requires nothing more"), (ROUNDS, "rng_events"), (GOLDEN_SEQ, "RNG order changed"),
-        (STATEFUL, "rng_events")],
+        (RNG, "the policy requires nothing more"),
+        (ROUNDS, "rng_events"),
+        (GOLDEN_SEQ, "RNG order changed"),
+        (STATEFUL, "rng_events"),
+    ],
     # faults a reduced-precision judge could excuse if it compared less than it must
     "make_logits_off_at_one_offset": [(ROUNDS, "verify_logits"), (STATEFUL, "verify_logits")],
     "make_divergence_without_near_tie": [(ROUNDS, ""), (GENERATION, "")],
@@ -118,19 +135,27 @@ EXPECTED = {
     "make_residual_unnormalised": [(RESIDUAL_SUM, "not 1")],
     "make_stop_kv_not_rolled_back": [(STOPS, "KV frontiers")],
     "make_mask_verify_only": [(ROUNDS, "vs reference")],
-    "make_penalty_ignores_drafts": [            # ROUNDS: the wrong draft token, or the RNG draws it reorders
-        (ROUNDS, "draft token|vs reference block"), (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode"),
-        (STATEFUL, "draft token")],
+    "make_penalty_ignores_drafts": [  # ROUNDS: the wrong draft token, or the RNG draws it reorders
+        (ROUNDS, "draft token|vs reference block"),
+        (PLAIN, "plain decoding"),
+        (FORCED_DRAFTS, "drafts forced to the plain decode"),
+        (STATEFUL, "draft token"),
+    ],
     "make_penalty_verify_only": [(ROUNDS, "vs reference block"), (GENERATION, "vs reference block"), (STATEFUL, "")],
     "make_min_tokens_counts_round_drafts": [
-        (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
-    "make_bad_words_ignore_drafts": [
-        (PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
+        (PLAIN, "plain decoding"),
+        (FORCED_DRAFTS, "drafts forced to the plain decode"),
+    ],
+    "make_bad_words_ignore_drafts": [(PLAIN, "plain decoding"), (FORCED_DRAFTS, "drafts forced to the plain decode")],
     "make_no_repeat_ngram_ignores_drafts": [(PLAIN_NGRAM, "plain decoding")],
 }
-PROCESSOR_FAULTS = ("make_penalty_ignores_drafts", "make_penalty_verify_only", "make_min_tokens_counts_round_drafts",
-                    "make_bad_words_ignore_drafts")
-PRECISIONS = ("fp32", "bf16")     # bf16: the same backend in emulated BF16, declared inexact
+PROCESSOR_FAULTS = (
+    "make_penalty_ignores_drafts",
+    "make_penalty_verify_only",
+    "make_min_tokens_counts_round_drafts",
+    "make_bad_words_ignore_drafts",
+)
+PRECISIONS = ("fp32", "bf16")  # bf16: the same backend in emulated BF16, declared inexact
 # In reduced precision the golden RNG-order test judges each request's draws only up to its
 # first divergence (a near-tie flip changes the later ones), so a fault that shows in the
 # logits rather than in the draws is left to the properties that compare logits (ROUNDS,
@@ -151,27 +176,31 @@ def backend(factory: str, precision: str):
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("factory,prop,why", CASES,
-                         ids=[f"{f.removeprefix('make_')}-{_id(p)}" for f, p, _ in CASES])
+@pytest.mark.parametrize("factory,prop,why", CASES, ids=[f"{f.removeprefix('make_')}-{_id(p)}" for f, p, _ in CASES])
 def test_fault_is_caught(factory, prop, why, precision):
     if precision == "bf16" and (factory, prop) in BF16_SKIP:
         pytest.skip("golden RNG order, or drafts forced on an inexact backend, in reduced precision: see BF16_SKIP")
     o = check(backend(factory, precision), f"meta_tests.faulty:{factory}", prop)
     RESULTS.append((f"{factory} [{precision}]", prop, o))
     assert o.caught, f"fault {factory} was NOT caught by {prop} ({o.message})"
-    assert any(w in o.message for w in why.split("|")), \
+    assert any(w in o.message for w in why.split("|")), (
         f"fault {factory} made {prop} fail, but not for the expected reason ({why!r}): {o.message}"
+    )
 
 
 def test_every_fault_has_catchers():
-    assert set(EXPECTED) == set(faulty.FAULTS) - {"make_biased_sampler"}   # biased: test_power.py
+    assert set(EXPECTED) == set(faulty.FAULTS) - {"make_biased_sampler"}  # biased: test_power.py
 
 
 CORRECT = [ROUNDS, CACHE_FREE, GENERATION, ALONE, RNG, FORCED, GOLDEN_SEQ, STATEFUL, PLAIN, NO_UNIFORMS]
 # correct backends the excuses must not fail: FP32 with 1e-7 batch-variant noise, the reference
 # declaring exact=False, and both run in emulated BF16
-CORRECT_BACKENDS = [("make_noisy_fp32", "fp32"), ("make_exact_false", "fp32"), ("make_no_fault", "bf16"),
-                    ("make_exact_false", "bf16")]
+CORRECT_BACKENDS = [
+    ("make_noisy_fp32", "fp32"),
+    ("make_exact_false", "fp32"),
+    ("make_no_fault", "bf16"),
+    ("make_exact_false", "bf16"),
+]
 
 
 @pytest.mark.parametrize("factory,precision", CORRECT_BACKENDS, ids=[f"{f[5:]}-{p}" for f, p in CORRECT_BACKENDS])
@@ -183,6 +212,7 @@ def test_correct_inexact_backend_passes(prop, factory, precision):
 
 # ---- the processor faults fail the `check --backend` verdict (oracle.judge.cases.judge_cases) ----
 
+
 def processor_cases(vocab: int = 64) -> list:
     """The issue's processor flags (--repetition-penalty 1.3 --presence-penalty 0.5
     --frequency-penalty 0.2 --logit-bias 5:2.0,9:-1.5 --bad-words 3,4/7 --min-tokens 4) with stop
@@ -191,19 +221,35 @@ def processor_cases(vocab: int = 64) -> list:
     flags exist."""
     from oracle.judge.scenario import make_case
     from oracle.sampling import SamplingParams as SP
-    proc = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
-                bad_words=[(3, 4), (7,)], min_tokens=4, stop_token_ids=(24, 49, 13))
+
+    proc = dict(
+        repetition_penalty=1.3,
+        presence_penalty=0.5,
+        frequency_penalty=0.2,
+        logit_bias={5: 2.0, 9: -1.5},
+        bad_words=[(3, 4), (7,)],
+        min_tokens=4,
+        stop_token_ids=(24, 49, 13),
+    )
     params = [SP(seed=1, **proc), SP(1.0, seed=2, **proc), SP(0.7, top_k=20, seed=3, **proc), SP(seed=4, **proc)]
     rounds = [{0: 5, 1: 6, 2: 3, 3: 9}, {0: 7, 1: 4, 2: 8, 3: 2}, {0: 3, 1: 9, 2: 5, 3: 6}, {0: 9, 1: 2, 2: 6, 3: 5}]
-    return [make_case(f"processors, policy {policy}", rounds, 2, 4, params, seed=7, policy=policy, vocab=vocab)
-            for policy in ("sequential", "fixed")]
+    return [
+        make_case(f"processors, policy {policy}", rounds, 2, 4, params, seed=7, policy=policy, vocab=vocab)
+        for policy in ("sequential", "fixed")
+    ]
 
 
 def _verdict(factory: str, precision: str) -> dict:
     from oracle.judge.verdict import judge
     from oracle.checkpoint import build_model
-    return judge(backend(factory, precision), build_model("tiny", 0), processor_cases(),
-                 suffix=f" --backend meta_tests.faulty:{factory}", drift=False).to_json()
+
+    return judge(
+        backend(factory, precision),
+        build_model("tiny", 0),
+        processor_cases(),
+        suffix=f" --backend meta_tests.faulty:{factory}",
+        drift=False,
+    ).to_json()
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

@@ -24,6 +24,7 @@ Optional hooks the suite uses when present, read through oracle/contract.py (a b
 * `backend.host_rng = True`: the backend draws from the seeded host generator, so its RNG
   values are checked against PCG64(seed) (exact backends are checked always).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,15 +48,17 @@ from oracle.traces import RoundTrace
 from .strategies import Scenario, seeded_model, profile_name
 
 REFERENCE = ReferenceBackend()
-CI_EXAMPLES = 20              # max_examples of the ci profile (property_tests/conftest.py)
+CI_EXAMPLES = 20  # max_examples of the ci profile (property_tests/conftest.py)
 
 
 def examples(n: int) -> int:
     """A test's example budget: n under ci, scaled like the profile's max_examples (10x nightly)."""
     from hypothesis import settings
+
     return max(1, round(n * settings.default.max_examples / CI_EXAMPLES))
 
-_override: list = []          # [(backend, spec)] pushed by use_backend
+
+_override: list = []  # [(backend, spec)] pushed by use_backend
 _loaded: dict = {}
 
 
@@ -128,11 +131,11 @@ def reproduce_line(nodeid: str = "") -> str:
         if k.startswith("ORACLE_MAX_"):
             env[k] = os.environ[k]
     target = nodeid or "property_tests"
-    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + \
-        f" python -m pytest -q {shlex.quote(target)}"
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" python -m pytest -q {shlex.quote(target)}"
 
 
 # ---- running a scenario -------------------------------------------------------------------
+
 
 def run(bk: LoadedBackend, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> ScenarioRun:
     """Every op of `sc` on a fresh session of `bk` (oracle.judge.runner.run_scenario, the one runner)."""
@@ -144,25 +147,31 @@ def reference_run(sc: Scenario, mode: str, replay_from: ScenarioRun | None = Non
     return runner.judge_run(seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay_from)
 
 
-def assert_runs_match(ref: ScenarioRun, other: ScenarioRun, dtype: str, nodeid: str = "", model=None, both_noisy: bool = False) -> None:
+def assert_runs_match(
+    ref: ScenarioRun, other: ScenarioRun, dtype: str, nodeid: str = "", model=None, both_noisy: bool = False
+) -> None:
     """The one judge (oracle.judge.compare.compare_runs) over the round traces; exact backends also
     compare committed tokens. model: the reference model, for the noise twin's bounds of a
     reduced-precision dtype (oracle/judge/noise.py); both_noisy: ref is a backend run too."""
     bounds = None if model is None else twin_bounds(model, ref.traces, dtype)
     if bounds is not None and both_noisy:
-        bounds.scale = 2 ** 0.5
+        bounds.scale = 2**0.5
     rep = compare_runs(ref.traces, other.traces, dtype, bounds=bounds)
     what = f"{other.label()} vs {ref.label()}"
     if not rep.ok:
         bad = [c for c in rep.checks if not c.ok]
         more = f" (+{len(bad) - 1} more failed checks: {', '.join(c.name for c in bad[1:])})" if len(bad) > 1 else ""
         raise AssertionError(f"{what}: {bad[0].name}: {bad[0].detail}{more}")
-    for a, b in zip(ref.traces, other.traces):       # the commit cut, where the decisions agree
+    for a, b in zip(ref.traces, other.traces):  # the commit cut, where the decisions agree
         for rid in a.requests:
-            if a.emitted.get(rid) == b.emitted.get(rid) and (a.kept(rid), a.finished.get(rid)) != \
-                    (b.kept(rid), b.finished.get(rid)):
-                raise AssertionError(f"{what}: round {a.round} request {rid} emitted {a.emitted[rid]}: committed "
-                                     f"{a.kept(rid)} ({a.finished.get(rid)}) vs {b.kept(rid)} ({b.finished.get(rid)})")
+            if a.emitted.get(rid) == b.emitted.get(rid) and (a.kept(rid), a.finished.get(rid)) != (
+                b.kept(rid),
+                b.finished.get(rid),
+            ):
+                raise AssertionError(
+                    f"{what}: round {a.round} request {rid} emitted {a.emitted[rid]}: committed "
+                    f"{a.kept(rid)} ({a.finished.get(rid)}) vs {b.kept(rid)} ({b.finished.get(rid)})"
+                )
     if dtype == "exact" and ref.tokens != other.tokens:
         rid = next(r for r in ref.tokens if ref.tokens[r] != other.tokens.get(r))
         raise AssertionError(f"{what}: committed tokens of request {rid}: {ref.tokens[rid]} vs {other.tokens.get(rid)}")
@@ -180,18 +189,29 @@ def check_equivalence(sc: Scenario, bk: LoadedBackend | None = None, reports: li
     if reports is not None:
         reports += [rep for _, rep in v.reports]
     if not v.ok:
-        raise AssertionError(f"{bk.name} ({dtype_of(bk)}): {v.first_failure()}")
+        bad = v.failed
+        what = next((w for tag, w in WHAT.items() if bad[0]["name"].startswith(f"{sc.name} [{tag}]")), "")
+        more = f" (+{len(bad) - 1} more failed checks: {', '.join(c['name'] for c in bad[1:4])})" if len(bad) > 1 else ""
+        raise AssertionError(f"{bk.name} ({dtype_of(bk)}) {what}: {bad[0]['name'].rsplit(': ', 1)[-1]}: "
+                             f"{bad[0]['detail']}{more}")
     return v.runs[sc.name]
 
 
+# what each of the verdict's comparisons compares (oracle.judge.cases.judge_backend: a host-stream
+# backend's both modes against the reference's block run, which its loop run equals bit for bit)
+WHAT = {"block vs loop": "block vs its loop", "block": "block vs reference block", "loop": "loop vs reference"}
+
+
 # ---- per-request views --------------------------------------------------------------------
+
 
 def subset(tr: RoundTrace, rids) -> RoundTrace:
     """The trace of some requests of a round (in the round's batch order); aggregate stats
     are dropped since they depend on the whole batch."""
     keep = [r for r in tr.requests if r in set(rids)]
-    out = RoundTrace(tr.mode, tr.round, tr.policy, tr.d, tr.D, keep,
-                     [tr.token_counts[tr.requests.index(r)] for r in keep])
+    out = RoundTrace(
+        tr.mode, tr.round, tr.policy, tr.d, tr.D, keep, [tr.token_counts[tr.requests.index(r)] for r in keep]
+    )
     out.prefix = {r: v for r, v in tr.prefix.items() if r in keep}
     out.depths = {r: v for r, v in tr.depths.items() if r in keep}
     out.calls = []
@@ -220,6 +240,7 @@ def kv_frontiers(session, rid):
 
 # ---- RNG policy ---------------------------------------------------------------------------
 
+
 def expected_layout(policy: str, K: int, accepted: int) -> list[tuple]:
     """(purpose, offset, used) of a sampled request's events in one round (oracle.rng_trace.round_layout)."""
     return [(d.purpose, d.offset, d.used) for d in round_layout(policy, K, accepted)]
@@ -238,7 +259,7 @@ def policy_violation(tr: RoundTrace, params: dict, policy: str) -> str | None:
         if len(drafts) != K or len(emitted) != a + 1 or emitted[:a] != drafts[:a]:
             return f"{where}: drafts {drafts} and emitted {emitted} break the commit rule (a accepted drafts + 1)"
         V = len(next(iter(tr.verify_logits.values()))) if tr.verify_logits else None
-        for x in drafts + emitted:                     # never a -1 placeholder or a wrapped id
+        for x in drafts + emitted:  # never a -1 placeholder or a wrapped id
             try:
                 oracle_sampling.check_token(x, V if V is not None else 2**62, "token")
             except Exception as e:
@@ -254,10 +275,14 @@ def policy_violation(tr: RoundTrace, params: dict, policy: str) -> str | None:
         want = expected_layout(policy, K, a)
         if got != want:
             n = next((n for n, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
-            return (f"{where}: RNG event #{n} is {got[n] if n < len(got) else 'missing'}, the policy requires "
-                    f"{want[n] if n < len(want) else 'nothing more'} (events {got})")
+            return (
+                f"{where}: RNG event #{n} is {got[n] if n < len(got) else 'missing'}, the policy requires "
+                f"{want[n] if n < len(want) else 'nothing more'} (events {got})"
+            )
         if [e.seq for e in ev] != list(range(len(ev))) or any(e.round != tr.round for e in ev):
-            return f"{where}: event seq/round numbering {[(e.round, e.seq) for e in ev]} is not 0..n-1 of round {tr.round}"
+            return (
+                f"{where}: event seq/round numbering {[(e.round, e.seq) for e in ev]} is not 0..n-1 of round {tr.round}"
+            )
     return None
 
 
@@ -267,9 +292,11 @@ def commit_violation(tr: RoundTrace, rid, params) -> str | None:
     emitted = tr.emitted.get(rid, [])
     n, why = oracle_sampling.stop_cut(emitted, params, tr.generated.get(rid, 0))
     if tr.kept(rid) != emitted[:n] or tr.finished.get(rid) != why:
-        return (f"emitted {emitted} with stops {list(params.stop_token_ids)}, max_tokens {params.max_tokens} "
-                f"({tr.generated.get(rid, 0)} generated before): committed {tr.kept(rid)} "
-                f"({tr.finished.get(rid)}), the cut is {emitted[:n]} ({why})")
+        return (
+            f"emitted {emitted} with stops {list(params.stop_token_ids)}, max_tokens {params.max_tokens} "
+            f"({tr.generated.get(rid, 0)} generated before): committed {tr.kept(rid)} "
+            f"({tr.finished.get(rid)}), the cut is {emitted[:n]} ({why})"
+        )
     return None
 
 
@@ -284,9 +311,11 @@ def stream_violation(events: list, seed: int, rid) -> str | None:
     for n, (e, u) in enumerate(zip(events, want)):
         if e.value != u:
             pos = want.index(e.value) if e.value in want else None
-            return (f"request {rid}: RNG event #{n} ({e.purpose} offset {e.offset}, round {e.round}) has "
-                    f"value {e.value!r}, but draw #{n} of PCG64({seed}) is {u!r}"
-                    + (f" (that value is draw #{pos}: drawn out of order)" if pos is not None else ""))
+            return (
+                f"request {rid}: RNG event #{n} ({e.purpose} offset {e.offset}, round {e.round}) has "
+                f"value {e.value!r}, but draw #{n} of PCG64({seed}) is {u!r}"
+                + (f" (that value is draw #{pos}: drawn out of order)" if pos is not None else "")
+            )
     return None
 
 

@@ -10,6 +10,7 @@ the comparisons last (oracle/judge/compare.py, the one comparison).
 
 A `Verdict` is a value: its `ok` is derived from its checks, never set.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,7 +28,7 @@ from ..backends import GuardedBackend
 from ..contract import capabilities
 
 COUNTERS = _cases.COUNTERS
-AHEAD_HIDDEN = _cases.SIDES_AHEAD_HIDDEN      # up to this hidden size the reference's sides can be begun early
+AHEAD_HIDDEN = _cases.SIDES_AHEAD_HIDDEN  # up to this hidden size the reference's sides can be begun early
 
 
 def row(bk) -> str:
@@ -40,19 +41,19 @@ class Verdict:
     backend: str
     dtype: str
     exact: bool
-    judge: str                                         # "reference" or the judge backend's name
+    judge: str  # "reference" or the judge backend's name
     layers: int
-    checks: list = field(default_factory=list)         # {"name", "ok", "detail"}, every check made
-    cases: list = field(default_factory=list)          # {"name", "ok"} per case judged
+    checks: list = field(default_factory=list)  # {"name", "ok", "detail"}, every check made
+    cases: list = field(default_factory=list)  # {"name", "ok"} per case judged
     counters: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     max_rel_err: dict = field(default_factory=lambda: {"kv": 0.0, "logits": 0.0})
-    excused: list = field(default_factory=list)        # excused near-tie divergences, one line each
-    skipped: list = field(default_factory=list)        # cases the backend's policies do not cover
-    drift: object = None                               # drift.DriftReport or None
-    precision: object = None                           # precision.PrecisionReport or None
-    reports: list = field(default_factory=list)        # (label, compare.Report) per comparison
-    runs: dict = field(default_factory=dict)           # case name -> mode -> the backend's ScenarioRun
-    info: dict = field(default_factory=dict)           # what the entry adds (threads, timeout, times)
+    excused: list = field(default_factory=list)  # excused near-tie divergences, one line each
+    skipped: list = field(default_factory=list)  # cases the backend's policies do not cover
+    drift: object = None  # drift.DriftReport or None
+    precision: object = None  # precision.PrecisionReport or None
+    reports: list = field(default_factory=list)  # (label, compare.Report) per comparison
+    runs: dict = field(default_factory=dict)  # case name -> mode -> the backend's ScenarioRun
+    info: dict = field(default_factory=dict)  # what the entry adds (threads, timeout, times)
     seconds: float = 0.0
 
     @property
@@ -61,8 +62,11 @@ class Verdict:
 
     @property
     def compared(self) -> bool:
-        return bool(self.cases) and bool(self.counters["request_rounds"]) and \
-            bool(self.counters["tokens_compared"] + self.counters["logits_compared"])
+        return (
+            bool(self.cases)
+            and bool(self.counters["request_rounds"])
+            and bool(self.counters["tokens_compared"] + self.counters["logits_compared"])
+        )
 
     @property
     def failed(self) -> list:
@@ -81,7 +85,9 @@ class Verdict:
         bad = self.failed
         if not bad:
             return ""
-        more = f" (+{len(bad) - 1} more failed checks: {', '.join(c['name'] for c in bad[1:4])})" if len(bad) > 1 else ""
+        more = (
+            f" (+{len(bad) - 1} more failed checks: {', '.join(c['name'] for c in bad[1:4])})" if len(bad) > 1 else ""
+        )
         return f"{bad[0]['name']}: {bad[0]['detail']}{more}"
 
     def add(self, label: str, rep) -> None:
@@ -95,11 +101,23 @@ class Verdict:
         self.checks += [{"name": f"{label}: {c.name}", "ok": c.ok, "detail": c.detail} for c in rep.checks]
 
     def to_json(self) -> dict:
-        out = {"ok": self.ok, "backend": self.backend, "dtype": self.dtype, "exact": self.exact, "judge": self.judge,
-               "tolerance_row": self.tolerance_row, "layers": self.layers, **self.info,
-               "checks": self.checks + [c for c in self.failed if c["name"] == "nothing compared"],
-               "cases": self.cases, **self.counters, "excused_divergences": self.excused,
-               "max_rel_err": self.max_rel_err, "skipped": self.skipped, "seconds": round(self.seconds, 2)}
+        out = {
+            "ok": self.ok,
+            "backend": self.backend,
+            "dtype": self.dtype,
+            "exact": self.exact,
+            "judge": self.judge,
+            "tolerance_row": self.tolerance_row,
+            "layers": self.layers,
+            **self.info,
+            "checks": self.checks + [c for c in self.failed if c["name"] == "nothing compared"],
+            "cases": self.cases,
+            **self.counters,
+            "excused_divergences": self.excused,
+            "max_rel_err": self.max_rel_err,
+            "skipped": self.skipped,
+            "seconds": round(self.seconds, 2),
+        }
         if self.drift is not None:
             out["drift"] = self.drift.to_json()
         if self.precision is not None:
@@ -110,8 +128,10 @@ class Verdict:
         """`check --backend`'s text: the verdict first, then the failures, the cases, the counts, the
         drift and precision reports."""
         judge_name = judge_name or ("the FP32 reference" if self.judge == "reference" else f"the {self.judge} judge")
-        head = (f"loopspec-oracle check: backend {self.backend} ({self.dtype}, exact={self.exact}) against "
-                f"{judge_name}, tolerance row {self.tolerance_row!r}")
+        head = (
+            f"loopspec-oracle check: backend {self.backend} ({self.dtype}, exact={self.exact}) against "
+            f"{judge_name}, tolerance row {self.tolerance_row!r}"
+        )
         lines = [head] + [f"  [{'PASS' if c['ok'] else 'FAIL'}] {c['name']}" for c in self.cases]
         lines += [f"  FAIL [{c['name'].rsplit(': ', 1)[-1]}] {c['detail']}" for c in self.failed]
         lines += [f"  skipped: {s}" for s in self.skipped]
@@ -120,11 +140,13 @@ class Verdict:
             lines.append(f"  excused: ... {len(self.excused) - 10} more")
         explained = not any(not c["ok"] and c["name"].endswith(": decisions") for c in self.checks)
         n = self.counters
-        lines.append(f"  compared: {n['request_rounds']} request-rounds, {n['kv_writes_compared']} KV writes, "
-                     f"{n['logits_compared']} logits vectors, {n['rng_events_compared']} RNG events, "
-                     f"{n['tokens_compared']} tokens; max relative error KV {self.max_rel_err['kv']:.3g}, logits "
-                     f"{self.max_rel_err['logits']:.3g}; {len(self.excused)} excused near-tie divergences; every "
-                     f"decision explained by the backend's own logits: {'yes' if explained else 'NO'}")
+        lines.append(
+            f"  compared: {n['request_rounds']} request-rounds, {n['kv_writes_compared']} KV writes, "
+            f"{n['logits_compared']} logits vectors, {n['rng_events_compared']} RNG events, "
+            f"{n['tokens_compared']} tokens; max relative error KV {self.max_rel_err['kv']:.3g}, logits "
+            f"{self.max_rel_err['logits']:.3g}; {len(self.excused)} excused near-tie divergences; every "
+            f"decision explained by the backend's own logits: {'yes' if explained else 'NO'}"
+        )
         if self.drift is not None:
             lines += _drift.drift_lines(self.drift.to_json())
         if self.precision is not None:
@@ -134,6 +156,7 @@ class Verdict:
 
 
 # ---- the reference's sides, begun before the backend is loaded ----
+
 
 def begin(model, cases, judge_name=None):
     """The reference's sides begun now, before the backend is loaded (its import overlaps them):
@@ -150,8 +173,21 @@ def cancel(handle) -> None:
 
 # ---- judge ----
 
-def judge(backend, model, cases, *, judge=None, drift: bool = True, suffix: str = "", probe_reproduce: str = "",
-          early=None, timeout: float | None = None, catch: bool = True, inline: bool = False) -> Verdict:
+
+def judge(
+    backend,
+    model,
+    cases,
+    *,
+    judge=None,
+    drift: bool = True,
+    suffix: str = "",
+    probe_reproduce: str = "",
+    early=None,
+    timeout: float | None = None,
+    catch: bool = True,
+    inline: bool = False,
+) -> Verdict:
     """The backend on every case whose policy it supports, in both modes, against the judge's side
     (default: the FP32 reference), plus backend block vs backend loop; with drift (bfloat16 and
     float16 backends) the drift probe's two verdicts, drift and precision. suffix: appended to each
@@ -161,17 +197,33 @@ def judge(backend, model, cases, *, judge=None, drift: bool = True, suffix: str 
     here, in this thread (worker.inline; the property suite's many small examples)."""
     if inline:
         with _worker.inline():
-            return _judge(backend, model, cases, judge=judge, drift=drift, suffix=suffix,
-                         probe_reproduce=probe_reproduce, early=early, timeout=timeout, catch=catch)
+            return _judge(
+                backend,
+                model,
+                cases,
+                judge=judge,
+                drift=drift,
+                suffix=suffix,
+                probe_reproduce=probe_reproduce,
+                early=early,
+                timeout=timeout,
+                catch=catch,
+            )
     t0 = time.perf_counter()
-    v = Verdict(backend.name, backend.dtype, bool(backend.exact), judge.name if judge is not None else "reference",
-                model.cfg.num_layers)
+    v = Verdict(
+        backend.name,
+        backend.dtype,
+        bool(backend.exact),
+        judge.name if judge is not None else "reference",
+        model.cfg.num_layers,
+    )
     guarded = GuardedBackend(backend, timeout) if timeout is not None else backend
     gjudge = None if judge is None else (GuardedBackend(judge, timeout, judge=True) if timeout is not None else judge)
-    sides = _cases.sides_for(early, backend) if early is not None else \
-        _cases.reference_sides(backend, model, cases, judge)
+    sides = (
+        _cases.sides_for(early, backend) if early is not None else _cases.reference_sides(backend, model, cases, judge)
+    )
     pending = start_drift(guarded, model, probe_reproduce, judge) if drift else None
-    judged = _judge_cases(v, guarded, model, cases, suffix, gjudge, sides, catch)   # JudgeFailed: the caller's to name
+    judged = _judge_cases(v, guarded, model, cases, suffix, gjudge, sides, catch)  # JudgeFailed: the caller's to name
     for case, reports, runs in judged:
         ok = all(rep.ok for _, rep in reports)
         v.cases.append({"name": case.name, "ok": ok})
@@ -183,7 +235,7 @@ def judge(backend, model, cases, *, judge=None, drift: bool = True, suffix: str 
     return v
 
 
-_judge = judge          # judge() under a name its `judge` parameter does not shadow
+_judge = judge  # judge() under a name its `judge` parameter does not shadow
 
 
 def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, catch: bool) -> list:
@@ -194,9 +246,25 @@ def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, 
             v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
             continue
         runs: dict = {}
-        reproduce = (case.reproduce or "python -m oracle check") + suffix
-        pending.append((case, _cases.judge_backend(bk, model, case, reproduce, case.name, catch=catch, judge=judge,
-                                                   ref=sides.get(id(case)), later=bool(sides), runs_out=runs), runs))
+        reproduce = case.reproduce + suffix if case.reproduce else ""      # the property suite prints its own
+        pending.append(
+            (
+                case,
+                _cases.judge_backend(
+                    bk,
+                    model,
+                    case,
+                    reproduce,
+                    case.name,
+                    catch=catch,
+                    judge=judge,
+                    ref=sides.get(id(case)),
+                    later=bool(sides),
+                    runs_out=runs,
+                ),
+                runs,
+            )
+        )
     return [(case, reps.result() if isinstance(reps, _cases.Deferred) else reps, runs) for case, reps, runs in pending]
 
 
@@ -208,8 +276,9 @@ def _finish_probe(v: Verdict, pending) -> None:
     v.drift, v.precision = rep, prec
 
 
-def probe_verdicts(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=None,
-                   energy_fn=None) -> tuple:
+def probe_verdicts(
+    model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=None, energy_fn=None
+) -> tuple:
     """(DriftReport, PrecisionReport or None) over the probe's runs: the drift fit, and the error
     energy against the noise twin (oracle/judge/precision.py; None without a twin: FP32). With the
     NumPy sensitivities both use the twin's forwards at the backend's tokens, made once; with the
@@ -218,22 +287,23 @@ def probe_verdicts(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=
     return _drift.fit(model, runs, dtype, reproduce, stats_fn, dirs), prec
 
 
-
 # ---- the drift probe's two verdicts, scheduled beside the cases ----
+
 
 @dataclass
 class PendingDrift:
     """A drift verdict under way (start_drift): the probe ran; its fit runs in the background."""
+
     model: object
     runs: dict | None
     dtype: str
     reproduce: str
     stats_fn: object = None
     dirs: object = None
-    energy_fn: object = None       # the JAX judge's noise twin (judge_jax/twin.py), or None
-    job: object = None             # worker.background's handle of the NumPy fit
-    seconds: float = 0.0           # the probe's runs
-    error: str = ""                # the backend raised during the probe
+    energy_fn: object = None  # the JAX judge's noise twin (judge_jax/twin.py), or None
+    job: object = None  # worker.background's handle of the NumPy fit
+    seconds: float = 0.0  # the probe's runs
+    error: str = ""  # the backend raised during the probe
 
 
 def start_drift(backend, model, reproduce: str = "", judge=None, n: int = _drift.PROBE_REQUESTS) -> PendingDrift | None:
@@ -247,7 +317,7 @@ def start_drift(backend, model, reproduce: str = "", judge=None, n: int = _drift
     caps = None if judge is None else capabilities(judge)
     maker = None if caps is None else caps.drift_stats_fn
     if maker is not None:
-        if model.cfg.hidden_size >= _drift.COARSE_HIDDEN:            # per layer would cost one jvp per knob
+        if model.cfg.hidden_size >= _drift.COARSE_HIDDEN:  # per layer would cost one jvp per knob
             dirs = _drift.coarse_directions(model.cfg.num_layers)
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
     twin = None if caps is None else caps.precision_energy_fn
@@ -269,7 +339,7 @@ def _probe(backend, model, n: int) -> tuple:
     t0 = time.perf_counter()
     try:
         runs = _drift.probe_runs(backend, model, n)
-    except Exception as e:                     # noqa: BLE001 -- judged: a failed drift check
+    except Exception as e:  # noqa: BLE001 -- judged: a failed drift check
         return None, f"drift probe: the backend raised {type(e).__name__}: {e}", time.perf_counter() - t0
     problem = probe_problem(model, runs)
     return (None if problem else runs), problem, time.perf_counter() - t0
@@ -280,6 +350,7 @@ def probe_problem(model, runs: dict) -> str:
     outside the vocabulary, logits not numbers or misshapen; a K/V write not [kv heads, head_dim]
     numbers), as a line naming mode, round and request; "" if none."""
     from .decisions import trace_problem
+
     cfg = model.cfg
     for mode, run in runs.items():
         for tr in run.traces:
@@ -291,16 +362,18 @@ def probe_problem(model, runs: dict) -> str:
                 for name, x in (("K", k), ("V", v)):
                     x = np.asarray(x)
                     if x.dtype.kind not in "fiu" or x.shape != (cfg.num_kv_heads, cfg.head_dim):
-                        return (f"drift probe [{mode}]: round {tr.round} request {rid}: the {name} write at position "
-                                f"{pos}, depth {j}, layer {l} is {x.dtype} {list(x.shape)}, expected numbers of shape "
-                                f"[{cfg.num_kv_heads}, {cfg.head_dim}]")
+                        return (
+                            f"drift probe [{mode}]: round {tr.round} request {rid}: the {name} write at position "
+                            f"{pos}, depth {j}, layer {l} is {x.dtype} {list(x.shape)}, expected numbers of shape "
+                            f"[{cfg.num_kv_heads}, {cfg.head_dim}]"
+                        )
     return ""
 
 
 def _probe_and_fit(backend, model, n: int, reproduce: str):
     """start_drift's probe and fit in a forked child: ((DriftReport, PrecisionReport) or None, the
     probe's error)."""
-    backend = backend.fresh() if hasattr(backend, "fresh") else backend     # a guard with its own thread here
+    backend = backend.fresh() if hasattr(backend, "fresh") else backend  # a guard with its own thread here
     runs, error, seconds = _probe(backend, model, n)
     if error:
         return None, error
@@ -316,10 +389,20 @@ def finish_probe(pending: PendingDrift | None) -> tuple:
         return None, None, ""
     if pending.error:
         return None, None, pending.error
-    reps = pending.job.result() if pending.job is not None else \
-        probe_verdicts(pending.model, pending.runs, pending.dtype, pending.reproduce, pending.stats_fn, pending.dirs,
-                       pending.energy_fn)
-    if isinstance(reps[1], str):               # _probe_and_fit's: the probe ran in the child
+    reps = (
+        pending.job.result()
+        if pending.job is not None
+        else probe_verdicts(
+            pending.model,
+            pending.runs,
+            pending.dtype,
+            pending.reproduce,
+            pending.stats_fn,
+            pending.dirs,
+            pending.energy_fn,
+        )
+    )
+    if isinstance(reps[1], str):  # _probe_and_fit's: the probe ran in the child
         reps, error = reps
         if error:
             return None, None, error
@@ -338,12 +421,14 @@ def probe_checks(rep, prec, error: str) -> list[dict]:
 
 # ---- one mode per case, the judge's side in threads (scripts/gpu_parity_full.py) ----
 
+
 class Budget:
     """Bytes of device memory held by the judge's runs in flight: a run waits until its KV fits
     beside the others (or none is in flight)."""
 
     def __init__(self, total: int):
         import threading
+
         self.total, self.used, self.cond = total, 0, threading.Condition()
 
     def take(self, n: int):
@@ -357,8 +442,19 @@ class Budget:
             self.cond.notify_all()
 
 
-def judge_pairs(backend, judge, model, pairs, *, threads: int = 0, budget_bytes: int | None = None,
-                kv_bytes=None, options=None, reproduce: str = "", on_case=None) -> Verdict:
+def judge_pairs(
+    backend,
+    judge,
+    model,
+    pairs,
+    *,
+    threads: int = 0,
+    budget_bytes: int | None = None,
+    kv_bytes=None,
+    options=None,
+    reproduce: str = "",
+    on_case=None,
+) -> Verdict:
     """The backend's run of each (case, mode) against the judge backend's run of it (no block-vs-loop,
     no probe). With a backend that draws each request's host stream the judge's runs need nothing of
     the backend's: they run `threads` at a time in threads beside the backend's (XLA compiles release
@@ -380,7 +476,7 @@ def judge_pairs(backend, judge, model, pairs, *, threads: int = 0, budget_bytes:
         try:
             t = time.perf_counter()
             run = judge_run(model, case, mode, replay_from=replay_from, judge=judge, **options(case))
-            run.session = None                           # its device KV let go
+            run.session = None  # its device KV let go
             return run, time.perf_counter() - t
         finally:
             if budget is not None:
@@ -389,6 +485,7 @@ def judge_pairs(backend, judge, model, pairs, *, threads: int = 0, budget_bytes:
     pool = futures = None
     if ahead:
         from concurrent.futures import ThreadPoolExecutor
+
         pool = ThreadPoolExecutor(threads, thread_name_prefix="judge")
         futures = [pool.submit(side, case, mode) for case, mode in pairs]
     try:
@@ -399,8 +496,16 @@ def judge_pairs(backend, judge, model, pairs, *, threads: int = 0, budget_bytes:
             tb = time.perf_counter() - t
             ref, tj = futures[i].result() if ahead else side(case, mode, replay_from=got)
             rep = compare_runs(ref.traces, got.traces, dtype, reproduce, case.name)
-            v.cases.append({"name": case.name, "ok": rep.ok, "mode": mode, "backend_s": round(tb, 1),
-                            "judge_s": round(tj, 1), "done_at_s": round(time.perf_counter() - t0, 1)})
+            v.cases.append(
+                {
+                    "name": case.name,
+                    "ok": rep.ok,
+                    "mode": mode,
+                    "backend_s": round(tb, 1),
+                    "judge_s": round(tj, 1),
+                    "done_at_s": round(time.perf_counter() - t0, 1),
+                }
+            )
             v.runs[case.name] = {mode: got}
             v.add(case.name, rep)
             if on_case is not None:
@@ -416,6 +521,7 @@ def judge_pairs(backend, judge, model, pairs, *, threads: int = 0, budget_bytes:
 
 # ---- block vs loop on the reference (`python -m oracle check` without --backend) ----
 
+
 def check_reference(model, cases) -> dict:
     """The reference's block and loop runs of every case, bit for bit, with each run's schedule,
     KV frontiers and the cache-free recompute (cases.check_cases); a check that compared nothing
@@ -423,6 +529,7 @@ def check_reference(model, cases) -> dict:
     out = _cases.check_cases(model, cases)
     if not (out["cases"] and out["tokens_compared"] + out["logits_compared"]):
         out["ok"] = False
-        out["checks"].append({"name": "nothing compared", "ok": False, "detail": "nothing compared: no request-round "
-                              "was compared"})
+        out["checks"].append(
+            {"name": "nothing compared", "ok": False, "detail": "nothing compared: no request-round was compared"}
+        )
     return out
