@@ -2,6 +2,7 @@
 torch's CPU thread pool is cut to one thread per worker (two workers with two threads each on
 two cores spin against each other: `check --backend torch-cpu` took 8.4 s that way and 3.1 s
 with one thread per process)."""
+
 import os
 
 

@@ -10,6 +10,7 @@ rows_per_plane r > 1: M/r planes with r rows each at positions context_len-r+1..
 KV memory: layers x (max(row_counts)/r + 1) planes x (context_len+1) x nkv x hd, K and V.
 Sessions and paired round timing live in bench/rounds.py.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -33,10 +34,21 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, device: str = "cuda",
-                    dtype: str | None = None, repeats: int = 50, rotate: int = 4, seed: int = 0,
-                    graphs: bool = True, kernel_options: KernelOptions | None = None,
-                    rows_per_plane: int = 1, kv_capacity: int | None = None) -> dict:
+def measure_c_table(
+    preset: str | ModelConfig,
+    row_counts,
+    context_len: int,
+    *,
+    device: str = "cuda",
+    dtype: str | None = None,
+    repeats: int = 50,
+    rotate: int = 4,
+    seed: int = 0,
+    graphs: bool = True,
+    kernel_options: KernelOptions | None = None,
+    rows_per_plane: int = 1,
+    kv_capacity: int | None = None,
+) -> dict:
     """Returns {"c_ms": {"M": median ms}, ...}; the layout of oracle's c-table JSON (the
     "c_ms" of rows_per_plane r > 1 belong under the table's "c_ms_shared"[r]).
     kernel_options: default KernelOptions.from_env() (this is `oracle bench c-table`'s entry point).
@@ -61,29 +73,42 @@ def measure_c_table(preset: str | ModelConfig, row_counts, context_len: int, *, 
     table, spread = {}, {}
     for M in sorted(set(row_counts)):
         rows = torch.arange(M, device=dev)
-        plane = rows // rpp                                    # rpp rows on each of M/rpp planes
+        plane = rows // rpp  # rpp rows on each of M/rpp planes
         pos = context_len - rpp + 1 + rows % rpp
         inputs = [torch.randn(M, cfg.hidden_size, generator=g, device=dev).to(w.dtype) for _ in range(rotate)]
-        h = inputs[0].clone()                                  # static input
+        h = inputs[0].clone()  # static input
         step = lambda: model.recurrent_call(h, pos, plane, rows, torch.arange(M // rpp, device=dev), rpp, span)
         graph = capture_graph(step, dev) if use_graphs else None
         times = []
-        for r in range(repeats + 1):                           # the first one warms up
+        for r in range(repeats + 1):  # the first one warms up
             h.copy_(inputs[r % rotate])
             times.append(_time(graph.replay if graph is not None else step, dev))
         table[str(M)] = round(statistics.median(times[1:]), 4)
         q1, med, q3 = quartiles(times[1:])
         spread[str(M)] = round((q3 - q1) / med, 4) if med > 0 else 0.0
         del graph
-    gemv = lambda M: model.gemv and M <= model.options.gemv_max_rows          # noqa: E731
-    path = {str(M): ("gemv" if M == 1 else "gemv-small-m") if gemv(M) else "torch"   # cuBLAS (+ compiled blocks)
-            for M in sorted(set(row_counts))}
-    return {"c_ms": table, "spread": spread, "path": path, "preset": cfg.to_dict(), "context_len": context_len, "kv_capacity": kv_capacity,
-            "span": span, "dtype": dtype,
-            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "torch": torch.__version__, "graphs": use_graphs, "repeats": repeats, "rows_per_plane": rpp,
-            "description": "c(M): ms of one recurrent call (all layers, attention over context_len+1 keys per "
-                           "row, norms, final norm; no heads) over M rows, median of graph replays"}
+    gemv = lambda M: model.gemv and M <= model.options.gemv_max_rows  # noqa: E731
+    path = {
+        str(M): ("gemv" if M == 1 else "gemv-small-m") if gemv(M) else "torch"  # cuBLAS (+ compiled blocks)
+        for M in sorted(set(row_counts))
+    }
+    return {
+        "c_ms": table,
+        "spread": spread,
+        "path": path,
+        "preset": cfg.to_dict(),
+        "context_len": context_len,
+        "kv_capacity": kv_capacity,
+        "span": span,
+        "dtype": dtype,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "graphs": use_graphs,
+        "repeats": repeats,
+        "rows_per_plane": rpp,
+        "description": "c(M): ms of one recurrent call (all layers, attention over context_len+1 keys per "
+        "row, norms, final norm; no heads) over M rows, median of graph replays",
+    }
 
 
 def capture_graph(fn, dev) -> "torch.cuda.CUDAGraph":

@@ -1,5 +1,6 @@
 """Round benchmarks on the torch backend (docs/DESIGN.md section 10): head-call costs,
 device copy bandwidth, and paired block/loop rounds. Used by `python -m oracle bench`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,18 +62,28 @@ def session_kv_capacity(context_len: int, tokens: int, K: int) -> int:
     return context_len + tokens + 4 * (K + 1) + 2
 
 
-def make_session(w: TorchWeights, mode: str, n_requests: int, context_len: int, tokens: int, K: int, d: int, D: int,
-                 **options) -> TorchSession:
+def make_session(
+    w: TorchWeights, mode: str, n_requests: int, context_len: int, tokens: int, K: int, d: int, D: int, **options
+) -> TorchSession:
     """options: TorchSession's; kernel_options defaults to KernelOptions.from_env() (this is
     `oracle bench`'s entry point)."""
     dev = w.device
     opts = {"graphs": "cuda" if dev.type == "cuda" else "off", "trace": False} | options
     if opts.get("kernel_options") is None:
         opts["kernel_options"] = KernelOptions.from_env()
-    return TorchSession(w, d, D, mode, "sequential", name=f"torch-{dev.type}",
-                        dtype_name="bfloat16" if w.dtype == torch.bfloat16 else "float32",
-                        max_requests=n_requests, max_len=session_kv_capacity(context_len, tokens, K),
-                        max_tokens_per_round=K + 1, **opts)
+    return TorchSession(
+        w,
+        d,
+        D,
+        mode,
+        "sequential",
+        name=f"torch-{dev.type}",
+        dtype_name="bfloat16" if w.dtype == torch.bfloat16 else "float32",
+        max_requests=n_requests,
+        max_len=session_kv_capacity(context_len, tokens, K),
+        max_tokens_per_round=K + 1,
+        **opts,
+    )
 
 
 def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_flight: int = 1) -> dict:
@@ -92,8 +103,15 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
         s.add(rid, p, sp)
     n0 = {rid: len(p) for rid, p in enumerate(prompts)}
     have, ahead = dict(n0), dict.fromkeys(n0, 0)
-    stats = {"rounds": 0, "drafted": 0, "accepted": 0, "emitted": 0, "graph_captures": 0, "graph_replays": 0,
-             "graph_fallbacks": 0}
+    stats = {
+        "rounds": 0,
+        "drafted": 0,
+        "accepted": 0,
+        "emitted": 0,
+        "graph_captures": 0,
+        "graph_replays": 0,
+        "graph_fallbacks": 0,
+    }
     host = dict.fromkeys(("plan", "enqueue", "wait", "finish"), 0.0)
     device = []
     pending: deque = deque()
@@ -133,9 +151,20 @@ def run_generation(s: TorchSession, prompts, params, tokens: int, K: int, in_fli
     return stats
 
 
-def paired_rounds(w: TorchSession, C: int, K: int, d: int, D: int, tokens: int = 128, repeats: int = 7,
-                  context_len: int = 512, params: SamplingParams | None = None, seed: int = 0, in_flight: int = 1,
-                  **options) -> dict:
+def paired_rounds(
+    w: TorchSession,
+    C: int,
+    K: int,
+    d: int,
+    D: int,
+    tokens: int = 128,
+    repeats: int = 7,
+    context_len: int = 512,
+    params: SamplingParams | None = None,
+    seed: int = 0,
+    in_flight: int = 1,
+    **options,
+) -> dict:
     """Block and loop generations in alternating repeats, same prompts and per-request seeds
     in both arms (both draw the same random numbers). One untimed warm-up repeat per arm
     captures the graphs. Returns per-arm per-repeat stats."""
@@ -146,7 +175,7 @@ def paired_rounds(w: TorchSession, C: int, K: int, d: int, D: int, tokens: int =
     sessions = {m: make_session(w, m, C, context_len, tokens, K, d, D, **options) for m in ("block", "loop")}
     arms = {"block": [], "loop": []}
     for r in range(repeats + 1):
-        for mode in (("block", "loop") if r % 2 == 0 else ("loop", "block")):
+        for mode in ("block", "loop") if r % 2 == 0 else ("loop", "block"):
             st = run_generation(sessions[mode], prompts, ps, tokens, K, in_flight)
             if r > 0:
                 arms[mode].append(st)

@@ -17,6 +17,7 @@ may differ by 3.375e-05, the `tolerance` a failure line prints).
 `make_faulty_backend` is the one-line change that makes it fail: it adds 0.5 to the
 verification logit of token 17 in every trace it returns.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -58,10 +59,10 @@ class PluginBackend:
     """What the oracle reads: name, dtype, exact, policies and session()."""
 
     name = "example-plugin"
-    dtype = "float32"                       # a row of oracle.judge.compare.TOLERANCES
-    exact = False                           # judged by tolerance, not bit for bit
-    policies = ("sequential", "fixed")      # RNG policies it supports
-    host_rng = True                         # uniforms from each request's seeded PCG64 stream
+    dtype = "float32"  # a row of oracle.judge.compare.TOLERANCES
+    exact = False  # judged by tolerance, not bit for bit
+    policies = ("sequential", "fixed")  # RNG policies it supports
+    host_rng = True  # uniforms from each request's seeded PCG64 stream
 
     def __init__(self, perturb=None):
         self.perturb = perturb

@@ -15,6 +15,7 @@ rounds (K = 4, d = 2, D = 4), then one counted round and one probed round (neith
 Used by scripts/gpu_judge_time.py (the H200 measurement) and, at a small shape on the CPU, by
 tests/test_jax_timing.py.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,6 +49,7 @@ def _listen():
     global _listening
     if not _listening:
         import jax
+
         jax.monitoring.register_event_duration_secs_listener(_on_duration)
         _listening = True
 
@@ -61,9 +63,10 @@ def count_transfers():
     host through numpy.asarray, numpy.array or jax.device_get (__array__), counted in Python."""
     import jax
     from jax._src import array as jarray
+
     _listen()
     out = {"h2d": 0, "d2h": 0, "d2h_bytes": 0, "d2h_logged": 0, "compiles": 0, "compile_s": 0.0}
-    local = threading.local()                      # per thread: inside a counted read (the fetch thread reads too)
+    local = threading.local()  # per thread: inside a counted read (the fetch thread reads too)
     lock = threading.Lock()
 
     def counting(fn):
@@ -78,6 +81,7 @@ def count_transfers():
                 return fn(x, *a, **kw)
             finally:
                 local.depth = depth
+
         return wrapper
 
     saved_fns = (np.asarray, np.array, jarray.ArrayImpl.__array__)
@@ -102,7 +106,7 @@ def count_transfers():
         out["h2d"] = text.count("host-to-device transfer")
         out["d2h_logged"] = text.count("device-to-host transfer")
         other = [ln for ln in text.splitlines() if ln.strip() and "transfer" not in ln]
-        if other:                                   # whatever else was written to stderr
+        if other:  # whatever else was written to stderr
             os.write(2, ("\n".join(other) + "\n").encode())
 
 
@@ -116,8 +120,9 @@ def _session(judge, model, mode: str, C: int, ctx: int, rounds: int, **options):
     for rid in range(C):
         s.add(rid, list(map(int, rng.integers(0, model.cfg.vocab_size, ctx))), SP(seed=rid))
     kv = getattr(s, "kv", None)
-    if kv is not None and hasattr(kv, "k"):              # the prefill's queued device work: done
+    if kv is not None and hasattr(kv, "k"):  # the prefill's queued device work: done
         import jax
+
         jax.block_until_ready((kv.k, kv.v))
     return s
 
@@ -145,12 +150,24 @@ def _probe_round(s, counts) -> dict:
     for b in by.values():
         b["host_ms"], b["device_wait_ms"] = round(b["host_ms"], 3), round(b["device_wait_ms"], 3)
     inside = sum(b["host_ms"] + b["device_wait_ms"] for b in by.values())
-    return {"wall_ms": round(1e3 * wall, 3), "steps": by,
-            "phases_host_ms": round(1e3 * wall - inside, 3)}     # oracle.phases' own work
+    return {
+        "wall_ms": round(1e3 * wall, 3),
+        "steps": by,
+        "phases_host_ms": round(1e3 * wall - inside, 3),
+    }  # oracle.phases' own work
 
 
-def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 5, gpu: str = "h200",
-                     trace_dir=None, host_profile: int = 0, **session_options) -> dict:
+def time_judge_round(
+    judge,
+    model,
+    C: int = 16,
+    ctx: int = 1024,
+    repeats: int = 5,
+    gpu: str = "h200",
+    trace_dir=None,
+    host_profile: int = 0,
+    **session_options,
+) -> dict:
     """Per mode: median ms of a round (K = 4, d = 2, D = 4, greedy, C requests, prompts of ctx
     tokens), every timed round's ms, the floor ms on `gpu` with its terms, measured / floor,
     the transfers and compiles of one round, and a probed round's per-step host/device split.
@@ -163,20 +180,21 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
     out = {"C": C, "ctx": ctx, "K": K, "d": d, "D": D, "repeats": repeats, "gpu_floor": gpu}
     counts = {rid: K + 1 for rid in range(C)}
     for mode in MODES:
-        s = _session(judge, model, mode, C, ctx, repeats + 3 + (trace_dir is not None) + bool(host_profile),
-                     **session_options)
+        s = _session(
+            judge, model, mode, C, ctx, repeats + 3 + (trace_dir is not None) + bool(host_profile), **session_options
+        )
         _listen()
         _compiles.update(on=True, n=0, s=0.0)
         t0 = time.perf_counter()
         try:
-            s.step(counts)                                # warm-up: compiles
+            s.step(counts)  # warm-up: compiles
         finally:
             _compiles["on"] = False
         warm = time.perf_counter() - t0
         warm_compiles = {"compiles": _compiles["n"], "compile_s": round(_compiles["s"], 3)}
         times, cpu, starts = [], [], []
         for _ in range(repeats):
-            starts += [len(s.tokens(rid)) - 1 for rid in counts]     # offset 0's position
+            starts += [len(s.tokens(rid)) - 1 for rid in counts]  # offset 0's position
             t0, c0 = time.perf_counter(), time.process_time()
             s.step(counts)
             times.append(1e3 * (time.perf_counter() - t0))
@@ -185,12 +203,13 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
         held = getattr(kv, "k", None)
         with count_transfers() as per_round:
             s.step(counts)
-        if held is not None and hasattr(held, "is_deleted"):      # the calls took the KV planes over
-            per_round["kv_donated"] = bool(held.is_deleted())   # (False: each call copied them)
+        if held is not None and hasattr(held, "is_deleted"):  # the calls took the KV planes over
+            per_round["kv_donated"] = bool(held.is_deleted())  # (False: each call copied them)
         del held
         probe = _probe_round(s, counts)
         if trace_dir is not None:
             import jax
+
             with jax.profiler.trace(os.path.join(str(trace_dir), mode)):
                 s.step(counts)
         hprof = None
@@ -198,6 +217,7 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
             import cProfile
             import io
             import pstats
+
             pr = cProfile.Profile()
             pr.enable()
             s.step(counts)
@@ -206,15 +226,23 @@ def time_judge_round(judge, model, C: int = 16, ctx: int = 1024, repeats: int = 
             pstats.Stats(pr, stream=buf).sort_stats("cumulative").print_stats(host_profile)
             pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(host_profile)
             hprof = buf.getvalue()
-        context = round(statistics.mean(starts))          # the timed rounds' mean offset-0 position
+        context = round(statistics.mean(starts))  # the timed rounds' mean offset-0 position
         floor = judge_round_floor(model.cfg, C, context, d, D, mode, K=K, gpu=gpu)
         med = statistics.median(times)
-        out[mode] = {"median_ms": round(med, 3), "context": context, "times_ms": [round(t, 3) for t in times],
-                     "cpu_median_ms": round(statistics.median(cpu), 3), "warmup_s": round(warm, 3), "warmup_compiles": warm_compiles, "floor_ms": sig(1e3 * floor["floor_s"]),
-                     "over_floor": sig(med / (1e3 * floor["floor_s"])),
-                     "floor_terms_ms": {k: sig(1e3 * floor[k]) for k in ("weights_s", "kv_s", "flops_s", "head_s")},
-                     "per_round": per_round, "probe": probe}
+        out[mode] = {
+            "median_ms": round(med, 3),
+            "context": context,
+            "times_ms": [round(t, 3) for t in times],
+            "cpu_median_ms": round(statistics.median(cpu), 3),
+            "warmup_s": round(warm, 3),
+            "warmup_compiles": warm_compiles,
+            "floor_ms": sig(1e3 * floor["floor_s"]),
+            "over_floor": sig(med / (1e3 * floor["floor_s"])),
+            "floor_terms_ms": {k: sig(1e3 * floor[k]) for k in ("weights_s", "kv_s", "flops_s", "head_s")},
+            "per_round": per_round,
+            "probe": probe,
+        }
         if hprof is not None:
             out[mode]["host_profile"] = hprof
-        del s                                             # its KV planes go before the next mode's
+        del s  # its KV planes go before the next mode's
     return out

@@ -20,6 +20,7 @@ tokens, and a case keeps C * max_len <= --max-cells = 24576. The judge rounds it
 the backend holds <= 18 GiB (36 GiB if it doubles on growth), plus 5.6 GB of FP32 weights for
 the judge and 2.8 GB of BF16 weights for the backend.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,7 @@ from oracle.sampling import SamplingParams as SP  # noqa: E402
 
 DEPTHS = ((1, 4), (2, 4), (3, 4))
 KINDS = (SP(), SP(1.0, top_k=50), SP(0.8, top_p=0.9), SP(1.2, top_k=200, top_p=0.95), SP(0.7))
-MAX_T = 9                                                  # K_i = 0..8
+MAX_T = 9  # K_i = 0..8
 
 
 def max_len(case: Case) -> int:
@@ -65,15 +66,17 @@ def make_cases(n: int, vocab: int, max_prompt: int, max_C: int, max_cells: int, 
         shape = ("wide", "long", "mixed")[i % 3]
         C = {"wide": max_C, "long": int(rng.integers(1, 5)), "mixed": min(16, max_C)}[shape]
         top = {"wide": min(64, max_prompt), "long": max_prompt, "mixed": max(1, max_prompt // 2)}[shape]
-        top = max(1, min(top, max_cells // C - n_rounds * MAX_T - 1))   # C * max_len <= max_cells
+        top = max(1, min(top, max_cells // C - n_rounds * MAX_T - 1))  # C * max_len <= max_cells
         lens = [top, 1] + list(rng.integers(1, top + 1, max(0, C - 2)))
         prompts = [list(map(int, rng.integers(0, vocab, int(ln)))) for ln in lens[:C]]
-        params = [SP(k.temperature, k.top_k, k.top_p, seed=int(rng.integers(2**32)))
-                  for k in (KINDS[(i + r) % len(KINDS)] for r in range(C))]
+        params = [
+            SP(k.temperature, k.top_k, k.top_p, seed=int(rng.integers(2**32)))
+            for k in (KINDS[(i + r) % len(KINDS)] for r in range(C))
+        ]
         rounds = []
         for r in range(n_rounds):
             T = [int(t) for t in rng.integers(1, MAX_T + 1, C)]
-            if r == 0:                                     # K = 8 and K = 0 in every case
+            if r == 0:  # K = 8 and K = 0 in every case
                 T[0], T[-1] = MAX_T, 1
             rounds.append(dict(enumerate(T)))
         name = f"#{i} {shape} C={C} prompts {min(lens[:C])}..{max(lens[:C])} d={d} D={D} {mode} {policy}"
@@ -91,6 +94,7 @@ class CompileClock:
     def start(cls):
         import threading
         from jax import monitoring
+
         if not cls._listening:
             cls._lock, cls._listening = threading.Lock(), True
             monitoring.register_event_duration_secs_listener(cls._seen)
@@ -109,20 +113,21 @@ def judge_kv_bytes(judge: LoadedBackend, model, case) -> int:
     jm = judge.model(model)
     slots, length, _ = jm.session_shapes(len(case.prompts), max_len(case))
     lay = jm.layout
-    return 2 * lay.L * pow2(case.D) * slots * length * lay.nkv * lay.hd * 4     # DeviceKV: pow2(D) planes
+    return 2 * lay.L * pow2(case.D) * slots * length * lay.nkv * lay.hd * 4  # DeviceKV: pow2(D) planes
 
 
 def time_judge(judge: LoadedBackend, model, C: int = 16, ctx: int = 1024, repeats: int = 5) -> dict:
     """Median wall time of one judge round (K = 4, d = 2, D = 4, greedy) per mode, its floor
     on the H200 (oracle.cost.judge_round_floor) and measured / floor."""
     from oracle.cost import judge_round_floor
+
     out = {}
     rng = np.random.default_rng(0)
     for mode in ("block", "loop"):
         s = judge.session(model, 2, 4, mode, max_requests=C, max_len=ctx + (repeats + 2) * 5 + 1)
         for rid in range(C):
             s.add(rid, list(map(int, rng.integers(0, model.cfg.vocab_size, ctx))), SP(seed=rid))
-        s.step({rid: 5 for rid in range(C)})               # warm-up: compiles
+        s.step({rid: 5 for rid in range(C)})  # warm-up: compiles
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -140,18 +145,28 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="torch-cuda", help="backend under test (oracle.backends.load_backend)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cases", type=int, default=12)
-    p.add_argument("--only", help="run only cases A..B-1 of the --cases generated (A:B); the same cases as in a full run")
+    p.add_argument(
+        "--only", help="run only cases A..B-1 of the --cases generated (A:B); the same cases as in a full run"
+    )
     p.add_argument("--rounds", type=int, default=2, help="rounds per case")
     p.add_argument("--max-prompt", type=int, default=2048)
     p.add_argument("--max-requests", type=int, default=64)
     p.add_argument("--max-cells", type=int, default=24576, help="bound on C * max_len per case (memory)")
     p.add_argument("--time-judge", action="store_true", help="also time the judge's rounds at C=16, context 1024")
-    p.add_argument("--judge-threads", type=int, default=6,
-                   help="judge runs made at a time beside the backend's (0: one after each backend run)")
-    p.add_argument("--judge-gib", type=float, default=64.0,
-                   help="device memory for the KV of the judge's runs in flight (GiB)")
-    p.add_argument("--probe", action="store_true",
-                   help="also run the drift probe's drift and precision verdicts (the JAX judge's jvp and twin)")
+    p.add_argument(
+        "--judge-threads",
+        type=int,
+        default=6,
+        help="judge runs made at a time beside the backend's (0: one after each backend run)",
+    )
+    p.add_argument(
+        "--judge-gib", type=float, default=64.0, help="device memory for the KV of the judge's runs in flight (GiB)"
+    )
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="also run the drift probe's drift and precision verdicts (the JAX judge's jvp and twin)",
+    )
     p.add_argument("--json", help="write the summary here")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge the JSON summaries of earlier runs and report")
     args = p.parse_args(argv)
@@ -165,8 +180,9 @@ def main(argv=None) -> int:
     model = build_model(args.preset, seed=args.seed)
     backend, judge = load_backend(args.backend), as_loaded(make_jax_backend())
     dtype = "exact" if backend.exact else backend.dtype
-    cases = make_cases(args.cases, model.cfg.vocab_size, args.max_prompt, args.max_requests, args.max_cells,
-                       args.rounds, args.seed)
+    cases = make_cases(
+        args.cases, model.cfg.vocab_size, args.max_prompt, args.max_requests, args.max_cells, args.rounds, args.seed
+    )
     if args.only:
         a, b = (int(x) for x in args.only.split(":"))
         cases = cases[a:b]
@@ -175,35 +191,48 @@ def main(argv=None) -> int:
 
     def progress(case, mode, rep, tb, tj):
         bad = [f"{c.name}: {c.detail}" for c in rep.checks if not c.ok]
-        print(f"{'ok  ' if not bad else 'FAIL'} {case.name}: KV {rep.max_rel_err['kv']:.3g}, logits "
-              f"{rep.max_rel_err['logits']:.3g}, {len(rep.divergences)} excused; backend {tb:.1f} s, judge "
-              f"{tj:.1f} s, done at {time.perf_counter() - tc:.1f} s", flush=True)
+        print(
+            f"{'ok  ' if not bad else 'FAIL'} {case.name}: KV {rep.max_rel_err['kv']:.3g}, logits "
+            f"{rep.max_rel_err['logits']:.3g}, {len(rep.divergences)} excused; backend {tb:.1f} s, judge "
+            f"{tj:.1f} s, done at {time.perf_counter() - tc:.1f} s",
+            flush=True,
+        )
         for b in bad[:5]:
             print(f"     {b}")
 
     try:
-        v = verdict.judge_pairs(backend, judge, model, pairs, threads=args.judge_threads,
-                                budget_bytes=int(args.judge_gib * (1 << 30)),
-                                kv_bytes=lambda case: judge_kv_bytes(judge, model, case),
-                                options=lambda case: {"max_requests": len(case.prompts), "max_len": max_len(case)},
-                                reproduce="scripts/gpu_parity_full.py", on_case=progress)
-        if args.probe:                 # the drift probe's two verdicts, the JAX judge's sensitivities and twin
+        v = verdict.judge_pairs(
+            backend,
+            judge,
+            model,
+            pairs,
+            threads=args.judge_threads,
+            budget_bytes=int(args.judge_gib * (1 << 30)),
+            kv_bytes=lambda case: judge_kv_bytes(judge, model, case),
+            options=lambda case: {"max_requests": len(case.prompts), "max_len": max_len(case)},
+            reproduce="scripts/gpu_parity_full.py",
+            on_case=progress,
+        )
+        if args.probe:  # the drift probe's two verdicts, the JAX judge's sensitivities and twin
             v.checks += verdict.probe_checks(*verdict.finish_probe(verdict.start_drift(backend, model, judge=judge)))
-    except Exception as e:                                  # noqa: BLE001 -- named in one line below
+    except Exception as e:  # noqa: BLE001 -- named in one line below
         if not out_of_memory(e):
             raise
-        print(f"error: out of device memory ({type(e).__name__}: {str(e).splitlines()[0][:200]}); lower "
-              f"--judge-gib (now {args.judge_gib:g}) or --judge-threads (now {args.judge_threads})", flush=True)
+        print(
+            f"error: out of device memory ({type(e).__name__}: {str(e).splitlines()[0][:200]}); lower "
+            f"--judge-gib (now {args.judge_gib:g}) or --judge-threads (now {args.judge_threads})",
+            flush=True,
+        )
         return 2
     summary = summarize(v, args.preset, dtype)
     summary["cases_s"] = round(time.perf_counter() - tc, 1)
     summary["compiles"] = {"n": clock.n, "s": round(clock.s, 1), "judge_threads": args.judge_threads}
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.time_judge:
-        free_device_caches()                 # the cases' KV and compiled buffers, before the timed sessions
+        free_device_caches()  # the cases' KV and compiled buffers, before the timed sessions
         try:
             summary["judge_round_ms_C16_ctx1024"] = time_judge(judge, model)
-        except Exception as e:                              # noqa: BLE001 -- named in one line
+        except Exception as e:  # noqa: BLE001 -- named in one line
             if not out_of_memory(e):
                 raise
             summary["judge_round_ms_C16_ctx1024"] = {"error": f"out of device memory: {str(e).splitlines()[0][:200]}"}
@@ -216,29 +245,44 @@ def summarize(v, preset: str, dtype: str) -> dict:
     bad_by_case: dict = {}
     for c in v.failed:
         bad_by_case.setdefault(c["name"].split(": ")[0], []).append(f"{c['name']}: {c['detail']}")
-    return {"preset": preset, "backend": f"{v.backend} ({v.dtype})", "tolerance_row": dtype, "cases": len(v.cases),
-            "failed": [{"case": k, "failures": b[:5]} for k, b in bad_by_case.items()],
-            "request_rounds": v.counters["request_rounds"], "kv_writes": v.counters["kv_writes_compared"],
-            "logits": v.counters["logits_compared"], "rng_events": v.counters["rng_events_compared"],
-            "tokens": v.counters["tokens_compared"], "max_rel_err": dict(v.max_rel_err), "excused": list(v.excused),
-            "times": [{"case": c["name"], **{k: c[k] for k in ("backend_s", "judge_s", "done_at_s") if k in c}}
-                      for c in v.cases],
-            **({"drift": v.drift.to_json()} if v.drift is not None else {}),
-            **({"precision": v.precision.to_json()} if v.precision is not None else {})}
+    return {
+        "preset": preset,
+        "backend": f"{v.backend} ({v.dtype})",
+        "tolerance_row": dtype,
+        "cases": len(v.cases),
+        "failed": [{"case": k, "failures": b[:5]} for k, b in bad_by_case.items()],
+        "request_rounds": v.counters["request_rounds"],
+        "kv_writes": v.counters["kv_writes_compared"],
+        "logits": v.counters["logits_compared"],
+        "rng_events": v.counters["rng_events_compared"],
+        "tokens": v.counters["tokens_compared"],
+        "max_rel_err": dict(v.max_rel_err),
+        "excused": list(v.excused),
+        "times": [
+            {"case": c["name"], **{k: c[k] for k in ("backend_s", "judge_s", "done_at_s") if k in c}} for c in v.cases
+        ],
+        **({"drift": v.drift.to_json()} if v.drift is not None else {}),
+        **({"precision": v.precision.to_json()} if v.precision is not None else {}),
+    }
 
 
 def out_of_memory(e: BaseException) -> bool:
     """Whether e is a device allocation failure (XLA's RESOURCE_EXHAUSTED, torch's OutOfMemoryError)."""
-    return "RESOURCE_EXHAUSTED" in str(e) or type(e).__name__ in ("OutOfMemoryError", "XlaRuntimeError") \
+    return (
+        "RESOURCE_EXHAUSTED" in str(e)
+        or type(e).__name__ in ("OutOfMemoryError", "XlaRuntimeError")
         and "memory" in str(e).lower()
+    )
 
 
 def free_device_caches() -> None:
     """Hand the allocators' cached blocks back: torch's (the backend's KV of every case) and Python's."""
     import gc
+
     gc.collect()
     try:
         import torch
+
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     except ImportError:
@@ -250,35 +294,45 @@ def peak_memory_gib() -> dict:
     out = {}
     try:
         import torch
+
         if torch.cuda.is_available():
-            out["torch"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 1)
+            out["torch"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
     except ImportError:
         pass
     import jax
+
     stats = jax.devices()[0].memory_stats() or {}
     if "peak_bytes_in_use" in stats:
-        out["jax"] = round(stats["peak_bytes_in_use"] / 2 ** 30, 1)
+        out["jax"] = round(stats["peak_bytes_in_use"] / 2**30, 1)
     return out
 
 
 def report(summary: dict, json_path=None) -> int:
     """Print the summary (one run, or several merged) and write it as JSON; the exit code."""
     ok = not summary["failed"] and summary["cases"] > 0
-    print(f"--- parity summary: {summary['backend']} vs the JAX FP32 judge, tolerance row "
-          f"{summary['tolerance_row']!r}, preset {summary['preset']}")
-    print(f"{summary['cases']} cases ({len(summary['failed'])} failed), {summary['request_rounds']} request-rounds; "
-          f"compared {summary['kv_writes']} KV writes, {summary['logits']} logits vectors, {summary['rng_events']} "
-          f"RNG events, {summary['tokens']} emitted tokens")
+    print(
+        f"--- parity summary: {summary['backend']} vs the JAX FP32 judge, tolerance row "
+        f"{summary['tolerance_row']!r}, preset {summary['preset']}"
+    )
+    print(
+        f"{summary['cases']} cases ({len(summary['failed'])} failed), {summary['request_rounds']} request-rounds; "
+        f"compared {summary['kv_writes']} KV writes, {summary['logits']} logits vectors, {summary['rng_events']} "
+        f"RNG events, {summary['tokens']} emitted tokens"
+    )
     print(f"max relative error KV {summary['max_rel_err']['kv']:.3g}, logits {summary['max_rel_err']['logits']:.3g}")
-    print(f"{len(summary['excused'])} excused near-tie divergences; every decision of the backend is the "
-          f"reference's rule on its own logits and uniforms (else a 'decisions' failure above)")
+    print(
+        f"{len(summary['excused'])} excused near-tie divergences; every decision of the backend is the "
+        f"reference's rule on its own logits and uniforms (else a 'decisions' failure above)"
+    )
     for e in summary["excused"]:
         print(f"  excused: {e}")
     for f in summary["failed"]:
         print(f"  FAILED: {f}")
     if "judge_round_ms_C16_ctx1024" in summary:
-        print(f"judge round time, C=16, context 1024, K=4, d=2, D=4 (median ms, H200 floor ms, measured / floor): "
-              f"{summary['judge_round_ms_C16_ctx1024']}")
+        print(
+            f"judge round time, C=16, context 1024, K=4, d=2, D=4 (median ms, H200 floor ms, measured / floor): "
+            f"{summary['judge_round_ms_C16_ctx1024']}"
+        )
     if summary.get("peak_memory_gib"):
         print(f"peak device memory (GiB): {summary['peak_memory_gib']}")
     if "compiles" in summary:

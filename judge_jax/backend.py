@@ -8,6 +8,7 @@ crosses to the host: an index vector per call, the logits per head call, the KV 
 Sampling on the host through oracle.sampling and oracle.rng_trace, so RNG events match the
 reference exactly.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,6 +32,7 @@ KV_FETCH = ("async", "thread", "round")
 
 class _Token:
     """A depth-0 row's loop input: the embedding of a token (looked up on the device)."""
+
     __slots__ = ("token",)
 
     def __init__(self, token: int):
@@ -39,6 +41,7 @@ class _Token:
 
 class _Hidden:
     """A loop output: row `row` of the device pool, as written by that row's `version`th write."""
+
     __slots__ = ("row", "version")
 
     def __init__(self, row: int, version: int):
@@ -67,19 +70,18 @@ class _RoundModel:
     H200, cProfile), so the next calls were not enqueued meanwhile. A head call's logits come
     after those gathers in stream order, so the host waits for them there anyway."""
 
-    def __init__(self, jm: JaxLoopedModel, kv: DeviceKV, record: bool = True, kv_fetch: str = "async",
-                 fetcher=None):
+    def __init__(self, jm: JaxLoopedModel, kv: DeviceKV, record: bool = True, kv_fetch: str = "async", fetcher=None):
         if kv_fetch not in KV_FETCH:
             raise OracleError(f"kv_fetch {kv_fetch!r}: expected one of {', '.join(KV_FETCH)}")
         if kv_fetch == "thread" and fetcher is None:
             raise OracleError("kv_fetch 'thread' needs the session's fetch thread")
         self.jm, self.cfg, self.kv, self.record, self.kv_fetch = jm, jm.cfg, kv, record, kv_fetch
-        self.fetcher = fetcher           # a one-worker executor (kv_fetch="thread")
-        self.row_of: dict = {}           # (rid, position) -> pool row
-        self.version: list[int] = []     # per pool row: writes so far
-        self.pending: list = []          # (device K/V rows or None, [(rid, pos, depth, call)])
-        self.rows: list = []             # device rows (slot, pos, depth) not yet gathered (kv_fetch="round")
-        self.kicked = 0                  # pending[:kicked] have their host copies started
+        self.fetcher = fetcher  # a one-worker executor (kv_fetch="thread")
+        self.row_of: dict = {}  # (rid, position) -> pool row
+        self.version: list[int] = []  # per pool row: writes so far
+        self.pending: list = []  # (device K/V rows or None, [(rid, pos, depth, call)])
+        self.rows: list = []  # device rows (slot, pos, depth) not yet gathered (kv_fetch="round")
+        self.kicked = 0  # pending[:kicked] have their host copies started
 
     def embed(self, tokens) -> list:
         self.jm.check_tokens(tokens)
@@ -100,7 +102,7 @@ class _RoundModel:
         """Start the host copies of the KV rows gathered since the last head call."""
         if self.kv_fetch != "async":
             return
-        for dev, _ in self.pending[self.kicked:]:
+        for dev, _ in self.pending[self.kicked :]:
             if dev is not None:
                 dev[0].copy_to_host_async()
         self.kicked = len(self.pending)
@@ -133,9 +135,9 @@ class _RoundModel:
             out.append(_Hidden(r, self.version[r]))
         if self.record:
             logged = [(rid, pos, depth, call) for rid, pos, depth in rows]
-            if self.kv_fetch == "async":                  # its copy starts at the next head call (_kick)
+            if self.kv_fetch == "async":  # its copy starts at the next head call (_kick)
                 self.pending.append((self.jm.kv_rows(kv, dev_rows), logged))
-            elif self.kv_fetch == "thread":               # waited for and copied by the fetch thread
+            elif self.kv_fetch == "thread":  # waited for and copied by the fetch thread
                 dev = self.jm.kv_rows(kv, dev_rows)
                 self.pending.append((self.fetcher.submit(self.jm.fetch_kv, dev, True), logged))
             else:
@@ -163,7 +165,7 @@ class _RoundModel:
         L, made = self.cfg.num_layers, 0
         for kvr, ws in zip(arrays, logged):
             n = len(ws)
-            ks = list(kvr[0].reshape(n * L, *kvr.shape[3:]))      # row r, layer l at r * L + l (views)
+            ks = list(kvr[0].reshape(n * L, *kvr.shape[3:]))  # row r, layer l at r * L + l (views)
             vs = list(kvr[1].reshape(n * L, *kvr.shape[3:]))
             if trace is None:
                 for r, (rid, pos, depth, call) in enumerate(ws):
@@ -178,8 +180,20 @@ class _RoundModel:
 
 
 class JaxSession:
-    def __init__(self, jm: JaxLoopedModel, d, D, mode, policy="sequential", *, name="jax",
-                 max_requests: int = 8, max_len: int = 64, prefill_chunk: int = 512, kv_fetch: str = "async"):
+    def __init__(
+        self,
+        jm: JaxLoopedModel,
+        d,
+        D,
+        mode,
+        policy="sequential",
+        *,
+        name="jax",
+        max_requests: int = 8,
+        max_len: int = 64,
+        prefill_chunk: int = 512,
+        kv_fetch: str = "async",
+    ):
         """prefill_chunk: prompt positions per prefill call (bounds memory and program shapes);
         kv_fetch: how the trace's KV writes come back ("async" / "thread" per call, "round":
         once a round; _RoundModel)."""
@@ -190,15 +204,17 @@ class JaxSession:
         self.fetcher = None
         if kv_fetch == "thread":
             from concurrent.futures import ThreadPoolExecutor
+
             self.fetcher = ThreadPoolExecutor(1, thread_name_prefix="jax-kv-fetch")
             weakref.finalize(self, self.fetcher.shutdown, wait=False)
         validate([1], d, D)
-        plan(mode, [1], d, D)                                     # checks the mode
+        plan(mode, [1], d, D)  # checks the mode
         self.jm, self.d, self.D, self.mode, self.policy = jm, d, D, mode, check_policy(policy)
         self.name, self.prefill_chunk = name, prefill_chunk
         sharding = None
         if jm.mesh is not None:
             from .sharding import kv_sharding
+
             sharding = kv_sharding(jm.mesh)
         slots, length, pool = jm.session_shapes(max_requests, max_len)
         self.kv = DeviceKV(jm.layout, D, slots, length, sharding, pool_rows=pool)
@@ -218,16 +234,16 @@ class JaxSession:
             n = len(prompt) - 1
             if n:
                 prefill = _RoundModel(self.jm, self.kv, record=False)
-                h = prefill.embed(prompt[:n])                     # n handles; the states stay on the device
+                h = prefill.embed(prompt[:n])  # n handles; the states stay on the device
                 c = self.prefill_chunk
-                for depth in range(Di):             # in chunks: a chunk attends to the ones before it
+                for depth in range(Di):  # in chunks: a chunk attends to the ones before it
                     outs = []
                     for a in range(0, n, c):
                         rows = [(rid, p, depth) for p in range(a, min(a + c, n))]
                         # a prompt past one chunk: every chunk padded to c rows and whole chunks
                         # of context (one program per chunk index); a shorter one: at least 16 rows
                         whole = (c, a + c) if n > c else (16, 0)
-                        outs += prefill.recurrent_call(rows, h[a:a + c], self.kv, -1 - depth, *whole)
+                        outs += prefill.recurrent_call(rows, h[a : a + c], self.kv, -1 - depth, *whole)
                     h = outs
         except BaseException:
             self.kv.drop(rid)
@@ -262,7 +278,7 @@ class JaxSession:
         self.kv.log = []
         try:
             trace = self._round(reqs, list(counts.values()))
-        except BaseException:                                     # a failed round leaves no trace
+        except BaseException:  # a failed round leaves no trace
             restore(reqs, snap)
             self.kv.front.update(fronts)
             raise
@@ -280,8 +296,8 @@ class JaxSession:
             run_call(st, list(call.rows))
             draft_head(st, list(call.draft_head))
         logits = verify_head(st)
-        made = model.flush(st.trace)                      # the KV writes, straight into the trace
-        trace = finish_round(st, logits)                  # (kv.log stays empty: it counts 0 writes)
+        made = model.flush(st.trace)  # the KV writes, straight into the trace
+        trace = finish_round(st, logits)  # (kv.log stays empty: it counts 0 writes)
         trace.stats["kv_writes"] += made
         trace.dtype = "float32"
         return trace
@@ -290,15 +306,22 @@ class JaxSession:
 class JaxBackend:
     name, dtype, exact = "jax", "float32", False
     policies = ("sequential", "fixed")
-    host_rng = True                  # uniforms come from PCG64(seed) on the host, like the reference
+    host_rng = True  # uniforms come from PCG64(seed) on the host, like the reference
 
-    def __init__(self, mesh=None, unroll: bool | None = None, ctx_bits: int = 4, dot: str = "highest", attn: str = "xla",
-                 rows_bits: int = 1, **session_defaults):
+    def __init__(
+        self,
+        mesh=None,
+        unroll: bool | None = None,
+        ctx_bits: int = 4,
+        dot: str = "highest",
+        attn: str = "xla",
+        rows_bits: int = 1,
+        **session_defaults,
+    ):
         self.mesh, self.defaults = mesh, session_defaults
-        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits, "dot": dot, "attn": attn,
-                              "rows_bits": rows_bits}
-        self._models = weakref.WeakKeyDictionary()   # reference model -> its JAX model (weights on device)
-        self._lock = threading.Lock()                # judge threads: one JAX model per reference model
+        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits, "dot": dot, "attn": attn, "rows_bits": rows_bits}
+        self._models = weakref.WeakKeyDictionary()  # reference model -> its JAX model (weights on device)
+        self._lock = threading.Lock()  # judge threads: one JAX model per reference model
 
     def model(self, model) -> JaxLoopedModel:
         with self._lock:
@@ -311,12 +334,14 @@ class JaxBackend:
         """The drift verdict's sensitivities by jax.linearize on this device (judge_jax/drift.py);
         basis: fit these directions only (oracle.judge.drift.coarse_directions)."""
         from .drift import make_stats_fn
+
         return make_stats_fn(model, dtype, basis=basis)
 
     def precision_energy_fn(self, model, dtype: str):
         """The precision verdict's noise twin on this device (judge_jax/twin.py): energy_fn(tokens,
         loops, obs) -> {group: (sum of r^2, values)}."""
         from .twin import make_energy_fn
+
         return make_energy_fn(model, dtype)
 
     def session(self, model, d, D, mode, policy="sequential", **options) -> JaxSession:

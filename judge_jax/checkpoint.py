@@ -4,6 +4,7 @@ model.safetensors.index.json. Tensors come back as FP32 NumPy arrays by HF name;
 tensors (NumPy has no bfloat16) are widened bit-exactly from their raw bytes. The optional
 early-exit gate is accepted and ignored; a missing tensor is named.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,19 +17,38 @@ from oracle.config import ModelConfig
 from oracle.errors import OracleError
 
 # the judge's per-layer parameter keys -> HF tensor names (judge_jax/model.py host_params)
-HF_LAYER = {"wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight",
-            "wo": "self_attn.o_proj.weight", "wg": "mlp.gate_proj.weight", "wu": "mlp.up_proj.weight",
-            "wd": "mlp.down_proj.weight", "n_in": "input_layernorm.weight",
-            "n_attn_out": "input_layernorm_2.weight", "n_post": "post_attention_layernorm.weight",
-            "n_mlp_out": "post_attention_layernorm_2.weight"}
+HF_LAYER = {
+    "wq": "self_attn.q_proj.weight",
+    "wk": "self_attn.k_proj.weight",
+    "wv": "self_attn.v_proj.weight",
+    "wo": "self_attn.o_proj.weight",
+    "wg": "mlp.gate_proj.weight",
+    "wu": "mlp.up_proj.weight",
+    "wd": "mlp.down_proj.weight",
+    "n_in": "input_layernorm.weight",
+    "n_attn_out": "input_layernorm_2.weight",
+    "n_post": "post_attention_layernorm.weight",
+    "n_mlp_out": "post_attention_layernorm_2.weight",
+}
 
 
 def required_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor the rounds use, by HF name, with its [out, in] shape."""
     H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    per_layer = {"wq": (q, H), "wk": (kv, H), "wv": (kv, H), "wo": (H, q), "wg": (I, H), "wu": (I, H),
-                 "wd": (H, I), "n_in": (H,), "n_attn_out": (H,), "n_post": (H,), "n_mlp_out": (H,)}
+    per_layer = {
+        "wq": (q, H),
+        "wk": (kv, H),
+        "wv": (kv, H),
+        "wo": (H, q),
+        "wg": (I, H),
+        "wu": (I, H),
+        "wd": (H, I),
+        "n_in": (H,),
+        "n_attn_out": (H,),
+        "n_post": (H,),
+        "n_mlp_out": (H,),
+    }
     shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,), "lm_head.weight": (V, H)}
     for l in range(cfg.num_layers):
         shapes |= {f"model.layers.{l}.{HF_LAYER[k]}": s for k, s in per_layer.items()}
@@ -53,14 +73,15 @@ def _bf16_tensors(path: Path, names) -> dict[str, np.ndarray]:
 
 def _read_file(path: Path, wanted: set) -> dict[str, np.ndarray]:
     from safetensors import safe_open
+
     out, bf16 = {}, []
     with safe_open(str(path), framework="np") as sf:
         for name in sf.keys():
             if name not in wanted:
-                continue                                  # the gate, rotary buffers, ...
+                continue  # the gate, rotary buffers, ...
             try:
                 out[name] = np.asarray(sf.get_tensor(name), dtype=np.float32)
-            except (TypeError, ValueError):               # bfloat16: no NumPy dtype
+            except (TypeError, ValueError):  # bfloat16: no NumPy dtype
                 bf16.append(name)
     return out | (_bf16_tensors(path, bf16) if bf16 else {})
 
@@ -90,6 +111,7 @@ def read_checkpoint(folder) -> tuple[ModelConfig, dict[str, np.ndarray]]:
         if name not in weights:
             raise OracleError(f"checkpoint {folder}: missing tensor {name}")
         if weights[name].shape != shape:
-            raise OracleError(f"checkpoint {folder}: tensor {name} has shape {list(weights[name].shape)}, "
-                              f"expected {list(shape)}")
+            raise OracleError(
+                f"checkpoint {folder}: tensor {name} has shape {list(weights[name].shape)}, expected {list(shape)}"
+            )
     return cfg, weights

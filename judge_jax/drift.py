@@ -30,6 +30,7 @@ The reference values c (e = got - c) are this FP32 forward's, where oracle.judge
 they differ by ~1e-6 relative, far below a reduced-precision backend's errors; for an FP32
 backend that is noise of the backend's own size (no bias: the verdict's spread absorbs it).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,20 +49,21 @@ HIGHEST = jax.lax.Precision.HIGHEST
 mm = partial(jnp.matmul, precision=HIGHEST)
 einsum = partial(jnp.einsum, precision=HIGHEST)
 
-CHUNK = 16          # directions per jvp / transpose batch (bounds memory at ouro-1.4b)
+CHUNK = 16  # directions per jvp / transpose batch (bounds memory at ouro-1.4b)
 # On the CPU (tests, tiny / small presets) XLA's compile dominates: LLVM at -O0 halves it.
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": "0"}
-_PROGRAMS: dict = {}    # programs compiled with options: (name, Shape, chunk, device, options, Tb, loops) -> program
-T_BUCKET = 64       # sequence lengths are padded up to a multiple of this (bounds recompiles)
+_PROGRAMS: dict = {}  # programs compiled with options: (name, Shape, chunk, device, options, Tb, loops) -> program
+T_BUCKET = 64  # sequence lengths are padded up to a multiple of this (bounds recompiles)
 NL = len(drift_model.LAYER_PARAMS)
-LP = {n: i for i, n in enumerate(drift_model.LAYER_PARAMS)}         # column of a per-layer knob
-GP = {n: i for i, n in enumerate(drift_model.GLOBAL_PARAMS)}        # index of a global knob
+LP = {n: i for i, n in enumerate(drift_model.LAYER_PARAMS)}  # column of a per-layer knob
+GP = {n: i for i, n in enumerate(drift_model.GLOBAL_PARAMS)}  # index of a global knob
 KIND_LOGITS = ("draft", "verify")
 
 
 @dataclass(frozen=True)
 class Shape:
     """Static facts of a model (a jit static argument)."""
+
     num_layers: int
     num_heads: int
     num_kv_heads: int
@@ -96,44 +98,46 @@ def knob_forward(s, params, tokens, rope, loops: int, shape: Shape):
     Returns {"k", "v": [loops, L, T, nkv*hd] (K after RoPE), "logits": [loops, T, V]}."""
     L, nh, nkv, hd, eps = shape.num_layers, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.eps
     T = tokens.shape[0]
-    sl = s[:L * NL].reshape(L, NL)                                   # sl: [L, 11]
-    sg = s[L * NL:]                                                  # sg: [4]
+    sl = s[: L * NL].reshape(L, NL)  # sl: [L, 11]
+    sg = s[L * NL :]  # sg: [4]
     cos0, sin0, ang0, expo = rope
-    dl = ang0 * (sg[GP["rope_theta"]] ** (-expo) - 1.0)             # dl: [T, hd]; exactly 0 at s = 1
+    dl = ang0 * (sg[GP["rope_theta"]] ** (-expo) - 1.0)  # dl: [T, hd]; exactly 0 at s = 1
     cos = cos0 * jnp.cos(dl) - sin0 * jnp.sin(dl)
     sin = sin0 * jnp.cos(dl) + cos0 * jnp.sin(dl)
-    causal = jnp.arange(T)[None, :] <= jnp.arange(T)[:, None]       # causal: [T(q), T(k)]
+    causal = jnp.arange(T)[None, :] <= jnp.arange(T)[:, None]  # causal: [T(q), T(k)]
     grp = nh // nkv
 
     def layer(h, xs):
-        lw, sc = xs                                                  # h: [T, H]; sc: [11]
+        lw, sc = xs  # h: [T, H]; sc: [11]
         x = _rms(h, lw["n_in"], eps) * sc[LP["input_layernorm"]]
         q = mm(x, lw["wq"]).reshape(T, nh, hd)
         k = (mm(x, lw["wk"]) * sc[LP["k_proj"]]).reshape(T, nkv, hd)
-        v = mm(x, lw["wv"]).reshape(T, nkv, hd)                      # v_proj's scale: below
+        v = mm(x, lw["wv"]).reshape(T, nkv, hd)  # v_proj's scale: below
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-        qg = q.reshape(T, nkv, grp, hd)                              # query head h uses kv head h // grp
-        logit = einsum("qkjd,tkd->kjqt", qg, k) * (hd ** -0.5 * sc[LP["attn_scale"]])  # [nkv, grp, T, T]
+        qg = q.reshape(T, nkv, grp, hd)  # query head h uses kv head h // grp
+        logit = einsum("qkjd,tkd->kjqt", qg, k) * (hd**-0.5 * sc[LP["attn_scale"]])  # [nkv, grp, T, T]
         prob = jax.nn.softmax(jnp.where(causal, logit, -jnp.inf), axis=-1)
-        a = einsum("kjqt,tkd->qkjd", prob, v).reshape(T, nh * hd)   # a: [T, nh*hd]
+        a = einsum("kjqt,tkd->qkjd", prob, v).reshape(T, nh * hd)  # a: [T, nh*hd]
         # o = o_proj(attention of v_proj's output): linear in both scales, into an RMSNorm
         o = mm(a, lw["wo"])
-        h = h + _rms_scaled(o, sc[LP["o_proj"]] * sc[LP["v_proj"]], lw["n_attn_out"], eps) \
-            * sc[LP["input_layernorm_2"]]
+        h = h + _rms_scaled(o, sc[LP["o_proj"]] * sc[LP["v_proj"]], lw["n_attn_out"], eps) * sc[LP["input_layernorm_2"]]
         y = _rms(h, lw["n_post"], eps) * sc[LP["post_attention_layernorm"]]
         g = mm(y, lw["wg"]) * sc[LP["gate_proj"]]
-        m = mm(jax.nn.silu(g) * mm(y, lw["wu"]), lw["wd"])          # m: [T, H]; linear in up and down scales
-        h = h + _rms_scaled(m, sc[LP["up_proj"]] * sc[LP["down_proj"]], lw["n_mlp_out"], eps) \
+        m = mm(jax.nn.silu(g) * mm(y, lw["wu"]), lw["wd"])  # m: [T, H]; linear in up and down scales
+        h = (
+            h
+            + _rms_scaled(m, sc[LP["up_proj"]] * sc[LP["down_proj"]], lw["n_mlp_out"], eps)
             * sc[LP["post_attention_layernorm_2"]]
-        v = v * sc[LP["v_proj"]]                                     # the V write carries v_proj's scale
+        )
+        v = v * sc[LP["v_proj"]]  # the V write carries v_proj's scale
         return h, (k.reshape(T, nkv * hd), v.reshape(T, nkv * hd))
 
-    def loop(h, _):                                                  # one loop of the stack, then the head
-        h, (k, v) = jax.lax.scan(layer, h, (params["layers"], sl))   # k, v: [L, T, nkv*hd]
+    def loop(h, _):  # one loop of the stack, then the head
+        h, (k, v) = jax.lax.scan(layer, h, (params["layers"], sl))  # k, v: [L, T, nkv*hd]
         h = _rms(h, params["norm"], eps) * sg[GP["norm"]]
-        return h, (k, v, mm(h, params["lm_head"]) * sg[GP["lm_head"]])   # logits: [T, V]
+        return h, (k, v, mm(h, params["lm_head"]) * sg[GP["lm_head"]])  # logits: [T, V]
 
-    h = params["embed"][tokens] * sg[GP["embed_tokens"]]            # h: [T, H]
+    h = params["embed"][tokens] * sg[GP["embed_tokens"]]  # h: [T, H]
     _, (k, v, logits) = jax.lax.scan(loop, h, None, length=loops)
     return {"k": k, "v": v, "logits": logits}
 
@@ -143,12 +147,12 @@ def _weights(got, pres, ref, ew, depth_of, growth):
     got, ref, ew: [..., T, n]; pres: [..., T] (a vector observed); depth_of: the depth of each
     group, broadcastable to pres.shape[:-1]. A group is every index but T and n."""
     e = got - ref
-    ok = pres[..., None] & jnp.isfinite(e) & jnp.isfinite(ew)        # ok: [..., T, n]
-    csq = jnp.sum(jnp.where(ok, ref * ref, 0.0), axis=-1)           # ||c[ok]||^2: [..., T]
-    items = jnp.sum(pres, axis=-1)                                   # observed vectors per group
-    rms = jnp.sqrt(jnp.sum(csq, axis=-1) / jnp.maximum(items, 1))    # rms: [groups...]
-    wg = 1.0 / jnp.maximum(rms * growth ** depth_of, 1e-30) ** 2
-    w = jnp.where(ok, wg[..., None, None], 0.0)                      # w: [..., T, n]
+    ok = pres[..., None] & jnp.isfinite(e) & jnp.isfinite(ew)  # ok: [..., T, n]
+    csq = jnp.sum(jnp.where(ok, ref * ref, 0.0), axis=-1)  # ||c[ok]||^2: [..., T]
+    items = jnp.sum(pres, axis=-1)  # observed vectors per group
+    rms = jnp.sqrt(jnp.sum(csq, axis=-1) / jnp.maximum(items, 1))  # rms: [groups...]
+    wg = 1.0 / jnp.maximum(rms * growth**depth_of, 1e-30) ** 2
+    w = jnp.where(ok, wg[..., None, None], 0.0)  # w: [..., T, n]
     return w, jnp.where(ok, w * e, 0.0), jnp.where(ok, w * ew, 0.0), jnp.sum(ok)
 
 
@@ -169,19 +173,18 @@ def _stats(params, tokens, rope, got, pres, rf, rounded, basis, loops, shape, ch
     P = shape.P
     f = lambda s: knob_forward(s, params, tokens, rope, loops, shape)
     s1 = jnp.ones(P, jnp.float32)
-    ref, f_jvp = jax.linearize(f, s1)                                # ref: y(1); f_jvp: ds -> J ds
-    f_vjp = jax.linear_transpose(f_jvp, s1)                          # dy -> (J^T dy,)
+    ref, f_jvp = jax.linearize(f, s1)  # ref: y(1); f_jvp: ds -> J ds
+    f_vjp = jax.linear_transpose(f_jvp, s1)  # dy -> (J^T dy,)
     ew = jax.tree_util.tree_map(lambda a, c: jnp.where(rounded, a - c, 0.0), rf, ref)
 
     # per-element weights: K/V groups (kind, depth, layer), logits groups (kind, depth)
-    depth = jnp.arange(loops, dtype=jnp.float32)                     # [loops]
+    depth = jnp.arange(loops, dtype=jnp.float32)  # [loops]
     W, WE, WEW, n = {}, {}, {}, 0
     for kind in ("k", "v"):
-        W[kind], WE[kind], WEW[kind], c = _weights(got[kind], pres[kind], ref[kind], ew[kind], depth[:, None],
-                                                   GROWTH)
+        W[kind], WE[kind], WEW[kind], c = _weights(got[kind], pres[kind], ref[kind], ew[kind], depth[:, None], GROWTH)
         n = n + c
     W["logits"] = WE["logits"] = WEW["logits"] = 0.0
-    for kind in KIND_LOGITS:                  # draft and verify: two observations of one reference value
+    for kind in KIND_LOGITS:  # draft and verify: two observations of one reference value
         w, we, wew, c = _weights(got[kind], pres[kind], ref["logits"], ew["logits"], depth, GROWTH)
         W["logits"], WE["logits"], WEW["logits"], n = W["logits"] + w, WE["logits"] + we, WEW["logits"] + wew, n + c
 
@@ -190,21 +193,21 @@ def _stats(params, tokens, rope, got, pres, rf, rounded, basis, loops, shape, ch
     # One jvp and one transpose in the program (compile time).
     m = basis.shape[0]
     nc = -(-(m + 2) // chunk)
-    E = jnp.zeros((nc * chunk, P), jnp.float32).at[:m].set(basis)   # E: [rows, P]; rows >= m are 0
-    sel = jnp.zeros((nc * chunk, 2), jnp.float32).at[m, 0].set(1.0).at[m + 1, 1].set(1.0)   # [rows, 2]
+    E = jnp.zeros((nc * chunk, P), jnp.float32).at[:m].set(basis)  # E: [rows, P]; rows >= m are 0
+    sel = jnp.zeros((nc * chunk, 2), jnp.float32).at[m, 0].set(1.0).at[m + 1, 1].set(1.0)  # [rows, 2]
 
     def rows(xs):
-        Ec, sc = xs                                                  # Ec: [chunk, P]; sc: [chunk, 2]
-        t = jax.vmap(f_jvp)(Ec)                                      # t: J Ec^T per output, [chunk, ...]
+        Ec, sc = xs  # Ec: [chunk, P]; sc: [chunk, 2]
+        t = jax.vmap(f_jvp)(Ec)  # t: J Ec^T per output, [chunk, ...]
 
-        def cot(t, w, we, wew):                                      # t: [chunk, ...]; w, we, wew: [...]
-            a, c = (sc[:, i].reshape((-1,) + (1,) * w.ndim) for i in (0, 1))      # [chunk, 1, ...]
-            return jnp.where(w > 0, t * w, 0.0) + a * we + c * wew   # 0 where unobserved (J may be NaN)
+        def cot(t, w, we, wew):  # t: [chunk, ...]; w, we, wew: [...]
+            a, c = (sc[:, i].reshape((-1,) + (1,) * w.ndim) for i in (0, 1))  # [chunk, 1, ...]
+            return jnp.where(w > 0, t * w, 0.0) + a * we + c * wew  # 0 where unobserved (J may be NaN)
 
-        return jax.vmap(f_vjp)(jax.tree_util.tree_map(cot, t, W, WE, WEW))[0]      # [chunk, P]
+        return jax.vmap(f_vjp)(jax.tree_util.tree_map(cot, t, W, WE, WEW))[0]  # [chunk, P]
 
     out = jax.lax.map(rows, (E.reshape(nc, chunk, P), sel.reshape(nc, chunk, 2))).reshape(nc * chunk, P)
-    return out[m], out[:m], out[m + 1], n                            # b, basis @ G: [m, P], bw
+    return out[m], out[:m], out[m + 1], n  # b, basis @ G: [m, P], bw
 
 
 def _rope_tables(T: int, head_dim: int, theta: float):
@@ -216,12 +219,11 @@ def _rope_tables(T: int, head_dim: int, theta: float):
 
 
 def _device_params(cfg, weights, device):
-    host = host_params(cfg, weights)          # matrices [L, in, out], norms [L, H], lm_head [H, V]
+    host = host_params(cfg, weights)  # matrices [L, in, out], norms [L, H], lm_head [H, V]
     return jax.device_put(host, device)
 
 
-def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK, compiler_options=None,
-                  basis=None):
+def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK, compiler_options=None, basis=None):
     """model: the oracle's LoopedModel (cfg + FP32 weights by HF name); dtype: the backend's
     storage dtype (bw: what rounding the weights to it alone changes; "float32": bw = 0).
     Returns stats_fn(tokens, loops, obs) -> (b [P], G [P, P], values, bw [P]) as
@@ -233,18 +235,21 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
     cfg = model.cfg
     shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))
     params = _device_params(cfg, model.weights, device)
-    rounded = dtype != "float32"              # float32: e_w = 0 (one program for every dtype)
-    rparams = None if not rounded else \
-        _device_params(cfg, {k: drift_model.round_to(v, dtype) for k, v in model.weights.items()}, device)
+    rounded = dtype != "float32"  # float32: e_w = 0 (one program for every dtype)
+    rparams = (
+        None
+        if not rounded
+        else _device_params(cfg, {k: drift_model.round_to(v, dtype) for k, v in model.weights.items()}, device)
+    )
     kvn = cfg.num_kv_heads * cfg.head_dim
-    C = np.eye(shape.P, dtype=np.float32) if basis is None else np.asarray(basis, np.float32)      # [m, P]
+    C = np.eye(shape.P, dtype=np.float32) if basis is None else np.asarray(basis, np.float32)  # [m, P]
     platform = (device or jax.devices()[0]).platform
     if compiler_options is None:
         compiler_options = CPU_COMPILER_OPTIONS if platform == "cpu" else {}
     opt_key = tuple(sorted(compiler_options.items()))
 
     def call(fn, name, key, *args, **static):
-        if not compiler_options:                   # jit's own cache
+        if not compiler_options:  # jit's own cache
             return fn(*args, **static)
         k = (name, shape, chunk, str(device), opt_key) + key
         if k not in _PROGRAMS:
@@ -253,7 +258,7 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
 
     def stats_fn(tokens, loops, obs):
         last = max(k[1] for k in obs) + 1
-        Tb = -(-last // T_BUCKET) * T_BUCKET           # trailing padding: causal, never attended
+        Tb = -(-last // T_BUCKET) * T_BUCKET  # trailing padding: causal, never attended
         tok = np.zeros(Tb, np.int32)
         tok[:last] = np.asarray(tokens[:last], np.int64)
         got = {kind: np.zeros((loops, cfg.num_layers, Tb, kvn), np.float32) for kind in ("k", "v")}
@@ -272,17 +277,31 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
         tok, rope = put(tok), put(rope)
         if rounded:
             rf = call(_forward, "forward", (Tb, loops), rparams, tok, rope, loops=loops, shape=shape)
-        else:                                      # placeholders of rf's shapes (e_w = 0)
+        else:  # placeholders of rf's shapes (e_w = 0)
             rf = {kind: put(np.zeros(got[kind].shape, np.float32)) for kind in ("k", "v")}
             rf["logits"] = put(np.zeros(got["draft"].shape, np.float32))
-        b, CG, bw, n = call(_stats, "stats", (Tb, loops), params, tok, rope, put(got), put(pres), rf, rounded,
-                            put(C), loops=loops, shape=shape, chunk=chunk)
-        CG = np.asarray(CG, np.float64)                                # [m, P]
+        b, CG, bw, n = call(
+            _stats,
+            "stats",
+            (Tb, loops),
+            params,
+            tok,
+            rope,
+            put(got),
+            put(pres),
+            rf,
+            rounded,
+            put(C),
+            loops=loops,
+            shape=shape,
+            chunk=chunk,
+        )
+        CG = np.asarray(CG, np.float64)  # [m, P]
         if basis is None:
             G = 0.5 * (CG + CG.T)
-        else:                                      # G on span(C): C^T D^-1 (C G C^T) D^-1 C, D = C C^T (diagonal)
-            Cd = C.astype(np.float64) / np.sum(C.astype(np.float64) ** 2, axis=1, keepdims=True)     # [m, P]
-            inner = CG @ C.T.astype(np.float64)                        # [m, m]
+        else:  # G on span(C): C^T D^-1 (C G C^T) D^-1 C, D = C C^T (diagonal)
+            Cd = C.astype(np.float64) / np.sum(C.astype(np.float64) ** 2, axis=1, keepdims=True)  # [m, P]
+            inner = CG @ C.T.astype(np.float64)  # [m, m]
             G = Cd.T @ (0.5 * (inner + inner.T)) @ Cd
         return (np.asarray(b, np.float64), G, int(n), np.asarray(bw, np.float64))
 
@@ -293,10 +312,20 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
         Tb = -(-T // T_BUCKET) * T_BUCKET
         tok = np.zeros(Tb, np.int32)
         tok[:T] = np.asarray(tokens, np.int64)
-        y = call(_forward, "forward", (Tb, loops), params, jax.device_put(tok, device),
-                 jax.device_put(_rope_tables(Tb, cfg.head_dim, cfg.rope_theta), device), loops=loops, shape=shape)
-        out = {kind: np.asarray(y[kind])[:, :, :T].reshape(loops, cfg.num_layers, T, cfg.num_kv_heads, cfg.head_dim)
-               for kind in ("k", "v")}
+        y = call(
+            _forward,
+            "forward",
+            (Tb, loops),
+            params,
+            jax.device_put(tok, device),
+            jax.device_put(_rope_tables(Tb, cfg.head_dim, cfg.rope_theta), device),
+            loops=loops,
+            shape=shape,
+        )
+        out = {
+            kind: np.asarray(y[kind])[:, :, :T].reshape(loops, cfg.num_layers, T, cfg.num_kv_heads, cfg.head_dim)
+            for kind in ("k", "v")
+        }
         out["logits"] = np.asarray(y["logits"])[:, :T]
         return out
 

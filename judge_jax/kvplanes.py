@@ -12,6 +12,7 @@ pool: [rows, H] device array, the hidden states of a round's rows (loop inputs a
 model.JaxLoopedModel.call); which row holds which (request, position) is the round's
 business (backend._RoundModel). Grown (doubled) on demand; stale rows are never read.
 """
+
 from __future__ import annotations
 
 import jax
@@ -24,18 +25,17 @@ from .model import pow2
 
 
 class DeviceKV:
-    def __init__(self, layout, num_depths: int, slots: int = 8, max_len: int = 64, sharding=None,
-                 pool_rows: int = 64):
+    def __init__(self, layout, num_depths: int, slots: int = 8, max_len: int = 64, sharding=None, pool_rows: int = 64):
         """layout: the model's layout.Layout (device shapes, possibly padded); pool_rows: the
         hidden-state pool's first size (it grows by doubling)."""
         self.layout, self.num_layers, self.num_depths = layout, layout.cfg.num_layers, num_depths
         self.L, self.nkv, self.hd = layout.L, layout.nkv, layout.hd
-        self.planes = pow2(num_depths)                # fewer distinct cache shapes, fewer programs
-        self.sharding = sharding                       # a NamedSharding for the cache, or None
+        self.planes = pow2(num_depths)  # fewer distinct cache shapes, fewer programs
+        self.sharding = sharding  # a NamedSharding for the cache, or None
         self.slot_of: dict = {}
         self.free = list(range(slots))
-        self.front: dict = {}                          # rid -> [frontier per depth]
-        self.log: list[KVWrite] = []                   # writes of the running round (reset per round)
+        self.front: dict = {}  # rid -> [frontier per depth]
+        self.log: list[KVWrite] = []  # writes of the running round (reset per round)
         self.k = self.v = None
         self._alloc(slots, max_len)
         self.pool = jnp.zeros((pool_rows, layout.H), jnp.float32)
@@ -44,7 +44,7 @@ class DeviceKV:
         """Room for pool rows 0..rows-1 (grows by doubling, keeping the rows held)."""
         if rows > self.pool.shape[0]:
             old = self.pool
-            self.pool = jnp.zeros((pow2(rows), old.shape[1]), jnp.float32).at[:old.shape[0]].set(old)
+            self.pool = jnp.zeros((pow2(rows), old.shape[1]), jnp.float32).at[: old.shape[0]].set(old)
 
     @property
     def slots(self) -> int:
@@ -104,7 +104,9 @@ class DeviceKV:
         f = self.front[rid]
         for j, n in enumerate(f):
             if frontier > n:
-                raise KVError(f"rollback of request {rid} to frontier {frontier}, but depth {j} holds only {n} positions")
+                raise KVError(
+                    f"rollback of request {rid} to frontier {frontier}, but depth {j} holds only {n} positions"
+                )
         self.front[rid] = [frontier] * len(f)
 
     def read(self, rid, depth: int, layer: int, upto: int):
@@ -112,12 +114,16 @@ class DeviceKV:
         if rid not in self.front or not (0 <= depth < len(self.front[rid]) and 0 <= layer < self.num_layers):
             raise KVError(f"KV read of request {rid} depth {depth} layer {layer}: plane never written")
         if upto >= self.front[rid][depth]:
-            raise KVError(f"KV read of request {rid} position {upto} depth {depth} layer {layer}: "
-                          f"never written or rolled back (frontier {self.front[rid][depth]})")
+            raise KVError(
+                f"KV read of request {rid} position {upto} depth {depth} layer {layer}: "
+                f"never written or rolled back (frontier {self.front[rid][depth]})"
+            )
         s = self.slot_of[rid]
         unpad = self.layout.unpad_kv
-        return (unpad(np.asarray(self.k[layer, depth, s, :upto + 1])),
-                unpad(np.asarray(self.v[layer, depth, s, :upto + 1])))
+        return (
+            unpad(np.asarray(self.k[layer, depth, s, : upto + 1])),
+            unpad(np.asarray(self.v[layer, depth, s, : upto + 1])),
+        )
 
     def claim(self, rows, call: int) -> list[tuple[int, int, int]]:
         """Check a call's writes (rid, position, depth) append at the frontiers, advance them,
@@ -129,8 +135,10 @@ class DeviceKV:
                 raise KVError(f"KV write of request {rid} at depth {depth}: outside its {len(self.front[rid])} depths")
             f = self.front[rid]
             if pos != f[depth]:
-                raise KVError(f"KV write of request {rid} position {pos} depth {depth} (call {call}): "
-                              f"the plane's frontier is {f[depth]}, writes must append there")
+                raise KVError(
+                    f"KV write of request {rid} position {pos} depth {depth} (call {call}): "
+                    f"the plane's frontier is {f[depth]}, writes must append there"
+                )
             f[depth] += 1
         self.ensure(max(p for _, p, _ in rows) + 1)
         return [(self.slot_of[r], p, j) for r, p, j in rows]

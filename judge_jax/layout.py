@@ -13,6 +13,7 @@ same few programs. The padding is exact, not approximate:
   and the attention scale is the true head_dim ** -0.5.
 Configs that do not fit (the small and ouro-1.4b presets) run unpadded.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,20 +42,32 @@ class Layout:
 
     @staticmethod
     def for_config(cfg: ModelConfig, pad: bool = True) -> "Layout":
-        real = {"H": cfg.hidden_size, "I": cfg.intermediate_size, "V": cfg.vocab_size,
-                "nkv": cfg.num_kv_heads, "group": cfg.num_heads // cfg.num_kv_heads, "hd": cfg.head_dim}
+        real = {
+            "H": cfg.hidden_size,
+            "I": cfg.intermediate_size,
+            "V": cfg.vocab_size,
+            "nkv": cfg.num_kv_heads,
+            "group": cfg.num_heads // cfg.num_kv_heads,
+            "hd": cfg.head_dim,
+        }
         fits = pad and cfg.head_dim % 2 == 0 and all(real[k] <= CANON[k] for k in CANON)
         return Layout(cfg, L=cfg.num_layers, **(CANON if fits else real))
 
     @property
     def padded(self) -> bool:
         c = self.cfg
-        return (self.H, self.I, self.V, self.L, self.nkv, self.hd) != (c.hidden_size, c.intermediate_size,
-                c.vocab_size, c.num_layers, c.num_kv_heads, c.head_dim) or self.group != c.num_heads // c.num_kv_heads
+        return (self.H, self.I, self.V, self.L, self.nkv, self.hd) != (
+            c.hidden_size,
+            c.intermediate_size,
+            c.vocab_size,
+            c.num_layers,
+            c.num_kv_heads,
+            c.head_dim,
+        ) or self.group != c.num_heads // c.num_kv_heads
 
     @property
     def dims(self) -> tuple[int, int, int]:
-        return self.nkv * self.group, self.nkv, self.hd            # heads, kv heads, head_dim
+        return self.nkv * self.group, self.nkv, self.hd  # heads, kv heads, head_dim
 
     def dim_index(self) -> np.ndarray:
         """Padded position of each real head dim: [hd]."""
@@ -77,7 +90,7 @@ class Layout:
     def pad_params(self, host: dict) -> dict:
         """model.host_params() output -> the same tensors in this layout, plus the consts."""
         cfg = self.cfg
-        consts = {"hidden": np.float32(cfg.hidden_size), "scale": np.float32(cfg.head_dim ** -0.5)}
+        consts = {"hidden": np.float32(cfg.hidden_size), "scale": np.float32(cfg.head_dim**-0.5)}
         if not self.padded:
             return host | {"consts": consts}
         H, L = cfg.hidden_size, cfg.num_layers
@@ -95,16 +108,19 @@ class Layout:
             "wk": put((self.L, self.H, nk), lay["wk"], np.s_[:L, :H, ki]),
             "wv": put((self.L, self.H, nk), lay["wv"], np.s_[:L, :H, ki]),
             "wo": put((self.L, nq, self.H), lay["wo"], np.s_[:L, qi, :H]),
-            "wg": put((self.L, self.H, self.I), lay["wg"], np.s_[:L, :H, :cfg.intermediate_size]),
-            "wu": put((self.L, self.H, self.I), lay["wu"], np.s_[:L, :H, :cfg.intermediate_size]),
-            "wd": put((self.L, self.I, self.H), lay["wd"], np.s_[:L, :cfg.intermediate_size, :H]),
+            "wg": put((self.L, self.H, self.I), lay["wg"], np.s_[:L, :H, : cfg.intermediate_size]),
+            "wu": put((self.L, self.H, self.I), lay["wu"], np.s_[:L, :H, : cfg.intermediate_size]),
+            "wd": put((self.L, self.I, self.H), lay["wd"], np.s_[:L, : cfg.intermediate_size, :H]),
         }
         for k in ("n_in", "n_attn_out", "n_post", "n_mlp_out"):
             out[k] = put((self.L, self.H), lay[k], np.s_[:L, :H])
-        return {"embed": put((self.V, self.H), host["embed"], np.s_[:cfg.vocab_size, :H]),
-                "norm": put((self.H,), host["norm"], np.s_[:H]),
-                "lm_head": put((self.H, self.V), host["lm_head"], np.s_[:H, :cfg.vocab_size]),
-                "layers": out, "consts": consts}
+        return {
+            "embed": put((self.V, self.H), host["embed"], np.s_[: cfg.vocab_size, :H]),
+            "norm": put((self.H,), host["norm"], np.s_[:H]),
+            "lm_head": put((self.H, self.V), host["lm_head"], np.s_[:H, : cfg.vocab_size]),
+            "layers": out,
+            "consts": consts,
+        }
 
     def rope(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """cos, sin: [n, hd_pad], the true frequencies at the real dims."""
@@ -120,4 +136,4 @@ class Layout:
         """[..., nkv_pad, hd_pad] -> [..., nkv, hd]."""
         if not self.padded:
             return x
-        return x[..., :self.cfg.num_kv_heads, :][..., self.dim_index()]
+        return x[..., : self.cfg.num_kv_heads, :][..., self.dim_index()]

@@ -22,6 +22,7 @@ length of 2 significant bits, one pool and RoPE table of at least 4096 rows, and
 chunks padded to whole chunks; so the 12 cases of gpu_tests/parity_full.py compile one set of
 programs per case shape, not one per case.
 """
+
 from __future__ import annotations
 
 import threading
@@ -41,7 +42,7 @@ from .layers import Dims
 from .layout import Layout
 
 
-LAYER_LOOPS = {"auto": None, "scan": False, "unroll": True}    # names of JaxLoopedModel's `unroll`
+LAYER_LOOPS = {"auto": None, "scan": False, "unroll": True}  # names of JaxLoopedModel's `unroll`
 
 
 def pow2(n: int, floor: int = 1) -> int:
@@ -50,6 +51,7 @@ def pow2(n: int, floor: int = 1) -> int:
 
 def host_params(cfg: ModelConfig, weights: dict) -> dict:
     """HF-named FP32 tensors -> the stacked layout: matrices [L, in, out], norms [L, H]."""
+
     def get(name):
         if name not in weights:
             raise OracleError(f"weights are missing tensor {name}")
@@ -60,8 +62,12 @@ def host_params(cfg: ModelConfig, weights: dict) -> dict:
         per_layer = [get(f"model.layers.{l}.{hf}") for l in range(cfg.num_layers)]
         arr = np.stack(per_layer)
         stacked[key] = np.ascontiguousarray(arr.transpose(0, 2, 1)) if arr.ndim == 3 else arr
-    return {"embed": get("model.embed_tokens.weight"), "norm": get("model.norm.weight"),
-            "lm_head": np.ascontiguousarray(get("lm_head.weight").T), "layers": stacked}
+    return {
+        "embed": get("model.embed_tokens.weight"),
+        "norm": get("model.norm.weight"),
+        "lm_head": np.ascontiguousarray(get("lm_head.weight").T),
+        "layers": stacked,
+    }
 
 
 @partial(jax.jit, static_argnames=("loops", "dims"))
@@ -83,18 +89,19 @@ def _call(params, kc, vc, pool, cos_t, sin_t, idx, groups, ctx, dims):
     past the pool: dropped)."""
     G = groups
     n = (idx.shape[0] - 2 * G) // 4
-    slot, depth = idx[:G], idx[G:2 * G]
-    pos, src, tok, dst = idx[2 * G:].reshape(4, n)
+    slot, depth = idx[:G], idx[G : 2 * G]
+    pos, src, tok, dst = idx[2 * G :].reshape(4, n)
     h = jnp.where((src >= 0)[:, None], pool[jnp.maximum(src, 0)], params["embed"][tok])
     flat = jnp.maximum(pos, 0)
-    h, kc, vc = layers.recurrent(params, kc, vc, cos_t[flat], sin_t[flat], h, slot, depth,
-                                 pos.reshape(G, n // G), ctx, dims)
+    h, kc, vc = layers.recurrent(
+        params, kc, vc, cos_t[flat], sin_t[flat], h, slot, depth, pos.reshape(G, n // G), ctx, dims
+    )
     return kc, vc, pool.at[dst].set(h, mode="drop")
 
 
 @jax.jit
 def _head(lm_head, pool, src):
-    return layers.mm(pool[src], lm_head)              # [rows, H] @ [H, V]
+    return layers.mm(pool[src], lm_head)  # [rows, H] @ [H, V]
 
 
 @jax.jit
@@ -106,9 +113,20 @@ def _kv_rows(kc, vc, idx):
 
 
 class JaxLoopedModel:
-    def __init__(self, cfg: ModelConfig, weights: dict, mesh=None, norm_offset: float = 0.0, pad: bool = True,
-                 unroll: bool | None = None, ctx_bits: int = 4, dot: str = "highest", merge: bool = True,
-                 attn: str = "xla", rows_bits: int = 1):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict,
+        mesh=None,
+        norm_offset: float = 0.0,
+        pad: bool = True,
+        unroll: bool | None = None,
+        ctx_bits: int = 4,
+        dot: str = "highest",
+        merge: bool = True,
+        attn: str = "xla",
+        rows_bits: int = 1,
+    ):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
         gate is ignored. mesh: a jax.sharding.Mesh with axis "tp" (sharding.py) or None.
         pad: run tiny configs in the canonical padded layout (layout.py; exact zeros).
@@ -130,6 +148,7 @@ class JaxLoopedModel:
         self.cfg, self.mesh = cfg, mesh
         self.layout = lay = Layout.for_config(cfg, pad)
         from .layers import DOT_ALGORITHMS
+
         if dot not in DOT_ALGORITHMS:
             raise OracleError(f"dot algorithm {dot!r}: expected one of {', '.join(DOT_ALGORITHMS)}")
         if attn not in ("xla", "pallas"):
@@ -140,33 +159,39 @@ class JaxLoopedModel:
             raise OracleError(f"ctx_bits {ctx_bits!r}: expected an integer in 1..16")
         self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset), dot, attn)
         host = host_params(cfg, weights)
-        self.embed_host = host["embed"]               # token lookup for the host-side round driver
+        self.embed_host = host["embed"]  # token lookup for the host-side round driver
         host = lay.pad_params(host)
-        if unroll is None:                            # a scan on a GPU (H200: round and compiles about as the
-            unroll = attn == "pallas" or jax.default_backend() == "cpu"   # unrolled loop's); unrolled on a CPU
-        merge = merge and mesh is None                # sharding splits q/k/v and gate/up apart: unmerged there
-        if merge:                                     # [L, H, q+2kv] and [L, H, 2I]: two wide products
+        if unroll is None:  # a scan on a GPU (H200: round and compiles about as the
+            unroll = attn == "pallas" or jax.default_backend() == "cpu"  # unrolled loop's); unrolled on a CPU
+        merge = merge and mesh is None  # sharding splits q/k/v and gate/up apart: unmerged there
+        if merge:  # [L, H, q+2kv] and [L, H, 2I]: two wide products
             st = host["layers"]
             st["wqkv"] = np.concatenate([st.pop("wq"), st.pop("wk"), st.pop("wv")], axis=2)
             st["wgu"] = np.concatenate([st.pop("wg"), st.pop("wu")], axis=2)
-        if unroll:                                    # [L, ...] arrays -> one dict of buffers per layer
+        if unroll:  # [L, ...] arrays -> one dict of buffers per layer
             stacked = host["layers"]
-            host["layers"] = [{k: np.ascontiguousarray(v[l]) for k, v in stacked.items()} for l in range(cfg.num_layers)]
+            host["layers"] = [
+                {k: np.ascontiguousarray(v[l]) for k, v in stacked.items()} for l in range(cfg.num_layers)
+            ]
         self.unroll, self.ctx_bits, self.rows_bits = unroll, ctx_bits, rows_bits
         if mesh is None:
             self.params = jax.device_put(host)
         else:
             from .sharding import check_divisible, place_params
+
             check_divisible(lay, mesh)
             self.params = place_params(host, mesh)
-        small = lay.H * lay.L <= 4096                 # tiny models: coarse buckets, few programs
-        self.floors = {"groups": 16, "rows": 16, "ctx": 64, "head": 64} if small else \
-            {"groups": 1, "rows": 1, "ctx": 16, "head": 1}
+        small = lay.H * lay.L <= 4096  # tiny models: coarse buckets, few programs
+        self.floors = (
+            {"groups": 16, "rows": 16, "ctx": 64, "head": 64}
+            if small
+            else {"groups": 1, "rows": 1, "ctx": 16, "head": 1}
+        )
         self.small = small
-        self._rope = None          # (cos, sin) on the device, [rows, hd] each
+        self._rope = None  # (cos, sin) on the device, [rows, hd] each
         self._lock = threading.Lock()  # judge threads share one model: the RoPE table and counts
-        self.counts = {"calls": 0, "h2d": 0, "d2h": 0, "d2h_bytes": 0}   # explicit transfers, all steps
-        self.probe = None          # a list: each device step is waited for and timed into it
+        self.counts = {"calls": 0, "h2d": 0, "d2h": 0, "d2h_bytes": 0}  # explicit transfers, all steps
+        self.probe = None  # a list: each device step is waited for and timed into it
 
     @classmethod
     def from_reference(cls, model, **kw) -> "JaxLoopedModel":
@@ -205,11 +230,11 @@ class JaxLoopedModel:
         self.check_tokens(tokens)
         T = len(tokens)
         Tb = pow2(T, 16)
-        padded = np.zeros(Tb, np.int32)               # trailing padding: causal, so never attended
+        padded = np.zeros(Tb, np.int32)  # trailing padding: causal, so never attended
         padded[:T] = tokens
         cos, sin = self.layout.rope(Tb)
         out = np.asarray(_full(self.params, padded, cos, sin, loops, self.dims))
-        return [out[j, :T, :self.cfg.vocab_size] for j in range(loops)]
+        return [out[j, :T, : self.cfg.vocab_size] for j in range(loops)]
 
     def check_tokens(self, tokens) -> None:
         tokens = np.asarray(tokens)
@@ -219,7 +244,7 @@ class JaxLoopedModel:
 
     def embed(self, tokens) -> np.ndarray:
         self.check_tokens(tokens)
-        return self.embed_host[np.asarray(tokens, dtype=np.int64)]       # [n, H]
+        return self.embed_host[np.asarray(tokens, dtype=np.int64)]  # [n, H]
 
     # ---- the device steps of a round (host arrays go up and come back only here) ----
     def _put(self, x: np.ndarray):
@@ -252,15 +277,15 @@ class JaxLoopedModel:
         f = self.floors
         R = max(min_rows, max(len(v) for v in groups.values()))
         G, R = pow2(len(groups)), pow2(R) if self.small else bucket(R, self.rows_bits)
-        big = G * R > f["groups"] * f["rows"]         # floors only where they cost nothing real
-        if not big:                                   # small calls: G*R padded to the floor product
+        big = G * R > f["groups"] * f["rows"]  # floors only where they cost nothing real
+        if not big:  # small calls: G*R padded to the floor product
             G = max(G, f["groups"])
             R = max(R, f["groups"] * f["rows"] // G)
         m = G * R
         idx = np.empty(2 * G + 4 * m, np.int32)
-        idx[:2 * G] = 0
-        per_row = idx[2 * G:].reshape(4, m)
-        per_row[0], per_row[1], per_row[2], per_row[3] = -1, -1, 0, kv.pool.shape[0]   # padding rows
+        idx[: 2 * G] = 0
+        per_row = idx[2 * G :].reshape(4, m)
+        per_row[0], per_row[1], per_row[2], per_row[3] = -1, -1, 0, kv.pool.shape[0]  # padding rows
         for g, ((s, j), members) in enumerate(groups.items()):
             idx[g], idx[G + g] = s, j
             for r_in_g, r in enumerate(members):
@@ -273,8 +298,22 @@ class JaxLoopedModel:
             ctx = bucket(top, self.ctx_bits, 16) if top > 512 else pow2(top, 16)
         ctx = min(kv.max_len, ctx)
         cos, sin = self.rope(kv.max_len)
-        kv.k, kv.v, kv.pool = self._step("recurrent", len(rows), t0, _call, self.params, kv.k, kv.v, kv.pool,
-                                         cos, sin, self._put(idx), groups=G, ctx=ctx, dims=self.dims)
+        kv.k, kv.v, kv.pool = self._step(
+            "recurrent",
+            len(rows),
+            t0,
+            _call,
+            self.params,
+            kv.k,
+            kv.v,
+            kv.pool,
+            cos,
+            sin,
+            self._put(idx),
+            groups=G,
+            ctx=ctx,
+            dims=self.dims,
+        )
         self._count(calls=1)
 
     def head_rows(self, kv, src, before_wait=None) -> np.ndarray:
@@ -289,7 +328,7 @@ class JaxLoopedModel:
         out = self._step("head", n, t0, _head, self.params["lm_head"], kv.pool, self._put(s))
         if before_wait is not None:
             before_wait()
-        return self._get(out)[:n, :self.cfg.vocab_size]
+        return self._get(out)[:n, : self.cfg.vocab_size]
 
     def kv_rows(self, kv, rows):
         """The K/V that rows [(slot, position, depth)] hold in the planes, every layer, gathered
@@ -297,7 +336,7 @@ class JaxLoopedModel:
         t0 = time.perf_counter()
         n = len(rows)
         idx = np.zeros((3, pow2(n, 64) if self.small else bucket(n, 3)), np.int32)
-        idx[:, :n] = np.asarray(rows, np.int32).T[[0, 2, 1]]          # slot, depth, pos
+        idx[:, :n] = np.asarray(rows, np.int32).T[[0, 2, 1]]  # slot, depth, pos
         return self._step("kv_fetch", n, t0, _kv_rows, kv.k, kv.v, self._put(idx)), n
 
     def fetch_kv(self, dev_n, rows_first: bool = False) -> np.ndarray:
@@ -308,7 +347,7 @@ class JaxLoopedModel:
         out = self._get(dev)
         if self.probe is not None:
             self.probe.append(("kv_fetch_to_host", n, time.perf_counter() - t0, 0.0))
-        out = self.layout.unpad_kv(out[:, :n, :self.cfg.num_layers])
+        out = self.layout.unpad_kv(out[:, :n, : self.cfg.num_layers])
         return out if rows_first else out.transpose(0, 2, 1, 3, 4)
 
     # ---- head and recurrent call with host arrays (tests, tools) ----
@@ -318,8 +357,8 @@ class JaxLoopedModel:
         if n == 0:
             return np.zeros((0, self.cfg.vocab_size), np.float32)
         hb = np.zeros((pow2(n, self.floors["head"]), self.layout.H), np.float32)
-        hb[:n, :self.cfg.hidden_size] = h
-        return self._get(_head(self.params["lm_head"], self._put(hb), jnp.arange(len(hb))))[:n, :self.cfg.vocab_size]
+        hb[:n, : self.cfg.hidden_size] = h
+        return self._get(_head(self.params["lm_head"], self._put(hb), jnp.arange(len(hb))))[:n, : self.cfg.vocab_size]
 
     def recurrent(self, kv, rows, h: np.ndarray, want_kv: bool):
         """rows: [(slot, position, depth)]; h: [n, H] loop inputs. Runs one loop over the rows
@@ -329,10 +368,10 @@ class JaxLoopedModel:
         assert h.shape == (n, self.cfg.hidden_size), (h.shape, n)
         kv.ensure_pool(n)
         pool = np.zeros(kv.pool.shape, np.float32)
-        pool[:n, :self.cfg.hidden_size] = h
+        pool[:n, : self.cfg.hidden_size] = h
         kv.pool = self._put(pool)
         self.call(kv, rows, list(range(n)), [0] * n, list(range(n)))
-        h_out = self._get(kv.pool)[:n, :self.cfg.hidden_size]          # padded columns are exact zeros
+        h_out = self._get(kv.pool)[:n, : self.cfg.hidden_size]  # padded columns are exact zeros
         if not want_kv:
             return h_out, None, None
         kvr = self.fetch_kv(self.kv_rows(kv, rows))

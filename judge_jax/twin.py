@@ -13,6 +13,7 @@ distribution, other values). What comes back is per value, never a twin's values
 and `make_energy_fn(model, dtype)` returns energy_fn(tokens, loops, obs) -> {group: (sum of r2_v,
 values)} with groups as oracle.judge.precision's: ("k" | "v", depth, layer), ("draft" | "verify", depth).
 """
+
 from __future__ import annotations
 
 import zlib
@@ -26,12 +27,12 @@ from oracle.judge import noise
 
 from .drift import KIND_LOGITS, T_BUCKET, Shape, _device_params, _rms, _rope, _rope_tables, einsum, mm
 
-SITES = 16                  # stored intermediates per layer (keys folded per site)
+SITES = 16  # stored intermediates per layer (keys folded per site)
 
 
 def _noisy(x, key, sigma):
     """x * (1 + sigma * u), u uniform on [-sqrt 3, sqrt 3)."""
-    u = jax.random.uniform(key, x.shape, jnp.float32, -3 ** 0.5, 3 ** 0.5)
+    u = jax.random.uniform(key, x.shape, jnp.float32, -(3**0.5), 3**0.5)
     return x * (1.0 + sigma * u)
 
 
@@ -46,11 +47,11 @@ def twin_forward(params, tokens, cos, sin, loops: int, shape: Shape, key, sigma=
     gkeys = jax.random.split(jax.random.fold_in(wkey, L), 5)
     embed, norm, lm_head = (rn(params[n], k) for n, k in zip(("embed", "norm", "lm_head"), gkeys[:3]))
     cos, sin = rn(cos, gkeys[3]), rn(sin, gkeys[4])
-    causal = jnp.arange(T)[None, :] <= jnp.arange(T)[:, None]       # causal: [T(q), T(k)]
+    causal = jnp.arange(T)[None, :] <= jnp.arange(T)[:, None]  # causal: [T(q), T(k)]
     grp = nh // nkv
 
     def layer(h, xs):
-        lw, l, j = xs                                                # h: [T, H]; l: layer index; j: loop
+        lw, l, j = xs  # h: [T, H]; l: layer index; j: loop
         lk = jax.random.split(jax.random.fold_in(wkey, l), len(lw))  # the same weights in every loop
         lw = {n: rn(w, k) for (n, w), k in zip(sorted(lw.items()), lk)}
         sk = jax.random.split(jax.random.fold_in(jax.random.fold_in(ikey, j), l), SITES)
@@ -60,7 +61,7 @@ def twin_forward(params, tokens, cos, sin, loops: int, shape: Shape, key, sigma=
         v = rn(mm(x, lw["wv"]), sk[3]).reshape(T, nkv, hd)
         q, k = rn(_rope(q, cos, sin), sk[4]), rn(_rope(k, cos, sin), sk[5])
         qg = q.reshape(T, nkv, grp, hd)
-        logit = einsum("qkjd,tkd->kjqt", qg, k) * hd ** -0.5         # [nkv, grp, T, T]
+        logit = einsum("qkjd,tkd->kjqt", qg, k) * hd**-0.5  # [nkv, grp, T, T]
         prob = rn(jax.nn.softmax(jnp.where(causal, logit, -jnp.inf), axis=-1), sk[6])
         a = rn(einsum("kjqt,tkd->qkjd", prob, v).reshape(T, nh * hd), sk[7])
         o = rn(mm(a, lw["wo"]), sk[8])
@@ -88,22 +89,25 @@ def _energies(params, tokens, cos, sin, got, pres, key, sigma, loops, shape, sam
     "draft", "verify": [loops]} sums, the same counts)."""
     center = twin_forward(params, tokens, cos, sin, loops, shape, key)
 
-    def sq(a, c):                                                    # ||a - c||^2 over the last axis
+    def sq(a, c):  # ||a - c||^2 over the last axis
         return jnp.sum(jnp.square(a - c), axis=-1)
 
     def one(acc, k):
         y = twin_forward(params, tokens, cos, sin, loops, shape, k, sigma)
         return {n: acc[n] + sq(y[n], center[n]) for n in acc}, None
 
-    zero = {"k": jnp.zeros(center["k"].shape[:-1]), "v": jnp.zeros(center["v"].shape[:-1]),
-            "logits": jnp.zeros(center["logits"].shape[:-1])}
+    zero = {
+        "k": jnp.zeros(center["k"].shape[:-1]),
+        "v": jnp.zeros(center["v"].shape[:-1]),
+        "logits": jnp.zeros(center["logits"].shape[:-1]),
+    }
     s2, _ = jax.lax.scan(one, zero, jax.random.split(key, samples))
     s2 = {n: a / samples for n, a in s2.items()}
     sums, counts = {}, {}
     for kind in ("k", "v") + KIND_LOGITS:
         ref, s = (center[kind], s2[kind]) if kind in ("k", "v") else (center["logits"], s2["logits"])
-        e = jnp.where(jnp.isfinite(ref), got[kind] - ref, 0.0)      # where the reference is -inf too: 0
-        e2 = jnp.sum(jnp.where(jnp.isfinite(e), e * e, jnp.inf), axis=-1)   # a non-finite value: infinite energy
+        e = jnp.where(jnp.isfinite(ref), got[kind] - ref, 0.0)  # where the reference is -inf too: 0
+        e2 = jnp.sum(jnp.where(jnp.isfinite(e), e * e, jnp.inf), axis=-1)  # a non-finite value: infinite energy
         ok = pres[kind] & (s > 0)
         r2 = jnp.where(ok, e2 / jnp.where(ok, s, 1.0), 0.0)
         sums[kind], counts[kind] = jnp.sum(r2, axis=-1), jnp.sum(ok, axis=-1)
@@ -121,7 +125,7 @@ def make_energy_fn(model, dtype: str, device=None, samples: int = noise.SAMPLES)
 
     def energy_fn(tokens, loops, obs):
         last = max(k[1] for k in obs) + 1
-        Tb = -(-last // T_BUCKET) * T_BUCKET                        # trailing padding: causal, never attended
+        Tb = -(-last // T_BUCKET) * T_BUCKET  # trailing padding: causal, never attended
         tok = np.zeros(Tb, np.int32)
         tok[:last] = np.asarray(tokens[:last], np.int64)
         got = {kind: np.zeros((loops, cfg.num_layers, Tb, kvn), np.float32) for kind in ("k", "v")}
@@ -131,14 +135,25 @@ def make_energy_fn(model, dtype: str, device=None, samples: int = noise.SAMPLES)
             idx = (key[2], key[3], key[1]) if key[0] in ("k", "v") else (key[2], key[1])
             val = np.asarray(val, np.float32).ravel()
             if val.size != got[key[0]][idx].size:
-                continue                                             # malformed: the comparison fails it
+                continue  # malformed: the comparison fails it
             got[key[0]][idx] = val
             pres[key[0]][idx] = True
         cos0, sin0, _, _ = _rope_tables(Tb, cfg.head_dim, cfg.rope_theta)
         seed = zlib.crc32(np.asarray(tokens[:last], np.int64).tobytes()) ^ (noise.SEED & 0x7FFFFFFF)
         put = lambda x: jax.device_put(x, device)
-        sums, counts = _energies(params, put(tok), put(cos0), put(sin0), put(got), put(pres),
-                                 jax.random.PRNGKey(seed), sigma, loops=loops, shape=shape, samples=samples)
+        sums, counts = _energies(
+            params,
+            put(tok),
+            put(cos0),
+            put(sin0),
+            put(got),
+            put(pres),
+            jax.random.PRNGKey(seed),
+            sigma,
+            loops=loops,
+            shape=shape,
+            samples=samples,
+        )
         out = {}
         for kind in ("k", "v") + KIND_LOGITS:
             s, n = np.asarray(sums[kind], np.float64), np.asarray(counts[kind])

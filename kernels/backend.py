@@ -3,6 +3,7 @@
 (make_torch_cpu, make_torch_cpu_bf16, make_torch_cuda: `--backend NAME`, ORACLE_BACKEND) take
 their KernelOptions from the LOOPSPEC_* variables (KernelOptions.from_env); make_torch_backend
 does not read the environment."""
+
 from __future__ import annotations
 
 import weakref
@@ -22,11 +23,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class TorchBackend:
     exact = False
     policies = ("sequential", "fixed")
-    host_rng = True                  # uniforms come from PCG64(seed), drawn on the host like the reference
-    sampling = host_sampling         # the device sampler behind oracle.sampling's interface
+    host_rng = True  # uniforms come from PCG64(seed), drawn on the host like the reference
+    sampling = host_sampling  # the device sampler behind oracle.sampling's interface
 
-    def __init__(self, device: str = "cpu", dtype: str | None = None, name: str | None = None,
-                 kernel_options: KernelOptions | None = None, **session_defaults):
+    def __init__(
+        self,
+        device: str = "cpu",
+        dtype: str | None = None,
+        name: str | None = None,
+        kernel_options: KernelOptions | None = None,
+        **session_defaults,
+    ):
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise OracleError("backend torch-cuda: no CUDA device is available")
@@ -37,9 +44,9 @@ class TorchBackend:
             raise OracleError(f"backend {self.name}: unknown dtype {self.dtype!r} (known: {', '.join(DTYPES)})")
         graphs = "cuda" if dev.type == "cuda" else "off"
         self.kernel_options = KernelOptions() if kernel_options is None else kernel_options
-        self.kernel_options.resolve(dev)                        # refuses a path this device cannot take
+        self.kernel_options.resolve(dev)  # refuses a path this device cannot take
         self.defaults = {"graphs": graphs, "kernel_options": self.kernel_options} | session_defaults
-        self._weights = weakref.WeakKeyDictionary()      # reference model -> converted weights
+        self._weights = weakref.WeakKeyDictionary()  # reference model -> converted weights
 
     @property
     def fork_safe(self) -> bool:
@@ -57,8 +64,9 @@ class TorchBackend:
     def session(self, model, d, D, mode, policy="sequential", **options) -> TorchSession:
         if policy not in self.policies:
             raise OracleError(f"backend {self.name} does not support RNG policy {policy!r}")
-        return TorchSession(self.weights(model), d, D, mode, policy, name=self.name, dtype_name=self.dtype,
-                            **(self.defaults | options))
+        return TorchSession(
+            self.weights(model), d, D, mode, policy, name=self.name, dtype_name=self.dtype, **(self.defaults | options)
+        )
 
 
 def make_torch_backend(device: str = "cpu", kernel_options: KernelOptions | None = None, **options) -> TorchBackend:

@@ -32,15 +32,21 @@ a kernel), then `griddepcontrol.wait`s for the predecessor's writes, then lets i
 successor launch. Every store and every read of an activation, position or KV plane comes
 after the wait, so the order of writes is the order of launches.
 """
+
 from __future__ import annotations
 
 import torch
 
-from .gemv_blocks import available, launch_options, pdl_available, triton   # noqa: F401 (the GEMV paths' API)
+from .gemv_blocks import available, launch_options, pdl_available, triton  # noqa: F401 (the GEMV paths' API)
 
 if triton is not None:
-    from .gemv_triton import (_gate_up_kernel, _gemv_kernel, _prenorm_kernel, _qkv_kernel,  # noqa: F401
-                              _residual_norm_kernel)
+    from .gemv_triton import (
+        _gate_up_kernel,
+        _gemv_kernel,
+        _prenorm_kernel,
+        _qkv_kernel,  # noqa: F401
+        _residual_norm_kernel,
+    )
 
 MAX_ROWS = 16
 # Tile overrides arrive as `config`, {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel]])} for
@@ -65,10 +71,18 @@ def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, in
 # (BLOCK_N, BLOCK_K, num_warps, num_stages, peel), tuned on the H200 at the ouro-1.4b shape
 # (docs/results.md): one row, and the small-M path (2..16 rows,
 # 16 in every dimension at least)
-ONE_ROW_TILES = {"qkv": (2, 2048, 4, 2, True), "o": (2, 1024, 4, 3, True), "gate_up": (2, 2048, 4, 2, True),
-                 "down": (2, 2048, 4, 2, True)}
-SMALL_M_TILES = {"qkv": (32, 256, 4, 3, True), "o": (16, 256, 2, 4, True), "gate_up": (32, 128, 4, 4, True),
-                 "down": (16, 256, 2, 4, True)}
+ONE_ROW_TILES = {
+    "qkv": (2, 2048, 4, 2, True),
+    "o": (2, 1024, 4, 3, True),
+    "gate_up": (2, 2048, 4, 2, True),
+    "down": (2, 2048, 4, 2, True),
+}
+SMALL_M_TILES = {
+    "qkv": (32, 256, 4, 3, True),
+    "o": (16, 256, 2, 4, True),
+    "gate_up": (32, 128, 4, 4, True),
+    "down": (16, 256, 2, 4, True),
+}
 
 
 def _rows(x: torch.Tensor) -> int:
@@ -83,19 +97,51 @@ def _stats_k(K: int, BM: int, BK: int) -> int:
     return BK if BM == 1 else min(triton.next_power_of_2(K), max(BK, 512))
 
 
-def gemv(x: torch.Tensor, w: torch.Tensor, name: str = "o", config: dict | None = None,
-         pdl: bool = False) -> torch.Tensor:
+def gemv(
+    x: torch.Tensor, w: torch.Tensor, name: str = "o", config: dict | None = None, pdl: bool = False
+) -> torch.Tensor:
     """x [M, K] @ w [N, K].T -> [M, N] in x's dtype (`name` picks the tile config)."""
     M, (N, K) = _rows(x), w.shape
     BM, BN, BK, nw, ns, peel = _config(name, M, config)
     out = torch.empty(M, N, device=x.device, dtype=x.dtype)
-    _gemv_kernel[(triton.cdiv(N, BN),)](x, w, out, M, N, K, PDL=pdl, PEEL=peel, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
-                                        num_warps=nw, num_stages=ns, **launch_options(pdl))
+    _gemv_kernel[(triton.cdiv(N, BN),)](
+        x,
+        w,
+        out,
+        M,
+        N,
+        K,
+        PDL=pdl,
+        PEEL=peel,
+        BLOCK_M=BM,
+        BLOCK_N=BN,
+        BLOCK_K=BK,
+        num_warps=nw,
+        num_stages=ns,
+        **launch_options(pdl),
+    )
     return out
 
 
-def qkv_rope_kv(h, y_prev, n_prev, n_in, qkv, cos, sin, k_layer, v_layer, plane, pos,
-                nh: int, nkv: int, hd: int, eps: float, config: dict | None = None, pdl: bool = False):
+def qkv_rope_kv(
+    h,
+    y_prev,
+    n_prev,
+    n_in,
+    qkv,
+    cos,
+    sin,
+    k_layer,
+    v_layer,
+    plane,
+    pos,
+    nh: int,
+    nkv: int,
+    hd: int,
+    eps: float,
+    config: dict | None = None,
+    pdl: bool = False,
+):
     """h [M, H] residual in (with y_prev [M, H] and n_prev [H] of the previous layer, or
     None, None for the first layer): r = h + rms_norm(y_prev, n_prev), x = rms_norm(r, n_in),
     q, k, v = x @ qkv.T; RoPE (cos, sin [max_len, hd] tables, at positions pos [M]) on q, k.
@@ -107,16 +153,41 @@ def qkv_rope_kv(h, y_prev, n_prev, n_in, qkv, cos, sin, k_layer, v_layer, plane,
     has_y = y_prev is not None
     q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
     grid = (triton.cdiv((nh + 2 * nkv) * hd // 2, BN),)
-    if BM == 1:               # one row: each program norms its input itself
+    if BM == 1:  # one row: each program norms its input itself
         r = torch.empty_like(h) if has_y else h
         args = (h, y_prev if has_y else h, n_prev if has_y else n_in, n_in, r)
-    else:                     # small M: normed once per call, not once per program
+    else:  # small M: normed once per call, not once per program
         x, r = _prenorm(h, y_prev, n_prev, n_in, eps, pdl)
         args = (x, x, n_in, n_in, r)
-    _qkv_kernel[grid](*args, qkv, q, k_layer, v_layer,
-                      cos, sin, pos, plane, M, H, k_layer.shape[1], eps, NH=nh, NKV=nkv, HD=hd, HAS_Y=has_y,
-                      NORMED=BM > 1, PDL=pdl, PEEL=peel, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, STATS_K=_stats_k(H, BM, BK), num_warps=nw,
-                      num_stages=ns, **launch_options(pdl))
+    _qkv_kernel[grid](
+        *args,
+        qkv,
+        q,
+        k_layer,
+        v_layer,
+        cos,
+        sin,
+        pos,
+        plane,
+        M,
+        H,
+        k_layer.shape[1],
+        eps,
+        NH=nh,
+        NKV=nkv,
+        HD=hd,
+        HAS_Y=has_y,
+        NORMED=BM > 1,
+        PDL=pdl,
+        PEEL=peel,
+        BLOCK_M=BM,
+        BLOCK_N=BN,
+        BLOCK_K=BK,
+        STATS_K=_stats_k(H, BM, BK),
+        num_warps=nw,
+        num_stages=ns,
+        **launch_options(pdl),
+    )
     return q, r
 
 
@@ -127,15 +198,31 @@ def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | N
     I = gate_up.shape[0] // 2
     BM, BN, BK, nw, ns, peel = _config("gate_up", M, config)
     act = torch.empty(M, I, device=r.device, dtype=r.dtype)
-    if BM == 1:               # one row: each program norms its input itself
+    if BM == 1:  # one row: each program norms its input itself
         r2 = torch.empty_like(r)
         args = (r, y, n_attn_out, n_post, r2)
-    else:                     # small M: normed once per call, not once per program
+    else:  # small M: normed once per call, not once per program
         x, r2 = _prenorm(r, y, n_attn_out, n_post, eps, pdl)
         args = (x, x, n_post, n_post, r2)
-    _gate_up_kernel[(triton.cdiv(I, BN),)](*args, gate_up, act, M, H, I, eps, NORMED=BM > 1, PDL=pdl, PEEL=peel,
-                                           BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, STATS_K=_stats_k(H, BM, BK),
-                                           num_warps=nw, num_stages=ns, **launch_options(pdl))
+    _gate_up_kernel[(triton.cdiv(I, BN),)](
+        *args,
+        gate_up,
+        act,
+        M,
+        H,
+        I,
+        eps,
+        NORMED=BM > 1,
+        PDL=pdl,
+        PEEL=peel,
+        BLOCK_M=BM,
+        BLOCK_N=BN,
+        BLOCK_K=BK,
+        STATS_K=_stats_k(H, BM, BK),
+        num_warps=nw,
+        num_stages=ns,
+        **launch_options(pdl),
+    )
     return r2, act
 
 
@@ -145,8 +232,21 @@ def _prenorm(h, y, w_y, w_x, eps: float, pdl: bool):
     M, H = h.shape
     x = torch.empty_like(h)
     r = torch.empty_like(h) if y is not None else h
-    _prenorm_kernel[(M,)](h, h if y is None else y, w_x if y is None else w_y, w_x, r, x, H, eps, HAS_Y=y is not None,
-                          PDL=pdl, BLOCK_K=min(2048, triton.next_power_of_2(H)), num_warps=4, **launch_options(pdl))
+    _prenorm_kernel[(M,)](
+        h,
+        h if y is None else y,
+        w_x if y is None else w_y,
+        w_x,
+        r,
+        x,
+        H,
+        eps,
+        HAS_Y=y is not None,
+        PDL=pdl,
+        BLOCK_K=min(2048, triton.next_power_of_2(H)),
+        num_warps=4,
+        **launch_options(pdl),
+    )
     return x, r
 
 
@@ -154,6 +254,19 @@ def residual_norm(h, y, w_y, w_x, eps: float, pdl: bool = False) -> torch.Tensor
     """rms_norm(h + rms_norm(y, w_y), w_x) for h, y [M, H] -> [M, H] (one program)."""
     M, H = _rows(h), h.shape[1]
     out = torch.empty_like(h)
-    _residual_norm_kernel[(1,)](h, y, w_y, w_x, out, M, H, eps, PDL=pdl, BLOCK_M=triton.next_power_of_2(M),
-                                BLOCK_K=min(1024, triton.next_power_of_2(H)), num_warps=4, **launch_options(pdl))
+    _residual_norm_kernel[(1,)](
+        h,
+        y,
+        w_y,
+        w_x,
+        out,
+        M,
+        H,
+        eps,
+        PDL=pdl,
+        BLOCK_M=triton.next_power_of_2(M),
+        BLOCK_K=min(1024, triton.next_power_of_2(H)),
+        num_warps=4,
+        **launch_options(pdl),
+    )
     return out

@@ -2,6 +2,7 @@
 norm statistics and normed input chunks, residuals, weight tiles and their products, and
 programmatic dependent launch. The kernels that use them: kernels/gemv_triton.py and
 kernels/triton_attention.py."""
+
 from __future__ import annotations
 
 import os
@@ -11,11 +12,11 @@ import torch
 try:
     import triton
     import triton.language as tl
-except ImportError:          # CPU installs: the torch path is used
+except ImportError:  # CPU installs: the torch path is used
     triton = None
 try:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:          # a Triton without grid dependency control: no PDL
+except ImportError:  # a Triton without grid dependency control: no PDL
     gdc_wait = gdc_launch_dependents = None
 
 
@@ -26,8 +27,12 @@ def available(device: torch.device) -> bool:
 def pdl_available(device: torch.device) -> bool:
     """Programmatic dependent launch: Triton with grid dependency control, an sm_90+ device."""
     device = torch.device(device)
-    return (available(device) and gdc_wait is not None and not _interpreted()
-            and torch.cuda.get_device_capability(device)[0] >= 9)
+    return (
+        available(device)
+        and gdc_wait is not None
+        and not _interpreted()
+        and torch.cuda.get_device_capability(device)[0] >= 9
+    )
 
 
 def _interpreted() -> bool:
@@ -88,8 +93,7 @@ if triton is not None:
         return tl.rsqrt(tl.sum(acc, 1) / K + eps)
 
     @triton.jit
-    def _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_K: tl.constexpr):
+    def _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
         """Columns k0..k0+BLOCK_K of r = h + rms_norm(y, wy) (just h without y) -> [BLOCK_M, BLOCK_K]."""
         m = tl.arange(0, BLOCK_M)
         k = k0 + tl.arange(0, BLOCK_K)
@@ -100,13 +104,23 @@ if triton is not None:
             DT: tl.constexpr = H.dtype.element_ty
             y = tl.load(Y + off, mask=mask, other=0.0).to(tl.float32)
             wy = tl.load(WY + k, mask=_k_ok(k, K, BLOCK_K), other=0.0).to(tl.float32)
-            t = _rnd(_rnd(y * inv_y[:, None], DT) * wy[None, :], DT)       # rms_norm(y, wy)
+            t = _rnd(_rnd(y * inv_y[:, None], DT) * wy[None, :], DT)  # rms_norm(y, wy)
             r = _rnd(r + t, DT)
         return r
 
     @triton.jit
-    def _norm_stats(H, Y, WY, M, K, eps, HAS_Y: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                    SKIP: tl.constexpr = False):
+    def _norm_stats(
+        H,
+        Y,
+        WY,
+        M,
+        K,
+        eps,
+        HAS_Y: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        SKIP: tl.constexpr = False,
+    ):
         """inv_y = 1/rms(y) (if HAS_Y) and inv_r = 1/rms(r), r as in _residual: [BLOCK_M] each
         (zeros with SKIP: the input arrives normed)."""
         inv_y = tl.zeros([BLOCK_M], tl.float32)
@@ -121,21 +135,54 @@ if triton is not None:
         return inv_y, tl.rsqrt(tl.sum(acc, 1) / K + eps)
 
     @triton.jit
-    def _normed_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, STORE_R, HAS_Y: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _normed_chunk(
+        H,
+        Y,
+        WY,
+        WX,
+        R,
+        inv_y,
+        inv_r,
+        k0,
+        M,
+        K,
+        STORE_R,
+        HAS_Y: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
         """Columns k0.. of x = rms_norm(r, wx) -> [BLOCK_M, BLOCK_K]; stores r's columns if STORE_R."""
         DT: tl.constexpr = H.dtype.element_ty
         m = tl.arange(0, BLOCK_M)
         k = k0 + tl.arange(0, BLOCK_K)
         r = _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y, BLOCK_M, BLOCK_K)
         if HAS_Y:
-            tl.store(R + m[:, None] * K + k[None, :], r.to(DT), mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :] & STORE_R)
+            tl.store(
+                R + m[:, None] * K + k[None, :],
+                r.to(DT),
+                mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :] & STORE_R,
+            )
         wx = tl.load(WX + k, mask=_k_ok(k, K, BLOCK_K), other=0.0).to(tl.float32)
         return _rnd(_rnd(r * inv_r[:, None], DT) * wx[None, :], DT)
 
     @triton.jit
-    def _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, STORE_R, HAS_Y: tl.constexpr, NORMED: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _input_chunk(
+        H,
+        Y,
+        WY,
+        WX,
+        R,
+        inv_y,
+        inv_r,
+        k0,
+        M,
+        K,
+        STORE_R,
+        HAS_Y: tl.constexpr,
+        NORMED: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
         """Columns k0.. of the product's input: H itself if NORMED (written by _prenorm_kernel),
         else x = rms_norm(h + rms_norm(y, wy), wx) as in _normed_chunk."""
         if NORMED:
@@ -146,8 +193,11 @@ if triton is not None:
     def _w_tile(W, rows, row_mask, k0, K, BLOCK_K: tl.constexpr):
         """W[rows, k0:k0+BLOCK_K] -> [BLOCK_N, BLOCK_K] in W's dtype."""
         k = k0 + tl.arange(0, BLOCK_K)
-        return tl.load(W + rows.to(tl.int64)[:, None] * K + k[None, :],
-                       mask=row_mask[:, None] & _k_ok(k, K, BLOCK_K)[None, :], other=0.0)
+        return tl.load(
+            W + rows.to(tl.int64)[:, None] * K + k[None, :],
+            mask=row_mask[:, None] & _k_ok(k, K, BLOCK_K)[None, :],
+            other=0.0,
+        )
 
     @triton.jit
     def _dot_w(acc, x, w, BLOCK_M: tl.constexpr):
@@ -169,7 +219,7 @@ if triton is not None:
             # row by row as 2D products (a 3D [M, N, K] product would un-vectorize the weight loads)
             m = tl.arange(0, BLOCK_M)[:, None]
             for i in tl.static_range(BLOCK_M):
-                x_i = tl.sum(tl.where(m == i, x, 0.0), 0)                         # row i: [BLOCK_K]
+                x_i = tl.sum(tl.where(m == i, x, 0.0), 0)  # row i: [BLOCK_K]
                 acc += tl.where(m == i, tl.sum(wf * x_i[None, :], 1)[None, :], 0.0)
         return acc
 

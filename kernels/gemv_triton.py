@@ -1,5 +1,6 @@
 """The Triton kernels of the GEMV paths: what each computes, and the launchers, are in
 kernels/gemv.py; their building blocks in kernels/gemv_blocks.py."""
+
 from __future__ import annotations
 
 from .gemv_blocks import triton
@@ -7,12 +8,24 @@ from .gemv_blocks import triton
 if triton is not None:
     import triton.language as tl
 
-    from .gemv_blocks import (_cast, _dot_rows, _dot_w, _input_chunk, _k_ok, _norm_stats, _normed_chunk, _rnd,
-                              _w_tile, _x_chunk, pdl_enter)
+    from .gemv_blocks import (
+        _cast,
+        _dot_rows,
+        _dot_w,
+        _input_chunk,
+        _k_ok,
+        _norm_stats,
+        _normed_chunk,
+        _rnd,
+        _w_tile,
+        _x_chunk,
+        pdl_enter,
+    )
 
     @triton.jit
-    def _prenorm_kernel(H, Y, WY, WX, R, X, K: tl.constexpr, eps, HAS_Y: tl.constexpr, PDL: tl.constexpr,
-                        BLOCK_K: tl.constexpr):
+    def _prenorm_kernel(
+        H, Y, WY, WX, R, X, K: tl.constexpr, eps, HAS_Y: tl.constexpr, PDL: tl.constexpr, BLOCK_K: tl.constexpr
+    ):
         # one program per row m: r = h + rms_norm(y, wy) (stored if HAS_Y), X = rms_norm(r, wx)
         DT: tl.constexpr = H.dtype.element_ty
         off = tl.program_id(0).to(tl.int64) * K
@@ -24,8 +37,19 @@ if triton is not None:
             tl.store(X + off + k[None, :], x.to(DT), mask=_k_ok(k, K, BLOCK_K)[None, :])
 
     @triton.jit
-    def _gemv_kernel(X, W, Out, M, N, K: tl.constexpr, PDL: tl.constexpr, PEEL: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _gemv_kernel(
+        X,
+        W,
+        Out,
+        M,
+        N,
+        K: tl.constexpr,
+        PDL: tl.constexpr,
+        PEEL: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
         # Out [M, N] = X [M, K] @ W [N, K].T. PEEL: the first K tile peeled off the loop, its weights
         # loaded before the PDL wait
         n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -38,26 +62,55 @@ if triton is not None:
             acc = _dot_w(acc, _x_chunk(X, M, 0, K, BLOCK_M, BLOCK_K), w0, BLOCK_M)
         for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
             acc = _dot_rows(acc, _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K), W, n, n < N, k0, K, BLOCK_M, BLOCK_K)
-        tl.store(Out + m[:, None] * N + n[None, :], _cast(acc, Out.dtype.element_ty),
-                 mask=(m[:, None] < M) & (n[None, :] < N))
+        tl.store(
+            Out + m[:, None] * N + n[None, :],
+            _cast(acc, Out.dtype.element_ty),
+            mask=(m[:, None] < M) & (n[None, :] < N),
+        )
 
     @triton.jit
-    def _qkv_kernel(H, Y, WY, WX, R, W, Q, Kc, Vc, Cos, Sin, pos_ptr, plane_ptr, M, K: tl.constexpr, max_len, eps,
-                    NH: tl.constexpr, NKV: tl.constexpr, HD: tl.constexpr, HAS_Y: tl.constexpr, NORMED: tl.constexpr,
-                    PDL: tl.constexpr, PEEL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    STATS_K: tl.constexpr):
+    def _qkv_kernel(
+        H,
+        Y,
+        WY,
+        WX,
+        R,
+        W,
+        Q,
+        Kc,
+        Vc,
+        Cos,
+        Sin,
+        pos_ptr,
+        plane_ptr,
+        M,
+        K: tl.constexpr,
+        max_len,
+        eps,
+        NH: tl.constexpr,
+        NKV: tl.constexpr,
+        HD: tl.constexpr,
+        HAS_Y: tl.constexpr,
+        NORMED: tl.constexpr,
+        PDL: tl.constexpr,
+        PEEL: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        STATS_K: tl.constexpr,
+    ):
         # program's columns: pairs (c, c + HD/2) of one head, c = head*HD + d, d < HD/2, so
         # RoPE's rotate_half partner is computed by the same program
         DT: tl.constexpr = H.dtype.element_ty
         HALF: tl.constexpr = HD // 2
         pid = tl.program_id(0)
-        j = pid * BLOCK_N + tl.arange(0, BLOCK_N)                  # pair index
+        j = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # pair index
         d = j % HALF
-        lo = (j // HALF) * HD + d                                  # qkv output column, first half
+        lo = (j // HALF) * HD + d  # qkv output column, first half
         n_ok = j < (NH + 2 * NKV) * HALF
         acc_lo = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_hi = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        if PEEL:              # the first K tile's weights before the PDL wait
+        if PEEL:  # the first K tile's weights before the PDL wait
             w_lo, w_hi = _w_tile(W, lo, n_ok, 0, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, 0, K, BLOCK_K)
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
@@ -72,7 +125,7 @@ if triton is not None:
         # RoPE on q and k: (lo, hi) -> (lo*cos - hi*sin, hi*cos + lo*sin), each product rounded
         m = tl.arange(0, BLOCK_M)
         m_ok = m < M
-        pos = tl.load(pos_ptr + m, mask=m_ok, other=0).to(tl.int64)[:, None]     # [BLOCK_M, 1]
+        pos = tl.load(pos_ptr + m, mask=m_ok, other=0).to(tl.int64)[:, None]  # [BLOCK_M, 1]
         a, b = _rnd(acc_lo, DT), _rnd(acc_hi, DT)
         cs = pos * HD + d[None, :]
         ok = m_ok[:, None] & n_ok[None, :]
@@ -80,7 +133,7 @@ if triton is not None:
         c_hi = tl.load(Cos + cs + HALF, mask=ok, other=0.0).to(tl.float32)
         s_lo = tl.load(Sin + cs, mask=ok, other=0.0).to(tl.float32)
         s_hi = tl.load(Sin + cs + HALF, mask=ok, other=0.0).to(tl.float32)
-        rot = (lo < (NH + NKV) * HD)[None, :]                      # q and k columns, not v
+        rot = (lo < (NH + NKV) * HD)[None, :]  # q and k columns, not v
         a_out = _cast(tl.where(rot, _rnd(a * c_lo, DT) + _rnd(-b * s_lo, DT), a), DT)
         b_out = _cast(tl.where(rot, _rnd(b * c_hi, DT) + _rnd(a * s_hi, DT), b), DT)
         # q -> Q [M, NH*HD]; k, v -> their layer's KV planes at flat index plane*max_len + pos
@@ -102,9 +155,26 @@ if triton is not None:
         tl.store(v_ptrs, val, mask=ok & is_v)
 
     @triton.jit
-    def _gate_up_kernel(H, Y, WY, WX, R, W, Act, M, K: tl.constexpr, I, eps, NORMED: tl.constexpr, PDL: tl.constexpr,
-                        PEEL: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STATS_K: tl.constexpr):
+    def _gate_up_kernel(
+        H,
+        Y,
+        WY,
+        WX,
+        R,
+        W,
+        Act,
+        M,
+        K: tl.constexpr,
+        I,
+        eps,
+        NORMED: tl.constexpr,
+        PDL: tl.constexpr,
+        PEEL: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        STATS_K: tl.constexpr,
+    ):
         # program's columns: gate rows j and up rows I + j of W [2I, K]
         DT: tl.constexpr = H.dtype.element_ty
         pid = tl.program_id(0)
@@ -112,7 +182,7 @@ if triton is not None:
         j_ok = j < I
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        if PEEL:              # the first K tile's weights before the PDL wait
+        if PEEL:  # the first K tile's weights before the PDL wait
             w_g, w_u = _w_tile(W, j, j_ok, 0, K, BLOCK_K), _w_tile(W, I + j, j_ok, 0, K, BLOCK_K)
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, STATS_K, NORMED)
@@ -126,14 +196,15 @@ if triton is not None:
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, True, NORMED, BLOCK_M, BLOCK_K)
             acc_g = _dot_rows(acc_g, x, W, j, j_ok, k0, K, BLOCK_M, BLOCK_K)
             acc_u = _dot_rows(acc_u, x, W, I + j, j_ok, k0, K, BLOCK_M, BLOCK_K)
-        g, u = _rnd(acc_g, DT), _rnd(acc_u, DT)                    # GEMM outputs
-        act = _rnd(g / (1.0 + tl.exp(-g)), DT) * u                # F.silu in the model dtype, then * up
+        g, u = _rnd(acc_g, DT), _rnd(acc_u, DT)  # GEMM outputs
+        act = _rnd(g / (1.0 + tl.exp(-g)), DT) * u  # F.silu in the model dtype, then * up
         m = tl.arange(0, BLOCK_M)
         tl.store(Act + m[:, None] * I + j[None, :], _cast(act, DT), mask=(m[:, None] < M) & j_ok[None, :])
 
     @triton.jit
-    def _residual_norm_kernel(H, Y, WY, WX, Out, M, K: tl.constexpr, eps, PDL: tl.constexpr, BLOCK_M: tl.constexpr,
-                              BLOCK_K: tl.constexpr):
+    def _residual_norm_kernel(
+        H, Y, WY, WX, Out, M, K: tl.constexpr, eps, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr
+    ):
         # Out = rms_norm(h + rms_norm(y, wy), wx); one program
         DT: tl.constexpr = H.dtype.element_ty
         pdl_enter(PDL)

@@ -12,6 +12,7 @@ as a fallback.
 mode "cuda": torch.cuda graphs; "fake": the same bookkeeping on any device with a graph
 that just calls the step (CPU tests of the logic); "off": always eager, counters stay 0.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,14 +37,14 @@ class CudaGraph:
         dev = static.device
         side = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):                   # warm-up (lazy inits, cuBLAS handles)
+        with torch.cuda.stream(side):  # warm-up (lazy inits, cuBLAS handles)
             fn(static)
         torch.cuda.current_stream(dev).wait_stream(side)
         self.graph, self.static = torch.cuda.CUDAGraph(), static
         # thread_local: CUDA calls of other threads (e.g. XLA autotuning a judge's program in
         # gpu_tests/parity_full.py beside this backend) do not invalidate the capture
         with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
-            self.out = fn(static)                       # a returned tensor stays allocated: static output
+            self.out = fn(static)  # a returned tensor stays allocated: static output
 
     def replay(self):
         self.graph.replay()
@@ -55,7 +56,7 @@ class GraphRunner:
         assert mode in ("off", "cuda", "fake"), mode
         self.mode, self.max_batch_size, self.max_graphs = mode, max_batch_size, max_graphs
         self.graphs: dict[tuple, object] = {}
-        self.capture_errors: dict[tuple, str] = {}     # shapes whose capture failed: eager from then on
+        self.capture_errors: dict[tuple, str] = {}  # shapes whose capture failed: eager from then on
         self.stats = {"graph_captures": 0, "graph_replays": 0, "graph_fallbacks": 0}
         # graphs write only persistent buffers, replay one at a time on one stream: one pool
         self.pool = torch.cuda.graph_pool_handle() if mode == "cuda" else None
@@ -66,7 +67,7 @@ class GraphRunner:
 
     @staticmethod
     def fake_capture(fn, static) -> FakeGraph:
-        fn(static)                                    # the warm-up runs, as on CUDA
+        fn(static)  # the warm-up runs, as on CUDA
         return FakeGraph(fn, static)
 
     def run(self, kind: str, key: tuple, rows: int, meta: torch.Tensor, fn, scratch):
@@ -84,7 +85,7 @@ class GraphRunner:
             assert static.shape == meta.shape, (kind, key, static.shape, meta.shape)
             try:
                 g = CudaGraph(fn, static, self.pool) if self.mode == "cuda" else self.fake_capture(fn, static)
-            except RuntimeError as e:                    # e.g. an op that syncs: run eagerly, counted
+            except RuntimeError as e:  # e.g. an op that syncs: run eagerly, counted
                 self.capture_errors[(kind, key)] = f"{type(e).__name__}: {e}"
                 self.stats["graph_fallbacks"] += 1
                 return fn(meta)
@@ -93,4 +94,3 @@ class GraphRunner:
         g.static.copy_(meta, non_blocking=True)
         self.stats["graph_replays"] += 1
         return g.replay()
-

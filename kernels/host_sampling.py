@@ -2,6 +2,7 @@
 so the property suite's enumeration tests exercise kernels/sampler.py (backend.sampling).
 The rows come from kernels/rows.py (as Engine.set_params's); the processors' inputs from a
 Seen (oracle/processors.py), one row."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,15 +24,20 @@ def proc_rows(rows: dict, seen, V: int) -> dict:
     """The processors' one-row inputs (kernels/sampler.py) from rows and what the logits see."""
     out = np.asarray(seen.output, np.int64)
     ctx = np.zeros(TAIL, np.int64)
-    tail = out[len(out) - TAIL:] if len(out) > TAIL else out
-    ctx[TAIL - len(tail):] = tail
+    tail = out[len(out) - TAIL :] if len(out) > TAIL else out
+    ctx[TAIL - len(tail) :] = tail
     prompt = np.zeros(V, bool)
     prompt[list(seen.prompt)] = True
     seq = np.asarray(tuple(seen.prompt) + tuple(seen.output) or (0,), np.int64)
     r = {k: _t(rows[k]) for name in STEPS for k in STEP_ROWS[name]}
-    return r | {"nvalid": torch.tensor([len(out)]), "ctx": _t(ctx), "prompt": _t(prompt),
-                "counts": _t(np.bincount(out, minlength=V).astype(np.float32)),
-                "seq": _t(seq), "seqlen": torch.tensor([len(seen.prompt) + len(out)])}
+    return r | {
+        "nvalid": torch.tensor([len(out)]),
+        "ctx": _t(ctx),
+        "prompt": _t(prompt),
+        "counts": _t(np.bincount(out, minlength=V).astype(np.float32)),
+        "seq": _t(seq),
+        "seqlen": torch.tensor([len(seen.prompt) + len(out)]),
+    }
 
 
 def _processed(logits, params, seen):
@@ -78,12 +84,15 @@ def categorical(probs, u: float) -> int:
 def accepts(u: float, p_x: float, q_x: float) -> bool:
     if not q_x > 0:
         raise OracleError(f"draft token has q(x) = {q_x}: it could not have been drawn from q")
-    return bool(sampler.accepts(torch.tensor(float(u), dtype=torch.float64), torch.tensor(float(p_x)),
-                                torch.tensor(float(q_x))))
+    return bool(
+        sampler.accepts(torch.tensor(float(u), dtype=torch.float64), torch.tensor(float(p_x)), torch.tensor(float(q_x)))
+    )
 
 
 def residual(p, q) -> np.ndarray:
-    r, ok = sampler.residual(torch.as_tensor(np.asarray(p, np.float32))[None], torch.as_tensor(np.asarray(q, np.float32))[None])
+    r, ok = sampler.residual(
+        torch.as_tensor(np.asarray(p, np.float32))[None], torch.as_tensor(np.asarray(q, np.float32))[None]
+    )
     if not bool(ok[0]):
         raise OracleError("residual max(0, p - q) is all zero after a rejection (p == q)")
     return r[0].numpy()

@@ -3,6 +3,7 @@ oracle/model.py): one GEMM per projection over all rows of a call, K/V of all ro
 written into their depth planes before any row attends, each row masked to positions
 <= its own. Rows' positions and planes arrive as device tensors; attention reads
 each plane of a call once (rows grouped by plane, as a varlen attention kernel would)."""
+
 from __future__ import annotations
 
 import functools
@@ -79,6 +80,7 @@ def _fused(compile_dynamic: str = "rows"):
     def post_rows(h, a, *rest):
         _rows_dynamic(h, a)
         return post(h, a, *rest)
+
     return pre_rows, post_rows
 
 
@@ -94,18 +96,26 @@ class PackedModel:
         self.w, self.kv, self.cfg = w, kv, w.cfg
         self.options = options = KernelOptions() if options is None else options
         self.gemv, self.fuse, self.triton_attn, self.pdl = options.resolve(w.device)
-        self.cos, self.sin = w.rope_table(kv.max_len)       # [max_len, hd] each
+        self.cos, self.sin = w.rope_table(kv.max_len)  # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
-        self.fault = w.precision_fault                       # "" or a precision fault: "fp8_k" | "fp8_v" | "fp8_act"
+        self.fault = w.precision_fault  # "" or a precision fault: "fp8_k" | "fp8_v" | "fp8_act"
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.w.embed.index_select(0, tokens)          # [M, H]
+        return self.w.embed.index_select(0, tokens)  # [M, H]
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
-        return (h @ self.w.lm_head.T).float()                 # logits: [M, V] FP32
+        return (h @ self.w.lm_head.T).float()  # logits: [M, V] FP32
 
-    def recurrent_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor, qidx: torch.Tensor,
-                       gplane: torch.Tensor, Qm: int, span: int | None = None) -> torch.Tensor:
+    def recurrent_call(
+        self,
+        h: torch.Tensor,
+        pos: torch.Tensor,
+        plane: torch.Tensor,
+        qidx: torch.Tensor,
+        gplane: torch.Tensor,
+        Qm: int,
+        span: int | None = None,
+    ) -> torch.Tensor:
         """One loop of the stack, then the final norm.
         h: [M, H] loop inputs; pos: [M] positions; plane: [M] KV planes (depth*n_slots+slot).
         Attention is grouped by plane: the call's G distinct planes are `gplane` [G], and row
@@ -118,69 +128,104 @@ class PackedModel:
         if self.gemv and 0 < h.shape[0] <= self.options.gemv_max_rows:
             return self._gemv_call(h, pos, plane, span)
         cfg, kv, eps = self.cfg, self.kv, self.eps
-        pad = self.fuse and h.shape[0] == 1       # torch.compile's M=1 graph is slow (docs/results.md, history):
-        if pad:                                   # add a dummy row at position 0 of the scratch plane
-            scratch = torch.full_like(plane, kv.scratch)                # (depth 0 of the scratch slot)
+        pad = self.fuse and h.shape[0] == 1  # torch.compile's M=1 graph is slow (docs/results.md, history):
+        if pad:  # add a dummy row at position 0 of the scratch plane
+            scratch = torch.full_like(plane, kv.scratch)  # (depth 0 of the scratch slot)
             qidx = torch.cat([qidx, torch.full_like(qidx, gplane.shape[0] * Qm)])
-            h, pos, plane, gplane = (torch.cat([h, torch.zeros_like(h)]), torch.cat([pos, torch.zeros_like(pos)]),
-                                     torch.cat([plane, scratch]), torch.cat([gplane, scratch]))
+            h, pos, plane, gplane = (
+                torch.cat([h, torch.zeros_like(h)]),
+                torch.cat([pos, torch.zeros_like(pos)]),
+                torch.cat([plane, scratch]),
+                torch.cat([gplane, scratch]),
+            )
         G = gplane.shape[0]
-        if span is None:                          # no graphs on the CPU: keys up to the call's last position only
+        if span is None:  # no graphs on the CPU: keys up to the call's last position only
             span = int(pos.max()) + 1 if h.device.type == "cpu" else kv.max_len
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)      # [M, hd]
-        write = plane * kv.max_len + pos                                               # [M] flat KV index
+        cos, sin = self.cos.index_select(0, pos), self.sin.index_select(0, pos)  # [M, hd]
+        write = plane * kv.max_len + pos  # [M] flat KV index
         if not self.triton_attn:
-            qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)         # padding: position 0
+            qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)  # padding: position 0
             masked = torch.arange(span, device=h.device)[None, None, :] > qpos[:, :, None]  # [G, Qm, span]
         pre, post = _fused(self.options.compile_dynamic) if self.fuse else (pre_attn, post_attn)
         for l, L in enumerate(self.w.layers):
-            q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)                # [M, heads, hd]
-            kv.flat_view(kv.k, l).index_copy_(0, write, k)        # all writes of the call first
+            q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)  # [M, heads, hd]
+            kv.flat_view(kv.k, l).index_copy_(0, write, k)  # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
             if self.fault in ("fp8_k", "fp8_v"):
                 fp8_rows(kv.flat_view(kv.k if self.fault == "fp8_k" else kv.v, l), write)
-            if self.triton_attn:                                  # reads only keys 0..pos per row
-                a = triton_attention.decode_attention(q.contiguous(), kv, l, plane, pos, span=span,
-                                                      scale=self.w.attn_scale)
+            if self.triton_attn:  # reads only keys 0..pos per row
+                a = triton_attention.decode_attention(
+                    q.contiguous(), kv, l, plane, pos, span=span, scale=self.w.attn_scale
+                )
             else:
-                K = kv.k[l][:, :span].index_select(0, gplane)     # [G, span, nkv, hd]
+                K = kv.k[l][:, :span].index_select(0, gplane)  # [G, span, nkv, hd]
                 V = kv.v[l][:, :span].index_select(0, gplane)
                 Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
                 a = attend(Q, K, V, masked, self.w.attn_scale).index_select(0, qidx)  # [M, nh*hd]
-            h = post(h, a, L.o, L.n_attn_out, L.n_post, L.gate_up, L.down, L.n_mlp_out, eps,
-                     *((True,) if self.fault == "fp8_act" else ()))
+            h = post(
+                h,
+                a,
+                L.o,
+                L.n_attn_out,
+                L.n_post,
+                L.gate_up,
+                L.down,
+                L.n_mlp_out,
+                eps,
+                *((True,) if self.fault == "fp8_act" else ()),
+            )
         return rms_norm(h[:1] if pad else h, self.w.norm, eps)
 
     def _gemv_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor, span: int | None) -> torch.Tensor:
         """recurrent_call for M <= gemv.MAX_ROWS rows (no padding) through kernels/gemv.py: per layer one
         kernel each for norms+qkv+RoPE+KV writes, attention, o, norms+gate_up+SiLU, down."""
         cfg, kv, eps = self.cfg, self.kv, self.eps
-        y2 = n_prev = None                                  # the previous layer's MLP output and its norm
-        tiles, pdl = self.options.gemv_config, self.pdl    # pdl: each kernel launched as its predecessor's dependent
+        y2 = n_prev = None  # the previous layer's MLP output and its norm
+        tiles, pdl = self.options.gemv_config, self.pdl  # pdl: each kernel launched as its predecessor's dependent
         for l, L in enumerate(self.w.layers):
-            q, r = gemv_kernels.qkv_rope_kv(h, y2, n_prev, L.n_in, L.qkv, self.cos, self.sin, kv.k[l], kv.v[l],
-                                            plane, pos, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, eps, tiles, pdl)
+            q, r = gemv_kernels.qkv_rope_kv(
+                h,
+                y2,
+                n_prev,
+                L.n_in,
+                L.qkv,
+                self.cos,
+                self.sin,
+                kv.k[l],
+                kv.v[l],
+                plane,
+                pos,
+                cfg.num_heads,
+                cfg.num_kv_heads,
+                cfg.head_dim,
+                eps,
+                tiles,
+                pdl,
+            )
             if self.fault in ("fp8_k", "fp8_v"):
                 fp8_rows(kv.flat_view(kv.k if self.fault == "fp8_k" else kv.v, l), plane * kv.max_len + pos)
             a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl, span, self.w.attn_scale)  # [M, nh*hd]
-            y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)                       # [M, H]
-            h, act = gemv_kernels.gate_up_silu(r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles, pdl)  # [M, H], [M, I]
+            y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)  # [M, H]
+            h, act = gemv_kernels.gate_up_silu(
+                r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles, pdl
+            )  # [M, H], [M, I]
             act = fp8(act) if self.fault == "fp8_act" else act
-            y2, n_prev = gemv_kernels.gemv(act, L.down, "down", tiles, pdl), L.n_mlp_out   # [M, H]
+            y2, n_prev = gemv_kernels.gemv(act, L.down, "down", tiles, pdl), L.n_mlp_out  # [M, H]
         return gemv_kernels.residual_norm(h, y2, n_prev, self.w.norm, eps, pdl)
 
 
-def attend(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, masked: torch.Tensor,
-           scale: float | None = None) -> torch.Tensor:
+def attend(
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, masked: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
     """Q: [G, Qm, nh, hd]; K, V: [G, span, nkv, hd]; masked: [G, Qm, span] (True = not
     visible) -> [G*Qm, nh*hd]. Scores and softmax in FP32; scale: default hd ** -0.5."""
     G, Qm, nh, hd = Q.shape
     span, nkv = K.shape[1], K.shape[2]
-    gq = nh // nkv                                                           # query heads per KV head
+    gq = nh // nkv  # query heads per KV head
     q = Q.reshape(G, Qm, nkv, gq, hd).permute(0, 2, 1, 3, 4).reshape(G, nkv, Qm * gq, hd)
-    s = torch.matmul(q, K.permute(0, 2, 3, 1)).float() * (hd ** -0.5 if scale is None else scale)  # [G, nkv, Qm*gq, span]
+    s = torch.matmul(q, K.permute(0, 2, 3, 1)).float() * (hd**-0.5 if scale is None else scale)  # [G, nkv, Qm*gq, span]
     m = masked[:, :, None, :].expand(G, Qm, gq, span).reshape(G, 1, Qm * gq, span)
     p = torch.softmax(s.masked_fill(m, float("-inf")), dim=-1).to(V.dtype)
-    out = torch.matmul(p, V.permute(0, 2, 1, 3))                            # [G, nkv, Qm*gq, hd]
+    out = torch.matmul(p, V.permute(0, 2, 1, 3))  # [G, nkv, Qm*gq, hd]
     return out.reshape(G, nkv, Qm, gq, hd).permute(0, 2, 1, 3, 4).reshape(G * Qm, nh * hd)

@@ -22,6 +22,7 @@ Fields (None: on where available; True: on, False: off) and their variables:
     fault            a deliberate fault (FAULTS below; "" none), so the judge can be shown to catch it   LOOPSPEC_FAULT
 A switch variable "1" (or unset) leaves the field None, "0" sets it False.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,16 @@ import torch
 from oracle.errors import OracleError
 
 COMPILE_DYNAMIC = ("rows", "all")
-ENV = {"gemv": "LOOPSPEC_GEMV", "fuse": "LOOPSPEC_FUSE", "triton_attn": "LOOPSPEC_TRITON_ATTN",
-       "compile_dynamic": "LOOPSPEC_COMPILE_DYNAMIC", "gemv_config": "LOOPSPEC_GEMV_CONFIG",
-       "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS", "pdl": "LOOPSPEC_PDL", "fault": "LOOPSPEC_FAULT"}
+ENV = {
+    "gemv": "LOOPSPEC_GEMV",
+    "fuse": "LOOPSPEC_FUSE",
+    "triton_attn": "LOOPSPEC_TRITON_ATTN",
+    "compile_dynamic": "LOOPSPEC_COMPILE_DYNAMIC",
+    "gemv_config": "LOOPSPEC_GEMV_CONFIG",
+    "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS",
+    "pdl": "LOOPSPEC_PDL",
+    "fault": "LOOPSPEC_FAULT",
+}
 # Deliberate kernel faults, for the judge's own tests (meta_tests/faulty_kernels.py, make gpu-parity):
 # "attn_scale=F" multiplies the softmax logit scale in the attention kernels, "rope_theta=F" the
 # RoPE base of the cos/sin tables, "input_layernorm.L=F" layer L's input norm weight. Precision
@@ -52,21 +60,25 @@ GEMV_MAX_ROWS = 16
 
 @dataclass(frozen=True)
 class KernelOptions:
-    gemv: bool | None = None            # recurrent calls of <= gemv_max_rows rows through kernels/gemv.py
-    fuse: bool | None = None            # torch.compile of the norm/RoPE/SiLU blocks (pads M=1 calls)
-    triton_attn: bool | None = None     # split-KV decode attention (kernels/triton_attention.py)
-    compile_dynamic: str = "rows"       # torch.compile: only the row count symbolic ("rows") or every dim ("all")
-    gemv_config: dict = field(default_factory=dict)   # GEMV tile overrides per kernel name
+    gemv: bool | None = None  # recurrent calls of <= gemv_max_rows rows through kernels/gemv.py
+    fuse: bool | None = None  # torch.compile of the norm/RoPE/SiLU blocks (pads M=1 calls)
+    triton_attn: bool | None = None  # split-KV decode attention (kernels/triton_attention.py)
+    compile_dynamic: str = "rows"  # torch.compile: only the row count symbolic ("rows") or every dim ("all")
+    gemv_config: dict = field(default_factory=dict)  # GEMV tile overrides per kernel name
     gemv_max_rows: int = GEMV_MAX_ROWS  # calls of up to this many rows take the GEMV path (1..16)
-    pdl: bool | None = None             # programmatic dependent launch of the GEMV-path kernels (sm_90+)
-    fault: str = ""                     # a deliberate fault: "attn_scale=1.01" | "rope_theta=1.01" | "input_layernorm.0=1.01"
+    pdl: bool | None = None  # programmatic dependent launch of the GEMV-path kernels (sm_90+)
+    fault: str = ""  # a deliberate fault: "attn_scale=1.01" | "rope_theta=1.01" | "input_layernorm.0=1.01"
 
     def __post_init__(self):
         if self.compile_dynamic not in COMPILE_DYNAMIC:
-            raise OracleError(f"KernelOptions.compile_dynamic={self.compile_dynamic!r}: expected one of "
-                              f"{', '.join(COMPILE_DYNAMIC)}")
-        if isinstance(self.gemv_max_rows, bool) or not isinstance(self.gemv_max_rows, int) \
-                or not 1 <= self.gemv_max_rows <= 16:
+            raise OracleError(
+                f"KernelOptions.compile_dynamic={self.compile_dynamic!r}: expected one of {', '.join(COMPILE_DYNAMIC)}"
+            )
+        if (
+            isinstance(self.gemv_max_rows, bool)
+            or not isinstance(self.gemv_max_rows, int)
+            or not 1 <= self.gemv_max_rows <= 16
+        ):
             raise OracleError(f"KernelOptions.gemv_max_rows={self.gemv_max_rows!r}: expected an integer in 1..16")
         for name in ("gemv", "fuse", "triton_attn", "pdl"):
             if getattr(self, name) not in (None, True, False):
@@ -79,6 +91,7 @@ class KernelOptions:
         """The options the LOOPSPEC_* variables ask for (checked: oracle.cli.environment); only the
         CLI-facing factories call this."""
         from oracle.cli.environment import check_kernel_switches
+
         env = os.environ if env is None else env
         check_kernel_switches(env)
         kw = {name: False for name in ("gemv", "fuse", "triton_attn", "pdl") if env.get(ENV[name], "1") == "0"}
@@ -95,15 +108,21 @@ class KernelOptions:
     def resolve(self, device: torch.device) -> tuple[bool, bool, bool, bool]:
         """(gemv, fuse, triton_attn, pdl) as taken on `device`: None means on where available."""
         from . import gemv as gemv_kernels, triton_attention
+
         device = torch.device(device)
-        on = {"gemv": gemv_kernels.available(device), "fuse": device.type == "cuda",
-              "triton_attn": triton_attention.available(device), "pdl": gemv_kernels.pdl_available(device)}
+        on = {
+            "gemv": gemv_kernels.available(device),
+            "fuse": device.type == "cuda",
+            "triton_attn": triton_attention.available(device),
+            "pdl": gemv_kernels.pdl_available(device),
+        }
         for name in ("gemv", "triton_attn"):
             if getattr(self, name) and gemv_kernels.triton is None:
                 raise OracleError(f"KernelOptions.{name}=True needs Triton (not installed)")
         if self.pdl and not on["pdl"]:
-            raise OracleError(f"KernelOptions.pdl=True needs Triton and a CUDA device of compute capability >= 9 "
-                              f"(got {device})")
+            raise OracleError(
+                f"KernelOptions.pdl=True needs Triton and a CUDA device of compute capability >= 9 (got {device})"
+            )
         names = ("gemv", "fuse", "triton_attn", "pdl")
         return tuple(on[n] if getattr(self, n) is None else getattr(self, n) for n in names)
 
@@ -118,21 +137,23 @@ PENALTY_ROWS = {"repetition": ("rep", 1.0), "presence": ("pres", 0.0), "frequenc
 
 
 def chain_fault(fault: str) -> tuple[str, str] | None:
-    """"skip_draft.STEP" | "skip_verify.STEP" -> ("draft" | "verify", STEP); any other fault -> None."""
+    """ "skip_draft.STEP" | "skip_verify.STEP" -> ("draft" | "verify", STEP); any other fault -> None."""
     rows, _, step = fault.partition(".")
     if rows not in CHAIN_ROWS:
         return None
     from .rows import STEPS
+
     if step not in ("mask", *STEPS, *PENALTY_ROWS):
-        raise OracleError(f"kernel fault {fault!r}: expected {rows}.STEP, STEP one of mask, "
-                          f"{', '.join((*STEPS, *PENALTY_ROWS))}")
+        raise OracleError(
+            f"kernel fault {fault!r}: expected {rows}.STEP, STEP one of mask, {', '.join((*STEPS, *PENALTY_ROWS))}"
+        )
     return rows.removeprefix("skip_"), step
 
 
 def parse_fault(fault: str) -> tuple[str, int | None, float | None] | None:
-    """"name[.layer]=factor" -> (name, layer, factor); a precision fault "fp8_k" | "fp8_v" | "fp8_act"
+    """ "name[.layer]=factor" -> (name, layer, factor); a precision fault "fp8_k" | "fp8_v" | "fp8_act"
     | "fp8_gate_up.L" -> (name, layer, None); "" -> None. A malformed fault is refused."""
-    if not fault or chain_fault(fault):          # a sampling-chain fault: no weight or precision fault
+    if not fault or chain_fault(fault):  # a sampling-chain fault: no weight or precision fault
         return None
     name, _, layer = fault.partition(".")
     if name in PRECISION_FAULTS:
@@ -146,8 +167,16 @@ def parse_fault(fault: str) -> tuple[str, int | None, float | None] | None:
         li = int(layer) if layer else None
     except ValueError:
         f = li = None
-    if not eq or name not in FAULTS or f is None or not f > 0 or (name == "input_layernorm") != (li is not None) \
-            or (li is not None and li < 0):
-        raise OracleError(f"kernel fault {fault!r}: expected attn_scale=F, rope_theta=F or input_layernorm.L=F "
-                          "(F > 0, L a layer), or fp8_k, fp8_v, fp8_act, fp8_gate_up.L")
+    if (
+        not eq
+        or name not in FAULTS
+        or f is None
+        or not f > 0
+        or (name == "input_layernorm") != (li is not None)
+        or (li is not None and li < 0)
+    ):
+        raise OracleError(
+            f"kernel fault {fault!r}: expected attn_scale=F, rope_theta=F or input_layernorm.L=F "
+            "(F > 0, L a layer), or fp8_k, fp8_v, fp8_act, fp8_gate_up.L"
+        )
     return name, li, f

@@ -12,6 +12,7 @@ call's G distinct planes are `gplane` and row r is query qidx[r] = g*Qm + i of t
 [G, Qm] attention grid. Draft head: [flat(Mh) slot(Mh) off(Mh)]. Verify head: [flat(N)
 slot(N)]. Requests: [slot(R) K(R) ubase(R)] and the uniform windows [R, W] (FP64 bits).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,9 +26,9 @@ from .rows import STEPS, filtered
 
 @dataclass(slots=True)
 class CallPlan:
-    key: tuple            # (M, G, Qm): the shape a CUDA graph is captured for
-    meta: tuple           # (start, length) in the round buffer
-    head: tuple | None    # draft-head (start, length, Mh) or None
+    key: tuple  # (M, G, Qm): the shape a CUDA graph is captured for
+    meta: tuple  # (start, length) in the round buffer
+    head: tuple | None  # draft-head (start, length, Mh) or None
 
 
 @dataclass(slots=True)
@@ -35,12 +36,12 @@ class RoundPlan:
     schedule: Schedule
     slots: list
     calls: list = field(default_factory=list)
-    verify: tuple = ()            # (start, length, N)
-    requests: tuple = ()          # (start, length, R)
-    uniforms: tuple = ()          # (start, length, R, W)
-    sampling: str = "full"        # head steps' sampler: "greedy" | "plain" | "full" (SAMPLING)
-    processors: tuple = ()        # processor steps on in the round (processors_variant); (): none
-    wrote: dict = field(default_factory=dict)    # (i, offset, depth) -> call that wrote its KV
+    verify: tuple = ()  # (start, length, N)
+    requests: tuple = ()  # (start, length, R)
+    uniforms: tuple = ()  # (start, length, R, W)
+    sampling: str = "full"  # head steps' sampler: "greedy" | "plain" | "full" (SAMPLING)
+    processors: tuple = ()  # processor steps on in the round (processors_variant); (): none
+    wrote: dict = field(default_factory=dict)  # (i, offset, depth) -> call that wrote its KV
     buf: np.ndarray | None = None
 
 
@@ -103,6 +104,7 @@ def processors_variant(steps) -> tuple:
 class Indices:
     """The part of a round buffer fixed by the schedule and the slots (RoundPlan's calls,
     wrote, verify and the packed index array): the same for every round that repeats them."""
+
     calls: tuple
     wrote: dict
     verify: tuple
@@ -116,8 +118,17 @@ def plan_indices(schedule: Schedule, slots, Tcap: int, n_slots: int) -> Indices:
     return Indices(tuple(plan.calls), plan.wrote, plan.verify, np.concatenate(pk.parts))
 
 
-def build_plan(schedule: Schedule, slots, Tcap: int, n_slots: int, ubase, windows: np.ndarray,
-               sampling: str = "full", indices: Indices | None = None, processors: tuple = ()) -> RoundPlan:
+def build_plan(
+    schedule: Schedule,
+    slots,
+    Tcap: int,
+    n_slots: int,
+    ubase,
+    windows: np.ndarray,
+    sampling: str = "full",
+    indices: Indices | None = None,
+    processors: tuple = (),
+) -> RoundPlan:
     """schedule: the round's calls (batch index i); slots[i]: request i's KV slot;
     ubase[i]: stream index of windows[i, 0]; windows: [R, W] FP64 uniforms.
     indices: plan_indices(schedule, slots, Tcap, n_slots) when the caller kept it.
@@ -146,8 +157,9 @@ def _pack_calls(plan: RoundPlan, pk: _Packer, schedule: Schedule, slots, Tcap: i
         head = None
         if call.draft_head:
             hs = [slots[i] for i, _ in call.draft_head]
-            head = pk.add([s * Tcap + o for s, (_, o) in zip(hs, call.draft_head)], hs,
-                          [o for _, o in call.draft_head]) + (len(call.draft_head),)
+            head = pk.add(
+                [s * Tcap + o for s, (_, o) in zip(hs, call.draft_head)], hs, [o for _, o in call.draft_head]
+            ) + (len(call.draft_head),)
         plan.calls.append(CallPlan((len(call.rows), len(gplane), Qm), meta, head))
         for i, o, j in call.rows:
             plan.wrote[(i, o, j)] = c
@@ -167,7 +179,7 @@ class PlanCache:
         if hit is None:
             hit = make()
             if len(self.entries) >= self.size:
-                self.entries.pop(next(iter(self.entries)))            # the least recently used
+                self.entries.pop(next(iter(self.entries)))  # the least recently used
         self.entries[key] = hit
         return hit
 
@@ -175,8 +187,16 @@ class PlanCache:
 def scratch_call_meta(key, scratch: int, Tcap: int) -> np.ndarray:
     """Harmless rows of shape `key` (all on the scratch slot) for graph warm-up."""
     M, G, Qm = key
-    return np.concatenate([np.full(M, scratch * Tcap), np.full(M, scratch), np.zeros(M), np.full(M, scratch),
-                           np.arange(M), np.full(G, scratch)]).astype(np.int64)
+    return np.concatenate(
+        [
+            np.full(M, scratch * Tcap),
+            np.full(M, scratch),
+            np.zeros(M),
+            np.full(M, scratch),
+            np.arange(M),
+            np.full(G, scratch),
+        ]
+    ).astype(np.int64)
 
 
 def scratch_head_meta(n: int, fields: int, scratch: int, Tcap: int) -> np.ndarray:

@@ -15,6 +15,7 @@ and output per slot.
 The rows of each step of oracle.sampling.CHAIN come from ROWS, or are its fields as scalars;
 STEP_ROWS, FILTER_ROWS and PROC_ROWS are read from them, and check_limits from LIMITS.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,18 +23,21 @@ import numpy as np
 from oracle.errors import OracleError
 from oracle.sampling import CHAIN, SamplingParams
 
-MAX_BAD_WORD_LEN = 8            # tokens in one bad word, at most
-MAX_BAD_WORDS = 32              # bad words of one request, at most
-TAIL = MAX_BAD_WORD_LEN - 1     # committed output tokens a slot keeps for the bad-word match
-MAX_NGRAM = 8                   # no_repeat_ngram, at most
-HISTORY = 2048                  # tokens of prompt and output a slot keeps for no_repeat_ngram, at most
+MAX_BAD_WORD_LEN = 8  # tokens in one bad word, at most
+MAX_BAD_WORDS = 32  # bad words of one request, at most
+TAIL = MAX_BAD_WORD_LEN - 1  # committed output tokens a slot keeps for the bad-word match
+MAX_NGRAM = 8  # no_repeat_ngram, at most
+HISTORY = 2048  # tokens of prompt and output a slot keeps for no_repeat_ngram, at most
 NO_LIMIT = 2**62
 
 
 def filtered(params, vocab: int) -> bool:
     """A sampled request whose distribution min-p, top-k or top-p cut (the sorting sampler)."""
-    return not params.greedy and ((params.top_k is not None and params.top_k < vocab) or
-                                  (params.top_p is not None and params.top_p < 1) or bool(params.min_p))
+    return not params.greedy and (
+        (params.top_k is not None and params.top_k < vocab)
+        or (params.top_p is not None and params.top_p < 1)
+        or bool(params.min_p)
+    )
 
 
 def processor_steps(params) -> tuple:
@@ -44,23 +48,30 @@ def processor_steps(params) -> tuple:
 
 # ---- the device's fixed-size tables (graph-safe): what does not fit is refused at add() ----
 
+
 def _bad_words_limits(params, length) -> None:
     if len(params.bad_words) > MAX_BAD_WORDS:
-        raise OracleError(f"bad_words: {len(params.bad_words)} words; the torch backend holds at most "
-                          f"{MAX_BAD_WORDS} per request")
+        raise OracleError(
+            f"bad_words: {len(params.bad_words)} words; the torch backend holds at most {MAX_BAD_WORDS} per request"
+        )
     long = [w for w in params.bad_words if len(w) > MAX_BAD_WORD_LEN]
     if long:
-        raise OracleError(f"bad_words: a word of {len(long[0])} tokens {list(long[0])}; the torch backend matches "
-                          f"words of at most {MAX_BAD_WORD_LEN} tokens")
+        raise OracleError(
+            f"bad_words: a word of {len(long[0])} tokens {list(long[0])}; the torch backend matches "
+            f"words of at most {MAX_BAD_WORD_LEN} tokens"
+        )
 
 
 def _no_repeat_ngram_limits(params, length) -> None:
     if params.no_repeat_ngram > MAX_NGRAM:
-        raise OracleError(f"no_repeat_ngram {params.no_repeat_ngram}: the torch backend matches n-grams of at most "
-                          f"{MAX_NGRAM} tokens")
+        raise OracleError(
+            f"no_repeat_ngram {params.no_repeat_ngram}: the torch backend matches n-grams of at most {MAX_NGRAM} tokens"
+        )
     if length is not None and length > HISTORY:
-        raise OracleError(f"no_repeat_ngram: the request reaches {length} tokens of prompt and output; the torch "
-                          f"backend keeps at most {HISTORY} per request")
+        raise OracleError(
+            f"no_repeat_ngram: the request reaches {length} tokens of prompt and output; the torch "
+            f"backend keeps at most {HISTORY} per request"
+        )
 
 
 LIMITS = {"bad_words": _bad_words_limits, "no_repeat_ngram": _no_repeat_ngram_limits}
@@ -78,6 +89,7 @@ def check_limits(params, length: int | None = None) -> None:
 # ---- each step's rows: params, V -> {row name: numpy scalar or row}; a step not named here has
 # one scalar row per SamplingParams field, of the field's name (float32 or int64) ----
 
+
 def _mask_rows(params, V) -> dict:
     ban = np.full(V, params.allowed_token_ids is not None)
     if params.allowed_token_ids is not None:
@@ -93,7 +105,7 @@ def _bad_words_rows(params, V) -> dict:
     for n, w in enumerate(params.bad_words):
         plen[n], last[n] = len(w) - 1, w[-1]
         if len(w) > 1:
-            pre[n, TAIL - len(w) + 1:] = w[:-1]
+            pre[n, TAIL - len(w) + 1 :] = w[:-1]
     return {"bw_pre": pre, "bw_plen": plen, "bw_last": last}
 
 
@@ -104,16 +116,22 @@ def _min_tokens_rows(params, V) -> dict:
 
 
 def _logit_bias_rows(params, V) -> dict:
-    bias = np.full(V, -0.0, np.float32)              # x + (-0.0) is x, bit for bit: no bias
+    bias = np.full(V, -0.0, np.float32)  # x + (-0.0) is x, bit for bit: no bias
     for t, b in params.logit_bias:
         bias[t] = np.float32(b)
     return {"bias": bias}
 
 
 ROWS = {
-    "mask": _mask_rows, "bad_words": _bad_words_rows, "min_tokens": _min_tokens_rows, "logit_bias": _logit_bias_rows,
-    "penalties": lambda p, V: {"rep": np.float32(p.repetition_penalty), "pres": np.float32(p.presence_penalty),
-                               "freq": np.float32(p.frequency_penalty)},
+    "mask": _mask_rows,
+    "bad_words": _bad_words_rows,
+    "min_tokens": _min_tokens_rows,
+    "logit_bias": _logit_bias_rows,
+    "penalties": lambda p, V: {
+        "rep": np.float32(p.repetition_penalty),
+        "pres": np.float32(p.presence_penalty),
+        "freq": np.float32(p.frequency_penalty),
+    },
     "temperature": lambda p, V: {"temp": np.float32(1.0 if p.greedy else p.temperature)},
     "min_p": lambda p, V: {"min_p": np.float32(p.min_p or 0.0)},
     "top_k": lambda p, V: {"top_k": np.int64(min(p.top_k or V, V))},
@@ -122,7 +140,9 @@ ROWS = {
 
 
 def _field_rows(step):
-    return lambda p, V: {f: (np.float32 if isinstance(off, float) else np.int64)(getattr(p, f)) for f, off in step.off.items()}
+    return lambda p, V: {
+        f: (np.float32 if isinstance(off, float) else np.int64)(getattr(p, f)) for f, off in step.off.items()
+    }
 
 
 STEP_ROW_FNS = {s.name: ROWS.get(s.name) or _field_rows(s) for s in CHAIN.steps}
@@ -131,8 +151,10 @@ STEP_ROW_FNS = {s.name: ROWS.get(s.name) or _field_rows(s) for s in CHAIN.steps}
 def sampling_rows(params, vocab: int) -> dict:
     """params -> {name: numpy scalar or row} (the module docstring)."""
     check_limits(params)
-    out = {"greedy": np.bool_(params.greedy),
-           "left": np.int64(NO_LIMIT if params.max_tokens is None else params.max_tokens)}
+    out = {
+        "greedy": np.bool_(params.greedy),
+        "left": np.int64(NO_LIMIT if params.max_tokens is None else params.max_tokens),
+    }
     for fn in STEP_ROW_FNS.values():
         out |= fn(params, vocab)
     return out | {"filtered": filtered(params, vocab), "steps": processor_steps(params)}

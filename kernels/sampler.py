@@ -12,6 +12,7 @@ row is the identity on it (bit for bit), so rows with and without processors sha
 a step off for every row of a batch is skipped (`steps`: the names that run). The FP32
 operations are oracle/processors.py's, in its order (x / r or x * r, then x - f*count, then
 x - p*[count > 0]; the bias as x + b), so on the CPU the bits are the reference's."""
+
 from __future__ import annotations
 
 import torch
@@ -36,10 +37,10 @@ def bad_words(x: torch.Tensor, r: dict) -> torch.Tensor:
     L = r["ctx"].shape[1]
     k = torch.arange(L, device=x.device)
     plen = r["bw_plen"]
-    need = k[None, None, :] >= (L - plen)[:, :, None]                               # [N, W, L]
+    need = k[None, None, :] >= (L - plen)[:, :, None]  # [N, W, L]
     match = ((r["ctx"][:, None, :] == r["bw_pre"]) | ~need).all(-1)
-    match = match & (plen <= r["nvalid"][:, None]) & (r["bw_last"] >= 0)            # [N, W]
-    idx = torch.where(match, r["bw_last"], V)                                       # V: a spare column
+    match = match & (plen <= r["nvalid"][:, None]) & (r["bw_last"] >= 0)  # [N, W]
+    idx = torch.where(match, r["bw_last"], V)  # V: a spare column
     hit = torch.zeros((N, V + 1), dtype=torch.bool, device=x.device).scatter_(1, idx, True)
     return x.masked_fill(hit[:, :V], NEG_INF)
 
@@ -75,22 +76,27 @@ def no_repeat_ngram(x: torch.Tensor, r: dict) -> torch.Tensor:
     N, V = x.shape
     seq, L, n = r["seq"], r["seqlen"], r["no_repeat_ngram"]
     M, Ls = MAX_NGRAM, seq.shape[1]
-    win = torch.nn.functional.pad(seq, (0, M - 1), value=-1).unfold(1, M, 1)           # [N, Ls, M]: seq[j + k]
+    win = torch.nn.functional.pad(seq, (0, M - 1), value=-1).unfold(1, M, 1)  # [N, Ls, M]: seq[j + k]
     k = torch.arange(M - 1, device=x.device)
-    last = seq.gather(1, ((L - n + 1)[:, None] + k[None, :]).clamp(0, Ls - 1))          # [N, M-1]: the last n-1
+    last = seq.gather(1, ((L - n + 1)[:, None] + k[None, :]).clamp(0, Ls - 1))  # [N, M-1]: the last n-1
     need = k[None, :] < (n - 1)[:, None]
-    match = ((win[:, :, :M - 1] == last[:, None, :]) | ~need[:, None, :]).all(-1)       # [N, Ls]
+    match = ((win[:, :, : M - 1] == last[:, None, :]) | ~need[:, None, :]).all(-1)  # [N, Ls]
     j = torch.arange(Ls, device=x.device)
-    match = match & (j[None, :] + n[:, None] <= L[:, None]) & (n > 0)[:, None]          # n-gram j.. ends before L
+    match = match & (j[None, :] + n[:, None] <= L[:, None]) & (n > 0)[:, None]  # n-gram j.. ends before L
     nxt = win.gather(2, (n - 1).clamp(min=0)[:, None, None].expand(N, Ls, 1))[:, :, 0]  # its last token
-    idx = torch.where(match, nxt, V)                                                    # V: a spare column
+    idx = torch.where(match, nxt, V)  # V: a spare column
     hit = torch.zeros((N, V + 1), dtype=torch.bool, device=x.device).scatter_(1, idx, True)
     return x.masked_fill(hit[:, :V], NEG_INF)
 
 
 # the device step of each processor of oracle.sampling.CHAIN, by name
-STEPS = {"bad_words": bad_words, "logit_bias": logit_bias, "min_tokens": min_tokens, "penalties": penalties,
-         "no_repeat_ngram": no_repeat_ngram}
+STEPS = {
+    "bad_words": bad_words,
+    "logit_bias": logit_bias,
+    "min_tokens": min_tokens,
+    "penalties": penalties,
+    "no_repeat_ngram": no_repeat_ngram,
+}
 ORDER = tuple(n for n, _ in CHAIN.processors)
 assert ORDER[0] == "mask" and set(ORDER[1:]) == set(STEPS), f"the device has no step for {ORDER}"
 
@@ -120,12 +126,12 @@ def filtered_probs(logits: torch.Tensor, r: dict) -> torch.Tensor:
         p = torch.softmax(x, dim=-1)
         x = x.masked_fill(p < min_p[:, None] * p.max(-1, keepdim=True).values, NEG_INF)
     srt = torch.sort(x, dim=-1, descending=True).values
-    kth = srt.gather(1, (top_k - 1).clamp(0, V - 1)[:, None])               # [N, 1]
+    kth = srt.gather(1, (top_k - 1).clamp(0, V - 1)[:, None])  # [N, 1]
     x = x.masked_fill(x < kth, NEG_INF)
     p = torch.softmax(x, dim=-1)
     ps = torch.sort(p, dim=-1, descending=True).values
-    kept = ((ps.cumsum(-1) - ps) <= top_p[:, None]).sum(-1)                   # mass before each token
-    cut = ps.gather(1, (kept - 1).clamp(min=0)[:, None])                      # [N, 1]
+    kept = ((ps.cumsum(-1) - ps) <= top_p[:, None]).sum(-1)  # mass before each token
+    cut = ps.gather(1, (kept - 1).clamp(min=0)[:, None])  # [N, 1]
     return torch.softmax(x.masked_fill(p < cut, NEG_INF), dim=-1)
 
 
@@ -138,13 +144,13 @@ def plain_probs(logits: torch.Tensor, temp: torch.Tensor) -> torch.Tensor:
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse CDF in FP64: the first token whose cumulative mass exceeds u * total.
     probs: [N, V]; u: [N] FP64 -> [N] int64."""
-    cdf = probs.double().cumsum(-1)                                          # [N, V]
+    cdf = probs.double().cumsum(-1)  # [N, V]
     target = (u * cdf[:, -1])[:, None]
     return torch.searchsorted(cdf, target, right=True)[:, 0].clamp(max=probs.shape[-1] - 1)
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
-    return logits.argmax(dim=-1)                                             # ties: lowest id
+    return logits.argmax(dim=-1)  # ties: lowest id
 
 
 def accepts(u: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
@@ -155,7 +161,7 @@ def accepts(u: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tens
 def residual(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """normalize(max(0, p - q)) row-wise -> (probs [N, V] FP32, ok [N]: total mass > 0)."""
     r = (p - q).clamp(min=0)
-    total = r.double().sum(-1)                                               # [N] FP64
+    total = r.double().sum(-1)  # [N] FP64
     ok = total > 0
     return r / torch.where(ok, total, 1.0).float()[:, None], ok
 

@@ -7,6 +7,7 @@ the same request (the device keeps its frontier, offset-0 token and RNG cursor).
 A failed round cleans up: a request whose device state can no longer be trusted is dropped
 (its KV slot freed), later rounds that include it fail too, and the first error is raised.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,35 +37,55 @@ def _no_autograd(method):
     adds"). The engine's state (KV planes, per-slot buffers) is made outside inference mode even
     within such a call, so code that drives the engine directly may change it in place. CUDA runs
     as before (not yet measured with it)."""
+
     @functools.wraps(method)
     def call(self, *args, **kwargs):
-        device = self.device if hasattr(self, "device") else args[0].device      # __init__: weights
+        device = self.device if hasattr(self, "device") else args[0].device  # __init__: weights
         with torch.inference_mode(device.type == "cpu"):
             return method(self, *args, **kwargs)
+
     return call
 
 
 class TorchSession:
     @_no_autograd
-    def __init__(self, weights, d, D, mode, policy="sequential", *, name="torch", dtype_name="float32",
-                 max_requests=8, max_len=256, max_tokens_per_round=16, grow=True, graphs="off",
-                 max_batch_size=512, max_graphs=512, trace=True, debug_poison=False,
-                 kernel_options: KernelOptions | None = None):
+    def __init__(
+        self,
+        weights,
+        d,
+        D,
+        mode,
+        policy="sequential",
+        *,
+        name="torch",
+        dtype_name="float32",
+        max_requests=8,
+        max_len=256,
+        max_tokens_per_round=16,
+        grow=True,
+        graphs="off",
+        max_batch_size=512,
+        max_graphs=512,
+        trace=True,
+        debug_poison=False,
+        kernel_options: KernelOptions | None = None,
+    ):
         """kernel_options: the device fast paths (kernels/options.py; default KernelOptions()).
         trace=False (benchmarks): a round's trace holds its tokens, acceptance, RNG events and
         stats, not its logits, KV writes, params, prefixes or calls."""
         validate([1], d, D)
-        plan_schedule(mode, [1], d, D)                                  # checks the mode
+        plan_schedule(mode, [1], d, D)  # checks the mode
         self.d, self.D, self.mode, self.policy = d, D, mode, check_policy(policy)
         self.cfg, self.name, self.dtype_name = weights.cfg, name, dtype_name
         self.Tcap, self.trace, self.debug_poison = max_tokens_per_round, trace, debug_poison
-        self.grow = grow          # capacity (requests, max_len) doubles on demand; else errors
-        per_round = max_draws(max_tokens_per_round - 1)                 # uniforms of one round, at most
+        self.grow = grow  # capacity (requests, max_len) doubles on demand; else errors
+        per_round = max_draws(max_tokens_per_round - 1)  # uniforms of one round, at most
         self.graphs = GraphRunner(graphs, max_batch_size, max_graphs)
-        self.engine = Engine(weights, D, max_requests, max_len, max_tokens_per_round, 2 * per_round, self.graphs,
-                             kernel_options)
+        self.engine = Engine(
+            weights, D, max_requests, max_len, max_tokens_per_round, 2 * per_round, self.graphs, kernel_options
+        )
         self.requests: dict = {}
-        self.plans = PlanCache()          # rounds that repeat a shape reuse its schedule and indices
+        self.plans = PlanCache()  # rounds that repeat a shape reuse its schedule and indices
         self.pending: list[Handle] = []
         self.round_idx = 0
         self.device = weights.device
@@ -94,10 +115,12 @@ class TorchSession:
         try:
             self.engine.set_params(slot, params, self.cfg.vocab_size)
             if self.debug_poison:
-                self._poison(torch.tensor([slot], device=self.device), torch.zeros(1, dtype=torch.int64, device=self.device))
+                self._poison(
+                    torch.tensor([slot], device=self.device), torch.zeros(1, dtype=torch.int64, device=self.device)
+                )
             self.engine.prefill(slot, torch.tensor(prompt, dtype=torch.int64, device=self.device), depths[1])
         except BaseException:
-            self.engine.kv.release(slot)                                 # no leaked slot
+            self.engine.kv.release(slot)  # no leaked slot
             raise
         self.requests[rid] = HostRequest(rid, slot, params, prompt, stream, depths, steps=processor_steps(params))
 
@@ -144,22 +167,24 @@ class TorchSession:
             raise OracleError("a round names the same request twice")
         for req in reqs:
             if req.finished:
-                raise OracleError(f"request {req.rid} finished ({req.finished}) in an earlier round; it cannot run again")
-        need = 1                                                         # positions 0..need-1 cover the round
+                raise OracleError(
+                    f"request {req.rid} finished ({req.finished}) in an earlier round; it cannot run again"
+                )
+        need = 1  # positions 0..need-1 cover the round
         for req, t in zip(reqs, T):
             if t > self.Tcap:
                 raise OracleError(f"request {req.rid}: token count {t} exceeds max_tokens_per_round {self.Tcap}")
-            ahead = sum(x.counts[x.reqs.index(req)] for x in req.in_flight)   # positions in flight
-            reach = len(req.tokens) - 1 + ahead + t                     # positions 0..reach-1
+            ahead = sum(x.counts[x.reqs.index(req)] for x in req.in_flight)  # positions in flight
+            reach = len(req.tokens) - 1 + ahead + t  # positions 0..reach-1
             need = max(need, reach)
             self._fit(reach, f"request {req.rid}: a round reaching position {reach - 1}")
             try:
-                check_limits(req.params, reach + 1)                      # the tokens committed after it, at most
+                check_limits(req.params, reach + 1)  # the tokens committed after it, at most
             except OracleError as e:
                 raise OracleError(f"request {req.rid}: {e}") from None
             while req.in_flight and self._need(req, t) > self.engine.Wcap:
-                self._finish(self.pending[0])                            # window too small: finish the oldest
-        dep = [r.depths for r in reqs]                                   # (d_i, D_i) per request
+                self._finish(self.pending[0])  # window too small: finish the oldest
+        dep = [r.depths for r in reqs]  # (d_i, D_i) per request
         h = Handle(self.round_idx, self.mode, self.policy, *shared(dep), reqs, T, depths=dep)
         h.span = self.span_bucket(need, self.max_len)
         slots, n_slots = [r.slot for r in reqs], self.engine.kv.n_slots
@@ -167,12 +192,21 @@ class TorchSession:
         def make():
             sched = plan_schedule(self.mode, T, [a for a, _ in dep], [b for _, b in dep])
             return sched, plan_indices(sched, slots, self.Tcap, n_slots)
+
         sched, indices = self.plans.get((tuple(T), tuple(dep), tuple(slots), n_slots), make)
         W = max(1, max(self._need(r, t) for r, t in zip(reqs, T)))
         windows = np.stack([r.stream.window(W) if not r.params.greedy else np.zeros(W) for r in reqs])
-        h.plan = build_plan(sched, slots, self.Tcap, n_slots, [r.stream.consumed for r in reqs], windows,
-                            sampling_variant([r.params for r in reqs], self.cfg.vocab_size), indices,
-                            processors_variant([r.steps for r in reqs]))
+        h.plan = build_plan(
+            sched,
+            slots,
+            self.Tcap,
+            n_slots,
+            [r.stream.consumed for r in reqs],
+            windows,
+            sampling_variant([r.params for r in reqs], self.cfg.vocab_size),
+            indices,
+            processors_variant([r.steps for r in reqs]),
+        )
         before = dict(self.graphs.stats)
         t1 = time.perf_counter()
         try:
@@ -182,14 +216,18 @@ class TorchSession:
             # frontier, round buffers); after it, the requests' device state is unknown
             if h.committed:
                 for r in reqs:
-                    self._drain(r)                                      # earlier rounds are fine
+                    self._drain(r)  # earlier rounds are fine
                 self._fail(h, e)
             raise
-        h.stats = {"recurrent_calls": len(sched.calls), "rows_per_call": sched.row_counts(),
-                   "head_calls": sum(1 for c in sched.calls if c.draft_head) + 1,
-                   "head_rows": sum(sched.draft_head_counts()) + len(sched.verify_head),
-                   "draft_head_calls": sum(1 for c in sched.calls if c.draft_head),
-                   "draft_head_rows": sum(sched.draft_head_counts()), "drafted": sum(t - 1 for t in T)}
+        h.stats = {
+            "recurrent_calls": len(sched.calls),
+            "rows_per_call": sched.row_counts(),
+            "head_calls": sum(1 for c in sched.calls if c.draft_head) + 1,
+            "head_rows": sum(sched.draft_head_counts()) + len(sched.verify_head),
+            "draft_head_calls": sum(1 for c in sched.calls if c.draft_head),
+            "draft_head_rows": sum(sched.draft_head_counts()),
+            "drafted": sum(t - 1 for t in T),
+        }
         h.stats |= {k: self.graphs.stats[k] - before[k] for k in before}
         h.host_ms = {"plan": (t1 - t0) * 1e3, "enqueue": (time.perf_counter() - t1) * 1e3}
         self.round_idx += 1
@@ -222,14 +260,16 @@ class TorchSession:
             h.started = torch.cuda.Event(enable_timing=True)
             h.started.record()
             host = host.pin_memory()
-        buf = host.to(self.device, non_blocking=True)                   # the round's one upload
-        packed = self.engine.run_round(h.plan, buf, self.policy, h.span)   # [R, F]: unpack_results
+        buf = host.to(self.device, non_blocking=True)  # the round's one upload
+        packed = self.engine.run_round(h.plan, buf, self.policy, h.span)  # [R, F]: unpack_results
         h.committed = True
         out = unpack_results(packed, self.Tcap)
-        slots = buf[h.plan.requests[0]:h.plan.requests[0] + len(h.reqs)]
-        res = {"packed": _to_host(packed)}                               # before the next round's replay
+        slots = buf[h.plan.requests[0] : h.plan.requests[0] + len(h.reqs)]
+        res = {"packed": _to_host(packed)}  # before the next round's replay
         if self.trace:
-            res |= {k: _to_host(v.float()) for k, v in self.engine.trace_arrays(slots, out["start"], max(h.counts)).items()}
+            res |= {
+                k: _to_host(v.float()) for k, v in self.engine.trace_arrays(slots, out["start"], max(h.counts)).items()
+            }
         if self.debug_poison:
             self._poison(slots, out["start"] + out["a"] + 1)
         if self.device.type == "cuda":
@@ -256,14 +296,14 @@ class TorchSession:
         assert self.pending and self.pending[0] is h, "rounds finish in submission order"
         self.pending.pop(0)
         h.done = True
-        if h.error is not None:                                         # failed by an earlier round
+        if h.error is not None:  # failed by an earlier round
             self._fail(h, h.error)
             return
         t0 = time.perf_counter()
         try:
             if h.event is not None:
                 h.event.synchronize()
-                h.device_ms = h.started.elapsed_time(h.event)     # stream order: after the previous round
+                h.device_ms = h.started.elapsed_time(h.event)  # stream order: after the previous round
             t1 = time.perf_counter()
             out = {k: v.numpy() for k, v in h.out.items()}
             out |= unpack_results(out.pop("packed"), self.Tcap)
@@ -277,11 +317,12 @@ class TorchSession:
         self.commit_round(h, results)
         h.out = h.keep = None
         h.host_ms |= {"wait": (t1 - t0) * 1e3, "finish": (time.perf_counter() - t1) * 1e3}
-        for r in h.reqs:                  # a round submitted after the one that finished r fails
+        for r in h.reqs:  # a round submitted after the one that finished r fails
             for later in r.in_flight if r.finished else ():
                 later.error = later.error or OracleError(
                     f"round {later.round_idx} names request {r.rid}, "
-                    f"which finished ({r.finished}) in round {h.round_idx}")
+                    f"which finished ({r.finished}) in round {h.round_idx}"
+                )
 
     def commit_round(self, h: Handle, results) -> None:
         """The host side of a collected round's commit (the device committed its own state in
@@ -304,8 +345,10 @@ class TorchSession:
                 self.engine.kv.release(r.slot)
             for later in r.in_flight:
                 if later is not h and later.error is None:
-                    later.error = OracleError(f"round {later.round_idx} was dropped: it shares request {r.rid} "
-                                              f"with round {h.round_idx}, which failed ({h.error})")
+                    later.error = OracleError(
+                        f"round {later.round_idx} was dropped: it shares request {r.rid} "
+                        f"with round {h.round_idx}, which failed ({h.error})"
+                    )
             r.in_flight.clear()
         h.out = h.keep = None
 

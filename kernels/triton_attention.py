@@ -5,6 +5,7 @@ merges a row's chunks. No gather of whole planes, no padded query grid: a row re
 the pos+1 keys it sees, and a short call (M = 1: 16 heads) still spreads over many SMs
 (one program per (row, head) walking 257 keys took 22 us per layer on the H200).
 Checked against kernels.model.attend (and so against the reference) in gpu_tests."""
+
 from __future__ import annotations
 
 import torch
@@ -12,7 +13,7 @@ import torch
 try:
     import triton
     import triton.language as tl
-except ImportError:          # CPU installs: the torch path is used
+except ImportError:  # CPU installs: the torch path is used
     triton = None
 
 from .gemv_blocks import launch_options
@@ -21,14 +22,31 @@ if triton is not None:
     from .gemv_blocks import pdl_enter
 
 if triton is not None:
+
     @triton.jit
-    def _attn_chunk(Q, Kc, Vc, Acc, ML, plane_ptr, pos_ptr, layer_off, stride_plane, stride_t, scale,
-                    NH: tl.constexpr, GROUP: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
-                    NSPLIT: tl.constexpr, PDL: tl.constexpr):
+    def _attn_chunk(
+        Q,
+        Kc,
+        Vc,
+        Acc,
+        ML,
+        plane_ptr,
+        pos_ptr,
+        layer_off,
+        stride_plane,
+        stride_t,
+        scale,
+        NH: tl.constexpr,
+        GROUP: tl.constexpr,
+        HD: tl.constexpr,
+        CHUNK: tl.constexpr,
+        NSPLIT: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
         r, h, c = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         pdl_enter(PDL)
         pos = tl.load(pos_ptr + r)
-        if c * CHUNK <= pos:                               # chunks past the row's position: no keys
+        if c * CHUNK <= pos:  # chunks past the row's position: no keys
             plane = tl.load(plane_ptr + r).to(tl.int64)
             d = tl.arange(0, HD)
             q = tl.load(Q + r * NH * HD + h * HD + d).to(tl.float32)
@@ -36,30 +54,40 @@ if triton is not None:
             mask = t <= pos
             off = layer_off + plane * stride_plane + (h // GROUP) * HD + t[:, None].to(tl.int64) * stride_t + d[None, :]
             k = tl.load(Kc + off, mask=mask[:, None], other=0.0).to(tl.float32)
-            s = tl.where(mask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))     # [CHUNK]
+            s = tl.where(mask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))  # [CHUNK]
             m = tl.max(s, 0)
             p = tl.exp(s - m)
             v = tl.load(Vc + off, mask=mask[:, None], other=0.0).to(tl.float32)
             slot = (r * NH + h) * NSPLIT + c
-            tl.store(Acc + slot * HD + d, tl.sum(p[:, None] * v, 0))                  # unnormalized
+            tl.store(Acc + slot * HD + d, tl.sum(p[:, None] * v, 0))  # unnormalized
             tl.store(ML + slot * 2, m)
             tl.store(ML + slot * 2 + 1, tl.sum(p, 0))
 
     @triton.jit
-    def _attn_merge(Acc, ML, Out, pos_ptr, NH: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
-                    NSPLIT: tl.constexpr, SB: tl.constexpr, PDL: tl.constexpr):
+    def _attn_merge(
+        Acc,
+        ML,
+        Out,
+        pos_ptr,
+        NH: tl.constexpr,
+        HD: tl.constexpr,
+        CHUNK: tl.constexpr,
+        NSPLIT: tl.constexpr,
+        SB: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
         r, h = tl.program_id(0), tl.program_id(1)
         pdl_enter(PDL)
-        n = tl.load(pos_ptr + r) // CHUNK + 1                                          # chunks with keys
+        n = tl.load(pos_ptr + r) // CHUNK + 1  # chunks with keys
         base = (r * NH + h) * NSPLIT
         d = tl.arange(0, HD)
         m_i = tl.zeros([], tl.float32) - float("inf")
         l_i = tl.zeros([], tl.float32)
         acc = tl.zeros([HD], tl.float32)
-        for c0 in range(0, NSPLIT, SB):                    # static bound; chunks >= n are masked
+        for c0 in range(0, NSPLIT, SB):  # static bound; chunks >= n are masked
             c = c0 + tl.arange(0, SB)
-            live = (c < n) & (c < NSPLIT)                  # a row past the span reads no chunk beyond it
-            m = tl.load(ML + (base + c) * 2, mask=live, other=float("-inf"))           # [SB]
+            live = (c < n) & (c < NSPLIT)  # a row past the span reads no chunk beyond it
+            m = tl.load(ML + (base + c) * 2, mask=live, other=float("-inf"))  # [SB]
             m_new = tl.maximum(m_i, tl.max(m, 0))
             w = tl.where(live, tl.exp(m - m_new), 0.0)
             alpha = tl.exp(m_i - m_new)
@@ -90,8 +118,16 @@ def available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
 
 
-def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: torch.Tensor,
-                     pdl: bool = False, span: int | None = None, scale: float | None = None) -> torch.Tensor:
+def decode_attention(
+    q: torch.Tensor,
+    kv,
+    layer: int,
+    plane: torch.Tensor,
+    pos: torch.Tensor,
+    pdl: bool = False,
+    span: int | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
     """q: [M, nh, hd] (RoPE applied); plane, pos: [M]. Keys/values of plane `plane[r]` at
     positions 0..pos[r] of `layer` (already written). Returns [M, nh*hd]. pdl: launched as
     programmatic dependents (kernels/gemv.py), as in the GEMV path. span: the grid covers
@@ -101,20 +137,38 @@ def decode_attention(q: torch.Tensor, kv, layer: int, plane: torch.Tensor, pos: 
     (docs/results.md). scale: the softmax logit scale (default
     hd ** -0.5)."""
     M, nh, hd = q.shape
-    K, V = kv.k, kv.v                                   # [L, P, max_len, nkv, hd]
+    K, V = kv.k, kv.v  # [L, P, max_len, nkv, hd]
     assert K.is_contiguous() and V.is_contiguous() and q.is_contiguous()
     L, P, T, nkv, _ = K.shape
     span = T if span is None else span
     assert 1 <= span <= T, (span, T)
     out = torch.empty(M, nh * hd, device=q.device, dtype=q.dtype)
     if M:
-        nsplit = triton.cdiv(span, CHUNK)                   # static per span (graph-safe)
+        nsplit = triton.cdiv(span, CHUNK)  # static per span (graph-safe)
         acc = torch.empty(M, nh, nsplit, hd, device=q.device, dtype=torch.float32)
         ml = torch.empty(M, nh, nsplit, 2, device=q.device, dtype=torch.float32)
-        _attn_chunk[(M, nh, nsplit)](q, K, V, acc, ml, plane, pos, layer * P * T * nkv * hd, T * nkv * hd,
-                                     nkv * hd, hd ** -0.5 if scale is None else scale, NH=nh, GROUP=nh // nkv, HD=hd, CHUNK=CHUNK,
-                                     NSPLIT=nsplit, PDL=pdl, num_warps=CHUNK_WARPS[M > 1],
-                                     **launch_options(pdl))
-        _attn_merge[(M, nh)](acc, ml, out, pos, NH=nh, HD=hd, CHUNK=CHUNK, NSPLIT=nsplit, SB=16, PDL=pdl,
-                             **launch_options(pdl))
+        _attn_chunk[(M, nh, nsplit)](
+            q,
+            K,
+            V,
+            acc,
+            ml,
+            plane,
+            pos,
+            layer * P * T * nkv * hd,
+            T * nkv * hd,
+            nkv * hd,
+            hd**-0.5 if scale is None else scale,
+            NH=nh,
+            GROUP=nh // nkv,
+            HD=hd,
+            CHUNK=CHUNK,
+            NSPLIT=nsplit,
+            PDL=pdl,
+            num_warps=CHUNK_WARPS[M > 1],
+            **launch_options(pdl),
+        )
+        _attn_merge[(M, nh)](
+            acc, ml, out, pos, NH=nh, HD=hd, CHUNK=CHUNK, NSPLIT=nsplit, SB=16, PDL=pdl, **launch_options(pdl)
+        )
     return out

@@ -8,6 +8,7 @@ Hypothesis properties run with their profile's example budget but without the sh
 (a meta-test only needs to know *that* and *where* the property fails) and derandomized, so
 the result is the same on every machine.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -41,8 +42,9 @@ def parse(prop: str):
 
 
 def _quick(parent):
-    return settings(parent, phases=[Phase.explicit, Phase.generate, Phase.target], derandomize=True,
-                    database=None, print_blob=False)
+    return settings(
+        parent, phases=[Phase.explicit, Phase.generate, Phase.target], derandomize=True, database=None, print_blob=False
+    )
 
 
 def run_property(prop: str):
@@ -76,11 +78,11 @@ def check(bk, spec: str, prop: str) -> Outcome:
     with harness.use_backend(bk, spec):
         try:
             run_property(prop)
-        except OutcomeException as e:                            # pytest.fail is a catch, a skip is not
+        except OutcomeException as e:  # pytest.fail is a catch, a skip is not
             if isinstance(e, pytest.skip.Exception):
                 return Outcome(False, f"skipped: {e}", time.perf_counter() - t)
             return Outcome(True, first_line(e), time.perf_counter() - t)
-        except BaseException as e:                               # noqa: BLE001 - any failure is a catch
+        except BaseException as e:  # noqa: BLE001 - any failure is a catch
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             return Outcome(True, first_line(e), time.perf_counter() - t)

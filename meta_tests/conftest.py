@@ -1,6 +1,7 @@
 """Meta-tests: the property suite's own power (meta_tests/test_faults.py). Profiles come from
 property_tests/conftest.py; a table of which property caught which fault (and how) is printed
 at the end of the run."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ if str(REPO) not in sys.path:
 
 import property_tests.conftest  # noqa: E402,F401  (registers and loads the Hypothesis profiles)
 
-RESULTS: list = []      # (fault factory, property, Outcome), filled by test_faults.py
+RESULTS: list = []  # (fault factory, property, Outcome), filled by test_faults.py
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -25,9 +26,11 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     if rep.failed and call.when == "call":
         from hypothesis import settings
+
         profile = settings.get_current_profile_name()
-        rep.sections.append(("reproduce", f"HYPOTHESIS_PROFILE={profile} python -m pytest -q "
-                                          f"{shlex.quote(item.nodeid)}"))
+        rep.sections.append(
+            ("reproduce", f"HYPOTHESIS_PROFILE={profile} python -m pytest -q {shlex.quote(item.nodeid)}")
+        )
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -36,8 +39,9 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("faults caught by the property suite (meta_tests)")
     for fault, prop, o in RESULTS:
-        tr.write_line(f"{'CAUGHT' if o.caught else 'MISSED'} {fault.removeprefix('make_'):26s} "
-                      f"{prop:70s} {o.seconds:5.1f}s")
+        tr.write_line(
+            f"{'CAUGHT' if o.caught else 'MISSED'} {fault.removeprefix('make_'):26s} {prop:70s} {o.seconds:5.1f}s"
+        )
         tr.write_line(f"        {o.message[:150]}")
     if os.environ.get("ORACLE_META_VERBOSE"):
         tr.write_line(f"{len(RESULTS)} fault/property pairs")

@@ -47,6 +47,7 @@ fails (meta_tests/test_faults.py asserts which properties catch which fault).
                                     1e-7 noise on hidden states, device-RNG semantics): the
                                     suite must pass it (no false alarms on the tolerance path)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -83,8 +84,9 @@ class DenseKV(KVCache):
             p.k[position], p.v[position] = k, v
         else:
             p.append(k, v)
-        self.log.append(KVWrite(request, position, depth, layer, call,
-                                np.array(k, np.float32), np.array(v, np.float32)))
+        self.log.append(
+            KVWrite(request, position, depth, layer, call, np.array(k, np.float32), np.array(v, np.float32))
+        )
 
     def truncate(self, request, frontier):
         for (r, j, l), p in self.planes.items():
@@ -109,10 +111,11 @@ class FaultyBackend(ReferenceBackend):
     """The reference, with hooks a fault overrides. Defaults are the reference's phases; the
     rounds (oracle.reference_round, oracle.loop_round) run them through their `phases`
     argument, so no round is copied and no module is patched."""
+
     fault = "none"
     exact = True
     dense_kv = False
-    sampling = None               # a namespace like oracle.sampling (sampling_with), or None
+    sampling = None  # a namespace like oracle.sampling (sampling_with), or None
 
     @property
     def name(self):
@@ -125,9 +128,15 @@ class FaultyBackend(ReferenceBackend):
 
     def phases(self, mode: str) -> Phases:
         """The phases a round of `mode` runs: the hooks below."""
-        return dataclasses.replace(PHASES, run_call=self.run_call, draft_head=self.draft_head,
-                                   verify_head=self.verify_head, accept=self.accept, finish_round=self.finish_round,
-                                   sampling=self.sampling or PHASES.sampling)
+        return dataclasses.replace(
+            PHASES,
+            run_call=self.run_call,
+            draft_head=self.draft_head,
+            verify_head=self.verify_head,
+            accept=self.accept,
+            finish_round=self.finish_round,
+            sampling=self.sampling or PHASES.sampling,
+        )
 
     # -- hooks --
     def run_call(self, st, rows):
@@ -158,12 +167,15 @@ def sampling_with_steps(**steps):
     """oracle.sampling with steps of its chain replaced (sampling.Chain.replace): the faulty
     samplers take the chain's order and every other step from oracle.sampling."""
     chain = sampling.CHAIN.replace(**steps)
-    return sampling_with(filtered_probs=functools.partial(sampling.filtered_probs, chain=chain),
-                         greedy_token=functools.partial(sampling.greedy_token, chain=chain),
-                         processed_logits=functools.partial(sampling.processed_logits, chain=chain))
+    return sampling_with(
+        filtered_probs=functools.partial(sampling.filtered_probs, chain=chain),
+        greedy_token=functools.partial(sampling.greedy_token, chain=chain),
+        processed_logits=functools.partial(sampling.processed_logits, chain=chain),
+    )
 
 
 # ---- the faults ---------------------------------------------------------------------------
+
 
 class AcceptBeforeLastDraft(FaultyBackend):
     fault = "accept_before_last_draft"
@@ -172,7 +184,7 @@ class AcceptBeforeLastDraft(FaultyBackend):
         st.pre_accept = getattr(st, "pre_accept", {})
         for i, o in heads:
             req, K = st.requests[i], st.counts[i] - 1
-            if not req.params.greedy and o + 1 == K:            # about to draw the last draft
+            if not req.params.greedy and o + 1 == K:  # about to draw the last draft
                 st.pre_accept[i] = [req.rng.uniform() for _ in range(K)]
         phases.draft_head(st, heads)
 
@@ -181,11 +193,11 @@ class AcceptBeforeLastDraft(FaultyBackend):
         rng = st.requests[i].rng
         if not queue:
             return phases.accept(st, i, logits)
-        recorded = []                  # phases.accept records the accept events before it draws the final
+        recorded = []  # phases.accept records the accept events before it draws the final
         rng.uniform = lambda _u=rng.uniform: queue.pop(0) if queue and not recorded else _u()
         rng.record = lambda *a, _r=rng.record, **k: recorded.append(1) or _r(*a, **k)
         try:
-            return phases.accept(st, i, logits)           # accept uniforms from the queue, the final from the stream
+            return phases.accept(st, i, logits)  # accept uniforms from the queue, the final from the stream
         finally:
             rng.__dict__.pop("uniform", None)
             rng.__dict__.pop("record", None)
@@ -198,12 +210,16 @@ class DraftHeadLate(FaultyBackend):
         ph = super().phases(mode)
         if mode != "loop":
             return ph
-        return dataclasses.replace(ph, run_call=self._run_call_stale, draft_head=self._head_one_wave_late,
-                                   verify_head=self._verify_after_last_head)
+        return dataclasses.replace(
+            ph,
+            run_call=self._run_call_stale,
+            draft_head=self._head_one_wave_late,
+            verify_head=self._verify_after_last_head,
+        )
 
     def _run_call_stale(self, st, rows):
         stale = []
-        for i, o, j in rows:                              # token not drawn yet: embed a stale one
+        for i, o, j in rows:  # token not drawn yet: embed a stale one
             if j == 0 and o >= len(st.tokens[i]):
                 st.tokens[i].append(st.tokens[i][-1])
                 stale.append(i)
@@ -212,7 +228,7 @@ class DraftHeadLate(FaultyBackend):
             st.tokens[i].pop()
 
     def _head_one_wave_late(self, st, heads):
-        self._late_head(st, *getattr(st, "late", ([], {})))       # BUG: the previous wave's heads, now
+        self._late_head(st, *getattr(st, "late", ([], {})))  # BUG: the previous wave's heads, now
         st.late = (list(heads), {h: st.hidden[h] for h in heads})  # the depth d-1 states, kept in a buffer
 
     def _verify_after_last_head(self, st):
@@ -251,7 +267,7 @@ class KVWrongPlane(FaultyBackend):
     def run_call(self, st, rows):
         first = {}
         for i, o, j in rows:
-            first.setdefault(st.requests[i].rid, j)         # rows are sorted: lowest offset first
+            first.setdefault(st.requests[i].rid, j)  # rows are sorted: lowest offset first
         kv, st.kv = st.kv, _KVProxy(st.kv, write_depth=first)
         try:
             phases.run_call(st, rows)
@@ -276,14 +292,15 @@ def _top_p_no_shift(x, params):
     p = sampling.softmax(x)
     order = np.argsort(-p, kind="stable")
     x = x.copy()
-    x[order[np.cumsum(p[order]) > np.float32(params.top_p)]] = -np.inf         # BUG: no shift
+    x[order[np.cumsum(p[order]) > np.float32(params.top_p)]] = -np.inf  # BUG: no shift
     return x
 
 
 def _nan_when_empty(filtered_probs):
     def probs(*args, **kw):
-        with np.errstate(invalid="ignore"):        # all dropped: NaN, as the bug would give
+        with np.errstate(invalid="ignore"):  # all dropped: NaN, as the bug would give
             return filtered_probs(*args, **kw)
+
     return probs
 
 
@@ -294,7 +311,7 @@ class TopPNoShift(FaultyBackend):
 
 
 def _residual_no_clamp(p, q):
-    r = np.asarray(p, np.float32) - np.asarray(q, np.float32)                # BUG: no max(0, .)
+    r = np.asarray(p, np.float32) - np.asarray(q, np.float32)  # BUG: no max(0, .)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (r / np.float32(r[r > 0].sum())).astype(np.float32)
 
@@ -311,7 +328,7 @@ class BonusAfterRejection(FaultyBackend):
         a, emitted = phases.accept(st, i, logits)
         req, K = st.requests[i], st.counts[i] - 1
         if st.policy == "sequential" and not req.params.greedy and a < K:
-            req.rng.draw("bonus", K)                       # BUG: drawn after the residual
+            req.rng.draw("bonus", K)  # BUG: drawn after the residual
         return a, emitted
 
 
@@ -320,7 +337,7 @@ def _top_k_drops_ties(x, params):
     if params.top_k is None or params.top_k >= len(x):
         return x
     x = x.copy()
-    x[np.argsort(-x, kind="stable")[params.top_k:]] = -np.inf                 # BUG: ties split by id
+    x[np.argsort(-x, kind="stable")[params.top_k :]] = -np.inf  # BUG: ties split by id
     return x
 
 
@@ -330,7 +347,7 @@ class TopKDropsTies(FaultyBackend):
 
 
 def _residual_unnormalised(p, q):
-    return np.maximum(np.asarray(p, np.float32) - np.asarray(q, np.float32), np.float32(0))   # BUG: no 1/sum
+    return np.maximum(np.asarray(p, np.float32) - np.asarray(q, np.float32), np.float32(0))  # BUG: no 1/sum
 
 
 class ResidualUnnormalised(FaultyBackend):
@@ -350,7 +367,7 @@ class _KeepEmittedKV:
     def truncate(self, request, frontier):
         st = self._st
         i = [r.rid for r in st.requests].index(request)
-        self._kv.truncate(request, st.starts[i] + len(st.trace.emitted[request]))   # BUG: not the cut
+        self._kv.truncate(request, st.starts[i] + len(st.trace.emitted[request]))  # BUG: not the cut
 
 
 class StopKVNotRolledBack(FaultyBackend):
@@ -370,7 +387,7 @@ class MaskVerifyOnly(FaultyBackend):
 
     def draft_head(self, st, heads):
         saved = [r.params for r in st.requests]
-        for r in st.requests:                                   # BUG: drafts see unmasked logits
+        for r in st.requests:  # BUG: drafts see unmasked logits
             r.params = dataclasses.replace(r.params, banned_token_ids=(), allowed_token_ids=None)
         try:
             phases.draft_head(st, heads)
@@ -381,11 +398,11 @@ class MaskVerifyOnly(FaultyBackend):
 
 def _committed(seen):
     """What the logits would see if this round's drafts were not there."""
-    return dataclasses.replace(seen, output=seen.output[:len(seen.output) - seen.drafts], drafts=0)
+    return dataclasses.replace(seen, output=seen.output[: len(seen.output) - seen.drafts], drafts=0)
 
 
 def _penalties_ignore_drafts(x, params, seen):
-    return processors.penalties(x, params, _committed(seen))                  # BUG: drafts not counted
+    return processors.penalties(x, params, _committed(seen))  # BUG: drafts not counted
 
 
 class PenaltyIgnoresDrafts(FaultyBackend):
@@ -398,9 +415,10 @@ class PenaltyVerifyOnly(FaultyBackend):
 
     def draft_head(self, st, heads):
         saved = [r.params for r in st.requests]
-        for r in st.requests:                                   # BUG: drafts see unpenalised logits
-            r.params = dataclasses.replace(r.params, repetition_penalty=1.0, presence_penalty=0.0,
-                                           frequency_penalty=0.0)
+        for r in st.requests:  # BUG: drafts see unpenalised logits
+            r.params = dataclasses.replace(
+                r.params, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0
+            )
         try:
             phases.draft_head(st, heads)
         finally:
@@ -409,7 +427,7 @@ class PenaltyVerifyOnly(FaultyBackend):
 
 
 def _min_tokens_counts_round_drafts(x, params, seen):
-    generated = len(seen.output) - seen.drafts + seen.round_drafts            # BUG: all K drafts counted
+    generated = len(seen.output) - seen.drafts + seen.round_drafts  # BUG: all K drafts counted
     if generated < params.min_tokens and params.stop_token_ids:
         x[list(params.stop_token_ids)] = -np.inf
     return x
@@ -421,7 +439,7 @@ class MinTokensCountsRoundDrafts(FaultyBackend):
 
 
 def _bad_words_ignore_drafts(x, params, seen):
-    return processors.bad_words(x, params, _committed(seen))                  # BUG: drafts not matched
+    return processors.bad_words(x, params, _committed(seen))  # BUG: drafts not matched
 
 
 class BadWordsIgnoreDrafts(FaultyBackend):
@@ -430,7 +448,7 @@ class BadWordsIgnoreDrafts(FaultyBackend):
 
 
 def _no_repeat_ngram_ignores_drafts(x, params, seen):
-    return processors.no_repeat_ngram(x, params, _committed(seen))           # BUG: drafts not in the n-grams
+    return processors.no_repeat_ngram(x, params, _committed(seen))  # BUG: drafts not in the n-grams
 
 
 class NoRepeatNgramIgnoresDrafts(FaultyBackend):
@@ -440,6 +458,7 @@ class NoRepeatNgramIgnoresDrafts(FaultyBackend):
 
 def _biased_filtered_probs(logits, params, seen=None):
     from property_tests.test_distribution import biased
+
     return biased(sampling.filtered_probs(logits, params, seen)).astype(np.float32)
 
 
@@ -451,6 +470,7 @@ class BiasedSampler(FaultyBackend):
 class NoisyFP32(FaultyBackend):
     """Correct but inexact: hidden states get relative noise ~1e-7 that depends on the number
     of rows in the call (like a GEMM whose reduction order depends on M)."""
+
     fault = "none (noisy fp32)"
     exact, dtype = False, "float32"
 
@@ -469,22 +489,25 @@ class NoisyFP32(FaultyBackend):
 
 # ---- faults a reduced-precision judge could miss (meta_tests/precision.py runs all in BF16) ----
 
+
 class LogitsOffAtOneOffset(FaultyBackend):
     """Verification logits of offset 1 scaled by 1.25 (25% relative error, above the BF16
     row's bound at any depth up to 6); decisions are made from them, so they explain themselves."""
+
     fault = "logits_off_at_one_offset"
 
     def verify_head(self, st):
         logits = phases.verify_head(st)
         for (i, o), lg in logits.items():
             if o == 1:
-                logits[(i, o)] = st.trace.verify_logits[(st.requests[i].rid, o)] = (lg * np.float32(1.25))
+                logits[(i, o)] = st.trace.verify_logits[(st.requests[i].rid, o)] = lg * np.float32(1.25)
         return logits
 
 
 class DivergenceWithoutNearTie(FaultyBackend):
     """Greedy requests emit their LEAST likely token as the final one: a token divergence
     where the reference had no near-tie."""
+
     fault = "divergence_without_near_tie"
 
     def accept(self, st, i, logits):
@@ -497,6 +520,7 @@ class DivergenceWithoutNearTie(FaultyBackend):
 class SkipsOneKVWrite(FaultyBackend):
     """The last request of every batch of two or more loses one KV write (its last offset,
     depth 0, layer 0) from the trace, whatever happens to the other requests."""
+
     fault = "skips_one_kv_write"
 
     def finish_round(self, st, logits):
@@ -510,6 +534,7 @@ class SkipsOneKVWrite(FaultyBackend):
 
 class ExactFalse(FaultyBackend):
     """NOT a fault: the reference itself, declaring exact = False (float32 row)."""
+
     fault = "none (exact false)"
     exact, dtype = False, "float32"
 

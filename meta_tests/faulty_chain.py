@@ -7,6 +7,7 @@ must catch each (meta_tests/test_cases_bite.py):
 
 Factories: make_skip_{draft,verify}_{STEP}_{bf16,fp32}, STEP in STEPS.
 """
+
 from __future__ import annotations
 
 import functools

@@ -12,6 +12,7 @@ runner-up, i.e. at a reference margin below zero, which the near-tie rule alone 
     python -m oracle check --backend meta_tests.faulty:make_exact_false \
         --reference meta_tests.faulty_judge:make_loose_argmax_judge --no-drift
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,13 +21,13 @@ from oracle import sampling
 
 from .faulty import FaultyBackend, sampling_with
 
-LOOSE = 0.9          # tokens with p >= LOOSE * max p count as tied
+LOOSE = 0.9  # tokens with p >= LOOSE * max p count as tied
 
 
 def _loose_greedy_token(logits, params=None, seen=None, chain=sampling.CHAIN) -> int:
     x = np.asarray(sampling.processed_logits(logits, params, seen, chain) if params is not None else logits, np.float64)
     p = np.exp(x - np.max(x))
-    return int(np.flatnonzero(p >= LOOSE * p.max())[-1])          # BUG: the highest id of a near tie
+    return int(np.flatnonzero(p >= LOOSE * p.max())[-1])  # BUG: the highest id of a near tie
 
 
 class LooseArgmaxJudge(FaultyBackend):

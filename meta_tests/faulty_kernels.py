@@ -11,6 +11,7 @@ the drift verdict sees the fault, and it must name the parameter (NAMES).
 
     python -m oracle check --backend meta_tests.faulty_kernels:make_attn_scale_bf16
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,11 +19,22 @@ import functools
 from kernels.backend import TorchBackend
 from kernels.options import KernelOptions
 
-FAULTS = {"attn_scale": "attn_scale=1.01", "rope_theta": "rope_theta=1.01", "input_norm": "input_layernorm.0=1.01",
-          # precision faults: computes or stores below the declared bfloat16 (the precision verdict)
-          "fp8_k": "fp8_k", "fp8_v": "fp8_v", "fp8_act": "fp8_act", "fp8_gate_up": "fp8_gate_up.1"}
+FAULTS = {
+    "attn_scale": "attn_scale=1.01",
+    "rope_theta": "rope_theta=1.01",
+    "input_norm": "input_layernorm.0=1.01",
+    # precision faults: computes or stores below the declared bfloat16 (the precision verdict)
+    "fp8_k": "fp8_k",
+    "fp8_v": "fp8_v",
+    "fp8_act": "fp8_act",
+    "fp8_gate_up": "fp8_gate_up.1",
+}
 # what the verdict must name for each fault
-NAMES = {"attn_scale": "attention logit scale", "rope_theta": "RoPE base", "input_norm": "layer 0 input_layernorm weight"}
+NAMES = {
+    "attn_scale": "attention logit scale",
+    "rope_theta": "RoPE base",
+    "input_norm": "layer 0 input_layernorm weight",
+}
 
 
 def _make(fault: str, device: str) -> TorchBackend:

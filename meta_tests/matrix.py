@@ -4,6 +4,7 @@
 
 meta_tests/test_faults.py asserts the catches that matter; this is the wider survey.
 """
+
 from __future__ import annotations
 
 import sys
@@ -38,6 +39,7 @@ PROPERTIES = [
 
 def main(argv):
     import property_tests.conftest  # noqa: F401  (profiles)
+
     settings.load_profile(settings.get_current_profile_name())
     faults = argv or list(faulty.FAULTS) + ["make_noisy_fp32"]
     for f in faults:
@@ -45,7 +47,9 @@ def main(argv):
         print(f"== {f}", flush=True)
         for prop in PROPERTIES:
             o = check(bk, f"meta_tests.faulty:{f}", prop)
-            print(f"  {'CAUGHT' if o.caught else 'missed'} {o.seconds:6.1f}s {prop}\n      {o.message[:220]}", flush=True)
+            print(
+                f"  {'CAUGHT' if o.caught else 'missed'} {o.seconds:6.1f}s {prop}\n      {o.message[:220]}", flush=True
+            )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ the trace. tests/test_judge.py runs them through the CLI (exit codes, the place 
     make_token_out_of_vocab   ... with an emitted token id = vocabulary size: a failed check
     make_extra_rng_event      ... with one more accept event than the policy draws
 """
+
 from __future__ import annotations
 
 import numpy as np

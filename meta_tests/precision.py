@@ -11,6 +11,7 @@ flips. (Rounding the weights too gave errors beyond those of the torch BF16 back
 stateful runs, 0.125 on verification logits at depth 2, and flips at reference margin 0.132:
 an emulation harsher than the engine it stands for.)
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,7 +44,7 @@ class BF16Model:
 
     def __init__(self, model: LoopedModel):
         self.inner = model
-        self.cfg, self.weights = model.cfg, model.weights        # what the judge's reference uses
+        self.cfg, self.weights = model.cfg, model.weights  # what the judge's reference uses
 
     def embed(self, tokens):
         return bf16(self.inner.embed(tokens))
@@ -73,6 +74,7 @@ def as_bf16(bk):
 
     def session(model, d, D, mode, policy="sequential"):
         return base(b, _bf16_model(model), d, D, mode, policy)
+
     b.session = session
     b.precision = "bf16"
     return b

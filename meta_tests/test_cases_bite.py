@@ -7,6 +7,7 @@ being excused as a near tie (oracle/judge/decisions.py contradicted_decision).
 Each fault is judged on the built-in cases that carry the step (the default check runs them among
 the others); one is also run through the CLI as a person would.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,11 +50,13 @@ def test_torch_mask_skipped_on_drafts_fails_the_default_check(capsys):
 
 
 @pytest.mark.parametrize("rows", ["draft", "verify"])
-@pytest.mark.parametrize("step", ["mask", "bad_words", "min_tokens", "logit_bias", "repetition", "presence",
-                                  "frequency"])
+@pytest.mark.parametrize(
+    "step", ["mask", "bad_words", "min_tokens", "logit_bias", "repetition", "presence", "frequency"]
+)
 def test_torch_chain_step_skipped_on_one_side_fails(tiny, biting, step, rows):
     pytest.importorskip("torch")
     from meta_tests import faulty_chain
+
     out = judge(faulty_chain.make(step, rows), tiny, biting, drift=False).to_json()
     bad = failures(out)
     assert bad, f"skip_{rows}.{step} passed the built-in cases"
@@ -64,12 +67,21 @@ def test_torch_chain_step_skipped_on_one_side_fails(tiny, biting, step, rows):
 def test_correct_torch_backend_passes_the_biting_cases(tiny, biting):
     pytest.importorskip("torch")
     from kernels.backend import make_torch_cpu_bf16
+
     out = judge(make_torch_cpu_bf16(), tiny, biting, drift=False).to_json()
     assert out["ok"], failures(out)
 
 
-@pytest.mark.parametrize("fault", ["make_mask_verify_only", "make_penalty_verify_only", "make_penalty_ignores_drafts",
-                                   "make_min_tokens_counts_round_drafts", "make_bad_words_ignore_drafts"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "make_mask_verify_only",
+        "make_penalty_verify_only",
+        "make_penalty_ignores_drafts",
+        "make_min_tokens_counts_round_drafts",
+        "make_bad_words_ignore_drafts",
+    ],
+)
 def test_reference_level_chain_faults_fail_the_default_check(tiny, biting, fault):
     out = judge(getattr(faulty, fault)(), tiny, biting, drift=False).to_json()
     assert any(c["name"].endswith("tokens") for c in failures(out)), (fault, failures(out))
@@ -100,5 +112,7 @@ def test_judge_contradicting_its_own_rule_is_never_excused(tiny, monkeypatch):
     assert "not what its rule gives" in bad[0]["detail"] and " vs its rule " in bad[0]["detail"]
     # without the rule, the near-tie excuse would pass it
     monkeypatch.setattr(compare, "contradicted_decision", lambda *a: None)
-    out = judge(faulty.make_exact_false(), tiny, cases, judge=faulty_judge.make_loose_argmax_judge(), drift=False).to_json()
+    out = judge(
+        faulty.make_exact_false(), tiny, cases, judge=faulty_judge.make_loose_argmax_judge(), drift=False
+    ).to_json()
     assert out["ok"] and out["excused_divergences"], failures(out)

@@ -1,6 +1,7 @@
 """ORACLE_BACKEND=meta_tests.faulty:<factory> makes `pytest property_tests` fail from the command
 line, with the one-line reproduction command and Hypothesis's reproduce blob in the output; the
 reference passes the same test."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,14 @@ TEST = "property_tests/test_rng_props.py::test_rng_events_follow_policy"
 
 def _pytest(backend: str):
     env = dict(os.environ, HYPOTHESIS_PROFILE="ci", ORACLE_BACKEND=backend)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", TEST],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", TEST],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_faulty_backend_fails_from_the_command_line():
@@ -23,7 +30,7 @@ def test_faulty_backend_fails_from_the_command_line():
     r = _pytest(spec)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out[-3000:]
-    assert f"ORACLE_BACKEND={spec} python -m pytest -q {TEST}" in out, out[-3000:]   # reproduce line
-    assert "@reproduce_failure(" in out, out[-3000:]                                  # Hypothesis blob
+    assert f"ORACLE_BACKEND={spec} python -m pytest -q {TEST}" in out, out[-3000:]  # reproduce line
+    assert "@reproduce_failure(" in out, out[-3000:]  # Hypothesis blob
     assert "the policy requires nothing more" in out
-    assert f"oracle backend: ORACLE_BACKEND={spec} -> faulty:bonus_after_rejection" in out   # report header
+    assert f"oracle backend: ORACLE_BACKEND={spec} -> faulty:bonus_after_rejection" in out  # report header

@@ -1,6 +1,7 @@
 """The drift verdict is right in both directions on the CPU (BF16): the correct torch-cpu-bf16
 backend passes, and each kernel fault of meta_tests/faulty_kernels.py fails `check --backend`
 with its parameter named (docs/DESIGN.md, "Reduced precision")."""
+
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ def tiny():
 
 def test_correct_bf16_backend_has_no_drift(tiny):
     from kernels.backend import make_torch_cpu_bf16
+
     rep = drift_check(make_torch_cpu_bf16(), tiny)
     assert rep.ok, rep.failure
     assert max(abs(e.t) for e in rep.estimates) < rep.threshold
@@ -36,8 +38,16 @@ def test_kernel_fault_is_named(tiny, fault):
 
 
 def test_attn_scale_fault_fails_check_backend(capsys):
-    rc = main(["check", "--backend", "meta_tests.faulty_kernels:make_attn_scale_bf16", "--case",
-               "ragged (5,3,1) d=2 D=4", "--json"])
+    rc = main(
+        [
+            "check",
+            "--backend",
+            "meta_tests.faulty_kernels:make_attn_scale_bf16",
+            "--case",
+            "ragged (5,3,1) d=2 D=4",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and not out["ok"]
     drift = [c for c in out["checks"] if c["name"].endswith("drift") and not c["ok"]]

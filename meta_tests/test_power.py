@@ -2,6 +2,7 @@
 2% total variation (meta_tests.faulty:make_biased_sampler moves 2% of the filtered mass onto
 the least likely token of p >= 1%), with the trial counts that property computes for power
 >= 1 - 1e-4 at alpha = 1e-6 — the SAME function, seeds and N that pass the reference."""
+
 from __future__ import annotations
 
 import pytest

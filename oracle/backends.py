@@ -10,6 +10,7 @@ plug-in (`import_prefix`). Every backend, the FP32 reference among them
 (oracle/reference_backend.py), is reached through its "module:factory" string, so this
 module imports none of them.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -38,8 +39,10 @@ def load_backend(spec: str | None = None, timeout: float | None = None) -> Loade
     problems = contract_problems(bk)
     if problems:
         more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else ""
-        raise OracleError(f"backend {spec!r}: the object {target}() returned breaks the backend contract "
-                          f"(oracle/contract.py): {problems[0]}{more}")
+        raise OracleError(
+            f"backend {spec!r}: the object {target}() returned breaks the backend contract "
+            f"(oracle/contract.py): {problems[0]}{more}"
+        )
     return LoadedBackend(bk, Capabilities.read(bk))
 
 
@@ -58,14 +61,14 @@ def _within(timeout: float | None, spec: str, target: str):
     limit). It runs on a daemon thread, which a hung import or factory leaves behind."""
     if timeout is None:
         return _from_factory(spec, target)
-    stage = [f"importing {target.partition(':')[0]}"]       # what the thread is doing, for the message
+    stage = [f"importing {target.partition(':')[0]}"]  # what the thread is doing, for the message
     done: list = []
     event = threading.Event()
 
     def load():
         try:
             done.append((True, _from_factory(spec, target, stage)))
-        except BaseException as e:                 # noqa: BLE001 -- handed back to the caller's thread
+        except BaseException as e:  # noqa: BLE001 -- handed back to the caller's thread
             done.append((False, e))
         event.set()
 
@@ -86,25 +89,28 @@ def _from_factory(spec: str, target: str, stage: list | None = None):
         factory = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise OracleError(f"backend {spec!r}: cannot load {attr} from {mod_name} ({e})") from None
-    except (Exception, SystemExit) as e:           # noqa: BLE001 -- a plug-in's module that fails to import
-        if spec in NAMED and not isinstance(e, SystemExit):    # the project's own backends: a bug (exit 3)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 -- a plug-in's module that fails to import
+        if spec in NAMED and not isinstance(e, SystemExit):  # the project's own backends: a bug (exit 3)
             raise
         where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
-        raise OracleError(f"backend {spec!r}: importing {mod_name} raised {type(e).__name__}: "
-                          f"{e.msg if isinstance(e, SyntaxError) else e}{where}") from None
+        raise OracleError(
+            f"backend {spec!r}: importing {mod_name} raised {type(e).__name__}: "
+            f"{e.msg if isinstance(e, SyntaxError) else e}{where}"
+        ) from None
     if not callable(factory):
         raise OracleError(f"backend {spec!r}: {target} is not callable (a factory returning a backend)")
     if stage is not None:
         stage.append(f"{target}()")
     try:
         return factory()
-    except OracleError:                            # the factory's own one-line reason (no CUDA device, ...)
+    except OracleError:  # the factory's own one-line reason (no CUDA device, ...)
         raise
-    except (Exception, SystemExit) as e:           # noqa: BLE001 -- a plug-in's failure is input
+    except (Exception, SystemExit) as e:  # noqa: BLE001 -- a plug-in's failure is input
         raise OracleError(f"backend {spec!r}: {target}() raised {type(e).__name__}: {e}") from None
 
 
 # ---- backend calls with a time limit (`check --timeout`) ----
+
 
 class BackendCallFailed(Exception):
     """A backend call that timed out or called sys.exit(): a failed check, like any exception
@@ -138,7 +144,7 @@ class CallGuard:
             fn, args, kwargs, done, event = self.jobs.get()
             try:
                 done.append((True, fn(*args, **kwargs)))
-            except BaseException as e:             # noqa: BLE001 -- SystemExit included: handed back
+            except BaseException as e:  # noqa: BLE001 -- SystemExit included: handed back
                 done.append((False, e))
             event.set()
 
@@ -191,7 +197,7 @@ class GuardedBackend:
         self._guard = CallGuard(getattr(inner, "name", type(inner).__name__), timeout, judge)
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_inner", "_guard"):     # not yet set (copy, pickle): no recursion
+        if name.startswith("__") or name in ("_inner", "_guard"):  # not yet set (copy, pickle): no recursion
             raise AttributeError(name)
         return getattr(self._inner, name)
 
@@ -210,6 +216,7 @@ class GuardedBackend:
 
 # ---- what a reproduce line needs to import a plug-in ----
 
+
 def import_prefix(*specs) -> str:
     """'PYTHONPATH=DIR ' when a plug-in backend's module was found only through $PYTHONPATH
     (so a reproduce line run from another shell would not import it); '' otherwise. Call it
@@ -217,6 +224,7 @@ def import_prefix(*specs) -> str:
     import shlex
     import sys
     from pathlib import Path
+
     from_env = {Path(p or ".").resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     cwd, dirs = Path.cwd().resolve(), []
     for spec in specs:

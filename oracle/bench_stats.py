@@ -1,5 +1,6 @@
 """Statistics of a paired benchmark: per-repeat ratios, median, quartiles and a bootstrap
 interval of the median. Pure Python + NumPy."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,6 +27,12 @@ def paired_summary(block_ms, loop_ms) -> dict:
     ratios = [b / l for b, l in zip(block_ms, loop_ms)]
     lo, hi = bootstrap_median_ci(ratios)
     q1, med, q3 = quartiles(ratios)
-    return {"ratio_median": med, "ratio_ci95": [lo, hi], "ratio_ci95_width": hi - lo,
-            "ratio_quartiles": [q1, q3], "ratios": ratios,
-            "block_ms_median": float(np.median(block_ms)), "loop_ms_median": float(np.median(loop_ms))}
+    return {
+        "ratio_median": med,
+        "ratio_ci95": [lo, hi],
+        "ratio_ci95_width": hi - lo,
+        "ratio_quartiles": [q1, q3],
+        "ratios": ratios,
+        "block_ms_median": float(np.median(block_ms)),
+        "loop_ms_median": float(np.median(loop_ms)),
+    }

@@ -8,6 +8,7 @@ named in a warning on stderr (rotary buffers excepted), never silently dropped.
 `build_model` is where a reference model comes from: a checkpoint folder, or a preset with
 seeded random weights.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,19 +21,24 @@ from .errors import OracleError
 from .model import LoopedModel, check_weights, random_weights, weight_shapes
 
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
-IGNORED_QUIETLY = ("rotary_emb.inv_freq",)      # buffers some exporters save
+IGNORED_QUIETLY = ("rotary_emb.inv_freq",)  # buffers some exporters save
 
 
-def save_checkpoint(folder, cfg: ModelConfig, weights: dict[str, np.ndarray], shards: int = 1,
-                    overwrite: bool = False) -> Path:
+def save_checkpoint(
+    folder, cfg: ModelConfig, weights: dict[str, np.ndarray], shards: int = 1, overwrite: bool = False
+) -> Path:
     """Write config.json and the weights. Refuses a file in the way, and existing checkpoint
     files unless overwrite."""
     from safetensors.numpy import save_file
+
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise OracleError(f"--save {folder}: exists and is not a folder")
-    taken = [p.name for p in (folder / "config.json", folder / "model.safetensors",
-                              folder / "model.safetensors.index.json") if p.exists()]
+    taken = [
+        p.name
+        for p in (folder / "config.json", folder / "model.safetensors", folder / "model.safetensors.index.json")
+        if p.exists()
+    ]
     if taken and not overwrite:
         raise OracleError(f"--save {folder}: already holds {', '.join(taken)}; choose a new folder")
     folder.mkdir(parents=True, exist_ok=True)
@@ -47,7 +53,9 @@ def save_checkpoint(folder, cfg: ModelConfig, weights: dict[str, np.ndarray], sh
         part = names[s::shards]
         save_file({n: np.ascontiguousarray(weights[n]) for n in part}, str(folder / fname))
         weight_map |= {n: fname for n in part}
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
+    )
     return folder
 
 
@@ -67,8 +75,11 @@ def read_config(folder) -> ModelConfig:
     """The checkpoint's ModelConfig (config.json only; no tensors read)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise OracleError(f"checkpoint folder {folder} does not exist" if not folder.exists()
-                          else f"--checkpoint {folder}: not a folder (give the folder holding config.json)")
+        raise OracleError(
+            f"checkpoint folder {folder} does not exist"
+            if not folder.exists()
+            else f"--checkpoint {folder}: not a folder (give the folder holding config.json)"
+        )
     cfg_path = folder / "config.json"
     if not cfg_path.exists():
         raise OracleError(f"checkpoint {folder} has no config.json")
@@ -89,7 +100,7 @@ def weight_files(folder) -> dict[str, list[str] | None]:
         data = _read_json_object(index, "the index")
         wmap = data.get("weight_map")
         if not isinstance(wmap, dict) or not wmap:
-            raise OracleError(f"{index}: \"weight_map\" must be a non-empty object of tensor name -> file")
+            raise OracleError(f'{index}: "weight_map" must be a non-empty object of tensor name -> file')
         files: dict[str, list[str] | None] = {}
         for name, fname in wmap.items():
             if not isinstance(fname, str) or not fname or "/" in fname or fname in (".", ".."):
@@ -107,8 +118,9 @@ def weight_files(folder) -> dict[str, list[str] | None]:
 
 def _read_shard(path: Path, listed, wanted: dict, weights: dict, unknown: list) -> None:
     from safetensors import safe_open
+
     try:
-        with safe_open(str(path), framework="pt") as sf:   # torch reads BF16, numpy cannot
+        with safe_open(str(path), framework="pt") as sf:  # torch reads BF16, numpy cannot
             names = list(sf.keys())
             for name in names:
                 if name not in wanted:
@@ -117,26 +129,34 @@ def _read_shard(path: Path, listed, wanted: dict, weights: dict, unknown: list) 
                     continue
                 dtype = sf.get_slice(name).get_dtype()
                 if dtype not in FLOAT_DTYPES:
-                    raise OracleError(f"{path}: tensor {name} has dtype {dtype}; weights must be one of "
-                                      f"{', '.join(FLOAT_DTYPES)}")
+                    raise OracleError(
+                        f"{path}: tensor {name} has dtype {dtype}; weights must be one of {', '.join(FLOAT_DTYPES)}"
+                    )
                 value = sf.get_tensor(name).float().numpy()
                 if name in weights and not np.array_equal(weights[name], value, equal_nan=True):
-                    raise OracleError(f"{path}: tensor {name} is also in another shard, with different values "
-                                      f"(which one is the checkpoint's?)")
+                    raise OracleError(
+                        f"{path}: tensor {name} is also in another shard, with different values "
+                        f"(which one is the checkpoint's?)"
+                    )
                 weights[name] = value
     except OracleError:
         raise
-    except Exception as e:       # safetensors raises its own error types for truncated or garbage files
-        raise OracleError(f"{path}: not a readable safetensors file ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else 'no detail'})") from None
+    except Exception as e:  # safetensors raises its own error types for truncated or garbage files
+        raise OracleError(
+            f"{path}: not a readable safetensors file ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else 'no detail'})"
+        ) from None
     if listed is not None:
         missing = sorted(set(listed) - set(names))
         if missing:
-            raise OracleError(f"{path}: the index names tensor {missing[0]} in this file, but the file does not hold it")
+            raise OracleError(
+                f"{path}: the index names tensor {missing[0]} in this file, but the file does not hold it"
+            )
 
 
 def load_checkpoint(folder) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     from .progress import warn
+
     folder = Path(folder)
     cfg = read_config(folder)
     files = weight_files(folder)

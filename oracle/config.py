@@ -1,4 +1,5 @@
 """Model configuration and presets (docs/DESIGN.md section 2)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -20,14 +21,23 @@ class ModelConfig:
     total_loops: int = 4  # D of the checkpoint (Ouro's total_ut_steps)
 
     def __post_init__(self):
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
-                     "num_heads", "num_kv_heads", "head_dim", "total_loops"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "total_loops",
+        ):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise OracleError(f"config: {name} must be a positive integer, got {v!r}")
         if self.num_heads % self.num_kv_heads:
-            raise OracleError(f"config: num_heads {self.num_heads} is not a multiple of "
-                              f"num_kv_heads {self.num_kv_heads}")
+            raise OracleError(
+                f"config: num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}"
+            )
         if not (self.rope_theta > 0 and self.rms_norm_eps > 0):
             raise OracleError("config: rope_theta and rms_norm_eps must be positive")
 
@@ -37,20 +47,26 @@ class ModelConfig:
     # HF config.json (Ouro's keys) <-> ModelConfig
     def to_hf(self) -> dict:
         return {
-            "architectures": ["OuroForCausalLM"], "model_type": "ouro",
-            "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+            "architectures": ["OuroForCausalLM"],
+            "model_type": "ouro",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
-            "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
-            "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
-            "rope_theta": self.rope_theta, "rms_norm_eps": self.rms_norm_eps,
-            "total_ut_steps": self.total_loops, "hidden_act": "silu",
-            "tie_word_embeddings": False, "early_exit_threshold": 1.0,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "rope_theta": self.rope_theta,
+            "rms_norm_eps": self.rms_norm_eps,
+            "total_ut_steps": self.total_loops,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "early_exit_threshold": 1.0,
         }
 
     @staticmethod
     def from_hf(hf: dict) -> "ModelConfig":
-        required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                    "num_attention_heads")
+        required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
         missing = [k for k in required if k not in hf]
         if missing:
             raise OracleError(f"config.json: missing key(s) {', '.join(missing)}")
@@ -70,9 +86,12 @@ class ModelConfig:
                 raise OracleError(f"config.json: {key} must be a number, got {v!r}")
         heads = hf["num_attention_heads"]
         return ModelConfig(
-            vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
-            intermediate_size=hf["intermediate_size"], num_layers=hf["num_hidden_layers"],
-            num_heads=heads, num_kv_heads=hf.get("num_key_value_heads", heads),
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=hf.get("num_key_value_heads", heads),
             head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
             rope_theta=float(hf.get("rope_theta", 1e6)),
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
@@ -82,12 +101,21 @@ class ModelConfig:
 
 PRESETS: dict[str, ModelConfig] = {
     # tests and the CLI: every round is milliseconds
-    "tiny": ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
-                        num_heads=4, num_kv_heads=4, head_dim=8),
-    "small": ModelConfig(vocab_size=512, hidden_size=128, intermediate_size=352, num_layers=4,
-                         num_heads=4, num_kv_heads=4, head_dim=32),
-    "ouro-1.4b": ModelConfig(vocab_size=49152, hidden_size=2048, intermediate_size=5632,
-                             num_layers=24, num_heads=16, num_kv_heads=16, head_dim=128),
+    "tiny": ModelConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=8
+    ),
+    "small": ModelConfig(
+        vocab_size=512, hidden_size=128, intermediate_size=352, num_layers=4, num_heads=4, num_kv_heads=4, head_dim=32
+    ),
+    "ouro-1.4b": ModelConfig(
+        vocab_size=49152,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_layers=24,
+        num_heads=16,
+        num_kv_heads=16,
+        head_dim=128,
+    ),
 }
 
 

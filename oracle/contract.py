@@ -11,6 +11,7 @@ made directly (a test's), and `session_capabilities(s)` a session's optional hoo
 the one place that probes for the optional hooks; the runner, the judge and the property suite
 read `Capabilities`.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -20,8 +21,8 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from .rng_events import POLICIES
 from .tolerances import TOLERANCES
 
-REQUIRED = ("name", "dtype", "exact", "policies", "session")   # what every backend has
-DEFAULT_IN_FLIGHT = 2            # max_in_flight when a backend does not say
+REQUIRED = ("name", "dtype", "exact", "policies", "session")  # what every backend has
+DEFAULT_IN_FLIGHT = 2  # max_in_flight when a backend does not say
 
 
 @runtime_checkable
@@ -29,8 +30,14 @@ class Session(Protocol):
     """A backend's session over one model at (d, D), one mode ("block" | "loop") and one RNG
     policy. The runner calls add, step, remove and tokens with these arguments only."""
 
-    def add(self, rid: int, prompt: list[int], params: Any, replay: list[float] | None = None,
-            depths: tuple[int, int] | None = None) -> None:
+    def add(
+        self,
+        rid: int,
+        prompt: list[int],
+        params: Any,
+        replay: list[float] | None = None,
+        depths: tuple[int, int] | None = None,
+    ) -> None:
         """Prefill request rid. replay: the uniforms to consume instead of the request's seeded
         stream; depths: (d_i, D_i) for this request (default the session's (d, D))."""
 
@@ -48,10 +55,10 @@ class Session(Protocol):
 class Backend(Protocol):
     """What runs rounds and returns traces."""
 
-    name: str                  # shown in reports
-    dtype: str                 # "float32" | "bfloat16" | "float16": its row of TOLERANCES
-    exact: bool                # bit-identical to the reference is expected
-    policies: tuple            # the RNG policies it supports, a subset of oracle.rng_trace.POLICIES
+    name: str  # shown in reports
+    dtype: str  # "float32" | "bfloat16" | "float16": its row of TOLERANCES
+    exact: bool  # bit-identical to the reference is expected
+    policies: tuple  # the RNG policies it supports, a subset of oracle.rng_trace.POLICIES
 
     def session(self, model, d: int, D: int, mode: str, policy: str = "sequential", **options) -> Session:
         """A fresh session; model is the reference LoopedModel (config + FP32 weights by HF
@@ -60,31 +67,47 @@ class Backend(Protocol):
 
 # Optional hooks of a backend: name -> (what it means, a check of its value).
 OPTIONAL_BACKEND = {
-    "host_rng": ("uniforms are each request's seeded host stream, drawn like the reference's "
-                 "(the reference then draws its own; default: exact)", lambda v: isinstance(v, bool)),
-    "sampling": ("the sampler behind oracle.sampling's interface, which the property suite's "
-                 "enumeration tests exercise (property_tests/harness.py sampling_impl)",
-                 lambda v: all(callable(getattr(v, f, None)) for f in SAMPLING_INTERFACE)),
-    "max_in_flight": (f"how many submitted rounds may wait to be collected (default {DEFAULT_IN_FLIGHT})",
-                      lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
-    "fork_safe": ("the backend may run in a forked child of the process that loaded it (no threads, device "
-                  "contexts or sockets of its own yet): `check --backend` then runs the drift probe and its fit in "
-                  "one, beside the cases' runs (default False)", lambda v: isinstance(v, bool)),
-    "drift_stats_fn": ("drift_stats_fn(model, dtype, basis=None): the drift verdict's sensitivities "
-                       "when this backend is the judge (judge_jax)", callable),
-    "precision_energy_fn": ("precision_energy_fn(model, dtype): the precision verdict's noise twin when this "
-                            "backend is the judge (judge_jax)", callable),
+    "host_rng": (
+        "uniforms are each request's seeded host stream, drawn like the reference's "
+        "(the reference then draws its own; default: exact)",
+        lambda v: isinstance(v, bool),
+    ),
+    "sampling": (
+        "the sampler behind oracle.sampling's interface, which the property suite's "
+        "enumeration tests exercise (property_tests/harness.py sampling_impl)",
+        lambda v: all(callable(getattr(v, f, None)) for f in SAMPLING_INTERFACE),
+    ),
+    "max_in_flight": (
+        f"how many submitted rounds may wait to be collected (default {DEFAULT_IN_FLIGHT})",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    ),
+    "fork_safe": (
+        "the backend may run in a forked child of the process that loaded it (no threads, device "
+        "contexts or sockets of its own yet): `check --backend` then runs the drift probe and its fit in "
+        "one, beside the cases' runs (default False)",
+        lambda v: isinstance(v, bool),
+    ),
+    "drift_stats_fn": (
+        "drift_stats_fn(model, dtype, basis=None): the drift verdict's sensitivities "
+        "when this backend is the judge (judge_jax)",
+        callable,
+    ),
+    "precision_energy_fn": (
+        "precision_energy_fn(model, dtype): the precision verdict's noise twin when this "
+        "backend is the judge (judge_jax)",
+        callable,
+    ),
 }
 # Optional hooks of a session: name -> what it means.
 OPTIONAL_SESSION = {
     "submit": "submit(counts) -> handle: a round started, not yet collected (with collect)",
     "collect": "collect(handle) -> RoundTrace: the round submit started (with submit)",
     "kv_frontiers": "kv_frontiers(rid) -> set of ints: the KV frontiers of the request's planes (the KV rollback "
-                    "checks of the property suite; skipped without it)",
+    "checks of the property suite; skipped without it)",
 }
-SAMPLING_INTERFACE = ("filtered_probs", "categorical", "accepts", "residual")   # what the property suite calls
+SAMPLING_INTERFACE = ("filtered_probs", "categorical", "accepts", "residual")  # what the property suite calls
 SESSION_METHODS = ("add", "step", "remove", "tokens")
-_CALLS = {                                 # how oracle.judge.runner.run_scenario calls each method
+_CALLS = {  # how oracle.judge.runner.run_scenario calls each method
     "add": ((0, [1], None), {"replay": None, "depths": (1, 2)}),
     "step": (({0: 1},), {}),
     "remove": ((0,), {}),
@@ -97,7 +120,7 @@ def _binds(fn, args, kwargs) -> str | None:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        return None                        # no signature to read (a builtin): not checkable
+        return None  # no signature to read (a builtin): not checkable
     try:
         sig.bind(*args, **kwargs)
     except TypeError as e:
@@ -158,34 +181,40 @@ def session_problems(session) -> list[str]:
 
 # ---- what a backend offers beyond the required part, read once ----
 
+
 @dataclass(frozen=True)
 class Capabilities:
     """A backend's optional hooks (OPTIONAL_BACKEND), as the runner, the judge and the property
     suite read them. Read once: at load (LoadedBackend.caps), or by capabilities(bk) for an object
     made directly."""
-    host_rng: bool = False               # uniforms are each request's seeded host stream: host_rng = True, or exact
-    fork_safe: bool = False              # may run in a forked child (the drift probe beside the cases)
-    max_in_flight: int = DEFAULT_IN_FLIGHT   # submitted rounds that may wait to be collected
-    sampling: Any = None                 # its own sampler (SAMPLING_INTERFACE); None: it has none (oracle.sampling's)
-    drift_stats_fn: Callable | None = None   # drift_stats_fn(model, dtype, basis=None) as the judge's side
-    precision_energy_fn: Callable | None = None   # precision_energy_fn(model, dtype) as the judge's side
+
+    host_rng: bool = False  # uniforms are each request's seeded host stream: host_rng = True, or exact
+    fork_safe: bool = False  # may run in a forked child (the drift probe beside the cases)
+    max_in_flight: int = DEFAULT_IN_FLIGHT  # submitted rounds that may wait to be collected
+    sampling: Any = None  # its own sampler (SAMPLING_INTERFACE); None: it has none (oracle.sampling's)
+    drift_stats_fn: Callable | None = None  # drift_stats_fn(model, dtype, basis=None) as the judge's side
+    precision_energy_fn: Callable | None = None  # precision_energy_fn(model, dtype) as the judge's side
 
     @classmethod
     def read(cls, backend) -> "Capabilities":
         """The hooks of `backend` as it declares them (absent or None: the default)."""
         hook = {h: getattr(backend, h, None) for h in OPTIONAL_BACKEND}
-        return cls(host_rng=bool(getattr(backend, "exact", False) or hook["host_rng"]),
-                   fork_safe=hook["fork_safe"] is True,
-                   max_in_flight=DEFAULT_IN_FLIGHT if hook["max_in_flight"] is None else hook["max_in_flight"],
-                   sampling=hook["sampling"], drift_stats_fn=hook["drift_stats_fn"],
-                   precision_energy_fn=hook["precision_energy_fn"])
+        return cls(
+            host_rng=bool(getattr(backend, "exact", False) or hook["host_rng"]),
+            fork_safe=hook["fork_safe"] is True,
+            max_in_flight=DEFAULT_IN_FLIGHT if hook["max_in_flight"] is None else hook["max_in_flight"],
+            sampling=hook["sampling"],
+            drift_stats_fn=hook["drift_stats_fn"],
+            precision_energy_fn=hook["precision_energy_fn"],
+        )
 
 
 @dataclass(frozen=True)
 class SessionCapabilities:
     """A session's optional hooks (OPTIONAL_SESSION)."""
-    submit_collect: bool = False         # submit(counts) -> handle and collect(handle) -> RoundTrace
-    kv_frontiers: Callable | None = None     # kv_frontiers(rid) -> set of ints
+
+    submit_collect: bool = False  # submit(counts) -> handle and collect(handle) -> RoundTrace
+    kv_frontiers: Callable | None = None  # kv_frontiers(rid) -> set of ints
 
 
 def capabilities(backend) -> Capabilities:
@@ -198,8 +227,10 @@ def capabilities(backend) -> Capabilities:
 def session_capabilities(session) -> SessionCapabilities:
     """What a session offers beyond add, step, remove and tokens."""
     has = {m: callable(getattr(session, m, None)) for m in OPTIONAL_SESSION}
-    return SessionCapabilities(submit_collect=has["submit"] and has["collect"],
-                               kv_frontiers=session.kv_frontiers if has["kv_frontiers"] else None)
+    return SessionCapabilities(
+        submit_collect=has["submit"] and has["collect"],
+        kv_frontiers=session.kv_frontiers if has["kv_frontiers"] else None,
+    )
 
 
 class LoadedBackend:
@@ -212,7 +243,7 @@ class LoadedBackend:
         self.caps = Capabilities.read(backend) if caps is None else caps
 
     def __getattr__(self, name):
-        if name.startswith("__") or name == "caps":     # not yet set (copy, pickle): no recursion
+        if name.startswith("__") or name == "caps":  # not yet set (copy, pickle): no recursion
             raise AttributeError(name)
         return getattr(self.__wrapped__, name)
 

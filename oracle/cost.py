@@ -16,6 +16,7 @@ only the row counts that differ between them decide which is faster:
 `deciding_row_counts` returns that multiset difference and `deciding_inequality` puts it in
 the form "loop wins iff sum_block m*[c(M)-c(b)] > sum_loop m*[c(M)-c(b)]".
 """
+
 from __future__ import annotations
 
 import bisect
@@ -34,8 +35,13 @@ DATA = Path(__file__).parent / "data"
 # recurrent call (attention, norms and all) and h(M) of a head call, as `bench sweep` measured
 # them (docs/cost_model.md). The linear-layer table of the contract stays for reference only:
 # it predicted the loop round faster at C = 64 where the measured ratio was 0.960.
-SHIPPED = {"h200": {"ctable": DATA / "h200_ouro1.4b_ctx256_c_ms.json", "head": DATA / "h200_ouro1.4b_head_ms.json",
-                    "what": "whole recurrent calls of ouro-1.4b at context 256, NVIDIA H200"}}
+SHIPPED = {
+    "h200": {
+        "ctable": DATA / "h200_ouro1.4b_ctx256_c_ms.json",
+        "head": DATA / "h200_ouro1.4b_head_ms.json",
+        "what": "whole recurrent calls of ouro-1.4b at context 256, NVIDIA H200",
+    }
+}
 DEFAULT_GPU = "h200"
 DEFAULT_CTABLE = SHIPPED[DEFAULT_GPU]["ctable"]
 DEFAULT_HEAD_CTABLE = SHIPPED[DEFAULT_GPU]["head"]
@@ -50,11 +56,12 @@ MAX_DROP = 0.25
 @dataclass(frozen=True)
 class CTable:
     """Piecewise-linear c(M) through measured points; an error outside [min M, max M]."""
-    rows: tuple[int, ...]     # measured row counts M, strictly increasing
-    ms: tuple[float, ...]     # c(M) in ms at those M
-    source: str = "c-table"   # for error messages: file name or "head table ..."
+
+    rows: tuple[int, ...]  # measured row counts M, strictly increasing
+    ms: tuple[float, ...]  # c(M) in ms at those M
+    source: str = "c-table"  # for error messages: file name or "head table ..."
     meta: dict | None = None  # the table's other keys (description, device, ...)
-    shared: tuple = ()        # ((r, CTable of c over M with r rows per KV plane), ...), r >= 2 increasing
+    shared: tuple = ()  # ((r, CTable of c over M with r rows per KV plane), ...), r >= 2 increasing
 
     def call(self, M: int, P: int) -> float:
         """ms of one call over M rows on P KV planes: c(M) when every row has its own plane
@@ -65,8 +72,10 @@ class CTable:
         r = M / P
         known = ((1, self),) + self.shared
         if r > known[-1][0]:
-            raise OracleError(f"{self.source} has no measurement for {r:g} rows per KV plane ({M} rows on {P} "
-                              f"planes; it covers 1..{known[-1][0]}: measure c_ms_shared[{math.ceil(r)}])")
+            raise OracleError(
+                f"{self.source} has no measurement for {r:g} rows per KV plane ({M} rows on {P} "
+                f"planes; it covers 1..{known[-1][0]}: measure c_ms_shared[{math.ceil(r)}])"
+            )
         k = next(k for k, (rk, _) in enumerate(known) if rk >= r)
         r1, t1 = known[k]
         if r1 == r:
@@ -78,8 +87,9 @@ class CTable:
         """ms of one call over M rows."""
         lo, hi = self.rows[0], self.rows[-1]
         if not lo <= M <= hi:
-            raise OracleError(f"{self.source} has no measurement for M={M} rows "
-                              f"(it covers M={lo}..{hi}; add c({M}) to the table)")
+            raise OracleError(
+                f"{self.source} has no measurement for M={M} rows (it covers M={lo}..{hi}; add c({M}) to the table)"
+            )
         k = bisect.bisect_left(self.rows, M)
         if self.rows[k] == M:
             return self.ms[k]
@@ -96,9 +106,9 @@ def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True, for
     with force=False (a user's file: load_ctable) one that drops by more than MAX_DROP, or
     that the bench marked "noisy", is refused."""
     if not isinstance(data, dict) or not isinstance(data.get("c_ms"), dict):
-        raise OracleError(f"{source}: expected a JSON object with a \"c_ms\" object mapping row counts to ms")
+        raise OracleError(f'{source}: expected a JSON object with a "c_ms" object mapping row counts to ms')
     if not data["c_ms"]:
-        raise OracleError(f"{source}: \"c_ms\" is empty")
+        raise OracleError(f'{source}: "c_ms" is empty')
     points = {}
     for key, value in data["c_ms"].items():
         M = _int_key(key, f"{source}: row count {key!r}")
@@ -115,27 +125,30 @@ def ctable_from_dict(data, source: str = "c-table", warn_drops: bool = True, for
     drops = [(a, b) for a, b in zip(rows, rows[1:]) if points[b] < points[a]]
     if not force:
         refuse_noisy(data, points, drops, source)
-    if drops and warn_drops:      # real tables are not monotone (kernel tile changes); predictions stay piecewise-linear
+    if drops and warn_drops:  # real tables are not monotone (kernel tile changes); predictions stay piecewise-linear
         from .progress import warn
+
         a, b = drops[0]
-        warn(f"{source}: c(M) decreases with M at {len(drops)} place(s), first c({b}) = {points[b]} < "
-             f"c({a}) = {points[a]}; using it as measured")
+        warn(
+            f"{source}: c(M) decreases with M at {len(drops)} place(s), first c({b}) = {points[b]} < "
+            f"c({a}) = {points[a]}; using it as measured"
+        )
     meta = {k: v for k, v in data.items() if k not in ("c_ms", "c_ms_shared")}
     shared = data.get("c_ms_shared", {})
     if not isinstance(shared, dict):
-        raise OracleError(f"{source}: \"c_ms_shared\" must map rows per plane r to {{M: ms}} objects")
+        raise OracleError(f'{source}: "c_ms_shared" must map rows per plane r to {{M: ms}} objects')
     parts = []
     for key, sub in shared.items():
-        r = _int_key(key, f"{source}: rows per plane {key!r} in \"c_ms_shared\"")
+        r = _int_key(key, f'{source}: rows per plane {key!r} in "c_ms_shared"')
         if r < 2:
-            raise OracleError(f"{source}: rows per plane {key!r} in \"c_ms_shared\" must be >= 2 (r = 1 is \"c_ms\")")
+            raise OracleError(f'{source}: rows per plane {key!r} in "c_ms_shared" must be >= 2 (r = 1 is "c_ms")')
         t = ctable_from_dict({"c_ms": sub}, f"{source} c_ms_shared[{r}]", warn_drops, force)
         odd = [M for M in t.rows if M % r]
         if odd:
             raise OracleError(f"{source}: c_ms_shared[{r}] has M={odd[0]}, not a multiple of its {r} rows per plane")
         parts.append((r, t))
     if len({r for r, _ in parts}) != len(parts):
-        raise OracleError(f"{source}: a rows-per-plane count appears twice in \"c_ms_shared\"")
+        raise OracleError(f'{source}: a rows-per-plane count appears twice in "c_ms_shared"')
     return CTable(rows, tuple(points[M] for M in rows), source, meta, tuple(sorted(parts, key=lambda p: p[0])))
 
 
@@ -144,14 +157,17 @@ def refuse_noisy(data: dict, points: dict, drops: list, source: str) -> None:
     error (--force uses it anyway)."""
     noisy = data.get("noisy")
     if noisy:
-        raise OracleError(f"{source}: the bench marked it noisy ({noisy}); re-measure on an idle machine "
-                          f"or pass --force to use it")
+        raise OracleError(
+            f"{source}: the bench marked it noisy ({noisy}); re-measure on an idle machine or pass --force to use it"
+        )
     big = [(a, b) for a, b in drops if points[b] < (1 - MAX_DROP) * points[a]]
     if big:
         a, b = big[0]
-        raise OracleError(f"{source}: c({b}) = {points[b]} is {1 - points[b] / points[a]:.0%} below c({a}) = "
-                          f"{points[a]} (more than {MAX_DROP:.0%}: noise, not a kernel change); re-measure it "
-                          f"or pass --force to use it")
+        raise OracleError(
+            f"{source}: c({b}) = {points[b]} is {1 - points[b] / points[a]:.0%} below c({a}) = "
+            f"{points[a]} (more than {MAX_DROP:.0%}: noise, not a kernel change); re-measure it "
+            f"or pass --force to use it"
+        )
 
 
 def _int_key(key, what: str) -> int:
@@ -207,9 +223,16 @@ def predict(schedule: Schedule, ctable: CTable, head_table: CTable | None = None
     # fsum: exactly rounded, so equal multisets of row counts give equal ms in either order
     head_ms = math.fsum(head_table.c(n) for n in head_rows) if head_table is not None else 0.0
     recurrent_ms = math.fsum(call_ms)
-    return {"total_ms": recurrent_ms + head_ms, "recurrent_ms": recurrent_ms, "head_ms": head_ms,
-            "calls": len(call_ms), "rows": schedule.row_counts(), "call_ms": call_ms,
-            "head_calls": len(head_rows), "head_rows": head_rows}
+    return {
+        "total_ms": recurrent_ms + head_ms,
+        "recurrent_ms": recurrent_ms,
+        "head_ms": head_ms,
+        "calls": len(call_ms),
+        "rows": schedule.row_counts(),
+        "call_ms": call_ms,
+        "head_calls": len(head_rows),
+        "head_rows": head_rows,
+    }
 
 
 def multiset_difference(a, b) -> tuple[dict[int, int], dict[int, int]]:
@@ -243,6 +266,7 @@ class Inequality:
     `scale`, so block_ms - loop_ms = scale * (block side - loop side). base None (ragged
     depths with unequal call counts): the sides are plain sums of m*c(M). Keyed by planes,
     M is (rows, planes) throughout and reads c(M@P)."""
+
     base: int | tuple | None
     block: dict
     loop: dict
@@ -250,23 +274,32 @@ class Inequality:
 
     def sides(self, c) -> tuple[float, float]:
         """(block side, loop side) in ms for a cost function c of a key (cost.key_cost)."""
+
         def side(terms):
             return sum(m * (c(M) - (0.0 if self.base is None else c(self.base))) for M, m in terms.items())
+
         return side(self.block), side(self.loop)
 
     def side_text(self, terms: dict[int, int], unit: str = "") -> str:
         """'4*[c(2C)-c(C)]' with unit='C' (row counts per request), '4*[c(8)-c(4)]' without."""
+
         def rows(M):
-            if isinstance(M, tuple):                 # (rows, planes)
+            if isinstance(M, tuple):  # (rows, planes)
                 return rows(M[0]) if M[0] == M[1] else f"{rows(M[0])}@{rows(M[1])}"
             return unit if unit and M == 1 else f"{M}{unit}"
+
         if self.base is None:
             return " + ".join(f"c({rows(M)})" if m == 1 else f"{m}*c({rows(M)})" for M, m in terms.items()) or "0"
         base = rows(self.base)
-        bare = len(terms) == 1   # brackets only where a term is scaled or summed
-        parts = [f"c({rows(M)})-c({base})" if m == 1 and bare else
-                 f"{m}*[c({rows(M)})-c({base})]" if m > 1 else f"[c({rows(M)})-c({base})]"
-                 for M, m in terms.items()]
+        bare = len(terms) == 1  # brackets only where a term is scaled or summed
+        parts = [
+            f"c({rows(M)})-c({base})"
+            if m == 1 and bare
+            else f"{m}*[c({rows(M)})-c({base})]"
+            if m > 1
+            else f"[c({rows(M)})-c({base})]"
+            for M, m in terms.items()
+        ]
         return " + ".join(parts) or "0"
 
     def block_text(self, unit: str = "") -> str:
@@ -291,16 +324,16 @@ def deciding_inequality(token_counts, d, D, by_planes: bool = False) -> Inequali
     block, loop = deciding_row_counts(token_counts, d, D, by_planes)
     if not block and not loop:
         return None
-    if sum(block.values()) != sum(loop.values()):        # ragged depths: no common base to subtract
+    if sum(block.values()) != sum(loop.values()):  # ragged depths: no common base to subtract
         scale = reduce(math.gcd, list(block.values()) + list(loop.values()), 0) or 1
-        return Inequality(None, {M: m // scale for M, m in block.items()},
-                          {M: m // scale for M, m in loop.items()}, scale)
+        return Inequality(
+            None, {M: m // scale for M, m in block.items()}, {M: m // scale for M, m in loop.items()}, scale
+        )
     base = min(min(block), min(loop))
     block = {M: m for M, m in block.items() if M != base}
     loop = {M: m for M, m in loop.items() if M != base}
     scale = reduce(math.gcd, list(block.values()) + list(loop.values()), 0) or 1
-    return Inequality(base, {M: m // scale for M, m in block.items()},
-                      {M: m // scale for M, m in loop.items()}, scale)
+    return Inequality(base, {M: m // scale for M, m in block.items()}, {M: m // scale for M, m in loop.items()}, scale)
 
 
 def compare_rounds(token_counts, d, D, ctable: CTable, head_table: CTable | None = None) -> dict:
@@ -315,21 +348,36 @@ def compare_rounds(token_counts, d, D, ctable: CTable, head_table: CTable | None
     block_side, loop_side = ineq.sides(key_cost(ctable)) if ineq else (0.0, 0.0)
     diff = block["total_ms"] - loop["total_ms"]
     tie = abs(diff) <= 1e-12 * (block["total_ms"] + loop["total_ms"])
-    return {"counts": list(counts), "d": d, "D": D,
-            "block_ms": block["total_ms"], "loop_ms": loop["total_ms"],
-            "ratio": block["total_ms"] / loop["total_ms"],
-            "faster": "tie" if tie else ("loop" if diff > 0 else "block"),
-            "block": block, "loop": loop,
-            "block_extra": block_extra, "loop_extra": loop_extra, "by_planes": by_planes,
-            "inequality": ineq, "block_side_ms": block_side, "loop_side_ms": loop_side}
+    return {
+        "counts": list(counts),
+        "d": d,
+        "D": D,
+        "block_ms": block["total_ms"],
+        "loop_ms": loop["total_ms"],
+        "ratio": block["total_ms"] / loop["total_ms"],
+        "faster": "tie" if tie else ("loop" if diff > 0 else "block"),
+        "block": block,
+        "loop": loop,
+        "block_extra": block_extra,
+        "loop_extra": loop_extra,
+        "by_planes": by_planes,
+        "inequality": ineq,
+        "block_side_ms": block_side,
+        "loop_side_ms": loop_side,
+    }
 
 
 # ---- the FP32 judge's floor (judge_jax on one GPU) -----------------------------------------
 # Peak rates of the GPUs the judge runs on. h200: NVIDIA H200 Tensor Core GPU datasheet, SXM
 # column (nvidia.com/en-us/data-center/h200): GPU memory bandwidth 4.8 TB/s; FP32 67 TFLOPS
 # (the non-tensor-core rate: the judge's matmuls run at Precision.HIGHEST, true FP32, no TF32).
-GPU_PEAKS = {"h200": {"hbm_bytes_per_s": 4.8e12, "fp32_flops_per_s": 67e12,
-                      "what": "NVIDIA H200 SXM: HBM3e 4.8 TB/s, FP32 67 TFLOP/s (datasheet)"}}
+GPU_PEAKS = {
+    "h200": {
+        "hbm_bytes_per_s": 4.8e12,
+        "fp32_flops_per_s": 67e12,
+        "what": "NVIDIA H200 SXM: HBM3e 4.8 TB/s, FP32 67 TFLOP/s (datasheet)",
+    }
+}
 FP32_BYTES = 4
 
 
@@ -338,11 +386,12 @@ def judge_layer_params(cfg) -> int:
     H, I = cfg.hidden_size, cfg.intermediate_size
     q = H * cfg.num_heads * cfg.head_dim
     kv = H * cfg.num_kv_heads * cfg.head_dim
-    return cfg.num_layers * (2 * q + 2 * kv + 3 * H * I + 4 * H)         # q, o, k, v, gate/up/down, 4 norms
+    return cfg.num_layers * (2 * q + 2 * kv + 3 * H * I + 4 * H)  # q, o, k, v, gate/up/down, 4 norms
 
 
-def judge_round_floor(cfg, counts, context: int, d, D, mode: str = "block", K: int | None = None,
-                      gpu: str = "h200") -> dict:
+def judge_round_floor(
+    cfg, counts, context: int, d, D, mode: str = "block", K: int | None = None, gpu: str = "h200"
+) -> dict:
     """Seconds an FP32 round of the judge cannot beat on `gpu`: per recurrent call (and head
     call) the roofline max(bytes / HBM bandwidth, FLOPs / FP32 rate), summed over the round.
 
@@ -367,15 +416,27 @@ def judge_round_floor(cfg, counts, context: int, d, D, mode: str = "block", K: i
         counts = [K + 1] * counts
     s = plan(mode, validate(counts, d, D), d, D)
     L, H, V = cfg.num_layers, cfg.hidden_size, cfg.vocab_size
-    kv_row = L * 2 * cfg.num_kv_heads * cfg.head_dim * FP32_BYTES      # one position's K and V, all layers
+    kv_row = L * 2 * cfg.num_kv_heads * cfg.head_dim * FP32_BYTES  # one position's K and V, all layers
     weight_bytes = judge_layer_params(cfg) * FP32_BYTES
-    attn_flops_per_key = 4 * cfg.num_heads * cfg.head_dim * L           # q.k and p.v, every layer
-    out = {"gpu": gpu, "peaks": peak, "mode": mode, "calls": len(s.calls), "rows": sum(len(c.rows) for c in s.calls),
-           "weight_bytes_per_call": weight_bytes, "weight_bytes": 0, "kv_bytes": 0, "flops": 0,
-           "head_calls": 0, "head_bytes": 0, "head_flops": 0, "call_s": []}
+    attn_flops_per_key = 4 * cfg.num_heads * cfg.head_dim * L  # q.k and p.v, every layer
+    out = {
+        "gpu": gpu,
+        "peaks": peak,
+        "mode": mode,
+        "calls": len(s.calls),
+        "rows": sum(len(c.rows) for c in s.calls),
+        "weight_bytes_per_call": weight_bytes,
+        "weight_bytes": 0,
+        "kv_bytes": 0,
+        "flops": 0,
+        "head_calls": 0,
+        "head_bytes": 0,
+        "head_flops": 0,
+        "call_s": [],
+    }
     floor = 0.0
     for c in s.calls:
-        last: dict = {}                                                  # plane -> keys read
+        last: dict = {}  # plane -> keys read
         keys = 0
         for i, o, j in c.rows:
             n_keys = context + o + 1
@@ -396,6 +457,11 @@ def judge_round_floor(cfg, counts, context: int, d, D, mode: str = "block", K: i
         out["head_calls"] += 1
         out["head_bytes"] += hb
         out["head_flops"] += hf
-    out.update(floor_s=floor, weights_s=out["weight_bytes"] / bw, kv_s=out["kv_bytes"] / bw,
-               flops_s=out["flops"] / rate, head_s=max(out["head_bytes"] / bw, out["head_flops"] / rate))
+    out.update(
+        floor_s=floor,
+        weights_s=out["weight_bytes"] / bw,
+        kv_s=out["kv_bytes"] / bw,
+        flops_s=out["flops"] / rate,
+        head_s=max(out["head_bytes"] / bw, out["head_flops"] / rate),
+    )
     return out

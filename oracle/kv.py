@@ -5,6 +5,7 @@ anywhere else is an error), every write is logged with the call that made it, ro
 truncates to a frontier, and a read of a position that was never written or was rolled
 back raises with the address.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,8 +26,8 @@ class KVWrite:
     depth: int
     layer: int
     call: int
-    k: np.ndarray     # [nkv, hd]
-    v: np.ndarray     # [nkv, hd]
+    k: np.ndarray  # [nkv, hd]
+    v: np.ndarray  # [nkv, hd]
 
 
 class _Plane:
@@ -51,7 +52,7 @@ class KVCache:
         self.nkv, self.hd = num_kv_heads, head_dim
         self.planes: dict[tuple, _Plane] = {}
         self.log: list[KVWrite] = []
-        self.request_depths: dict = {}     # request -> its depth planes D_i (default: num_depths)
+        self.request_depths: dict = {}  # request -> its depth planes D_i (default: num_depths)
 
     def set_depths(self, request, num_depths: int) -> None:
         """A request whose rounds verify with D_i < num_depths loops owns planes 0..D_i-1 only."""
@@ -64,8 +65,10 @@ class KVCache:
 
     def _plane(self, request, depth, layer, create=False) -> _Plane:
         if not (0 <= depth < self.depths_of(request) and 0 <= layer < self.num_layers):
-            raise KVError(f"KV address (request {request}, depth {depth}, layer {layer}) is outside "
-                          f"{self.depths_of(request)} depths x {self.num_layers} layers")
+            raise KVError(
+                f"KV address (request {request}, depth {depth}, layer {layer}) is outside "
+                f"{self.depths_of(request)} depths x {self.num_layers} layers"
+            )
         key = (request, depth, layer)
         p = self.planes.get(key)
         if p is None:
@@ -77,19 +80,24 @@ class KVCache:
     def write(self, request, position: int, depth: int, layer: int, k, v, call: int) -> None:
         p = self._plane(request, depth, layer, create=True)
         if position != p.n:
-            raise KVError(f"KV write of request {request} position {position} depth {depth} layer {layer} "
-                          f"(call {call}): the plane's frontier is {p.n}, writes must append there")
+            raise KVError(
+                f"KV write of request {request} position {position} depth {depth} layer {layer} "
+                f"(call {call}): the plane's frontier is {p.n}, writes must append there"
+            )
         p.append(k, v)
-        self.log.append(KVWrite(request, position, depth, layer, call,
-                                np.array(k, np.float32), np.array(v, np.float32)))
+        self.log.append(
+            KVWrite(request, position, depth, layer, call, np.array(k, np.float32), np.array(v, np.float32))
+        )
 
     def read(self, request, depth: int, layer: int, upto: int) -> tuple[np.ndarray, np.ndarray]:
         """K, V of positions 0..upto: [upto+1, nkv, hd] each."""
         p = self._plane(request, depth, layer)
         if upto >= p.n:
-            raise KVError(f"KV read of request {request} position {upto} depth {depth} layer {layer}: "
-                          f"never written or rolled back (frontier {p.n})")
-        return p.k[:upto + 1], p.v[:upto + 1]
+            raise KVError(
+                f"KV read of request {request} position {upto} depth {depth} layer {layer}: "
+                f"never written or rolled back (frontier {p.n})"
+            )
+        return p.k[: upto + 1], p.v[: upto + 1]
 
     def frontier(self, request, depth: int = 0, layer: int = 0) -> int:
         p = self.planes.get((request, depth, layer))
@@ -107,8 +115,10 @@ class KVCache:
                 p = self.planes.get((request, j, l))
                 n = 0 if p is None else p.n
                 if frontier > n:
-                    raise KVError(f"rollback of request {request} to frontier {frontier}, but depth {j} "
-                                  f"layer {l} holds only {n} positions")
+                    raise KVError(
+                        f"rollback of request {request} to frontier {frontier}, but depth {j} "
+                        f"layer {l} holds only {n} positions"
+                    )
                 if p is not None:
                     p.n = frontier
 

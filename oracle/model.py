@@ -10,6 +10,7 @@ presets), and the check every weight set passes (LoopedModel runs it; so does
 oracle/checkpoint.py on a file's tensors). Where a model comes from (a preset or a
 checkpoint) is oracle/checkpoint.py `build_model`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,22 +22,33 @@ F32 = np.float32
 
 # ---- the tensors of an Ouro checkpoint by HF name (cfg: an oracle.config.ModelConfig) ----
 
+
 def weight_shapes(cfg) -> dict[str, tuple[int, ...]]:
     """Every tensor of an Ouro checkpoint, by HF name (weights are [out, in])."""
     H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,),
-              "lm_head.weight": (V, H),
-              "model.early_exit_gate.weight": (1, H), "model.early_exit_gate.bias": (1,)}
+    shapes = {
+        "model.embed_tokens.weight": (V, H),
+        "model.norm.weight": (H,),
+        "lm_head.weight": (V, H),
+        "model.early_exit_gate.weight": (1, H),
+        "model.early_exit_gate.bias": (1,),
+    }
     for l in range(cfg.num_layers):
         p = f"model.layers.{l}."
-        shapes |= {p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
-                   p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
-                   p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
-                   p + "mlp.down_proj.weight": (H, I),
-                   p + "input_layernorm.weight": (H,), p + "input_layernorm_2.weight": (H,),
-                   p + "post_attention_layernorm.weight": (H,),
-                   p + "post_attention_layernorm_2.weight": (H,)}
+        shapes |= {
+            p + "self_attn.q_proj.weight": (q, H),
+            p + "self_attn.k_proj.weight": (kv, H),
+            p + "self_attn.v_proj.weight": (kv, H),
+            p + "self_attn.o_proj.weight": (H, q),
+            p + "mlp.gate_proj.weight": (I, H),
+            p + "mlp.up_proj.weight": (I, H),
+            p + "mlp.down_proj.weight": (H, I),
+            p + "input_layernorm.weight": (H,),
+            p + "input_layernorm_2.weight": (H,),
+            p + "post_attention_layernorm.weight": (H,),
+            p + "post_attention_layernorm_2.weight": (H,),
+        }
     return shapes
 
 
@@ -48,8 +60,8 @@ def random_weights(cfg, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in weight_shapes(cfg).items():
-        if name.endswith("layernorm_2.weight"):      # branch-output norms: small, so that
-            w = 0.3 * (1.0 + 0.1 * rng.standard_normal(shape, dtype=F32))   # drafts often pass
+        if name.endswith("layernorm_2.weight"):  # branch-output norms: small, so that
+            w = 0.3 * (1.0 + 0.1 * rng.standard_normal(shape, dtype=F32))  # drafts often pass
         elif name.endswith("norm.weight") or "layernorm" in name:
             w = 1.0 + 0.1 * rng.standard_normal(shape, dtype=F32)
         elif name == "model.embed_tokens.weight":
@@ -78,7 +90,6 @@ def check_weights(cfg, weights: dict[str, np.ndarray]) -> None:
 
 
 # ---- the math ----
-
 
 
 def rope_cos_sin(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -128,7 +139,11 @@ class LoopedModel:
         self.cfg = cfg
         self.weights = {k: np.ascontiguousarray(v, dtype=F32) for k, v in weights.items()}
         w = self.weights
-        self.embed_w, self.norm_w, self.lm_head = w["model.embed_tokens.weight"], w["model.norm.weight"], w["lm_head.weight"]
+        self.embed_w, self.norm_w, self.lm_head = (
+            w["model.embed_tokens.weight"],
+            w["model.norm.weight"],
+            w["lm_head.weight"],
+        )
         self.layers = [Layer(w, l) for l in range(cfg.num_layers)]
 
     # ---- row machinery (the reference) ----
@@ -137,7 +152,7 @@ class LoopedModel:
         bad = tokens[(tokens < 0) | (tokens >= self.cfg.vocab_size)]
         if bad.size:
             raise OracleError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.cfg.vocab_size})")
-        return self.embed_w[tokens].copy()          # [n, H]
+        return self.embed_w[tokens].copy()  # [n, H]
 
     def recurrent_call(self, rows, h: np.ndarray, kv, call: int) -> np.ndarray:
         """rows: [(request, position, depth)]; h: [n, H] each row's loop input.
@@ -148,30 +163,36 @@ class LoopedModel:
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         assert h.shape == (len(rows), cfg.hidden_size), (h.shape, len(rows))
         cos, sin = rope_cos_sin([r[1] for r in rows], hd, cfg.rope_theta)
-        h = [np.array(x, dtype=F32) for x in h]      # one vector per row
+        h = [np.array(x, dtype=F32) for x in h]  # one vector per row
         for l, L in enumerate(self.layers):
             qs = []
-            for r, (req, pos, depth) in enumerate(rows):         # projections + KV writes
+            for r, (req, pos, depth) in enumerate(rows):  # projections + KV writes
                 x = rms_norm(h[r], L.n_in, cfg.rms_norm_eps)
                 q = (L.q @ x).reshape(nh, hd)
                 k = (L.k @ x).reshape(nkv, hd)
                 v = (L.v @ x).reshape(nkv, hd)
                 qs.append(q * cos[r] + rotate_half(q) * sin[r])
                 kv.write(req, pos, depth, l, k * cos[r] + rotate_half(k) * sin[r], v, call)
-            for r, (req, pos, depth) in enumerate(rows):         # attention + MLP
-                K, V = kv.read(req, depth, l, pos)               # [pos+1, nkv, hd]
-                a = attend(qs[r], K, V)                           # [nh*hd]
+            for r, (req, pos, depth) in enumerate(rows):  # attention + MLP
+                K, V = kv.read(req, depth, l, pos)  # [pos+1, nkv, hd]
+                a = attend(qs[r], K, V)  # [nh*hd]
                 x = h[r] + rms_norm(L.o @ a, L.n_attn_out, cfg.rms_norm_eps)
                 y = rms_norm(x, L.n_post, cfg.rms_norm_eps)
                 m = L.down @ (silu(L.gate @ y) * (L.up @ y))
                 h[r] = x + rms_norm(m, L.n_mlp_out, cfg.rms_norm_eps)
-        return np.stack([rms_norm(x, self.norm_w, cfg.rms_norm_eps) for x in h]) if h else \
-            np.zeros((0, cfg.hidden_size), F32)
+        return (
+            np.stack([rms_norm(x, self.norm_w, cfg.rms_norm_eps) for x in h])
+            if h
+            else np.zeros((0, cfg.hidden_size), F32)
+        )
 
     def head(self, h: np.ndarray) -> np.ndarray:
         """h: [n, H] loop outputs (already normed) -> logits [n, V], row by row."""
-        return np.stack([self.lm_head @ np.array(x, dtype=F32) for x in h]) if len(h) else \
-            np.zeros((0, self.cfg.vocab_size), F32)
+        return (
+            np.stack([self.lm_head @ np.array(x, dtype=F32) for x in h])
+            if len(h)
+            else np.zeros((0, self.cfg.vocab_size), F32)
+        )
 
     # ---- second path: full sequence, no KV cache, batched matmuls ----
     def forward_full(self, tokens, loops: int, past=None, keep: bool = False):
@@ -185,8 +206,8 @@ class LoopedModel:
         T = len(tokens)
         P = 0 if past is None else len(past[0][0][0])
         assert past is None or len(past) >= loops, "past holds fewer loops than asked for"
-        cos, sin = rope_cos_sin(np.arange(P, P + T), hd, cfg.rope_theta)        # [T, hd]
-        mask = np.triu(np.full((T, P + T), -np.inf, F32), k=P + 1)             # [T, P+T]
+        cos, sin = rope_cos_sin(np.arange(P, P + T), hd, cfg.rope_theta)  # [T, hd]
+        mask = np.triu(np.full((T, P + T), -np.inf, F32), k=P + 1)  # [T, P+T]
         h = self.embed(tokens)
         out, kv = [], []
         for j in range(loops):
@@ -198,11 +219,11 @@ class LoopedModel:
                 v = (x @ L.v.T).reshape(T, nkv, hd)
                 q = q * cos[:, None] + rotate_half(q) * sin[:, None]
                 k = k * cos[:, None] + rotate_half(k) * sin[:, None]
-                if past is not None:                                          # [P+T, nkv, hd]
+                if past is not None:  # [P+T, nkv, hd]
                     k, v = np.concatenate([past[j][l][0], k]), np.concatenate([past[j][l][1], v])
                 kv[j].append((k, v))
                 k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
-                s = np.einsum("qhd,khd->hqk", q, k) * F32(hd ** -0.5) + mask
+                s = np.einsum("qhd,khd->hqk", q, k) * F32(hd**-0.5) + mask
                 p = np.exp(s - s.max(-1, keepdims=True))
                 p /= p.sum(-1, keepdims=True)
                 a = np.einsum("hqk,khd->qhd", p, v).reshape(T, nh * hd)
@@ -220,9 +241,8 @@ def attend(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
     group = nh // K.shape[1]
     out = np.empty((nh, hd), F32)
     for hh in range(nh):
-        Kh, Vh = K[:, hh // group], V[:, hh // group]             # [n, hd]
-        s = (Kh @ q[hh]) * F32(hd ** -0.5)                        # [n]
+        Kh, Vh = K[:, hh // group], V[:, hh // group]  # [n, hd]
+        s = (Kh @ q[hh]) * F32(hd**-0.5)  # [n]
         p = np.exp(s - s.max())
         out[hh] = (p / p.sum()) @ Vh
     return out.reshape(-1)
-

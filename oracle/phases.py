@@ -5,6 +5,7 @@ head, acceptance and commit. The rounds differ only in the order of their calls
 A round takes its phases as an argument (`Phases`, default `PHASES`: the functions below and
 oracle.sampling); meta_tests/faulty.py injects a fault by passing a `Phases` with one
 replaced (dataclasses.replace), never by patching this module."""
+
 from __future__ import annotations
 
 import types
@@ -25,53 +26,74 @@ from .traces import RoundTrace
 @dataclass(slots=True)
 class Request:
     rid: int
-    tokens: list[int]                 # committed tokens t[0..n-1]
+    tokens: list[int]  # committed tokens t[0..n-1]
     params: sampling.SamplingParams
     rng: RequestRng
-    depths: tuple[int, int] | None = None     # (d_i, D_i); None: the session's (d, D)
-    generated: int = 0                        # tokens committed by earlier rounds (max_tokens)
-    finished: str | None = None               # "stop" | "length" once a round finished it
+    depths: tuple[int, int] | None = None  # (d_i, D_i); None: the session's (d, D)
+    generated: int = 0  # tokens committed by earlier rounds (max_tokens)
+    finished: str | None = None  # "stop" | "length" once a round finished it
 
 
 class RoundState:
     """Everything one round holds between its calls. d, D: ints, or one (d_i, D_i) per request."""
 
-    def __init__(self, model: LoopedModel, kv: KVCache, requests: list[Request], counts, d, D,
-                 round_idx: int, policy: str, mode: str, phases: "Phases | None" = None):
+    def __init__(
+        self,
+        model: LoopedModel,
+        kv: KVCache,
+        requests: list[Request],
+        counts,
+        d,
+        D,
+        round_idx: int,
+        policy: str,
+        mode: str,
+        phases: "Phases | None" = None,
+    ):
         counts = list(validate(counts, d, D))
         assert len(counts) == len(requests), "one token count per request"
         depths = request_depths(len(counts), d, D)
         check_policy(policy)
         for r, (_, Di) in zip(requests, depths):
             if Di > kv.depths_of(r.rid):
-                raise OracleError(f"request {r.rid}: target loops D={Di} exceed its {kv.depths_of(r.rid)} "
-                                  f"KV depth planes")
+                raise OracleError(
+                    f"request {r.rid}: target loops D={Di} exceed its {kv.depths_of(r.rid)} KV depth planes"
+                )
         for r in requests:
             if not r.tokens:
                 raise OracleError(f"request {r.rid} has no committed tokens")
             if kv.frontiers(r.rid) != {len(r.tokens) - 1}:
-                raise OracleError(f"request {r.rid}: KV frontiers {sorted(kv.frontiers(r.rid))} != "
-                                  f"committed tokens - 1 = {len(r.tokens) - 1}")
+                raise OracleError(
+                    f"request {r.rid}: KV frontiers {sorted(kv.frontiers(r.rid))} != "
+                    f"committed tokens - 1 = {len(r.tokens) - 1}"
+                )
         if len({r.rid for r in requests}) != len(requests):
             raise OracleError("a round names the same request twice")
         for r in requests:
             if r.finished:
                 raise OracleError(f"request {r.rid} finished ({r.finished}) in an earlier round; it cannot run again")
-        for r in requests:                                  # state changes only after every check
+        for r in requests:  # state changes only after every check
             r.rng.start_round(round_idx)
         self.model, self.kv, self.requests, self.counts = model, kv, requests, counts
-        self.phases = PHASES if phases is None else phases                   # what draft_head etc. call
-        self.depths, self.policy = depths, policy                          # (d_i, D_i) per request
-        self.d, self.D = shared(depths)                                    # ints when shared, else None
-        self.starts = [len(r.tokens) - 1 for r in requests]               # position of offset 0
-        self.tokens = [[r.tokens[-1]] for r in requests]                   # offset o's token
-        self.hidden: dict[tuple[int, int], tuple[int, np.ndarray]] = {}    # (i, o) -> (depth, h)
-        self.q: dict[tuple[int, int], np.ndarray] = {}                      # draft distributions
+        self.phases = PHASES if phases is None else phases  # what draft_head etc. call
+        self.depths, self.policy = depths, policy  # (d_i, D_i) per request
+        self.d, self.D = shared(depths)  # ints when shared, else None
+        self.starts = [len(r.tokens) - 1 for r in requests]  # position of offset 0
+        self.tokens = [[r.tokens[-1]] for r in requests]  # offset o's token
+        self.hidden: dict[tuple[int, int], tuple[int, np.ndarray]] = {}  # (i, o) -> (depth, h)
+        self.q: dict[tuple[int, int], np.ndarray] = {}  # draft distributions
         self.n_events = [len(r.rng.events) for r in requests]
         self.n_kv = len(kv.log)
         self.trace = RoundTrace.begin(mode, round_idx, policy, self.d, self.D, requests, counts, depths)
-        self.stats = {"recurrent_calls": 0, "rows_per_call": [], "head_calls": 0, "head_rows": 0,
-                      "draft_head_calls": 0, "draft_head_rows": 0, "drafted": sum(c - 1 for c in counts)}
+        self.stats = {
+            "recurrent_calls": 0,
+            "rows_per_call": [],
+            "head_calls": 0,
+            "head_rows": 0,
+            "draft_head_calls": 0,
+            "draft_head_rows": 0,
+            "drafted": sum(c - 1 for c in counts),
+        }
 
 
 def run_call(st: RoundState, rows) -> None:
@@ -81,19 +103,22 @@ def run_call(st: RoundState, rows) -> None:
     for i, o, j in rows:
         if j == 0:
             if o >= len(st.tokens[i]):
-                raise OracleError(f"row (request {rid[i]}, offset {o}, depth 0) runs before its draft token "
-                                  f"is drawn (the draft head of offset {o - 1} has not run)")
+                raise OracleError(
+                    f"row (request {rid[i]}, offset {o}, depth 0) runs before its draft token "
+                    f"is drawn (the draft head of offset {o - 1} has not run)"
+                )
             h_in.append(st.model.embed([st.tokens[i][o]])[0])
         else:
             depth, h = st.hidden.get((i, o), (-1, None))
             if depth != j - 1:
-                raise OracleError(f"row (request {rid[i]}, offset {o}, depth {j}) runs when its offset is at "
-                                  f"depth {depth}, not {j - 1}")
+                raise OracleError(
+                    f"row (request {rid[i]}, offset {o}, depth {j}) runs when its offset is at "
+                    f"depth {depth}, not {j - 1}"
+                )
             h_in.append(h)
     call = st.stats["recurrent_calls"]
-    stack = getattr(st.model, "stack", np.stack)       # a model may keep its states (on a device)
-    h_out = st.model.recurrent_call([(rid[i], st.starts[i] + o, j) for i, o, j in rows],
-                                    stack(h_in), st.kv, call)
+    stack = getattr(st.model, "stack", np.stack)  # a model may keep its states (on a device)
+    h_out = st.model.recurrent_call([(rid[i], st.starts[i] + o, j) for i, o, j in rows], stack(h_in), st.kv, call)
     for (i, o, j), h in zip(rows, h_out):
         st.hidden[(i, o)] = (j, h)
     st.trace.calls.append({"rows": [[rid[i], o, j] for i, o, j in rows], "draft_head": []})
@@ -107,8 +132,9 @@ def head_call(st: RoundState, rows, which: int, what: str, name: str) -> np.ndar
     for i, o in rows:
         got, want = st.hidden.get((i, o), (-1, None))[0], st.depths[i][which] - 1
         if got != want:
-            raise OracleError(f"{what} on (request {st.requests[i].rid}, offset {o}) at depth {got}, "
-                              f"expected depth {name} = {want}")
+            raise OracleError(
+                f"{what} on (request {st.requests[i].rid}, offset {o}) at depth {got}, expected depth {name} = {want}"
+            )
     st.stats["head_calls"] += 1
     st.stats["head_rows"] += len(rows)
     return st.model.head(getattr(st.model, "stack", np.stack)([st.hidden[r][1] for r in rows]))
@@ -119,8 +145,9 @@ def seen(st: RoundState, i: int, o: int) -> sampling.Seen:
     rounds generated, then this round's drafts 1..o (draft and verification logits alike)."""
     req = st.requests[i]
     n = len(req.tokens) - req.generated
-    return sampling.Seen(tuple(req.tokens[:n]), tuple(req.tokens[n:]) + tuple(st.tokens[i][1:o + 1]), o,
-                         st.counts[i] - 1)
+    return sampling.Seen(
+        tuple(req.tokens[:n]), tuple(req.tokens[n:]) + tuple(st.tokens[i][1 : o + 1]), o, st.counts[i] - 1
+    )
 
 
 def draft_head(st: RoundState, heads) -> None:
@@ -167,17 +194,18 @@ def accept(st: RoundState, i: int, logits: dict) -> tuple[int, list[int]]:
         return K, drafts + [sampling.greedy_token(logits[(i, K)], req.params, seen(st, i, K))]
     p = [sampling.filtered_probs(logits[(i, o)], req.params, seen(st, i, o)) for o in range(K + 1)]
     q = [st.q[(i, o)] for o in range(K)]
-    drawn = {}                                          # stream index (from the round's start) -> uniform
+    drawn = {}  # stream index (from the round's start) -> uniform
 
     def u(index):
         while K + len(drawn) <= index:
             drawn[K + len(drawn)] = req.rng.uniform()
         return drawn[index]
+
     if st.policy == "fixed":
-        u(2 * K)                                        # K accept uniforms and the final: drawn whatever happens
+        u(2 * K)  # K accept uniforms and the final: drawn whatever happens
     a = next((o for o in range(K) if not sampling.accepts(u(K + o), p[o][drafts[o]], q[o][drafts[o]])), K)
     target = sampling.residual(p[a], q[a]) if a < K else p[K]
-    layout = round_layout(st.policy, K, a)[K:]          # accepts, then the residual or the bonus
+    layout = round_layout(st.policy, K, a)[K:]  # accepts, then the residual or the bonus
     for dr in layout:
         req.rng.record(dr.purpose, dr.offset, u(dr.index), dr.used)
     return a, drafts[:a] + [sampling.categorical(target, u(layout[-1].index))]
@@ -188,18 +216,18 @@ def finish_round(st: RoundState, logits: dict):
     KV past the frontier), seal the trace. A request that stopped leaves the batch."""
     tr = st.trace
     for i, req in enumerate(st.requests):
-        a, emitted = st.phases.accept(st, i, logits)   # decisions and RNG as without stops
+        a, emitted = st.phases.accept(st, i, logits)  # decisions and RNG as without stops
         n, why = st.phases.sampling.stop_cut(emitted, req.params, req.generated)
-        tr.record(req.rid, st.tokens[i][1:], a, emitted, n, req.generated, why, req.rng.events[st.n_events[i]:])
-        req.tokens.extend(emitted[:n])                 # n >= 1: a finished request never runs
+        tr.record(req.rid, st.tokens[i][1:], a, emitted, n, req.generated, why, req.rng.events[st.n_events[i] :])
+        req.tokens.extend(emitted[:n])  # n >= 1: a finished request never runs
         req.generated += n
-        st.kv.truncate(req.rid, st.starts[i] + n)      # KV of offsets 0..n-1 stays
+        st.kv.truncate(req.rid, st.starts[i] + n)  # KV of offsets 0..n-1 stays
         if why:
             req.finished = why
-    for w in st.kv.log[st.n_kv:]:
+    for w in st.kv.log[st.n_kv :]:
         tr.kv_writes[(w.request, w.position, w.depth, w.layer)] = (w.call, w.k, w.v)
     st.stats["accepted"] = sum(tr.accepted.values())
-    st.stats["kv_writes"] = len(st.kv.log) - st.n_kv          # writes made (a duplicate shows here)
+    st.stats["kv_writes"] = len(st.kv.log) - st.n_kv  # writes made (a duplicate shows here)
     tr.stats = st.stats
     return tr
 
@@ -208,12 +236,13 @@ def finish_round(st: RoundState, logits: dict):
 class Phases:
     """What a round runs (the rounds call these; draft_head, accept and finish_round reach
     the others through RoundState.phases). Replace one with dataclasses.replace."""
+
     run_call: Callable = run_call
     draft_head: Callable = draft_head
     verify_head: Callable = verify_head
     accept: Callable = accept
     finish_round: Callable = finish_round
-    sampling: types.ModuleType | types.SimpleNamespace = sampling    # the oracle.sampling interface
+    sampling: types.ModuleType | types.SimpleNamespace = sampling  # the oracle.sampling interface
 
 
 PHASES = Phases()

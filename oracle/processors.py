@@ -7,6 +7,7 @@ parameter is off, so a request without processors gets the same bits as before t
 `Seen` is what the logits of one offset see. A round's offset o (0-based; offset 0 is the last
 committed token) has drafts 1..o behind it, for the draft logits that draw draft o+1 and for
 the verification logits that judge it alike: the contexts plain decoding would have had."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,10 +19,10 @@ F32 = np.float32
 
 @dataclass(slots=True, frozen=True)
 class Seen:
-    prompt: tuple = ()        # the request's prompt tokens
-    output: tuple = ()        # tokens generated before this offset: earlier rounds', then this round's drafts
-    drafts: int = 0           # how many of output's last tokens are this round's drafts (= the offset)
-    round_drafts: int = 0     # drafts the round draws for the request in all (K)
+    prompt: tuple = ()  # the request's prompt tokens
+    output: tuple = ()  # tokens generated before this offset: earlier rounds', then this round's drafts
+    drafts: int = 0  # how many of output's last tokens are this round's drafts (= the offset)
+    round_drafts: int = 0  # drafts the round draws for the request in all (K)
 
 
 EMPTY = Seen()
@@ -33,7 +34,7 @@ def bad_words(x: np.ndarray, params, seen: Seen) -> np.ndarray:
     out = seen.output
     for w in params.bad_words:
         n = len(w) - 1
-        if n <= len(out) and tuple(out[len(out) - n:]) == w[:-1]:
+        if n <= len(out) and tuple(out[len(out) - n :]) == w[:-1]:
             x[w[-1]] = -np.inf
     return x
 
@@ -83,7 +84,7 @@ def no_repeat_ngram(x: np.ndarray, params, seen: Seen) -> np.ndarray:
     if not n:
         return x
     seq = tuple(seen.prompt) + tuple(seen.output)
-    prefix = seq[len(seq) - n + 1:] if n > 1 else ()             # the last n-1 tokens
-    banned = [seq[j + n - 1] for j in range(len(seq) - n + 1) if seq[j:j + n - 1] == prefix]
+    prefix = seq[len(seq) - n + 1 :] if n > 1 else ()  # the last n-1 tokens
+    banned = [seq[j + n - 1] for j in range(len(seq) - n + 1) if seq[j : j + n - 1] == prefix]
     x[banned] = -np.inf
     return x

@@ -1,8 +1,11 @@
-"""Progress bars for long work: tqdm on stderr, off with --quiet (stdout stays the result).
+"""Progress bars for long work: tqdm on stderr, off with --quiet (stdout stays the result):
 
     for M in progress(rows, "c(M)", quiet=args.quiet):
         ...
+
+(with `add_quiet_option(parser)` for the --quiet flag).
 """
+
 from __future__ import annotations
 
 import sys
@@ -22,8 +25,9 @@ def progress(items, desc: str, quiet: bool = False, total: int | None = None):
 
 
 def add_quiet_option(parser) -> None:
-    parser.add_argument("--quiet", "-q", action="store_true",
-                        help="no progress bars on stderr (errors and warnings still go there)")
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress bars on stderr (errors and warnings still go there)"
+    )
 
 
 def warn(message: str) -> None:

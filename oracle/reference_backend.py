@@ -2,6 +2,7 @@
 (oracle/session.py) with `tokens(rid)` and `kv_frontiers(rid)`. `load_backend("reference")`
 reaches it by name, like every backend (oracle/backends.py NAMED); the judge runs it as its
 default side (oracle/judge/runner.py REFERENCE)."""
+
 from __future__ import annotations
 
 from .session import Session

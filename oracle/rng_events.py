@@ -2,11 +2,12 @@
 its JSON form (docs/DESIGN.md section 6). A leaf: oracle/rng_trace.py draws and records events
 (and states the policies), oracle/traces.py stores them in a round's trace, oracle/contract.py
 reads the names."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-POLICIES = ("sequential", "fixed")           # oracle.rng_trace.POLICIES: what each one draws is there
+POLICIES = ("sequential", "fixed")  # oracle.rng_trace.POLICIES: what each one draws is there
 
 
 @dataclass(slots=True, frozen=True)

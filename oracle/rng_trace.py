@@ -10,6 +10,7 @@ used=False. Greedy requests draw nothing.
 index each draw takes); the reference (oracle/phases.py), the torch engine and collector
 (kernels/), and the property harness all follow it.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,6 +34,7 @@ def check_policy(policy: str) -> str:
 class Draw:
     """One uniform of a sampled request's round: `index` is its place in the request's
     stream counted from the round's first uniform (drafts take 0..K-1)."""
+
     purpose: str
     offset: int
     index: int
@@ -103,8 +105,13 @@ class RequestRng:
 
     def snapshot(self) -> tuple:
         """Everything a failed round must restore."""
-        return (self.gen.bit_generator.state if self.gen is not None else None, self.pos,
-                len(self.events), self.round, self.seq)
+        return (
+            self.gen.bit_generator.state if self.gen is not None else None,
+            self.pos,
+            len(self.events),
+            self.round,
+            self.seq,
+        )
 
     def restore(self, snap: tuple) -> None:
         state, self.pos, n, self.round, self.seq = snap

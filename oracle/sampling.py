@@ -29,6 +29,7 @@ needs. min-p commutes with top-k (both compare x with a threshold below the maxi
 not with top-p; it runs before both, as in vLLM.
 A categorical draw consumes one uniform: inverse CDF over token ids in FP64.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,22 +51,23 @@ class SamplingParams:
     """A request's parameters. Each field but seed and the stop cut's (stop_token_ids,
     max_tokens) belongs to one step of CHAIN, which checks it, says when it is on, and writes
     it to JSON (`Step`)."""
-    temperature: float = 0.0          # 0 means greedy
-    top_k: int | None = None          # None: off
-    top_p: float | None = None        # None or 1.0: off
+
+    temperature: float = 0.0  # 0 means greedy
+    top_k: int | None = None  # None: off
+    top_p: float | None = None  # None or 1.0: off
     seed: int = 0
-    stop_token_ids: tuple = ()        # emission stops after the first of these (kept)
-    max_tokens: int | None = None     # tokens a request may generate in all (None: no limit)
-    banned_token_ids: tuple = ()      # masked to -inf before temperature and the filters
-    allowed_token_ids: tuple | None = None   # None: every token; else all others are masked
-    min_p: float | None = None        # None or 0: off
-    repetition_penalty: float = 1.0   # 1: off; > 0; on prompt and output tokens
-    presence_penalty: float = 0.0     # in [-2, 2]; on output tokens
-    frequency_penalty: float = 0.0    # in [-2, 2]; on output tokens
-    logit_bias: tuple = ()            # ((token id, bias in [-100, 100]), ...), by token id; a dict is taken
-    bad_words: tuple = ()             # token-id sequences; the last token of one is masked after the others
-    min_tokens: int = 0               # stop tokens masked until this many tokens are generated
-    no_repeat_ngram: int = 0          # Hugging Face's no_repeat_ngram_size: 0 off; n bans repeating an n-gram
+    stop_token_ids: tuple = ()  # emission stops after the first of these (kept)
+    max_tokens: int | None = None  # tokens a request may generate in all (None: no limit)
+    banned_token_ids: tuple = ()  # masked to -inf before temperature and the filters
+    allowed_token_ids: tuple | None = None  # None: every token; else all others are masked
+    min_p: float | None = None  # None or 0: off
+    repetition_penalty: float = 1.0  # 1: off; > 0; on prompt and output tokens
+    presence_penalty: float = 0.0  # in [-2, 2]; on output tokens
+    frequency_penalty: float = 0.0  # in [-2, 2]; on output tokens
+    logit_bias: tuple = ()  # ((token id, bias in [-100, 100]), ...), by token id; a dict is taken
+    bad_words: tuple = ()  # token-id sequences; the last token of one is masked after the others
+    min_tokens: int = 0  # stop tokens masked until this many tokens are generated
+    no_repeat_ngram: int = 0  # Hugging Face's no_repeat_ngram_size: 0 off; n bans repeating an n-gram
 
     def __post_init__(self):
         stops = tuple(self.stop_token_ids)
@@ -75,7 +77,7 @@ class SamplingParams:
         m = self.max_tokens
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise OracleError(f"max_tokens must be an integer >= 1 (or None), got {m!r}")
-        for step in CHAIN.steps:                        # each step's fields, checked and in normal form
+        for step in CHAIN.steps:  # each step's fields, checked and in normal form
             for name, value in step.check(self).items():
                 object.__setattr__(self, name, value)
 
@@ -134,6 +136,7 @@ def _num(v) -> bool:
 
 # ---- each step's check: (params, vocab=None) -> {field: normal form}; a bad value is one
 # OracleError line naming the field and the value; with vocab, its token ids are checked too ----
+
 
 def _check_mask(p, vocab=None) -> dict:
     out = {}
@@ -199,8 +202,11 @@ def _check_penalties(p, vocab=None) -> dict:
         v = getattr(p, name)
         if not _num(v) or not -2 <= v <= 2:
             raise OracleError(f"{name} must be in [-2, 2] (0 = off), got {v!r}")
-    return {"repetition_penalty": float(r), "presence_penalty": float(p.presence_penalty),
-            "frequency_penalty": float(p.frequency_penalty)}
+    return {
+        "repetition_penalty": float(r),
+        "presence_penalty": float(p.presence_penalty),
+        "frequency_penalty": float(p.frequency_penalty),
+    }
 
 
 def _check_no_repeat_ngram(p, vocab=None) -> dict:
@@ -290,14 +296,14 @@ def min_p(x: np.ndarray, params: SamplingParams) -> np.ndarray:
     if not params.min_p:
         return x
     p = softmax(x)
-    return np.where(p >= F32(params.min_p) * p.max(), x, F32(-np.inf))          # the top token stays
+    return np.where(p >= F32(params.min_p) * p.max(), x, F32(-np.inf))  # the top token stays
 
 
 def top_k(x: np.ndarray, params: SamplingParams) -> np.ndarray:
     if params.top_k is None or params.top_k >= len(x):
         return x
     kth = np.sort(x)[::-1][params.top_k - 1]
-    return np.where(x >= kth, x, F32(-np.inf))                                  # ties at the threshold stay
+    return np.where(x >= kth, x, F32(-np.inf))  # ties at the threshold stay
 
 
 def top_p(x: np.ndarray, params: SamplingParams) -> np.ndarray:
@@ -305,9 +311,9 @@ def top_p(x: np.ndarray, params: SamplingParams) -> np.ndarray:
         return x
     p = softmax(x)
     ps = p[np.argsort(-p, kind="stable")]
-    before = np.cumsum(ps) - ps                                                 # mass before each sorted token
-    cut = ps[np.count_nonzero(before <= F32(params.top_p)) - 1]                 # before[0] == 0: top stays
-    return np.where(p >= cut, x, F32(-np.inf))                                  # ties with the last kept stay
+    before = np.cumsum(ps) - ps  # mass before each sorted token
+    cut = ps[np.count_nonzero(before <= F32(params.top_p)) - 1]  # before[0] == 0: top stays
+    return np.where(p >= cut, x, F32(-np.inf))  # ties with the last kept stay
 
 
 @dataclass(frozen=True)
@@ -316,15 +322,16 @@ class Step:
     when it is on, the check of its values, what it does, and its command-line options.
     kind: "mask" and "processor" steps take (x, params, seen), "filter" steps (x, params);
     greedy requests stop after the processors. A step that is off is the identity."""
+
     name: str
-    kind: str                         # "mask" | "processor" | "filter"
-    apply: Callable                   # FP32 logits [V] -> FP32 logits [V]
-    off: dict                         # field -> its off value
-    check: Callable                   # (params, vocab=None) -> {field: normal form}; one-line OracleError
-    on: Callable | None = None        # params -> bool; None: a field is not its off value
-    seen: bool = False                # it reads the tokens before the logits (Seen)
-    options: tuple = ()               # (dest, kind, metavar, help): oracle/cli/round_args.py ARG_TYPES
-    strategy: str = ""                # property_tests/strategies.py: the function drawing its values
+    kind: str  # "mask" | "processor" | "filter"
+    apply: Callable  # FP32 logits [V] -> FP32 logits [V]
+    off: dict  # field -> its off value
+    check: Callable  # (params, vocab=None) -> {field: normal form}; one-line OracleError
+    on: Callable | None = None  # params -> bool; None: a field is not its off value
+    seen: bool = False  # it reads the tokens before the logits (Seen)
+    options: tuple = ()  # (dest, kind, metavar, help): oracle/cli/round_args.py ARG_TYPES
+    strategy: str = ""  # property_tests/strategies.py: the function drawing its values
 
     def given(self, params) -> bool:
         """A field of the step is not its off value (what to_json writes)."""
@@ -336,33 +343,94 @@ class Step:
 
 STEPS = (
     Step("mask", "mask", mask, {"banned_token_ids": (), "allowed_token_ids": None}, _check_mask),
-    Step("bad_words", "processor", processors.bad_words, {"bad_words": ()}, _check_bad_words, seen=True,
-         options=(("bad_words", "words", "IDS/IDS",
-                   "token-id words whose last token is masked after the others, e.g. 3,4/7 (default: none)"),),
-         strategy="bad_words_kwargs"),
-    Step("min_tokens", "processor", processors.min_tokens, {"min_tokens": 0}, _check_min_tokens,
-         on=lambda p: bool(p.min_tokens and p.stop_token_ids), seen=True,
-         options=(("min_tokens", "count", "N",
-                   "stop tokens are masked until this many tokens are generated (default: 0)"),),
-         strategy="min_tokens_kwargs"),
-    Step("logit_bias", "processor", processors.logit_bias, {"logit_bias": ()}, _check_logit_bias,
-         options=(("logit_bias", "biases", "ID:B,...",
-                   "added to the logits of these token ids, e.g. 5:2.0,9:-1.5 (default: none)"),),
-         strategy="logit_bias_kwargs"),
-    Step("penalties", "processor", processors.penalties,
-         {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}, _check_penalties, seen=True,
-         options=(("repetition_penalty", "number", "R",
-                   "vLLM's repetition penalty on prompt and output tokens, > 0 (default: 1, off)"),
-                  ("presence_penalty", "number", "P",
-                   "subtracted from the logits of tokens in the output, in [-2, 2] (default: 0)"),
-                  ("frequency_penalty", "number", "F", "subtracted per occurrence in the output, in [-2, 2] (default: 0)")),
-         strategy="penalties_kwargs"),
-    Step("no_repeat_ngram", "processor", processors.no_repeat_ngram, {"no_repeat_ngram": 0}, _check_no_repeat_ngram,
-         seen=True,
-         options=(("no_repeat_ngram", "count", "N",
-                   "Hugging Face's no_repeat_ngram_size: a token that would repeat an N-gram of the prompt and "
-                   "output is masked (default: 0, off)"),),
-         strategy="no_repeat_ngram_kwargs"),
+    Step(
+        "bad_words",
+        "processor",
+        processors.bad_words,
+        {"bad_words": ()},
+        _check_bad_words,
+        seen=True,
+        options=(
+            (
+                "bad_words",
+                "words",
+                "IDS/IDS",
+                "token-id words whose last token is masked after the others, e.g. 3,4/7 (default: none)",
+            ),
+        ),
+        strategy="bad_words_kwargs",
+    ),
+    Step(
+        "min_tokens",
+        "processor",
+        processors.min_tokens,
+        {"min_tokens": 0},
+        _check_min_tokens,
+        on=lambda p: bool(p.min_tokens and p.stop_token_ids),
+        seen=True,
+        options=(
+            ("min_tokens", "count", "N", "stop tokens are masked until this many tokens are generated (default: 0)"),
+        ),
+        strategy="min_tokens_kwargs",
+    ),
+    Step(
+        "logit_bias",
+        "processor",
+        processors.logit_bias,
+        {"logit_bias": ()},
+        _check_logit_bias,
+        options=(
+            (
+                "logit_bias",
+                "biases",
+                "ID:B,...",
+                "added to the logits of these token ids, e.g. 5:2.0,9:-1.5 (default: none)",
+            ),
+        ),
+        strategy="logit_bias_kwargs",
+    ),
+    Step(
+        "penalties",
+        "processor",
+        processors.penalties,
+        {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
+        _check_penalties,
+        seen=True,
+        options=(
+            (
+                "repetition_penalty",
+                "number",
+                "R",
+                "vLLM's repetition penalty on prompt and output tokens, > 0 (default: 1, off)",
+            ),
+            (
+                "presence_penalty",
+                "number",
+                "P",
+                "subtracted from the logits of tokens in the output, in [-2, 2] (default: 0)",
+            ),
+            ("frequency_penalty", "number", "F", "subtracted per occurrence in the output, in [-2, 2] (default: 0)"),
+        ),
+        strategy="penalties_kwargs",
+    ),
+    Step(
+        "no_repeat_ngram",
+        "processor",
+        processors.no_repeat_ngram,
+        {"no_repeat_ngram": 0},
+        _check_no_repeat_ngram,
+        seen=True,
+        options=(
+            (
+                "no_repeat_ngram",
+                "count",
+                "N",
+                "Hugging Face's no_repeat_ngram_size: a token that would repeat an N-gram of the prompt and "
+                "output is masked (default: 0, off)",
+            ),
+        ),
+        strategy="no_repeat_ngram_kwargs",
+    ),
     Step("temperature", "filter", temperature, {"temperature": 0.0}, _check_temperature),
     Step("min_p", "filter", min_p, {"min_p": None}, _check_min_p, on=lambda p: bool(p.min_p)),
     Step("top_k", "filter", top_k, {"top_k": None}, _check_top_k),
@@ -374,6 +442,7 @@ STEPS = (
 class Chain:
     """The chain's steps in order (the module docstring). `replace(top_k=f)` swaps one step's
     function (meta_tests' faulty samplers); kernels/sampler.py runs its own steps by name."""
+
     steps: tuple = STEPS
 
     @property
@@ -411,8 +480,9 @@ def seen_or_empty(params: SamplingParams, seen: Seen | None) -> Seen:
     return seen
 
 
-def processed_logits(logits: np.ndarray, params: SamplingParams, seen: Seen | None = None,
-                     chain: Chain = CHAIN) -> np.ndarray:
+def processed_logits(
+    logits: np.ndarray, params: SamplingParams, seen: Seen | None = None, chain: Chain = CHAIN
+) -> np.ndarray:
     """logits [V] -> FP32 logits [V] after the mask and the processors (steps 1-6)."""
     check_logits(logits)
     seen = seen_or_empty(params, seen)
@@ -423,8 +493,9 @@ def processed_logits(logits: np.ndarray, params: SamplingParams, seen: Seen | No
     return x
 
 
-def filtered_probs(logits: np.ndarray, params: SamplingParams, seen: Seen | None = None,
-                   chain: Chain = CHAIN) -> np.ndarray:
+def filtered_probs(
+    logits: np.ndarray, params: SamplingParams, seen: Seen | None = None, chain: Chain = CHAIN
+) -> np.ndarray:
     """logits: [V] -> probabilities [V] in FP32 after the whole chain (the module docstring:
     order and ties)."""
     assert not params.greedy, "greedy requests have no sampling distribution"
@@ -450,13 +521,14 @@ def categorical(probs: np.ndarray, u: float) -> int:
     return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), len(cdf) - 1))
 
 
-def greedy_token(logits: np.ndarray, params: SamplingParams | None = None, seen: Seen | None = None,
-                 chain: Chain = CHAIN) -> int:
+def greedy_token(
+    logits: np.ndarray, params: SamplingParams | None = None, seen: Seen | None = None, chain: Chain = CHAIN
+) -> int:
     """argmax of the processed logits (of the raw ones without params); ties: lowest id."""
     if params is None:
         check_logits(logits)
         return int(np.argmax(logits))
-    return int(np.argmax(processed_logits(logits, params, seen, chain)))       # checks the logits
+    return int(np.argmax(processed_logits(logits, params, seen, chain)))  # checks the logits
 
 
 def accepts(u: float, p_x: float, q_x: float) -> bool:

@@ -7,6 +7,7 @@ once over every (request, offset). `check_schedule` checks a plan's invariants;
 `schedule_violation` checks a round's trace (the calls it ran, its stats, the call each KV
 write names) against its plan.
 """
+
 from __future__ import annotations
 
 import operator
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 
 from .errors import OracleError
 
-Row = tuple[int, int, int]   # (request, offset, depth)
-HeadRow = tuple[int, int]    # (request, offset)
+Row = tuple[int, int, int]  # (request, offset, depth)
+HeadRow = tuple[int, int]  # (request, offset)
 
 
 @dataclass(slots=True, frozen=True)
@@ -29,13 +30,13 @@ class Call:
 
 @dataclass(slots=True, frozen=True)
 class Schedule:
-    mode: str                      # "block" | "loop"
+    mode: str  # "block" | "loop"
     token_counts: tuple[int, ...]
-    d: int | None                  # the draft loops every request shares; None when they differ
-    D: int | None                  # the target loops every request shares; None when they differ
+    d: int | None  # the draft loops every request shares; None when they differ
+    D: int | None  # the target loops every request shares; None when they differ
     calls: tuple[Call, ...]
     verify_head: tuple[HeadRow, ...]
-    depths: tuple[tuple[int, int], ...] = ()    # (d_i, D_i) per request
+    depths: tuple[tuple[int, int], ...] = ()  # (d_i, D_i) per request
 
     def row_counts(self) -> list[int]:
         return [len(c.rows) for c in self.calls]
@@ -45,7 +46,7 @@ class Schedule:
 
     def to_json(self) -> dict:
         out = {"calls": [c.to_json() for c in self.calls], "verify_head": [list(h) for h in self.verify_head]}
-        if self.d is None:                                    # ragged depths: (d_i, D_i) per request
+        if self.d is None:  # ragged depths: (d_i, D_i) per request
             out["depths"] = [list(x) for x in self.depths]
         return out
 
@@ -66,7 +67,7 @@ def validate(token_counts, d, D) -> tuple[int, ...]:
         try:
             if isinstance(t, bool):
                 raise TypeError
-            counts[i] = t = operator.index(t)          # ints and numpy integers
+            counts[i] = t = operator.index(t)  # ints and numpy integers
         except TypeError:
             raise OracleError(f"token count of request {i} is {t!r}, not an integer") from None
         if t < 1:
@@ -132,7 +133,7 @@ def loop_waves(token_counts, d, D) -> Schedule:
         rows, head = [], []
         for i, t in enumerate(counts):
             di, Di = dep[i]
-            for o in range(min(t - 1, w // di), -1, -1):   # offsets whose depth w - o*d_i is < D_i
+            for o in range(min(t - 1, w // di), -1, -1):  # offsets whose depth w - o*d_i is < D_i
                 j = w - o * di
                 if j >= Di:
                     break
@@ -196,11 +197,13 @@ def check_schedule(s: Schedule) -> None:
                     raise OracleError(f"{s.mode}: row {r} is missing")
                 if j > 0 and when[(i, o, j - 1)] >= when[r]:
                     raise OracleError(f"{s.mode}: row {r} runs in call {when[r]}, not after depth {j - 1}")
-                if o > 0 and when[(i, o - 1, j)] > when[r]:   # same call is fine: causal within a call
+                if o > 0 and when[(i, o - 1, j)] > when[r]:  # same call is fine: causal within a call
                     raise OracleError(f"{s.mode}: row {r} runs in call {when[r]}, before offset {o - 1}")
                 if o > 0 and j == 0 and head_at[(i, o - 1)] >= when[r]:
-                    raise OracleError(f"{s.mode}: row {r} runs in call {when[r]}, before its draft token "
-                                      f"is drawn (draft head in call {head_at[(i, o - 1)]})")
+                    raise OracleError(
+                        f"{s.mode}: row {r} runs in call {when[r]}, before its draft token "
+                        f"is drawn (draft head in call {head_at[(i, o - 1)]})"
+                    )
     want = expected_calls(s.mode, counts, [x for x, _ in dep], [x for _, x in dep])
     if len(s.calls) != want:
         formula = "(max(T)-1)*d+D" if len(set(dep)) == 1 else "the ragged-depth count"
@@ -224,13 +227,20 @@ def schedule_violation(tr, mode: str) -> str | None:
         return f"round {tr.round}: {stats['recurrent_calls']} recurrent calls, expected {formula} = {want_calls}"
     if "rows_per_call" in stats and stats["rows_per_call"] != s.row_counts():
         return f"round {tr.round}: rows per call {stats['rows_per_call']}, the {mode} plan has {s.row_counts()}"
-    if not tr.calls:                                   # the backend does not record its calls
+    if not tr.calls:  # the backend does not record its calls
         return None
     idx = {rid: i for i, rid in enumerate(tr.requests)}
-    got = [{"rows": sorted([idx[r], o, j] for r, o, j in c["rows"]),
-            "draft_head": sorted([idx[r], o] for r, o in c.get("draft_head", []))} for c in tr.calls]
-    want = [{"rows": sorted(r), "draft_head": sorted(h)} for r, h in
-            ((c["rows"], c["draft_head"]) for c in s.to_json()["calls"])]
+    got = [
+        {
+            "rows": sorted([idx[r], o, j] for r, o, j in c["rows"]),
+            "draft_head": sorted([idx[r], o] for r, o in c.get("draft_head", [])),
+        }
+        for c in tr.calls
+    ]
+    want = [
+        {"rows": sorted(r), "draft_head": sorted(h)}
+        for r, h in ((c["rows"], c["draft_head"]) for c in s.to_json()["calls"])
+    ]
     for n, (g, w) in enumerate(zip(got, want)):
         if g != w:
             return f"round {tr.round}: {mode} call {n} ran {g}, the plan has {w}"
@@ -245,6 +255,8 @@ def kv_call_violation(tr) -> str | None:
     for (rid, pos, j, layer), (call, _, _) in tr.kv_writes.items():
         o = pos - (len(tr.prefix[rid]) - 1)
         if ran.get((rid, o, j)) != call:
-            return (f"round {tr.round}: the KV write of request {rid} offset {o} depth {j} layer {layer} names "
-                    f"call {call}; its row ran in call {ran.get((rid, o, j))}")
+            return (
+                f"round {tr.round}: the KV write of request {rid} offset {o} depth {j} layer {layer} names "
+                f"call {call}; its row ran in call {ran.get((rid, o, j))}"
+            )
     return None

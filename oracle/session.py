@@ -1,5 +1,6 @@
 """Multi-round generation on the reference: requests join (prefill at every depth), run
 rounds with per-round token counts, commit and roll back, and leave."""
+
 from __future__ import annotations
 
 
@@ -35,14 +36,14 @@ class Session:
         its first round is the prompt's last token). depths: (d_i, D_i) with d_i < D_i <= the
         session's D, used by every round of the request; default the session's (d, D)."""
         di, Di, prompt = admit(self.requests, rid, prompt, depths, self.d, self.D)
-        self.model.embed(prompt)                                  # range check of token ids
+        self.model.embed(prompt)  # range check of token ids
         params.check_vocab(self.model.cfg.vocab_size, f"request {rid}")
         rng = RequestRng(rid, seed=params.seed) if replay is None else RequestRng(rid, replay=replay)
         req = Request(rid, prompt, params, rng, (di, Di))
         self.kv.set_depths(rid, Di)
         n = len(prompt) - 1
         if n:
-            h = self.model.embed(prompt[:n])                      # h: [n, H]
+            h = self.model.embed(prompt[:n])  # h: [n, H]
             for depth in range(Di):
                 h = self.model.recurrent_call([(rid, p, depth) for p in range(n)], h, self.kv, -1 - depth)
         self.requests[rid] = req
@@ -63,12 +64,20 @@ class Session:
         # a failed round leaves no trace: KV, tokens and RNG streams are restored
         snap, n_log = snapshot(reqs), len(self.kv.log)
         try:
-            trace = self.round_fn(self.model, self.kv, reqs, list(counts.values()), [r.depths[0] for r in reqs],
-                                  [r.depths[1] for r in reqs], self.round_idx, self.policy)
+            trace = self.round_fn(
+                self.model,
+                self.kv,
+                reqs,
+                list(counts.values()),
+                [r.depths[0] for r in reqs],
+                [r.depths[1] for r in reqs],
+                self.round_idx,
+                self.policy,
+            )
         except BaseException:
             restore(reqs, snap)
             for r in reqs:
-                self.kv.truncate(r.rid, len(r.tokens) - 1)   # a round only appends past the frontier
+                self.kv.truncate(r.rid, len(r.tokens) - 1)  # a round only appends past the frontier
             del self.kv.log[n_log:]
             raise
         self.round_idx += 1
@@ -119,8 +128,9 @@ def check_depths(rid, depths, d: int, D: int) -> tuple[int, int]:
     return di, Di
 
 
-def generate(model, prompts, max_tokens: int, mode: str, K: int, d: int, D: int,
-             params=None, policy: str = "sequential"):
+def generate(
+    model, prompts, max_tokens: int, mode: str, K: int, d: int, D: int, params=None, policy: str = "sequential"
+):
     """Generate max_tokens tokens per prompt; per round K_i = min(K, remaining - 1).
     Returns (new tokens per request, round traces)."""
     if K < 0:
@@ -138,4 +148,4 @@ def generate(model, prompts, max_tokens: int, mode: str, K: int, d: int, D: int,
         if not counts:
             break
         s.step(counts)
-    return {rid: r.tokens[n0[rid]:] for rid, r in s.requests.items()}, s.traces
+    return {rid: r.tokens[n0[rid] :] for rid, r in s.requests.items()}, s.traces

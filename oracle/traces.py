@@ -3,6 +3,7 @@
 JSON holds everything but the arrays; the NPZ beside it holds KV writes and logits, so an
 external engine can emit a trace and have it diffed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,50 +16,67 @@ import numpy as np
 
 from .rng_events import events_from_json, events_to_json
 
-KVKey = tuple   # (request, position, depth, layer)
+KVKey = tuple  # (request, position, depth, layer)
 
 
 @dataclass(slots=True)
 class RoundTrace:
-    mode: str                              # "block" | "loop" | a backend's name
+    mode: str  # "block" | "loop" | a backend's name
     round: int
     policy: str
-    d: int | None                          # draft loops every request shares (None: ragged depths)
-    D: int | None                          # target loops every request shares (None: ragged depths)
-    requests: list                         # request ids, in batch order
+    d: int | None  # draft loops every request shares (None: ragged depths)
+    D: int | None  # target loops every request shares (None: ragged depths)
+    requests: list  # request ids, in batch order
     token_counts: list[int]
-    prefix: dict = field(default_factory=dict)         # rid -> committed tokens before the round
-    calls: list = field(default_factory=list)          # [{"rows": [[rid, offset, depth]], "draft_head": [[rid, offset]]}]
-    kv_writes: dict = field(default_factory=dict)      # (rid, pos, depth, layer) -> (call, k, v)
-    draft_logits: dict = field(default_factory=dict)   # (rid, offset) -> [V]
+    prefix: dict = field(default_factory=dict)  # rid -> committed tokens before the round
+    calls: list = field(default_factory=list)  # [{"rows": [[rid, offset, depth]], "draft_head": [[rid, offset]]}]
+    kv_writes: dict = field(default_factory=dict)  # (rid, pos, depth, layer) -> (call, k, v)
+    draft_logits: dict = field(default_factory=dict)  # (rid, offset) -> [V]
     verify_logits: dict = field(default_factory=dict)  # (rid, offset) -> [V]
-    rng_events: list = field(default_factory=list)     # [RngEvent]
-    drafts: dict = field(default_factory=dict)         # rid -> draft tokens of offsets 1..K
-    accepted: dict = field(default_factory=dict)       # rid -> accepted drafts
-    emitted: dict = field(default_factory=dict)        # rid -> emitted tokens: the a+1 decisions
+    rng_events: list = field(default_factory=list)  # [RngEvent]
+    drafts: dict = field(default_factory=dict)  # rid -> draft tokens of offsets 1..K
+    accepted: dict = field(default_factory=dict)  # rid -> accepted drafts
+    emitted: dict = field(default_factory=dict)  # rid -> emitted tokens: the a+1 decisions
     stats: dict = field(default_factory=dict)
-    params: dict = field(default_factory=dict)         # rid -> SamplingParams.to_json()
+    params: dict = field(default_factory=dict)  # rid -> SamplingParams.to_json()
     dtype: str = "float32"
-    depths: dict = field(default_factory=dict)         # rid -> [d_i, D_i] (empty: every request (d, D))
-    committed: dict = field(default_factory=dict)      # rid -> tokens kept: emitted cut after a stop
-                                                       # token or at max_tokens (missing: all emitted)
-    generated: dict = field(default_factory=dict)      # rid -> tokens generated before the round
-    finished: dict = field(default_factory=dict)       # rid -> "stop" | "length": left the batch
+    depths: dict = field(default_factory=dict)  # rid -> [d_i, D_i] (empty: every request (d, D))
+    committed: dict = field(default_factory=dict)  # rid -> tokens kept: emitted cut after a stop
+    # token or at max_tokens (missing: all emitted)
+    generated: dict = field(default_factory=dict)  # rid -> tokens generated before the round
+    finished: dict = field(default_factory=dict)  # rid -> "stop" | "length": left the batch
 
     @classmethod
     def begin(cls, mode: str, round_idx: int, policy: str, d, D, reqs, counts, depths, full: bool = True):
         """The trace of a round about to run: reqs hold rid, params and tokens (committed before
         the round), depths (d_i, D_i) per request. full=False: no params or prefixes (a
         benchmark's traces). Both trace builders start here (oracle/phases.py, kernels/collect.py)."""
-        tr = cls(mode, round_idx, policy, d, D, [r.rid for r in reqs], list(counts),
-                 depths={r.rid: list(dp) for r, dp in zip(reqs, depths)})
+        tr = cls(
+            mode,
+            round_idx,
+            policy,
+            d,
+            D,
+            [r.rid for r in reqs],
+            list(counts),
+            depths={r.rid: list(dp) for r, dp in zip(reqs, depths)},
+        )
         if full:
             tr.prefix = {r.rid: list(r.tokens) for r in reqs}
             tr.params = {r.rid: r.params.to_json() for r in reqs}
         return tr
 
-    def record(self, rid, drafts: list, accepted: int, emitted: list, kept: int, generated: int,
-               finished: str | None, events: list) -> None:
+    def record(
+        self,
+        rid,
+        drafts: list,
+        accepted: int,
+        emitted: list,
+        kept: int,
+        generated: int,
+        finished: str | None,
+        events: list,
+    ) -> None:
         """One request's outcome: its drafts, accepted count, the a+1 emitted tokens of which
         the first `kept` are committed, tokens generated before the round, why it finished (or
         None), and its RNG events of the round (appended in batch order)."""
@@ -79,8 +97,14 @@ class RoundTrace:
     # ---- serialization ----
     def to_json(self) -> dict:
         return {
-            "mode": self.mode, "round": self.round, "policy": self.policy, "d": self.d, "D": self.D,
-            "dtype": self.dtype, "requests": list(self.requests), "token_counts": list(self.token_counts),
+            "mode": self.mode,
+            "round": self.round,
+            "policy": self.policy,
+            "d": self.d,
+            "D": self.D,
+            "dtype": self.dtype,
+            "requests": list(self.requests),
+            "token_counts": list(self.token_counts),
             "prefix": [[r, list(t)] for r, t in self.prefix.items()],
             "calls": self.calls,
             "kv_writes": [[list(k), int(c)] for k, (c, _, _) in self.kv_writes.items()],
@@ -133,15 +157,34 @@ class RoundTrace:
         return t
 
 
-SCHEMA_VERSION = 3               # 3: the file names its model (`model`) and its requests' sampling parameters (`params`)
-FORMAT = f"loopspec-trace/{SCHEMA_VERSION}"      # JSON + NPZ, the NPZ's SHA-256 in the JSON
-ROUND_KEYS = {"mode": str, "round": int, "policy": str, "d": int, "D": int, "requests": list,
-              "token_counts": list, "prefix": list, "calls": list, "kv_writes": list, "draft_logits": list,
-              "verify_logits": list, "rng_events": list, "drafts": list, "accepted": list, "emitted": list,
-              "stats": dict}
+SCHEMA_VERSION = 3  # 3: the file names its model (`model`) and its requests' sampling parameters (`params`)
+FORMAT = f"loopspec-trace/{SCHEMA_VERSION}"  # JSON + NPZ, the NPZ's SHA-256 in the JSON
+ROUND_KEYS = {
+    "mode": str,
+    "round": int,
+    "policy": str,
+    "d": int,
+    "D": int,
+    "requests": list,
+    "token_counts": list,
+    "prefix": list,
+    "calls": list,
+    "kv_writes": list,
+    "draft_logits": list,
+    "verify_logits": list,
+    "rng_events": list,
+    "drafts": list,
+    "accepted": list,
+    "emitted": list,
+    "stats": dict,
+}
 # NPZ array -> the JSON list its rows belong to
-ARRAY_ROWS = {"kv_k": "kv_writes", "kv_v": "kv_writes", "draft_logits": "draft_logits",
-              "verify_logits": "verify_logits"}
+ARRAY_ROWS = {
+    "kv_k": "kv_writes",
+    "kv_v": "kv_writes",
+    "draft_logits": "draft_logits",
+    "verify_logits": "verify_logits",
+}
 
 
 def depths_of(tr, rid) -> tuple[int, int]:
@@ -163,6 +206,7 @@ def sha256_of(path) -> str:
 
 
 # ---- a trace file's identity: its model and its requests' sampling parameters ----
+
 
 def weights_sha256(weights: dict) -> str:
     """SHA-256 of a model's weights as the reference computes with them (FP32, by HF name, in
@@ -190,16 +234,20 @@ def params_json(params) -> dict:
     return {r: (p if isinstance(p, dict) else p.to_json()) for r, p in items}
 
 
-def save_traces(path, traces: list[RoundTrace], meta: dict | None = None, model: dict | None = None,
-                params=None) -> None:
+def save_traces(
+    path, traces: list[RoundTrace], meta: dict | None = None, model: dict | None = None, params=None
+) -> None:
     """Writes PATH.npz (arrays), then PATH (JSON) holding the NPZ's SHA-256. `model`: the
     model's identity (`model_identity`), required; `params`: each request's SamplingParams (a
     list by request id, or a dict), default: the first a round records for each request."""
     from .errors import OracleError
+
     path = Path(path)
     if not isinstance(model, dict) or "config" not in model or "weights_sha256" not in model:
-        raise OracleError("save_traces: give model=oracle.traces.model_identity(model, preset, seed | checkpoint): "
-                          "a trace file names the model it ran")
+        raise OracleError(
+            "save_traces: give model=oracle.traces.model_identity(model, preset, seed | checkpoint): "
+            "a trace file names the model it ran"
+        )
     if params is None:
         params = {}
         for t in traces:
@@ -214,22 +262,33 @@ def save_traces(path, traces: list[RoundTrace], meta: dict | None = None, model:
     for n, t in enumerate(traces):
         arrays |= t.arrays(f"r{n}_")
     npz = npz_path(path)
-    with open(npz, "wb") as f:             # np.savez would append .npz to a str path
+    with open(npz, "wb") as f:  # np.savez would append .npz to a str path
         np.savez_compressed(f, **arrays)
-    path.write_text(json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION, "model": model,
-                                "params": [[r, p] for r, p in params.items()],
-                                "npz": {"file": npz.name, "sha256": sha256_of(npz)},
-                                "meta": meta or {}, "rounds": [t.to_json() for t in traces]}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "schema_version": SCHEMA_VERSION,
+                "model": model,
+                "params": [[r, p] for r, p in params.items()],
+                "npz": {"file": npz.name, "sha256": sha256_of(npz)},
+                "meta": meta or {},
+                "rounds": [t.to_json() for t in traces],
+            }
+        )
+        + "\n"
+    )
 
 
 def _check_round(path, n: int, r, arrays: dict) -> None:
     from .errors import OracleError
+
     if not isinstance(r, dict):
         raise OracleError(f"trace file {path}: round {n} is a {type(r).__name__}, not an object")
     for key, kind in ROUND_KEYS.items():
         if key not in r:
             raise OracleError(f"trace file {path}: round {n} has no {key!r}")
-        if key in ("d", "D") and r[key] is None and r.get("depths"):      # ragged depths: per request
+        if key in ("d", "D") and r[key] is None and r.get("depths"):  # ragged depths: per request
             continue
         if not isinstance(r[key], kind) or (kind is int and isinstance(r[key], bool)):
             raise OracleError(f"trace file {path}: round {n} {key!r} must be a JSON {kind.__name__}")
@@ -238,8 +297,9 @@ def _check_round(path, n: int, r, arrays: dict) -> None:
         want = len(r[listed])
         got = 0 if a is None else (a.shape[0] if a.ndim else -1)
         if got != want:
-            raise OracleError(f"trace file {path}: round {n} lists {want} {listed} but its NPZ holds "
-                              f"{got} rows of {name}")
+            raise OracleError(
+                f"trace file {path}: round {n} lists {want} {listed} but its NPZ holds {got} rows of {name}"
+            )
 
 
 FINISH_REASONS = ("stop", "length")
@@ -254,8 +314,9 @@ def request_problem(t: RoundTrace) -> str | None:
     reqs = t.requests
     if any(isinstance(r, bool) or not isinstance(r, int) for r in reqs) or len(set(reqs)) != len(reqs):
         return f"requests {reqs} are not distinct integer ids"
-    if len(t.token_counts) != len(reqs) or any(isinstance(T, bool) or not isinstance(T, int) or T < 1
-                                               for T in t.token_counts):
+    if len(t.token_counts) != len(reqs) or any(
+        isinstance(T, bool) or not isinstance(T, int) or T < 1 for T in t.token_counts
+    ):
         return f"token_counts {t.token_counts} are not one integer >= 1 per request {reqs}"
     for name in PER_REQUEST:
         extra = [r for r in getattr(t, name) if r not in reqs]
@@ -264,13 +325,16 @@ def request_problem(t: RoundTrace) -> str | None:
     pairs = [("d, D", (t.d, t.D))] if t.d is not None or t.D is not None else []
     pairs += [(f"depths of request {r}", tuple(x)) for r, x in t.depths.items()]
     for what, pair in pairs:
-        if len(pair) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in pair) \
-                or not 1 <= pair[0] < pair[1]:
+        if (
+            len(pair) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in pair)
+            or not 1 <= pair[0] < pair[1]
+        ):
             return f"{what} {list(pair)}: expected integers 1 <= d < D"
     if t.d is None and any(r not in t.depths for r in reqs):
         return "d and D are null but not every request has its own depths"
     for r, kept in t.committed.items():
-        if list(kept) != list(t.emitted.get(r, []))[:len(kept)]:
+        if list(kept) != list(t.emitted.get(r, []))[: len(kept)]:
             return f"request {r}: committed {list(kept)} is not a prefix of emitted {t.emitted.get(r)}"
     for r, why in t.finished.items():
         if why not in FINISH_REASONS:
@@ -279,36 +343,45 @@ def request_problem(t: RoundTrace) -> str | None:
 
 
 class TraceFile(NamedTuple):
-    traces: list          # RoundTrace per round
-    meta: dict            # the recording's settings (reproduce line, backend, tolerance row, ...)
-    model: dict           # model_identity(): preset and seed or checkpoint, config, weights_sha256
-    params: dict          # rid -> SamplingParams JSON: each request's sampling parameters
+    traces: list  # RoundTrace per round
+    meta: dict  # the recording's settings (reproduce line, backend, tolerance row, ...)
+    model: dict  # model_identity(): preset and seed or checkpoint, config, weights_sha256
+    params: dict  # rid -> SamplingParams JSON: each request's sampling parameters
 
 
 def _check_schema(path, j: dict) -> None:
     """format `loopspec-trace/N` and an integer schema_version, the one this oracle reads."""
     from .errors import OracleError
+
     fmt, version = j.get("format"), j.get("schema_version")
     if not (isinstance(fmt, str) and fmt.startswith("loopspec-trace/")):
-        raise OracleError(f"trace file {path}: format {fmt!r}, expected {FORMAT!r} "
-                          f"(re-record it with `python -m oracle trace record`)")
+        raise OracleError(
+            f"trace file {path}: format {fmt!r}, expected {FORMAT!r} "
+            f"(re-record it with `python -m oracle trace record`)"
+        )
     if isinstance(version, bool) or not isinstance(version, int):
-        raise OracleError(f"trace file {path}: schema_version {version!r} is not an integer "
-                          f"(this oracle reads schema_version {SCHEMA_VERSION})")
+        raise OracleError(
+            f"trace file {path}: schema_version {version!r} is not an integer "
+            f"(this oracle reads schema_version {SCHEMA_VERSION})"
+        )
     if version != SCHEMA_VERSION:
-        raise OracleError(f"trace file {path}: schema_version {version} is not supported (this oracle reads "
-                          f"schema_version {SCHEMA_VERSION}; re-record it with `python -m oracle trace record`)")
+        raise OracleError(
+            f"trace file {path}: schema_version {version} is not supported (this oracle reads "
+            f"schema_version {SCHEMA_VERSION}; re-record it with `python -m oracle trace record`)"
+        )
     if fmt != FORMAT:
-        raise OracleError(f"trace file {path}: format {fmt!r} does not match schema_version {version} "
-                          f"(expected {FORMAT!r})")
+        raise OracleError(
+            f"trace file {path}: format {fmt!r} does not match schema_version {version} (expected {FORMAT!r})"
+        )
 
 
 def _check_model(path, m) -> None:
     """The `model` object's shape (its config's values are checked by the CLI's ModelConfig)."""
     from .errors import OracleError
+
     what = "(the model it ran: preset and seed, or checkpoint; config; weights_sha256)"
     if not isinstance(m, dict):
-        raise OracleError(f"trace file {path}: malformed: \"model\" must be an object {what}")
+        raise OracleError(f'trace file {path}: malformed: "model" must be an object {what}')
     if not isinstance(m.get("config"), dict):
         raise OracleError(f"trace file {path}: malformed: model.config must be an object (the model's config)")
     sha = m.get("weights_sha256")
@@ -320,18 +393,29 @@ def _check_model(path, m) -> None:
         return
     seed = m.get("seed")
     if not isinstance(m.get("preset"), str) or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise OracleError(f"trace file {path}: malformed: model needs a preset name and an integer seed >= 0, "
-                          f"or a checkpoint {what}; got preset {m.get('preset')!r}, seed {seed!r}")
+        raise OracleError(
+            f"trace file {path}: malformed: model needs a preset name and an integer seed >= 0, "
+            f"or a checkpoint {what}; got preset {m.get('preset')!r}, seed {seed!r}"
+        )
 
 
 def _check_params(path, params) -> dict:
     """The file's `params`: a list of [request id, object] with distinct integer ids."""
     from .errors import OracleError
-    ok = isinstance(params, list) and all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], int)
-                                          and not isinstance(x[0], bool) and isinstance(x[1], dict) for x in params)
+
+    ok = isinstance(params, list) and all(
+        isinstance(x, list)
+        and len(x) == 2
+        and isinstance(x[0], int)
+        and not isinstance(x[0], bool)
+        and isinstance(x[1], dict)
+        for x in params
+    )
     if not ok or len({x[0] for x in params}) != len(params):
-        raise OracleError(f"trace file {path}: malformed: \"params\" must list [request id, sampling parameters "
-                          f"object] once per request")
+        raise OracleError(
+            f'trace file {path}: malformed: "params" must list [request id, sampling parameters '
+            f"object] once per request"
+        )
     return {r: p for r, p in params}
 
 
@@ -346,6 +430,7 @@ def load_trace_file(path) -> TraceFile:
     schema_version, no model identity or params), a missing NPZ or one whose SHA-256 differs
     from the JSON's, and a trace without rounds, raise OracleError."""
     from .errors import OracleError
+
     path = Path(path)
     if not path.exists():
         raise OracleError(f"trace file {path} does not exist")
@@ -362,12 +447,13 @@ def load_trace_file(path) -> TraceFile:
     params = _check_params(path, j.get("params"))
     rounds, meta, npz_info = j.get("rounds"), j.get("meta"), j.get("npz")
     if not isinstance(rounds, list):
-        raise OracleError(f"trace file {path} has no \"rounds\" list")
+        raise OracleError(f'trace file {path} has no "rounds" list')
     if not rounds:
         raise OracleError(f"trace file {path} has zero rounds: nothing to compare")
     if not isinstance(meta, dict):
-        raise OracleError(f"trace file {path}: malformed: \"meta\" must be an object (the recording's settings; "
-                          f"{{}} if none)")
+        raise OracleError(
+            f'trace file {path}: malformed: "meta" must be an object (the recording\'s settings; {{}} if none)'
+        )
     if not isinstance(npz_info, dict) or not isinstance(npz_info.get("sha256"), str):
         raise OracleError(f"trace file {path} does not record its NPZ's sha256")
     npz = npz_path(path)
@@ -378,7 +464,7 @@ def load_trace_file(path) -> TraceFile:
     try:
         with np.load(npz, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except Exception as e:            # zipfile, pickle and format errors of a damaged NPZ
+    except Exception as e:  # zipfile, pickle and format errors of a damaged NPZ
         raise OracleError(f"trace file {path}: {npz} is not a readable NPZ ({type(e).__name__})") from None
     traces = []
     for n, r in enumerate(rounds):
@@ -392,6 +478,8 @@ def load_trace_file(path) -> TraceFile:
             raise OracleError(f"trace file {path}: round {n} is malformed: {problem}")
         for r, p in traces[-1].params.items():
             if r in params and p != params[r]:
-                raise OracleError(f"trace file {path}: round {n} is malformed: request {r} ran with sampling "
-                                  f"parameters {p}, the file's params say {params[r]}")
+                raise OracleError(
+                    f"trace file {path}: round {n} is malformed: request {r} ran with sampling "
+                    f"parameters {p}, the file's params say {params[r]}"
+                )
     return TraceFile(traces, meta, j["model"], params)

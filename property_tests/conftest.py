@@ -18,6 +18,7 @@ Hypothesis prints the failing example and its @reproduce_failure blob (print_blo
 Other Hypothesis knobs are the plugin's options: --hypothesis-seed, --hypothesis-verbosity,
 --hypothesis-show-statistics, --hypothesis-profile.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,34 +29,62 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:                       # meta_tests.faulty:make_* as ORACLE_BACKEND
+if str(REPO) not in sys.path:  # meta_tests.faulty:make_* as ORACLE_BACKEND
     sys.path.insert(0, str(REPO))
 
-from property_tests.harness import CI_EXAMPLES   # noqa: E402  (tests scale with harness.examples())
+from property_tests.harness import CI_EXAMPLES  # noqa: E402  (tests scale with harness.examples())
 
 settings.register_profile(
-    "dev", max_examples=CI_EXAMPLES, deadline=None, print_blob=True, stateful_step_count=30,
-    suppress_health_check=[HealthCheck.too_slow])
+    "dev",
+    max_examples=CI_EXAMPLES,
+    deadline=None,
+    print_blob=True,
+    stateful_step_count=30,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.register_profile(
-    "ci", max_examples=CI_EXAMPLES, derandomize=True, deadline=None, database=None,
-    print_blob=True, stateful_step_count=30, suppress_health_check=[HealthCheck.too_slow])
+    "ci",
+    max_examples=CI_EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    stateful_step_count=30,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 # ci for a backend whose rounds are slow on the host at hand (a user's engine behind a slow
 # link, say): the same properties, derandomized, a quarter of the examples (every test's
 # harness.examples(n) scales with max_examples). make test no longer needs it: torch-cpu-bf16
 # runs the full ci profile in about 70 s on 2 cores.
 settings.register_profile(
-    "ci-slow-backend", max_examples=CI_EXAMPLES // 4, derandomize=True, deadline=None, database=None,
-    print_blob=True, stateful_step_count=30, suppress_health_check=[HealthCheck.too_slow])
+    "ci-slow-backend",
+    max_examples=CI_EXAMPLES // 4,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    stateful_step_count=30,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.register_profile(
-    "nightly", max_examples=10 * CI_EXAMPLES, deadline=None, database=None, print_blob=True,
-    stateful_step_count=200, suppress_health_check=[HealthCheck.too_slow])
+    "nightly",
+    max_examples=10 * CI_EXAMPLES,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    stateful_step_count=200,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def pytest_addoption(parser):
-    parser.addoption("--oracle-backend", default=None,
-                     help="implementation under test (overrides ORACLE_BACKEND): reference | torch-cpu | "
-                          "torch-cuda | package.module:factory")
+    parser.addoption(
+        "--oracle-backend",
+        default=None,
+        help="implementation under test (overrides ORACLE_BACKEND): reference | torch-cpu | "
+        "torch-cuda | package.module:factory",
+    )
 
 
 def pytest_configure(config):
@@ -67,15 +96,19 @@ def pytest_configure(config):
 def pytest_report_header(config):
     from property_tests import harness
     from property_tests.strategies import caps, profile_name
+
     try:
         bk = harness.backend()
-        desc = (f"{bk.name} (dtype {bk.dtype}, exact={bk.exact}, policies {'/'.join(bk.policies)}"
-                f"{', host RNG' if harness.host_rng(bk) else ', device RNG: reference in replay mode'})")
-    except Exception as e:                          # the tests will report it too
+        desc = (
+            f"{bk.name} (dtype {bk.dtype}, exact={bk.exact}, policies {'/'.join(bk.policies)}"
+            f"{', host RNG' if harness.host_rng(bk) else ', device RNG: reference in replay mode'})"
+        )
+    except Exception as e:  # the tests will report it too
         desc = f"cannot load: {type(e).__name__}: {e}"
-    return [f"oracle backend: ORACLE_BACKEND={harness.backend_spec()} -> {desc}",
-            f"hypothesis profile: {profile_name()}; size caps: "
-            + ", ".join(f"{k}={v}" for k, v in caps().items())]
+    return [
+        f"oracle backend: ORACLE_BACKEND={harness.backend_spec()} -> {desc}",
+        f"hypothesis profile: {profile_name()}; size caps: " + ", ".join(f"{k}={v}" for k, v in caps().items()),
+    ]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -84,4 +117,5 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     if rep.failed and call.when == "call":
         from property_tests import harness
+
         rep.sections.append(("reproduce", harness.reproduce_line(item.nodeid)))

@@ -2,6 +2,7 @@
 regression check, DESIGN.md section 6). `python scripts/regen_golden.py` rewrites the files
 from the reference; property_tests/test_golden.py compares the backend under test with them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +16,7 @@ GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
 
 _S = SamplingParams
 _MIXED = (
-    _S(),                                                   # greedy: draws nothing
+    _S(),  # greedy: draws nothing
     _S(temperature=1.0, top_k=8, seed=11),
     _S(temperature=0.7, top_p=0.9, seed=12),
     _S(temperature=1.5, seed=13),
@@ -23,20 +24,26 @@ _MIXED = (
 )
 _MIXED_PROMPTS = ((1, 2, 3), (40, 41), (7,), (9, 60, 33, 12, 5), (17, 18, 19, 20))
 _MIXED_OPS = (
-    ("add", 0), ("add", 1), ("add", 2), ("add", 3),
+    ("add", 0),
+    ("add", 1),
+    ("add", 2),
+    ("add", 3),
     ("step", ((0, 5), (1, 3), (2, 1), (3, 4))),
     ("step", ((1, 5), (2, 3), (3, 9))),
-    ("remove", 1), ("add", 4),
+    ("remove", 1),
+    ("add", 4),
     ("step", ((0, 2), (2, 9), (3, 1), (4, 6))),
     ("step", ((2, 4), (3, 3), (4, 9))),
 )
 
-_SMALL = ModelConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
-                     num_heads=2, num_kv_heads=1, head_dim=8)
+_SMALL = ModelConfig(
+    vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8
+)
 _HIGH_K = tuple(_S(temperature=t, seed=200 + n) for n, t in enumerate((1.0, 0.8, 1.2, 1.0)))
 _HIGH_K_PROMPTS = ((3, 4, 5), (6,), (7, 8), (9, 10, 11, 12))
-_HIGH_K_OPS = (("add", 0), ("add", 1), ("add", 2), ("add", 3)) + \
-    tuple(("step", tuple((i, 9) for i in range(4))) for _ in range(5))
+_HIGH_K_OPS = (("add", 0), ("add", 1), ("add", 2), ("add", 3)) + tuple(
+    ("step", tuple((i, 9) for i in range(4))) for _ in range(5)
+)
 
 
 def _case(cfg, d, D, policy, prompts, params, ops):
@@ -58,6 +65,7 @@ def path(name: str) -> Path:
 def run_events(bk, name: str, mode: str) -> list:
     """Every RNG event of a golden case's run on `bk`, in round order."""
     from .harness import run
+
     return [e for tr in run(bk, CASES[name], mode).traces for e in tr.rng_events]
 
 

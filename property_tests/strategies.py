@@ -21,6 +21,7 @@ sampled, filters and masks) with the sequence-dependent processors in a third of
 where there are stop tokens, as in `stop_params`); property_tests/test_processor_props.py
 draws them on every request.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,14 +46,20 @@ _CAPS = {  # name: (ci/dev default, nightly default)
     "ORACLE_MAX_ROUNDS": (4, 8),
     "ORACLE_MAX_DEPTH": (6, 6),
 }
-_LIMITS = {"ORACLE_MAX_REQUESTS": 16, "ORACLE_MAX_TOKENS": 9, "ORACLE_MAX_PROMPT": 32,
-           "ORACLE_MAX_LAYERS": 3, "ORACLE_MAX_ROUNDS": 64, "ORACLE_MAX_DEPTH": 6}
+_LIMITS = {
+    "ORACLE_MAX_REQUESTS": 16,
+    "ORACLE_MAX_TOKENS": 9,
+    "ORACLE_MAX_PROMPT": 32,
+    "ORACLE_MAX_LAYERS": 3,
+    "ORACLE_MAX_ROUNDS": 64,
+    "ORACLE_MAX_DEPTH": 6,
+}
 
 
 def profile_name() -> str:
     try:
         return settings.get_current_profile_name()
-    except Exception:                                    # no profile loaded (scripts)
+    except Exception:  # no profile loaded (scripts)
         return os.environ.get("HYPOTHESIS_PROFILE", "dev")
 
 
@@ -73,6 +80,7 @@ def caps() -> dict[str, int]:
 
 
 # ---- models ------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=128)
 def seeded_model(cfg: ModelConfig, seed: int) -> LoopedModel:
@@ -126,8 +134,7 @@ def ragged_counts(max_requests: int | None = None):
 
 
 def prompts(vocab: int, max_len: int | None = None):
-    return st.lists(st.integers(0, vocab - 1), min_size=1,
-                    max_size=max_len or cap("ORACLE_MAX_PROMPT")).map(tuple)
+    return st.lists(st.integers(0, vocab - 1), min_size=1, max_size=max_len or cap("ORACLE_MAX_PROMPT")).map(tuple)
 
 
 def seeds():
@@ -159,15 +166,21 @@ def masks(draw, vocab: int) -> dict:
     if draw(st.integers(0, 3)):
         return {}
     allowed = draw(st.none() | st.lists(st.integers(0, vocab - 1), min_size=1, max_size=vocab, unique=True))
-    keep = draw(st.sampled_from(list(range(vocab)) if allowed is None else allowed))   # never banned
+    keep = draw(st.sampled_from(list(range(vocab)) if allowed is None else allowed))  # never banned
     banned = draw(st.lists(st.integers(0, vocab - 1).filter(lambda t: t != keep), max_size=3, unique=True))
     return {"banned_token_ids": tuple(banned), "allowed_token_ids": None if allowed is None else tuple(allowed)}
 
 
 @st.composite
 def sampled_params(draw, vocab: int):
-    return SamplingParams(temperature=draw(temperatures()), top_k=draw(top_ks(vocab)), top_p=draw(top_ps()),
-                          seed=draw(seeds()), min_p=draw(min_ps()), **draw(masks(vocab)))
+    return SamplingParams(
+        temperature=draw(temperatures()),
+        top_k=draw(top_ks(vocab)),
+        top_p=draw(top_ps()),
+        seed=draw(seeds()),
+        min_p=draw(min_ps()),
+        **draw(masks(vocab)),
+    )
 
 
 @st.composite
@@ -177,6 +190,7 @@ def stop_params(draw, vocab: int, recent=()):
     processors too, min_tokens among them (it masks the stop tokens while it has not been
     reached)."""
     from dataclasses import replace
+
     p = draw(base_params(vocab))
     stops = draw(st.lists(st.integers(0, vocab - 1), max_size=max(1, vocab // 4), unique=True))
     p = replace(p, stop_token_ids=tuple(stops), max_tokens=draw(st.none() | st.integers(1, 12)))
@@ -223,6 +237,7 @@ def processors_in_round_properties() -> bool:
 
 # ---- sequence-dependent logits processors (oracle/processors.py) ----------------------------
 
+
 def unmasked(p: SamplingParams, vocab: int) -> list[int]:
     """The tokens the banned/allowed mask of p leaves."""
     allowed = range(vocab) if p.allowed_token_ids is None else p.allowed_token_ids
@@ -233,6 +248,7 @@ def unmasked(p: SamplingParams, vocab: int) -> list[int]:
 # (draw, c) -> its SamplingParams fields, drawn so that they bite on a small vocabulary.
 # c: pool (token ids, often the recent ones), stops, max_tokens, keep (a token that no mask of
 # the step may take: the row never empties).
+
 
 def penalties_kwargs(draw, c) -> dict:
     """Repetition in [0.5, 2] (2 and 0.5 often), and/or presence and frequency in [-2, 2] (the
@@ -250,8 +266,11 @@ def penalties_kwargs(draw, c) -> dict:
 def logit_bias_kwargs(draw, c) -> dict:
     """Up to 3 tokens, biases large enough to change decisions (+-8, +-100 or within +-10)."""
     bias = st.sampled_from([8.0, -8.0, 100.0, -100.0]) | st.floats(-10.0, 10.0)
-    return {"logit_bias": tuple(draw(st.lists(st.tuples(c["pool"], bias), min_size=1, max_size=3,
-                                              unique_by=lambda tb: tb[0])))}
+    return {
+        "logit_bias": tuple(
+            draw(st.lists(st.tuples(c["pool"], bias), min_size=1, max_size=3, unique_by=lambda tb: tb[0]))
+        )
+    }
 
 
 def bad_words_kwargs(draw, c) -> dict:
@@ -278,8 +297,9 @@ def no_repeat_ngram_kwargs(draw, c) -> dict:
 
 
 @st.composite
-def processor_kwargs(draw, vocab: int, recent=(), stops=(), max_tokens=None, keep=None, free=None,
-                     only: str | None = None) -> dict:
+def processor_kwargs(
+    draw, vocab: int, recent=(), stops=(), max_tokens=None, keep=None, free=None, only: str | None = None
+) -> dict:
     """SamplingParams fields of the processor steps of oracle.sampling.CHAIN, each on in about
     half the draws (at least one on), drawn by the step's strategy (above). Tokens come from
     `recent` (the tokens the request will see, so repeats and bad-word prefixes occur) or
@@ -309,6 +329,7 @@ def with_processors(draw, p: SamplingParams, vocab: int, recent=(), only: str | 
     """p with processor_kwargs: the row never empties (a token the mask leaves is kept out
     of every bad word and, under min_tokens, out of the stop tokens)."""
     from dataclasses import replace
+
     free = unmasked(p, vocab)
     keep = draw(st.sampled_from([t for t in free if t not in p.stop_token_ids] or free))
     return replace(p, **draw(processor_kwargs(vocab, recent, p.stop_token_ids, p.max_tokens, keep, len(free), only)))
@@ -320,12 +341,14 @@ def policies(supported=POLICIES):
 
 # ---- scenarios: a whole multi-round run, identical for every mode and backend -------------
 
+
 @dataclass(frozen=True)
 class Scenario:
     """Inputs of a run: the scenario protocol of oracle/judge/runner.py (run by oracle.judge.runner.run_scenario, as
     oracle.judge.scenario.Case is). ops: ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid).
     A request joins right before the first round that names it; it may idle in rounds that
     do not name it and leave (remove) between rounds."""
+
     cfg: ModelConfig
     weight_seed: int
     d: int
@@ -334,15 +357,15 @@ class Scenario:
     prompts: tuple
     params: tuple
     ops: tuple
-    depths: tuple | None = None      # (d_i, D_i) per request, D_i <= D; None: every request (d, D)
+    depths: tuple | None = None  # (d_i, D_i) per request, D_i <= D; None: every request (d, D)
 
     @property
     def rounds(self) -> list[dict]:
         return [dict(arg) for op, arg in self.ops if op == "step"]
 
     @property
-    def name(self) -> str:                # the Case protocol's name and reproduce line (the verdict's
-        return "scenario"                 # reports; Hypothesis prints the example and its blob)
+    def name(self) -> str:  # the Case protocol's name and reproduce line (the verdict's
+        return "scenario"  # reports; Hypothesis prints the example and its blob)
 
     @property
     def reproduce(self) -> str:
@@ -350,17 +373,30 @@ class Scenario:
 
     def with_policy(self, policy: str) -> "Scenario":
         from dataclasses import replace
+
         return replace(self, policy=policy)
 
     def describe(self) -> str:
-        return (f"d={self.d} D={self.D} depths={self.depths} policy={self.policy} layers={self.cfg.num_layers} "
-                f"vocab={self.cfg.vocab_size} rounds={self.rounds}")
+        return (
+            f"d={self.d} D={self.D} depths={self.depths} policy={self.policy} layers={self.cfg.num_layers} "
+            f"vocab={self.cfg.vocab_size} rounds={self.rounds}"
+        )
 
 
 @st.composite
-def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int | None = None,
-              params=None, cfg=None, weight_seed=None, depth=None, policy=None, fixed_requests=None,
-              ragged_depths=None):
+def scenarios(
+    draw,
+    rounds=(1, None),
+    join_leave: bool = True,
+    max_requests: int | None = None,
+    params=None,
+    cfg=None,
+    weight_seed=None,
+    depth=None,
+    policy=None,
+    fixed_requests=None,
+    ragged_depths=None,
+):
     """A run of 1..ORACLE_MAX_ROUNDS rounds over ragged batches (per-round K_i, batch order,
     joins and leaves drawn), on a random small model, mixed greedy/sampled requests; in about
     half the runs each request has its own depths (d_i, D_i) with D_i <= D (ragged_depths:
@@ -376,8 +412,9 @@ def scenarios(draw, rounds=(1, None), join_leave: bool = True, max_requests: int
     ragged = draw(st.booleans()) if ragged_depths is None else ragged_depths
     depth_list = tuple(draw(request_depths(D)) for _ in range(n)) if ragged else None
     prompt_list = tuple(draw(prompts(cfg.vocab_size)) for _ in range(n))
-    param_list = tuple(draw(params if params is not None else sampling_params(cfg.vocab_size, prompt_list[i]))
-                       for i in range(n))
+    param_list = tuple(
+        draw(params if params is not None else sampling_params(cfg.vocab_size, prompt_list[i])) for i in range(n)
+    )
     lo, hi = rounds
     n_rounds = draw(st.integers(lo, hi or cap("ORACLE_MAX_ROUNDS")))
     ops, live, left = [], [], set()
@@ -412,6 +449,7 @@ def single_rounds(**kw):
 
 # ---- distribution inputs ------------------------------------------------------------------
 
+
 @st.composite
 def logit_pairs(draw, max_vocab: int = 32):
     """(target logits, draft logits, params) for one offset: random small vocabularies, the
@@ -419,13 +457,17 @@ def logit_pairs(draw, max_vocab: int = 32):
     quantised logits (a few levels `step` apart: many exact ties, also at the top-k, top-p
     and min-p thresholds)."""
     import numpy as np
+
     V = draw(st.integers(2, max_vocab))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     spread = draw(st.sampled_from([1.0, 3.0, 0.1, 8.0]))
     target = (rng.standard_normal(V) * spread).astype(np.float32)
     closeness = draw(st.sampled_from([0.0, 0.1, 1.0, 0.01]))
-    draft = (target + closeness * spread * rng.standard_normal(V)).astype(np.float32) \
-        if closeness else (rng.standard_normal(V) * spread).astype(np.float32)
+    draft = (
+        (target + closeness * spread * rng.standard_normal(V)).astype(np.float32)
+        if closeness
+        else (rng.standard_normal(V) * spread).astype(np.float32)
+    )
     step = draw(st.sampled_from([None, spread, 2 * spread]))
     if step:
         target = (np.round(target / step) * step).astype(np.float32)
@@ -438,10 +480,23 @@ def logit_pairs(draw, max_vocab: int = 32):
 # the issue's parameters (`check --repetition-penalty 1.3 ... --min-tokens 4`), with stop tokens the
 # tiny model emits, so that min_tokens bites and requests stop; greedy and sampled, with and without
 # filters, beside requests without any
-PROC = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
-            bad_words=((3, 4), (7,)), min_tokens=4, stop_token_ids=(2, 6, 8))
-PROC_PARAMS = [SamplingParams(**PROC), SamplingParams(1.0, seed=1, **PROC), SamplingParams(0.8, top_k=8, seed=2, **PROC),
-               SamplingParams(), SamplingParams(1.0, seed=4),
-               SamplingParams(0.9, seed=5, repetition_penalty=0.6, bad_words=((1, 2, 3), (9, 9)), logit_bias={9: 30.0},
-                              no_repeat_ngram=2),
-               SamplingParams(frequency_penalty=-2.0, logit_bias={12: 40.0}, min_tokens=3, stop_token_ids=(12,))]
+PROC = dict(
+    repetition_penalty=1.3,
+    presence_penalty=0.5,
+    frequency_penalty=0.2,
+    logit_bias={5: 2.0, 9: -1.5},
+    bad_words=((3, 4), (7,)),
+    min_tokens=4,
+    stop_token_ids=(2, 6, 8),
+)
+PROC_PARAMS = [
+    SamplingParams(**PROC),
+    SamplingParams(1.0, seed=1, **PROC),
+    SamplingParams(0.8, top_k=8, seed=2, **PROC),
+    SamplingParams(),
+    SamplingParams(1.0, seed=4),
+    SamplingParams(
+        0.9, seed=5, repetition_penalty=0.6, bad_words=((1, 2, 3), (9, 9)), logit_bias={9: 30.0}, no_repeat_ngram=2
+    ),
+    SamplingParams(frequency_penalty=-2.0, logit_bias={12: 40.0}, min_tokens=3, stop_token_ids=(12,)),
+]

@@ -26,6 +26,7 @@ bins. meta_tests/test_power.py runs exactly this test against such a biased samp
 detectable direction (half the mass scaled down, half up: sum((p'-p)^2/p) = 4 * 0.02^2) would
 need ~N_WORST samples per configuration; that is nightly-sized and not run in ci.
 """
+
 from __future__ import annotations
 
 import functools
@@ -94,12 +95,13 @@ def test_enumeration_through_the_sampler_converges(case):
     V = len(p)
     for G in (512, 4096):
         err = float(np.max(np.abs(enumerate_output(impl, p, q, G) - target)))
-        assert err <= (V + 4) / G + 1e-6, \
+        assert err <= (V + 4) / G + 1e-6, (
             f"grid of {G} uniforms: emitted distribution is {err:.3g} from the target (bound {(V + 4) / G:.3g})"
+        )
     event("draft == target" if np.array_equal(p, q) else "draft != target")
 
 
-AMBIGUOUS = 1e-5      # top-p/min-p: tokens this close to the threshold may go either way
+AMBIGUOUS = 1e-5  # top-p/min-p: tokens this close to the threshold may go either way
 
 
 def spec_filter(logits, params: SamplingParams):
@@ -126,23 +128,26 @@ def spec_filter(logits, params: SamplingParams):
         keep &= pr >= edge
     if params.top_k is not None and params.top_k < V:
         kth = np.sort(np.where(keep, x, -np.inf))[-params.top_k]
-        keep &= x >= kth                                           # every token tied at the k-th value stays
+        keep &= x >= kth  # every token tied at the k-th value stays
     if params.top_p is not None and params.top_p < 1:
         pr = probs()
         for t in np.flatnonzero(keep):
-            above = pr[keep & (pr > pr[t])].sum()                  # mass of the strictly more probable tokens
+            above = pr[keep & (pr > pr[t])].sum()  # mass of the strictly more probable tokens
             if abs(above - params.top_p) <= AMBIGUOUS:
                 ambiguous[t] = True
             elif above > params.top_p:
                 keep[t] = False
-    ambiguous[np.argmax(x)] = False                                # the top token always stays
+    ambiguous[np.argmax(x)] = False  # the top token always stays
     return probs(), ambiguous
 
 
 # A tie straddling the top-k threshold, whatever examples this Hypothesis version draws: the
 # spec keeps both tied tokens (3 survive top-k=2).
-TIE_AT_TOP_K = (np.array([2.0, 1.0, 1.0, 0.0], np.float32), np.array([2.0, 1.0, 1.0, 0.0], np.float32),
-                SamplingParams(1.0, top_k=2, seed=0))
+TIE_AT_TOP_K = (
+    np.array([2.0, 1.0, 1.0, 0.0], np.float32),
+    np.array([2.0, 1.0, 1.0, 0.0], np.float32),
+    SamplingParams(1.0, top_k=2, seed=0),
+)
 
 
 @settings(max_examples=examples(100))
@@ -153,29 +158,36 @@ def test_filters_follow_the_spec(case):
     logits, _, params = case
     got = np.asarray(impl.filtered_probs(logits, params), np.float64)
     want, ambiguous = spec_filter(logits, params)
-    assert np.all(np.isfinite(got)) and np.all(got >= 0) and abs(got.sum() - 1) < 1e-5, \
+    assert np.all(np.isfinite(got)) and np.all(got >= 0) and abs(got.sum() - 1) < 1e-5, (
         f"filtered probabilities {got} are not a distribution (params {params})"
-    underflow = (want > 0) & (want < 1e-30)                 # FP32 may round these to 0
+    )
+    underflow = (want > 0) & (want < 1e-30)  # FP32 may round these to 0
     bad = np.flatnonzero(((got > 0) != (want > 0)) & ~ambiguous & ~underflow)
-    assert not bad.size, (f"token {bad[0]}: filtered probability {got[bad[0]]:.4g}, the spec gives {want[bad[0]]:.4g} "
-                          f"(params {params}, logits {logits.tolist()})")
+    assert not bad.size, (
+        f"token {bad[0]}: filtered probability {got[bad[0]]:.4g}, the spec gives {want[bad[0]]:.4g} "
+        f"(params {params}, logits {logits.tolist()})"
+    )
     kept = got > 0
     masked = np.where(want > 0, logits, -np.inf) if (want > 0).any() else logits
     assert got[int(np.argmax(masked))] > 0, "the top token was filtered out"
-    live = np.ones(len(logits), bool)                      # not masked by banned/allowed ids
+    live = np.ones(len(logits), bool)  # not masked by banned/allowed ids
     if params.allowed_token_ids is not None:
         live[:] = False
         live[list(params.allowed_token_ids)] = True
     live[list(params.banned_token_ids)] = False
     same = (np.asarray(logits)[:, None] == np.asarray(logits)[None, :]) & live[:, None] & live[None, :]
-    assert not np.any(same & (kept[:, None] != kept[None, :]) & ~ambiguous[:, None] & ~ambiguous[None, :]), \
+    assert not np.any(same & (kept[:, None] != kept[None, :]) & ~ambiguous[:, None] & ~ambiguous[None, :]), (
         f"tied logits {logits.tolist()} were split by the filters (kept {kept.tolist()}, params {params})"
+    )
     renorm = np.where(kept, want, 0.0)
     renorm /= renorm.sum()
     err = np.max(np.abs(got - renorm))
     assert err < 1e-5, f"filtered probabilities differ from the spec's by {err:.3g} (params {params})"
     ties = int(same.sum()) > int(live.sum())
-    event(("tied logits, " if ties else "") + (f"kept {int(kept.sum())} token(s)" if kept.sum() <= 2 else "kept > 2 tokens"))
+    event(
+        ("tied logits, " if ties else "")
+        + (f"kept {int(kept.sum())} token(s)" if kept.sum() <= 2 else "kept > 2 tokens")
+    )
 
 
 @settings(max_examples=examples(100))
@@ -201,14 +213,15 @@ def test_residual_is_a_distribution(case):
 # ---- (b) sampled: chi-square on real rounds -------------------------------------------------
 
 ALPHA = 1e-6
-BETA = 1e-4                 # 1 - power against the 2% TV bias
-DELTA = 0.02                # total variation of the bias the test must detect
-MIN_BIAS_P = 0.01           # the bias lands on a token of p >= 1% (stays a bin of its own)
-MIN_EXPECTED = 5            # chi-square bins: tokens with N p < 5 are pooled
+BETA = 1e-4  # 1 - power against the 2% TV bias
+DELTA = 0.02  # total variation of the bias the test must detect
+MIN_BIAS_P = 0.01  # the bias lands on a token of p >= 1% (stays a bin of its own)
+MIN_EXPECTED = 5  # chi-square bins: tokens with N p < 5 are pooled
 
-DIST_CFG = ModelConfig(vocab_size=24, hidden_size=16, intermediate_size=32, num_layers=1,
-                       num_heads=2, num_kv_heads=1, head_dim=8)
-DIST_PROMPT = [8]        # chosen for a long tail: fewer trials for the same power
+DIST_CFG = ModelConfig(
+    vocab_size=24, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8
+)
+DIST_PROMPT = [8]  # chosen for a long tail: fewer trials for the same power
 DIST_DEPTHS = (1, 2)
 
 # (id, params without seed, K)
@@ -327,8 +340,11 @@ def first_tokens(bk, config_id: str, n: int) -> np.ndarray:
     s = bk.session(seeded_model(DIST_CFG, 0), *DIST_DEPTHS, mode, bk.policies[0])
     base = 1_000_003 * (1 + [c[0] for c in CONFIGS].index(config_id))
     for i in range(n):
-        s.add(i, DIST_PROMPT, SamplingParams(temperature=params.temperature, top_k=params.top_k,
-                                             top_p=params.top_p, seed=base + i))
+        s.add(
+            i,
+            DIST_PROMPT,
+            SamplingParams(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=base + i),
+        )
     tr = s.step({i: K + 1 for i in range(n)})
     return np.bincount([tr.emitted[i][0] for i in range(n)], minlength=DIST_CFG.vocab_size)
 
@@ -340,11 +356,15 @@ def check_emitted_distribution(config_id: str, bk=None) -> tuple[float, int]:
     n = trials(config_id)
     counts = first_tokens(bk, config_id, n)
     outside = np.flatnonzero((counts > 0) & (p == 0))
-    assert not outside.size, (f"{bk.name} [{config_id}]: token {outside[0]} emitted {counts[outside[0]]} times, "
-                              f"but the filtered target gives it probability 0")
+    assert not outside.size, (
+        f"{bk.name} [{config_id}]: token {outside[0]} emitted {counts[outside[0]]} times, "
+        f"but the filtered target gives it probability 0"
+    )
     stat, df, pval = chi_square(counts, p)
-    assert pval > ALPHA, (f"{bk.name} [{config_id}]: first emitted tokens of {n} seeded requests do not follow the "
-                          f"filtered target: chi-square {stat:.1f} with {df} df, p-value {pval:.2g} <= {ALPHA:g}")
+    assert pval > ALPHA, (
+        f"{bk.name} [{config_id}]: first emitted tokens of {n} seeded requests do not follow the "
+        f"filtered target: chi-square {stat:.1f} with {df} df, p-value {pval:.2g} <= {ALPHA:g}"
+    )
     return pval, n
 
 

@@ -12,6 +12,7 @@
 * test_seeded_request_same_alone_and_in_batch: a request's tokens, RNG events, logits and KV
   are the same when it runs alone and inside any batch (any mode for each).
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,8 +46,9 @@ def test_block_and_loop_generation_agree(sc):
 
 # ---- forced acceptance counts -------------------------------------------------------------
 
-SEARCH_CFG = ModelConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
-                         num_heads=2, num_kv_heads=1, head_dim=8)
+SEARCH_CFG = ModelConfig(
+    vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8
+)
 SEARCH_D = (1, 2)
 K_MAX = 8
 
@@ -79,30 +81,50 @@ def found_cases(kind: str) -> dict:
 def forced_scenario(kind: str, a: int, policy: str) -> Scenario:
     prompt, params = found_cases(kind)[a]
     fillers = [((5, 9, 1, 30), SamplingParams(temperature=0.8, top_k=12, seed=3)), ((2,), SamplingParams())]
-    ops = (("add", 0), ("add", 1), ("add", 2),
-           ("step", ((0, K_MAX + 1), (1, 3), (2, 5))),
-           ("step", ((2, 9), (0, 4), (1, 1))),
-           ("remove", 1),
-           ("step", ((0, 9), (2, 2))))
-    return Scenario(SEARCH_CFG, 0, *SEARCH_D, policy, (prompt,) + tuple(p for p, _ in fillers),
-                    (params,) + tuple(q for _, q in fillers), ops)
+    ops = (
+        ("add", 0),
+        ("add", 1),
+        ("add", 2),
+        ("step", ((0, K_MAX + 1), (1, 3), (2, 5))),
+        ("step", ((2, 9), (0, 4), (1, 1))),
+        ("remove", 1),
+        ("step", ((0, 9), (2, 2))),
+    )
+    return Scenario(
+        SEARCH_CFG,
+        0,
+        *SEARCH_D,
+        policy,
+        (prompt,) + tuple(p for p, _ in fillers),
+        (params,) + tuple(q for _, q in fillers),
+        ops,
+    )
 
 
-FORCED = [(kind, a, policy) for kind in ("greedy", "sampled") for a in range(K_MAX + 1)
-          for policy in (("sequential",) if kind == "greedy" else ("sequential", "fixed"))]
+FORCED = [
+    (kind, a, policy)
+    for kind in ("greedy", "sampled")
+    for a in range(K_MAX + 1)
+    for policy in (("sequential",) if kind == "greedy" else ("sequential", "fixed"))
+]
 
 
-@pytest.mark.parametrize("kind,a,policy", FORCED, ids=[
-    f"{k}-{p}-" + ("full_acceptance" if a == K_MAX else f"reject_at_{a}") for k, a, p in FORCED])
+@pytest.mark.parametrize(
+    "kind,a,policy",
+    FORCED,
+    ids=[f"{k}-{p}-" + ("full_acceptance" if a == K_MAX else f"reject_at_{a}") for k, a, p in FORCED],
+)
 def test_rollback_after_every_acceptance_count(kind, a, policy):
     cases = found_cases(kind)
-    assert a in cases, (f"the seed search found no {kind} request accepting exactly {a} of {K_MAX} drafts "
-                        f"(reached: {sorted(cases)}); widen the candidate list")
+    assert a in cases, (
+        f"the seed search found no {kind} request accepting exactly {a} of {K_MAX} drafts "
+        f"(reached: {sorted(cases)}); widen the candidate list"
+    )
     bk = harness.backend()
     if policy not in bk.policies:
         pytest.skip(f"backend {bk.name} does not implement policy {policy}")
     sc = forced_scenario(kind, a, policy)
-    for mode in MODES:                          # the case does what it is named for, then rolls back
+    for mode in MODES:  # the case does what it is named for, then rolls back
         model = seeded_model(sc.cfg, sc.weight_seed)
         s = bk.session(model, sc.d, sc.D, mode, policy)
         for rid in range(3):
@@ -114,9 +136,10 @@ def test_rollback_after_every_acceptance_count(kind, a, policy):
         a_got = tr.accepted[0]
         assert len(tr.emitted[0]) == a_got + 1 and s.tokens(0) == list(sc.prompts[0]) + tr.emitted[0]
         f = harness.kv_frontiers(s, 0)
-        assert f is None or f == {start + a_got + 1}, \
-            f"{bk.name} {mode}: after accepting {a_got} drafts the KV frontier is {sorted(f)}, " \
+        assert f is None or f == {start + a_got + 1}, (
+            f"{bk.name} {mode}: after accepting {a_got} drafts the KV frontier is {sorted(f)}, "
             f"expected {start + a_got + 1}"
+        )
         check_committed_kv(s, {0: 1, 1: 1, 2: 1}, sc.D, sc.cfg.num_layers, f"{bk.name} {mode} round 0")
     harness.check_equivalence(sc, bk)
 
@@ -130,8 +153,10 @@ def test_search_reaches_every_acceptance_count():
 
 # ---- batch invariance of a seeded request -------------------------------------------------
 
+
 def alone(sc: Scenario, rid: int = 0) -> Scenario:
     from dataclasses import replace
+
     ops = []
     for op, arg in sc.ops:
         if op == "add" and arg == rid:
@@ -153,8 +178,9 @@ def test_seeded_request_same_alone_and_in_batch(sc, modes):
     rep = compare_runs(a, b, harness.dtype_of(bk))
     if not rep.ok:
         c = rep.first_failure()
-        raise AssertionError(f"request 0 alone ({modes[0]}) vs in a batch of {len(sc.prompts)} ({modes[1]}): "
-                             f"{c.name}: {c.detail}")
+        raise AssertionError(
+            f"request 0 alone ({modes[0]}) vs in a batch of {len(sc.prompts)} ({modes[1]}): {c.name}: {c.detail}"
+        )
     if bk.exact:
         assert solo.tokens[0] == batch.tokens[0]
     event(f"batch of {min(len(sc.prompts), 4)}{'+' if len(sc.prompts) >= 4 else ''} requests")

@@ -7,6 +7,7 @@ first differing event (oracle.rng_trace.first_difference). If the change is inte
 Exact and host-RNG backends are compared on whole events (values included); device-RNG
 backends on everything but the uniform's value.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,8 +48,10 @@ def test_rng_order_matches_golden(name, mode):
         golden = [dataclasses.replace(e, value=0.0) for e in golden]
         got = [dataclasses.replace(e, value=0.0) for e in got]
     diff = first_difference(golden, got)
-    assert diff is None, (f"golden/{name}.json vs {bk.name} {mode} run: the RNG order changed: {diff}. "
-                          f"If intended, regenerate with `python scripts/regen_golden.py` and review the diff.")
+    assert diff is None, (
+        f"golden/{name}.json vs {bk.name} {mode} run: the RNG order changed: {diff}. "
+        f"If intended, regenerate with `python scripts/regen_golden.py` and review the diff."
+    )
 
 
 @pytest.mark.parametrize("name", list(CASES))

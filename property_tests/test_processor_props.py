@@ -31,6 +31,7 @@ from each request's own plain decode (`with_recent_words`), so that they bite in
   order (host-RNG backends), and the same scenario without processors on the reference
   consumes the same uniforms for as long as its outcomes are the same.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,13 +50,29 @@ from oracle.tolerances import TOLERANCES
 
 from . import harness
 from .harness import examples
-from .strategies import (MODES, Scenario, base_params, seeded_model, cap, depths, greedy_params, model_configs,
-                         policies, prompts, request_depths, token_counts, unmasked, weight_seeds, with_processors)
+from .strategies import (
+    MODES,
+    Scenario,
+    base_params,
+    seeded_model,
+    cap,
+    depths,
+    greedy_params,
+    model_configs,
+    policies,
+    prompts,
+    request_depths,
+    token_counts,
+    unmasked,
+    weight_seeds,
+    with_processors,
+)
 
-ACCEPT_ALWAYS = 1.0 - 2.0 ** -53      # u * q(x) < p(x) whenever p(x) = q(x) > 0
+ACCEPT_ALWAYS = 1.0 - 2.0**-53  # u * q(x) < p(x) whenever p(x) = q(x) > 0
 
 
 # ---- inputs --------------------------------------------------------------------------------
+
 
 @st.composite
 def processor_request(draw, vocab: int, prompt, kind: str = "any", only: str | None = None) -> SamplingParams:
@@ -98,8 +115,9 @@ def plain_scenario(sc: Scenario, lengths: dict) -> Scenario:
 
 def planned(sc: Scenario) -> dict:
     """rid -> the tokens its rounds would emit with every draft accepted (sum of T_i)."""
-    return {rid: sum(t for op, arg in sc.ops if op == "step" for r, t in arg if r == rid)
-            for rid in range(len(sc.prompts))}
+    return {
+        rid: sum(t for op, arg in sc.ops if op == "step" for r, t in arg if r == rid) for rid in range(len(sc.prompts))
+    }
 
 
 def with_recent_words(sc: Scenario, data) -> Scenario:
@@ -114,11 +132,10 @@ def with_recent_words(sc: Scenario, data) -> Scenario:
     params = list(sc.params)
     for rid, p in enumerate(params):
         g = generated(pre, sc, rid)
-        left = set(unmasked(p, sc.cfg.vocab_size)) - set(p.stop_token_ids) - \
-            {w[-1] for w in p.bad_words if len(w) == 1}
+        left = set(unmasked(p, sc.cfg.vocab_size)) - set(p.stop_token_ids) - {w[-1] for w in p.bad_words if len(w) == 1}
         if len(g) >= 2 and data.draw(st.booleans(), label=f"bad word from the decode of request {rid}"):
             n = data.draw(st.integers(0, len(g) - 2), label="at")
-            word = tuple(g[n:n + data.draw(st.integers(2, min(3, len(g) - n)), label="length")])
+            word = tuple(g[n : n + data.draw(st.integers(2, min(3, len(g) - n)), label="length")])
             if left - {word[-1]}:
                 p = dataclasses.replace(p, bad_words=p.bad_words + (word,))
                 left -= {word[-1]}
@@ -127,14 +144,17 @@ def with_recent_words(sc: Scenario, data) -> Scenario:
             low = min(m, p.max_tokens or m)
             k = data.draw(st.integers(low, low + 4), label="min_tokens")
             if left - {g[m]}:
-                p = dataclasses.replace(p, stop_token_ids=tuple(sorted(set(p.stop_token_ids) | {g[m]})),
-                                        min_tokens=min(k, p.max_tokens or k))
+                p = dataclasses.replace(
+                    p,
+                    stop_token_ids=tuple(sorted(set(p.stop_token_ids) | {g[m]})),
+                    min_tokens=min(k, p.max_tokens or k),
+                )
         params[rid] = p
     return dataclasses.replace(sc, params=tuple(params))
 
 
 def generated(run, sc: Scenario, rid: int) -> list[int]:
-    return run.tokens[rid][len(sc.prompts[rid]):]
+    return run.tokens[rid][len(sc.prompts[rid]) :]
 
 
 def finished(run, rid: int):
@@ -168,9 +188,14 @@ def bite_events(bk, run, sc: Scenario) -> None:
 
 # ---- a. greedy speculative decoding is plain decoding ----------------------------------------
 
+
 @settings(max_examples=examples(40))
-@given(sc=processor_scenarios(kind="greedy"), mode=st.sampled_from(MODES), plain_mode=st.sampled_from(MODES),
-       data=st.data())
+@given(
+    sc=processor_scenarios(kind="greedy"),
+    mode=st.sampled_from(MODES),
+    plain_mode=st.sampled_from(MODES),
+    data=st.data(),
+)
 def test_greedy_speculative_decoding_is_plain_decoding(sc, mode, plain_mode, data):
     assert_plain_decoding(with_recent_words(sc, data), mode, plain_mode)
 
@@ -195,15 +220,20 @@ def assert_plain_decoding(sc, mode, plain_mode):
         a, b = generated(spec, sc, rid), generated(plain, sc, rid)
         n = next((n for n, (x, y) in enumerate(zip(a, b)) if x != y), None)
         if n is None:
-            assert len(a) == len(b) and finished(spec, rid) == finished(plain, rid), \
-                (f"{bk.name}: request {rid} generated {a} ({finished(spec, rid)}) under {where}: {b} "
-                 f"({finished(plain, rid)}); params {p.to_json()}; {sc.describe()}")
+            assert len(a) == len(b) and finished(spec, rid) == finished(plain, rid), (
+                f"{bk.name}: request {rid} generated {a} ({finished(spec, rid)}) under {where}: {b} "
+                f"({finished(plain, rid)}); params {p.to_json()}; {sc.describe()}"
+            )
             continue
-        near = min(greedy_margin(processed_at(bk, spec, rid, n, p), a[n], b[n]),
-                   greedy_margin(processed_at(bk, plain, rid, n, p), b[n], a[n]))
-        assert near <= margin, (f"{bk.name}: request {rid} generated token {n} is {a[n]} under speculative rounds "
-                                f"({mode}), {b[n]} under plain decoding ({plain_mode}) (margin {near:.3g} > "
-                                f"{margin:.3g}); speculative {a}, plain {b}; params {p.to_json()}; {sc.describe()}")
+        near = min(
+            greedy_margin(processed_at(bk, spec, rid, n, p), a[n], b[n]),
+            greedy_margin(processed_at(bk, plain, rid, n, p), b[n], a[n]),
+        )
+        assert near <= margin, (
+            f"{bk.name}: request {rid} generated token {n} is {a[n]} under speculative rounds "
+            f"({mode}), {b[n]} under plain decoding ({plain_mode}) (margin {near:.3g} > "
+            f"{margin:.3g}); speculative {a}, plain {b}; params {p.to_json()}; {sc.describe()}"
+        )
         event("excused near tie")
     accepted = sum(tr.accepted[r] for tr in spec.traces for r in tr.requests)
     event(f"drafts accepted in all: {'0' if not accepted else '1-4' if accepted < 5 else '5+'}")
@@ -212,10 +242,12 @@ def assert_plain_decoding(sc, mode, plain_mode):
 
 # ---- b. drafts forced to the plain decode ----------------------------------------------------
 
+
 def forced_draft_head(plan: dict):
     """A draft head that drafts the plain decode's tokens (plan: rid -> (tokens, probs)) and,
     for sampled requests, records q := the plain p of that position (drawing the draft
     uniform all the same: the RNG layout is unchanged)."""
+
     def draft_head(st, heads):
         if not heads:
             return
@@ -224,7 +256,7 @@ def forced_draft_head(plan: dict):
             req = st.requests[i]
             st.trace.draft_logits[(req.rid, o)] = lg
             toks, probs = plan[req.rid]
-            n = req.generated + o                           # draft o+1 is generated token n
+            n = req.generated + o  # draft o+1 is generated token n
             if not req.params.greedy:
                 st.q[(i, o)] = probs[n]
                 req.rng.draw("draft", o)
@@ -232,6 +264,7 @@ def forced_draft_head(plan: dict):
         st.trace.calls[-1]["draft_head"] = [[st.requests[i].rid, o] for i, o in heads]
         st.stats["draft_head_calls"] += 1
         st.stats["draft_head_rows"] += len(heads)
+
     return draft_head
 
 
@@ -305,28 +338,37 @@ def test_forced_drafts_follow_the_plain_decode(sc, mode, data):
             p, K, n0 = sc.params[rid], T - 1, tr.generated[rid]
             toks, dists, _ = plan[rid]
             at = f"{where}: round {tr.round} request {rid} ({p.to_json()}), generated tokens {n0}..{n0 + K}"
-            assert tr.accepted[rid] == K, \
-                (f"{at}: accepted {tr.accepted[rid]} of the {K} drafts the plain decode emitted "
-                 f"{toks[n0:n0 + K]} (the verification at offset {tr.accepted[rid]} saw other logits)")
-            assert tr.emitted[rid] == toks[n0:n0 + K + 1], f"{at}: emitted {tr.emitted[rid]}, plain decoding {toks[n0:n0 + K + 1]}"
+            assert tr.accepted[rid] == K, (
+                f"{at}: accepted {tr.accepted[rid]} of the {K} drafts the plain decode emitted "
+                f"{toks[n0 : n0 + K]} (the verification at offset {tr.accepted[rid]} saw other logits)"
+            )
+            assert tr.emitted[rid] == toks[n0 : n0 + K + 1], (
+                f"{at}: emitted {tr.emitted[rid]}, plain decoding {toks[n0 : n0 + K + 1]}"
+            )
             for o in range(K + 1):
                 seen = seen_in(tr, rid, o, tr.drafts[rid])
                 lg = tr.verify_logits[(rid, o)]
                 got = S.processed_logits(lg, p, seen) if p.greedy else S.filtered_probs(lg, p, seen)
                 if not np.array_equal(got, dists[n0 + o]):
-                    with np.errstate(invalid="ignore"):                        # -inf - -inf: equal, masked
+                    with np.errstate(invalid="ignore"):  # -inf - -inf: equal, masked
                         t = int(np.argmax(np.abs(np.nan_to_num(got - dists[n0 + o], posinf=1e9, neginf=-1e9))))
-                    raise AssertionError(f"{at}: the verification {'logits' if p.greedy else 'distribution'} of "
-                                         f"offset {o} differs from plain decoding's at token {t}: {got[t]} vs "
-                                         f"{dists[n0 + o][t]}")
-            event(f"forced round: K = {'0' if K == 0 else '1-3' if K < 4 else '4+'}, "
-                  f"{'greedy' if p.greedy else 'sampled'}")
+                    raise AssertionError(
+                        f"{at}: the verification {'logits' if p.greedy else 'distribution'} of "
+                        f"offset {o} differs from plain decoding's at token {t}: {got[t]} vs "
+                        f"{dists[n0 + o][t]}"
+                    )
+            event(
+                f"forced round: K = {'0' if K == 0 else '1-3' if K < 4 else '4+'}, "
+                f"{'greedy' if p.greedy else 'sampled'}"
+            )
     for rid in plan:
-        assert s.tokens(rid)[len(sc.prompts[rid]):] == plan[rid][0], \
+        assert s.tokens(rid)[len(sc.prompts[rid]) :] == plan[rid][0], (
             f"{where}: request {rid} committed {s.tokens(rid)}, plain decoding {plan[rid][0]}"
+        )
 
 
 # ---- c. processors draw no uniforms ---------------------------------------------------------
+
 
 def without_processors(p: SamplingParams) -> SamplingParams:
     return dataclasses.replace(p, **CHAIN.off("processor"))
@@ -342,8 +384,9 @@ def test_processors_draw_no_uniforms(sc, mode):
     assert problem is None, f"{r.label()} with processors, {sc.describe()}: {problem}"
     # the same requests without processors (on the reference): the same uniforms while the
     # outcomes (K_i, accepted) are the same
-    bare = harness.run(harness.REFERENCE, dataclasses.replace(sc, params=tuple(map(without_processors, sc.params))),
-                       mode)
+    bare = harness.run(
+        harness.REFERENCE, dataclasses.replace(sc, params=tuple(map(without_processors, sc.params))), mode
+    )
     same = 0
     for rid, p in params.items():
         if p.greedy:
@@ -354,13 +397,16 @@ def test_processors_draw_no_uniforms(sc, mode):
             ea = [(e.purpose, e.offset, e.value, e.used) for e in a.rng_events if e.request == rid]
             eb = [(e.purpose, e.offset, e.value, e.used) for e in b.rng_events if e.request == rid]
             if harness.host_rng(bk):
-                assert ea == eb, (f"{r.label()}, {sc.describe()}: round {a.round} request {rid} accepted "
-                                  f"{a.accepted[rid]} with and without processors, but drew {ea} with them and "
-                                  f"{eb} without")
+                assert ea == eb, (
+                    f"{r.label()}, {sc.describe()}: round {a.round} request {rid} accepted "
+                    f"{a.accepted[rid]} with and without processors, but drew {ea} with them and "
+                    f"{eb} without"
+                )
             else:
-                assert [x[:2] + x[3:] for x in ea] == [x[:2] + x[3:] for x in eb], \
-                    f"{r.label()}, {sc.describe()}: round {a.round} request {rid}: " \
+                assert [x[:2] + x[3:] for x in ea] == [x[:2] + x[3:] for x in eb], (
+                    f"{r.label()}, {sc.describe()}: round {a.round} request {rid}: "
                     f"RNG layout {ea} vs {eb} without processors"
+                )
             same += 1
             if a.finished.get(rid) or b.finished.get(rid):
                 break

@@ -8,6 +8,7 @@
 * block and loop rounds produce identical event sequences;
 * replay: a reference run consuming the recorded uniforms reproduces the run exactly.
 """
+
 from __future__ import annotations
 
 from hypothesis import event, given, settings

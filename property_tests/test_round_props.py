@@ -11,6 +11,7 @@
 * test_rollback_leaves_exactly_the_committed_kv: after every round each request's KV frontier
   is len(tokens) - 1 at every (depth, layer) and a read at the frontier raises KVError.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -50,7 +51,7 @@ def test_rounds_follow_their_schedule(sc):
 def test_logits_match_cache_free_recompute(sc):
     bk, sc = harness.backend_for(sc)
     row = TOLERANCES["float32" if bk.exact else bk.dtype]
-    tol = max(TOLERANCES["float32"]["logits"], allowed(row, "logits", sc.D - 1))   # the deepest logits
+    tol = max(TOLERANCES["float32"]["logits"], allowed(row, "logits", sc.D - 1))  # the deepest logits
     model = seeded_model(sc.cfg, sc.weight_seed)
     for mode in MODES:
         r = harness.run(bk, sc, mode)
@@ -70,16 +71,18 @@ def check_committed_kv(session, active: dict, D: int, layers: int, where: str, r
             return False
         seen = True
         n = len(session.tokens(rid))
-        assert f == {n - 1}, f"{where}: request {rid} has {n} committed tokens but KV frontiers {sorted(f)}, expected {{{n - 1}}}"
+        assert f == {n - 1}, (
+            f"{where}: request {rid} has {n} committed tokens but KV frontiers {sorted(f)}, expected {{{n - 1}}}"
+        )
         kv = getattr(session, "kv", None)
         if kv is None or not hasattr(kv, "read"):
             continue
         for depth in range(D if request_D is None else request_D[rid]):
             for layer in range(layers):
                 if n > 1:
-                    kv.read(rid, depth, layer, n - 2)      # the last committed position reads
+                    kv.read(rid, depth, layer, n - 2)  # the last committed position reads
                 with pytest.raises(KVError):
-                    kv.read(rid, depth, layer, n - 1)      # the first position past the frontier
+                    kv.read(rid, depth, layer, n - 1)  # the first position past the frontier
     return seen
 
 
@@ -91,16 +94,23 @@ def test_rollback_leaves_exactly_the_committed_kv(sc):
         active, checked = {}, []
 
         def after_step(session, tr, mode=mode):
-            checked.append(check_committed_kv(session, active, sc.D, sc.cfg.num_layers,
-                                              f"{bk.name} {mode} round {tr.round}", request_D))
+            checked.append(
+                check_committed_kv(
+                    session, active, sc.D, sc.cfg.num_layers, f"{bk.name} {mode} round {tr.round}", request_D
+                )
+            )
 
         model = seeded_model(sc.cfg, sc.weight_seed)
         s = bk.session(model, sc.d, sc.D, mode, sc.policy)
         request_D = None if sc.depths is None else {rid: Di for rid, (_, Di) in enumerate(sc.depths)}
         for op, arg in sc.ops:
             if op == "add":
-                s.add(arg, list(sc.prompts[arg]), sc.params[arg],
-                      **({} if sc.depths is None else {"depths": sc.depths[arg]}))
+                s.add(
+                    arg,
+                    list(sc.prompts[arg]),
+                    sc.params[arg],
+                    **({} if sc.depths is None else {"depths": sc.depths[arg]}),
+                )
                 active[arg] = True
             elif op == "remove":
                 s.remove(arg)

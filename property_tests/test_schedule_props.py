@@ -1,6 +1,7 @@
 """Schedule invariants (DESIGN.md section 4) for any ragged counts, d and D: both plans pass
 oracle.schedule.check_schedule, have (max(T)-1)*d + D calls and the same rows; and the checker
 itself rejects broken plans (a row dropped or repeated, a draft head one call late)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,9 +31,9 @@ def test_both_schedules_satisfy_the_invariants(counts, depth):
     heads = lambda s: sorted(h for c in s.calls for h in c.draft_head)
     assert rows(block) == rows(loop)
     assert heads(block) == heads(loop) == sorted((i, o) for i, t in enumerate(counts) for o in range(t - 1))
-    for w, c in enumerate(loop.calls):                    # wave w holds j = w - o*d
+    for w, c in enumerate(loop.calls):  # wave w holds j = w - o*d
         assert all(j == w - o * d for _, o, j in c.rows)
-    for c in block.calls:                                 # a block call runs one depth
+    for c in block.calls:  # a block call runs one depth
         assert len({j for _, _, j in c.rows}) == 1
     assert block.verify_head == loop.verify_head
     event(f"{len(counts)} requests" if len(counts) < 4 else ">= 4 requests")
@@ -57,10 +58,15 @@ def test_ragged_depth_schedules_satisfy_the_invariants(case):
     check_schedule(block)
     check_schedule(loop)
     rows = lambda s: sorted(r for c in s.calls for r in c.rows)
-    assert rows(block) == rows(loop) == sorted((i, o, j) for i, t in enumerate(counts) for o in range(t)
-                                               for j in range(D[i]))
+    assert (
+        rows(block)
+        == rows(loop)
+        == sorted((i, o, j) for i, t in enumerate(counts) for o in range(t) for j in range(D[i]))
+    )
     assert len(block.calls) == expected_calls("block", counts, d, D)
-    assert len(loop.calls) == expected_calls("loop", counts, d, D) == max((t - 1) * a + b for t, a, b in zip(counts, d, D))
+    assert (
+        len(loop.calls) == expected_calls("loop", counts, d, D) == max((t - 1) * a + b for t, a, b in zip(counts, d, D))
+    )
     for w, c in enumerate(loop.calls):
         assert all(j == w - o * d[i] for i, o, j in c.rows)
         assert all(w == o * d[i] + d[i] - 1 for i, o in c.draft_head)
@@ -92,15 +98,21 @@ def _mutations(s):
     c = calls[big]
     if len(c.rows) > 1:
         dropped = Call(c.rows[1:], tuple(h for h in c.draft_head if h != c.rows[0][:2]))
-        out.append(("row dropped", calls[:big] + [dropped] + calls[big + 1:]))
+        out.append(("row dropped", calls[:big] + [dropped] + calls[big + 1 :]))
     if big + 1 < len(calls):
-        out.append(("row repeated", calls[:big + 1] + [Call(calls[big + 1].rows + c.rows[:1],
-                                                             calls[big + 1].draft_head)] + calls[big + 2:]))
+        out.append(
+            (
+                "row repeated",
+                calls[: big + 1]
+                + [Call(calls[big + 1].rows + c.rows[:1], calls[big + 1].draft_head)]
+                + calls[big + 2 :],
+            )
+        )
     for n, c in enumerate(calls[:-1]):
-        if c.draft_head:                                   # the draft head one call late
+        if c.draft_head:  # the draft head one call late
             nxt = calls[n + 1]
             late = [Call(c.rows, ()), Call(nxt.rows, nxt.draft_head + c.draft_head)]
-            out.append(("draft head one call late", calls[:n] + late + calls[n + 2:]))
+            out.append(("draft head one call late", calls[:n] + late + calls[n + 2 :]))
             break
     return [(name, dataclasses.replace(s, calls=tuple(cs))) for name, cs in out]
 

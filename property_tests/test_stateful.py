@@ -31,6 +31,7 @@ frontiers are len(tokens) - 1 (where the backend exposes them); each active samp
 request's RNG values since it (re)joined are the prefix of PCG64(seed) (exact / host-RNG
 backends).
 """
+
 from __future__ import annotations
 
 from hypothesis import event, settings
@@ -42,16 +43,31 @@ from oracle.contract import session_capabilities
 
 from . import harness
 from .harness import examples
-from .strategies import MODES, seeded_model, depths, model_configs, policies, prompts, sampling_params, \
-    token_counts, weight_seeds
+from .strategies import (
+    MODES,
+    seeded_model,
+    depths,
+    model_configs,
+    policies,
+    prompts,
+    sampling_params,
+    token_counts,
+    weight_seeds,
+)
 
 MAX_ACTIVE = 4
 
 
 class RoundLifecycle(RuleBasedStateMachine):
-
-    @initialize(cfg=model_configs(max_layers=1, vocab=(16, 64)), seed=weight_seeds(), depth=depths(max_D=4),
-                mode=st.sampled_from(MODES), policy=policies(), n=st.integers(1, MAX_ACTIVE), data=st.data())
+    @initialize(
+        cfg=model_configs(max_layers=1, vocab=(16, 64)),
+        seed=weight_seeds(),
+        depth=depths(max_D=4),
+        mode=st.sampled_from(MODES),
+        policy=policies(),
+        n=st.integers(1, MAX_ACTIVE),
+        data=st.data(),
+    )
     def start(self, cfg, seed, depth, mode, policy, n, data):
         self.bk = harness.backend()
         policy = policy if policy in self.bk.policies else self.bk.policies[0]
@@ -59,13 +75,13 @@ class RoundLifecycle(RuleBasedStateMachine):
         model = seeded_model(cfg, seed)
         self.sut = self.bk.session(model, self.d, self.D, mode, policy)
         self.ref = harness.REFERENCE.session(model, self.d, self.D, "loop" if mode == "block" else "block", policy)
-        self.replay = not harness.host_rng(self.bk)      # device RNG: the reference replays its uniforms
+        self.replay = not harness.host_rng(self.bk)  # device RNG: the reference replays its uniforms
         self.deferred = session_capabilities(self.sut).submit_collect
         self.max_in_flight = harness.caps(self.bk).max_in_flight
         self.active, self.preempted, self.in_flight, self.events = {}, {}, [], {}
         self.diverged = set()
         self.next_rid, self.rounds = 0, 0
-        for _ in range(n):                                 # the first requests
+        for _ in range(n):  # the first requests
             self._new_request(data)
 
     def _new_request(self, data):
@@ -123,10 +139,12 @@ class RoundLifecycle(RuleBasedStateMachine):
         self.rounds += 1
         handle, counts = self.in_flight.pop(0)
         tr = self.sut.collect(handle) if self.deferred else self.sut.step(counts)
-        if self.replay:          # this round's uniforms, and padding a diverged path may consume
-            for rid in counts:   # (dropped unconsumed next round, so agreeing requests stay aligned)
+        if self.replay:  # this round's uniforms, and padding a diverged path may consume
+            for rid in counts:  # (dropped unconsumed next round, so agreeing requests stay aligned)
                 rng = self.ref.requests[rid].rng
-                rng.replay[rng.pos:] = [e.value for e in tr.rng_events if e.request == rid] + [0.5] * (2 * counts[rid] + 1)
+                rng.replay[rng.pos :] = [e.value for e in tr.rng_events if e.request == rid] + [0.5] * (
+                    2 * counts[rid] + 1
+                )
         ref_tr = self.ref.step(counts)
         assert tr.round == ref_tr.round, f"round counter {tr.round}, the reference's {ref_tr.round}"
         live = [rid for rid in counts if rid not in self.diverged]
@@ -134,7 +152,7 @@ class RoundLifecycle(RuleBasedStateMachine):
         assert rep.ok, f"{self.bk.name} vs reference: {rep.first_failure().name}: {rep.first_failure().detail}"
         for rid in live:
             self.events[rid].extend(e for e in ref_tr.rng_events if e.request == rid)
-            if tr.emitted[rid] != ref_tr.emitted[rid]:      # an excused divergence (inexact backends)
+            if tr.emitted[rid] != ref_tr.emitted[rid]:  # an excused divergence (inexact backends)
                 self.diverged.add(rid)
         if not self.in_flight:
             for rid in sorted(self.diverged):
@@ -162,9 +180,12 @@ class RoundLifecycle(RuleBasedStateMachine):
         tokens, params = self.preempted.pop(rid)
         self._join(rid, tokens, params)
 
-    @rule(kind=st.sampled_from(["unknown request", "zero tokens", "non-integer count", "no request",
-                                "remove unknown request"]),
-          data=st.data())
+    @rule(
+        kind=st.sampled_from(
+            ["unknown request", "zero tokens", "non-integer count", "no request", "remove unknown request"]
+        ),
+        data=st.data(),
+    )
     def bad_round(self, kind, data):
         self._drain()
         event(f"rule: bad round ({kind})")
@@ -212,7 +233,9 @@ class RoundLifecycle(RuleBasedStateMachine):
             got, want = list(self.sut.tokens(rid)), list(self.ref.tokens(rid))
             assert got == want, f"request {rid}: committed tokens {got}, the reference {want}"
             f = harness.kv_frontiers(self.sut, rid)
-            assert f is None or f == {len(got) - 1}, f"request {rid}: KV frontiers {sorted(f)}, expected {{{len(got) - 1}}}"
+            assert f is None or f == {len(got) - 1}, (
+                f"request {rid}: KV frontiers {sorted(f)}, expected {{{len(got) - 1}}}"
+            )
             assert self.ref.kv.frontiers(rid) == {len(want) - 1}
             params = self.active[rid]
             if not self.replay and not params.greedy:

@@ -13,6 +13,7 @@ and a finished request leaves the batch (naming it in a later round is an error)
 * test_generation_with_stops_agrees: multi-round runs on a small vocabulary with frequent stop
   tokens: the backend agrees with the reference (block and loop), every round commits the cut.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -50,10 +51,13 @@ def test_stops_cut_emission_not_decisions(sc, data):
     params = []
     for rid, p in enumerate(sc.params):
         em = plain.emitted[rid]
-        m = data.draw(st.sampled_from([0, len(em) - 1]) | st.integers(0, len(em)),      # len(em): none
-                      label=f"stop position of request {rid}")
-        stops = ([em[m]] if m < len(em) else []) + data.draw(st.lists(st.integers(0, sc.cfg.vocab_size - 1),
-                                                                      max_size=1), label="other stops")
+        m = data.draw(
+            st.sampled_from([0, len(em) - 1]) | st.integers(0, len(em)),  # len(em): none
+            label=f"stop position of request {rid}",
+        )
+        stops = ([em[m]] if m < len(em) else []) + data.draw(
+            st.lists(st.integers(0, sc.cfg.vocab_size - 1), max_size=1), label="other stops"
+        )
         max_tokens = data.draw(st.none() | st.integers(1, len(em) + 1), label=f"max_tokens of request {rid}")
         params.append(replace(p, stop_token_ids=tuple(stops), max_tokens=max_tokens))
     sc = replace(sc, params=tuple(params))
@@ -63,14 +67,18 @@ def test_stops_cut_emission_not_decisions(sc, data):
         diff = first_difference(plain.rng_events, tr.rng_events)
         assert diff is None, f"{r.label()}: stops changed the RNG events: {diff}"
         for rid in tr.requests:
-            assert (tr.drafts[rid], tr.accepted[rid], tr.emitted[rid]) == \
-                (plain.drafts[rid], plain.accepted[rid], plain.emitted[rid]), f"{r.label()}: stops changed decisions"
+            assert (tr.drafts[rid], tr.accepted[rid], tr.emitted[rid]) == (
+                plain.drafts[rid],
+                plain.accepted[rid],
+                plain.emitted[rid],
+            ), f"{r.label()}: stops changed decisions"
             problem = harness.commit_violation(tr, rid, sc.params[rid])
             assert problem is None, f"{r.label()} request {rid}: {problem}"
             assert r.tokens[rid] == list(sc.prompts[rid]) + tr.kept(rid), f"{r.label()} request {rid}: committed tokens"
             f = harness.kv_frontiers(r.session, rid)
-            assert f is None or f == {len(r.tokens[rid]) - 1}, \
+            assert f is None or f == {len(r.tokens[rid]) - 1}, (
                 f"{r.label()} request {rid}: KV frontiers {sorted(f)} after keeping {len(tr.kept(rid))} tokens"
+            )
             if rid in tr.finished:
                 with pytest.raises(OracleError):
                     r.session.step({rid: 1})

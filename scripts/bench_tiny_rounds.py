@@ -3,6 +3,7 @@
 
     python scripts/bench_tiny_rounds.py [--repeats 30] [--preset tiny]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,11 @@ from oracle.session import Session
 def one_round(model, mode, n_req, K, d, D, seed):
     s = Session(model, d, D, mode)
     for rid in range(n_req):
-        s.add(rid, [(7 * rid + k) % model.cfg.vocab_size for k in range(6)],
-              SamplingParams() if rid % 2 else SamplingParams(1.0, top_p=0.9, seed=seed + rid))
+        s.add(
+            rid,
+            [(7 * rid + k) % model.cfg.vocab_size for k in range(6)],
+            SamplingParams() if rid % 2 else SamplingParams(1.0, top_p=0.9, seed=seed + rid),
+        )
     t = time.perf_counter()
     s.step({rid: K + 1 for rid in range(n_req)})
     return (time.perf_counter() - t) * 1e3
@@ -33,11 +37,13 @@ def main():
     model = build_model(a.preset)
     ms = {"block": [], "loop": []}
     for r in range(a.repeats):
-        for mode in (("block", "loop") if r % 2 == 0 else ("loop", "block")):   # alternate order
+        for mode in ("block", "loop") if r % 2 == 0 else ("loop", "block"):  # alternate order
             ms[mode].append(one_round(model, mode, a.requests, 4, 2, 4, seed=r))
     ratios = sorted(b / l for b, l in zip(ms["block"], ms["loop"]))
     for mode, v in ms.items():
-        print(f"{mode:5s} round: median {statistics.median(v):.1f} ms  (min {min(v):.1f}, max {max(v):.1f}, n={len(v)})")
+        print(
+            f"{mode:5s} round: median {statistics.median(v):.1f} ms  (min {min(v):.1f}, max {max(v):.1f}, n={len(v)})"
+        )
     print(f"paired block/loop ratio: median {statistics.median(ratios):.3f}")
 
 

@@ -8,6 +8,7 @@ its twin scale (the K_VALUE and K_MARGIN those runs would need), as quantiles.
     python scripts/bf16_false_alarm_rate.py [--seed 0] [--n 250] [--jobs 1] [--row] [--json PATH]
         [--backend SPEC]   (default torch-cpu-bf16; e.g. torch-cpu with --row: the float32 row)
 """
+
 import argparse
 import datetime
 import json
@@ -25,11 +26,18 @@ def random_model(rng):
     """A random tiny model of the property suite's sizes (also scripts/drift_false_alarm_rate.py)."""
     from oracle.config import ModelConfig
     from oracle.model import LoopedModel, random_weights
+
     kvh = int(rng.choice([1, 2]))
-    cfg = ModelConfig(vocab_size=int(rng.integers(16, 257)), hidden_size=int(rng.choice([8, 16, 32])),
-                      intermediate_size=int(rng.choice([16, 32, 64])), num_layers=int(rng.integers(1, 3)),
-                      num_heads=kvh * int(rng.choice([1, 2])), num_kv_heads=kvh, head_dim=int(rng.choice([2, 4, 8])),
-                      rope_theta=float(rng.choice([1e6, 1e4, 10.0])))
+    cfg = ModelConfig(
+        vocab_size=int(rng.integers(16, 257)),
+        hidden_size=int(rng.choice([8, 16, 32])),
+        intermediate_size=int(rng.choice([16, 32, 64])),
+        num_layers=int(rng.integers(1, 3)),
+        num_heads=kvh * int(rng.choice([1, 2])),
+        num_kv_heads=kvh,
+        head_dim=int(rng.choice([2, 4, 8])),
+        rope_theta=float(rng.choice([1e6, 1e4, 10.0])),
+    )
     return cfg, LoopedModel(cfg, random_weights(cfg, int(rng.integers(0, 4))))
 
 
@@ -37,6 +45,7 @@ def one(args) -> tuple:
     """(failed, detail, head_dim, max value ratio, max margin ratio) of run i of seed s."""
     seed, i, row, spec = args
     import torch
+
     torch.set_num_threads(1)
     from oracle.judge import compare, noise  # noqa: F401
     from oracle.backends import load_backend
@@ -44,13 +53,16 @@ def one(args) -> tuple:
     from oracle.judge.runner import judge_run, run_scenario
     from oracle.judge.decisions import first_divergence
     from oracle.sampling import SamplingParams as SP
+
     rng = np.random.default_rng([seed, i])
     cfg, model = random_model(rng)
     D = int(rng.integers(2, 7))
     d, n = int(rng.integers(1, D)), int(rng.integers(1, 4))
     prompts = [list(map(int, rng.integers(0, cfg.vocab_size, rng.integers(1, 9)))) for _ in range(n)]
-    params = [SP() if rng.random() < .5 else SP(float(rng.choice([.7, 1., 1.3])), seed=int(rng.integers(1000)))
-              for _ in range(n)]
+    params = [
+        SP() if rng.random() < 0.5 else SP(float(rng.choice([0.7, 1.0, 1.3])), seed=int(rng.integers(1000)))
+        for _ in range(n)
+    ]
     rounds = [{r: int(rng.integers(1, 7)) for r in range(n)} for _ in range(int(rng.integers(1, 3)))]
     sc = Case("random", prompts, params, rounds, d, D)
     bk = load_backend(spec)
@@ -59,7 +71,7 @@ def one(args) -> tuple:
     bounds = None if row else noise.twin_bounds(model, ref.traces, bk.dtype)
     rep = compare.compare_runs(ref.traces, got.traces, bk.dtype, bounds=bounds)
     ratio = margin = 0.0
-    if bounds is not None:                          # the ratios the twin's K must cover
+    if bounds is not None:  # the ratios the twin's K must cover
         for a, b in zip(ref.traces, got.traces):
             if list(a.requests) != list(b.requests):
                 break
@@ -80,12 +92,21 @@ def one(args) -> tuple:
                     z = bounds.margin_z(a, b, rid, T, div)
                     margin = max(margin, float(np.min(z)) if z is not None else 0.0)
             if any(first_divergence(a, b, r, T) for r, T in zip(a.requests, a.token_counts)):
-                break                                 # later rounds ran on other tokens
+                break  # later rounds ran on other tokens
     bad = rep.first_failure()
-    if seen is not None:                              # row mode: error / the row's depth-0 base, per depth
+    if seen is not None:  # row mode: error / the row's depth-0 base, per depth
         ratio = dict(seen)
-    return (not rep.ok, "" if bad is None else bad.detail[:140], cfg.head_dim, cfg.hidden_size, cfg.num_layers, d, D,
-            ratio, margin)
+    return (
+        not rep.ok,
+        "" if bad is None else bad.detail[:140],
+        cfg.head_dim,
+        cfg.hidden_size,
+        cfg.num_layers,
+        d,
+        D,
+        ratio,
+        margin,
+    )
 
 
 _ROW_ERRORS: dict = {}
@@ -109,6 +130,7 @@ def _record_row_errors(compare) -> dict:
         k, depth, base = last["at"]
         _ROW_ERRORS[(k, depth)] = max(_ROW_ERRORS.get((k, depth), 0.0), out[1] / base)
         return out
+
     differ_rec.records_row_errors = True
     compare.allowed, compare._differ = allowed_rec, differ_rec
     return _ROW_ERRORS
@@ -130,8 +152,11 @@ def write_json(path: str, script: str, argv, summary: dict) -> None:
     if not path:
         return
     argv = sys.argv[1:] if argv is None else list(argv)
-    doc = {"command": "python " + " ".join(shlex.quote(a) for a in [script, *argv]),
-           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), **summary}
+    doc = {
+        "command": "python " + " ".join(shlex.quote(a) for a in [script, *argv]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        **summary,
+    }
     Path(path).write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -148,18 +173,31 @@ def main(argv=None) -> int:
     p.add_argument("--row", action="store_true", help="judge by the backend's fixed row instead of the twin")
     p.add_argument("--backend", default="torch-cpu-bf16", help="the correct backend judged (a load_backend spec)")
     args = p.parse_args(argv)
-    res = run_all(one, [(args.seed, i, args.row, args.backend) for i in range(args.first, args.first + args.n)], args.jobs)
+    res = run_all(
+        one, [(args.seed, i, args.row, args.backend) for i in range(args.first, args.first + args.n)], args.jobs
+    )
     fails = [r for r in res if r[0]]
-    by_hd = {hd: f"{sum(f[2] == hd for f in fails)}/{sum(r[2] == hd for r in res)}" for hd in sorted({r[2] for r in res})}
-    print(f"{len(fails)} of {args.n} correct runs failed ({'fixed row' if args.row else 'noise twin'}, {args.backend}); "
-          f"by head_dim: {by_hd}")
+    by_hd = {
+        hd: f"{sum(f[2] == hd for f in fails)}/{sum(r[2] == hd for r in res)}" for hd in sorted({r[2] for r in res})
+    }
+    print(
+        f"{len(fails)} of {args.n} correct runs failed ({'fixed row' if args.row else 'noise twin'}, {args.backend}); "
+        f"by head_dim: {by_hd}"
+    )
     for f in fails:
         print("  hd=%d H=%d L=%d d=%d D=%d: %s" % (f[2], f[3], f[4], f[5], f[6], f[1]))
-    summary = {"runs": args.n, "seed": args.seed, "judged_by": "fixed row" if args.row else "noise twin", "backend": args.backend,
-               "failed": len(fails), "failed_by_head_dim": by_hd,
-               "failures": [{"head_dim": f[2], "hidden": f[3], "layers": f[4], "d": f[5], "D": f[6], "detail": f[1]}
-                            for f in fails]}
-    if args.row:                                      # how the row's errors grow with depth
+    summary = {
+        "runs": args.n,
+        "seed": args.seed,
+        "judged_by": "fixed row" if args.row else "noise twin",
+        "backend": args.backend,
+        "failed": len(fails),
+        "failed_by_head_dim": by_hd,
+        "failures": [
+            {"head_dim": f[2], "hidden": f[3], "layers": f[4], "d": f[5], "D": f[6], "detail": f[1]} for f in fails
+        ],
+    }
+    if args.row:  # how the row's errors grow with depth
         worst: dict = {}
         for r in res:
             for key, v in r[7].items():
@@ -167,16 +205,24 @@ def main(argv=None) -> int:
         print("  error / the row's depth-0 value, per (kind, depth): 99% and max over runs")
         for key in sorted(worst):
             x = np.array(worst[key])
-            print(f"    {key[0]:6s} depth {key[1]}: {len(x):5d} runs, 99% {np.quantile(x, .99):.3f}, max {x.max():.3f}")
-        summary["row_error_over_base"] = {f"{k[0]}@{k[1]}": {"runs": len(v), "q99": float(np.quantile(v, .99)),
-                                                              "max": float(max(v))} for k, v in sorted(worst.items())}
+            print(
+                f"    {key[0]:6s} depth {key[1]}: {len(x):5d} runs, 99% {np.quantile(x, 0.99):.3f}, max {x.max():.3f}"
+            )
+        summary["row_error_over_base"] = {
+            f"{k[0]}@{k[1]}": {"runs": len(v), "q99": float(np.quantile(v, 0.99)), "max": float(max(v))}
+            for k, v in sorted(worst.items())
+        }
     if not args.row:
-        for name, col, key in (("value error / twin scale", 7, "value_ratio"), ("excused margin / twin scale", 8,
-                                                                                "margin_ratio")):
+        for name, col, key in (
+            ("value error / twin scale", 7, "value_ratio"),
+            ("excused margin / twin scale", 8, "margin_ratio"),
+        ):
             x = np.array([r[col] for r in res])
             q = np.quantile(x, [0.5, 0.9, 0.99, 0.999, 1.0])
-            print(f"  per-run max {name}: median {q[0]:.2f}, 90% {q[1]:.2f}, 99% {q[2]:.2f}, 99.9% {q[3]:.2f}, "
-                  f"max {q[4]:.2f}")
+            print(
+                f"  per-run max {name}: median {q[0]:.2f}, 90% {q[1]:.2f}, 99% {q[2]:.2f}, 99.9% {q[3]:.2f}, "
+                f"max {q[4]:.2f}"
+            )
             summary[f"per_run_max_{key}"] = dict(zip(("median", "q90", "q99", "q999", "max"), map(float, q)))
     write_json(args.json, "scripts/bf16_false_alarm_rate.py", argv, summary)
     return 0

@@ -12,6 +12,7 @@ between this tree and DIR (a checkout of another commit: `git worktree add DIR C
 order, and the paired ratio this/DIR of each pair is reported too. Prints each run's wall
 seconds and the medians; exits 1 if a check failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,13 @@ def spin() -> None:
 def one_run(tree: Path, backend: str, extra) -> tuple[float, int, str]:
     env = dict(os.environ, PYTHONPATH=str(tree) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "oracle", "check", "--backend", backend, *extra],
-                       cwd=tree, env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "oracle", "check", "--backend", backend, *extra],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return time.perf_counter() - t0, r.returncode, r.stdout[-2000:] + r.stderr[-2000:]
 
 
@@ -62,9 +68,9 @@ def main(argv=None) -> int:
     times = {name: [] for name in trees}
     ok = True
     try:
-        time.sleep(1.0 if busy else 0.0)            # the load average and the scheduler see them
+        time.sleep(1.0 if busy else 0.0)  # the load average and the scheduler see them
         for i in range(a.runs):
-            for name in (list(trees) if i % 2 == 0 else list(trees)[::-1]):
+            for name in list(trees) if i % 2 == 0 else list(trees)[::-1]:
                 sec, rc, tail = one_run(trees[name], a.backend, a.extra)
                 times[name].append(round(sec, 2))
                 ok &= rc == 0
@@ -74,16 +80,28 @@ def main(argv=None) -> int:
     finally:
         for b in busy:
             b.terminate()
-    out = {"backend": a.backend, "busy": a.busy, "cores": os.cpu_count(), "extra": a.extra,
-           "date": time.strftime("%Y-%m-%d"), "times_s": times["this"], "median_s": statistics.median(times["this"])}
+    out = {
+        "backend": a.backend,
+        "busy": a.busy,
+        "cores": os.cpu_count(),
+        "extra": a.extra,
+        "date": time.strftime("%Y-%m-%d"),
+        "times_s": times["this"],
+        "median_s": statistics.median(times["this"]),
+    }
     print(f"median {out['median_s']:.2f} s over {a.runs} runs ({a.busy} busy processes, {os.cpu_count()} cores)")
     if "against" in times:
         ratios = [x / y for x, y in zip(times["this"], times["against"])]
-        out |= {"against": str(trees["against"]), "against_times_s": times["against"],
-                "against_median_s": statistics.median(times["against"]),
-                "paired_ratio_median": round(statistics.median(ratios), 3)}
-        print(f"against {trees['against']}: median {out['against_median_s']:.2f} s; "
-              f"paired ratio (this / against) median {out['paired_ratio_median']:.3f}")
+        out |= {
+            "against": str(trees["against"]),
+            "against_times_s": times["against"],
+            "against_median_s": statistics.median(times["against"]),
+            "paired_ratio_median": round(statistics.median(ratios), 3),
+        }
+        print(
+            f"against {trees['against']}: median {out['against_median_s']:.2f} s; "
+            f"paired ratio (this / against) median {out['paired_ratio_median']:.3f}"
+        )
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
     return 0 if ok else 1

@@ -10,13 +10,14 @@ how often that fault is caught and named.
 Each --json holds its runs (per_run: index, failed, max |z|, threshold, directions, failure), so
 parts run apart (--first) merge into one summary.
 """
+
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))          # bf16_false_alarm_rate.random_model
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bf16_false_alarm_rate.random_model
 
 
 def one(args) -> tuple:
@@ -24,18 +25,30 @@ def one(args) -> tuple:
     line, its max z, its threshold, groups tested) of run i of seed s."""
     seed, i, fault = args
     import torch
+
     torch.set_num_threads(1)
     from bf16_false_alarm_rate import random_model
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
     from oracle.judge.drift import probe_runs
     from oracle.judge.verdict import probe_verdicts
+
     rng = np.random.default_rng([seed, i])
     _, model = random_model(rng)
     bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
     rep, prec = probe_verdicts(model, probe_runs(bk, model, seed=int(rng.integers(1 << 30))), "bfloat16")
-    return (not rep.ok, rep.failure[:160], max(abs(e.t) for e in rep.estimates), rep.threshold, len(rep.estimates),
-            not prec.ok, prec.failure[:160], max(g.t for g in prec.groups), prec.threshold, len(prec.groups))
+    return (
+        not rep.ok,
+        rep.failure[:160],
+        max(abs(e.t) for e in rep.estimates),
+        rep.threshold,
+        len(rep.estimates),
+        not prec.ok,
+        prec.failure[:160],
+        max(g.t for g in prec.groups),
+        prec.threshold,
+        len(prec.groups),
+    )
 
 
 def summarize(res: list, label: str) -> dict:
@@ -45,39 +58,48 @@ def summarize(res: list, label: str) -> dict:
     if res and len(res[0]) > 6:
         fails = [r for r in res if r[6]]
         z = np.array([r[8] for r in res])
-        print(f"{len(fails)} of {len(res)} runs failed the precision verdict ({label}); max z per run: median "
-              f"{np.median(z):.2f}, 99% {np.quantile(z, 0.99):.2f}, max {z.max():.2f}; thresholds "
-              f"{min(r[9] for r in res):.2f}-{max(r[9] for r in res):.2f} over {min(r[10] for r in res)}-"
-              f"{max(r[10] for r in res)} groups")
+        print(
+            f"{len(fails)} of {len(res)} runs failed the precision verdict ({label}); max z per run: median "
+            f"{np.median(z):.2f}, 99% {np.quantile(z, 0.99):.2f}, max {z.max():.2f}; thresholds "
+            f"{min(r[9] for r in res):.2f}-{max(r[9] for r in res):.2f} over {min(r[10] for r in res)}-"
+            f"{max(r[10] for r in res)} groups"
+        )
         for f in fails[:20]:
             print("  ", f[7])
-        out["precision"] = {"failed": len(fails), "max_z_per_run": {"median": float(np.median(z)),
-                            "q99": float(np.quantile(z, 0.99)), "max": float(z.max())},
-                            "failures": [f[7] for f in fails]}
+        out["precision"] = {
+            "failed": len(fails),
+            "max_z_per_run": {"median": float(np.median(z)), "q99": float(np.quantile(z, 0.99)), "max": float(z.max())},
+            "failures": [f[7] for f in fails],
+        }
     return out
 
 
 def summarize_drift(res: list, label: str) -> dict:
     fails = [r for r in res if r[1]]
     z = np.array([r[3] for r in res])
-    print(f"{len(fails)} of {len(res)} runs failed the drift verdict ({label}); "
-          f"max |z| per run: median {np.median(z):.2f}, 99% {np.quantile(z, 0.99):.2f}, max {z.max():.2f}; "
-          f"thresholds {min(r[4] for r in res):.2f}-{max(r[4] for r in res):.2f} over "
-          f"{min(r[5] for r in res)}-{max(r[5] for r in res)} directions")
+    print(
+        f"{len(fails)} of {len(res)} runs failed the drift verdict ({label}); "
+        f"max |z| per run: median {np.median(z):.2f}, 99% {np.quantile(z, 0.99):.2f}, max {z.max():.2f}; "
+        f"thresholds {min(r[4] for r in res):.2f}-{max(r[4] for r in res):.2f} over "
+        f"{min(r[5] for r in res)}-{max(r[5] for r in res)} directions"
+    )
     for f in fails[:20]:
         print("  ", f[2])
-    return {"runs": len(res), "failed": len(fails),
-            "max_abs_z_per_run": {"median": float(np.median(z)), "q99": float(np.quantile(z, 0.99)),
-                                  "max": float(z.max())},
-            "thresholds": [min(r[4] for r in res), max(r[4] for r in res)],
-            "directions": [min(r[5] for r in res), max(r[5] for r in res)],
-            "failures": [f[2] for f in fails],
-            "per_run": [list(r) for r in res]}
+    return {
+        "runs": len(res),
+        "failed": len(fails),
+        "max_abs_z_per_run": {"median": float(np.median(z)), "q99": float(np.quantile(z, 0.99)), "max": float(z.max())},
+        "thresholds": [min(r[4] for r in res), max(r[4] for r in res)],
+        "directions": [min(r[5] for r in res), max(r[5] for r in res)],
+        "failures": [f[2] for f in fails],
+        "per_run": [list(r) for r in res],
+    }
 
 
 def main(argv=None) -> int:
     import json
     from bf16_false_alarm_rate import parser, run_all, write_json
+
     p = parser(__doc__, 200)
     p.add_argument("--fault", default="", help="a kernel fault (kernels/options.py), e.g. attn_scale=1.01")
     p.add_argument("--merge", nargs="+", default=None, help="merge the per_run lists of these --json files")

@@ -2,6 +2,7 @@
 BF16, context 256), device time per kernel name and per call, against the graph-replay
 time of the same call. One device call.
     PYTHONPATH=. python scripts/gpu_c1_profile.py [M]"""
+
 import argparse
 import json
 import os
@@ -41,8 +42,13 @@ rows_ = sorted(((e.key, e.device_time_total / 1e3 / n, e.count / n) for e in ev)
 kernels = sum(c for _, _, c in rows_)
 dev_ms = sum(t for _, t, _ in rows_)
 graph_ms = bench.measure_c_table("ouro-1.4b", [M], ctx, device="cuda", repeats=50)["c_ms"][str(M)]
-out = {"M": M, "kernels_per_call": kernels, "kernel_time_ms_per_call": dev_ms, "graph_replay_ms": graph_ms,
-       "by_kernel": [[k[:120], round(t, 4), c] for k, t, c in rows_]}
+out = {
+    "M": M,
+    "kernels_per_call": kernels,
+    "kernel_time_ms_per_call": dev_ms,
+    "graph_replay_ms": graph_ms,
+    "by_kernel": [[k[:120], round(t, 4), c] for k, t, c in rows_],
+}
 print(f"M={M}: {kernels:.0f} kernels/call, summed kernel time {dev_ms:.3f} ms, graph replay {graph_ms:.3f} ms")
 for k, t, c in rows_[:20]:
     print(f"  {t:7.3f} ms  x{c:5.0f}  {k[:100]}")

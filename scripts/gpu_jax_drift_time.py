@@ -10,6 +10,7 @@ Results also in $OUT/jax_drift_time.json (when $OUT is set).
     PYTHONPATH=. python scripts/gpu_jax_drift_time.py [--preset ouro-1.4b] [--dtype bfloat16] [--chunk 16]
     OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/gpu_jax_drift_time.py --preset small   # CPU smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ def main():
     print(f"device: {dev.device_kind} ({dev.platform}); preset {args.preset}", flush=True)
 
     t0 = time.perf_counter()
-    model = build_model(args.preset, 0)                 # random weights of the real shapes (numpy FP32)
+    model = build_model(args.preset, 0)  # random weights of the real shapes (numpy FP32)
     cfg = model.cfg
     t_build = time.perf_counter() - t0
     print(f"build_model: {t_build:.1f} s", flush=True)
@@ -50,9 +51,9 @@ def main():
     rng = np.random.default_rng(0)
     T, loops = args.tokens, args.loops
     tokens = [int(t) for t in rng.integers(0, cfg.vocab_size, T)]
-    ref = stats_fn.reference(tokens, loops)              # k, v: [loops, L, T, nkv, hd]; logits: [loops, T, V]
+    ref = stats_fn.reference(tokens, loops)  # k, v: [loops, L, T, nkv, hd]; logits: [loops, T, V]
     noisy = lambda c: (c * (1.0 + 1e-3 * rng.standard_normal(c.shape))).astype(np.float32)
-    positions = range(max(0, T - 1 - args.positions), T - 1)       # the last committed positions
+    positions = range(max(0, T - 1 - args.positions), T - 1)  # the last committed positions
     obs = {}
     for pos in positions:
         for j in range(loops):
@@ -71,18 +72,33 @@ def main():
         print(f"stats_fn {call}: {times[-1]:.2f} s  (P = {len(b)}, values = {n})", flush=True)
     assert np.all(np.isfinite(b)) and np.all(np.isfinite(G)) and np.all(np.isfinite(bw))
     d = np.diag(G)
-    print(f"G diag range [{d.min():.3g}, {d.max():.3g}]; |b| max {np.abs(b).max():.3g}; |bw| max {np.abs(bw).max():.3g}")
+    print(
+        f"G diag range [{d.min():.3g}, {d.max():.3g}]; |b| max {np.abs(b).max():.3g}; |bw| max {np.abs(bw).max():.3g}"
+    )
 
     peak = None
     try:
         peak = (dev.memory_stats() or {}).get("peak_bytes_in_use")
-    except Exception:                                    # a backend without memory stats (CPU)
+    except Exception:  # a backend without memory stats (CPU)
         pass
     if peak:
         print(f"device peak memory: {peak / 2**30:.1f} GiB")
-    res = {"device": dev.device_kind, "preset": args.preset, "dtype": args.dtype, "tokens": T, "loops": loops,
-           "positions": len(positions), "chunk": args.chunk, "values": n, "P": len(b), "build_s": t_build,
-           "put_s": t_put, "first_s": times[0], "second_s": times[1], "peak_bytes": peak}
+    res = {
+        "device": dev.device_kind,
+        "preset": args.preset,
+        "dtype": args.dtype,
+        "tokens": T,
+        "loops": loops,
+        "positions": len(positions),
+        "chunk": args.chunk,
+        "values": n,
+        "P": len(b),
+        "build_s": t_build,
+        "put_s": t_put,
+        "first_s": times[0],
+        "second_s": times[1],
+        "peak_bytes": peak,
+    }
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "jax_drift_time.json"), "w") as f:
             json.dump(res, f, indent=1)

@@ -13,6 +13,7 @@ error (oracle.judge.compare.rel_err) of
   (compare_runs, float32 row): KV writes and logits,
 and whether each is within --tol (the 1e-5 of tests/test_jax_model.py). Exits 1 if any is not.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,21 +41,23 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--preset", default="ouro-1.4b")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--judges", default="highest/scan,tf32x3/scan,tf32x3/unroll",
-                   help="comma-separated DOT[/scan|/unroll]")
+    p.add_argument(
+        "--judges", default="highest/scan,tf32x3/scan,tf32x3/unroll", help="comma-separated DOT[/scan|/unroll]"
+    )
     p.add_argument("--tokens", type=int, default=8, help="cache-free sequence length")
     p.add_argument("--prompt", type=int, default=37, help="the first request's prompt length")
     p.add_argument("--tol", type=float, default=1e-5)
     p.add_argument("--json", help="write the result here")
     a = p.parse_args(argv)
     judges = [x for x in a.judges.split(",") if x]
-    loops = dict(LAYER_LOOPS, **{"": None})                      # no /LOOP: the judge's default
+    loops = dict(LAYER_LOOPS, **{"": None})  # no /LOOP: the judge's default
     bad = [x for x in judges if x.partition("/")[0] not in DOT_ALGORITHMS or x.partition("/")[2] not in loops]
     if bad or not judges:
         p.error(f"--judges {a.judges!r}: expected DOT[/auto|/scan|/unroll], DOT one of {', '.join(DOT_ALGORITHMS)}")
     if a.tokens < 1 or a.prompt < 1 or not a.tol > 0:
         p.error("--tokens and --prompt must be >= 1 and --tol > 0")
     import jax
+
     t0 = time.perf_counter()
     model = build_model(a.preset, seed=a.seed)
     cfg = model.cfg
@@ -62,8 +65,14 @@ def main(argv=None) -> int:
     tokens = list(map(int, rng.integers(0, cfg.vocab_size, a.tokens)))
     want = model.forward_full(tokens, 4)
     prompts = [list(map(int, rng.integers(0, cfg.vocab_size, n))) for n in (a.prompt, 5, 1)]
-    sc = Case("crosscheck", prompts, [SP(), SP(1.0, seed=3), SP(0.8, top_k=9, seed=4)],
-              [{0: 5, 1: 3, 2: 1}, {0: 2, 1: 4, 2: 4}], 2, 4)
+    sc = Case(
+        "crosscheck",
+        prompts,
+        [SP(), SP(1.0, seed=3), SP(0.8, top_k=9, seed=4)],
+        [{0: 5, 1: 3, 2: 1}, {0: 2, 1: 4, 2: 4}],
+        2,
+        4,
+    )
     ref = {mode: run_scenario(REFERENCE, model, sc, mode).traces for mode in ("block", "loop")}
     res = {"preset": a.preset, "device": str(jax.devices()[0].device_kind), "tol": a.tol, "judges": {}}
     ok = True
@@ -77,17 +86,27 @@ def main(argv=None) -> int:
         rounds = {}
         for mode in ("block", "loop"):
             rep = compare_runs(ref[mode], run_scenario(judge, model, sc, mode).traces, "float32")
-            rounds[mode] = {"ok": rep.ok, "kv": float(rep.max_rel_err["kv"]), "logits": float(rep.max_rel_err["logits"]),
-                            "first_failure": None if rep.ok else str(rep.first_failure())}
+            rounds[mode] = {
+                "ok": rep.ok,
+                "kv": float(rep.max_rel_err["kv"]),
+                "logits": float(rep.max_rel_err["logits"]),
+                "first_failure": None if rep.ok else str(rep.first_failure()),
+            }
         worst = max([cache_free] + [r[k] for r in rounds.values() for k in ("kv", "logits")])
         within = worst <= a.tol and all(r["ok"] for r in rounds.values())
         ok &= within
         del judge
         gc.collect()
         res["judges"][name] = {"cache_free": cache_free, "rounds": rounds, "worst": worst, "within_tol": within}
-        print(f"{name:14s}: cache-free {cache_free:.3g}; rounds " + "; ".join(
-            f"{m} KV {r['kv']:.3g} logits {r['logits']:.3g}{'' if r['ok'] else ' FAILED'}" for m, r in rounds.items())
-            + f" -> {'within' if within else 'NOT within'} {a.tol:g}", flush=True)
+        print(
+            f"{name:14s}: cache-free {cache_free:.3g}; rounds "
+            + "; ".join(
+                f"{m} KV {r['kv']:.3g} logits {r['logits']:.3g}{'' if r['ok'] else ' FAILED'}"
+                for m, r in rounds.items()
+            )
+            + f" -> {'within' if within else 'NOT within'} {a.tol:g}",
+            flush=True,
+        )
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     print(f"done in {res['wall_s']} s")
     if a.json:

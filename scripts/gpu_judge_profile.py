@@ -13,6 +13,7 @@ Times (median over repeats, block_until_ready; random weights, never zeros):
     enqueue), and the host cost of dispatching a jit with ~220 array arguments.
 Prints a short table last and writes the full numbers to DIR/judge_profile.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,14 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 P = jax.lax.DotAlgorithmPreset
-ALGOS = {"HIGHEST": jax.lax.Precision.HIGHEST, "F32_F32_F32": P.F32_F32_F32, "TF32_X3": P.TF32_TF32_F32_X3,
-         "BF16_X6": P.BF16_BF16_F32_X6, "BF16_X9": P.BF16_BF16_F32_X9, "TF32 (DEFAULT)": P.TF32_TF32_F32}
+ALGOS = {
+    "HIGHEST": jax.lax.Precision.HIGHEST,
+    "F32_F32_F32": P.F32_F32_F32,
+    "TF32_X3": P.TF32_TF32_F32_X3,
+    "BF16_X6": P.BF16_BF16_F32_X6,
+    "BF16_X9": P.BF16_BF16_F32_X9,
+    "TF32 (DEFAULT)": P.TF32_TF32_F32,
+}
 
 
 def bench(fn, *args, repeats=10, warm=2):
@@ -65,10 +72,18 @@ def matmul_part(S, res, rows_list, algos):
     ks = jax.random.split(key, 7 * L)
     layers = []
     for l in range(L):
-        k = ks[7 * l:7 * l + 7]
-        layers.append({"wq": rnd(k[0], (H, H), 0.02), "wk": rnd(k[1], (H, H), 0.02), "wv": rnd(k[2], (H, H), 0.02),
-                       "wo": rnd(k[3], (H, H), 0.02), "wg": rnd(k[4], (H, I), 0.02), "wu": rnd(k[5], (H, I), 0.02),
-                       "wd": rnd(k[6], (I, H), 0.02)})
+        k = ks[7 * l : 7 * l + 7]
+        layers.append(
+            {
+                "wq": rnd(k[0], (H, H), 0.02),
+                "wk": rnd(k[1], (H, H), 0.02),
+                "wv": rnd(k[2], (H, H), 0.02),
+                "wo": rnd(k[3], (H, H), 0.02),
+                "wg": rnd(k[4], (H, I), 0.02),
+                "wu": rnd(k[5], (H, I), 0.02),
+                "wd": rnd(k[6], (I, H), 0.02),
+            }
+        )
     wbytes = sum(int(w.size) * 4 for lw in layers for w in lw.values())
     params = sum(int(w.size) for lw in layers for w in lw.values())
     out = {"weight_bytes": wbytes, "by": {}}
@@ -84,6 +99,7 @@ def matmul_part(S, res, rows_list, algos):
                 x = h + mm(jax.nn.silu(mm(h, lw["wg"])) * mm(h, lw["wu"]), lw["wd"]) * 0.1
                 x = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)
             return x
+
         return stream
 
     # error of one product per algorithm against FP64
@@ -95,7 +111,7 @@ def matmul_part(S, res, rows_list, algos):
         try:
             got = np.asarray(jax.jit(lambda a, b: jnp.matmul(a, b, precision=alg))(xa, wa)).astype(np.float64)
             rec["rel_err_fro"] = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
-            rec["max_abs_err_over_rms"] = float(np.abs(got - ref).max() / np.sqrt(np.mean(ref ** 2)))
+            rec["max_abs_err_over_rms"] = float(np.abs(got - ref).max() / np.sqrt(np.mean(ref**2)))
             fn = make(alg)
             for M in rows_list:
                 x = rnd(jax.random.PRNGKey(2 + M), (M, H), 1.0)
@@ -103,7 +119,7 @@ def matmul_part(S, res, rows_list, algos):
                 rec[f"M{M}_ms"] = round(ms, 3)
                 rec[f"M{M}_GBps"] = round(wbytes / ms / 1e6, 1)
                 rec[f"M{M}_TFLOPs"] = round(2 * M * params / ms / 1e9, 2)
-        except Exception as e:   # an algorithm this backend does not support
+        except Exception as e:  # an algorithm this backend does not support
             rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         out["by"][name] = rec
         print("matmul", name, rec, flush=True)
@@ -117,17 +133,18 @@ def attention_part(S, res, shapes):
     planes read in place). Each layer's q and written K/V depend on the previous layer's
     output, as in the model (so XLA cannot reorder the writes past the reads)."""
     from judge_jax import layers
+
     L, nh, nkv, hd, N, Ps, Ss = S["L"], S["nh"], S["nkv"], S["hd"], S["N"], 4, S["slots"]
     dims = {a: layers.Dims(nh, nkv, hd, 1e-6, attn=a) for a in ("xla", "pallas")}
-    c = {"scale": jnp.float32(hd ** -0.5), "hidden": jnp.float32(S["H"])}
+    c = {"scale": jnp.float32(hd**-0.5), "hidden": jnp.float32(S["H"])}
     shape = (L, Ps, Ss, N, nkv, hd)
     planes = [rnd(k, shape, 1.0) for k in jax.random.split(jax.random.PRNGKey(7), 2)]
     out = {"by": {}}
-    for (G, R) in shapes:
+    for G, R in shapes:
         ctx, n = S["ctx"], G * R
         depth = jnp.asarray(np.arange(G) // Ss * 2, jnp.int32) if G > Ss else jnp.ones(G, jnp.int32)
         slot = jnp.asarray(np.arange(G) % Ss, jnp.int32)
-        pos = jnp.asarray(np.tile(np.arange(ctx - R, ctx), (G, 1)), jnp.int32)        # the last R positions
+        pos = jnp.asarray(np.tile(np.arange(ctx - R, ctx), (G, 1)), jnp.int32)  # the last R positions
         t = jnp.arange(ctx)
         allowed = (t[None, None, :] <= pos[:, :, None]) | (t == 0)[None, None, :]
         key = jax.random.PRNGKey(n)
@@ -136,13 +153,14 @@ def attention_part(S, res, shapes):
         vs = rnd(jax.random.fold_in(key, 2), (L, n, nkv, hd), 1.0)
         outs = {}
         for name, attn in (("A_gather_einsum", "xla"), ("E_pallas_in_place", "pallas")):
+
             def layers_fn(kc, vc, qs, ks, vs, depth, slot, pos, allowed, attn=attn):
                 wd, ws, wp = jnp.repeat(depth, R), jnp.repeat(slot, R), pos.reshape(-1)
                 prev = jnp.zeros((G, R, nh * hd), jnp.float32)
                 acc = []
                 for l in range(L):
                     q = qs[l] + 1e-3 * prev.reshape(G, R, nh, hd)
-                    kk = ks[l] + 1e-3 * prev.reshape(n, -1)[:, :nkv * hd].reshape(n, nkv, hd)
+                    kk = ks[l] + 1e-3 * prev.reshape(n, -1)[:, : nkv * hd].reshape(n, nkv, hd)
                     kc = kc.at[l, wd, ws, wp].set(kk, mode="drop")
                     vc = vc.at[l, wd, ws, wp].set(vs[l], mode="drop")
                     if attn == "pallas":
@@ -152,6 +170,7 @@ def attention_part(S, res, shapes):
                         prev = layers.attend(q, K, V, allowed, dims[attn], c)
                     acc.append(prev[:, :, :8])
                 return kc, vc, jnp.stack(acc)
+
             jf = jax.jit(layers_fn, donate_argnums=(0, 1))
             rec = {}
             try:
@@ -166,17 +185,23 @@ def attention_part(S, res, shapes):
                         outs[name] = np.asarray(o)
                 ms = 1e3 * statistics.median(ts)
                 kv_bytes = 2 * L * G * ctx * nkv * hd * 4
-                rec = {"ms": round(ms, 3), "kv_read_GB": round(kv_bytes / 1e9, 3),
-                       "kv_floor_ms": round(kv_bytes / 4.8e9, 3), "GBps_of_kv": round(kv_bytes / ms / 1e6, 1)}
+                rec = {
+                    "ms": round(ms, 3),
+                    "kv_read_GB": round(kv_bytes / 1e9, 3),
+                    "kv_floor_ms": round(kv_bytes / 4.8e9, 3),
+                    "GBps_of_kv": round(kv_bytes / ms / 1e6, 1),
+                }
             except Exception as e:
                 rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
-                if any(x.is_deleted() for x in planes):      # donated into a failed call
+                if any(x.is_deleted() for x in planes):  # donated into a failed call
                     planes = [rnd(k, shape, 1.0) for k in jax.random.split(jax.random.PRNGKey(9), 2)]
             out["by"][f"G{G}_R{R}_{name}"] = rec
             print("attention", G, R, name, rec, flush=True)
-        if len(outs) == 2:       # first repeat: the same planes in, so the same outputs (FP32 rounding)
+        if len(outs) == 2:  # first repeat: the same planes in, so the same outputs (FP32 rounding)
             a, b = outs["A_gather_einsum"], outs["E_pallas_in_place"]
-            out["by"][f"G{G}_R{R}_E_pallas_in_place"]["rel_diff_vs_A"] = float(np.linalg.norm(a - b) / np.linalg.norm(a))
+            out["by"][f"G{G}_R{R}_E_pallas_in_place"]["rel_diff_vs_A"] = float(
+                np.linalg.norm(a - b) / np.linalg.norm(a)
+            )
     res["attention"] = out
     del planes
 
@@ -192,6 +217,7 @@ def call_part(S, res, shapes):
     from judge_jax.kvplanes import DeviceKV
     from oracle.config import preset
     from oracle.model import weight_shapes
+
     cfg = preset("ouro-1.4b") if not S["small"] else dataclasses.replace(preset("small"), num_layers=S["L"])
     rng = np.random.default_rng(0)
     weights = {}
@@ -214,17 +240,20 @@ def call_part(S, res, shapes):
                 kv.k = rnd(jax.random.PRNGKey(21), kv.k.shape, 0.5)
                 kv.v = rnd(jax.random.PRNGKey(22), kv.v.shape, 1.0)
                 kv.pool = rnd(jax.random.PRNGKey(23), kv.pool.shape, 1.0)
-            for (G, R) in shapes:
+
+            for G, R in shapes:
                 rows, src, tok, dst = [], [], [], []
                 for g in range(G):
                     for r in range(R):
-                        rows.append((g % S["slots"], ctx - R + r, (g // S["slots"]) * 2 + (1 if G <= S["slots"] else 0)))
+                        rows.append(
+                            (g % S["slots"], ctx - R + r, (g // S["slots"]) * 2 + (1 if G <= S["slots"] else 0))
+                        )
                         src.append(len(src) % 128)
                         tok.append(0)
                         dst.append(128 + len(dst) % 128)
                 reset()
-                jm.call(kv, rows, src, tok, dst)          # compiles; the agreement run
-                got = {"h": np.asarray(kv.pool[128:128 + min(len(dst), 128)])}
+                jm.call(kv, rows, src, tok, dst)  # compiles; the agreement run
+                got = {"h": np.asarray(kv.pool[128 : 128 + min(len(dst), 128)])}
                 kvr = jm.fetch_kv(jm.kv_rows(kv, rows))
                 got["k"], got["v"] = kvr[0], kvr[1]
                 if (dot, attn) == VARIANTS[0]:
@@ -232,7 +261,8 @@ def call_part(S, res, shapes):
                     ref[(G, R)] = got
                 elif ref and (G, R) in ref:
                     out["agreement"][f"{vname} G{G}_R{R}"] = {
-                        k: float(np.linalg.norm(got[k] - ref[(G, R)][k]) / np.linalg.norm(ref[(G, R)][k])) for k in got}
+                        k: float(np.linalg.norm(got[k] - ref[(G, R)][k]) / np.linalg.norm(ref[(G, R)][k])) for k in got
+                    }
                     print("agreement", vname, G, R, out["agreement"][f"{vname} G{G}_R{R}"], flush=True)
                 dev, host = [], []
                 for _ in range(S["repeats"]):
@@ -242,8 +272,10 @@ def call_part(S, res, shapes):
                     jax.block_until_ready((kv.k, kv.v, kv.pool))
                     host.append(t1 - t0)
                     dev.append(time.perf_counter() - t0)
-                rec = {"wall_ms": round(1e3 * statistics.median(dev), 3),
-                       "host_enqueue_ms": round(1e3 * statistics.median(host), 3)}
+                rec = {
+                    "wall_ms": round(1e3 * statistics.median(dev), 3),
+                    "host_enqueue_ms": round(1e3 * statistics.median(host), 3),
+                }
                 t0 = time.perf_counter()
                 for _ in range(S["repeats"]):
                     jm.call(kv, rows, src, tok, dst)
@@ -271,7 +303,9 @@ def main(argv=None):
         S = dict(H=128, I=256, L=3, nh=4, nkv=2, hd=32, N=300, ctx=272, slots=4, repeats=3, small=True)
         rows, ashapes, cshapes = [4, 16], [(4, 1), (4, 8)], [(4, 8), (4, 1)]
     else:
-        S = dict(H=2048, I=5632, L=24, nh=16, nkv=16, hd=128, N=1070, ctx=1070, slots=16, repeats=a.repeats, small=False)
+        S = dict(
+            H=2048, I=5632, L=24, nh=16, nkv=16, hd=128, N=1070, ctx=1070, slots=16, repeats=a.repeats, small=False
+        )
         rows, ashapes, cshapes = [16, 32, 80, 128], [(16, 1), (16, 8), (32, 1)], [(16, 8), (16, 1)]
     res = {"device": f"{dev.platform}: {dev.device_kind}", "jax": jax.__version__, "shape": S}
     t0 = time.perf_counter()
@@ -289,13 +323,19 @@ def main(argv=None):
         Path(a.out, "judge_profile.json").write_text(json.dumps(res, indent=1) + "\n")
     print("\n== summary ==")
     for name, rec in res.get("matmul", {}).get("by", {}).items():
-        print(f"matmul {name:15s} err {rec.get('rel_err_fro', float('nan')):.2e} " +
-              " ".join(f"M{m}:{rec.get(f'M{m}_ms', float('nan')):.2f}ms/{rec.get(f'M{m}_GBps', 0):.0f}GB/s" for m in rows)
-              + (f" {rec['error'][:80]}" if "error" in rec else ""))
+        print(
+            f"matmul {name:15s} err {rec.get('rel_err_fro', float('nan')):.2e} "
+            + " ".join(
+                f"M{m}:{rec.get(f'M{m}_ms', float('nan')):.2f}ms/{rec.get(f'M{m}_GBps', 0):.0f}GB/s" for m in rows
+            )
+            + (f" {rec['error'][:80]}" if "error" in rec else "")
+        )
     for name, rec in res.get("attention", {}).get("by", {}).items():
-        print(f"attention {name:28s} {rec.get('ms', float('nan')):8.3f} ms (kv floor {rec.get('kv_floor_ms', 0):.3f})"
-              + (f" diff vs A {rec['rel_diff_vs_A']:.1e}" if "rel_diff_vs_A" in rec else "")
-              + (f" {rec['error'][:120]}" if "error" in rec else ""))
+        print(
+            f"attention {name:28s} {rec.get('ms', float('nan')):8.3f} ms (kv floor {rec.get('kv_floor_ms', 0):.3f})"
+            + (f" diff vs A {rec['rel_diff_vs_A']:.1e}" if "rel_diff_vs_A" in rec else "")
+            + (f" {rec['error'][:120]}" if "error" in rec else "")
+        )
     for name, rec in res.get("call", {}).get("agreement", {}).items():
         print(f"agreement {name}: " + ", ".join(f"{k} {v:.2e}" for k, v in rec.items()))
     for name, rec in res.get("call", {}).get("by", {}).items():

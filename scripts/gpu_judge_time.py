@@ -13,6 +13,7 @@ round (each device step synchronised): per step kind the host ms until enqueued 
 the host then waited for the device, and the host ms of oracle.phases' own work. --trace DIR
 adds a jax.profiler trace of one round per mode (TensorBoard / Perfetto).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,25 +45,46 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", default="h200", help="the peak rates of the floor (oracle.cost.GPU_PEAKS)")
     p.add_argument("--json", help="write the result here")
     p.add_argument("--trace", help="write a jax.profiler trace of one round per mode under this folder")
-    p.add_argument("--host-profile", type=int, default=0, metavar="N",
-                   help="one more round per mode under cProfile: keep its top N functions (in the JSON)")
+    p.add_argument(
+        "--host-profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="one more round per mode under cProfile: keep its top N functions (in the JSON)",
+    )
     p.add_argument("--hidden", type=int, help="override the preset's hidden size (random weights)")
     p.add_argument("--intermediate", type=int, help="override the preset's MLP size")
     p.add_argument("--layers", type=int, help="override the preset's layer count")
-    p.add_argument("--kv-fetch", default="async", choices=("async", "thread", "round", "both"),
-                   help="how the trace's KV writes come back (judge_jax.backend._RoundModel); both: time each")
-    p.add_argument("--layer-loop", default="auto", choices=tuple(LAYER_LOOPS),
-                   help="the judge's layer loop (JaxLoopedModel unroll: auto = a scan on a GPU)")
+    p.add_argument(
+        "--kv-fetch",
+        default="async",
+        choices=("async", "thread", "round", "both"),
+        help="how the trace's KV writes come back (judge_jax.backend._RoundModel); both: time each",
+    )
+    p.add_argument(
+        "--layer-loop",
+        default="auto",
+        choices=tuple(LAYER_LOOPS),
+        help="the judge's layer loop (JaxLoopedModel unroll: auto = a scan on a GPU)",
+    )
     p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
     p.add_argument("--rows-bits", type=int, default=1, help="significant bits of the rows-per-group bucket")
     p.add_argument("--dot", default="highest", help="the weight products' algorithm (judge_jax.layers.DOT_ALGORITHMS)")
-    p.add_argument("--attn", default="xla", choices=("xla", "pallas"), help="the recurrent call's attention (JaxLoopedModel)")
-    p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE,...",
-                   help="time this judge variant too (repeatable; keys dot, rows_bits, ctx_bits, layer_loop, attn, "
-                   "kv_fetch; the rest from the options above): one model build, variants one after another")
+    p.add_argument(
+        "--attn", default="xla", choices=("xla", "pallas"), help="the recurrent call's attention (JaxLoopedModel)"
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE,...",
+        help="time this judge variant too (repeatable; keys dot, rows_bits, ctx_bits, layer_loop, attn, "
+        "kv_fetch; the rest from the options above): one model build, variants one after another",
+    )
     p.add_argument("--allow-cpu", action="store_true", help="run ouro-1.4b even where JAX has no GPU (hours)")
     args = p.parse_args(argv)
     import jax
+
     dev = jax.devices()[0]
     print(f"JAX {jax.__version__} on {dev.platform}: {dev.device_kind}", flush=True)
     if dev.platform == "cpu" and args.preset == "ouro-1.4b" and not args.allow_cpu:
@@ -70,8 +92,13 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     model = build(args)
-    res = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "preset": args.preset, "config": dataclasses.asdict(model.cfg), "device": f"{dev.platform}: {dev.device_kind}",
-           "jax": jax.__version__}
+    res = {
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "preset": args.preset,
+        "config": dataclasses.asdict(model.cfg),
+        "device": f"{dev.platform}: {dev.device_kind}",
+        "jax": jax.__version__,
+    }
     specs = [variant(args, v) for v in args.variant] or [variant(args, "")]
     if len(specs) > 1:
         res["variants"] = []
@@ -84,9 +111,17 @@ def main(argv=None) -> int:
         if len(specs) > 1:
             print(f"variant {spec}", flush=True)
         for fetch in fetches:
-            one[fetch] = time_judge_round(judge, model, C=args.C, ctx=args.ctx, repeats=args.repeats, gpu=args.gpu,
-                                          trace_dir=None if args.trace is None else Path(args.trace) / fetch,
-                                          host_profile=args.host_profile, kv_fetch=fetch)
+            one[fetch] = time_judge_round(
+                judge,
+                model,
+                C=args.C,
+                ctx=args.ctx,
+                repeats=args.repeats,
+                gpu=args.gpu,
+                trace_dir=None if args.trace is None else Path(args.trace) / fetch,
+                host_profile=args.host_profile,
+                kv_fetch=fetch,
+            )
             show(args, one[fetch], fetch)
         if len(specs) > 1:
             res["variants"].append(one)
@@ -103,8 +138,14 @@ def main(argv=None) -> int:
 
 def variant(args, text: str) -> dict:
     """The judge options of a --variant spec (unset keys from the command-line options)."""
-    spec = {"dot": args.dot, "rows_bits": args.rows_bits, "ctx_bits": args.ctx_bits, "layer_loop": args.layer_loop,
-            "attn": args.attn, "kv_fetch": args.kv_fetch}
+    spec = {
+        "dot": args.dot,
+        "rows_bits": args.rows_bits,
+        "ctx_bits": args.ctx_bits,
+        "layer_loop": args.layer_loop,
+        "attn": args.attn,
+        "kv_fetch": args.kv_fetch,
+    }
     for item in filter(None, text.split(",")):
         k, eq, v = item.partition("=")
         if not eq or k not in spec:
@@ -122,8 +163,15 @@ def variant(args, text: str) -> dict:
 def build(args):
     """The preset's model, or its shape with --hidden/--intermediate/--layers replaced (random weights)."""
     cfg = preset(args.preset)
-    over = {k: v for k, v in (("hidden_size", args.hidden), ("intermediate_size", args.intermediate),
-                              ("num_layers", args.layers)) if v is not None}
+    over = {
+        k: v
+        for k, v in (
+            ("hidden_size", args.hidden),
+            ("intermediate_size", args.intermediate),
+            ("num_layers", args.layers),
+        )
+        if v is not None
+    }
     if not over:
         return build_model(args.preset, seed=args.seed)
     cfg = dataclasses.replace(cfg, **over)
@@ -131,25 +179,35 @@ def build(args):
 
 
 def show(args, res: dict, fetch: str) -> None:
-    print(f"judge round, {args.preset}, C={args.C}, context {args.ctx}, K=4, d=2, D=4, KV fetch {fetch} "
-          f"(median of {args.repeats}; floor on {args.gpu})")
+    print(
+        f"judge round, {args.preset}, C={args.C}, context {args.ctx}, K=4, d=2, D=4, KV fetch {fetch} "
+        f"(median of {args.repeats}; floor on {args.gpu})"
+    )
     for mode in ("block", "loop"):
         r = res[mode]
         terms = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in r["floor_terms_ms"].items())
         pr = r["per_round"]
-        print(f"  {mode:5s}: {r['median_ms']:9.2f} ms (CPU time {r['cpu_median_ms']:.2f} ms), "
-              f"floor {r['floor_ms']:.2f} ms "
-              f"({terms} ms alone), measured/floor {r['over_floor']:.2f}x; warm-up {r['warmup_s']:.1f} s "
-              f"({r['warmup_compiles']['compiles']} compiles, {r['warmup_compiles']['compile_s']:.1f} s)")
-        print(f"         per round: {pr['h2d']} host->device transfers, {pr['d2h']} device->host fetches "
-              f"({pr['d2h_bytes'] / 1e6:.1f} MB; {pr['d2h_logged']} in the guard's log), {pr['compiles']} compiles, "
-              f"KV planes donated (not copied) by the calls: {pr.get('kv_donated')}")
+        print(
+            f"  {mode:5s}: {r['median_ms']:9.2f} ms (CPU time {r['cpu_median_ms']:.2f} ms), "
+            f"floor {r['floor_ms']:.2f} ms "
+            f"({terms} ms alone), measured/floor {r['over_floor']:.2f}x; warm-up {r['warmup_s']:.1f} s "
+            f"({r['warmup_compiles']['compiles']} compiles, {r['warmup_compiles']['compile_s']:.1f} s)"
+        )
+        print(
+            f"         per round: {pr['h2d']} host->device transfers, {pr['d2h']} device->host fetches "
+            f"({pr['d2h_bytes'] / 1e6:.1f} MB; {pr['d2h_logged']} in the guard's log), {pr['compiles']} compiles, "
+            f"KV planes donated (not copied) by the calls: {pr.get('kv_donated')}"
+        )
         if r["probe"]:
             pb = r["probe"]
-            steps = "; ".join(f"{k} x{v['n']}: host {v['host_ms']:.2f} + device wait {v['device_wait_ms']:.2f}"
-                              for k, v in pb["steps"].items())
-            print(f"         probed round {pb['wall_ms']:.2f} ms: {steps}; "
-                  f"oracle.phases host {pb['phases_host_ms']:.2f} ms")
+            steps = "; ".join(
+                f"{k} x{v['n']}: host {v['host_ms']:.2f} + device wait {v['device_wait_ms']:.2f}"
+                for k, v in pb["steps"].items()
+            )
+            print(
+                f"         probed round {pb['wall_ms']:.2f} ms: {steps}; "
+                f"oracle.phases host {pb['phases_host_ms']:.2f} ms"
+            )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     python scripts/gpu_parity_full.py                       # ouro-1.4b, random weights, on the GPU
     python scripts/gpu_parity_full.py --time-judge          # + the judge's round time, C=16, ctx 1024
 """
+
 import sys
 from pathlib import Path
 

@@ -9,6 +9,7 @@ Writes OUT/c_table.png and OUT/ratio_pred_vs_measured.png. A sweep file is the J
 `python -m oracle bench sweep ... --out sweep.json` writes. Needs matplotlib, the `plots`
 extra: pip install -e ".[plots]". Bad input: one `error: ...` line, exit 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,20 @@ LINEAR = Path(__file__).resolve().parent.parent / "oracle" / "data" / "h200_ouro
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Plot a bench sweep: c(M) and predicted vs measured block/loop ratio.")
-    p.add_argument("--sweep", action="append", required=True, metavar="FILE",
-                   help="a sweep JSON written by `python -m oracle bench sweep --out FILE` (repeat for several)")
+    p.add_argument(
+        "--sweep",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a sweep JSON written by `python -m oracle bench sweep --out FILE` (repeat for several)",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write the two PNG files into (must exist)")
-    p.add_argument("--linear", default=str(LINEAR), metavar="FILE",
-                   help="a c-table drawn beside the sweeps' (default: the shipped H200 linear-layer table)")
+    p.add_argument(
+        "--linear",
+        default=str(LINEAR),
+        metavar="FILE",
+        help="a c-table drawn beside the sweeps' (default: the shipped H200 linear-layer table)",
+    )
     return p.parse_args(argv)
 
 
@@ -40,10 +50,18 @@ def read_json(path: str, what: str) -> dict:
 def read_sweep(path: str) -> dict:
     s = read_json(path, "--sweep")
     rows = s.get("rows") if isinstance(s, dict) else None
-    if not isinstance(rows, list) or not rows or not isinstance(s.get("ctable"), dict) or not all(
-            isinstance(r, dict) and {"batch", "ratio_median", "ratio_ci95", "predicted_ratio"} <= set(r) for r in rows):
-        raise SystemExit(f"error: --sweep {path}: not a `bench sweep` result (needs \"ctable\" and \"rows\" with "
-                         f"batch, ratio_median, ratio_ci95, predicted_ratio)")
+    if (
+        not isinstance(rows, list)
+        or not rows
+        or not isinstance(s.get("ctable"), dict)
+        or not all(
+            isinstance(r, dict) and {"batch", "ratio_median", "ratio_ci95", "predicted_ratio"} <= set(r) for r in rows
+        )
+    ):
+        raise SystemExit(
+            f'error: --sweep {path}: not a `bench sweep` result (needs "ctable" and "rows" with '
+            f"batch, ratio_median, ratio_ci95, predicted_ratio)"
+        )
     return s
 
 
@@ -75,14 +93,27 @@ def plot_ratios(plt, sweeps, out: Path) -> Path:
     for s in sweeps:
         rows = s["rows"]
         C = [r["batch"] for r in rows]
-        ax.errorbar(C, [r["ratio_median"] for r in rows],
-                    yerr=[[r["ratio_median"] - r["ratio_ci95"][0] for r in rows],
-                          [r["ratio_ci95"][1] - r["ratio_median"] for r in rows]],
-                    fmt="o-", capsize=3, label=f"measured, {tag(s)} (median paired ratio, 95% CI)")
-        ax.plot(C, [r["predicted_ratio"] for r in rows], "s--", label=f"predicted, {tag(s)} (this run's c-table + heads)")
+        ax.errorbar(
+            C,
+            [r["ratio_median"] for r in rows],
+            yerr=[
+                [r["ratio_median"] - r["ratio_ci95"][0] for r in rows],
+                [r["ratio_ci95"][1] - r["ratio_median"] for r in rows],
+            ],
+            fmt="o-",
+            capsize=3,
+            label=f"measured, {tag(s)} (median paired ratio, 95% CI)",
+        )
+        ax.plot(
+            C, [r["predicted_ratio"] for r in rows], "s--", label=f"predicted, {tag(s)} (this run's c-table + heads)"
+        )
         if "predicted_ratio_one_row_per_plane" in rows[0]:
-            ax.plot(C, [r["predicted_ratio_one_row_per_plane"] for r in rows], "x:",
-                    label=f"predicted, {tag(s)}, every row on its own KV plane")
+            ax.plot(
+                C,
+                [r["predicted_ratio_one_row_per_plane"] for r in rows],
+                "x:",
+                label=f"predicted, {tag(s)}, every row on its own KV plane",
+            )
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xscale("log", base=2)
     s0 = sweeps[0]
@@ -105,9 +136,10 @@ def main(argv=None) -> int:
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("error: matplotlib is not installed (pip install -e \".[plots]\")") from None
+        raise SystemExit('error: matplotlib is not installed (pip install -e ".[plots]")') from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     print("wrote", plot_ctable(plt, sweeps, linear, out), plot_ratios(plt, sweeps, out))
     return 0
 

@@ -9,6 +9,7 @@ A variant is a path and an optional fault, e.g. `default`, `gemv0`, `gemv0+fp8_k
 (names: PATHS below; faults: kernels/options.py). Prints one line per variant: each verdict, the
 largest precision z, the group energies' range, the drift estimate nearest its threshold.
 """
+
 import argparse
 import json
 import os
@@ -17,11 +18,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")      # JAX beside torch on one GPU
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX beside torch on one GPU
 
 # the kernel paths: KernelOptions switches (unset: on where available)
-PATHS = {"default": {}, "gemv0": {"gemv": False}, "triton0": {"triton_attn": False}, "fuse0": {"fuse": False},
-         "eager": {"gemv": False, "triton_attn": False, "fuse": False}}
+PATHS = {
+    "default": {},
+    "gemv0": {"gemv": False},
+    "triton0": {"triton_attn": False},
+    "fuse0": {"fuse": False},
+    "eager": {"gemv": False, "triton_attn": False, "fuse": False},
+}
 CORRECT = ["default", "gemv0", "triton0", "fuse0", "eager"]
 FAULTED = ["fp8_k", "gemv0+fp8_k", "fp8_v", "gemv0+fp8_v", "fp8_act", "fp8_gate_up.1", "attn_scale=1.003"]
 
@@ -29,6 +35,7 @@ FAULTED = ["fp8_k", "gemv0+fp8_k", "fp8_v", "gemv0+fp8_v", "fp8_act", "fp8_gate_
 def backend(variant: str, device: str):
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
+
     parts = variant.split("+")
     path = parts[0] if parts[0] in PATHS else "default"
     fault = "+".join(p for p in parts if p not in PATHS)
@@ -49,6 +56,7 @@ def main(argv=None) -> int:
     import torch
     from oracle.checkpoint import build_model
     from oracle.judge import drift, verdict
+
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     variants = a.variants.split(",") if a.variants else CORRECT + FAULTED
     if device == "cpu":
@@ -58,32 +66,51 @@ def main(argv=None) -> int:
     stats_fn = dirs = energy_fn = None
     if a.reference == "jax":
         from judge_jax.backend import make_jax_backend
+
         judge = make_jax_backend()
         if model.cfg.hidden_size >= drift.COARSE_HIDDEN:
             dirs = drift.coarse_directions(model.cfg.num_layers)
-        stats_fn = judge.drift_stats_fn(model, "bfloat16", basis=None if dirs is None else np.stack([c for _, c in dirs]))
+        stats_fn = judge.drift_stats_fn(
+            model, "bfloat16", basis=None if dirs is None else np.stack([c for _, c in dirs])
+        )
         energy_fn = judge.precision_energy_fn(model, "bfloat16")
-    out = {"preset": a.preset, "device": device, "reference": a.reference, "build_s": round(time.perf_counter() - t0, 1),
-           "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "variants": {}}
+    out = {
+        "preset": a.preset,
+        "device": device,
+        "reference": a.reference,
+        "build_s": round(time.perf_counter() - t0, 1),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+        "variants": {},
+    }
     for v in variants:
         t1 = time.perf_counter()
         try:
             runs = drift.probe_runs(backend(v, device), model)
             t2 = time.perf_counter()
-            rep, prec = verdict.probe_verdicts(model, runs, "bfloat16", stats_fn=stats_fn, dirs=dirs, energy_fn=energy_fn)
-        except Exception as e:                      # noqa: BLE001 -- recorded, the other variants go on
+            rep, prec = verdict.probe_verdicts(
+                model, runs, "bfloat16", stats_fn=stats_fn, dirs=dirs, energy_fn=energy_fn
+            )
+        except Exception as e:  # noqa: BLE001 -- recorded, the other variants go on
             out["variants"][v] = {"error": f"{type(e).__name__}: {e}"}
             print(f"{v}: ERROR {type(e).__name__}: {e}", flush=True)
             continue
         t3 = time.perf_counter()
         near = max(rep.estimates, key=lambda e: abs(e.t))
         en = [g.energy for g in prec.groups]
-        out["variants"][v] = {"drift": rep.to_json(), "precision": prec.to_json(), "probe_s": round(t2 - t1, 2),
-                              "verdicts_s": round(t3 - t2, 2)}
-        print(f"{v}: drift {'ok' if rep.ok else 'FAIL'} (|z| max {abs(near.t):.1f} <= {rep.threshold:.2f}? "
-              f"{near.label} {1 + near.drift:.4f}); precision {'ok' if prec.ok else 'FAIL'} (z max "
-              f"{max(g.t for g in prec.groups):.1f} vs {prec.threshold:.2f}; energy {min(en):.2f}-{max(en):.2f}x); "
-              f"probe {t2 - t1:.1f} s, verdicts {t3 - t2:.1f} s", flush=True)
+        out["variants"][v] = {
+            "drift": rep.to_json(),
+            "precision": prec.to_json(),
+            "probe_s": round(t2 - t1, 2),
+            "verdicts_s": round(t3 - t2, 2),
+        }
+        print(
+            f"{v}: drift {'ok' if rep.ok else 'FAIL'} (|z| max {abs(near.t):.1f} <= {rep.threshold:.2f}? "
+            f"{near.label} {1 + near.drift:.4f}); precision {'ok' if prec.ok else 'FAIL'} (z max "
+            f"{max(g.t for g in prec.groups):.1f} vs {prec.threshold:.2f}; energy {min(en):.2f}-{max(en):.2f}x); "
+            f"probe {t2 - t1:.1f} s, verdicts {t3 - t2:.1f} s",
+            flush=True,
+        )
         for line in (rep.failure, prec.failure):
             if line:
                 print("    " + line[:300], flush=True)

@@ -10,6 +10,7 @@ when the order of RNG draws changes. The cases are defined in property_tests/gol
 each file is oracle.rng_trace.save_events() of the reference block run, which must equal the
 loop run's events (checked here before writing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,10 @@ def main(argv=None) -> int:
             changed += 1
         if diff and not args.check:
             save_events(path(name), block)
-        print(f"{name}: {len(block)} events ({', '.join(purposes)})"
-              + (f" - {'would change' if args.check else 'written'}: {diff}" if diff else " - unchanged"))
+        print(
+            f"{name}: {len(block)} events ({', '.join(purposes)})"
+            + (f" - {'would change' if args.check else 'written'}: {diff}" if diff else " - unchanged")
+        )
     return 1 if args.check and changed else 0
 
 

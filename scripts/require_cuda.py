@@ -8,6 +8,7 @@ supports it): no CUDA context is created and nothing is allocated.
 
     python scripts/require_cuda.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,10 @@ def cuda_problem() -> str | None:
 
 
 def main(argv=None) -> int:
-    argparse.ArgumentParser(description="Exit 1 with one line 'no CUDA device: ...' unless torch sees a CUDA "
-                                        "device (the GPU make targets call it first).").parse_args(argv)
+    argparse.ArgumentParser(
+        description="Exit 1 with one line 'no CUDA device: ...' unless torch sees a CUDA "
+        "device (the GPU make targets call it first)."
+    ).parse_args(argv)
     problem = cuda_problem()
     if problem:
         print(f"no CUDA device: {problem}", file=sys.stderr)

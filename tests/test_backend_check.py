@@ -42,6 +42,7 @@ def test_replayed_reference_reproduces_a_run():
     from oracle.cli.catalogue import default_cases
     from oracle.judge.compare import compare_runs
     from oracle.checkpoint import build_model
+
     m = build_model("tiny")
     for case in default_cases(m.cfg.vocab_size):
         got = run_scenario(REFERENCE, m, case, "loop")

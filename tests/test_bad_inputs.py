@@ -4,6 +4,7 @@ one `error: ...` line on stderr (no traceback), in every subcommand and file typ
 Each entry is (family, id, make) where make(files) returns the argv (and optionally a dict of
 environment variables); `files` builds fixture files on demand (a tiny checkpoint, a trace).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,10 +44,12 @@ class Files:
     def tensors(self, name: str, change) -> str:
         """A checkpoint whose tensors dict went through change(dict)."""
         from safetensors.numpy import load_file, save_file
+
         def edit(folder):
             w = load_file(str(folder / "model.safetensors"))
             change(w)
             save_file(w, str(folder / "model.safetensors"))
+
         return self.ckpt(name, edit)
 
     def config(self, name: str, change) -> str:
@@ -54,6 +57,7 @@ class Files:
             c = json.loads((folder / "config.json").read_text())
             change(c)
             (folder / "config.json").write_text(json.dumps(c))
+
         return self.ckpt(name, edit)
 
     def trace(self, name: str, edit_json=None, npz: bytes | None = None, keep_sha: bool = False) -> str:
@@ -78,6 +82,7 @@ class Files:
     def shards(self, name: str) -> str:
         """The tiny checkpoint in two shards that both hold model.norm.weight, with different values."""
         from safetensors.numpy import load_file, save_file
+
         def edit(folder):
             w = load_file(str(folder / "model.safetensors"))
             (folder / "model.safetensors").unlink()
@@ -85,10 +90,16 @@ class Files:
             a, b = names[::2], names[1::2]
             norm = "model.norm.weight"
             save_file({n: w[n] for n in set(a) | {norm}}, str(folder / "model-00001-of-00002.safetensors"))
-            save_file({n: w[n] for n in set(b) - {norm}} | {norm: w[norm] + 1}, str(folder / "model-00002-of-00002.safetensors"))
-            wmap = {n: "model-00001-of-00002.safetensors" for n in a} | {n: "model-00002-of-00002.safetensors" for n in b}
+            save_file(
+                {n: w[n] for n in set(b) - {norm}} | {norm: w[norm] + 1},
+                str(folder / "model-00002-of-00002.safetensors"),
+            )
+            wmap = {n: "model-00001-of-00002.safetensors" for n in a} | {
+                n: "model-00002-of-00002.safetensors" for n in b
+            }
             wmap[norm] = "model-00001-of-00002.safetensors"
             (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wmap}))
+
         return self.ckpt(name, edit)
 
     def other_trace(self, name: str, *options) -> str:
@@ -118,23 +129,29 @@ def _garbage(folder: Path) -> None:
 
 def _index(content):
     def edit(folder: Path):
-        (folder / "model.safetensors.index.json").write_text(content if isinstance(content, str) else json.dumps(content))
+        (folder / "model.safetensors.index.json").write_text(
+            content if isinstance(content, str) else json.dumps(content)
+        )
+
     return edit
 
 
-def _npz_rows(j):          # the JSON claims one more KV write than the NPZ holds
+def _npz_rows(j):  # the JSON claims one more KV write than the NPZ holds
     j["rounds"][0]["kv_writes"].append(j["rounds"][0]["kv_writes"][0])
 
 
 def _round0(**fields):
     """Edit of a trace: set per-request fields of round 0 (lists of [rid, value])."""
+
     def edit(j):
         j["rounds"][0].update(fields)
+
     return edit
 
 
 def _params(**fields):
     """Edit of a trace: request 0's sampling parameters, in the file's params and every round's."""
+
     def edit(j):
         for rid, p in j["params"]:
             if rid == 0:
@@ -143,6 +160,7 @@ def _params(**fields):
             for rid, p in r.get("params", []):
                 if rid == 0:
                     p.update(fields)
+
     return edit
 
 
@@ -187,39 +205,77 @@ CATALOGUE = [
     ("values", "stop-tokens negative", lambda f: ["check", "--stop-tokens", "-3"]),
     ("values", "banned-tokens negative", lambda f: ["check", "--banned-tokens", "-3,2"]),
     ("values", "banned-tokens mask the whole vocabulary", lambda f: ["check", "--banned-tokens", ALL_TOKENS]),
-    ("values", "schedule -D with --depths", lambda f: ["schedule", "--counts", "5,3", "--depths", "1:3,2:4", "-D", "4"]),
+    (
+        "values",
+        "schedule -D with --depths",
+        lambda f: ["schedule", "--counts", "5,3", "--depths", "1:3,2:4", "-D", "4"],
+    ),
     ("values", "record mode unknown", lambda f: ["trace", "record", "--mode", "both", "--out", f.path("t.json")]),
     ("values", "record seed -1", lambda f: ["trace", "record", "--seed", "-1", "--out", f.path("t.json")]),
     # values that cannot work: limits stated
     ("values", "repetition penalty overflowing float32", lambda f: [*CHECK, "--repetition-penalty", "1e300"]),
     ("values", "repetition penalty vanishing in float32", lambda f: [*CHECK, "--repetition-penalty", "1e-300"]),
     ("values", "one-token bad words mask every token", lambda f: [*CHECK, "--bad-words", ALL_TOKENS.replace(",", "/")]),
-    ("values", "bad words and banned tokens mask every token",
-     lambda f: [*CHECK, "--banned-tokens", ",".join(map(str, range(32))), "--bad-words",
-                "/".join(map(str, range(32, 64)))]),
+    (
+        "values",
+        "bad words and banned tokens mask every token",
+        lambda f: [
+            *CHECK,
+            "--banned-tokens",
+            ",".join(map(str, range(32))),
+            "--bad-words",
+            "/".join(map(str, range(32, 64))),
+        ],
+    ),
     ("values", "min-tokens masking every token", lambda f: [*CHECK, "--stop-tokens", ALL_TOKENS, "--min-tokens", "2"]),
-    ("values", "record repetition penalty 1e300",
-     lambda f: ["trace", "record", "--repetition-penalty", "1e300", "--out", f.path("t.json")]),
+    (
+        "values",
+        "record repetition penalty 1e300",
+        lambda f: ["trace", "record", "--repetition-penalty", "1e300", "--out", f.path("t.json")],
+    ),
     ("plugin", "timeout beyond the clock", lambda f: ["check", "--backend", "torch-cpu", "--timeout", "1e300"]),
     ("plugin", "timeout past 1e6 s", lambda f: ["check", "--backend", "torch-cpu", "--timeout", "2e6"]),
-    ("plugin", "record timeout beyond the clock",
-     lambda f: ["trace", "record", "--backend", "torch-cpu", "--timeout", "1e300", "--out", f.path("t.json")]),
+    (
+        "plugin",
+        "record timeout beyond the clock",
+        lambda f: ["trace", "record", "--backend", "torch-cpu", "--timeout", "1e300", "--out", f.path("t.json")],
+    ),
     # ---- options that would do nothing: refused, never dropped ----
     ("dropped", "policy fixed with temperature 0", lambda f: [*CHECK, "--policy", "fixed", "--temperature", "0"]),
     ("dropped", "top-k with temperature 0", lambda f: [*CHECK, "--top-k", "5", "--temperature", "0"]),
     ("dropped", "min-p with temperature 0", lambda f: [*CHECK, "--min-p", "0.1", "--temperature", "0"]),
     ("dropped", "top-k keeping the whole vocabulary", lambda f: [*CHECK, "--top-k", "64"]),
     ("dropped", "min-tokens without stop tokens", lambda f: [*CHECK, "--min-tokens", "2"]),
-    ("dropped", "record policy fixed with temperature 0",
-     lambda f: ["trace", "record", "--policy", "fixed", "--temperature", "0", "--out", f.path("t.json")]),
-    ("dropped", "record timeout without backend", lambda f: ["trace", "record", "--timeout", "5", "--out", f.path("t.json")]),
-    ("dropped", "record threads without backend", lambda f: ["trace", "record", "--threads", "1", "--out", f.path("t.json")]),
-    ("dropped", "record timeout with the reference backend",
-     lambda f: ["trace", "record", "--backend", "reference", "--timeout", "5", "--out", f.path("t.json")]),
-    ("dropped", "bench rounds min-tokens", lambda f: ["bench", "rounds", "--device", "cpu", "--preset", "tiny",
-                                                      "--min-tokens", "2"]),
-    ("dropped", "bench sweep top-k with greedy requests",
-     lambda f: ["bench", "sweep", "--device", "cpu", "--preset", "tiny", "--top-k", "5"]),
+    (
+        "dropped",
+        "record policy fixed with temperature 0",
+        lambda f: ["trace", "record", "--policy", "fixed", "--temperature", "0", "--out", f.path("t.json")],
+    ),
+    (
+        "dropped",
+        "record timeout without backend",
+        lambda f: ["trace", "record", "--timeout", "5", "--out", f.path("t.json")],
+    ),
+    (
+        "dropped",
+        "record threads without backend",
+        lambda f: ["trace", "record", "--threads", "1", "--out", f.path("t.json")],
+    ),
+    (
+        "dropped",
+        "record timeout with the reference backend",
+        lambda f: ["trace", "record", "--backend", "reference", "--timeout", "5", "--out", f.path("t.json")],
+    ),
+    (
+        "dropped",
+        "bench rounds min-tokens",
+        lambda f: ["bench", "rounds", "--device", "cpu", "--preset", "tiny", "--min-tokens", "2"],
+    ),
+    (
+        "dropped",
+        "bench sweep top-k with greedy requests",
+        lambda f: ["bench", "sweep", "--device", "cpu", "--preset", "tiny", "--top-k", "5"],
+    ),
     # ---- usage: commands and options ----
     ("usage", "unknown command", lambda f: ["frobnicate"]),
     ("usage", "no command", lambda f: ["--"]),
@@ -235,43 +291,106 @@ CATALOGUE = [
     ("usage", "newline in a path", lambda f: ["check", "--checkpoint", "a\nb"]),
     ("usage", "checkpoint with preset", lambda f: ["check", "--checkpoint", str(f.good_ckpt), "--preset", "tiny"]),
     ("plugin", "empty backend name", lambda f: ["check", "--backend", ""]),
-    ("plugin", "module with a syntax error",
-     lambda f: ["check", "--backend", f.module("plug_syntax", "def make_backend(:\n    pass\n") + ":make_backend"]),
-    ("plugin", "module raising at import",
-     lambda f: ["check", "--backend", f.module("plug_import", "raise RuntimeError('boom at import')\n") + ":make"]),
+    (
+        "plugin",
+        "module with a syntax error",
+        lambda f: ["check", "--backend", f.module("plug_syntax", "def make_backend(:\n    pass\n") + ":make_backend"],
+    ),
+    (
+        "plugin",
+        "module raising at import",
+        lambda f: ["check", "--backend", f.module("plug_import", "raise RuntimeError('boom at import')\n") + ":make"],
+    ),
     ("plugin", "factory missing", lambda f: ["check", "--backend", f.module("plug_empty", "") + ":make_backend"]),
-    ("plugin", "factory raising (before the 1.4B model is built)",
-     lambda f: ["check", "--preset", "ouro-1.4b", "--allow-large", "--counts", "1", "--rounds", "1", "--backend",
-                f.module("plug_factory", "def make():\n    raise RuntimeError('no device')\n") + ":make"]),
-    ("plugin", "factory calling sys.exit(0)",
-     lambda f: ["check", "--backend", f.module("plug_exit0", "import sys\ndef make():\n    sys.exit(0)\n") + ":make"]),
-    ("plugin", "module calling sys.exit(0) at import",
-     lambda f: ["check", "--backend", f.module("plug_exit_import", "import sys\nsys.exit(0)\n") + ":make"]),
+    (
+        "plugin",
+        "factory raising (before the 1.4B model is built)",
+        lambda f: [
+            "check",
+            "--preset",
+            "ouro-1.4b",
+            "--allow-large",
+            "--counts",
+            "1",
+            "--rounds",
+            "1",
+            "--backend",
+            f.module("plug_factory", "def make():\n    raise RuntimeError('no device')\n") + ":make",
+        ],
+    ),
+    (
+        "plugin",
+        "factory calling sys.exit(0)",
+        lambda f: [
+            "check",
+            "--backend",
+            f.module("plug_exit0", "import sys\ndef make():\n    sys.exit(0)\n") + ":make",
+        ],
+    ),
+    (
+        "plugin",
+        "module calling sys.exit(0) at import",
+        lambda f: ["check", "--backend", f.module("plug_exit_import", "import sys\nsys.exit(0)\n") + ":make"],
+    ),
     ("plugin", "--reference without --backend", lambda f: ["check", "--reference", "jax"]),
-    ("plugin", "--reference with the reference backend", lambda f: ["check", "--backend", "reference", "--reference", "jax"]),
-    ("plugin", "judge of lower precision than float32",
-     lambda f: ["check", "--backend", "torch-cpu", "--reference", "torch-cpu-bf16"]),
+    (
+        "plugin",
+        "--reference with the reference backend",
+        lambda f: ["check", "--backend", "reference", "--reference", "jax"],
+    ),
+    (
+        "plugin",
+        "judge of lower precision than float32",
+        lambda f: ["check", "--backend", "torch-cpu", "--reference", "torch-cpu-bf16"],
+    ),
     ("plugin", "timeout zero", lambda f: ["check", "--backend", "torch-cpu", "--timeout", "0"]),
     ("plugin", "threads zero", lambda f: ["check", "--backend", "torch-cpu", "--threads", "0"]),
-    ("plugin", "record with a backend that cannot load", lambda f: ["trace", "record", "--backend", "nomodule:make",
-                                                                     "--out", f.path("t.json")]),
+    (
+        "plugin",
+        "record with a backend that cannot load",
+        lambda f: ["trace", "record", "--backend", "nomodule:make", "--out", f.path("t.json")],
+    ),
     ("environment", "ORACLE_BACKEND ignored by check", lambda f: (CHECK, {"ORACLE_BACKEND": "torch-cpu"})),
     ("environment", "LOOPSPEC_GEMV not 0/1", lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV": "yes"})),
-    ("environment", "LOOPSPEC_COMPILE_DYNAMIC unknown",
-     lambda f: (["bench", "rounds"], {"LOOPSPEC_COMPILE_DYNAMIC": "some"})),
+    (
+        "environment",
+        "LOOPSPEC_COMPILE_DYNAMIC unknown",
+        lambda f: (["bench", "rounds"], {"LOOPSPEC_COMPILE_DYNAMIC": "some"}),
+    ),
     ("environment", "LOOPSPEC_PDL not 0/1", lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_PDL": "on"})),
-    ("environment", "LOOPSPEC_GEMV_MAX_ROWS above 16",
-     lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_MAX_ROWS": "17"})),
-    ("environment", "LOOPSPEC_GEMV_CONFIG missing",
-     lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_CONFIG": f.path("none.json")})),
-    ("environment", "LOOPSPEC_GEMV_CONFIG tiles not integers",
-     lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_CONFIG": f.text("gs.json", {"one_row": [64, "x", 4]})})),
-    ("environment", "LOOPSPEC_GEMV_CONFIG tiles floats",
-     lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV_CONFIG": f.text("gf.json", {"one_row": [64.0, 128, 4]})})),
-    ("environment", "LOOPSPEC_GEMV_CONFIG tile zero",
-     lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV_CONFIG": f.text("gz.json", {"one_row": [0, 128, 4]})})),
-    ("environment", "LOOPSPEC_GEMV_CONFIG not JSON",
-     lambda f: (["bench", "sweep"], {"LOOPSPEC_GEMV_CONFIG": f.text("g.json", "{")})),
+    (
+        "environment",
+        "LOOPSPEC_GEMV_MAX_ROWS above 16",
+        lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_MAX_ROWS": "17"}),
+    ),
+    (
+        "environment",
+        "LOOPSPEC_GEMV_CONFIG missing",
+        lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_CONFIG": f.path("none.json")}),
+    ),
+    (
+        "environment",
+        "LOOPSPEC_GEMV_CONFIG tiles not integers",
+        lambda f: (
+            ["check", "--backend", "torch-cpu"],
+            {"LOOPSPEC_GEMV_CONFIG": f.text("gs.json", {"one_row": [64, "x", 4]})},
+        ),
+    ),
+    (
+        "environment",
+        "LOOPSPEC_GEMV_CONFIG tiles floats",
+        lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV_CONFIG": f.text("gf.json", {"one_row": [64.0, 128, 4]})}),
+    ),
+    (
+        "environment",
+        "LOOPSPEC_GEMV_CONFIG tile zero",
+        lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV_CONFIG": f.text("gz.json", {"one_row": [0, 128, 4]})}),
+    ),
+    (
+        "environment",
+        "LOOPSPEC_GEMV_CONFIG not JSON",
+        lambda f: (["bench", "sweep"], {"LOOPSPEC_GEMV_CONFIG": f.text("g.json", "{")}),
+    ),
     # ---- limits instead of hangs ----
     ("limits", "check one huge count", lambda f: ["check", "--counts", "100000"]),
     ("limits", "check too many requests", lambda f: ["check", "--counts", ",".join(["1"] * 1000)]),
@@ -291,41 +410,148 @@ CATALOGUE = [
     # ---- checkpoint folders and files ----
     ("checkpoint", "missing folder", lambda f: ["check", "--checkpoint", f.path("nowhere"), "--rounds", "1"]),
     ("checkpoint", "a file, not a folder", lambda f: ["check", "--checkpoint", f.text("afile", "x"), "--rounds", "1"]),
-    ("checkpoint", "no config.json", lambda f: ["check", "--checkpoint", f.ckpt("nc", lambda d: (d / "config.json").unlink())]),
-    ("checkpoint", "config not JSON", lambda f: ["check", "--checkpoint", f.ckpt("cj", lambda d: (d / "config.json").write_text("{oops"))]),
-    ("checkpoint", "config a list", lambda f: ["check", "--checkpoint", f.ckpt("cl", lambda d: (d / "config.json").write_text("[1]"))]),
-    ("checkpoint", "config missing key", lambda f: ["check", "--checkpoint", f.config("ck", lambda c: c.pop("hidden_size"))]),
-    ("checkpoint", "config zero heads", lambda f: ["check", "--checkpoint", f.config("ch", lambda c: c.update(num_attention_heads=0))]),
-    ("checkpoint", "config string size", lambda f: ["check", "--checkpoint", f.config("cs", lambda c: c.update(vocab_size="64"))]),
-    ("checkpoint", "config tied embeddings", lambda f: ["check", "--checkpoint", f.config("ct", lambda c: c.update(tie_word_embeddings=True))]),
-    ("checkpoint", "no weights file", lambda f: ["check", "--checkpoint", f.ckpt("nw", lambda d: (d / "model.safetensors").unlink())]),
-    ("checkpoint", "truncated safetensors", lambda f: ["check", "--checkpoint", f.ckpt("tr", _truncate), "--rounds", "1"]),
+    (
+        "checkpoint",
+        "no config.json",
+        lambda f: ["check", "--checkpoint", f.ckpt("nc", lambda d: (d / "config.json").unlink())],
+    ),
+    (
+        "checkpoint",
+        "config not JSON",
+        lambda f: ["check", "--checkpoint", f.ckpt("cj", lambda d: (d / "config.json").write_text("{oops"))],
+    ),
+    (
+        "checkpoint",
+        "config a list",
+        lambda f: ["check", "--checkpoint", f.ckpt("cl", lambda d: (d / "config.json").write_text("[1]"))],
+    ),
+    (
+        "checkpoint",
+        "config missing key",
+        lambda f: ["check", "--checkpoint", f.config("ck", lambda c: c.pop("hidden_size"))],
+    ),
+    (
+        "checkpoint",
+        "config zero heads",
+        lambda f: ["check", "--checkpoint", f.config("ch", lambda c: c.update(num_attention_heads=0))],
+    ),
+    (
+        "checkpoint",
+        "config string size",
+        lambda f: ["check", "--checkpoint", f.config("cs", lambda c: c.update(vocab_size="64"))],
+    ),
+    (
+        "checkpoint",
+        "config tied embeddings",
+        lambda f: ["check", "--checkpoint", f.config("ct", lambda c: c.update(tie_word_embeddings=True))],
+    ),
+    (
+        "checkpoint",
+        "no weights file",
+        lambda f: ["check", "--checkpoint", f.ckpt("nw", lambda d: (d / "model.safetensors").unlink())],
+    ),
+    (
+        "checkpoint",
+        "truncated safetensors",
+        lambda f: ["check", "--checkpoint", f.ckpt("tr", _truncate), "--rounds", "1"],
+    ),
     ("checkpoint", "garbage safetensors", lambda f: ["model", "--checkpoint", f.ckpt("gb", _garbage), "--tokens", "1"]),
     ("checkpoint", "index not JSON", lambda f: ["check", "--checkpoint", f.ckpt("ij", _index("{bad"))]),
     ("checkpoint", "index a list", lambda f: ["check", "--checkpoint", f.ckpt("il", _index([]))]),
-    ("checkpoint", "index without weight_map", lambda f: ["check", "--checkpoint", f.ckpt("iw", _index({"metadata": {}}))]),
-    ("checkpoint", "index names a missing shard",
-     lambda f: ["check", "--checkpoint", f.ckpt("im", _index({"weight_map": {"lm_head.weight": "gone.safetensors"}}))]),
-    ("checkpoint", "index path outside folder",
-     lambda f: ["check", "--checkpoint", f.ckpt("io", _index({"weight_map": {"lm_head.weight": "../x.safetensors"}}))]),
-    ("checkpoint", "int64 tensors", lambda f: ["model", "--checkpoint", f.tensors(
-        "i64", lambda w: w.update({k: v.astype(np.int64) for k, v in w.items()})), "--tokens", "1"]),
-    ("checkpoint", "missing tensor", lambda f: ["model", "--checkpoint", f.tensors(
-        "mt", lambda w: w.pop("lm_head.weight")), "--tokens", "1"]),
-    ("checkpoint", "misshaped tensor", lambda f: ["model", "--checkpoint", f.tensors(
-        "ms", lambda w: w.update({"model.norm.weight": np.ones(3, np.float32)})), "--tokens", "1"]),
-    ("checkpoint", "NaN tensor", lambda f: ["model", "--checkpoint", f.tensors(
-        "nan", lambda w: w["model.norm.weight"].__setitem__(0, np.nan)), "--tokens", "1"]),
-    ("checkpoint", "a tensor in two shards with different values",
-     lambda f: ["model", "--checkpoint", f.shards("dup"), "--tokens", "1"]),
+    (
+        "checkpoint",
+        "index without weight_map",
+        lambda f: ["check", "--checkpoint", f.ckpt("iw", _index({"metadata": {}}))],
+    ),
+    (
+        "checkpoint",
+        "index names a missing shard",
+        lambda f: [
+            "check",
+            "--checkpoint",
+            f.ckpt("im", _index({"weight_map": {"lm_head.weight": "gone.safetensors"}})),
+        ],
+    ),
+    (
+        "checkpoint",
+        "index path outside folder",
+        lambda f: [
+            "check",
+            "--checkpoint",
+            f.ckpt("io", _index({"weight_map": {"lm_head.weight": "../x.safetensors"}})),
+        ],
+    ),
+    (
+        "checkpoint",
+        "int64 tensors",
+        lambda f: [
+            "model",
+            "--checkpoint",
+            f.tensors("i64", lambda w: w.update({k: v.astype(np.int64) for k, v in w.items()})),
+            "--tokens",
+            "1",
+        ],
+    ),
+    (
+        "checkpoint",
+        "missing tensor",
+        lambda f: ["model", "--checkpoint", f.tensors("mt", lambda w: w.pop("lm_head.weight")), "--tokens", "1"],
+    ),
+    (
+        "checkpoint",
+        "misshaped tensor",
+        lambda f: [
+            "model",
+            "--checkpoint",
+            f.tensors("ms", lambda w: w.update({"model.norm.weight": np.ones(3, np.float32)})),
+            "--tokens",
+            "1",
+        ],
+    ),
+    (
+        "checkpoint",
+        "NaN tensor",
+        lambda f: [
+            "model",
+            "--checkpoint",
+            f.tensors("nan", lambda w: w["model.norm.weight"].__setitem__(0, np.nan)),
+            "--tokens",
+            "1",
+        ],
+    ),
+    (
+        "checkpoint",
+        "a tensor in two shards with different values",
+        lambda f: ["model", "--checkpoint", f.shards("dup"), "--tokens", "1"],
+    ),
     # ---- model command ----
     ("model", "loops zero", lambda f: ["model", "--preset", "tiny", "--tokens", "1,2", "--loops", "0"]),
-    ("model", "save onto an existing file", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", f.text("exists", "x")]),
-    ("model", "save onto a checkpoint", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", str(f.good_ckpt)]),
-    ("model", "save into a missing folder", lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", f.path("a/b/c")]),
-    ("model", "save with checkpoint", lambda f: ["model", "--checkpoint", str(f.good_ckpt), "--tokens", "1", "--save", f.path("s")]),
+    (
+        "model",
+        "save onto an existing file",
+        lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", f.text("exists", "x")],
+    ),
+    (
+        "model",
+        "save onto a checkpoint",
+        lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", str(f.good_ckpt)],
+    ),
+    (
+        "model",
+        "save into a missing folder",
+        lambda f: ["model", "--preset", "tiny", "--tokens", "1", "--save", f.path("a/b/c")],
+    ),
+    (
+        "model",
+        "save with checkpoint",
+        lambda f: ["model", "--checkpoint", str(f.good_ckpt), "--tokens", "1", "--save", f.path("s")],
+    ),
     ("model", "neither preset nor checkpoint", lambda f: ["model", "--tokens", "1"]),
-    ("model", "both preset and checkpoint", lambda f: ["model", "--preset", "tiny", "--checkpoint", str(f.good_ckpt), "--tokens", "1"]),
+    (
+        "model",
+        "both preset and checkpoint",
+        lambda f: ["model", "--preset", "tiny", "--checkpoint", str(f.good_ckpt), "--tokens", "1"],
+    ),
     ("model", "token outside vocabulary", lambda f: ["model", "--preset", "tiny", "--tokens", "1,999"]),
     ("model", "negative token", lambda f: ["model", "--preset", "tiny", "--tokens", "-1"]),
     ("model", "tokens empty item", lambda f: ["model", "--preset", "tiny", "--tokens", "1,,2"]),
@@ -334,63 +560,229 @@ CATALOGUE = [
     ("trace", "diff a directory", lambda f: ["trace", "diff", str(f.root), str(f.good_trace)]),
     ("trace", "diff not JSON", lambda f: ["trace", "diff", f.text("bad.json", "{x"), str(f.good_trace)]),
     ("trace", "diff JSON list", lambda f: ["trace", "diff", f.text("list.json", []), str(f.good_trace)]),
-    ("trace", "diff no rounds", lambda f: ["trace", "diff", f.trace("nr.json", lambda j: j.pop("rounds")), str(f.good_trace)]),
-    ("trace", "diff zero rounds", lambda f: ["trace", "diff", f.trace("z1.json", lambda j: j.update(rounds=[])),
-                                             f.trace("z2.json", lambda j: j.update(rounds=[]))]),
-    ("trace", "diff old format", lambda f: ["trace", "diff", f.trace("v1.json", lambda j: j.update(format="loopspec-trace/1")), str(f.good_trace)]),
-    ("trace", "diff no sha256", lambda f: ["trace", "diff", f.trace("ns.json", lambda j: j.pop("npz")), str(f.good_trace)]),
+    (
+        "trace",
+        "diff no rounds",
+        lambda f: ["trace", "diff", f.trace("nr.json", lambda j: j.pop("rounds")), str(f.good_trace)],
+    ),
+    (
+        "trace",
+        "diff zero rounds",
+        lambda f: [
+            "trace",
+            "diff",
+            f.trace("z1.json", lambda j: j.update(rounds=[])),
+            f.trace("z2.json", lambda j: j.update(rounds=[])),
+        ],
+    ),
+    (
+        "trace",
+        "diff old format",
+        lambda f: [
+            "trace",
+            "diff",
+            f.trace("v1.json", lambda j: j.update(format="loopspec-trace/1")),
+            str(f.good_trace),
+        ],
+    ),
+    (
+        "trace",
+        "diff no sha256",
+        lambda f: ["trace", "diff", f.trace("ns.json", lambda j: j.pop("npz")), str(f.good_trace)],
+    ),
     ("trace", "diff missing NPZ", lambda f: ["trace", "diff", str(f.good_trace), f.trace_without_npz("mn.json")]),
-    ("trace", "diff another trace's NPZ", lambda f: ["trace", "diff", str(f.good_trace),
-                                                     f.trace("other.json", npz=np.random.default_rng(1).bytes(64), keep_sha=True)]),
+    (
+        "trace",
+        "diff another trace's NPZ",
+        lambda f: [
+            "trace",
+            "diff",
+            str(f.good_trace),
+            f.trace("other.json", npz=np.random.default_rng(1).bytes(64), keep_sha=True),
+        ],
+    ),
     ("trace", "diff garbage NPZ", lambda f: ["trace", "diff", str(f.good_trace), f.trace("gn.json", npz=b"not a zip")]),
-    ("trace", "diff round missing key", lambda f: ["trace", "diff", str(f.good_trace), f.trace("rk.json", lambda j: j["rounds"][0].pop("kv_writes"))]),
-    ("trace", "diff round wrong type", lambda f: ["trace", "diff", str(f.good_trace), f.trace("rt.json", lambda j: j["rounds"][0].update(calls="x"))]),
-    ("trace", "diff round not an object", lambda f: ["trace", "diff", str(f.good_trace), f.trace("ro.json", lambda j: j.update(rounds=[1]))]),
-    ("trace", "diff NPZ rows differ from JSON", lambda f: ["trace", "diff", str(f.good_trace), f.trace("rows.json", _npz_rows)]),
-    ("trace", "diff unknown tolerance", lambda f: ["trace", "diff", str(f.good_trace), str(f.good_trace), "--tolerance", "int8"]),
-    ("trace", "diff depths d = D", lambda f: ["trace", "diff", str(f.good_trace), f.trace("d33.json", _round0(depths=[[0, [3, 3]]]))]),
-    ("trace", "diff depths negative", lambda f: ["trace", "diff", str(f.good_trace), f.trace("dn.json", _round0(depths=[[0, [-1, 4]]]))]),
-    ("trace", "diff file against itself with bad depths",
-     lambda f: ["trace", "diff", *[f.trace("self.json", _round0(depths=[[0, [3, 3]]]))] * 2]),
-    ("trace", "diff an extra request", lambda f: ["trace", "diff", str(f.good_trace), f.trace("xr.json", _round0(emitted=[[0, [1]], [1, [2]], [9, [3]]]))]),
-    ("trace", "diff committed not a prefix of emitted", lambda f: ["trace", "diff", str(f.good_trace), f.trace("cp.json", _committed_not_prefix)]),
-    ("trace", "diff unknown finish reason", lambda f: ["trace", "diff", str(f.good_trace), f.trace("fr.json", _round0(finished=[[0, "exploded"]]))]),
-    ("trace", "diff no meta", lambda f: ["trace", "diff", str(f.good_trace), f.trace("nm.json", lambda j: j.pop("meta"))]),
-    ("trace", "diff recorded tolerance row unknown",
-     lambda f: ["trace", "diff", str(f.good_trace), f.trace("tr.json", lambda j: j["meta"].update(tolerance_row="int4"))]),
-    ("trace", "diff another schema version", lambda f: ["trace", "diff", str(f.good_trace),
-                                                        f.trace("s2.json", lambda j: j.update(schema_version=2))]),
-    ("trace", "diff schema version a string", lambda f: ["trace", "diff", str(f.good_trace),
-                                                         f.trace("s3.json", lambda j: j.update(schema_version="3"))]),
-    ("trace", "diff no schema version", lambda f: ["trace", "diff", f.trace("s0.json", lambda j: j.pop("schema_version")),
-                                                   str(f.good_trace)]),
-    ("trace", "diff no model", lambda f: ["trace", "diff", str(f.good_trace), f.trace("nmo.json", lambda j: j.pop("model"))]),
-    ("trace", "diff model config not a config",
-     lambda f: ["trace", "diff", str(f.good_trace), f.trace("mc.json", lambda j: j["model"]["config"].update(hidden_size=0))]),
-    ("trace", "diff no params", lambda f: ["trace", "diff", str(f.good_trace), f.trace("np.json", lambda j: j.pop("params"))]),
-    ("trace", "diff another preset", lambda f: ["trace", "diff", str(f.good_trace), f.other_trace("small.json", "--preset", "small")]),
-    ("trace", "diff another seed", lambda f: ["trace", "diff", str(f.good_trace), f.other_trace("seed1.json", "--seed", "1")]),
-    ("trace", "diff another temperature",
-     lambda f: ["trace", "diff", str(f.good_trace), f.other_trace("t05.json", "--temperature", "0.5")]),
-    ("trace", "diff logit bias outside the vocabulary",
-     lambda f: ["trace", "diff", *[f.trace("lb.json", _params(logit_bias=[[99, 1.0]]))] * 2]),
-    ("trace", "diff bad word outside the vocabulary",
-     lambda f: ["trace", "diff", str(f.good_trace), f.trace("bw.json", _params(bad_words=[[3, 640]]))]),
-    ("trace", "diff bias out of range", lambda f: ["trace", "diff", str(f.good_trace), f.trace("lb2.json", _params(logit_bias=[[5, 1e9]]))]),
-    ("trace", "diff repetition penalty overflowing float32",
-     lambda f: ["trace", "diff", str(f.good_trace), f.trace("rp.json", _params(repetition_penalty=1e300))]),
-    ("trace", "diff unknown sampling parameter", lambda f: ["trace", "diff", str(f.good_trace), f.trace("up.json", _params(heat=2))]),
+    (
+        "trace",
+        "diff round missing key",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("rk.json", lambda j: j["rounds"][0].pop("kv_writes"))],
+    ),
+    (
+        "trace",
+        "diff round wrong type",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("rt.json", lambda j: j["rounds"][0].update(calls="x"))],
+    ),
+    (
+        "trace",
+        "diff round not an object",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("ro.json", lambda j: j.update(rounds=[1]))],
+    ),
+    (
+        "trace",
+        "diff NPZ rows differ from JSON",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("rows.json", _npz_rows)],
+    ),
+    (
+        "trace",
+        "diff unknown tolerance",
+        lambda f: ["trace", "diff", str(f.good_trace), str(f.good_trace), "--tolerance", "int8"],
+    ),
+    (
+        "trace",
+        "diff depths d = D",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("d33.json", _round0(depths=[[0, [3, 3]]]))],
+    ),
+    (
+        "trace",
+        "diff depths negative",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("dn.json", _round0(depths=[[0, [-1, 4]]]))],
+    ),
+    (
+        "trace",
+        "diff file against itself with bad depths",
+        lambda f: ["trace", "diff", *[f.trace("self.json", _round0(depths=[[0, [3, 3]]]))] * 2],
+    ),
+    (
+        "trace",
+        "diff an extra request",
+        lambda f: [
+            "trace",
+            "diff",
+            str(f.good_trace),
+            f.trace("xr.json", _round0(emitted=[[0, [1]], [1, [2]], [9, [3]]])),
+        ],
+    ),
+    (
+        "trace",
+        "diff committed not a prefix of emitted",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("cp.json", _committed_not_prefix)],
+    ),
+    (
+        "trace",
+        "diff unknown finish reason",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("fr.json", _round0(finished=[[0, "exploded"]]))],
+    ),
+    (
+        "trace",
+        "diff no meta",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("nm.json", lambda j: j.pop("meta"))],
+    ),
+    (
+        "trace",
+        "diff recorded tolerance row unknown",
+        lambda f: [
+            "trace",
+            "diff",
+            str(f.good_trace),
+            f.trace("tr.json", lambda j: j["meta"].update(tolerance_row="int4")),
+        ],
+    ),
+    (
+        "trace",
+        "diff another schema version",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("s2.json", lambda j: j.update(schema_version=2))],
+    ),
+    (
+        "trace",
+        "diff schema version a string",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("s3.json", lambda j: j.update(schema_version="3"))],
+    ),
+    (
+        "trace",
+        "diff no schema version",
+        lambda f: ["trace", "diff", f.trace("s0.json", lambda j: j.pop("schema_version")), str(f.good_trace)],
+    ),
+    (
+        "trace",
+        "diff no model",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("nmo.json", lambda j: j.pop("model"))],
+    ),
+    (
+        "trace",
+        "diff model config not a config",
+        lambda f: [
+            "trace",
+            "diff",
+            str(f.good_trace),
+            f.trace("mc.json", lambda j: j["model"]["config"].update(hidden_size=0)),
+        ],
+    ),
+    (
+        "trace",
+        "diff no params",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("np.json", lambda j: j.pop("params"))],
+    ),
+    (
+        "trace",
+        "diff another preset",
+        lambda f: ["trace", "diff", str(f.good_trace), f.other_trace("small.json", "--preset", "small")],
+    ),
+    (
+        "trace",
+        "diff another seed",
+        lambda f: ["trace", "diff", str(f.good_trace), f.other_trace("seed1.json", "--seed", "1")],
+    ),
+    (
+        "trace",
+        "diff another temperature",
+        lambda f: ["trace", "diff", str(f.good_trace), f.other_trace("t05.json", "--temperature", "0.5")],
+    ),
+    (
+        "trace",
+        "diff logit bias outside the vocabulary",
+        lambda f: ["trace", "diff", *[f.trace("lb.json", _params(logit_bias=[[99, 1.0]]))] * 2],
+    ),
+    (
+        "trace",
+        "diff bad word outside the vocabulary",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("bw.json", _params(bad_words=[[3, 640]]))],
+    ),
+    (
+        "trace",
+        "diff bias out of range",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("lb2.json", _params(logit_bias=[[5, 1e9]]))],
+    ),
+    (
+        "trace",
+        "diff repetition penalty overflowing float32",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("rp.json", _params(repetition_penalty=1e300))],
+    ),
+    (
+        "trace",
+        "diff unknown sampling parameter",
+        lambda f: ["trace", "diff", str(f.good_trace), f.trace("up.json", _params(heat=2))],
+    ),
     ("trace", "record out is a directory", lambda f: ["trace", "record", "--rounds", "1", "--out", str(f.root)]),
-    ("trace", "record out in a missing folder", lambda f: ["trace", "record", "--rounds", "1", "--out", f.path("no/dir/t.json")]),
+    (
+        "trace",
+        "record out in a missing folder",
+        lambda f: ["trace", "record", "--rounds", "1", "--out", f.path("no/dir/t.json")],
+    ),
     ("trace", "record without out", lambda f: ["trace", "record", "--rounds", "1"]),
     # ---- cost and c-tables ----
     ("cost", "k negative", lambda f: ["cost", "--k", "-1"]),
     ("cost", "-d with --depths", lambda f: ["cost", "--counts", "5,3", "--depths", "1:3,2:4", "-d", "1"]),
-    ("cost", "--gpu with --ctable", lambda f: ["cost", "--gpu", "h200", "--ctable", f.text("g.json", {"c_ms": {"1": 1}})]),
-    ("cost", "ctable marked noisy by the bench",
-     lambda f: ["cost", "--batch", "1", "--ctable", f.text("nz.json", {"c_ms": {"1": 1, "2": 1.1, "5": 1.2}, "noisy": "spread 0.4"})]),
-    ("cost", "ctable c(M) drops by more than 25%",
-     lambda f: ["cost", "--batch", "1", "--ctable", f.text("dr.json", {"c_ms": {"1": 1, "2": 144, "5": 1.2}})]),
+    (
+        "cost",
+        "--gpu with --ctable",
+        lambda f: ["cost", "--gpu", "h200", "--ctable", f.text("g.json", {"c_ms": {"1": 1}})],
+    ),
+    (
+        "cost",
+        "ctable marked noisy by the bench",
+        lambda f: [
+            "cost",
+            "--batch",
+            "1",
+            "--ctable",
+            f.text("nz.json", {"c_ms": {"1": 1, "2": 1.1, "5": 1.2}, "noisy": "spread 0.4"}),
+        ],
+    ),
+    (
+        "cost",
+        "ctable c(M) drops by more than 25%",
+        lambda f: ["cost", "--batch", "1", "--ctable", f.text("dr.json", {"c_ms": {"1": 1, "2": 144, "5": 1.2}})],
+    ),
     ("cost", "batch zero", lambda f: ["cost", "--batch", "0"]),
     ("cost", "batch empty item", lambda f: ["cost", "--batch", "4,,8"]),
     ("cost", "counts with k", lambda f: ["cost", "--counts", "3", "--k", "2"]),
@@ -400,15 +792,32 @@ CATALOGUE = [
     ("cost", "ctable without c_ms", lambda f: ["cost", "--ctable", f.text("ct2.json", {"ms": {}})]),
     ("cost", "ctable negative ms", lambda f: ["cost", "--ctable", f.text("ct3.json", {"c_ms": {"1": -1}})]),
     ("cost", "ctable row not integer", lambda f: ["cost", "--ctable", f.text("ct4.json", {"c_ms": {"x": 1}})]),
-    ("cost", "ctable shared at one row per plane",
-     lambda f: ["cost", "--ctable", f.text("ct5.json", {"c_ms": {"1": 1}, "c_ms_shared": {"1": {"1": 1}}})]),
-    ("cost", "ctable shared M not a multiple",
-     lambda f: ["cost", "--ctable", f.text("ct6.json", {"c_ms": {"1": 1}, "c_ms_shared": {"5": {"7": 1}}})]),
-    ("cost", "ctable shared not an object",
-     lambda f: ["cost", "--ctable", f.text("ct7.json", {"c_ms": {"1": 1}, "c_ms_shared": [1]})]),
-    ("cost", "ctable shared misses the rounds' rows per plane",     # K=4: 5 rows per plane, table up to 2
-     lambda f: ["cost", "--batch", "1", "--ctable", f.text("ct8.json", {"c_ms": {"1": 1, "2": 1.1, "5": 2},
-                                                                        "c_ms_shared": {"2": {"2": 1}}})]),
+    (
+        "cost",
+        "ctable shared at one row per plane",
+        lambda f: ["cost", "--ctable", f.text("ct5.json", {"c_ms": {"1": 1}, "c_ms_shared": {"1": {"1": 1}}})],
+    ),
+    (
+        "cost",
+        "ctable shared M not a multiple",
+        lambda f: ["cost", "--ctable", f.text("ct6.json", {"c_ms": {"1": 1}, "c_ms_shared": {"5": {"7": 1}}})],
+    ),
+    (
+        "cost",
+        "ctable shared not an object",
+        lambda f: ["cost", "--ctable", f.text("ct7.json", {"c_ms": {"1": 1}, "c_ms_shared": [1]})],
+    ),
+    (
+        "cost",
+        "ctable shared misses the rounds' rows per plane",  # K=4: 5 rows per plane, table up to 2
+        lambda f: [
+            "cost",
+            "--batch",
+            "1",
+            "--ctable",
+            f.text("ct8.json", {"c_ms": {"1": 1, "2": 1.1, "5": 2}, "c_ms_shared": {"2": {"2": 1}}}),
+        ],
+    ),
     # ---- bench (checked before torch does any work) ----
     ("bench", "device tpu", lambda f: ["bench", "c-table", "--device", "tpu"]),
     ("bench", "device cuda:x", lambda f: ["bench", "rounds", "--device", "cuda:x"]),
@@ -416,14 +825,26 @@ CATALOGUE = [
     ("bench", "c-table rows zero", lambda f: ["bench", "c-table", "--device", "cpu", "--rows", "0,4"]),
     ("bench", "c-table out a directory", lambda f: ["bench", "c-table", "--device", "cpu", "--out", str(f.root)]),
     ("bench", "context zero", lambda f: ["bench", "c-table", "--context", "0"]),
-    ("bench", "c-table rows per plane divides no row count",
-     lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "3", "--rows-per-plane", "2"]),
-    ("bench", "c-table rows per plane zero",
-     lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "3", "--rows-per-plane", "0"]),
-    ("bench", "c-table kv capacity below the context",
-     lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--context", "16", "--kv-capacity", "16"]),
-    ("bench", "c-table kv capacity past the limit",
-     lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--kv-capacity", "10000000"]),
+    (
+        "bench",
+        "c-table rows per plane divides no row count",
+        lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "3", "--rows-per-plane", "2"],
+    ),
+    (
+        "bench",
+        "c-table rows per plane zero",
+        lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "3", "--rows-per-plane", "0"],
+    ),
+    (
+        "bench",
+        "c-table kv capacity below the context",
+        lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--context", "16", "--kv-capacity", "16"],
+    ),
+    (
+        "bench",
+        "c-table kv capacity past the limit",
+        lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--kv-capacity", "10000000"],
+    ),
     ("bench", "preset unknown", lambda f: ["bench", "c-table", "--device", "cpu", "--preset", "ouro-70b"]),
     ("bench", "rounds repeats one", lambda f: ["bench", "rounds", "--repeats", "1"]),
     ("bench", "rounds batch zero", lambda f: ["bench", "rounds", "--device", "cpu", "--batch", "0"]),
@@ -437,6 +858,7 @@ CATALOGUE = [
 def fixtures(tmp_path_factory):
     from oracle.checkpoint import save_checkpoint
     from oracle.checkpoint import build_model
+
     root = tmp_path_factory.mktemp("good")
     m = build_model("tiny", 0)
     ckpt = save_checkpoint(root / "ckpt", m.cfg, m.weights)
@@ -457,7 +879,7 @@ def run_main(argv, env, capsys, monkeypatch):
 
 @pytest.mark.parametrize("family,name,make", CATALOGUE, ids=[f"{f}-{n}" for f, n, _ in CATALOGUE])
 def test_invalid_input_is_refused_in_one_line(family, name, make, fixtures, tmp_path, capsys, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))               # plug-in modules written by Files.module
+    monkeypatch.syspath_prepend(str(tmp_path))  # plug-in modules written by Files.module
     made = make(Files(tmp_path, *fixtures))
     argv, env = made if isinstance(made, tuple) else (made, None)
     rc, out, err = run_main(argv, env, capsys, monkeypatch)
@@ -471,15 +893,29 @@ def test_invalid_input_is_refused_in_one_line(family, name, make, fixtures, tmp_
 def test_catalogue_size_and_families():
     assert len(CATALOGUE) >= 70
     assert len({(f, n) for f, n, _ in CATALOGUE}) == len(CATALOGUE)
-    assert {f for f, _, _ in CATALOGUE} == {"values", "usage", "environment", "limits", "checkpoint", "model",
-                                                  "trace", "cost", "bench", "plugin", "dropped"}
+    assert {f for f, _, _ in CATALOGUE} == {
+        "values",
+        "usage",
+        "environment",
+        "limits",
+        "checkpoint",
+        "model",
+        "trace",
+        "cost",
+        "bench",
+        "plugin",
+        "dropped",
+    }
 
 
 # ---- accepted, with a warning on stderr ----
 
+
 def test_decreasing_ctable_is_used_with_a_warning(tmp_path, capsys, monkeypatch):
     table = tmp_path / "dip.json"
-    table.write_text(json.dumps({"c_ms": {str(m): 1.0 + 0.01 * m - (0.2 if m == 16 else 0) for m in (1, 2, 4, 8, 16, 20, 32)}}))
+    table.write_text(
+        json.dumps({"c_ms": {str(m): 1.0 + 0.01 * m - (0.2 if m == 16 else 0) for m in (1, 2, 4, 8, 16, 20, 32)}})
+    )
     rc, out, err = run_main(["cost", "--ctable", str(table), "--batch", "1,4"], None, capsys, monkeypatch)
     assert rc == 0 and "c(16)" in err and err.startswith("warning: ") and "ratio" in out
 
@@ -491,16 +927,22 @@ def test_D_beyond_trained_loops_is_warned(capsys, monkeypatch):
 
 def test_unknown_checkpoint_tensor_is_named(fixtures, tmp_path, capsys, monkeypatch):
     f = Files(tmp_path, *fixtures)
-    ck = f.tensors("extra", lambda w: w.update({"model.mystery.weight": np.ones(2, np.float32),
-                                                "model.rotary_emb.inv_freq": np.ones(2, np.float32)}))
+    ck = f.tensors(
+        "extra",
+        lambda w: w.update(
+            {"model.mystery.weight": np.ones(2, np.float32), "model.rotary_emb.inv_freq": np.ones(2, np.float32)}
+        ),
+    )
     rc, out, err = run_main(["model", "--checkpoint", ck, "--tokens", "1,2"], None, capsys, monkeypatch)
     assert rc == 0 and "model.mystery.weight" in err and "inv_freq" not in err
 
 
 def test_internal_error_is_one_line_with_a_saved_traceback(capsys, monkeypatch):
     import oracle.cli.cmd_schedule as cs
+
     def broken(args):
         raise RuntimeError("planner exploded")
+
     monkeypatch.setattr(cs, "run", broken)
     rc, out, err = run_main(["schedule", "--counts", "2"], None, capsys, monkeypatch)
     lines = err.strip().splitlines()
@@ -510,26 +952,45 @@ def test_internal_error_is_one_line_with_a_saved_traceback(capsys, monkeypatch):
     saved.unlink()
 
 
-
-
 def test_bench_rounds_D_beyond_trained_loops_is_warned(capsys, monkeypatch):
     import bench.cli as cb
-    monkeypatch.setattr(cb, "cmd_rounds", lambda args: 0)          # the warning comes before any work
-    rc, out, err = run_main(["bench", "rounds", "--device", "cpu", "--preset", "tiny", "-D", "6"], None, capsys, monkeypatch)
+
+    monkeypatch.setattr(cb, "cmd_rounds", lambda args: 0)  # the warning comes before any work
+    rc, out, err = run_main(
+        ["bench", "rounds", "--device", "cpu", "--preset", "tiny", "-D", "6"], None, capsys, monkeypatch
+    )
     assert rc == 0 and err.startswith("warning: -D 6 is beyond the 4 loops tiny was trained with")
 
 
 def _fake_ctable(spread):
     def measure(preset, rows, context, **kw):
-        return {"c_ms": {str(M): 1.0 + M for M in rows}, "spread": {str(M): spread for M in rows},
-                "path": {str(M): "torch" for M in rows}, "device": "cpu"}
+        return {
+            "c_ms": {str(M): 1.0 + M for M in rows},
+            "spread": {str(M): spread for M in rows},
+            "path": {str(M): "torch" for M in rows},
+            "device": "cpu",
+        }
+
     return measure
 
 
 def test_bench_ctable_beyond_the_noise_bound_is_refused_unless_forced(tmp_path, capsys, monkeypatch):
     import bench.calls as kb
+
     out_file = tmp_path / "ct.json"
-    argv = ["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "1,2", "--quiet", "--out", str(out_file)]
+    argv = [
+        "bench",
+        "c-table",
+        "--device",
+        "cpu",
+        "--preset",
+        "tiny",
+        "--rows",
+        "1,2",
+        "--quiet",
+        "--out",
+        str(out_file),
+    ]
     monkeypatch.setattr(kb, "measure_c_table", _fake_ctable(0.4))
     rc, out, err = run_main(argv, None, capsys, monkeypatch)
     assert rc == 2 and err.startswith("error: bench c-table: the repeats spread beyond the noise bound")
@@ -537,11 +998,15 @@ def test_bench_ctable_beyond_the_noise_bound_is_refused_unless_forced(tmp_path, 
     rc, out, err = run_main(argv + ["--force"], None, capsys, monkeypatch)
     table = json.loads(out_file.read_text())
     assert rc == 0 and table["noisy"].startswith("(q3-q1)/median 0.40 at M=1")
-    assert table["threads"] >= 1 and table["threads_from"] in ("option", "free cores", "OMP_NUM_THREADS",
-                                                               "hidden size 32 < 512")
+    assert table["threads"] >= 1 and table["threads_from"] in (
+        "option",
+        "free cores",
+        "OMP_NUM_THREADS",
+        "hidden size 32 < 512",
+    )
     rc, _, err = run_main(["cost", "--ctable", str(out_file), "--k", "0", "--batch", "1"], None, capsys, monkeypatch)
     assert rc == 2 and "marked it noisy" in err
-    printed = [a for a in argv if a not in ("--out", str(out_file))]      # the README's try: printed, flagged
+    printed = [a for a in argv if a not in ("--out", str(out_file))]  # the README's try: printed, flagged
     rc, out, err = run_main(printed, None, capsys, monkeypatch)
     assert rc == 0 and json.loads(out)["noisy"].startswith("(q3-q1)/median 0.40 at M=1")
     assert err.startswith("warning: bench c-table: the repeats spread beyond the noise bound")
@@ -553,17 +1018,18 @@ def test_bench_ctable_beyond_the_noise_bound_is_refused_unless_forced(tmp_path, 
 
 def test_threads_come_from_the_option_or_the_free_cores(monkeypatch):
     from oracle.cli import environment
+
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert environment.choose_threads(3) == (3, "option")
     monkeypatch.setattr(environment.os, "getloadavg", lambda: (1.4, 0.0, 0.0))
     monkeypatch.setattr(environment.os, "sched_getaffinity", lambda pid: {0, 1})
-    assert environment.choose_threads(None) == (1, "free cores")          # 2 cores, load 1.4
+    assert environment.choose_threads(None) == (1, "free cores")  # 2 cores, load 1.4
     monkeypatch.setattr(environment.os, "getloadavg", lambda: (5.0, 0.0, 0.0))
-    assert environment.free_cores() == 1                                  # never below one
+    assert environment.free_cores() == 1  # never below one
     assert environment.choose_threads(None, {"OMP_NUM_THREADS": "2"}) == (2, "OMP_NUM_THREADS")
     monkeypatch.setattr(environment.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert environment.choose_threads(None, {}, hidden=2048) == (2, "free cores")
-    assert environment.choose_threads(None, {}, hidden=32) == (1, "hidden size 32 < 512")   # threads only cost
+    assert environment.choose_threads(None, {}, hidden=32) == (1, "hidden size 32 < 512")  # threads only cost
     assert environment.choose_threads(4, {}, hidden=32) == (4, "option")
 
 
@@ -573,6 +1039,7 @@ def test_check_limits_blas_threads_too():
 
     class Args:
         threads = 1
+
     for n in (2, 1):
         Args.threads = n
         assert environment.set_threads(Args(), hidden=32) == {"threads": n, "threads_from": "option"}
@@ -582,13 +1049,18 @@ def test_check_limits_blas_threads_too():
 
 # ---- trace files know their model, schema and sampling parameters ----
 
-@pytest.mark.parametrize("options,field,a,b", [
-    (["--preset", "small"], "model.preset", "'tiny'", "'small'"),
-    (["--seed", "1"], "model.seed", "0", "1"),
-    (["--temperature", "0.5"], "params of request 0: temperature", "0.0", "0.5"),
-])
-def test_trace_diff_refuses_another_model_or_parameters_naming_the_field(options, field, a, b, fixtures, tmp_path,
-                                                                        capsys, monkeypatch):
+
+@pytest.mark.parametrize(
+    "options,field,a,b",
+    [
+        (["--preset", "small"], "model.preset", "'tiny'", "'small'"),
+        (["--seed", "1"], "model.seed", "0", "1"),
+        (["--temperature", "0.5"], "params of request 0: temperature", "0.0", "0.5"),
+    ],
+)
+def test_trace_diff_refuses_another_model_or_parameters_naming_the_field(
+    options, field, a, b, fixtures, tmp_path, capsys, monkeypatch
+):
     f = Files(tmp_path, *fixtures)
     other = f.other_trace("other.json", *options)
     for left, right, va, vb in ((str(f.good_trace), other, a, b), (other, str(f.good_trace), b, a)):
@@ -600,10 +1072,21 @@ def test_trace_diff_refuses_another_model_or_parameters_naming_the_field(options
 
 def test_trace_diff_names_the_schema_version(fixtures, tmp_path, capsys, monkeypatch):
     f = Files(tmp_path, *fixtures)
-    for version, words in ((2, "schema_version 2 is not supported (this oracle reads schema_version 3"),
-                           ("3", "schema_version '3' is not an integer")):
-        rc, _, err = run_main(["trace", "diff", str(f.good_trace), f.trace(f"v{version}.json", lambda j: j.update(
-            schema_version=version))], None, capsys, monkeypatch)
+    for version, words in (
+        (2, "schema_version 2 is not supported (this oracle reads schema_version 3"),
+        ("3", "schema_version '3' is not an integer"),
+    ):
+        rc, _, err = run_main(
+            [
+                "trace",
+                "diff",
+                str(f.good_trace),
+                f.trace(f"v{version}.json", lambda j: j.update(schema_version=version)),
+            ],
+            None,
+            capsys,
+            monkeypatch,
+        )
         assert rc == 2 and words in err, err
 
 
@@ -611,8 +1094,12 @@ def test_a_preset_and_its_saved_checkpoint_are_one_model(fixtures, tmp_path, cap
     """Identity is the weights' content: the tiny preset (seed 0) and the checkpoint saved from it diff."""
     ckpt, good = fixtures
     rec = str(tmp_path / "ck.json")
-    rc, _, _ = run_main(["trace", "record", "--checkpoint", str(ckpt), "--counts", "2,1", "--rounds", "2", "--out", rec],
-                        None, capsys, monkeypatch)
+    rc, _, _ = run_main(
+        ["trace", "record", "--checkpoint", str(ckpt), "--counts", "2,1", "--rounds", "2", "--out", rec],
+        None,
+        capsys,
+        monkeypatch,
+    )
     assert rc == 0 and json.loads(Path(rec).read_text())["model"]["checkpoint"] == str(Path(ckpt).resolve())
     rc, out, err = run_main(["trace", "diff", str(good), rec], None, capsys, monkeypatch)
     assert rc == 0 and out.strip().endswith("identical"), (out, err)
@@ -621,7 +1108,7 @@ def test_a_preset_and_its_saved_checkpoint_are_one_model(fixtures, tmp_path, cap
 def test_trace_diff_never_says_ok_for_a_comparison_it_did_not_make(fixtures, tmp_path, capsys, monkeypatch):
     """Token counts that differ stop the comparison at round 0: nothing of the values is compared."""
     f = Files(tmp_path, *fixtures)
-    other = f.other_trace("c31.json", "--counts", "3,1")      # two requests, same params; other counts
+    other = f.other_trace("c31.json", "--counts", "3,1")  # two requests, same params; other counts
     rc, out, err = run_main(["trace", "diff", str(f.good_trace), other], None, capsys, monkeypatch)
     assert rc == 1, (out, err)
     for name in ("kv_writes", "draft_logits", "verify_logits", "rng_events", "tokens"):
@@ -664,10 +1151,13 @@ def make():
 """
 
 
-@pytest.mark.parametrize("spec,words", [
-    ("plug_nan:make", "verification logits of offset 0 hold NaN"),
-    ("meta_tests.plugins:make_token_out_of_vocab", "emitted token 64 is not a token id in [0, 64)"),
-])
+@pytest.mark.parametrize(
+    "spec,words",
+    [
+        ("plug_nan:make", "verification logits of offset 0 hold NaN"),
+        ("meta_tests.plugins:make_token_out_of_vocab", "emitted token 64 is not a token id in [0, 64)"),
+    ],
+)
 def test_record_of_malformed_rounds_fails_and_writes_only_when_asked(spec, words, tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "plug_nan.py").write_text(NAN_PLUGIN)
@@ -702,6 +1192,7 @@ def test_check_options_that_would_do_nothing_are_refused(argv, words):
     from oracle.cli import build_parser
     from oracle.cli.option_rules import check_option_rules
     from oracle.errors import OracleError
+
     args = build_parser(["check"]).parse_args(["check", *argv])
     with pytest.raises(OracleError) as e:
         check_option_rules(args)
@@ -711,6 +1202,7 @@ def test_check_options_that_would_do_nothing_are_refused(argv, words):
 def test_check_options_that_do_something_pass_the_rules():
     from oracle.cli import build_parser
     from oracle.cli.option_rules import DEFAULT_TIMEOUT, check_option_rules
+
     for argv in (["--list-cases"], ["--backend", "torch-cpu", "--no-drift", "--timeout", "5", "--threads", "1"], []):
         args = build_parser(["check"]).parse_args(["check", *argv])
         check_option_rules(args)
@@ -721,16 +1213,18 @@ def test_no_drift_with_a_float32_or_exact_backend_is_refused():
     from types import SimpleNamespace as NS
     from oracle.cli.option_rules import refuse_ineffective
     from oracle.errors import OracleError
+
     for bk in (NS(name="fp32", exact=False, dtype="float32"), NS(name="ex", exact=True, dtype="bfloat16")):
         with pytest.raises(OracleError, match="--no-drift: backend"):
             refuse_ineffective(NS(drift=False), bk)
-    refuse_ineffective(NS(drift=False), NS(name="bf", exact=False, dtype="bfloat16"))     # it skips the verdict
+    refuse_ineffective(NS(drift=False), NS(name="bf", exact=False, dtype="bfloat16"))  # it skips the verdict
     refuse_ineffective(NS(drift=True), NS(name="fp32", exact=False, dtype="float32"))
 
 
 def test_timeout_limit_is_what_threading_accepts():
     import threading
     from oracle.cli.argtypes import MAX_SECONDS, positive_seconds
+
     assert MAX_SECONDS <= threading.TIMEOUT_MAX and positive_seconds(str(MAX_SECONDS)) == MAX_SECONDS
     threading.Event().wait(min(MAX_SECONDS, 1e-3))
     with pytest.raises(Exception, match="beyond the longest timeout"):
@@ -739,10 +1233,14 @@ def test_timeout_limit_is_what_threading_accepts():
 
 # ---- lines that mislead ----
 
+
 def test_cost_k_beyond_the_limit_names_k(capsys, monkeypatch):
     rc, out, err = run_main(["cost", "--k", "100000"], None, capsys, monkeypatch)
-    assert rc == 2 and err.startswith("error: --k: drafts per request K 100000 exceeds the limit 255") \
+    assert (
+        rc == 2
+        and err.startswith("error: --k: drafts per request K 100000 exceeds the limit 255")
         and "--counts" not in err
+    )
 
 
 def test_cost_help_names_the_shipped_head_table(capsys, monkeypatch):

@@ -1,5 +1,6 @@
 """The built-in mask and processor cases take their params from the model (oracle/cli/catalogue.py
 derived_params): what they ban or penalise includes the reference's own top choices."""
+
 import dataclasses
 
 import numpy as np
@@ -18,14 +19,18 @@ def test_bans_and_stops_are_the_references_first_choices(tiny):
     for c in cases.values():
         plain = run_scenario(REFERENCE, tiny, dataclasses.replace(c, derive=None, derived=[]), "block").traces[0]
         params = c.params_for(tiny)
-        assert c.params_for(tiny) is params                        # made once per model
+        assert c.params_for(tiny) is params  # made once per model
         for rid, p in enumerate(params):
             first = {int(np.argmax(plain.verify_logits[(rid, 0)])), int(np.argmax(plain.draft_logits[(rid, 0)]))}
-            targets = set(p.banned_token_ids) | set(p.stop_token_ids) | {w[0] for w in p.bad_words if len(w) == 1} \
+            targets = (
+                set(p.banned_token_ids)
+                | set(p.stop_token_ids)
+                | {w[0] for w in p.bad_words if len(w) == 1}
                 | {t for t, b in p.logit_bias if b < 0}
+            )
             if p.allowed_token_ids is not None:
                 targets |= set(range(tiny.cfg.vocab_size)) - set(p.allowed_token_ids)
-            if targets:                                            # every step but the bigram and the penalties
+            if targets:  # every step but the bigram and the penalties
                 assert first <= targets, (c.name, rid, first, p)
         assert any(p.repetition_penalty != 1 for p in params) or c.name.startswith("banned")
 

@@ -8,6 +8,7 @@ runs small; the value pools leave out `--allow-large` (it lifts them) and `--dev
 large presets is refused by the limits, so every example stays well under a second.
 HYPOTHESIS_PROFILE: ci derandomized; nightly 10x the examples.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,25 @@ SKIP_OPTIONS = {"--allow-large", "--help", "-h"}
 INTS = ["-1", "0", "1", "2", "3", "5", "64", "65", "1000000", "x", "", "1.5", "nan", "--", "0x10"]
 CSV = ["5,,3", "", ",", "3,1", "5,3,1", "0", "-1,2", "1,2,3", "100000", "a", "2,2,2,2,2,2,2,2", "9"]
 FLOATS = ["-1", "0", "0.5", "1", "1.5", "nan", "inf", "-inf", "x", "", "1e309"]
-TEXT = ["tiny", "bogus", "", "/nonexistent/x", ".", "out.json", "ragged (5,3,1) d=2 D=4", "cuda", "tpu",
-        "cuda:x", "cuda:7", "exact", "bfloat16", "sequential", "fixed", "loop", "block"]
+TEXT = [
+    "tiny",
+    "bogus",
+    "",
+    "/nonexistent/x",
+    ".",
+    "out.json",
+    "ragged (5,3,1) d=2 D=4",
+    "cuda",
+    "tpu",
+    "cuda:x",
+    "cuda:7",
+    "exact",
+    "bfloat16",
+    "sequential",
+    "fixed",
+    "loop",
+    "block",
+]
 
 
 def commands(parser=None, path=()):
@@ -67,20 +85,21 @@ def grammar_argv(draw) -> list[str]:
     actions = GRAMMAR[path]
     argv = list(path)
     for action in draw(st.lists(st.sampled_from(actions), max_size=5)) if actions else []:
-        if not action.option_strings:                 # a positional: a path or garbage
+        if not action.option_strings:  # a positional: a path or garbage
             argv.append(draw(st.sampled_from(TEXT)))
             continue
         argv.append(draw(st.sampled_from(action.option_strings)))
         if action.nargs != 0:
-            if draw(st.integers(0, 9)) > 0:           # sometimes leave the value out
+            if draw(st.integers(0, 9)) > 0:  # sometimes leave the value out
                 argv.append(draw(values_for(action)))
     if draw(st.booleans()):
         argv.insert(draw(st.integers(0, len(argv))), draw(st.sampled_from(TEXT + INTS + ["--bogus", "-"])))
     return argv
 
 
-ALL_WORDS = sorted({w for p in GRAMMAR for w in p} | {o for acts in GRAMMAR.values() for a in acts
-                                                     for o in a.option_strings})
+ALL_WORDS = sorted(
+    {w for p in GRAMMAR for w in p} | {o for acts in GRAMMAR.values() for a in acts for o in a.option_strings}
+)
 random_argv = st.lists(st.sampled_from(ALL_WORDS + CSV + FLOATS + INTS + TEXT) | st.text(max_size=6), max_size=8)
 
 
@@ -99,8 +118,12 @@ def check_outcome(argv, rc, out, err) -> None:
         assert lines and lines[-1].startswith("error: "), (argv, err)
 
 
-FUZZ = settings(deadline=None, derandomize=PROFILE == "ci", database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    deadline=None,
+    derandomize=PROFILE == "ci",
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @pytest.fixture
@@ -123,8 +146,17 @@ def test_random_tokens_never_crash(argv, sandbox, capsys):
 
 
 def test_grammar_covers_every_command():
-    assert set(GRAMMAR) == {("check",), ("schedule",), ("model",), ("cost",), ("trace", "record"),
-                            ("trace", "diff"), ("bench", "c-table"), ("bench", "rounds"), ("bench", "sweep")}
+    assert set(GRAMMAR) == {
+        ("check",),
+        ("schedule",),
+        ("model",),
+        ("cost",),
+        ("trace", "record"),
+        ("trace", "diff"),
+        ("bench", "c-table"),
+        ("bench", "rounds"),
+        ("bench", "sweep"),
+    }
 
 
 def test_every_option_has_help_with_its_default_and_every_command_a_description():
@@ -151,6 +183,7 @@ def test_every_option_has_help_with_its_default_and_every_command_a_description(
 
 def test_version_and_help_exit_0(capsys):
     from oracle.cli import package_version
+
     assert main(["--version"]) == 0
     assert package_version() in capsys.readouterr().out
     assert main(["check", "--help"]) == 0

@@ -1,6 +1,7 @@
 """The backend contract in code (oracle/contract.py): every in-repo backend and every
 meta_tests factory keeps it, an object that breaks it is told where, and a backend's optional
 hooks are read once, into its Capabilities."""
+
 from __future__ import annotations
 
 import inspect
@@ -9,9 +10,21 @@ from pathlib import Path
 import pytest
 
 from oracle.backends import load_backend
-from oracle.contract import (OPTIONAL_BACKEND, OPTIONAL_SESSION, REQUIRED, Backend, Capabilities, LoadedBackend,
-                             Session, as_loaded, capabilities, contract_problems, session_capabilities,
-                             session_problems, unwrap)
+from oracle.contract import (
+    OPTIONAL_BACKEND,
+    OPTIONAL_SESSION,
+    REQUIRED,
+    Backend,
+    Capabilities,
+    LoadedBackend,
+    Session,
+    as_loaded,
+    capabilities,
+    contract_problems,
+    session_capabilities,
+    session_problems,
+    unwrap,
+)
 from oracle.checkpoint import build_model
 
 import meta_tests.faulty as faulty
@@ -19,13 +32,23 @@ import meta_tests.plugins as plugins
 
 
 def factories(module) -> list[str]:
-    return [f"{module.__name__}:{n}" for n, f in vars(module).items()
-            if n.startswith("make_") and inspect.isfunction(f) and f.__module__ == module.__name__]
+    return [
+        f"{module.__name__}:{n}"
+        for n, f in vars(module).items()
+        if n.startswith("make_") and inspect.isfunction(f) and f.__module__ == module.__name__
+    ]
 
 
 NEEDS = {"torch-cpu": "torch", "torch-cpu-bf16": "torch", "jax": "jax"}
-SPECS = ["reference", "torch-cpu", "torch-cpu-bf16", "jax", "examples.plugin_backend:make_backend",
-         *factories(faulty), *factories(plugins)]
+SPECS = [
+    "reference",
+    "torch-cpu",
+    "torch-cpu-bf16",
+    "jax",
+    "examples.plugin_backend:make_backend",
+    *factories(faulty),
+    *factories(plugins),
+]
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +104,15 @@ def test_a_broken_backend_is_told_where():
 
     problems = contract_problems(Broken(), Broken().session(None))
     text = "\n".join(problems)
-    for part in ("dtype 'int8' has no tolerance row", "policies", "session(model, d, D, mode, policy)",
-                 "optional host_rng", "session.add", "session lacks tokens()", "submit/collect"):
+    for part in (
+        "dtype 'int8' has no tolerance row",
+        "policies",
+        "session(model, d, D, mode, policy)",
+        "optional host_rng",
+        "session.add",
+        "session lacks tokens()",
+        "submit/collect",
+    ):
         assert part in text, (part, problems)
     assert contract_problems(object()) == [f"backend lacks {a}" for a in REQUIRED]
 
@@ -90,12 +120,13 @@ def test_a_broken_backend_is_told_where():
 def test_the_capabilities_name_every_optional_hook():
     """One field per optional backend hook; the session's hooks in SessionCapabilities."""
     import dataclasses
+
     assert set(OPTIONAL_BACKEND) == {f.name for f in dataclasses.fields(Capabilities)}
     assert set(OPTIONAL_SESSION) == {"submit", "collect", "kv_frontiers"}
 
 
 def test_capabilities_of_a_backend_made_directly():
-    class Bare:                                      # the required part only
+    class Bare:  # the required part only
         name, dtype, exact, policies = "bare", "bfloat16", False, ("sequential",)
 
         def session(self, model, d, D, mode, policy="sequential"):
@@ -111,7 +142,7 @@ def test_capabilities_of_a_backend_made_directly():
     assert bare == Capabilities() and not bare.host_rng and bare.max_in_flight == 2
     assert hooks.host_rng and hooks.fork_safe and hooks.max_in_flight == 5 and callable(hooks.drift_stats_fn)
     exact = Bare()
-    exact.exact = True                               # an exact backend draws the host stream
+    exact.exact = True  # an exact backend draws the host stream
     assert capabilities(exact).host_rng
     raw = Hooks()
     loaded = as_loaded(raw)
@@ -121,6 +152,7 @@ def test_capabilities_of_a_backend_made_directly():
 
 def test_a_guarded_backend_keeps_the_caps():
     from oracle.backends import GuardedBackend
+
     bk = load_backend("examples.plugin_backend:make_backend")
     guarded = GuardedBackend(bk, 5.0)
     assert guarded.caps is bk.caps and capabilities(guarded) is bk.caps and guarded.name == bk.name

@@ -2,6 +2,7 @@
 backend that breaks the contract, a factory that never returns and a module whose import hangs
 are each one line, exit 2. The runner and the property harness read a backend's optional hooks
 from its Capabilities, for loaded backends and for objects made directly alike."""
+
 from __future__ import annotations
 
 import os
@@ -24,32 +25,32 @@ from oracle.sampling import SamplingParams as SP
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--counts", "2,1", "--rounds", "1"]
 
-STRING_POLICIES = '''
+STRING_POLICIES = """
 from examples.plugin_backend import PluginBackend
 class Backend(PluginBackend):
     policies = "sequential"
 def make():
     return Backend()
-'''
-HANGING_FACTORY = '''
+"""
+HANGING_FACTORY = """
 import time
 def make():
     time.sleep(60)
-'''
-HANGING_IMPORT = '''
+"""
+HANGING_IMPORT = """
 import time
 time.sleep(60)
 def make():
     pass
-'''
-RAISING_FACTORY = '''
+"""
+RAISING_FACTORY = """
 def make():
     raise RuntimeError("no device")
-'''
-EXITING_IMPORT = '''
+"""
+EXITING_IMPORT = """
 import sys
 sys.exit(3)
-'''
+"""
 
 
 @pytest.fixture
@@ -61,6 +62,7 @@ def plugins(tmp_path, monkeypatch):
     def write(name: str, source: str) -> str:
         (tmp_path / f"{name}.py").write_text(source)
         return name
+
     return write
 
 
@@ -79,8 +81,14 @@ def test_the_cli_refuses_it_with_exit_2_and_the_contracts_message(tmp_path):
     (tmp_path / "plug_strpol_cli.py").write_text(STRING_POLICIES)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]), OMP_NUM_THREADS="1")
     env.pop("ORACLE_BACKEND", None)
-    r = subprocess.run([sys.executable, "-m", "oracle", "check", "--backend", "plug_strpol_cli:make", *SMALL],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "oracle", "check", "--backend", "plug_strpol_cli:make", *SMALL],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, (r.returncode, r.stdout, r.stderr)
     assert lines[0].startswith("error: backend 'plug_strpol_cli:make': ") and CONTRACT_LINE in lines[0]
@@ -107,9 +115,11 @@ def test_a_module_whose_import_hangs_fails_after_the_timeout(plugins):
 def test_load_errors_under_a_timeout_are_the_same_lines(plugins):
     """The import and the factory run on another thread under a timeout: their failures come
     back as the same one-line errors as without one."""
-    for name, source, part in [("plug_raise_t", RAISING_FACTORY, "make() raised RuntimeError: no device"),
-                               ("plug_exit_t", EXITING_IMPORT, "raised SystemExit: 3"),
-                               ("plug_strpol_t", STRING_POLICIES, CONTRACT_LINE)]:
+    for name, source, part in [
+        ("plug_raise_t", RAISING_FACTORY, "make() raised RuntimeError: no device"),
+        ("plug_exit_t", EXITING_IMPORT, "raised SystemExit: 3"),
+        ("plug_strpol_t", STRING_POLICIES, CONTRACT_LINE),
+    ]:
         plugins(name, source)
         lines = []
         for timeout in (None, 5.0):
@@ -133,9 +143,11 @@ def test_load_backend_returns_the_backend_with_its_caps():
 
 # ---- the runner and the harness read Capabilities ----
 
+
 class DeviceRng(ReferenceBackend):
     """A raw object made directly (not through load_backend), without host_rng: judged as a
     device-RNG backend (the reference replays its uniforms)."""
+
     name, dtype, exact = "device-rng", "float32", False
 
 
@@ -151,6 +163,7 @@ def tiny():
 @pytest.mark.parametrize("cls, host", [(DeviceRng, False), (HostRng, True)])
 def test_the_runner_reads_host_rng_from_the_caps(cls, host, tiny, monkeypatch):
     from oracle.judge.cases import judge_mode
+
     bk = cls()
     assert capabilities(bk).host_rng is host and runner.draws_host_stream(bk) is host
     assert runner.draws_host_stream(GuardedBackend(bk, 30.0)) is host
@@ -160,12 +173,13 @@ def test_the_runner_reads_host_rng_from_the_caps(cls, host, tiny, monkeypatch):
     case = make_case("caps", [{0: 3, 1: 2}] * 2, 1, 3, [SP(1.0, seed=1), SP(0.8, seed=2)], seed=3)
     rep, _ = judge_mode(bk, tiny, case, "block")
     assert rep.ok, [c.detail for c in rep.checks if not c.ok]
-    assert replayed == ([] if host else ["caps"])      # host stream: the reference draws its own
+    assert replayed == ([] if host else ["caps"])  # host stream: the reference draws its own
 
 
 def test_the_harness_reads_the_caps(tiny):
     from oracle import sampling as oracle_sampling
     from property_tests import harness
+
     for bk, host in [(DeviceRng(), False), (HostRng(), True), (load_backend("reference"), True)]:
         assert harness.host_rng(bk) is host and harness.caps(bk) == capabilities(bk)
         assert harness.sampling_impl(bk) is oracle_sampling
@@ -173,6 +187,7 @@ def test_the_harness_reads_the_caps(tiny):
 
     class OwnSampler(HostRng):
         sampling = oracle_sampling
+
     assert harness.sampling_impl(OwnSampler()) is oracle_sampling
     assert capabilities(OwnSampler()).sampling is oracle_sampling
     s = load_backend("reference").session(tiny, 1, 2, "block")
@@ -183,15 +198,21 @@ def test_the_harness_reads_the_caps(tiny):
 def _check_bounds_the_load() -> bool:
     import inspect
     import oracle.cli.cmd_check as cc
+
     return "timeout=args.timeout" in inspect.getsource(cc.load_backends)
 
 
-@pytest.mark.skipif(not _check_bounds_the_load(), reason="cmd_check.load_backends does not pass "
-                    "timeout=args.timeout to load_backend yet")
+@pytest.mark.skipif(
+    not _check_bounds_the_load(),
+    reason="cmd_check.load_backends does not pass timeout=args.timeout to load_backend yet",
+)
 def test_check_timeout_bounds_the_factory(plugins, capsys):
     from oracle.cli import main
+
     name = plugins("plug_hang_factory_cli", HANGING_FACTORY)
     rc = main(["check", "--backend", f"{name}:make", "--timeout", "0.5", *SMALL])
     out, err = capsys.readouterr()
-    assert rc == 2 and err.strip() == f"error: backend '{name}:make': {name}:make() did not finish within 0.5 s " \
-        "(--timeout)", (rc, out, err)
+    assert (
+        rc == 2
+        and err.strip() == f"error: backend '{name}:make': {name}:make() did not finish within 0.5 s (--timeout)"
+    ), (rc, out, err)

@@ -2,13 +2,20 @@
 backend's decisions must be the reference's rules applied to its own logits and uniforms.
 Without it, the first-divergence rule alone would excuse a decision bug that only strikes
 near-ties; with it, only divergences explained by the backend's logits are excused."""
+
 import copy
 
 import numpy as np
 
 from oracle.judge.compare import compare_runs
-from oracle.judge.decisions import (contradicted_decision, draw_margin, first_divergence, greedy_margin, redecide,
-                                    unexplained_decision)
+from oracle.judge.decisions import (
+    contradicted_decision,
+    draw_margin,
+    first_divergence,
+    greedy_margin,
+    redecide,
+    unexplained_decision,
+)
 from oracle.sampling import SamplingParams as SP, filtered_probs
 from oracle.session import Session
 
@@ -38,11 +45,11 @@ def test_greedy_near_tie_flip_is_a_decision_bug(tiny):
     ties = near_tie_finals(tr)
     assert ties, "no near-tie final decision in 16 greedy requests of the tiny model"
     rid, T, second = ties[0]
-    bad = copy.deepcopy(tr)                       # the runner-up emitted from unchanged logits
+    bad = copy.deepcopy(tr)  # the runner-up emitted from unchanged logits
     bad.emitted[rid] = bad.emitted[rid][:-1] + [second]
     bad.committed[rid] = list(bad.emitted[rid])
     div = first_divergence(tr, bad, rid, T)
-    assert div is not None and div[2] <= 0.1      # the first-divergence rule alone excuses it
+    assert div is not None and div[2] <= 0.1  # the first-divergence rule alone excuses it
     assert unexplained_decision(bad, rid, T, 1e-5) is not None
     rep = compare_runs([tr], [bad], "bfloat16")
     assert not rep.ok and rep.first_failure().name == "decisions", rep.checks
@@ -52,7 +59,7 @@ def test_greedy_near_tie_flip_is_a_decision_bug(tiny):
 def test_near_tie_flip_explained_by_the_backends_logits_is_excused(tiny):
     tr = one_round(tiny, lambda rid: SP())
     rid, T, second = near_tie_finals(tr)[0]
-    other = copy.deepcopy(tr)                     # a backend whose logits swapped the top two
+    other = copy.deepcopy(tr)  # a backend whose logits swapped the top two
     key = (rid, other.accepted[rid])
     lg = other.verify_logits[key].copy()
     best = other.emitted[rid][-1]
@@ -74,7 +81,7 @@ def test_sampled_draft_flip_is_a_decision_bug(tiny):
         u = next(e.value for e in tr.rng_events if e.request == rid and e.purpose == "draft")
         q = filtered_probs(lg, SP(1.0))
         x = tr.drafts[rid][0]
-        for y in (x - 1, x + 1):                  # the CDF neighbours of the drawn token
+        for y in (x - 1, x + 1):  # the CDF neighbours of the drawn token
             if 0 <= y < len(q) and q[y] > 0 and draw_margin(q, y, u) < 0.1:
                 found = (rid, y)
                 break
@@ -102,18 +109,20 @@ def test_reference_decision_against_its_own_rule_is_never_excused(tiny):
     excuse; the judge fails it and names the decision and the margin."""
     tr = one_round(tiny, lambda rid: SP())
     rid, T, second = near_tie_finals(tr)[0]
-    bad = copy.deepcopy(tr)                       # the reference emits the runner-up from its own logits
+    bad = copy.deepcopy(tr)  # the reference emits the runner-up from its own logits
     bad.emitted[rid] = bad.emitted[rid][:-1] + [second]
     bad.committed[rid] = list(bad.emitted[rid])
     div = first_divergence(bad, tr, rid, T)
-    assert div is not None and div.margin < 0     # excused as a near tie by the margin rule alone
+    assert div is not None and div.margin < 0  # excused as a near tie by the margin rule alone
     assert contradicted_decision(tr, rid, T, 1e-5) is None
     for dtype in ("bfloat16", "float32"):
         rep = compare_runs([bad], [tr], dtype, case="c")
         fail = rep.first_failure()
         assert not rep.ok and fail.name == "tokens", rep.checks
-        assert f"c: round 0 request {rid}: final token (offset {tr.accepted[rid]}): reference {second} vs its rule " \
-               f"{tr.emitted[rid][-1]}" in fail.detail, fail.detail
+        assert (
+            f"c: round 0 request {rid}: final token (offset {tr.accepted[rid]}): reference {second} vs its rule "
+            f"{tr.emitted[rid][-1]}" in fail.detail
+        ), fail.detail
         assert f"reference margin -{abs(div.margin):.3g} < 0" in fail.detail and "never excused" in fail.detail
         assert not rep.divergences
     # the exact row fails any divergence anyway; a consistent reference is excused at a near tie

@@ -1,6 +1,7 @@
 """The drift verdict's parts (oracle/judge/drift_model.py, oracle/judge/drift.py, oracle/judge/drift_stats.py):
 the knob forward is the reference's math, the t distribution is Student's, unobservable and
 aliased directions are found, and a drift injected into the values is estimated and named."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -72,13 +73,20 @@ def test_no_drift_passes_and_invisible_directions_are_named(tiny):
     for l in range(tiny.cfg.num_layers):
         for p in ("o_proj", "up_proj", "down_proj"):
             assert f"layer {l} {drift.LABEL[p]}" in rep.invisible
-        assert any(e.label == f"layer {l} gate_proj output scale = layer {l} post_attention_layernorm weight scale"
-                   for e in rep.estimates)
+        assert any(
+            e.label == f"layer {l} gate_proj output scale = layer {l} post_attention_layernorm weight scale"
+            for e in rep.estimates
+        )
 
 
-@pytest.mark.parametrize("param,name", [(("input_layernorm_2", 1), "layer 1 input_layernorm_2 weight scale"),
-                                        (("rope_theta", None), "RoPE base"),
-                                        (("k_proj", 0), "layer 0 k_proj output scale")])
+@pytest.mark.parametrize(
+    "param,name",
+    [
+        (("input_layernorm_2", 1), "layer 1 input_layernorm_2 weight scale"),
+        (("rope_theta", None), "RoPE base"),
+        (("k_proj", 0), "layer 0 k_proj output scale"),
+    ],
+)
 def test_an_injected_drift_is_estimated_and_named(tiny, param, name):
     rep = drift.verdict(synthetic_stats(tiny, {param: 1.01}), tiny.cfg.num_layers)
     assert not rep.ok
@@ -98,20 +106,25 @@ def test_batched_forward_is_the_per_request_forward(tiny, noisy):
     P = len(drift_model.params(tiny.cfg.num_layers))
     rng = np.random.default_rng(3)
     seqs = [list(map(int, rng.integers(0, 64, n))) for n in (7, 19, 1, 12)]
-    rows = 3                                                        # settings per request
+    rows = 3  # settings per request
     scales = 1 + 1e-3 * rng.standard_normal((len(seqs) * rows, P))
-    sigma = 2.0 ** -8
+    sigma = 2.0**-8
     stream = lambda i: np.random.default_rng([5, i])
-    batch = drift_model.forward(tiny, [t for t in seqs for _ in range(rows)], 3, scales,
-                                noise=([stream(i) for i in range(len(seqs))], sigma) if noisy else None)
+    batch = drift_model.forward(
+        tiny,
+        [t for t in seqs for _ in range(rows)],
+        3,
+        scales,
+        noise=([stream(i) for i in range(len(seqs))], sigma) if noisy else None,
+    )
     for i, t in enumerate(seqs):
         r = slice(i * rows, (i + 1) * rows)
         alone = drift_model.forward(tiny, t, 3, scales[r], noise=(stream(i), sigma) if noisy else None)
         for j in range(3):
-            assert _rel(batch["logits"][j][r, :len(t)], alone["logits"][j]) < 1e-12
+            assert _rel(batch["logits"][j][r, : len(t)], alone["logits"][j]) < 1e-12
             for l in range(tiny.cfg.num_layers):
                 for kind in ("k", "v"):
-                    assert _rel(batch[kind][j][l][r, :len(t)], alone[kind][j][l]) < 1e-12
+                    assert _rel(batch[kind][j][l][r, : len(t)], alone[kind][j][l]) < 1e-12
 
 
 def test_batched_finite_differences_are_the_per_request_ones(tiny, monkeypatch):
@@ -122,15 +135,20 @@ def test_batched_finite_differences_are_the_per_request_ones(tiny, monkeypatch):
     for n in (9, 23, 15):
         toks = list(map(int, rng.integers(0, 64, n)))
         fw = drift_model.forward(tiny, toks, 3, np.ones((1, len(drift_model.params(2)))))
-        obs = {(kind, p, j, l): fw[kind][j][l][0, p] * 1.001 for kind in ("k", "v") for p in range(n - 1)
-               for j in range(3) for l in range(2)}
+        obs = {
+            (kind, p, j, l): fw[kind][j][l][0, p] * 1.001
+            for kind in ("k", "v")
+            for p in range(n - 1)
+            for j in range(3)
+            for l in range(2)
+        }
         obs.update({("verify", p, 2): fw["logits"][2][0, p] for p in range(n // 2, n - 1)})
         sets.append((toks, obs))
     monkeypatch.setattr(drift, "_FORWARDS", {})
     monkeypatch.setattr(drift, "BATCH_ROWS_T", 0)
     alone = [drift.request_stats(tiny, t, 3, obs, "bfloat16") for t, obs in sets]
     monkeypatch.setattr(drift, "_FORWARDS", {})
-    monkeypatch.setattr(drift, "BATCH_ROWS_T", 10 ** 9)
+    monkeypatch.setattr(drift, "BATCH_ROWS_T", 10**9)
     drift.batch_forwards(tiny, [(drift._span(t, obs), 3) for t, obs in sets], "bfloat16")
     batched = [drift.request_stats(tiny, t, 3, obs, "bfloat16") for t, obs in sets]
     for a, b in zip(alone, batched):

@@ -1,6 +1,7 @@
 """kernels/gemv.py under the Triton interpreter (CPU) against the torch pieces of
 kernels/model.py: each kernel, then whole recurrent calls (FP32 and BF16).
 Small shapes whose tiles do not divide N or K evenly."""
+
 import os
 import subprocess
 import sys
@@ -28,26 +29,35 @@ from kernels.weights import TorchWeights
 from oracle.config import ModelConfig
 
 if FRESH:
-    del os.environ["TRITON_INTERPRET"]          # kernels are decorated; set again per test (lazy imports)
+    del os.environ["TRITON_INTERPRET"]  # kernels are decorated; set again per test (lazy imports)
 INTERPRETED = isinstance(G._gemv_kernel, InterpretedFunction)
 
-CFG = ModelConfig(vocab_size=32, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4,
-                  num_kv_heads=4, head_dim=16)
+CFG = ModelConfig(
+    vocab_size=32, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=16
+)
 EPS = CFG.rms_norm_eps
 DTYPES = [torch.float32, torch.bfloat16]
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 # (BLOCK_N, BLOCK_K, warps): partial last tiles in N (qkv: 96 column pairs, gate_up: 96,
 # o at N=50) and in K (down: K=96)
-TILES = {"qkv": (64, 32, 4), "o": (32, 32, 4), "down": (32, 64, 4), "gate_up": (64, 32, 4),
-         # the small-M path (2..16 rows, tensor-core products): 16 in every dimension at least
-         "qkv/16": (16, 32, 4), "o/16": (16, 32, 4), "down/16": (32, 64, 4), "gate_up/16": (32, 32, 4)}
+TILES = {
+    "qkv": (64, 32, 4),
+    "o": (32, 32, 4),
+    "down": (32, 64, 4),
+    "gate_up": (64, 32, 4),
+    # the small-M path (2..16 rows, tensor-core products): 16 in every dimension at least
+    "qkv/16": (16, 32, 4),
+    "o/16": (16, 32, 4),
+    "down/16": (32, 64, 4),
+    "gate_up/16": (32, 32, 4),
+}
 
 
 def rows(M: int, n_pos: int, n_planes: int, pos0=(5, 0, 11, 7), plane0=(1, 4, 1, 7)):
     """M distinct (plane, position) pairs: the first four fixed, then generated."""
     pairs = list(zip(plane0, pos0))[:M]
     free = ((pl, (3 * pl + j) % n_pos) for j in range(2, n_pos) for pl in range(n_planes))
-    pairs += [p for p in free if p not in pairs][:M - len(pairs)]
+    pairs += [p for p in free if p not in pairs][: M - len(pairs)]
     assert len(set(pairs)) == M
     return torch.tensor([p for _, p in pairs]), torch.tensor([pl for pl, _ in pairs])
 
@@ -70,8 +80,13 @@ def test_in_fresh_process():
     if INTERPRETED:
         pytest.skip("already interpreted here")
     env = dict(os.environ, TRITON_INTERPRET="1")
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                         env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
 
@@ -86,7 +101,7 @@ def rand(*shape, dtype, seed=0, scale=1.0):
 
 def weights(dtype, seed=0):
     w = TorchWeights.random(CFG, "cpu", dtype, seed)
-    for i, L in enumerate(w.layers):                       # non-trivial norm weights
+    for i, L in enumerate(w.layers):  # non-trivial norm weights
         for j, name in enumerate(("n_in", "n_attn_out", "n_post", "n_mlp_out")):
             setattr(L, name, 1 + rand(CFG.hidden_size, dtype=dtype, seed=100 + 4 * i + j, scale=0.3))
     w.norm = 1 + rand(CFG.hidden_size, dtype=dtype, seed=99, scale=0.3)
@@ -97,7 +112,7 @@ def weights(dtype, seed=0):
 @pytest.mark.parametrize("M", [1, 3, 4, 16])
 @pytest.mark.parametrize("name,N,K", [("o", 64, 64), ("down", 64, 96), ("o", 50, 80)])
 def test_gemv(dtype, M, name, N, K):
-    x, w = rand(M, K, dtype=dtype, seed=1), rand(N, K, dtype=dtype, seed=2, scale=K ** -0.5)
+    x, w = rand(M, K, dtype=dtype, seed=1), rand(N, K, dtype=dtype, seed=2, scale=K**-0.5)
     assert rel(G.gemv(x, w, name, TILES), x @ w.T) < TOL[dtype]
 
 
@@ -112,8 +127,24 @@ def test_qkv_rope_kv(dtype, M, first):
     cos, sin = w.rope_table(kv.max_len)
     h, y = rand(M, H, dtype=dtype, seed=3), rand(M, H, dtype=dtype, seed=4)
     pos, plane = rows(M, kv.max_len, kv.k.shape[1])
-    q, r = G.qkv_rope_kv(h, None if first else y, None if first else Lp.n_mlp_out, L.n_in, L.qkv, cos, sin,
-                         kv.k[1], kv.v[1], plane, pos, nh, nkv, hd, EPS, TILES)
+    q, r = G.qkv_rope_kv(
+        h,
+        None if first else y,
+        None if first else Lp.n_mlp_out,
+        L.n_in,
+        L.qkv,
+        cos,
+        sin,
+        kv.k[1],
+        kv.v[1],
+        plane,
+        pos,
+        nh,
+        nkv,
+        hd,
+        EPS,
+        TILES,
+    )
     r_ref = h if first else h + km.rms_norm(y, Lp.n_mlp_out, EPS)
     q_ref, k_ref, v_ref = km.pre_attn(r_ref, L.n_in, L.qkv, cos[pos], sin[pos], nh, nkv, hd, EPS)
     assert rel(r, r_ref) < TOL[dtype] / 10
@@ -123,7 +154,7 @@ def test_qkv_rope_kv(dtype, M, first):
     assert rel(kv.flat_view(kv.v, 1)[flat], v_ref) < TOL[dtype]
     written = torch.zeros(kv.k.shape[:3], dtype=torch.bool)
     written[1].view(-1)[flat] = True
-    assert not kv.k[~written].any() and not kv.v[~written].any()      # nothing else written
+    assert not kv.k[~written].any() and not kv.v[~written].any()  # nothing else written
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -151,9 +182,12 @@ def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None):
     """kernels.triton_attention.decode_attention through kernels.model.attend (its loop
     bound `range(0, pos + 1, ...)` does not run in the interpreter under numpy 2)."""
     span = kv.max_len if span is None else span
-    K, V = kv.k[layer][:, :span].index_select(0, plane), kv.v[layer][:, :span].index_select(0, plane)  # [M, span, nkv, hd]
-    masked = torch.arange(span)[None, None, :] > pos[:, None, None]                # [M, 1, span]
-    return km.attend(q[:, None], K, V, masked)                                      # [M, nh*hd]
+    K, V = (
+        kv.k[layer][:, :span].index_select(0, plane),
+        kv.v[layer][:, :span].index_select(0, plane),
+    )  # [M, span, nkv, hd]
+    masked = torch.arange(span)[None, None, :] > pos[:, None, None]  # [M, 1, span]
+    return km.attend(q[:, None], K, V, masked)  # [M, nh*hd]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -166,18 +200,23 @@ def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
     w = weights(dtype)
     outs, kvs = [], []
     for gemv in (True, False):
-        kv = KVPlanes(CFG, 2, 9, 16, "cpu", dtype)          # 20 planes
-        g = torch.Generator().manual_seed(9)                 # same earlier keys for both paths
+        kv = KVPlanes(CFG, 2, 9, 16, "cpu", dtype)  # 20 planes
+        g = torch.Generator().manual_seed(9)  # same earlier keys for both paths
         kv.k.copy_(torch.randn(kv.k.shape, generator=g))
         kv.v.copy_(torch.randn(kv.v.shape, generator=g))
-        m = km.PackedModel(w, kv, KernelOptions(fuse=False, triton_attn=False, gemv=gemv, gemv_max_rows=16,
-                                                gemv_config={} if default_tiles else TILES))
+        m = km.PackedModel(
+            w,
+            kv,
+            KernelOptions(
+                fuse=False, triton_attn=False, gemv=gemv, gemv_max_rows=16, gemv_config={} if default_tiles else TILES
+            ),
+        )
         h = rand(M, CFG.hidden_size, dtype=dtype, seed=10)
         plane = torch.tensor([2, 5, 0, 7, *range(8, 20)][:M])  # distinct planes: Qm = 1
         pos = torch.tensor([9, 3, 15, 0, *(3 * i % 16 for i in range(8, 20))][:M])
         # recurrent_call dispatches M <= gemv_max_rows to the gemv path when gemv is on
         outs.append(m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1))
-        if gemv:                        # attention over keys 0..span-1 only, span just past the last position
+        if gemv:  # attention over keys 0..span-1 only, span just past the last position
             short = m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1, span=int(pos.max()) + 1)
             assert rel(short, outs[0]) < TOL[dtype] / 10
         kvs.append((kv.k.clone(), kv.v.clone()))

@@ -1,6 +1,7 @@
 """scripts/gpu_parity_full.py (gpu_tests/parity_full.py) on the CPU at the tiny preset: the
 torch-cpu backend against the JAX judge, and the replay path for a backend that does not draw
 host uniforms."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ SMALL = ["--preset", "tiny", "--cases", "2", "--rounds", "1", "--max-prompt", "8
 
 def load_script():
     from gpu_tests import parity_full
+
     return parity_full
 
 
@@ -21,8 +23,9 @@ def test_cases_cover_the_grid():
     assert {m for _, m in pairs} == {"block", "loop"} and {c.policy for c in cases} == {"sequential", "fixed"}
     assert max(len(c.prompts) for c in cases) == 64
     assert max(len(p) for c in cases for p in c.prompts) == 2048 and min(len(p) for c in cases for p in c.prompts) == 1
-    assert all(len(c.prompts) * mod.max_len(c) <= 24576 for c in cases)          # the memory bound
-    from judge_jax.model import bucket, pow2                                    # ... as the judge rounds it
+    assert all(len(c.prompts) * mod.max_len(c) <= 24576 for c in cases)  # the memory bound
+    from judge_jax.model import bucket, pow2  # ... as the judge rounds it
+
     assert all(pow2(len(c.prompts)) * bucket(mod.max_len(c), 2, 64) <= 24576 for c in cases)
     Ts = {t for c in cases for r in c.rounds for t in r.values()}
     assert Ts == set(range(1, 10))
@@ -51,21 +54,25 @@ def test_torch_cpu_against_the_judge(tmp_path, capsys):
 def test_a_faulty_backend_fails_with_the_judge_in_threads(monkeypatch, capsys):
     """A backend whose logits are off fails its cases although the judge ran ahead of it."""
     from judge_jax.backend import make_jax_backend
+
     mod = load_script()
     wrong = make_jax_backend()
     monkeypatch.setattr(mod, "load_backend", lambda spec: wrong)
     import judge_jax.model as jm
+
     real = jm.JaxLoopedModel.head_rows
 
-    def off(self, *a, **kw):                    # the backend's logit 3 is 0.5 too high; the judge's not
+    def off(self, *a, **kw):  # the backend's logit 3 is 0.5 too high; the judge's not
         out = real(self, *a, **kw)
         if self is wrong_model[0]:
             out = out.copy()
             out[:, 3] += 0.5
         return out
+
     wrong_model = [None]
     monkeypatch.setattr(jm.JaxLoopedModel, "head_rows", off)
     from oracle.checkpoint import build_model as build
+
     model = build("tiny", seed=0)
     monkeypatch.setattr(mod, "build_model", lambda preset, seed: model)
     wrong_model[0] = wrong.model(model)
@@ -76,9 +83,10 @@ def test_a_faulty_backend_fails_with_the_judge_in_threads(monkeypatch, capsys):
 
 def test_device_rng_backend_is_replayed(monkeypatch, capsys):
     from judge_jax.backend import make_jax_backend
+
     mod = load_script()
     device_rng = make_jax_backend()
-    device_rng.host_rng = False          # as if it drew its own uniforms: the judge must replay them
+    device_rng.host_rng = False  # as if it drew its own uniforms: the judge must replay them
     seen = []
 
     import oracle.judge.runner as runner
@@ -89,15 +97,17 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
 
     monkeypatch.setattr(mod, "load_backend", lambda spec: device_rng)
     import oracle.judge.verdict as verdict
-    monkeypatch.setattr(verdict, "run_scenario", fake_run)    # the backend's side (verdict.judge_pairs)
-    monkeypatch.setattr(runner, "run_scenario", fake_run)     # the judge's side (judge_run)
+
+    monkeypatch.setattr(verdict, "run_scenario", fake_run)  # the backend's side (verdict.judge_pairs)
+    monkeypatch.setattr(runner, "run_scenario", fake_run)  # the judge's side (judge_run)
     assert mod.main(SMALL + ["--backend", "device-rng"]) == 0, capsys.readouterr().out
-    assert seen == [False, True, False, True]       # backend first, then the judge in replay mode
+    assert seen == [False, True, False, True]  # backend first, then the judge in replay mode
 
 
 def test_budget_holds_a_run_until_its_kv_fits():
     import threading
     import time
+
     mod = load_script()
     b = mod.Budget(10)
     b.take(6)
@@ -105,12 +115,12 @@ def test_budget_holds_a_run_until_its_kv_fits():
     t = threading.Thread(target=lambda: (b.take(6), got.append("second")))
     t.start()
     time.sleep(0.2)
-    assert got == []                      # 6 + 6 > 10: it waits
+    assert got == []  # 6 + 6 > 10: it waits
     b.give(6)
     t.join(5)
     assert got == ["second"] and b.used == 6
     b.give(6)
-    b.take(50)                            # larger than the whole budget: runs alone
+    b.take(50)  # larger than the whole budget: runs alone
     assert b.used == 50
 
 
@@ -120,23 +130,27 @@ def test_large_sessions_share_program_shapes():
     from judge_jax.model import JaxLoopedModel
     from oracle.config import ModelConfig
     from oracle.checkpoint import random_weights
-    cfg = ModelConfig(vocab_size=64, hidden_size=1024, intermediate_size=64, num_layers=5, num_heads=8,
-                      num_kv_heads=1, head_dim=128)
+
+    cfg = ModelConfig(
+        vocab_size=64, hidden_size=1024, intermediate_size=64, num_layers=5, num_heads=8, num_kv_heads=1, head_dim=128
+    )
     jm = JaxLoopedModel(cfg, random_weights(cfg, 0))
     assert not jm.small
     assert jm.session_shapes(3, 2067) == (4, 3072, 4096)
     assert jm.session_shapes(64, 83) == (64, 96, 4096)
     assert jm.session_shapes(16, 1043) == (16, 1536, 4096)
     assert jm.session_shapes(2, 9000) == (2, 12288, 16384)
-    for n in range(1, 5000, 7):                            # at most 1.5x the positions asked for
+    for n in range(1, 5000, 7):  # at most 1.5x the positions asked for
         assert n <= jm.session_shapes(1, n)[1] <= max(64, 1.5 * n)
-    tiny = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
-                       num_kv_heads=4, head_dim=8)
+    tiny = ModelConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=8
+    )
     assert JaxLoopedModel(tiny, random_weights(tiny, 0)).session_shapes(3, 83) == (3, 83, 64)
 
 
 def test_bad_thread_and_memory_options_are_refused(capsys):
     import pytest
+
     mod = load_script()
     for bad in (["--judge-threads", "-1"], ["--judge-gib", "0"], ["--judge-gib", "nan"]):
         with pytest.raises(SystemExit) as e:
@@ -151,11 +165,16 @@ def test_the_probe_names_a_drift_fault(tmp_path, capsys):
     case's values pass. (FP8 K storage through the same path: docs/results.md, about 95 s of CPU
     here, so measured once rather than in every CI run.)"""
     import pytest
+
     pytest.importorskip("torch")
     for factory, named in (("make_attn_scale_bf16", "attention logit scale"),):
         out = tmp_path / f"{factory}.json"
-        rc = load_script().main(SMALL[:3] + ["1"] + SMALL[4:] + ["--backend", f"meta_tests.faulty_kernels:{factory}",
-                                                               "--probe", "--json", str(out)])
+        rc = load_script().main(
+            SMALL[:3]
+            + ["1"]
+            + SMALL[4:]
+            + ["--backend", f"meta_tests.faulty_kernels:{factory}", "--probe", "--json", str(out)]
+        )
         text = capsys.readouterr().out
         s = json.loads(out.read_text())
         assert rc == 1 and "FAILED in" in text, text

@@ -3,6 +3,7 @@
 The verdicts are built by hand in the shape `check --backend NAME --json` prints (a failed
 precision check with its reproduce line, a failed token check, excused divergences, drift
 estimates with one past the threshold, precision groups per kind, depth and layer)."""
+
 from __future__ import annotations
 
 import builtins
@@ -16,47 +17,115 @@ from oracle.errors import OracleError
 from oracle.judge import html_report
 
 REPRO = "python -m oracle check --preset tiny --seed 0 --backend meta_tests.faulty_kernels:make_fp8_k_bf16"
-PREC_FAIL = ("K writes, depth 0, layer 0: error energy 32.59x the bfloat16 twin's (z = 92.0): about 5.5 "
-             f"significant bits where bfloat16 has 8 (reproduce: {REPRO})")
-TOKEN_FAIL = ("ragged (5,3,1) d=2 D=4 [block]: round 2 request 3: final token (offset 1): backend 33 vs reference 12 "
-              f"(reference margin 0.5 ) (reproduce: {REPRO} --case 'ragged (5,3,1) d=2 D=4')")
-EXCUSED = ("uniform (5,5,5,5) d=2 D=4, 6 rounds [loop]: round 1 request 2: acceptance of the draft at offset 0: "
-           "accepted backend 0 vs reference 2, reference margin 0.00182; its decision margin 0.00231 is 0.17 noise "
-           "scales of the twin <= 10; request 2 is compared up to offset 2 and not after")
+PREC_FAIL = (
+    "K writes, depth 0, layer 0: error energy 32.59x the bfloat16 twin's (z = 92.0): about 5.5 "
+    f"significant bits where bfloat16 has 8 (reproduce: {REPRO})"
+)
+TOKEN_FAIL = (
+    "ragged (5,3,1) d=2 D=4 [block]: round 2 request 3: final token (offset 1): backend 33 vs reference 12 "
+    f"(reference margin 0.5 ) (reproduce: {REPRO} --case 'ragged (5,3,1) d=2 D=4')"
+)
+EXCUSED = (
+    "uniform (5,5,5,5) d=2 D=4, 6 rounds [loop]: round 1 request 2: acceptance of the draft at offset 0: "
+    "accepted backend 0 vs reference 2, reference margin 0.00182; its decision margin 0.00231 is 0.17 noise "
+    "scales of the twin <= 10; request 2 is compared up to offset 2 and not after"
+)
 
 
 def verdict() -> dict:
-    groups = [{"group": f"{kind}, depth {d}, layer {layer}", "energy": e, "se_log": 0.03, "z": z, "values": 392,
-               "bits": 8 - 0.5 * math.log2(e)}
-              for kind, e, z in (("K writes", 32.6, 92.0), ("V writes", 1.2, -15.0))
-              for d in range(3) for layer in range(2)]
-    groups += [{"group": "draft logits, depth 1", "energy": 2.7, "se_log": 0.04, "z": 5.5, "values": 374, "bits": 7.3},
-               {"group": "verification logits, depth 2", "energy": 1.1, "se_log": 0.04, "z": -9.0, "values": 392,
-                "bits": 7.9}]
-    est = [{"parameter": "layer 0 attention logit scale (= q_proj output scale)", "scale": 1.0087, "se": 0.0005,
-            "z": 13.7, "weights_alone": 0.9995, "allowance": [-0.0016, 0.0021]},
-           {"parameter": "layer 0 k_proj output scale", "scale": 0.9990, "se": 0.0001, "z": 0.0,
-            "weights_alone": 0.9991, "allowance": [-0.0012, 0.0012]},
-           # far out: drawn at the axis' edge with its value
-           {"parameter": "RoPE base (rope_theta)", "scale": 1.25, "se": 0.001, "z": 40.0,
-            "weights_alone": 1.001, "allowance": [-0.002, 0.0016]}]
+    groups = [
+        {
+            "group": f"{kind}, depth {d}, layer {layer}",
+            "energy": e,
+            "se_log": 0.03,
+            "z": z,
+            "values": 392,
+            "bits": 8 - 0.5 * math.log2(e),
+        }
+        for kind, e, z in (("K writes", 32.6, 92.0), ("V writes", 1.2, -15.0))
+        for d in range(3)
+        for layer in range(2)
+    ]
+    groups += [
+        {"group": "draft logits, depth 1", "energy": 2.7, "se_log": 0.04, "z": 5.5, "values": 374, "bits": 7.3},
+        {"group": "verification logits, depth 2", "energy": 1.1, "se_log": 0.04, "z": -9.0, "values": 392, "bits": 7.9},
+    ]
+    est = [
+        {
+            "parameter": "layer 0 attention logit scale (= q_proj output scale)",
+            "scale": 1.0087,
+            "se": 0.0005,
+            "z": 13.7,
+            "weights_alone": 0.9995,
+            "allowance": [-0.0016, 0.0021],
+        },
+        {
+            "parameter": "layer 0 k_proj output scale",
+            "scale": 0.9990,
+            "se": 0.0001,
+            "z": 0.0,
+            "weights_alone": 0.9991,
+            "allowance": [-0.0012, 0.0012],
+        },
+        # far out: drawn at the axis' edge with its value
+        {
+            "parameter": "RoPE base (rope_theta)",
+            "scale": 1.25,
+            "se": 0.001,
+            "z": 40.0,
+            "weights_alone": 1.001,
+            "allowance": [-0.002, 0.0016],
+        },
+    ]
     return {
-        "ok": False, "backend": "torch-cpu-bf16 (fp8_k)", "dtype": "bfloat16", "exact": False, "judge": "reference",
-        "tolerance_row": "bfloat16", "layers": 2,
-        "checks": [{"name": "ragged (5,3,1) d=2 D=4 [block]: rounds", "ok": True, "detail": ""},
-                   {"name": "ragged (5,3,1) d=2 D=4 [block]: tokens", "ok": False, "detail": TOKEN_FAIL},
-                   {"name": "drift probe: drift", "ok": False, "detail": "attention logit scale 1.0087 ± 0.0005"},
-                   {"name": "drift probe: precision", "ok": False, "detail": PREC_FAIL}],
-        "cases": [{"name": "ragged (5,3,1) d=2 D=4", "ok": False}, {"name": "uniform (5,5,5,5) d=2 D=4, 6 rounds",
-                                                                    "ok": True}],
-        "kv_writes_compared": 8932, "logits_compared": 2162, "rng_events_compared": 965, "tokens_compared": 523,
-        "request_rounds": 318, "excused_divergences": [EXCUSED], "max_rel_err": {"kv": 0.08, "logits": 0.09},
-        "skipped": [], "seconds": 14.8,
-        "drift": {"ok": False, "requests": 24, "threshold": 5.89, "failure": "attention logit scale 1.0087 ± 0.0005",
-                  "family_alpha": 1e-4, "values": 122880, "seconds": 8.0, "invisible": ["layer 0 o_proj output scale"],
-                  "estimates": est},
-        "precision": {"ok": False, "dtype": "bfloat16", "requests": 24, "threshold": 5.58, "rho": 2.0,
-                      "family_alpha": 1e-4, "failure": PREC_FAIL, "seconds": 1.8, "groups": groups},
+        "ok": False,
+        "backend": "torch-cpu-bf16 (fp8_k)",
+        "dtype": "bfloat16",
+        "exact": False,
+        "judge": "reference",
+        "tolerance_row": "bfloat16",
+        "layers": 2,
+        "checks": [
+            {"name": "ragged (5,3,1) d=2 D=4 [block]: rounds", "ok": True, "detail": ""},
+            {"name": "ragged (5,3,1) d=2 D=4 [block]: tokens", "ok": False, "detail": TOKEN_FAIL},
+            {"name": "drift probe: drift", "ok": False, "detail": "attention logit scale 1.0087 ± 0.0005"},
+            {"name": "drift probe: precision", "ok": False, "detail": PREC_FAIL},
+        ],
+        "cases": [
+            {"name": "ragged (5,3,1) d=2 D=4", "ok": False},
+            {"name": "uniform (5,5,5,5) d=2 D=4, 6 rounds", "ok": True},
+        ],
+        "kv_writes_compared": 8932,
+        "logits_compared": 2162,
+        "rng_events_compared": 965,
+        "tokens_compared": 523,
+        "request_rounds": 318,
+        "excused_divergences": [EXCUSED],
+        "max_rel_err": {"kv": 0.08, "logits": 0.09},
+        "skipped": [],
+        "seconds": 14.8,
+        "drift": {
+            "ok": False,
+            "requests": 24,
+            "threshold": 5.89,
+            "failure": "attention logit scale 1.0087 ± 0.0005",
+            "family_alpha": 1e-4,
+            "values": 122880,
+            "seconds": 8.0,
+            "invisible": ["layer 0 o_proj output scale"],
+            "estimates": est,
+        },
+        "precision": {
+            "ok": False,
+            "dtype": "bfloat16",
+            "requests": 24,
+            "threshold": 5.58,
+            "rho": 2.0,
+            "family_alpha": 1e-4,
+            "failure": PREC_FAIL,
+            "seconds": 1.8,
+            "groups": groups,
+        },
     }
 
 
@@ -71,12 +140,12 @@ def test_page_holds_the_verdict_the_failures_and_the_plots(tmp_path):
     assert "drift probe: precision" in page and "error energy 32.59x the bfloat16 twin&#x27;s" in page
     assert f"<pre>{REPRO}</pre>" in page
     assert "ragged (5,3,1) d=2 D=4 [block]: tokens" in page and "backend 33 vs reference 12" in page
-    assert "accepted backend 0 vs reference 2" in page                  # the excused divergence is listed
-    assert "layer 0 o_proj output scale" in page                        # what the probe cannot observe
+    assert "accepted backend 0 vs reference 2" in page  # the excused divergence is listed
+    assert "layer 0 o_proj output scale" in page  # what the probe cannot observe
     for name in ("precision", "drift", "divergences"):
         png = tmp_path / "out" / f"{name}.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert page.count("data:image/png;base64,") == 3                    # the page alone is the report
+    assert page.count("data:image/png;base64,") == 3  # the page alone is the report
 
 
 def test_passing_verdict_and_missing_sections_still_render(tmp_path):
@@ -88,7 +157,7 @@ def test_passing_verdict_and_missing_sections_still_render(tmp_path):
         del v[key]
     out = tmp_path / "r"
     out.mkdir()
-    (out / "drift.png").write_bytes(b"stale")                            # an earlier report's plot
+    (out / "drift.png").write_bytes(b"stale")  # an earlier report's plot
     page = open(html_report.write_report(v, str(out)), encoding="utf-8").read()
     assert "OK: torch-cpu-bf16 (fp8_k)" in page
     assert "No drift report in this verdict." in page and "No precision report in this verdict." in page
@@ -102,10 +171,12 @@ def test_passing_verdict_and_missing_sections_still_render(tmp_path):
 def test_divergences_are_read_from_the_lines():
     rows = html_report._divergences(verdict())
     excused, failed = [r for r in rows if r["excused"]], [r for r in rows if not r["excused"]]
-    assert [(r["round"], r["request"], r["got"], r["want"], r["margin"], r["scales"]) for r in excused] == \
-        [("1", "2", "0", "2", 0.00182, 0.17)]
-    assert [(r["case"], r["round"], r["got"], r["want"], r["margin"]) for r in failed] == \
-        [("ragged (5,3,1) d=2 D=4 [block]", "2", "33", "12", 0.5)]
+    assert [(r["round"], r["request"], r["got"], r["want"], r["margin"], r["scales"]) for r in excused] == [
+        ("1", "2", "0", "2", 0.00182, 0.17)
+    ]
+    assert [(r["case"], r["round"], r["got"], r["want"], r["margin"]) for r in failed] == [
+        ("ragged (5,3,1) d=2 D=4 [block]", "2", "33", "12", 0.5)
+    ]
 
 
 def test_block_and_loop_failing_alike_are_one_card():
@@ -114,8 +185,11 @@ def test_block_and_loop_failing_alike_are_one_card():
     loop["name"] = loop["name"].replace("[block]", "[loop]")
     loop["detail"] = loop["detail"].replace("[block]", "[loop]")
     merged = html_report._merged_failures(html_report._failed({"checks": v["checks"] + [loop]}))
-    assert [m["name"] for m in merged] == ["ragged (5,3,1) d=2 D=4 [block, loop]: tokens", "drift probe: drift",
-                                           "drift probe: precision"]
+    assert [m["name"] for m in merged] == [
+        "ragged (5,3,1) d=2 D=4 [block, loop]: tokens",
+        "drift probe: drift",
+        "drift probe: precision",
+    ]
     assert merged[0]["detail"].startswith("round 2 request 3: final token")
 
 
@@ -132,6 +206,6 @@ def test_without_matplotlib_one_line_says_how_to_install(tmp_path, monkeypatch):
         html_report.write_report(verdict(), str(tmp_path / "none"))
     msg = str(e.value)
     assert "\n" not in msg and 'pip install -e ".[plots]"' in msg
-    assert not os.path.exists(tmp_path / "none")                         # nothing written
+    assert not os.path.exists(tmp_path / "none")  # nothing written
     with pytest.raises(OracleError, match=r"pip install -e \"\.\[plots\]\""):
-        html_report.require_plots()                                      # the preflight says the same
+        html_report.require_plots()  # the preflight says the same

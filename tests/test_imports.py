@@ -9,6 +9,7 @@ The graph is read with `ast` from the source files, so imports inside functions 
 much as module-level ones, relative and absolute alike. Engines reach the oracle only by
 name: oracle/backends.py (NAMED) and oracle/cli/__init__.py (COMMANDS) hold "module:attr" strings,
 which are not imports; a run of the CLI imports its own command's module only."""
+
 from __future__ import annotations
 
 import ast
@@ -21,10 +22,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("oracle", "kernels", "judge_jax", "bench")
-JUDGED = ("kernels", "judge_jax")          # what the oracle judges: it must not import them
-TOP = {"bench"}                            # what nothing of the four packages imports (reached by name)
-ROOMS = ("reference", "judge", "cli")       # oracle/'s rooms, lowest first: a room imports only lower ones
-ENTRY = {"oracle.__main__": "cli"}          # `python -m oracle` is the CLI's entry point
+JUDGED = ("kernels", "judge_jax")  # what the oracle judges: it must not import them
+TOP = {"bench"}  # what nothing of the four packages imports (reached by name)
+ROOMS = ("reference", "judge", "cli")  # oracle/'s rooms, lowest first: a room imports only lower ones
+ENTRY = {"oracle.__main__": "cli"}  # `python -m oracle` is the CLI's entry point
 # The longest chain of imports inside oracle/, in modules (a chain a -> b -> c is 3 deep). The
 # reference's own chain is reference_backend -> session -> loop_round -> phases -> kv -> errors (6);
 # the CLI's are cmd_check -> judge.verdict -> judge.precision -> judge.noise -> judge.decisions ->
@@ -62,7 +63,7 @@ def imports_of(mod: str, path: Path, known) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
                 stem = node.module
@@ -112,9 +113,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walk_sees_function_level_and_relative_imports():
     graph = import_graph()
-    assert "oracle.errors" in graph["kernels.session"]               # absolute, module level
-    assert "oracle.errors" in graph["oracle.traces"]                 # relative, inside save_traces
-    assert {"bench.calls", "bench.rounds"} <= graph["bench.cli"]      # `from . import a, b`
+    assert "oracle.errors" in graph["kernels.session"]  # absolute, module level
+    assert "oracle.errors" in graph["oracle.traces"]  # relative, inside save_traces
+    assert {"bench.calls", "bench.rounds"} <= graph["bench.cli"]  # `from . import a, b`
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -124,26 +125,38 @@ def test_no_import_cycles():
 
 
 def test_the_oracle_imports_nothing_it_judges():
-    bad = sorted(f"{m} -> {t}" for m, ts in import_graph().items() if m.split(".")[0] == "oracle"
-                 for t in ts if t.split(".")[0] in JUDGED)
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in import_graph().items()
+        if m.split(".")[0] == "oracle"
+        for t in ts
+        if t.split(".")[0] in JUDGED
+    )
     assert not bad, "the oracle imports the engines it judges: " + ", ".join(bad)
 
 
 def test_the_bench_package_is_imported_by_nothing_and_imports_oracle_and_kernels_only():
     graph = import_graph()
-    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.split(".")[0] not in TOP
-                 for t in ts if t.split(".")[0] in TOP)
+    bad = sorted(
+        f"{m} -> {t}" for m, ts in graph.items() if m.split(".")[0] not in TOP for t in ts if t.split(".")[0] in TOP
+    )
     assert not bad, "the bench package is imported (it is reached by name only): " + ", ".join(bad)
-    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.split(".")[0] == "bench"
-                 for t in ts if t.split(".")[0] not in ("bench", "oracle", "kernels"))
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in graph.items()
+        if m.split(".")[0] == "bench"
+        for t in ts
+        if t.split(".")[0] not in ("bench", "oracle", "kernels")
+    )
     assert not bad, "the bench package imports beyond oracle and kernels: " + ", ".join(bad)
-    assert any(t.startswith("kernels.") for t in graph["bench.calls"])      # the walk sees bench's imports
+    assert any(t.startswith("kernels.") for t in graph["bench.calls"])  # the walk sees bench's imports
 
 
 def test_engines_are_reached_by_name_only():
     """The registry strings name modules that exist (a typo would hide a command or backend)."""
     from oracle.backends import NAMED
     from oracle.cli import COMMANDS
+
     known = modules()
     for target in [*NAMED.values(), *COMMANDS.values()]:
         mod, _, attr = target.partition(":")
@@ -152,8 +165,7 @@ def test_engines_are_reached_by_name_only():
 
 
 def loaded_after(code: str) -> list[str]:
-    probe = (f"import sys\n{code}\n"
-             "import json; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    probe = f"import sys\n{code}\nimport json; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -167,20 +179,23 @@ def test_importing_the_cli_loads_no_engine_and_no_framework():
     assert [m for m in loaded if m in HEAVY] == []
 
 
-@pytest.mark.parametrize("argv", [["check", "--rounds", "1", "--counts", "2,1"], ["schedule", "--counts", "3,1"],
-                                  ["--help"]])
+@pytest.mark.parametrize(
+    "argv", [["check", "--rounds", "1", "--counts", "2,1"], ["schedule", "--counts", "3,1"], ["--help"]]
+)
 def test_reference_commands_need_no_framework_and_no_test_tool(argv):
     """The reference's commands run on NumPy: torch, jax and the test/plot extras stay unloaded."""
-    loaded = loaded_after("import contextlib, io, oracle.cli\n"
-                          "with contextlib.redirect_stdout(io.StringIO()):\n"
-                          f"    oracle.cli.main({argv!r})")
-    assert [m for m in loaded if m in ("torch", "jax", "jaxlib", "judge_jax", "hypothesis", "pytest", "scipy",
-                                        "matplotlib")] == []
+    loaded = loaded_after(
+        "import contextlib, io, oracle.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    oracle.cli.main({argv!r})"
+    )
+    assert [
+        m for m in loaded if m in ("torch", "jax", "jaxlib", "judge_jax", "hypothesis", "pytest", "scipy", "matplotlib")
+    ] == []
 
 
 def modules_after(code: str) -> set[str]:
-    probe = (f"import sys\n{code}\n"
-             "import json; print(json.dumps(sorted(sys.modules)))")
+    probe = f"import sys\n{code}\nimport json; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -189,17 +204,24 @@ def modules_after(code: str) -> set[str]:
 def test_a_command_imports_its_own_module_only():
     """`python -m oracle check` builds the parser of `check` alone: no other command's module,
     no bench package, no kernels; `--help` still lists every command."""
-    loaded = modules_after("import contextlib, io, oracle.cli\n"
-                           "with contextlib.redirect_stdout(io.StringIO()):\n"
-                           "    oracle.cli.main(['check', '--rounds', '1', '--counts', '2,1'])")
+    loaded = modules_after(
+        "import contextlib, io, oracle.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    oracle.cli.main(['check', '--rounds', '1', '--counts', '2,1'])"
+    )
     assert "oracle.cli.cmd_check" in loaded
-    others = sorted(m for m in loaded if m.split(".")[0] in ("bench", "kernels")
-                    or m.startswith("oracle.cli.cmd_") and m != "oracle.cli.cmd_check")
+    others = sorted(
+        m
+        for m in loaded
+        if m.split(".")[0] in ("bench", "kernels") or m.startswith("oracle.cli.cmd_") and m != "oracle.cli.cmd_check"
+    )
     assert others == []
     from oracle.cli import COMMANDS, HELP
-    out = subprocess.run([sys.executable, "-m", "oracle", "--help"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
-    text = " ".join(out.stdout.split())                   # argparse wraps the help lines
+
+    out = subprocess.run(
+        [sys.executable, "-m", "oracle", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    text = " ".join(out.stdout.split())  # argparse wraps the help lines
     assert out.returncode == 0 and all(f"{name} {HELP[name]}" in text for name in COMMANDS)
 
 
@@ -223,7 +245,7 @@ def depths(graph: dict[str, set[str]]) -> dict[str, int]:
 
     def depth(m):
         if m not in out:
-            out[m] = 0                              # a cycle would read as 0; test_no_import_cycles catches it
+            out[m] = 0  # a cycle would read as 0; test_no_import_cycles catches it
             out[m] = 1 + max((depth(t) for t in graph.get(m, ())), default=0)
         return out[m]
 
@@ -251,8 +273,12 @@ def test_the_rooms_import_downwards_only():
     """cli -> judge -> reference: the reference never imports the judge or the CLI, the judge
     never the CLI."""
     rank = {r: i for i, r in enumerate(ROOMS)}
-    bad = sorted(f"{m} ({room(m)}) -> {t} ({room(t)})" for m, ts in oracle_graph().items() for t in ts
-                 if rank[room(t)] > rank[room(m)])
+    bad = sorted(
+        f"{m} ({room(m)}) -> {t} ({room(t)})"
+        for m, ts in oracle_graph().items()
+        for t in ts
+        if rank[room(t)] > rank[room(m)]
+    )
     assert not bad, "a room imports a higher one: " + ", ".join(bad)
 
 

@@ -1,6 +1,7 @@
 """judge_jax/drift.py (jvp sensitivities on the device) against oracle.judge.drift.request_stats (FP64
 finite differences): the same b, G, values and bw within 1e-3 relative, at the tiny preset and at
 a random grouped-query config; a drift injected into the "observed" values is recovered."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,17 @@ from oracle.model import LoopedModel, random_weights
 
 TOL = 1e-3
 # a random small config with grouped-query attention (num_kv_heads < num_heads)
-GQA = ModelConfig(vocab_size=96, hidden_size=48, intermediate_size=80, num_layers=3, num_heads=6,
-                  num_kv_heads=2, head_dim=8, rope_theta=1e4, rms_norm_eps=1e-5)
+GQA = ModelConfig(
+    vocab_size=96,
+    hidden_size=48,
+    intermediate_size=80,
+    num_layers=3,
+    num_heads=6,
+    num_kv_heads=2,
+    head_dim=8,
+    rope_theta=1e4,
+    rms_norm_eps=1e-5,
+)
 
 
 def observe(model, tokens, loops, logit_depths, rng, frac=0.6, noise=1e-2, scales=None):
@@ -25,7 +35,7 @@ def observe(model, tokens, loops, logit_depths, rng, frac=0.6, noise=1e-2, scale
     fw = drift_model.forward(model, tokens, loops, np.ones((1, P)) if scales is None else scales[None])
     obs = {}
 
-    def put(key, c):                                   # c: the value at the setting, [nkv, hd] or [V]
+    def put(key, c):  # c: the value at the setting, [nkv, hd] or [V]
         obs[key] = (c * (1.0 + noise * rng.standard_normal(c.shape))).astype(np.float32)
 
     for pos in range(len(tokens) - 1):
@@ -53,10 +63,10 @@ def check_same(model, tokens, loops, obs, dtype):
     assert n1 == n0
     assert rel(b1, b0) < TOL, rel(b1, b0)
     assert rel(G1, G0) < TOL, rel(G1, G0)
-    d0, d1 = np.diag(G0), np.diag(G1)                  # every visible direction on its own
+    d0, d1 = np.diag(G0), np.diag(G1)  # every visible direction on its own
     vis = d0 > 1e-6 * d0.max()
     assert np.max(np.abs(d1 - d0)[vis] / d0[vis]) < TOL
-    if dtype == "float32":                             # rounding to float32 changes nothing
+    if dtype == "float32":  # rounding to float32 changes nothing
         assert np.all(bw1 == 0) and np.max(np.abs(bw0)) < 1e-9 * np.max(np.abs(b0))
     else:
         assert rel(bw1, bw0) < TOL, rel(bw1, bw0)
@@ -72,7 +82,7 @@ def test_tiny_matches_finite_differences(tiny, dtype):
     rng = np.random.default_rng(1)
     tokens = [int(t) for t in rng.integers(0, tiny.cfg.vocab_size, 20)]
     obs = observe(tiny, tokens, 3, (1, 2), rng)
-    key = next(k for k in obs if k[0] == "k")          # non-finite entries are left out
+    key = next(k for k in obs if k[0] == "k")  # non-finite entries are left out
     obs[key] = obs[key].copy()
     obs[key][0, 0] = np.nan
     key = next(k for k in obs if k[0] == "draft")

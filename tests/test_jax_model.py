@@ -9,6 +9,7 @@ HYPOTHESIS_PROFILE: dev / ci / nightly, as in property_tests/conftest.py).
 * a wrong RMSNorm (weight applied as 1 + w) on either side makes those properties fail;
 * HF checkpoint folders (one file, shards, BF16) load like oracle.checkpoint's loader.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +37,7 @@ def jax_model(ref, norm_offset=0.0, pad=True, **kw) -> JaxLoopedModel:
 
 def check_forward(cfg, seed, tokens, loops, norm_offset=0.0, pad=True):
     ref = seeded_model(cfg, seed)
-    want = ref.forward_full(list(tokens), loops)                  # per loop: [T, V]
+    want = ref.forward_full(list(tokens), loops)  # per loop: [T, V]
     got = jax_model(ref, norm_offset, pad).forward_full(list(tokens), loops)
     assert len(got) == loops
     for j in range(loops):
@@ -58,7 +59,7 @@ def mixed_calls(draw):
         for depth in draw(st.lists(st.integers(0, D - 1), min_size=1, max_size=D, unique=True)):
             rows += [(rid, n - 1 + m, depth) for m in range(draw(st.integers(1, 3)))]
     shuffled = [rows[i] for i in draw(st.permutations(range(len(rows))))]
-    slots: dict = {}                          # interleave planes, keep each plane's positions ascending
+    slots: dict = {}  # interleave planes, keep each plane's positions ascending
     for n, (rid, _, depth) in enumerate(shuffled):
         slots.setdefault((rid, depth), []).append(n)
     for members in slots.values():
@@ -73,7 +74,7 @@ def check_recurrent(cfg, seed, call, norm_offset=0.0, pad=True, **kw):
     jm = jax_model(ref, norm_offset, pad, **kw)
     rng = np.random.default_rng(data_seed)
     kv_ref = KVCache(cfg.num_layers, D, cfg.num_kv_heads, cfg.head_dim)
-    kv_jax = DeviceKV(jm.layout, D, slots=2, max_len=8)                 # small: the call grows it
+    kv_jax = DeviceKV(jm.layout, D, slots=2, max_len=8)  # small: the call grows it
     for rid, n in enumerate(prompt_lens):
         kv_jax.add(rid)
         if n > 1:
@@ -100,8 +101,13 @@ def check_recurrent(cfg, seed, call, norm_offset=0.0, pad=True, **kw):
                 assert err <= TOL, f"row {(rid, pos, depth)} layer {l}: {name} relative error {err:.3g}"
 
 
-@given(cfg=model_configs(), seed=weight_seeds(), tokens=st.lists(st.integers(0, 15), min_size=1, max_size=24),
-       loops=st.integers(1, 4), pad=st.booleans())
+@given(
+    cfg=model_configs(),
+    seed=weight_seeds(),
+    tokens=st.lists(st.integers(0, 15), min_size=1, max_size=24),
+    loops=st.integers(1, 4),
+    pad=st.booleans(),
+)
 def test_cache_free_forward_matches_numpy(cfg, seed, tokens, loops, pad):
     """pad: the canonical padded layout (layout.py) or the model's own shapes."""
     check_forward(cfg, seed, tokens, loops, pad=pad)
@@ -140,8 +146,12 @@ def test_wrong_rmsnorm_is_caught(side, monkeypatch):
         wrong_numpy_norm(monkeypatch)
 
     @NO_SHRINK
-    @given(cfg=model_configs(), seed=weight_seeds(), tokens=st.lists(st.integers(0, 15), min_size=1, max_size=24),
-           loops=st.integers(1, 4))
+    @given(
+        cfg=model_configs(),
+        seed=weight_seeds(),
+        tokens=st.lists(st.integers(0, 15), min_size=1, max_size=24),
+        loops=st.integers(1, 4),
+    )
     def forward_property(cfg, seed, tokens, loops):
         check_forward(cfg, seed, tokens, loops, norm_offset=offset)
 
@@ -155,10 +165,11 @@ def test_wrong_rmsnorm_is_caught(side, monkeypatch):
             with pytest.raises(AssertionError, match="relative error"):
                 prop()
     finally:
-        seeded_model.cache_clear()        # no wrong-norm model stays in the shared cache
+        seeded_model.cache_clear()  # no wrong-norm model stays in the shared cache
 
 
 # ---- checkpoint folders ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("shards", [1, 3])
 def test_checkpoint_folder_matches_oracle_loader(tmp_path, tiny, shards):
@@ -177,6 +188,7 @@ def test_checkpoint_folder_matches_oracle_loader(tmp_path, tiny, shards):
 
 def test_checkpoint_bf16_and_errors(tmp_path, tiny):
     import ml_dtypes
+
     w16 = {k: v.astype(ml_dtypes.bfloat16) for k, v in tiny.weights.items()}
     save_checkpoint(tmp_path / "bf16", tiny.cfg, w16)
     _, w = read_checkpoint(tmp_path / "bf16")
@@ -193,9 +205,16 @@ def test_checkpoint_bf16_and_errors(tmp_path, tiny):
         read_checkpoint(tmp_path / "nowhere")
 
 
-@pytest.mark.parametrize("option,value,message", [("rows_bits", 0, "rows_bits 0"), ("rows_bits", 2.0, "rows_bits 2.0"),
-                                                  ("ctx_bits", 0, "ctx_bits 0"), ("dot", "fp64", "dot algorithm 'fp64'"),
-                                                  ("attn", "flash", "attention 'flash'")])
+@pytest.mark.parametrize(
+    "option,value,message",
+    [
+        ("rows_bits", 0, "rows_bits 0"),
+        ("rows_bits", 2.0, "rows_bits 2.0"),
+        ("ctx_bits", 0, "ctx_bits 0"),
+        ("dot", "fp64", "dot algorithm 'fp64'"),
+        ("attn", "flash", "attention 'flash'"),
+    ],
+)
 def test_bad_model_options_are_refused(tiny, option, value, message):
     with pytest.raises(OracleError, match=message):
         JaxLoopedModel(tiny.cfg, tiny.weights, **{option: value})
@@ -206,16 +225,17 @@ def test_rope_table_is_safe_across_judge_threads(tiny, monkeypatch):
     while another is still building it gets the table, never None."""
     import threading
     import time
+
     jm = JaxLoopedModel(tiny.cfg, tiny.weights)
     build = type(jm.layout).rope
     started = threading.Event()
 
     def slow_rope(layout, n):
         started.set()
-        time.sleep(0.2)                   # the second thread arrives while the table is being built
+        time.sleep(0.2)  # the second thread arrives while the table is being built
         return build(layout, n)
 
-    monkeypatch.setattr(type(jm.layout), "rope", slow_rope)   # a frozen dataclass: patched on its class
+    monkeypatch.setattr(type(jm.layout), "rope", slow_rope)  # a frozen dataclass: patched on its class
     got = [None, None]
 
     def ask(i):
@@ -234,6 +254,7 @@ def test_rope_table_is_safe_across_judge_threads(tiny, monkeypatch):
 
 def test_transfer_counts_are_exact_across_threads(tiny):
     import threading
+
     jm = JaxLoopedModel(tiny.cfg, tiny.weights)
     x = np.zeros(4, np.float32)
 

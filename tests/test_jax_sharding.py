@@ -3,6 +3,7 @@
 XLA_FLAGS=--xla_force_host_platform_device_count=4 must be set before jax is imported, so
 the comparison runs in a subprocess (this test process has already imported jax).
 """
+
 from __future__ import annotations
 
 import json
@@ -65,13 +66,16 @@ print(json.dumps(out))
 
 
 def test_four_devices_match_one_device():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=600)
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=4",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    p = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
-    assert res["sharded_params"] == 2 * 2 * 7, res      # q, k, v, o, gate, up, down of both layers of both models
+    assert res["sharded_params"] == 2 * 2 * 7, res  # q, k, v, o, gate, up, down of both layers of both models
     assert res["cache_free"] <= 1e-5, res
     assert res["rounds"] <= 1e-5, res
     assert res["kv"] <= 1e-5, res

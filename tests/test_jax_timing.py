@@ -1,6 +1,7 @@
 """The JAX judge's round at a tiny shape on the CPU: what crosses between host and device
 (counted by the judge itself and by gpu_tests/judge_timing.py), no recompiles in steady
 state, both KV fetch modes match the reference, and scripts/gpu_judge_time.py runs."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def test_what_crosses_per_round(tiny, kv_fetch):
     host-to-device transfer is explicit (the guard refuses implicit ones)."""
     s = session(tiny, kv_fetch=kv_fetch)
     counts = {rid: 5 for rid in range(3)}
-    s.step(counts)                                         # compiles
+    s.step(counts)  # compiles
     s.step(counts)
     before = dict(s.jm.counts)
     with count_transfers() as seen:
@@ -50,13 +51,22 @@ def test_what_crosses_per_round(tiny, kv_fetch):
     assert len(tr.kv_writes) == 3 * 5 * 4 * tiny.cfg.num_layers
 
 
-@pytest.mark.parametrize("mode,options", [("block", {"kv_fetch": "round"}), ("loop", {"kv_fetch": "round"}),
-                                          ("block", {"kv_fetch": "thread"}), ("loop", {"kv_fetch": "thread", "rows_bits": 2}),
-                                          ("block", {"unroll": False}), ("loop", {"unroll": False, "ctx_bits": 1})])
+@pytest.mark.parametrize(
+    "mode,options",
+    [
+        ("block", {"kv_fetch": "round"}),
+        ("loop", {"kv_fetch": "round"}),
+        ("block", {"kv_fetch": "thread"}),
+        ("loop", {"kv_fetch": "thread", "rows_bits": 2}),
+        ("block", {"unroll": False}),
+        ("loop", {"unroll": False, "ctx_bits": 1}),
+    ],
+)
 def test_other_options_match_reference(tiny, mode, options):
     """KV writes fetched once per round or by the fetch thread, the stacked-weight scan, and
     rows padded to 2 significant bits judge like the defaults."""
     from tests.test_jax_backend import case
+
     ref = run(REFERENCE, tiny, case(), mode).traces
     got = run(make_jax_backend(**options), tiny, case(), mode).traces
     rep = compare_runs(ref, got, "float32")
@@ -71,16 +81,35 @@ def test_time_judge_round_reports_the_floor(tiny):
         assert m["median_ms"] > 0 and m["floor_ms"] > 0
         assert m["over_floor"] == pytest.approx(m["median_ms"] / m["floor_ms"], rel=0.02)
         assert m["per_round"]["compiles"] == 0 and m["per_round"]["h2d"] == 29
-        assert m["per_round"]["kv_donated"] is True                 # no call copied the KV planes
+        assert m["per_round"]["kv_donated"] is True  # no call copied the KV planes
         steps = m["probe"]["steps"]
         assert steps["recurrent"]["n"] == 12 and steps["head"]["n"] == 5
 
 
 def test_gpu_judge_time_script_runs_on_the_cpu(tmp_path):
     out = tmp_path / "t.json"
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_judge_time.py"), "--preset", "tiny", "--C", "2",
-                        "--ctx", "8", "--repeats", "1", "--kv-fetch", "both", "--json", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "gpu_judge_time.py"),
+            "--preset",
+            "tiny",
+            "--C",
+            "2",
+            "--ctx",
+            "8",
+            "--repeats",
+            "1",
+            "--kv-fetch",
+            "both",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads(out.read_text())
     assert {"async", "round"} <= set(res) and res["async"]["block"]["floor_ms"] > 0
@@ -90,13 +119,28 @@ def test_gpu_judge_time_script_runs_on_the_cpu(tmp_path):
 def test_gpu_judge_time_variants_in_one_process(tmp_path):
     """--variant: one model build, each variant timed with its own options; a bad key is refused."""
     out = tmp_path / "v.json"
-    script = [sys.executable, str(ROOT / "scripts" / "gpu_judge_time.py"), "--preset", "tiny", "--C", "2",
-              "--ctx", "8", "--repeats", "1"]
-    p = subprocess.run(script + ["--variant", "", "--variant", "kv_fetch=thread,rows_bits=2,layer_loop=scan",
-                                 "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    script = [
+        sys.executable,
+        str(ROOT / "scripts" / "gpu_judge_time.py"),
+        "--preset",
+        "tiny",
+        "--C",
+        "2",
+        "--ctx",
+        "8",
+        "--repeats",
+        "1",
+    ]
+    p = subprocess.run(
+        script + ["--variant", "", "--variant", "kv_fetch=thread,rows_bits=2,layer_loop=scan", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     first, second = json.loads(out.read_text())["variants"]
-    assert first["kv_fetch"] == "async" and first["unroll"] is True and "async" in first    # a CPU: unrolled
+    assert first["kv_fetch"] == "async" and first["unroll"] is True and "async" in first  # a CPU: unrolled
     assert second["rows_bits"] == 2 and second["unroll"] is False and second["thread"]["loop"]["median_ms"] > 0
     bad = subprocess.run(script + ["--variant", "dots=tf32x3"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "'dots=tf32x3' is not KEY=VALUE" in bad.stdout + bad.stderr
@@ -106,6 +150,7 @@ def test_gpu_judge_crosscheck_passes_and_fails(monkeypatch, capsys):
     """scripts/gpu_judge_crosscheck.py at a CPU shape: the judge within 1e-5 of the NumPy
     reference exits 0; a judge with the wrong RMSNorm (1 + w) exits 1, NOT within."""
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("crosscheck", ROOT / "scripts" / "gpu_judge_crosscheck.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -115,6 +160,7 @@ def test_gpu_judge_crosscheck_passes_and_fails(monkeypatch, capsys):
 
     def wrong(*a, **kw):
         return real(*a, norm_offset=1.0, **kw)
+
     monkeypatch.setattr(mod, "JaxLoopedModel", wrong)
     assert mod.main(["--preset", "tiny", "--judges", "highest", "--tokens", "5", "--prompt", "9"]) == 1
     assert "NOT within" in capsys.readouterr().out

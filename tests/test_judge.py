@@ -1,6 +1,7 @@
 """The one judge (oracle.judge.compare.compare_runs) through `python -m oracle check --backend`, in
 both directions: a correct reduced-precision plug-in passes, and each wrong one fails with
 exit 1 and the place named (meta_tests/plugins.py); plus the per-request rule on traces."""
+
 import copy
 import json
 import subprocess
@@ -36,13 +37,16 @@ def test_one_kv_write_scaled_fails_and_names_it():
     # the first request of the first case, offset 0 (position = its prompt length - 1), depth 1, layer 0
     assert "round 0 request 0: KV write of offset 0 (position" in bad[0]["detail"]
     err = float(bad[0]["detail"].split("depth 1 layer 0 differs: relative error ")[1].split()[0])
-    assert 0.3 < err <= 0.5, bad[0]["detail"]              # 0.5 of its norm, or less of a larger typical one
+    assert 0.3 < err <= 0.5, bad[0]["detail"]  # 0.5 of its norm, or less of a larger typical one
     assert "reproduce: " in bad[0]["detail"]
 
 
 def test_unexplainable_traces_are_failed_checks_not_aborts():
-    for name, check_name in (("zero_q_draft", ""), ("token_out_of_vocab", "malformed"),
-                             ("extra_rng_event", "rng_events")):
+    for name, check_name in (
+        ("zero_q_draft", ""),
+        ("token_out_of_vocab", "malformed"),
+        ("extra_rng_event", "rng_events"),
+    ):
         rc, out, err = check(*plugin(name), "--json")
         assert rc == 1, (name, rc, err)
         bad = [c for c in json.loads(out)["checks"] if not c["ok"]]
@@ -84,6 +88,7 @@ def excused_flip(tr, rid):
 
 def test_skipped_kv_write_of_one_request_beside_an_excused_divergence(tiny, monkeypatch):
     import oracle.judge.compare as cmp
+
     tr = one_round(tiny)
     monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
     b = excused_flip(tr, flippable(tr, avoid=3))
@@ -99,6 +104,7 @@ def test_skipped_kv_write_of_one_request_beside_an_excused_divergence(tiny, monk
 
 def test_other_requests_are_still_compared_after_one_diverges(tiny, monkeypatch):
     import oracle.judge.compare as cmp
+
     tr = one_round(tiny)
     monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
     b = excused_flip(tr, flippable(tr, avoid=4))
@@ -143,12 +149,13 @@ def test_rounds_pair_on_requests_still_compared(tiny, monkeypatch):
     """After a request diverged (excused), the two sides may run it in different rounds (it drew
     a stop token on one side only): the judge pairs rounds on the requests it still compares."""
     import oracle.judge.compare as cmp
+
     monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
     ref = two_rounds(tiny)
     rid = flippable(ref[0], avoid=None)
     got = [excused_flip(ref[0], rid), copy.deepcopy(ref[1])]
     rep = compare_runs([ref[0], without(ref[1], rid)], got, "bfloat16")
     assert rep.ok and len(rep.divergences) == 1, rep.first_failure()
-    other = next(r for r in ref[0].requests if r != rid)          # a request still compared
+    other = next(r for r in ref[0].requests if r != rid)  # a request still compared
     rep = compare_runs([ref[0], without(ref[1], other)], got, "bfloat16")
     assert not rep.ok and rep.first_failure().name == "rounds", rep.checks

@@ -7,6 +7,7 @@ judge is changed in one of the ways a review found no project test would notice.
    margin functions refuse it rather than read p[-1];
 3. a residual draw is re-derived from the backend's own logits and uniform: a wrong residual
    token beside the right one fails."""
+
 from __future__ import annotations
 
 import copy
@@ -121,5 +122,6 @@ def test_wrong_residual_token_beside_the_right_one_fails(tiny):
         failed = {c.name for c in rep.checks if not c.ok}
         assert "decisions" in failed, (dtype, failed)
         detail = next(c.detail for c in rep.checks if c.name == "decisions")
-        assert f"final token (offset {b.accepted[rid]}): backend {wrong} vs the reference's rules {right}" in detail, \
+        assert f"final token (offset {b.accepted[rid]}): backend {wrong} vs the reference's rules {right}" in detail, (
             detail
+        )

@@ -1,8 +1,9 @@
 """torch-cpu FP32 rounds (kernels/) against the FP32 reference on the tiny preset."""
+
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))    # kernels/ from a plain `pytest`
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kernels/ from a plain `pytest`
 
 import dataclasses
 import json
@@ -27,14 +28,26 @@ from oracle.checkpoint import build_model
 from oracle.sampling import SamplingParams as SP
 from oracle.schedule import plan as plan_schedule
 
-MIXED = [SP(), SP(1.0, top_k=8, seed=1), SP(0.8, top_p=0.8, seed=2), SP(1.2, top_k=20, top_p=0.9, seed=3),
-         SP(0.7, seed=4), SP()]
+MIXED = [
+    SP(),
+    SP(1.0, top_k=8, seed=1),
+    SP(0.8, top_p=0.8, seed=2),
+    SP(1.2, top_k=20, top_p=0.9, seed=3),
+    SP(0.7, seed=4),
+    SP(),
+]
 PROMPTS = [[1, 2, 3], [5], [7, 8, 9, 10, 11], [4, 4], [60, 1, 33, 2, 8, 9, 10, 3], [9, 9, 9]]
 RAGGED = [{0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 1}]
-MULTI = [{0: 3, 1: 1, 2: 5, 3: 2}, {0: 5, 1: 5, 2: 5, 3: 5, 4: 3}, {3: 4, 1: 2, 4: 1}, {0: 1, 1: 3, 2: 2, 3: 5, 4: 6},
-         {4: 2, 0: 4, 2: 1}, {0: 2, 1: 2, 2: 2, 3: 2, 4: 2}]
+MULTI = [
+    {0: 3, 1: 1, 2: 5, 3: 2},
+    {0: 5, 1: 5, 2: 5, 3: 5, 4: 3},
+    {3: 4, 1: 2, 4: 1},
+    {0: 1, 1: 3, 2: 2, 3: 5, 4: 6},
+    {4: 2, 0: 4, 2: 1},
+    {0: 2, 1: 2, 2: 2, 3: 2, 4: 2},
+]
 TORCH = make_torch_backend("cpu")
-torch.set_num_threads(1)       # tiny ops: threads only add spin-wait cost on a shared CI machine
+torch.set_num_threads(1)  # tiny ops: threads only add spin-wait cost on a shared CI machine
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +77,12 @@ def assert_same(tr_ref, tr_got, max_err=1e-4, eager=True):
         assert (b.dtype, b.mode, b.round, b.policy) == ("float32", a.mode, a.round, a.policy)
         assert b.calls == a.calls and b.prefix == a.prefix and b.params == a.params
         assert (b.drafts, b.accepted, b.emitted) == (a.drafts, a.accepted, a.emitted)
-        assert b.rng_events == a.rng_events                              # values included
+        assert b.rng_events == a.rng_events  # values included
         assert {k: c for k, (c, _, _) in b.kv_writes.items()} == {k: c for k, (c, _, _) in a.kv_writes.items()}
         assert b.draft_logits.keys() == a.draft_logits.keys() and b.verify_logits.keys() == a.verify_logits.keys()
-        assert {k: v for k, v in b.stats.items() if not k.startswith("graph_")} == \
-            {k: v for k, v in a.stats.items() if k != "kv_writes"}
+        assert {k: v for k, v in b.stats.items() if not k.startswith("graph_")} == {
+            k: v for k, v in a.stats.items() if k != "kv_writes"
+        }
         if eager:
             assert {b.stats[k] for k in ("graph_captures", "graph_replays", "graph_fallbacks")} == {0}
 
@@ -87,11 +101,11 @@ def test_ragged_round_matches_reference(model, mode, policy, d, D):
 def test_multi_round_generation_with_rollback(model, mode, policy):
     tr_ref, tr_got, ref, got = run_both(model, mode, policy, MULTI)
     assert_same(tr_ref, tr_got)
-    assert any(a < t - 1 for tr in tr_got for a, t in zip(tr.accepted.values(), tr.token_counts))   # rollbacks
+    assert any(a < t - 1 for tr in tr_got for a, t in zip(tr.accepted.values(), tr.token_counts))  # rollbacks
     for rid in range(5):
         assert got.tokens(rid) == ref.tokens(rid)
         slot = got.requests[rid].slot
-        assert int(got.engine.start[slot]) == len(got.tokens(rid)) - 1   # frontier start + a + 1
+        assert int(got.engine.start[slot]) == len(got.tokens(rid)) - 1  # frontier start + a + 1
 
 
 def test_block_and_loop_agree_on_torch(model):
@@ -138,9 +152,9 @@ def test_submit_collect_rounds_in_flight(model, mode):
     ref = start(ReferenceBackend(), model, mode, "sequential", range(5))
     got = start(TORCH, model, mode, "sequential", range(5))
     tr_ref = [ref.step(c) for c in MULTI]
-    h = [got.submit(c) for c in MULTI[:3]]                               # three in flight, same requests
+    h = [got.submit(c) for c in MULTI[:3]]  # three in flight, same requests
     assert all(not x.done for x in h)
-    t2 = got.collect(h[1])                                               # finishes round 0 first
+    t2 = got.collect(h[1])  # finishes round 0 first
     h += [got.submit(c) for c in MULTI[3:]]
     tr_got = [got.collect(x) for x in (h[0],)] + [t2] + [got.collect(x) for x in reversed(h[2:])][::-1]
     assert_same(tr_ref, tr_got)
@@ -156,11 +170,11 @@ def test_round_span_bounds_its_positions(model, mode, monkeypatch):
     for short in (0, 1):
         got = start(TORCH, model, mode, "sequential", range(5))
         monkeypatch.setattr(got, "span_bucket", lambda n, cap: max(1, n - short))
-        h = [got.submit(c) for c in MULTI[:3]]                           # three in flight, same requests
+        h = [got.submit(c) for c in MULTI[:3]]  # three in flight, same requests
         h += [got.submit(c) for c in MULTI[3:]]
         assert h[-1].span > h[0].span
         tr_got = [got.collect(x) for x in h]
-        last = max(key[1] for t in tr_got for key in t.kv_writes)       # the highest position written
+        last = max(key[1] for t in tr_got for key in t.kv_writes)  # the highest position written
         if short:
             with pytest.raises(AssertionError):
                 assert_same(tr_ref, tr_got)
@@ -171,6 +185,7 @@ def test_round_span_bounds_its_positions(model, mode, monkeypatch):
 
 def test_span_bucket():
     from kernels.triton_attention import CHUNK, span_bucket
+
     prev, cap = 0, 4096 + 7
     for n in range(1, cap + 1):
         s = span_bucket(n, cap)
@@ -178,22 +193,29 @@ def test_span_bucket():
         chunks, need = -(-s // CHUNK), -(-n // CHUNK)
         assert chunks == need if need <= 16 else chunks - need < need / 8, (n, s)
         prev = s
-    assert len({span_bucket(n, 4096) for n in range(1, 4097)}) == 16 + 8 * 3     # graphs per call shape
+    assert len({span_bucket(n, 4096) for n in range(1, 4097)}) == 16 + 8 * 3  # graphs per call shape
     assert span_bucket(257, 257) == 257 and span_bucket(257, 342) == 288
     with pytest.raises(AssertionError):
         span_bucket(300, 257)
 
 
 def test_preemption(model):
-    plan = [("step", {0: 3, 1: 4, 2: 2}), ("remove", 1), ("step", {0: 5, 2: 3}), ("add", 1),
-            ("step", {1: 3, 0: 2, 2: 4}), ("remove", 0), ("step", {1: 5, 2: 1})]
+    plan = [
+        ("step", {0: 3, 1: 4, 2: 2}),
+        ("remove", 1),
+        ("step", {0: 5, 2: 3}),
+        ("add", 1),
+        ("step", {1: 3, 0: 2, 2: 4}),
+        ("remove", 0),
+        ("step", {1: 5, 2: 1}),
+    ]
     ref = start(ReferenceBackend(), model, "loop", "sequential", range(3))
     got = start(TORCH, model, "loop", "sequential", range(3))
     tr_ref, tr_got, held = [], [], {}
     for op, arg in plan:
         if op == "step":
             tr_ref.append(ref.step(arg))
-            h = got.submit(arg)                                          # still in flight at the removal
+            h = got.submit(arg)  # still in flight at the removal
             tr_got.append(h)
         elif op == "remove":
             held[arg] = ref.remove(arg)
@@ -233,7 +255,7 @@ def test_failed_round_after_commit_drops_its_requests(model, monkeypatch):
     monkeypatch.undo()
     assert sorted(got.requests) == [1, 3] and len(got.engine.kv.free) == free + 2
     ref = start(ReferenceBackend(), model, "block", "sequential", [1, 3])
-    assert_same([ref.step({1: 4, 3: 2})], [got.step({1: 4, 3: 2})])     # the failed round took no index
+    assert_same([ref.step({1: 4, 3: 2})], [got.step({1: 4, 3: 2})])  # the failed round took no index
 
 
 def test_failed_add_frees_its_slot(model, monkeypatch):
@@ -248,7 +270,7 @@ def test_failed_add_frees_its_slot(model, monkeypatch):
 
 
 def test_nonfinite_logits_raise_at_collection(model):
-    s = make_torch_backend("cpu").session(model, 2, 4, "loop")         # own weights: poisoned below
+    s = make_torch_backend("cpu").session(model, 2, 4, "loop")  # own weights: poisoned below
     s.add(0, [1, 2], SP())
     s.engine.model.w.lm_head[3, 0] = float("nan")
     with pytest.raises(OracleError, match="non-finite"):
@@ -303,29 +325,30 @@ def test_graph_bookkeeping_with_fake_capture(model, max_batch_size, max_graphs):
 def test_capacity_grows_with_rounds_in_flight(model, graphs):
     ref = start(ReferenceBackend(), model, "loop", "fixed", range(2))
     got = start(TORCH, model, "loop", "fixed", range(2), max_requests=1, max_len=8, graphs=graphs)
-    assert got.engine.kv.n_slots == 3                                    # grew once at the second add
+    assert got.engine.kv.n_slots == 3  # grew once at the second add
     rounds = [{0: 5, 1: 3}, {0: 6, 1: 6}, {0: 6, 1: 2, 2: 4, 3: 5}, {0: 4, 2: 6, 3: 1, 4: 3}]
     tr_ref, handles = [], []
     for n, counts in enumerate(rounds):
         for rid in counts:
             if rid not in ref.requests:
                 ref.add(rid, PROMPTS[rid], MIXED[rid])
-                got.add(rid, PROMPTS[rid], MIXED[rid])                  # grows while a round is in flight
+                got.add(rid, PROMPTS[rid], MIXED[rid])  # grows while a round is in flight
         tr_ref.append(ref.step(counts))
-        handles.append(got.submit(counts))                               # grows max_len too
+        handles.append(got.submit(counts))  # grows max_len too
     assert got.engine.kv.n_slots == 9 and got.max_len >= 16
     tr_got = [got.collect(h) for h in handles]
     assert_same(tr_ref, tr_got, eager=graphs == "off")
-    if graphs == "fake":                                                 # graphs dropped at growth, re-captured
+    if graphs == "fake":  # graphs dropped at growth, re-captured
         assert sum(t.stats["graph_captures"] for t in tr_got) > len(got.graphs.graphs)
 
 
 def test_failed_capture_runs_eagerly_and_is_counted(model, monkeypatch):
     from kernels.graphs import GraphRunner
+
     real = GraphRunner.fake_capture
 
     def capture(fn, static):
-        if static.numel() == 2 * 4:                                      # the verify step of 4 rows
+        if static.numel() == 2 * 4:  # the verify step of 4 rows
             raise RuntimeError("operation not permitted when stream is capturing")
         return real(fn, static)
 
@@ -344,6 +367,7 @@ def test_scratch_warmup_touches_no_request(model):
     kv = s.engine.kv
     before = [t[:, [kv.plane(sl, j) for sl in (0, 1) for j in range(4)]].clone() for t in (kv.k, kv.v)]
     from kernels.round_buffer import scratch_call_meta
+
     meta = torch.from_numpy(scratch_call_meta((3, 3, 1), kv.scratch, s.Tcap))
     s.graphs.run("call", (3, 3, 1), 3, meta, lambda m: s.engine.call_step(m, 3, 3, 1), lambda: meta)
     after = [t[:, [kv.plane(sl, j) for sl in (0, 1) for j in range(4)]] for t in (kv.k, kv.v)]
@@ -356,17 +380,24 @@ def test_sampler_matches_reference():
     for trial in range(200):
         lg = (rng.standard_normal(V) * 3).astype(np.float32)
         if trial % 3 == 0:
-            lg = np.round(lg)                                            # ties, also at the top-k threshold
+            lg = np.round(lg)  # ties, also at the top-k threshold
         t = float(rng.choice([0.5, 1.0, 1.7]))
         k, p = [None, 1, 5, 20, 64, 100][trial % 6], [None, 0.3, 0.9, 1.0, 0.05][trial % 5]
         params = SP(t, top_k=k, top_p=p)
         want = sampling.filtered_probs(lg, params)
-        got = sampler.filtered_probs(torch.from_numpy(lg)[None], {"temp": torch.tensor([t]), "top_k": torch.tensor([min(k or V, V)]),
-                                     "top_p": torch.tensor([p if p is not None and p < 1 else float("inf")])})[0].numpy()
+        got = sampler.filtered_probs(
+            torch.from_numpy(lg)[None],
+            {
+                "temp": torch.tensor([t]),
+                "top_k": torch.tensor([min(k or V, V)]),
+                "top_p": torch.tensor([p if p is not None and p < 1 else float("inf")]),
+            },
+        )[0].numpy()
         assert np.array_equal(want > 0, got > 0) and np.abs(want - got).max() < 1e-6
         for u in rng.random(4):
-            assert sampling.categorical(want, u) == int(sampler.categorical(torch.from_numpy(want)[None],
-                                                                            torch.tensor([u], dtype=torch.float64))[0])
+            assert sampling.categorical(want, u) == int(
+                sampler.categorical(torch.from_numpy(want)[None], torch.tensor([u], dtype=torch.float64))[0]
+            )
     r, ok = sampler.residual(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.5, 0.5]]))
     assert not ok[0]
 
@@ -375,9 +406,11 @@ def test_plan_groups_rows_by_plane():
     s = plan_schedule("block", [5, 3], 2, 4)
     windows = np.zeros((2, 3))
     p = build_plan(s, [4, 1], 8, 9, [0, 0], windows)
-    assert [c.key for c in p.calls][-2:] == [(8, 2, 5), (8, 2, 5)]      # verify: 2 planes, 5 queries each
-    assert all(c.key[1] == c.key[0] and c.key[2] == 1 for c in build_plan(plan_schedule("loop", [5, 3], 2, 4),
-                                                                          [4, 1], 8, 9, [0, 0], windows).calls)
+    assert [c.key for c in p.calls][-2:] == [(8, 2, 5), (8, 2, 5)]  # verify: 2 planes, 5 queries each
+    assert all(
+        c.key[1] == c.key[0] and c.key[2] == 1
+        for c in build_plan(plan_schedule("loop", [5, 3], 2, 4), [4, 1], 8, 9, [0, 0], windows).calls
+    )
     assert p.verify[2] == 8 and p.buf.dtype == np.int64
 
 
@@ -418,7 +451,7 @@ def test_backend_interface(model, monkeypatch):
     s.add(0, [3, 4], SP(1.0, seed=5))
     tr = s.collect(s.submit({0: 3}))
     assert s.tokens(0) == [3, 4] + tr.emitted[0] == s.remove(0)
-    assert b.weights(model) is b.weights(model)                          # converted once per model
+    assert b.weights(model) is b.weights(model)  # converted once per model
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
@@ -427,7 +460,9 @@ def test_property_ragged_rounds(model, data):
     n = data.draw(st.integers(1, 4))
     d, D = data.draw(st.sampled_from([(1, 2), (2, 4), (1, 3), (3, 4)]))
     mode, policy = data.draw(st.sampled_from(["block", "loop"])), data.draw(st.sampled_from(["sequential", "fixed"]))
-    rounds = data.draw(st.lists(st.dictionaries(st.integers(0, n - 1), st.integers(1, 6), min_size=1), min_size=1, max_size=3))
+    rounds = data.draw(
+        st.lists(st.dictionaries(st.integers(0, n - 1), st.integers(1, 6), min_size=1), min_size=1, max_size=3)
+    )
     tr_ref, tr_got, _, _ = run_both(model, mode, policy, rounds, d, D)
     assert_same(tr_ref, tr_got)
 
@@ -440,15 +475,15 @@ def test_parity_excuses_only_near_ties(model):
     x = got.drafts[rid][0]
     lg = ref.draft_logits[(rid, 0)]
     far = int(np.argmin(lg))
-    got.drafts[rid][0] = far                                             # a clear (non-tie) divergence
-    got.accepted[rid] = 0                                                # ... rejected at offset 0
+    got.drafts[rid][0] = far  # a clear (non-tie) divergence
+    got.accepted[rid] = 0  # ... rejected at offset 0
     got.emitted[rid] = [int(np.argmax(got.verify_logits[(rid, 0)]))]
     got.committed[rid] = list(got.emitted[rid])
     got.stats = dict(got.stats, accepted=sum(got.accepted.values()))
     rep = compare_runs([ref], [got], "float32")
     assert not rep.ok and "draft token of offset 1" in next(c.detail for c in rep.checks if c.name == "tokens")
     lg2 = lg.copy()
-    lg2[far] = lg2[x] - 1e-7                                             # now a near tie in the reference
+    lg2[far] = lg2[x] - 1e-7  # now a near tie in the reference
     ref.draft_logits[(rid, 0)] = got.draft_logits[(rid, 0)] = lg2
     rep = compare_runs([ref], [got], "float32")
     assert rep.ok and rep.divergences, rep.first_failure()
@@ -465,7 +500,7 @@ def test_bench_helpers_on_cpu():
     # host phases of a synchronous round: inside the round's wall time, the compute (CPU) in enqueue
     assert set(r["host_ms"]) == {"plan", "enqueue", "wait", "finish"} and min(r["host_ms"].values()) >= 0
     assert r["host_ms"]["enqueue"] > r["host_ms"]["plan"] and sum(r["host_ms"].values()) <= r["ms_per_round"]
-    assert r["device_ms"] is None                                   # device timing: CUDA only
+    assert r["device_ms"] is None  # device timing: CUDA only
     assert all(len(s.tokens(rid)) == 12 + 6 for rid in (0, 1))
     assert r["emitted"] == 2 * 6
 
@@ -477,13 +512,37 @@ def test_c_table_with_rows_sharing_kv_planes(tmp_path):
     from bench.cli import needed_rows
     from oracle.cli import main
     from oracle.cost import load_ctable
+
     t = measure_c_table("tiny", [2, 4], 16, device="cpu", repeats=2, rows_per_plane=2)
     assert set(t["c_ms"]) == {"2", "4"} and t["rows_per_plane"] == 2 and all(v > 0 for v in t["c_ms"].values())
     assert needed_rows([1, 4], 4, 2, 4) == ([1, 2, 4, 5, 8, 20], [1, 4, 5, 20], {5: [5, 20]})
     out = tmp_path / "ct.json"
-    assert main(["bench", "c-table", "--device", "cpu", "--preset", "tiny", "--rows", "1,2,3,4", "--rows-per-plane",
-                 "2", "--repeats", "1", "--context", "8", "--out", str(out), "--quiet", "--force"]) == 0
-    ct = load_ctable(out, force=True)     # CPU timings of a busy machine need not be monotone; the plumbing is tested
+    assert (
+        main(
+            [
+                "bench",
+                "c-table",
+                "--device",
+                "cpu",
+                "--preset",
+                "tiny",
+                "--rows",
+                "1,2,3,4",
+                "--rows-per-plane",
+                "2",
+                "--repeats",
+                "1",
+                "--context",
+                "8",
+                "--out",
+                str(out),
+                "--quiet",
+                "--force",
+            ]
+        )
+        == 0
+    )
+    ct = load_ctable(out, force=True)  # CPU timings of a busy machine need not be monotone; the plumbing is tested
     assert ct.rows == (1, 2, 3, 4) and [(r, sub.rows) for r, sub in ct.shared] == [(2, (2, 4))]
     assert ct.call(4, 2) == ct.shared[0][1].c(4) and ct.call(4, 4) == ct.c(4)
 
@@ -502,22 +561,30 @@ def test_pipelined_generation_emits_the_same_tokens():
         out.append((r, [s.tokens(rid) for rid in range(3)]))
     (r1, t1) = out[0]
     assert r1["emitted"] == 21 and [len(a) for a in t1] == [len(p) + 7 for p in prompts]
-    assert r1["accepted"] > 0                     # drafts pass, so rounds in flight can overshoot
+    assert r1["accepted"] > 0  # drafts pass, so rounds in flight can overshoot
     for r, t in out[1:]:
-        assert r["emitted"] >= 21 and all(a[:len(b)] == b for a, b in zip(t, t1))
+        assert r["emitted"] >= 21 and all(a[: len(b)] == b for a, b in zip(t, t1))
 
 
-@pytest.mark.parametrize("params,variant", [([SP(), SP()], "greedy"), ([SP(), SP(0.7, seed=5)], "plain"),
-                                            ([SP(1.3, seed=6), SP(1.0, top_k=99999, top_p=1.0, seed=7)], "plain"),
-                                            ([SP(), SP(1.0, top_k=8, seed=1)], "full")])
+@pytest.mark.parametrize(
+    "params,variant",
+    [
+        ([SP(), SP()], "greedy"),
+        ([SP(), SP(0.7, seed=5)], "plain"),
+        ([SP(1.3, seed=6), SP(1.0, top_k=99999, top_p=1.0, seed=7)], "plain"),
+        ([SP(), SP(1.0, top_k=8, seed=1)], "full"),
+    ],
+)
 @pytest.mark.parametrize("policy", ["sequential", "fixed"])
 def test_head_sampling_variants_match_reference(model, params, variant, policy):
     """The round's head steps skip probabilities (all greedy) or sorts (no top-k/top-p):
     same traces as the reference either way, with graphs keyed by the variant."""
     assert sampling_variant(params, model.cfg.vocab_size) == variant
     rounds = [{0: 4, 1: 3}, {0: 2, 1: 5}, {0: 5, 1: 5}]
-    ref, got = (b.session(model, 2, 4, "loop", policy, **opts) for b, opts in
-                ((ReferenceBackend(), {}), (TORCH, {"graphs": "fake"})))
+    ref, got = (
+        b.session(model, 2, 4, "loop", policy, **opts)
+        for b, opts in ((ReferenceBackend(), {}), (TORCH, {"graphs": "fake"}))
+    )
     for rid, p in enumerate(params):
         ref.add(rid, PROMPTS[rid], p)
         got.add(rid, PROMPTS[rid], p)
@@ -530,7 +597,9 @@ def test_head_sampling_variants_match_reference(model, params, variant, policy):
 def test_plain_probs_are_the_unfiltered_filtered_probs():
     x = torch.randn(7, 300) * 4
     temp = torch.tensor([1.0, 0.5, 2.0, 1.3, 0.9, 1.0, 0.7])
-    full = sampler.filtered_probs(x, {"temp": temp, "top_k": torch.full((7,), 300), "top_p": torch.full((7,), float("inf"))})
+    full = sampler.filtered_probs(
+        x, {"temp": temp, "top_k": torch.full((7,), 300), "top_p": torch.full((7,), float("inf"))}
+    )
     assert torch.equal(sampler.plain_probs(x, temp), full)
 
 
@@ -538,18 +607,21 @@ def test_single_row_padding_path(model, monkeypatch):
     """The CUDA fused path runs a one-row call as two, the second a dummy row on the scratch
     plane: exercised here on CPU with the unfused blocks standing in for torch.compile."""
     import kernels.model as km
+
     monkeypatch.setattr(km, "_fused", lambda compile_dynamic: (km.pre_attn, km.post_attn))
-    rounds = [{0: 3}, {0: 5}, {0: 1}]                  # loop waves of one row; prefill of one row
+    rounds = [{0: 3}, {0: 5}, {0: 1}]  # loop waves of one row; prefill of one row
     ref = start(ReferenceBackend(), model, "loop", "sequential", [1])
     got = start(TORCH, model, "loop", "sequential", [])
     got.engine.model.fuse = True
     got.add(1, PROMPTS[1], MIXED[1])
     seen = []
     real = km.PackedModel.recurrent_call
-    monkeypatch.setattr(km.PackedModel, "recurrent_call", lambda self, h, *a: seen.append(h.shape[0]) or real(self, h, *a))
+    monkeypatch.setattr(
+        km.PackedModel, "recurrent_call", lambda self, h, *a: seen.append(h.shape[0]) or real(self, h, *a)
+    )
     counts = [{1: c[0]} for c in rounds]
     assert_same([ref.step(c) for c in counts], [got.step(c) for c in counts])
-    assert 1 in seen                 # a dummy written to a request's plane would corrupt its position 0
+    assert 1 in seen  # a dummy written to a request's plane would corrupt its position 0
 
 
 def test_round_in_flight_after_a_finishing_round_fails(model):
@@ -575,15 +647,21 @@ def test_round_in_flight_after_a_finishing_round_fails(model):
 # gemv and triton_attn need Triton (CUDA; tests/test_gemv_interpret.py runs the GEMV kernels in
 # the interpreter): None (on where available) and False both take the torch path here. fuse=True
 # runs torch.compile on the CPU (and pads one-row calls); compile_dynamic picks what is symbolic.
-COMBOS = [KernelOptions(gemv=g, fuse=f, triton_attn=t, compile_dynamic=c)
-          for g in (None, False) for t in (None, False) for f in (None, False, True) for c in ("rows", "all")]
+COMBOS = [
+    KernelOptions(gemv=g, fuse=f, triton_attn=t, compile_dynamic=c)
+    for g in (None, False)
+    for t in (None, False)
+    for f in (None, False, True)
+    for c in ("rows", "all")
+]
 
 
-@pytest.mark.parametrize("opts", COMBOS, ids=[f"gemv={o.gemv}-attn={o.triton_attn}-fuse={o.fuse}-{o.compile_dynamic}"
-                                              for o in COMBOS])
+@pytest.mark.parametrize(
+    "opts", COMBOS, ids=[f"gemv={o.gemv}-attn={o.triton_attn}-fuse={o.fuse}-{o.compile_dynamic}" for o in COMBOS]
+)
 def test_kernel_options_on_the_cpu(model, opts):
     bk = make_torch_backend("cpu", kernel_options=opts)
-    rounds = [{0: 3, 1: 1}, {1: 4}, {0: 2, 1: 3}]          # one-row waves too (the padded call when fused)
+    rounds = [{0: 3, 1: 1}, {1: 4}, {0: 2, 1: 3}]  # one-row waves too (the padded call when fused)
     ref = start(ReferenceBackend(), model, "loop", "sequential", [0, 1])
     got = start(bk, model, "loop", "sequential", [0, 1])
     m = got.engine.model
@@ -597,9 +675,9 @@ def test_kernel_options_come_from_the_environment_only_at_the_cli_edge(monkeypat
     monkeypatch.setenv("LOOPSPEC_FUSE", "0")
     monkeypatch.setenv("LOOPSPEC_COMPILE_DYNAMIC", "all")
     monkeypatch.setenv("LOOPSPEC_GEMV_CONFIG", str(tiles))
-    assert make_torch_backend("cpu").kernel_options == KernelOptions()          # no environment here
+    assert make_torch_backend("cpu").kernel_options == KernelOptions()  # no environment here
     want = KernelOptions(fuse=False, compile_dynamic="all", gemv_config={"o": (32, 64, 4)})
-    assert load_backend("torch-cpu").kernel_options == want                   # the registry factory
+    assert load_backend("torch-cpu").kernel_options == want  # the registry factory
     assert load_backend("torch-cpu").session(build_model("tiny", seed=0), 1, 2, "loop").engine.model.options == want
     monkeypatch.setenv("LOOPSPEC_PDL", "0")
     assert load_backend("torch-cpu").kernel_options == dataclasses.replace(want, pdl=False)
@@ -633,26 +711,32 @@ def test_plan_cache_gives_the_plan_a_fresh_build_gives():
     fresh = build_plan(sched, [2, 0], 4, 5, [0, 7], windows, "plain")
     kept = build_plan(sched, [2, 0], 4, 5, [0, 7], windows, "plain", plan_indices(sched, [2, 0], 4, 5))
     assert np.array_equal(fresh.buf, kept.buf)
-    assert (fresh.calls, fresh.wrote, fresh.verify, fresh.requests, fresh.uniforms) == \
-        (kept.calls, kept.wrote, kept.verify, kept.requests, kept.uniforms)
+    assert (fresh.calls, fresh.wrote, fresh.verify, fresh.requests, fresh.uniforms) == (
+        kept.calls,
+        kept.wrote,
+        kept.verify,
+        kept.requests,
+        kept.uniforms,
+    )
     later = build_plan(sched, [2, 0], 4, 5, [3, 9], windows[::-1], "plain", plan_indices(sched, [2, 0], 4, 5))
     assert not np.array_equal(later.buf, kept.buf) and later.calls == kept.calls
     cache, made = PlanCache(size=2), []
     for key in (1, 2, 1, 3, 2, 1):
         assert cache.get(key, lambda key=key: made.append(key) or -key) == -key
-    assert made == [1, 2, 3, 2, 1]           # 3 evicted 2 (1 was used more recently), then 2 evicted 1
+    assert made == [1, 2, 3, 2, 1]  # 3 evicted 2 (1 was used more recently), then 2 evicted 1
 
 
 def test_gemv_tile_configs_in_every_accepted_form():
     """LOOPSPEC_GEMV_CONFIG rows are [BLOCK_N, BLOCK_K, warps(, stages(, peel))]: 3 stages and the
     first-tile peel on where left out; "/16" keys configure the small-M path (2..16 rows)."""
     from kernels.gemv import ONE_ROW_TILES, SMALL_M_TILES, _config
+
     assert _config("o", 1) == (1, *ONE_ROW_TILES["o"])
     assert _config("down", 7) == (16, *SMALL_M_TILES["down"])
     assert _config("o", 1, {"o": [8, 64, 4]}) == (1, 8, 64, 4, 3, True)
     assert _config("o", 1, {"o": [8, 64, 4, 2]}) == (1, 8, 64, 4, 2, True)
     assert _config("o", 2, {"o/16": [16, 64, 4, 2, 0]}) == (16, 16, 64, 4, 2, False)
-    assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"])     # a one-row key: not for 2 rows
+    assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"])  # a one-row key: not for 2 rows
 
 
 def test_bookkeeping_warmups_leave_requests_and_the_scratch_frontier(model):
@@ -660,6 +744,7 @@ def test_bookkeeping_warmups_leave_requests_and_the_scratch_frontier(model):
     state changes, and the scratch slot's frontier, budget and RNG cursor stay (so later
     warm-ups of calls stay at the scratch plane's first positions)."""
     from kernels.round_buffer import scratch_request_meta
+
     s = start(TORCH, model, "loop", "sequential", range(2), graphs="fake")
     s.step({0: 3, 1: 2})
     e, sc = s.engine, s.engine.kv.scratch
@@ -669,14 +754,17 @@ def test_bookkeeping_warmups_leave_requests_and_the_scratch_frontier(model):
         meta = torch.from_numpy(scratch_request_meta(R, W, sc))
         s.graphs.run("begin", (R, W), R, meta, lambda m: e.begin_step(m, R, W), lambda: meta)
         meta = torch.from_numpy(scratch_request_meta(R, 0, sc))
-        packed = s.graphs.run("accept", (R, "sequential"), R, meta, lambda m: e.accept_step(m, R, "sequential"),
-                              lambda: meta)
+        packed = s.graphs.run(
+            "accept", (R, "sequential"), R, meta, lambda m: e.accept_step(m, R, "sequential"), lambda: meta
+        )
         assert packed.shape == (R, 7 + 3 * s.Tcap - 1)
     for k in names:
         assert torch.equal(getattr(e, k)[:sc], before[k][:sc]), k
     for k in ("start", "left", "cursor"):
         assert torch.equal(getattr(e, k)[sc], before[k][sc]), k
-    assert torch.equal(e.tok[:sc], before["tok"]) and torch.equal(e.ubuf[:sc].view(torch.int64), before["ubuf"].view(torch.int64))
+    assert torch.equal(e.tok[:sc], before["tok"]) and torch.equal(
+        e.ubuf[:sc].view(torch.int64), before["ubuf"].view(torch.int64)
+    )
     assert s.graphs.stats["graph_captures"] >= 4
 
 
@@ -685,28 +773,61 @@ def test_sweep_measures_c_at_its_sessions_kv_capacity(tmp_path):
     sweep's c-table is measured at the capacity its sessions allocate, not at context + 1."""
     from bench.rounds import session_kv_capacity
     from oracle.cli import main
+
     out = tmp_path / "sweep.json"
-    assert main(["bench", "sweep", "--device", "cpu", "--preset", "tiny", "--batch", "1", "--k", "2", "--tokens", "3",
-                 "--repeats", "2", "--repeats-ctable", "1", "--context", "8", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "sweep",
+                "--device",
+                "cpu",
+                "--preset",
+                "tiny",
+                "--batch",
+                "1",
+                "--k",
+                "2",
+                "--tokens",
+                "3",
+                "--repeats",
+                "2",
+                "--repeats-ctable",
+                "1",
+                "--context",
+                "8",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     cap = session_kv_capacity(8, 3, 2)
     assert json.loads(out.read_text())["ctable"]["kv_capacity"] == cap == 8 + 3 + 4 * 3 + 2
     assert make_session(random_weights("tiny", "cpu"), "block", 1, 8, 3, 2, 2, 4).max_len == cap
 
 
 # ---- sequence-dependent processors (oracle/processors.py) on the device ------------------------
-from kernels import host_sampling                                               # noqa: E402
-from kernels.engine import Engine                                               # noqa: E402
-from kernels.round_buffer import processors_variant                             # noqa: E402
+from kernels import host_sampling  # noqa: E402
+from kernels.engine import Engine  # noqa: E402
+from kernels.round_buffer import processors_variant  # noqa: E402
 from kernels.rows import HISTORY, MAX_BAD_WORD_LEN, MAX_BAD_WORDS, MAX_NGRAM, STEPS, TAIL, processor_steps  # noqa: E402
-from oracle.judge.verdict import judge                                           # noqa: E402
-from oracle.judge.scenario import make_case                                     # noqa: E402
-from oracle.sampling import Seen                                                # noqa: E402
+from oracle.judge.verdict import judge  # noqa: E402
+from oracle.judge.scenario import make_case  # noqa: E402
+from oracle.sampling import Seen  # noqa: E402
 
-from property_tests.strategies import PROC, PROC_PARAMS                         # noqa: E402
+from property_tests.strategies import PROC, PROC_PARAMS  # noqa: E402
 
-PROC_ROUNDS = [{0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 3}, {0: 5, 1: 5, 2: 5, 3: 5, 4: 3, 5: 5, 6: 4},
-               {3: 4, 1: 2, 4: 1, 5: 6, 6: 1}, {0: 1, 1: 3, 2: 2, 3: 5, 4: 6, 5: 2, 6: 6}, {i: 6 for i in range(7)},
-               {4: 3}, {0: 4, 1: 4, 2: 4, 5: 4, 6: 4}]
+PROC_ROUNDS = [
+    {0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 3},
+    {0: 5, 1: 5, 2: 5, 3: 5, 4: 3, 5: 5, 6: 4},
+    {3: 4, 1: 2, 4: 1, 5: 6, 6: 1},
+    {0: 1, 1: 3, 2: 2, 3: 5, 4: 6, 5: 2, 6: 6},
+    {i: 6 for i in range(7)},
+    {4: 3},
+    {0: 4, 1: 4, 2: 4, 5: 4, 6: 4},
+]
 
 
 def commit_output(engine, slot, output):
@@ -717,7 +838,7 @@ def commit_output(engine, slot, output):
     tail = list(output[-TAIL:]) if output else []
     engine.tail[slot] = torch.tensor([0] * (TAIL - len(tail)) + tail)
     plen = int(engine.plen[slot])
-    engine.hist[slot, plen:plen + len(output)] = torch.tensor(output, dtype=torch.int64)
+    engine.hist[slot, plen : plen + len(output)] = torch.tensor(output, dtype=torch.int64)
 
 
 def assert_proc_state(session):
@@ -727,17 +848,17 @@ def assert_proc_state(session):
     for req in session.requests.values():
         if not req.params.has_processors:
             continue
-        out = req.tokens[len(req.tokens) - req.generated:]
+        out = req.tokens[len(req.tokens) - req.generated :]
         V = e.counts.shape[1]
         assert np.array_equal(e.counts[req.slot].numpy(), np.bincount(out, minlength=V).astype(np.float32)), req.rid
         assert int(e.gen[req.slot]) == req.generated
         k = min(TAIL, len(out))
-        assert e.tail[req.slot, TAIL - k:].tolist() == out[len(out) - k:]
+        assert e.tail[req.slot, TAIL - k :].tolist() == out[len(out) - k :]
         prompt = np.zeros(V, bool)
-        prompt[req.tokens[:len(req.tokens) - req.generated]] = True
+        prompt[req.tokens[: len(req.tokens) - req.generated]] = True
         assert np.array_equal(e.prompt[req.slot].numpy(), prompt)
-        if req.params.no_repeat_ngram:                  # the history: prompt and output
-            assert e.hist[req.slot, :len(req.tokens)].tolist() == req.tokens, req.rid
+        if req.params.no_repeat_ngram:  # the history: prompt and output
+            assert e.hist[req.slot, : len(req.tokens)].tolist() == req.tokens, req.rid
 
 
 def random_proc_params(rng, V, ctx):
@@ -749,14 +870,24 @@ def random_proc_params(rng, V, ctx):
         if len(ctx) >= 2:
             n = int(rng.integers(1, min(len(ctx), MAX_BAD_WORD_LEN - 1) + 1))
             end = int(rng.integers(n, len(ctx) + 1))
-            words.append(tuple(ctx[end - n:end]) + (int(rng.integers(0, V)),))
-    bias = {int(t): float(pick(0.0, 2.0, -1.5, 30.0, -100.0, 100.0, 0.25)) for t in rng.integers(0, V, rng.integers(0, 5))}
+            words.append(tuple(ctx[end - n : end]) + (int(rng.integers(0, V)),))
+    bias = {
+        int(t): float(pick(0.0, 2.0, -1.5, 30.0, -100.0, 100.0, 0.25)) for t in rng.integers(0, V, rng.integers(0, 5))
+    }
     stops = tuple(int(t) for t in rng.integers(0, V, rng.integers(0, 3)))
-    return SP(pick(0.0, 1.0, 0.7), seed=1, repetition_penalty=pick(1.0, 1.3, 0.7, 2.0, 1e-3),
-              presence_penalty=pick(0.0, 0.5, -1.0, 2.0), frequency_penalty=pick(0.0, 0.2, -2.0, 1.5),
-              logit_bias=bias, bad_words=tuple(words), stop_token_ids=stops,
-              min_tokens=int(rng.integers(0, 12)), banned_token_ids=tuple(int(t) for t in rng.integers(0, V, rng.integers(0, 3))),
-              no_repeat_ngram=pick(0, 0, 1, 2, 3, MAX_NGRAM))
+    return SP(
+        pick(0.0, 1.0, 0.7),
+        seed=1,
+        repetition_penalty=pick(1.0, 1.3, 0.7, 2.0, 1e-3),
+        presence_penalty=pick(0.0, 0.5, -1.0, 2.0),
+        frequency_penalty=pick(0.0, 0.2, -2.0, 1.5),
+        logit_bias=bias,
+        bad_words=tuple(words),
+        stop_token_ids=stops,
+        min_tokens=int(rng.integers(0, 12)),
+        banned_token_ids=tuple(int(t) for t in rng.integers(0, V, rng.integers(0, 3))),
+        no_repeat_ngram=pick(0, 0, 1, 2, 3, MAX_NGRAM),
+    )
 
 
 def test_device_processors_match_the_reference_bit_for_bit(model):
@@ -770,7 +901,7 @@ def test_device_processors_match_the_reference_bit_for_bit(model):
     rng = np.random.default_rng(25)
     s = TORCH.session(model, 2, 4, "loop", max_requests=4)
     e, V, T = s.engine, model.cfg.vocab_size, s.Tcap
-    s.add(-1, [1], SP(bad_words=((1,),)))                                        # allocates the buffers
+    s.add(-1, [1], SP(bad_words=((1,),)))  # allocates the buffers
     counted = {"match": 0, "min_tokens": 0, "errors": 0, "argmax_moved": 0, "ngram": 0}
     for trial in range(150):
         prompt = [int(t) for t in rng.integers(0, 8, rng.integers(1, 6))]
@@ -778,34 +909,39 @@ def test_device_processors_match_the_reference_bit_for_bit(model):
         K = int(rng.integers(0, T))
         drafts = [int(t) for t in rng.integers(0, 8, K)]
         params = random_proc_params(rng, V, output + drafts)
-        if trial % 4 == 0:                                                       # min_tokens at the boundary
-            params = dataclasses.replace(params, min_tokens=len(output) + int(rng.integers(0, K + 2)),
-                                         stop_token_ids=params.stop_token_ids or (3,))
+        if trial % 4 == 0:  # min_tokens at the boundary
+            params = dataclasses.replace(
+                params,
+                min_tokens=len(output) + int(rng.integers(0, K + 2)),
+                stop_token_ids=params.stop_token_ids or (3,),
+            )
         raw = (rng.standard_normal((K + 1, V)) * 3).astype(np.float32)
         if trial % 3 == 0:
-            raw = np.round(raw)                                                  # ties
+            raw = np.round(raw)  # ties
         raw[rng.random((K + 1, V)) < 0.1] = -np.inf
-        if trial % 10 == 0:                                                      # the processors mask the rest
+        if trial % 10 == 0:  # the processors mask the rest
             live = [int(t) for t in rng.integers(0, V, 2)]
             raw[0, :] = -np.inf
             raw[0, live] = 1.0
-            params = dataclasses.replace(params, bad_words=params.bad_words[:MAX_BAD_WORDS - 2] + tuple((t,) for t in live))
-        if trial % 10 == 5:                                                      # x / rep overflows to +inf
+            params = dataclasses.replace(
+                params, bad_words=params.bad_words[: MAX_BAD_WORDS - 2] + tuple((t,) for t in live)
+            )
+        if trial % 10 == 5:  # x / rep overflows to +inf
             raw[0, prompt[0]] = 3e38
             params = dataclasses.replace(params, repetition_penalty=1e-3)
         rid = trial
         s.add(rid, prompt, params)
         slot = s.requests[rid].slot
         commit_output(e, slot, output)
-        e.tok[slot, 1:K + 1] = torch.tensor(drafts, dtype=torch.int64)
-        e.tok[slot, K + 1:] = torch.from_numpy(rng.integers(0, V, T - K - 1))   # stale drafts past K
+        e.tok[slot, 1 : K + 1] = torch.tensor(drafts, dtype=torch.int64)
+        e.tok[slot, K + 1 :] = torch.from_numpy(rng.integers(0, V, T - K - 1))  # stale drafts past K
         slots, offs = torch.full((K + 1,), slot), torch.arange(K + 1)
         for steps in (processor_steps(params), STEPS):
             got, bad = e._processed(torch.from_numpy(raw), slots, offs, steps)
             for o in range(K + 1):
                 seen = Seen(tuple(prompt), tuple(output + drafts[:o]), o, K)
                 try:
-                    with np.errstate(over="ignore"):                             # x / rep -> +inf: refused
+                    with np.errstate(over="ignore"):  # x / rep -> +inf: refused
                         want = sampling.processed_logits(raw[o], params, seen)
                 except OracleError:
                     assert bool(bad[o]), (trial, o)
@@ -814,15 +950,28 @@ def test_device_processors_match_the_reference_bit_for_bit(model):
                 assert not bool(bad[o]), (trial, o)
                 diff = np.flatnonzero(want.view(np.int32) != got[o].numpy().view(np.int32))
                 assert not diff.size, (trial, o, steps, params, diff, want[diff], got[o].numpy()[diff], raw[o][diff])
-                counted["argmax_moved"] += int(np.argmax(want) != np.argmax(np.where(np.isin(np.arange(V), params.banned_token_ids), -np.inf, raw[o])))
+                counted["argmax_moved"] += int(
+                    np.argmax(want)
+                    != np.argmax(np.where(np.isin(np.arange(V), params.banned_token_ids), -np.inf, raw[o]))
+                )
                 full = output + drafts[:o]
-                counted["match"] += any(len(w) > 1 and len(w) - 1 <= len(full) and tuple(full[len(full) - len(w) + 1:]) == w[:-1]
-                                        and len(w) - 1 > o for w in params.bad_words)
+                counted["match"] += any(
+                    len(w) > 1
+                    and len(w) - 1 <= len(full)
+                    and tuple(full[len(full) - len(w) + 1 :]) == w[:-1]
+                    and len(w) - 1 > o
+                    for w in params.bad_words
+                )
                 counted["min_tokens"] += len(full) == params.min_tokens - 1 and bool(params.stop_token_ids)
-                counted["ngram"] += bool(np.isneginf(sampling.processed_logits(np.zeros(V, np.float32), SP(
-                    no_repeat_ngram=params.no_repeat_ngram), seen)).any())         # an n-gram masked a token
+                counted["ngram"] += bool(
+                    np.isneginf(
+                        sampling.processed_logits(
+                            np.zeros(V, np.float32), SP(no_repeat_ngram=params.no_repeat_ngram), seen
+                        )
+                    ).any()
+                )  # an n-gram masked a token
         s.remove(rid)
-    assert min(counted.values()) > 0, counted          # straddling matches, min_tokens edges, errors, moved argmaxes, n-grams
+    assert min(counted.values()) > 0, counted  # straddling matches, min_tokens edges, errors, moved argmaxes, n-grams
 
 
 def test_host_sampling_runs_the_device_processors():
@@ -845,13 +994,16 @@ def test_host_sampling_runs_the_device_processors():
         assert np.array_equal(want.view(np.int32), host_sampling.processed_logits(lg, params, seen).view(np.int32))
         assert host_sampling.greedy_token(lg, params, seen) == sampling.greedy_token(lg, params, seen)
         if not params.greedy:
-            assert np.abs(host_sampling.filtered_probs(lg, params, seen) - sampling.filtered_probs(lg, params, seen)).max() < 1e-6
+            assert (
+                np.abs(host_sampling.filtered_probs(lg, params, seen) - sampling.filtered_probs(lg, params, seen)).max()
+                < 1e-6
+            )
         if params.needs_seen:
             for f in (host_sampling.processed_logits, sampling.processed_logits):
                 with pytest.raises(OracleError, match="pass seen="):
                     f(lg, params)
     lg = (rng.standard_normal(V) * 3).astype(np.float32)
-    plain = SP(0.8, top_k=5, logit_bias={3: 4.0})                                 # no seen needed
+    plain = SP(0.8, top_k=5, logit_bias={3: 4.0})  # no seen needed
     assert np.abs(host_sampling.filtered_probs(lg, plain) - sampling.filtered_probs(lg, plain)).max() < 1e-6
     assert host_sampling.greedy_token(lg) == sampling.greedy_token(lg)
 
@@ -886,14 +1038,16 @@ def test_rounds_with_processors_match_the_reference(model, mode, policy):
     tr_got, got = run_procs(TORCH, model, mode, policy, graphs="fake")
     assert_same(tr_ref, tr_got, eager=False)
     assert_proc_state(got)
-    assert any(t.finished for t in tr_ref) and any(a < k - 1 for t in tr_ref for a, k in zip(t.accepted.values(), t.token_counts))
-    for t in tr_got:                                   # the processors hold in what was emitted
+    assert any(t.finished for t in tr_ref) and any(
+        a < k - 1 for t in tr_ref for a, k in zip(t.accepted.values(), t.token_counts)
+    )
+    for t in tr_got:  # the processors hold in what was emitted
         for rid, toks in t.emitted.items():
             if PROC_PARAMS[rid].bad_words == PROC["bad_words"]:
                 assert 7 not in toks
     keys = [k[1] for k in got.graphs.graphs if k[0] in ("draft", "verify", "accept")]
     assert {k[-1] for k in keys if isinstance(k[-1], tuple)} == {STEPS}
-    assert {k for k in keys if not isinstance(k[-1], tuple)}                     # round 5: request 4 alone, none
+    assert {k for k in keys if not isinstance(k[-1], tuple)}  # round 5: request 4 alone, none
     # growth (max_requests=2: doubles twice) and every round in flight at once
     tr_ahead, ahead = run_procs(TORCH, model, mode, policy, ahead=tr_ref, max_requests=2, max_len=8)
     assert ahead.engine.kv.n_slots > 3
@@ -913,8 +1067,16 @@ def test_rounds_without_processors_take_todays_steps(model):
     variant = lambda params: processors_variant([processor_steps(p) for p in params])
     assert variant([SP(), SP(0.5, top_k=3, stop_token_ids=(4,), banned_token_ids=(1,))]) == ()
     assert variant([SP(), SP(logit_bias={1: 1.0}), SP(min_tokens=2)]) == ("logit_bias",)
-    assert variant([SP(min_tokens=2, stop_token_ids=(1,)), SP(presence_penalty=0.1, logit_bias={1: -1.0}),
-                    SP(bad_words=((2,),), no_repeat_ngram=2)]) == STEPS
+    assert (
+        variant(
+            [
+                SP(min_tokens=2, stop_token_ids=(1,)),
+                SP(presence_penalty=0.1, logit_bias={1: -1.0}),
+                SP(bad_words=((2,),), no_repeat_ngram=2),
+            ]
+        )
+        == STEPS
+    )
     s.add(7, [1, 2], SP(repetition_penalty=1.2))
     assert s.engine.procs and s.engine.counts.shape == (s.engine.kv.n_slots, model.cfg.vocab_size)
     assert s.submit({0: 2, 1: 2}).plan.processors == () and s.submit({0: 2, 7: 2}).plan.processors == ("penalties",)
@@ -936,14 +1098,16 @@ def test_no_repeat_ngram_past_the_device_tables_is_refused(model):
     without max_tokens, the round that would commit past HISTORY."""
     s = TORCH.session(model, 2, 4, "loop", max_len=HISTORY + 64)
     free = list(s.engine.kv.free)
-    with pytest.raises(OracleError, match=f"^request 0: no_repeat_ngram {MAX_NGRAM + 1}: .* at most {MAX_NGRAM} tokens$"):
+    with pytest.raises(
+        OracleError, match=f"^request 0: no_repeat_ngram {MAX_NGRAM + 1}: .* at most {MAX_NGRAM} tokens$"
+    ):
         s.add(0, [1], SP(no_repeat_ngram=MAX_NGRAM + 1))
     with pytest.raises(OracleError, match=f"^request 0: no_repeat_ngram: the request reaches {HISTORY + 1} tokens"):
         s.add(0, [1, 2], SP(no_repeat_ngram=2, max_tokens=HISTORY - 1))
     assert s.engine.kv.free == free and not s.requests
     s.add(0, [1, 2], SP(no_repeat_ngram=MAX_NGRAM, max_tokens=HISTORY - 2))
     s.add(1, [1] * (HISTORY - 2), SP(no_repeat_ngram=2))
-    s.step({1: 2})                                               # HISTORY tokens committed at most: fits
+    s.step({1: 2})  # HISTORY tokens committed at most: fits
     with pytest.raises(OracleError, match=f"^request 1: no_repeat_ngram: the request reaches {HISTORY + 1} tokens"):
         s.submit({1: 2})
 
@@ -952,8 +1116,10 @@ def proc_cases(vocab):
     """The issue's processor case, greedy and sampled (with and without filters) beside requests
     without processors, under both RNG policies: what `check --repetition-penalty 1.3 ...` runs."""
     rounds = [{0: 5, 1: 3, 2: 4, 3: 2, 4: 3}] * 5
-    return [make_case(f"processors, {pol}", rounds, 2, 4, PROC_PARAMS[:5], seed=3, policy=pol, vocab=vocab)
-            for pol in ("sequential", "fixed")]
+    return [
+        make_case(f"processors, {pol}", rounds, 2, 4, PROC_PARAMS[:5], seed=3, policy=pol, vocab=vocab)
+        for pol in ("sequential", "fixed")
+    ]
 
 
 @pytest.mark.parametrize("name", ["torch-cpu", "torch-cpu-bf16"])
@@ -967,22 +1133,23 @@ def test_the_judge_passes_the_torch_backends_with_processors(model, name):
         assert out["max_rel_err"]["logits"] < 1e-5 and not out["excused_divergences"]
 
 
-def _no_drafts(real):                       # the rows see the committed tokens only
+def _no_drafts(real):  # the rows see the committed tokens only
     return lambda self, slot, off, steps: real(self, slot, off * 0, steps)
 
 
-def _verify_only(real):                     # the draft head runs without processors
+def _verify_only(real):  # the draft head runs without processors
     return lambda self, meta, Mh, sampling, steps=(): real(self, meta, Mh, sampling, ())
 
 
-def _no_commit(real):                       # the output counts, generated count and tail never move
+def _no_commit(real):  # the output counts, generated count and tail never move
     return lambda self, meta, R, policy, steps=(): real(self, meta, R, policy, ())
 
 
-@pytest.mark.parametrize("method,fault", [("_proc_rows", _no_drafts), ("draft_step", _verify_only),
-                                          ("accept_step", _no_commit)])
+@pytest.mark.parametrize(
+    "method,fault", [("_proc_rows", _no_drafts), ("draft_step", _verify_only), ("accept_step", _no_commit)]
+)
 def test_the_judge_catches_device_processor_faults(model, monkeypatch, method, fault):
     monkeypatch.setattr(Engine, method, fault(getattr(Engine, method)))
     out = judge(make_torch_backend("cpu"), model, proc_cases(model.cfg.vocab_size)[:1], drift=False).to_json()
     bad = [c for c in out["checks"] if not c["ok"]]
-    assert bad and not any("raised" in c["detail"] for c in bad), bad       # judged, not crashed
+    assert bad and not any("raised" in c["detail"] for c in bad), bad  # judged, not crashed

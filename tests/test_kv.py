@@ -25,7 +25,7 @@ def test_write_read_rollback():
     with pytest.raises(KVError, match="request r position 3 depth 1 layer 0: never written or rolled back"):
         kv.read("r", 1, 0, 3)
     assert kv.frontiers("r") == {3}
-    kv.write("r", 3, 1, 0, np.zeros((1, 2)), np.zeros((1, 2)), call=9)     # rewrite after rollback
+    kv.write("r", 3, 1, 0, np.zeros((1, 2)), np.zeros((1, 2)), call=9)  # rewrite after rollback
     assert kv.read("r", 1, 0, 3)[0][3, 0, 0] == 0
 
 

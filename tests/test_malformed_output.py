@@ -1,6 +1,7 @@
 """Malformed backend output is a failed check naming the place (exit 1) wherever the judge meets it
 (the drift probe, the noise twin, the comparison), never an internal error (exit 3): short logits,
 a K write of the wrong head size, vLLM's -1 placeholder token, logits that are not numbers."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import pytest
 
 from oracle.cli import main
 
-PLUGIN = '''
+PLUGIN = """
 import numpy as np
 from examples.plugin_backend import PluginBackend, PluginSession
 
@@ -40,12 +41,14 @@ def strings(tr):
 make = {n: (lambda f=f: B(f)) for n, f in (("short", short), ("kvhead", kvhead), ("negative", negative),
                                           ("strings", strings))}
 make_short, make_kvhead, make_negative, make_strings = (make[n] for n in ("short", "kvhead", "negative", "strings"))
-'''
+"""
 
-CASES = {"short": "verification logits of offset 0 have shape [61], expected [64]",
-         "kvhead": "the K write at position",
-         "negative": "emitted token -1 is not a token id in [0, 64)",
-         "strings": "are of type <U32, not numbers"}
+CASES = {
+    "short": "verification logits of offset 0 have shape [61], expected [64]",
+    "kvhead": "the K write at position",
+    "negative": "emitted token -1 is not a token id in [0, 64)",
+    "strings": "are of type <U32, not numbers",
+}
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))

@@ -55,8 +55,11 @@ def test_batch_invariance_bitwise(tiny):
                 h[(r, p)] = x
                 assert np.array_equal(x, alone[r][j][p])
         for w in kv.log:
-            ref = next(x for x in kv_alone.log if (x.request, x.position, x.depth, x.layer) ==
-                       (w.request, w.position, w.depth, w.layer))
+            ref = next(
+                x
+                for x in kv_alone.log
+                if (x.request, x.position, x.depth, x.layer) == (w.request, w.position, w.depth, w.layer)
+            )
             assert np.array_equal(w.k, ref.k) and np.array_equal(w.v, ref.v)
         logits = tiny.head(np.stack([h[(r, p)] for r in seqs for p in range(6)]))
         ref = np.concatenate([tiny.head(alone[r][D - 1]) for r in seqs])
@@ -74,7 +77,7 @@ def test_mixed_depth_call_equals_separate_calls(tiny):
     y0 = tiny.recurrent_call([(0, 3, 0)], h0[:1], kv2, 10)
     y1 = tiny.recurrent_call([(1, 0, 0)], h0[1:], kv2, 11)
     assert np.array_equal(x, np.concatenate([y0, y1]))
-    x2 = tiny.recurrent_call([(0, 3, 1), (1, 0, 1)], x, kv1, 12)     # next depth
+    x2 = tiny.recurrent_call([(0, 3, 1), (1, 0, 1)], x, kv1, 12)  # next depth
     assert np.array_equal(x2[0], tiny.recurrent_call([(0, 3, 1)], y0, kv2, 12)[0])
     del a, b
 
@@ -114,6 +117,7 @@ def test_checkpoint_errors(tmp_path, tiny):
 def test_bf16_checkpoint_loads(tmp_path, tiny):
     import torch
     from safetensors.torch import save_file
+
     save_checkpoint(tmp_path, tiny.cfg, tiny.weights)
     save_file({k: torch.from_numpy(v).bfloat16() for k, v in tiny.weights.items()}, str(tmp_path / "model.safetensors"))
     cfg, w = load_checkpoint(tmp_path)
@@ -131,15 +135,16 @@ def test_weight_shapes_full_preset():
 
 
 def test_norm_weight_is_not_one_plus_w():
-    cfg = ModelConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_layers=1, num_heads=2,
-                      num_kv_heads=1, head_dim=4)
+    cfg = ModelConfig(
+        vocab_size=16, hidden_size=8, intermediate_size=16, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=4
+    )
     w = random_weights(cfg, 1)
     m = LoopedModel(cfg, w)
     a = m.forward_full([1, 2], 1)[0]
     w2 = dict(w)
     w2["model.norm.weight"] = w["model.norm.weight"] * 2
     b = LoopedModel(cfg, w2).forward_full([1, 2], 1)[0]
-    assert np.allclose(b, 2 * a, rtol=1e-5, atol=1e-5)        # head is linear in the norm weight
+    assert np.allclose(b, 2 * a, rtol=1e-5, atol=1e-5)  # head is linear in the norm weight
 
 
 def run_cli(*args):
@@ -159,14 +164,19 @@ def test_model_cli(tmp_path, tiny):
     assert json.loads(r2.stdout) == j
 
 
-@pytest.mark.parametrize("args", [["model", "--preset", "huge", "--tokens", "1"],
-                                  ["model", "--preset", "tiny", "--tokens", "1,999"],
-                                  ["model", "--checkpoint", "/nonexistent", "--tokens", "1"],
-                                  ["schedule", "--counts", "5,3", "-d", "4", "-D", "4"],
-                                  ["schedule", "--counts", "5,3", "-d", "0", "-D", "4"],
-                                  ["schedule", "--counts", "", "-d", "1", "-D", "4"],
-                                  ["schedule", "--counts", "5,-3"],
-                                  ["check", "--preset", "nope"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["model", "--preset", "huge", "--tokens", "1"],
+        ["model", "--preset", "tiny", "--tokens", "1,999"],
+        ["model", "--checkpoint", "/nonexistent", "--tokens", "1"],
+        ["schedule", "--counts", "5,3", "-d", "4", "-D", "4"],
+        ["schedule", "--counts", "5,3", "-d", "0", "-D", "4"],
+        ["schedule", "--counts", "", "-d", "1", "-D", "4"],
+        ["schedule", "--counts", "5,-3"],
+        ["check", "--preset", "nope"],
+    ],
+)
 def test_bad_input_one_line_error(args):
     r = run_cli(*args)
     assert r.returncode != 0
@@ -194,6 +204,7 @@ def test_cache_free_check_catches_a_late_round(tiny):
     from oracle.judge.scenario import make_case
     from oracle.judge.runner import REFERENCE, run_scenario
     from oracle.sampling import SamplingParams as SP
+
     case = make_case("late", [{0: 3, 1: 2}] * 6, 2, 4, [SP(), SP(0.9, seed=1)])
     traces = run_scenario(REFERENCE, tiny, case, "loop").traces
     ok, n = cache_free_check(tiny, traces)

@@ -1,6 +1,7 @@
 """The noise twin (oracle/judge/noise.py): its bounds pass the reference's own traces rounded to
 bfloat16, pass one value off by a third of its bound and fail one off by twice it, and cover
 every KV write, noisier with depth."""
+
 from __future__ import annotations
 
 import copy
@@ -20,7 +21,9 @@ from oracle.sampling import SamplingParams as SP
 @pytest.fixture(scope="module")
 def traces():
     model = build_model("tiny", 0)
-    case = make_case("noise", [{0: 5, 1: 3, 2: 4}] * 2, 2, 4, [SP(), SP(1.0, seed=1), SP(0.8, top_k=10, seed=2)], seed=4)
+    case = make_case(
+        "noise", [{0: 5, 1: 3, 2: 4}] * 2, 2, 4, [SP(), SP(1.0, seed=1), SP(0.8, top_k=10, seed=2)], seed=4
+    )
     ref = run_scenario(REFERENCE, model, case, "block").traces
     return model, ref, noise.twin_bounds(model, ref, "bfloat16")
 
@@ -29,7 +32,9 @@ def rounded(ref):
     """The reference's traces with every stored value rounded to bfloat16 (a correct-looking engine)."""
     got = copy.deepcopy(ref)
     for tr in got:
-        tr.kv_writes = {k: (c, round_to(a, "bfloat16"), round_to(b, "bfloat16")) for k, (c, a, b) in tr.kv_writes.items()}
+        tr.kv_writes = {
+            k: (c, round_to(a, "bfloat16"), round_to(b, "bfloat16")) for k, (c, a, b) in tr.kv_writes.items()
+        }
         tr.draft_logits = {k: round_to(v, "bfloat16") for k, v in tr.draft_logits.items()}
         tr.verify_logits = {k: round_to(v, "bfloat16") for k, v in tr.verify_logits.items()}
     return got
@@ -50,6 +55,7 @@ def test_one_value_off_by_its_bound(traces, what, times, ok):
     got = rounded(ref)
     tr, a = got[1], ref[1]
     from oracle.judge.compare import _norm, typical_norms
+
     norms = typical_norms(a)
     if what == "kv":
         key = next(k for k in tr.kv_writes if k[2] == 0)
@@ -59,8 +65,9 @@ def test_one_value_off_by_its_bound(traces, what, times, ok):
         tr.kv_writes[key] = (c, ka * np.float32(f), va * np.float32(f))
     else:
         key = next(iter(tr.verify_logits))
-        f = 1 + times * bounds.logits_allowed(1, "verify_logits", *key,
-                                              max(_norm(a.verify_logits[key]), norms[("verify_logits",)]))
+        f = 1 + times * bounds.logits_allowed(
+            1, "verify_logits", *key, max(_norm(a.verify_logits[key]), norms[("verify_logits",)])
+        )
         tr.verify_logits[key] = a.verify_logits[key] * np.float32(f)
     rep = compare_runs(ref, got, "bfloat16", bounds=bounds)
     assert rep.ok == ok, rep.first_failure()
@@ -83,10 +90,10 @@ def test_batched_twin_is_the_twin_per_context(traces, monkeypatch):
     twin and center of ~1e-3 relative, so FP32 rounding moves it by up to ~1e-4 of itself)."""
     model, ref, bounds = traces
     monkeypatch.setattr(noise, "_TWINS", {})
-    monkeypatch.setattr(noise, "TWIN_ROWS_T", 0)                    # one context per forward
+    monkeypatch.setattr(noise, "TWIN_ROWS_T", 0)  # one context per forward
     alone = noise.twin_bounds(model, ref, "bfloat16")
     monkeypatch.setattr(noise, "_TWINS", {})
-    monkeypatch.setattr(noise, "TWIN_ROWS_T", 10 ** 9)              # every context in one forward
+    monkeypatch.setattr(noise, "TWIN_ROWS_T", 10**9)  # every context in one forward
     batched = noise.twin_bounds(model, ref, "bfloat16")
     assert alone.kv.keys() == batched.kv.keys() == bounds.kv.keys()
     for k, v in alone.kv.items():

@@ -3,6 +3,7 @@ one-line faulty variant fails with the logit index and both values named, the re
 re-imports the plug-in, `--timeout` names the call that hung, sys.exit() in a call is a
 failure, a backend is loaded before the model is built, `--list-cases`, and `trace record
 --backend` + `trace diff` judged by the recorded row."""
+
 from __future__ import annotations
 
 import json
@@ -35,10 +36,11 @@ def plugins(tmp_path, monkeypatch):
     def write(name: str, source: str) -> str:
         (tmp_path / f"{name}.py").write_text(source)
         return name
+
     return write
 
 
-WRAPPED = '''
+WRAPPED = """
 from examples.plugin_backend import PluginBackend, PluginSession
 class Session(PluginSession):
     def step(self, counts):
@@ -50,7 +52,7 @@ class Backend(PluginBackend):
         return Session(inner.inner, None)
 def make():
     return Backend()
-'''
+"""
 
 
 def wrapped(step: str = "return self.inner.step(counts)", policies=("sequential", "fixed")) -> str:
@@ -78,13 +80,26 @@ def test_reproduce_line_carries_the_plugin_path(tmp_path):
     """Run from another folder with PYTHONPATH pointing at the repository: the reproduce line
     sets it, and runs as it is printed."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-m", "oracle", "check", "--backend", "examples.plugin_backend:make_faulty_backend",
-                        *SMALL], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "oracle", "check", "--backend", "examples.plugin_backend:make_faulty_backend", *SMALL],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 1, r.stderr
     repro = r.stdout.split("(reproduce: ", 1)[1].split(")\n", 1)[0]
     assert repro.startswith(f"PYTHONPATH={REPO} python -m oracle check ")
-    again = subprocess.run(repro, shell=True, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        repro,
+        shell=True,
+        cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 1 and "largest difference at index 17" in again.stdout, again.stderr
 
 
@@ -93,7 +108,7 @@ def test_timeout_names_the_call_that_hung(plugins, capsys):
     rc, out, err = run_main(["check", "--backend", f"{name}:make", "--timeout", "0.5", *SMALL], capsys)
     assert rc == 1
     assert "step() did not return within 0.5 s (--timeout)" in out
-    assert "not run: step() earlier did not return" in out         # later calls fail at once
+    assert "not run: step() earlier did not return" in out  # later calls fail at once
 
 
 def test_sys_exit_in_a_call_is_a_failure(plugins, capsys):
@@ -110,8 +125,9 @@ def test_no_supported_policy_compares_nothing_and_fails(plugins, capsys):
 
 def test_reference_that_raises_is_reported_as_the_reference(plugins, capsys):
     name = plugins("plug_badjudge", wrapped("raise RuntimeError('judge broke')"))
-    rc, out, err = run_main(["check", "--backend", "examples.plugin_backend:make_backend", "--reference",
-                             f"{name}:make", *SMALL], capsys)
+    rc, out, err = run_main(
+        ["check", "--backend", "examples.plugin_backend:make_backend", "--reference", f"{name}:make", *SMALL], capsys
+    )
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err
     assert lines[0].startswith(f"error: the reference --reference {name}:make failed: step() raised RuntimeError")
@@ -120,15 +136,18 @@ def test_reference_that_raises_is_reported_as_the_reference(plugins, capsys):
 
 def test_backend_is_loaded_before_the_model_is_built(plugins, capsys, monkeypatch):
     import oracle.cli.cmd_check as cc
+
     monkeypatch.setattr(cc, "build_model", lambda *a: pytest.fail("the model was built before the backend loaded"))
     name = plugins("plug_raises", "def make():\n    raise RuntimeError('no device')\n")
-    rc, out, err = run_main(["check", "--backend", f"{name}:make", "--preset", "ouro-1.4b", "--allow-large",
-                             *SMALL], capsys)
+    rc, out, err = run_main(
+        ["check", "--backend", f"{name}:make", "--preset", "ouro-1.4b", "--allow-large", *SMALL], capsys
+    )
     assert rc == 2 and "no device" in err
 
 
 def test_list_cases(capsys):
     from oracle.cli.catalogue import default_cases
+
     rc, out, err = run_main(["check", "--list-cases"], capsys)
     assert rc == 0 and out.splitlines() == [c.name for c in default_cases(64)]
 
@@ -136,10 +155,38 @@ def test_list_cases(capsys):
 def test_record_a_backend_and_diff_by_its_recorded_row(tmp_path, capsys):
     a, b, c = (str(tmp_path / n) for n in ("a.json", "b.json", "c.json"))
     assert main(["trace", "record", *SMALL, "--mode", "block", "--out", a]) == 0
-    assert main(["trace", "record", *SMALL, "--mode", "block", "--out", b,
-                 "--backend", "examples.plugin_backend:make_backend"]) == 0
-    assert main(["trace", "record", *SMALL, "--mode", "block", "--out", c,
-                 "--backend", "examples.plugin_backend:make_faulty_backend"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "record",
+                *SMALL,
+                "--mode",
+                "block",
+                "--out",
+                b,
+                "--backend",
+                "examples.plugin_backend:make_backend",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "trace",
+                "record",
+                *SMALL,
+                "--mode",
+                "block",
+                "--out",
+                c,
+                "--backend",
+                "examples.plugin_backend:make_faulty_backend",
+            ]
+        )
+        == 0
+    )
     meta = json.loads(Path(b).read_text())["meta"]
     assert meta["backend"] == "examples.plugin_backend:make_backend" and meta["tolerance_row"] == "float32"
     assert "--backend examples.plugin_backend:make_backend" in meta["reproduce"]
@@ -149,7 +196,7 @@ def test_record_a_backend_and_diff_by_its_recorded_row(tmp_path, capsys):
     assert rc == 1 and "tolerance row 'float32' (recorded with B)" in out and "largest difference at index 17" in out
 
 
-RAISES_BF16 = '''
+RAISES_BF16 = """
 from kernels.backend import make_torch_cpu_bf16
 class Session:
     def __init__(self, inner):
@@ -169,10 +216,10 @@ class Backend:
         return Session(self.inner.session(*args, **kwargs))
 def make():
     return Backend()
-'''
+"""
 
 
-@pytest.mark.parametrize("fork_safe", [True, False])   # the probe in a forked child, or in this process
+@pytest.mark.parametrize("fork_safe", [True, False])  # the probe in a forked child, or in this process
 def test_a_bf16_backend_that_raises_fails_the_check_and_its_drift_probe(plugins, capsys, fork_safe):
     pytest.importorskip("torch")
     name = plugins(f"plug_raises_bf16_{fork_safe}", RAISES_BF16.replace("FORK_SAFE", str(fork_safe)))

@@ -2,6 +2,7 @@
 `error:` line with exit 2, good ones reach every request of the custom case and its reproduce
 line, and the check of a case with every processor passes for greedy and sampled requests and
 both RNG policies."""
+
 from __future__ import annotations
 
 import shlex
@@ -11,8 +12,20 @@ import pytest
 from oracle.cli import main
 from oracle.cli.round_args import custom_case
 
-PROCS = ["--repetition-penalty", "1.3", "--presence-penalty", "0.5", "--frequency-penalty", "0.2",
-         "--logit-bias", "5:2.0,9:-1.5", "--bad-words", "3,4/7", "--min-tokens", "4"]
+PROCS = [
+    "--repetition-penalty",
+    "1.3",
+    "--presence-penalty",
+    "0.5",
+    "--frequency-penalty",
+    "0.2",
+    "--logit-bias",
+    "5:2.0,9:-1.5",
+    "--bad-words",
+    "3,4/7",
+    "--min-tokens",
+    "4",
+]
 
 BAD = [
     (["--repetition-penalty", "0"], "repetition_penalty"),
@@ -41,7 +54,7 @@ BAD = [
 def test_bad_processor_values_are_refused_in_one_line(argv, words, capsys):
     try:
         rc = main(["check", *argv])
-    except SystemExit as e:                       # argparse's own refusals
+    except SystemExit as e:  # argparse's own refusals
         rc = e.code
     out, err = capsys.readouterr()
     err = err.strip().splitlines()
@@ -57,6 +70,7 @@ def test_min_tokens_without_stop_tokens_is_refused(capsys):
 
 def _args(argv):
     from oracle.cli import build_parser
+
     args = build_parser().parse_args(["check", *argv])
     args.preflight(args)
     return args
@@ -67,7 +81,7 @@ def test_every_request_of_the_custom_case_gets_the_processors_and_the_reproduce_
     for p in case.params:
         assert (p.repetition_penalty, p.presence_penalty, p.frequency_penalty) == (1.3, 0.5, 0.2)
         assert p.logit_bias == ((5, 2.0), (9, -1.5)) and p.bad_words == ((3, 4), (7,)) and p.min_tokens == 4
-    assert {p.greedy for p in case.params} == {True, False}            # the mixed batch
+    assert {p.greedy for p in case.params} == {True, False}  # the mixed batch
     again = custom_case(_args(shlex.split(case.reproduce)[4:]))
     assert again.params == case.params and again.reproduce == case.reproduce
 
@@ -86,6 +100,7 @@ def test_the_processors_change_the_tokens():
     """The case is not vacuous: the processors change what the reference emits."""
     from oracle.checkpoint import build_model
     from oracle.judge.runner import judge_run
+
     model = build_model("tiny", 0, None)
     plain = custom_case(_args(["--stop-tokens", "11,12", "--temperature", "0"]))
     procs = custom_case(_args([*PROCS, "--stop-tokens", "11,12", "--temperature", "0"]))

@@ -9,6 +9,7 @@ run (the set-up and the test suite itself) are listed in NOT_RUN with the reason
 Takes about two minutes on the 2-core CI machine (the jax and BF16 checks and the CPU dry run
 of scripts/gpu_parity_full.py are most of it).
 """
+
 from __future__ import annotations
 
 import os
@@ -63,7 +64,7 @@ def writers_of(command: str, workdir: Path) -> list[str]:
     """The README lines before `command` that write (--out FILE) a file it names that is not in
     workdir yet."""
     names = {w for w in shlex.split(command) if "." in w and not (workdir / w).exists()}
-    before = [c for c, _ in COMMANDS[:[c for c, _ in COMMANDS].index(command)]]
+    before = [c for c, _ in COMMANDS[: [c for c, _ in COMMANDS].index(command)]]
     return [c for c in before if any(f"--out {n}" in c for n in names)]
 
 
@@ -85,16 +86,19 @@ def test_readme_command(command, comment, workdir):
     gpu = needs_gpu(command)
     if gpu:
         from importlib.util import find_spec
+
         if find_spec("torch") is not None:
             import torch
+
             if torch.cuda.is_available():
                 pytest.skip("a GPU is present: the GPU lines are gpu_tests' and scripts/gpu_run.sh's to run")
     env = {k: v for k, v in os.environ.items() if k != "ORACLE_BACKEND"}
     env |= {"PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
-    for earlier in writers_of(command, workdir):       # under xdist the line that wrote an input may have run elsewhere
+    for earlier in writers_of(command, workdir):  # under xdist the line that wrote an input may have run elsewhere
         subprocess.run(shell_line(earlier), shell=True, cwd=workdir, env=env, capture_output=True, timeout=600)
-    r = subprocess.run(shell_line(command), shell=True, cwd=workdir, env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        shell_line(command), shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+    )
     if gpu:
         lines = [x for x in r.stderr.splitlines() if not x.startswith("make")]
         assert r.returncode != 0, r.stdout[-2000:]
@@ -114,13 +118,20 @@ SCRIPTS = sorted(p.name for p in (REPO / "scripts").glob("*.py"))
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_script_has_help(name):
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / name), "--help"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / name), "--help"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and r.stdout.startswith("usage:"), r.stderr[-2000:]
 
 
 def load_script(name: str):
     import importlib.util
+
     spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), REPO / "scripts" / name)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -139,6 +150,7 @@ def test_plot_results_plots_the_given_sweep_into_out_only(tmp_path, monkeypatch)
     """With a stand-in for matplotlib (not a dependency of the test extra): the sweep the user
     names is read and the two files go to --out, nothing under docs/ changes."""
     import types
+
     saved = []
 
     class Axes:

@@ -1,5 +1,6 @@
 """oracle.rng_trace.round_layout: the one statement of the RNG layout (docs/DESIGN.md
 section 6), spelled out here by hand, and its index helpers on ints and tensors."""
+
 import pytest
 
 from oracle.errors import OracleError
@@ -8,19 +9,35 @@ from oracle.rng_trace import Draw, draws_used, final_index, max_draws, round_lay
 
 def test_sequential_rejection():
     assert round_layout("sequential", 3, 1) == [
-        Draw("draft", 0, 0), Draw("draft", 1, 1), Draw("draft", 2, 2),
-        Draw("accept", 0, 3), Draw("accept", 1, 4), Draw("residual", 1, 5)]
+        Draw("draft", 0, 0),
+        Draw("draft", 1, 1),
+        Draw("draft", 2, 2),
+        Draw("accept", 0, 3),
+        Draw("accept", 1, 4),
+        Draw("residual", 1, 5),
+    ]
 
 
 def test_sequential_full_acceptance():
     assert round_layout("sequential", 2, 2) == [
-        Draw("draft", 0, 0), Draw("draft", 1, 1), Draw("accept", 0, 2), Draw("accept", 1, 3), Draw("bonus", 2, 4)]
+        Draw("draft", 0, 0),
+        Draw("draft", 1, 1),
+        Draw("accept", 0, 2),
+        Draw("accept", 1, 3),
+        Draw("bonus", 2, 4),
+    ]
 
 
 def test_fixed_rejection_marks_later_accepts_unused():
     assert round_layout("fixed", 3, 0) == [
-        Draw("draft", 0, 0), Draw("draft", 1, 1), Draw("draft", 2, 2),
-        Draw("accept", 0, 3), Draw("accept", 1, 4, False), Draw("accept", 2, 5, False), Draw("residual", 0, 6)]
+        Draw("draft", 0, 0),
+        Draw("draft", 1, 1),
+        Draw("draft", 2, 2),
+        Draw("accept", 0, 3),
+        Draw("accept", 1, 4, False),
+        Draw("accept", 2, 5, False),
+        Draw("residual", 0, 6),
+    ]
 
 
 def test_no_drafts():

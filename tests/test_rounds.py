@@ -30,8 +30,9 @@ def test_default_check_cases_pass(tiny):
 @pytest.mark.parametrize("policy", ["sequential", "fixed"])
 @pytest.mark.parametrize("d,D", [(1, 2), (2, 4), (3, 5), (1, 6)])
 def test_block_equals_loop_bitwise(tiny, d, D, policy):
-    case = make_case("x", [{0: 5, 1: 1, 2: 3, 3: 9}, {0: 2, 1: 4, 2: 1, 3: 3}], d, D, MIXED, seed=d * 10 + D,
-                     policy=policy)
+    case = make_case(
+        "x", [{0: 5, 1: 1, 2: 3, 3: 9}, {0: 2, 1: 4, 2: 1, 3: 3}], d, D, MIXED, seed=d * 10 + D, policy=policy
+    )
     rep = check_case(tiny, case)
     assert rep.ok, rep.first_failure()
 
@@ -52,9 +53,20 @@ def test_check_cli_default_and_one_round_counts():
         assert j["ok"] and j["kv_writes_compared"] == T * 4 * j["layers"]
 
 
-@pytest.mark.parametrize("args", [["--top-p", "0"], ["--top-p", "1.01"], ["--temperature", "-0.5"],
-                                  ["--top-k", "0"], ["-d", "4", "-D", "4"], ["-d", "0"], ["--policy", "random"],
-                                  ["--counts", "3,0"], ["--rounds", "0"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--top-p", "0"],
+        ["--top-p", "1.01"],
+        ["--temperature", "-0.5"],
+        ["--top-k", "0"],
+        ["-d", "4", "-D", "4"],
+        ["-d", "0"],
+        ["--policy", "random"],
+        ["--counts", "3,0"],
+        ["--rounds", "0"],
+    ],
+)
 def test_check_bad_input(args):
     r, _ = run_json("check", *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr
@@ -68,7 +80,7 @@ def check_commit(tr, sess, before):
         assert em[:a] == drafts[:a] and len(em) == a + 1
         tokens = sess.requests[rid].tokens
         assert tokens == before[rid] + em
-        assert sess.kv.frontiers(rid) == {len(tokens) - 1}        # start + a + 1
+        assert sess.kv.frontiers(rid) == {len(tokens) - 1}  # start + a + 1
 
 
 @pytest.mark.parametrize("greedy", [True, False])
@@ -124,11 +136,11 @@ def test_fixed_policy_layout(tiny):
         ev = [e for e in tr.rng_events if e.request == 0]
         K = counts[0] - 1
         assert len(ev) == 2 * K + 1
-        assert [e.purpose for e in ev[:2 * K]] == ["draft"] * K + ["accept"] * K
+        assert [e.purpose for e in ev[: 2 * K]] == ["draft"] * K + ["accept"] * K
         a = tr.accepted[0]
         assert ev[-1].purpose == ("bonus" if a == K else "residual") and ev[-1].offset == a
-        assert [e.used for e in ev[K:2 * K]] == [o <= a for o in range(K)]
-        assert not [e for e in tr.rng_events if e.request == 1]          # greedy draws nothing
+        assert [e.used for e in ev[K : 2 * K]] == [o <= a for o in range(K)]
+        assert not [e for e in tr.rng_events if e.request == 1]  # greedy draws nothing
 
 
 def test_generate_respects_max_tokens(tiny):
@@ -168,11 +180,13 @@ def test_broken_loop_round_kv_wrong_plane(tiny, monkeypatch):
 
         def call(rows2, h, kv, c):
             return orig([(r, p, (j + 1) % st.D if j == 1 else j) for r, p, j in rows2], h, kv, c)
+
         st.model.recurrent_call = call
         try:
             real(st, rows)
         finally:
             del st.model.recurrent_call
+
     with_phases(monkeypatch, run_call=wrong_plane)
     rep = check_case(tiny, default_cases(64)[0])
     assert not rep.ok
@@ -186,9 +200,10 @@ def test_broken_loop_round_uniforms_before_last_draft(tiny, monkeypatch):
     def early(st, heads):
         for i, o in heads:
             req = st.requests[i]
-            if o == st.counts[i] - 2 and not req.params.greedy:      # before the last draft
+            if o == st.counts[i] - 2 and not req.params.greedy:  # before the last draft
                 req.rng.draw("accept", 0)
         real(st, heads)
+
     with_phases(monkeypatch, draft_head=early)
     rep = check_case(tiny, default_cases(64)[0])
     assert not rep.ok
@@ -211,6 +226,7 @@ def test_failed_round_leaves_session_unchanged(tiny):
         if len(calls) == 3:
             raise RuntimeError("device fault")
         real(st, heads)
+
     s.round_fn = functools.partial(loop_round_mod.loop_round, phases=dataclasses.replace(PHASES, draft_head=boom))
     with pytest.raises(RuntimeError, match="device fault"):
         s.step({0: 5, 1: 4})
@@ -229,6 +245,7 @@ def test_failed_round_leaves_session_unchanged(tiny):
 
 def test_unknown_request_errors(tiny):
     from oracle.errors import OracleError
+
     s = Session(tiny, 1, 2, "block")
     with pytest.raises(OracleError, match="not in the session"):
         s.remove(7)

@@ -9,7 +9,7 @@ SP = S.SamplingParams
 
 def test_top_k_keeps_ties():
     p = S.filtered_probs(np.array([1, 3, 2, 3, 2, 0], np.float32), SP(1.0, top_k=3))
-    assert (p > 0).tolist() == [False, True, True, True, True, False]     # ties at 2 kept
+    assert (p > 0).tolist() == [False, True, True, True, True, False]  # ties at 2 kept
 
 
 def test_top_p_shift_keeps_top_token():
@@ -51,9 +51,16 @@ def test_degenerate_cases_raise():
         S.residual(np.array([0.5, 0.5]), np.array([0.5, 0.5]))
 
 
-@pytest.mark.parametrize("kw,msg", [({"temperature": -1}, "temperature"), ({"temperature": 1, "top_k": 0}, "top_k"),
-                                    ({"temperature": 1, "top_p": 0.0}, "top_p"), ({"temperature": 1, "top_p": 1.5}, "top_p"),
-                                    ({"temperature": float("nan")}, "temperature")])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"temperature": 1, "top_k": 0}, "top_k"),
+        ({"temperature": 1, "top_p": 0.0}, "top_p"),
+        ({"temperature": 1, "top_p": 1.5}, "top_p"),
+        ({"temperature": float("nan")}, "temperature"),
+    ],
+)
 def test_bad_params(kw, msg):
     with pytest.raises(OracleError, match=msg):
         SP(**kw)
@@ -93,6 +100,7 @@ def test_enumerated_sampler_matches_output_distribution():
 
 # ---- masks, min-p, ties, stops (issue 13 parts 2-3) -----------------------------------------
 
+
 def test_masked_tokens_are_never_sampled_nor_argmax():
     logits = np.array([4.0, 3.0, 2.0, 1.0], np.float32)
     p = S.filtered_probs(logits, SP(1.0, banned_token_ids=(0, 2)))
@@ -106,7 +114,7 @@ def test_masked_tokens_are_never_sampled_nor_argmax():
 def test_minus_inf_is_legal_nan_and_all_masked_are_not():
     assert S.greedy_token(np.array([-np.inf, 0.5, -np.inf], np.float32)) == 1
     p = S.filtered_probs(np.array([-np.inf, 0.0, 0.0], np.float32), SP(1.0, top_k=1))
-    assert p.tolist() == [0.0, 0.5, 0.5]                                   # ties at the top-k threshold
+    assert p.tolist() == [0.0, 0.5, 0.5]  # ties at the top-k threshold
     with pytest.raises(OracleError, match="every token is masked"):
         S.filtered_probs(np.full(3, -np.inf, np.float32), SP(1.0))
     with pytest.raises(OracleError, match="every token is masked"):
@@ -119,9 +127,9 @@ def test_minus_inf_is_legal_nan_and_all_masked_are_not():
 
 def test_min_p_is_vllms_after_temperature():
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], np.float32))
-    p = S.filtered_probs(logits, SP(1.0, min_p=0.25))                      # keeps p >= 0.125
+    p = S.filtered_probs(logits, SP(1.0, min_p=0.25))  # keeps p >= 0.125
     assert (p > 0).tolist() == [True, True, True, False]
-    p = S.filtered_probs(logits, SP(0.5, min_p=0.25))                      # T = 0.5: p ~ [.68 .25 .06 .01]
+    p = S.filtered_probs(logits, SP(0.5, min_p=0.25))  # T = 0.5: p ~ [.68 .25 .06 .01]
     assert (p > 0).tolist() == [True, True, False, False]
     p = S.filtered_probs(logits, SP(1.0, min_p=1.0))
     assert p.tolist() == [1.0, 0.0, 0.0, 0.0]
@@ -130,17 +138,17 @@ def test_min_p_is_vllms_after_temperature():
 def test_top_p_keeps_every_token_tied_with_the_last_survivor():
     logits = np.array([2.0, 1.0, 1.0, 1.0, 0.0], np.float32)
     probs = S.softmax(logits)
-    p = S.filtered_probs(logits, SP(1.0, top_p=float(probs[0]) + 1e-3))   # one 1.0-token would do
+    p = S.filtered_probs(logits, SP(1.0, top_p=float(probs[0]) + 1e-3))  # one 1.0-token would do
     assert (p > 0).tolist() == [True, True, True, True, False]
     p = S.filtered_probs(logits[::-1].copy(), SP(1.0, top_p=float(probs[0]) + 1e-3))
-    assert (p > 0).tolist() == [False, True, True, True, True]             # not by token id
+    assert (p > 0).tolist() == [False, True, True, True, True]  # not by token id
 
 
 def test_stop_cut():
     P = SP(stop_token_ids=(7,), max_tokens=5)
-    assert S.stop_cut([3, 7, 9], P, 0) == (2, "stop")                     # the stop token is kept
-    assert S.stop_cut([3, 4, 9], P, 3) == (2, "length")                   # max_tokens mid-round
-    assert S.stop_cut([3, 4, 7], P, 2) == (3, "stop")                     # stop at the last token
+    assert S.stop_cut([3, 7, 9], P, 0) == (2, "stop")  # the stop token is kept
+    assert S.stop_cut([3, 4, 9], P, 3) == (2, "length")  # max_tokens mid-round
+    assert S.stop_cut([3, 4, 7], P, 2) == (3, "stop")  # stop at the last token
     assert S.stop_cut([3, 4], P, 0) == (2, None)
     assert S.stop_cut([3, 4], SP(), 100) == (2, None)
 
@@ -177,7 +185,7 @@ def vllm_processed(logits, params, prompt=(), output=()):
     out = list(output)
     for word in params.bad_words:
         *prefix, last = word
-        if not prefix or (len(out) >= len(prefix) and out[len(out) - len(prefix):] == prefix):
+        if not prefix or (len(out) >= len(prefix) and out[len(out) - len(prefix) :] == prefix):
             x[last] = NEG
     for t, b in params.logit_bias:
         x[t] += b
@@ -205,7 +213,7 @@ def hf_no_repeat_ngram_bans(n, seq) -> list:
     ngrams = {}
     for gram in zip(*[seq[i:] for i in range(n)]):
         ngrams.setdefault(tuple(gram[:-1]), []).append(gram[-1])
-    return ngrams.get(tuple(seq[len(seq) + 1 - n:]), [])
+    return ngrams.get(tuple(seq[len(seq) + 1 - n :]), [])
 
 
 def _random_case(rng):
@@ -224,8 +232,10 @@ def _random_case(rng):
     if rng.random() < 0.5:
         # words from the output's tokens, so prefixes match
         src = list(output) or [pick()]
-        kw["bad_words"] = [tuple(int(rng.choice(src)) for _ in range(int(rng.integers(0, 3)))) + (pick(),)
-                           for _ in range(int(rng.integers(1, 3)))]
+        kw["bad_words"] = [
+            tuple(int(rng.choice(src)) for _ in range(int(rng.integers(0, 3)))) + (pick(),)
+            for _ in range(int(rng.integers(1, 3)))
+        ]
     if rng.random() < 0.5:
         kw["stop_token_ids"] = (pick(),)
         kw["min_tokens"] = int(rng.integers(0, 10))
@@ -242,7 +252,7 @@ def test_processors_match_an_independent_vllm_implementation():
     for _ in range(1000):
         logits, params, prompt, output = _random_case(rng)
         want = vllm_processed(logits, params, prompt, output)
-        seen = Seen(prompt, output, drafts=min(2, len(output)), round_drafts=3)   # drafts: part of the output
+        seen = Seen(prompt, output, drafts=min(2, len(output)), round_drafts=3)  # drafts: part of the output
         if not np.isfinite(want).any():
             masked_rows += 1
             with pytest.raises(OracleError, match="every token is masked"):
@@ -252,7 +262,7 @@ def test_processors_match_an_independent_vllm_implementation():
         assert got.dtype == np.float32
         assert (np.isneginf(got) == np.isneginf(want)).all(), (params, prompt, output, got, want)
         fin = np.isfinite(want)
-        np.testing.assert_allclose(got[fin], want[fin], rtol=2e-6, atol=2e-5)   # FP32 rounding of each op
+        np.testing.assert_allclose(got[fin], want[fin], rtol=2e-6, atol=2e-5)  # FP32 rounding of each op
         top = np.sort(want[fin])[::-1]
         if len(top) == 1 or top[0] - top[1] > 1e-3:
             assert S.greedy_token(logits, params, seen) == int(np.argmax(want))
@@ -263,68 +273,76 @@ def test_processors_match_an_independent_vllm_implementation():
 def test_repetition_penalty_on_prompt_and_output_tokens():
     logits = np.array([2.0, -2.0, 1.0, 0.5, -1.0], np.float32)
     got = S.processed_logits(logits, SP(repetition_penalty=2.0), Seen(prompt=(0,), output=(1, 1)))
-    assert got.tolist() == [1.0, -4.0, 1.0, 0.5, -1.0]                          # positive / r, else * r, once
+    assert got.tolist() == [1.0, -4.0, 1.0, 0.5, -1.0]  # positive / r, else * r, once
     got = S.processed_logits(logits, SP(repetition_penalty=0.5), Seen(prompt=(3,), output=(4,)))
-    assert got.tolist() == [2.0, -2.0, 1.0, 1.0, -0.5]                          # r < 1 rewards repeats
+    assert got.tolist() == [2.0, -2.0, 1.0, 1.0, -0.5]  # r < 1 rewards repeats
     got = S.processed_logits(np.array([0.0, 1.0], np.float32), SP(repetition_penalty=2.0), Seen((0,), ()))
-    assert got.tolist() == [0.0, 1.0]                                           # 0 is "else": 0 * r
+    assert got.tolist() == [0.0, 1.0]  # 0 is "else": 0 * r
 
 
 def test_presence_and_frequency_on_output_tokens_only():
     logits = np.array([1.0, 1.0, 1.0, 1.0], np.float32)
     p = SP(presence_penalty=0.25, frequency_penalty=0.5)
     got = S.processed_logits(logits, p, Seen(prompt=(0, 1), output=(2, 2, 3, 1)))
-    assert got.tolist() == [1.0, 0.25, -0.25, 0.25]                             # 1 - 0.5*count - 0.25
+    assert got.tolist() == [1.0, 0.25, -0.25, 0.25]  # 1 - 0.5*count - 0.25
     got = S.processed_logits(logits, SP(presence_penalty=-2.0, frequency_penalty=-1.0), Seen((), (3, 3)))
-    assert got.tolist() == [1.0, 1.0, 1.0, 5.0]                                 # negative: repeats rewarded
+    assert got.tolist() == [1.0, 1.0, 1.0, 5.0]  # negative: repeats rewarded
 
 
 def test_no_repeat_ngram_counts_the_prompt_and_the_output():
     logits = np.zeros(6, np.float32)
-    masked = lambda n, seen: np.flatnonzero(np.isneginf(S.processed_logits(logits, SP(no_repeat_ngram=n), seen))).tolist()
-    assert masked(2, Seen((1, 2, 3), (1,))) == [2]                              # 1 2 seen in the prompt
-    assert masked(2, Seen((1,), (2, 3, 1))) == [2]                              # in the output
-    assert masked(2, Seen((1, 2), (1, 4, 1))) == [2, 4]                         # every earlier follower
-    assert masked(1, Seen((5,), (0, 0))) == [0, 5]                              # n = 1: every token seen
-    assert masked(3, Seen((1, 2, 3), (1,))) == []                               # (3, 1) never seen before
+    masked = lambda n, seen: np.flatnonzero(
+        np.isneginf(S.processed_logits(logits, SP(no_repeat_ngram=n), seen))
+    ).tolist()
+    assert masked(2, Seen((1, 2, 3), (1,))) == [2]  # 1 2 seen in the prompt
+    assert masked(2, Seen((1,), (2, 3, 1))) == [2]  # in the output
+    assert masked(2, Seen((1, 2), (1, 4, 1))) == [2, 4]  # every earlier follower
+    assert masked(1, Seen((5,), (0, 0))) == [0, 5]  # n = 1: every token seen
+    assert masked(3, Seen((1, 2, 3), (1,))) == []  # (3, 1) never seen before
     assert masked(3, Seen((1, 2), (0, 1, 2))) == [0]
-    assert masked(4, Seen((1,), ())) == [] and masked(2, Seen()) == []          # shorter than n - 1
+    assert masked(4, Seen((1,), ())) == [] and masked(2, Seen()) == []  # shorter than n - 1
     assert not SP(no_repeat_ngram=0).has_processors and SP(no_repeat_ngram=3).needs_seen
 
 
 def test_logit_bias_adds_and_takes_a_dict():
     logits = np.array([0.0, 1.0, 2.0], np.float32)
     assert S.processed_logits(logits, SP(logit_bias={0: 5.0, 2: -1.5})).tolist() == [5.0, 1.0, 0.5]
-    assert S.greedy_token(logits, SP(logit_bias={0: 2.5})) == 0                 # bias changes a decision
-    assert S.processed_logits(logits, SP(logit_bias={1: -100.0}))[1] == np.float32(-99.0)   # finite: not a mask
+    assert S.greedy_token(logits, SP(logit_bias={0: 2.5})) == 0  # bias changes a decision
+    assert S.processed_logits(logits, SP(logit_bias={1: -100.0}))[1] == np.float32(-99.0)  # finite: not a mask
 
 
 def test_bad_words_match_the_output_not_the_prompt():
     logits = np.zeros(6, np.float32)
     P = SP(bad_words=[(5,), (1, 2), (3, 4, 0)])
     masked = lambda seen: np.flatnonzero(np.isneginf(S.processed_logits(logits, P, seen))).tolist()
-    assert masked(Seen((), ())) == [5]                                          # one-token word: always
-    assert masked(Seen((1,), ())) == [5]                                        # prefix in the prompt: no
+    assert masked(Seen((), ())) == [5]  # one-token word: always
+    assert masked(Seen((1,), ())) == [5]  # prefix in the prompt: no
     assert masked(Seen((), (1,))) == [2, 5]
-    assert masked(Seen((), (1, 3))) == [5]                                      # the output must END with it
+    assert masked(Seen((), (1, 3))) == [5]  # the output must END with it
     assert masked(Seen((), (2, 3, 4))) == [0, 5]
-    assert masked(Seen((3,), (4,))) == [5]                                      # prefix across prompt/output: no
-    assert masked(Seen((), (4,))) == [5]                                        # shorter than the prefix
+    assert masked(Seen((3,), (4,))) == [5]  # prefix across prompt/output: no
+    assert masked(Seen((), (4,))) == [5]  # shorter than the prefix
 
 
 def test_min_tokens_masks_stop_tokens_until_reached():
     logits = np.array([3.0, 2.0, 1.0], np.float32)
     P = SP(stop_token_ids=(0, 2), min_tokens=2)
-    assert S.greedy_token(logits, P, Seen((0, 0, 0), ())) == 1                  # the prompt does not count
+    assert S.greedy_token(logits, P, Seen((0, 0, 0), ())) == 1  # the prompt does not count
     assert S.greedy_token(logits, P, Seen((), (1,))) == 1
-    assert S.greedy_token(logits, P, Seen((), (1, 1))) == 0                     # 2 generated: unmasked
-    assert S.processed_logits(logits, SP(min_tokens=5)).tolist() == logits.tolist()   # no stop tokens: a no-op
+    assert S.greedy_token(logits, P, Seen((), (1, 1))) == 0  # 2 generated: unmasked
+    assert S.processed_logits(logits, SP(min_tokens=5)).tolist() == logits.tolist()  # no stop tokens: a no-op
     assert not SP(min_tokens=5).needs_seen and SP(stop_token_ids=(1,), min_tokens=1).needs_seen
 
 
 def test_chain_order():
-    assert [n for n, _ in S.CHAIN.processors] == ["mask", "bad_words", "min_tokens", "logit_bias", "penalties",
-                                                 "no_repeat_ngram"]
+    assert [n for n, _ in S.CHAIN.processors] == [
+        "mask",
+        "bad_words",
+        "min_tokens",
+        "logit_bias",
+        "penalties",
+        "no_repeat_ngram",
+    ]
     assert [n for n, _ in S.CHAIN.filters] == ["temperature", "min_p", "top_k", "top_p"]
     one = np.array([1.0, 0.0], np.float32)
     # bias before penalties: (1 - 2) * 2 = -2, not 1 / 2 - 2 = -1.5
@@ -341,8 +359,9 @@ def test_chain_order():
     assert S.filtered_probs(logits, P).tolist() == [0.0, 1.0, 0.0]
     P = SP(0.7, repetition_penalty=1.7, presence_penalty=0.3)
     seen = Seen((2,), (0, 1))
-    assert np.array_equal(S.filtered_probs(logits, P, seen),
-                          S.softmax(S.processed_logits(logits, P, seen) / np.float32(0.7)))
+    assert np.array_equal(
+        S.filtered_probs(logits, P, seen), S.softmax(S.processed_logits(logits, P, seen) / np.float32(0.7))
+    )
     # min_tokens masks before the penalties: a stop token's -inf is not resurrected by a negative presence
     P = SP(stop_token_ids=(0,), min_tokens=3, presence_penalty=-2.0, frequency_penalty=-2.0)
     assert S.processed_logits(one, P, Seen((), (0,)))[0] == -np.inf
@@ -351,8 +370,9 @@ def test_chain_order():
 def test_penalties_keep_minus_inf():
     x = np.array([-np.inf, 1.0, -np.inf], np.float32)
     for r in (0.5, 2.0):
-        got = S.processed_logits(x, SP(repetition_penalty=r, presence_penalty=-2.0, frequency_penalty=-2.0),
-                                 Seen((0,), (0, 2, 2)))
+        got = S.processed_logits(
+            x, SP(repetition_penalty=r, presence_penalty=-2.0, frequency_penalty=-2.0), Seen((0,), (0, 2, 2))
+        )
         assert np.isneginf(got[[0, 2]]).all() and np.isfinite(got[1])
     assert np.isneginf(S.processed_logits(x, SP(logit_bias={0: 100.0}))[0])
 
@@ -370,8 +390,13 @@ def test_all_masked_rows_are_errors():
 
 def test_processors_need_seen_and_are_off_by_default():
     logits = np.array([0.3, -1.2, 2.5, 0.0], np.float32)
-    for p in (SP(repetition_penalty=1.1), SP(presence_penalty=0.1), SP(frequency_penalty=-0.1),
-              SP(bad_words=[(1,)]), SP(stop_token_ids=(1,), min_tokens=1)):
+    for p in (
+        SP(repetition_penalty=1.1),
+        SP(presence_penalty=0.1),
+        SP(frequency_penalty=-0.1),
+        SP(bad_words=[(1,)]),
+        SP(stop_token_ids=(1,), min_tokens=1),
+    ):
         assert p.needs_seen and p.has_processors
         with pytest.raises(OracleError, match="pass seen="):
             S.processed_logits(logits, p)
@@ -379,39 +404,49 @@ def test_processors_need_seen_and_are_off_by_default():
     off = SP(0.8, top_k=3, stop_token_ids=(1,))
     assert not off.has_processors
     seen = Seen((0, 1), (2, 2, 3), 2, 4)
-    assert np.array_equal(S.filtered_probs(logits, off), S.filtered_probs(logits, off, seen))   # the same bits
+    assert np.array_equal(S.filtered_probs(logits, off), S.filtered_probs(logits, off, seen))  # the same bits
     assert set(off.to_json()).isdisjoint({"repetition_penalty", "logit_bias", "bad_words", "min_tokens"})
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"repetition_penalty": 0.0}, "repetition_penalty must be a finite number > 0"),
-    ({"repetition_penalty": -1.0}, "repetition_penalty"),
-    ({"repetition_penalty": float("inf")}, "repetition_penalty"),
-    ({"repetition_penalty": True}, "repetition_penalty"),
-    ({"presence_penalty": 2.5}, r"presence_penalty must be in \[-2, 2\]"),
-    ({"presence_penalty": float("nan")}, "presence_penalty"),
-    ({"frequency_penalty": -2.01}, r"frequency_penalty must be in \[-2, 2\]"),
-    ({"logit_bias": {-1: 1.0}}, "not a token id"),
-    ({"logit_bias": {1: 100.5}}, r"\[-100, 100\]"),
-    ({"logit_bias": {1: float("nan")}}, r"\[-100, 100\]"),
-    ({"logit_bias": ((1, 1.0), (1, 2.0))}, "names a token twice"),
-    ({"logit_bias": ((1,),)}, "must map token ids to biases"),
-    ({"logit_bias": 3}, "must map token ids to biases"),
-    ({"bad_words": ((),)}, "non-empty sequences"),
-    ({"bad_words": (3,)}, "non-empty sequences"),
-    ({"bad_words": ((1, -2),)}, "token ids >= 0"),
-    ({"min_tokens": -1}, "min_tokens must be an integer >= 0"),
-    ({"min_tokens": 1.0}, "min_tokens"),
-    ({"min_tokens": 5, "max_tokens": 4}, "min_tokens 5 exceeds max_tokens 4"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"repetition_penalty": 0.0}, "repetition_penalty must be a finite number > 0"),
+        ({"repetition_penalty": -1.0}, "repetition_penalty"),
+        ({"repetition_penalty": float("inf")}, "repetition_penalty"),
+        ({"repetition_penalty": True}, "repetition_penalty"),
+        ({"presence_penalty": 2.5}, r"presence_penalty must be in \[-2, 2\]"),
+        ({"presence_penalty": float("nan")}, "presence_penalty"),
+        ({"frequency_penalty": -2.01}, r"frequency_penalty must be in \[-2, 2\]"),
+        ({"logit_bias": {-1: 1.0}}, "not a token id"),
+        ({"logit_bias": {1: 100.5}}, r"\[-100, 100\]"),
+        ({"logit_bias": {1: float("nan")}}, r"\[-100, 100\]"),
+        ({"logit_bias": ((1, 1.0), (1, 2.0))}, "names a token twice"),
+        ({"logit_bias": ((1,),)}, "must map token ids to biases"),
+        ({"logit_bias": 3}, "must map token ids to biases"),
+        ({"bad_words": ((),)}, "non-empty sequences"),
+        ({"bad_words": (3,)}, "non-empty sequences"),
+        ({"bad_words": ((1, -2),)}, "token ids >= 0"),
+        ({"min_tokens": -1}, "min_tokens must be an integer >= 0"),
+        ({"min_tokens": 1.0}, "min_tokens"),
+        ({"min_tokens": 5, "max_tokens": 4}, "min_tokens 5 exceeds max_tokens 4"),
+    ],
+)
 def test_bad_processor_params(kw, msg):
     with pytest.raises(OracleError, match=msg):
         SP(**kw)
 
 
 def test_processor_params_edges_and_normal_forms():
-    p = SP(repetition_penalty=1e-3, presence_penalty=-2, frequency_penalty=2, logit_bias={np.int64(9): -1.5, 5: 2},
-           bad_words=[[3, 4], (np.int32(7),)], min_tokens=4, max_tokens=4)
+    p = SP(
+        repetition_penalty=1e-3,
+        presence_penalty=-2,
+        frequency_penalty=2,
+        logit_bias={np.int64(9): -1.5, 5: 2},
+        bad_words=[[3, 4], (np.int32(7),)],
+        min_tokens=4,
+        max_tokens=4,
+    )
     assert p.logit_bias == ((5, 2.0), (9, -1.5)) and all(type(t) is int for t, _ in p.logit_bias)
     assert p.bad_words == ((3, 4), (7,)) and p.presence_penalty == -2.0 and type(p.presence_penalty) is float
     assert SP(logit_bias=[(1, 100), (0, -100)]).logit_bias == ((0, -100.0), (1, 100.0))
@@ -422,20 +457,40 @@ def test_processor_params_edges_and_normal_forms():
         SP(bad_words=[(1, 7)]).check_vocab(6)
 
 
-@pytest.mark.parametrize("p", [
-    SP(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2, logit_bias={5: 2.0, 9: -1.5},
-       bad_words=[(3, 4), (7,)], min_tokens=4, stop_token_ids=(2,)),
-    SP(0.7, top_k=5, top_p=0.9, seed=11, min_p=0.05, logit_bias={0: -100}, max_tokens=9, min_tokens=9,
-       stop_token_ids=(1, 3), banned_token_ids=(4,)),
-    SP(presence_penalty=-2.0),
-    SP(1.2, bad_words=[(1, 2, 3)]),
-    SP(no_repeat_ngram=3, min_tokens=2),
-    SP(),
-])
+@pytest.mark.parametrize(
+    "p",
+    [
+        SP(
+            repetition_penalty=1.3,
+            presence_penalty=0.5,
+            frequency_penalty=0.2,
+            logit_bias={5: 2.0, 9: -1.5},
+            bad_words=[(3, 4), (7,)],
+            min_tokens=4,
+            stop_token_ids=(2,),
+        ),
+        SP(
+            0.7,
+            top_k=5,
+            top_p=0.9,
+            seed=11,
+            min_p=0.05,
+            logit_bias={0: -100},
+            max_tokens=9,
+            min_tokens=9,
+            stop_token_ids=(1, 3),
+            banned_token_ids=(4,),
+        ),
+        SP(presence_penalty=-2.0),
+        SP(1.2, bad_words=[(1, 2, 3)]),
+        SP(no_repeat_ngram=3, min_tokens=2),
+        SP(),
+    ],
+)
 def test_to_json_round_trip(p):
     j = p.to_json()
     assert SP(**j) == p
-    assert SP(**json.loads(json.dumps(j))) == p                                 # lists, through a trace file
+    assert SP(**json.loads(json.dumps(j))) == p  # lists, through a trace file
 
 
 # ---- bad values of the steps' parameters (oracle.sampling.SamplingParams) ----
@@ -484,17 +539,21 @@ BAD_PROCESSOR_PARAMS = [
 def test_bad_processor_params_are_refused_in_one_line(name, kw, field, value):
     from oracle.errors import OracleError
     from oracle.sampling import SamplingParams
+
     with pytest.raises(OracleError) as e:
         SamplingParams(**kw)
     msg = str(e.value)
     assert "\n" not in msg and field in msg and value in msg, msg
 
 
-@pytest.mark.parametrize("kw,field,token", [({"logit_bias": {3: 1.0, 64: -1.0}}, "logit_bias", 64),
-                                            ({"bad_words": ((1, 2), (70,))}, "bad_words", 70)])
+@pytest.mark.parametrize(
+    "kw,field,token",
+    [({"logit_bias": {3: 1.0, 64: -1.0}}, "logit_bias", 64), ({"bad_words": ((1, 2), (70,))}, "bad_words", 70)],
+)
 def test_processor_token_ids_outside_the_vocabulary_are_refused(kw, field, token):
     from oracle.errors import OracleError
     from oracle.sampling import SamplingParams
+
     p = SamplingParams(**kw)
     p.check_vocab(100)
     with pytest.raises(OracleError, match=rf"^request 3: {field} holds {token}, outside the vocabulary \[0, 64\)$"):

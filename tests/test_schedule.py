@@ -1,4 +1,5 @@
 """Schedule planner (DESIGN.md section 4), its invariant checker and `python -m oracle schedule`."""
+
 import dataclasses
 import json
 import os
@@ -15,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # ---- hand-checked cases -------------------------------------------------------------------
+
 
 def test_uniform_k4_d2_D4_both_have_12_calls():
     block, loop = block_calls((5, 5), 2, 4), loop_waves((5, 5), 2, 4)
@@ -61,6 +63,7 @@ def test_loop_waves_by_hand_ragged_counts_3_1_d2_D3():
 
 # ---- ragged cases: check_schedule passes and the shared totals hold -----------------------
 
+
 def ragged_cases():
     for D in range(2, 7):
         for d in range(1, D):
@@ -86,6 +89,7 @@ def test_k0_block_and_loop_are_the_same_calls():
 
 # ---- check_schedule fires on broken schedules --------------------------------------------
 
+
 def replace_call(s: Schedule, k: int, **changes) -> Schedule:
     calls = list(s.calls)
     calls[k] = dataclasses.replace(calls[k], **changes)
@@ -108,7 +112,7 @@ def test_check_catches_missing_row():
 
 
 def test_check_catches_draft_head_a_wave_late():
-    s = loop_waves((3,), 2, 4)   # head of offset 0 runs in wave 1 (after depth 1)
+    s = loop_waves((3,), 2, 4)  # head of offset 0 runs in wave 1 (after depth 1)
     assert s.calls[1].draft_head == ((0, 0),)
     broken = replace_call(replace_call(s, 1, draft_head=()), 2, draft_head=((0, 0),))
     with pytest.raises(OracleError, match=r"call 2: draft head on \(0, 0\) is not a draft-ready row"):
@@ -125,15 +129,19 @@ def test_check_catches_draft_head_missing():
 def test_check_catches_next_offset_before_its_draft_token():
     # loop waves with d=2 but the next offset started one wave early (offset 1 depth 0 in wave 1)
     s = loop_waves((2,), 2, 3)
-    calls = [Call(((0, 0, 0),)), Call(((0, 0, 1), (0, 1, 0)), ((0, 0),)), Call(((0, 0, 2), (0, 1, 1))),
-             Call(((0, 1, 2),))]
+    calls = [
+        Call(((0, 0, 0),)),
+        Call(((0, 0, 1), (0, 1, 0)), ((0, 0),)),
+        Call(((0, 0, 2), (0, 1, 1))),
+        Call(((0, 1, 2),)),
+    ]
     broken = dataclasses.replace(s, calls=tuple(calls))
     with pytest.raises(OracleError, match=r"row \(0, 1, 0\) runs in call 1, before its draft token"):
         check_schedule(broken)
 
 
 def test_check_catches_depth_order_violation():
-    s = block_calls((2,), 1, 3)   # calls: (0,0,0) | (0,1,0) | depth 1 | depth 2
+    s = block_calls((2,), 1, 3)  # calls: (0,0,0) | (0,1,0) | depth 1 | depth 2
     calls = list(s.calls)
     calls[2], calls[3] = calls[3], calls[2]
     broken = dataclasses.replace(s, calls=tuple(calls))
@@ -170,11 +178,18 @@ def test_check_catches_wrong_verify_head():
         check_schedule(dataclasses.replace(s, verify_head=s.verify_head[:-1]))
 
 
-@pytest.mark.parametrize("counts,d,D,msg", [
-    ((), 2, 4, "empty"), ((3, 0), 2, 4, "request 1 is 0"), ((3, -1), 2, 4, "request 1 is -1"),
-    ((3, 2.5), 2, 4, "not an integer"), ((3,), 4, 4, "must be < target loops"),
-    ((3,), 0, 4, "d=0"), ((3,), 5, 4, "must be < target loops"),
-])
+@pytest.mark.parametrize(
+    "counts,d,D,msg",
+    [
+        ((), 2, 4, "empty"),
+        ((3, 0), 2, 4, "request 1 is 0"),
+        ((3, -1), 2, 4, "request 1 is -1"),
+        ((3, 2.5), 2, 4, "not an integer"),
+        ((3,), 4, 4, "must be < target loops"),
+        ((3,), 0, 4, "d=0"),
+        ((3,), 5, 4, "must be < target loops"),
+    ],
+)
 def test_bad_inputs_raise_oracle_error(counts, d, D, msg):
     for mode in ("block", "loop"):
         with pytest.raises(OracleError, match=msg):
@@ -183,10 +198,17 @@ def test_bad_inputs_raise_oracle_error(counts, d, D, msg):
 
 # ---- CLI -----------------------------------------------------------------------------------
 
+
 def cli(*args):
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "oracle", "schedule", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "oracle", "schedule", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_text_has_grid_and_totals():
@@ -194,13 +216,17 @@ def test_cli_text_has_grid_and_totals():
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "block round" in out and "loop round" in out
-    assert out.count("totals: 12 recurrent calls, 36 rows, 6 draft head rows in 4 head calls, "
-                     "9 verification head rows") == 2
+    assert (
+        out.count("totals: 12 recurrent calls, 36 rows, 6 draft head rows in 4 head calls, 9 verification head rows")
+        == 2
+    )
     assert "request 2 (T=1)" in out and "1*" in out
     lines = out.splitlines()
     rows_lines = [ln.split()[1:] for ln in lines if ln.startswith("rows ")]
-    assert rows_lines == [[str(n) for n in block_calls((5, 3, 1), 2, 4).row_counts()],
-                          [str(n) for n in loop_waves((5, 3, 1), 2, 4).row_counts()]]
+    assert rows_lines == [
+        [str(n) for n in block_calls((5, 3, 1), 2, 4).row_counts()],
+        [str(n) for n in loop_waves((5, 3, 1), 2, 4).row_counts()],
+    ]
 
 
 def test_cli_json_structure():
@@ -218,19 +244,22 @@ def test_cli_json_structure():
         assert len(data[mode]["calls"]) == 12 and len(data[mode]["verify_head"]) == 9
 
 
-@pytest.mark.parametrize("args", [
-    ["--counts", "5,3", "-d", "4", "-D", "4"],      # d >= D
-    ["--counts", "5,3", "-d", "0"],                 # d < 1
-    ["--counts", ""],                               # empty
-    ["--counts", ","],                              # empty
-    ["--counts=-1,2"],                              # negative
-    ["--counts", "-1,2"],                           # argparse sees an option
-    ["--counts", "5,x"],                            # not integers
-    ["--counts", "5,2.5"],
-    ["--counts", "3", "-d", "x"],
-    [],                                             # --counts missing
-    ["--counts", "3", "--bogus"],                   # unknown option
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--counts", "5,3", "-d", "4", "-D", "4"],  # d >= D
+        ["--counts", "5,3", "-d", "0"],  # d < 1
+        ["--counts", ""],  # empty
+        ["--counts", ","],  # empty
+        ["--counts=-1,2"],  # negative
+        ["--counts", "-1,2"],  # argparse sees an option
+        ["--counts", "5,x"],  # not integers
+        ["--counts", "5,2.5"],
+        ["--counts", "3", "-d", "x"],
+        [],  # --counts missing
+        ["--counts", "3", "--bogus"],  # unknown option
+    ],
+)
 def test_cli_bad_input_is_one_line(args):
     r = cli(*args)
     assert r.returncode != 0
@@ -252,11 +281,11 @@ def test_ragged_depths_hand_checked():
     block, loop = block_calls(*RAGGED), loop_waves(*RAGGED)
     assert block.row_counts() == [4, 2, 1, 3, 1, 3, 1, 2, 1, 1, 1, 7, 12, 10, 1]
     assert block.draft_head_counts() == [2, 1, 0, 2, 1, 1, 1, 0, 1] + [0] * 6
-    assert block.calls[0].draft_head == ((1, 0), (3, 0))            # d_i = 1: head after depth 0
+    assert block.calls[0].draft_head == ((1, 0), (3, 0))  # d_i = 1: head after depth 0
     assert block.calls[1].rows == ((0, 0, 1), (2, 0, 1)) and block.calls[1].draft_head == ((0, 0),)
-    assert block.calls[14].rows == ((2, 0, 4),)                      # only request 2 reaches depth 4
+    assert block.calls[14].rows == ((2, 0, 4),)  # only request 2 reaches depth 4
     assert loop.row_counts() == [4, 6, 9, 9, 7, 4, 3, 2, 2, 2, 1, 1]
-    assert loop.calls[1].draft_head == ((0, 0), (1, 1), (3, 1))     # wave o*d_i + d_i - 1
+    assert loop.calls[1].draft_head == ((0, 0), (1, 1), (3, 1))  # wave o*d_i + d_i - 1
     for s in (block, loop):
         check_schedule(s)
         assert s.d is None and s.D is None and s.depths == ((2, 4), (1, 3), (3, 5), (1, 4))
@@ -275,8 +304,15 @@ def test_equal_per_request_depths_are_todays_schedules():
         assert fn((5, 3, 1), [2, 2, 2], [4, 4, 4]) == fn((5, 3, 1), 2, 4)
 
 
-@pytest.mark.parametrize("d,D,msg", [([1, 2], [3], "2 values for 1"), ([2, 1], [2, 3], "d=2 of request 0 must be < "),
-                                     ([0, 1], [2, 2], "request 0"), (2, [4, 5, 2], "3 values for 2")])
+@pytest.mark.parametrize(
+    "d,D,msg",
+    [
+        ([1, 2], [3], "2 values for 1"),
+        ([2, 1], [2, 3], "d=2 of request 0 must be < "),
+        ([0, 1], [2, 2], "request 0"),
+        (2, [4, 5, 2], "3 values for 2"),
+    ],
+)
 def test_ragged_depths_bad_input(d, D, msg):
     counts = (3, 2) if msg != "2 values for 1" else (3,)
     with pytest.raises(OracleError, match=msg):

@@ -2,6 +2,7 @@
 CPU, against kernels.model.attend. Skipped where triton is not installed (CI); on CUDA the
 same kernels are checked end to end by gpu_tests. The interpreter must be on before triton
 is first imported, so the check runs in a fresh process."""
+
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ def check(max_len: int) -> None:
     g = torch.Generator().manual_seed(max_len)
     kv.k.copy_(torch.randn(kv.k.shape, generator=g))
     kv.v.copy_(torch.randn(kv.v.shape, generator=g))
-    edge = [p for p in (0, 1, ta.CHUNK - 1, ta.CHUNK, max_len - 1) if p < max_len]      # chunk boundaries
+    edge = [p for p in (0, 1, ta.CHUNK - 1, ta.CHUNK, max_len - 1) if p < max_len]  # chunk boundaries
     pos = torch.tensor(edge + [int(x) for x in torch.randint(0, max_len, (4,), generator=g)])
     M = pos.shape[0]
     plane = torch.randint(0, kv.k.shape[1], (M,), generator=g)
@@ -45,6 +46,12 @@ def check(max_len: int) -> None:
 @pytest.mark.parametrize("max_len", [64, 150, 1100])
 def test_split_decode_attention_matches_attend(max_len):
     code = f"import tests.test_triton_attention_interpret as t; t.check({max_len})"
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                       env=dict(os.environ, TRITON_INTERPRET="1"), timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TRITON_INTERPRET="1"),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]

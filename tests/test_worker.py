@@ -2,6 +2,7 @@
 exception come back, an Inbox carries a value to a job that already started (small and large,
 to a forked child and to the helper thread), a cancelled Inbox raises in the job, and
 `python -m oracle`'s exit (cli.exit_now) stops the children still running."""
+
 from __future__ import annotations
 
 import os
@@ -26,7 +27,7 @@ def _echo_pid(box):
     return os.getpid(), box.get()
 
 
-@pytest.mark.parametrize("size", [3, 200_000])        # within the pipe's buffer, and past it (send waits for get)
+@pytest.mark.parametrize("size", [3, 200_000])  # within the pipe's buffer, and past it (send waits for get)
 def test_an_inbox_carries_a_value_to_a_forked_job(size):
     box = worker.Inbox()
     job = worker.background(_echo_pid, box)
@@ -82,5 +83,5 @@ def test_the_cli_exit_stops_the_children_still_running(tmp_path):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert r.returncode == 5, r.stderr
     pid = int(r.stdout.split()[0])
-    with pytest.raises(ProcessLookupError):          # reaped by the CLI, not an orphan still waiting
+    with pytest.raises(ProcessLookupError):  # reaped by the CLI, not an orphan still waiting
         os.kill(pid, 0)

@@ -11,6 +11,7 @@ Exit codes, the same for every command:
     3  internal error of the oracle: one line naming the exception and the file where its
        traceback was saved
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,9 +54,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        switch = action.nargs == 0                       # store_true and friends
-        if "default" in text or action.default is None or action.default is argparse.SUPPRESS or switch \
-                or not action.option_strings:
+        switch = action.nargs == 0  # store_true and friends
+        if (
+            "default" in text
+            or action.default is None
+            or action.default is argparse.SUPPRESS
+            or switch
+            or not action.option_strings
+        ):
             return text
         return text + " (default: %(default)s)"
 
@@ -73,9 +79,21 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-LIST_OPTIONS = ("--counts", "--tokens", "--batch", "--rows", "--depths", "--stop-tokens", "--banned-tokens",
-                "--logit-bias", "--bad-words", "--presence-penalty", "--frequency-penalty", "--repetition-penalty",
-                "--min-tokens")
+LIST_OPTIONS = (
+    "--counts",
+    "--tokens",
+    "--batch",
+    "--rows",
+    "--depths",
+    "--stop-tokens",
+    "--banned-tokens",
+    "--logit-bias",
+    "--bad-words",
+    "--presence-penalty",
+    "--frequency-penalty",
+    "--repetition-penalty",
+    "--min-tokens",
+)
 
 
 def _join_list_values(argv: list[str]) -> list[str]:
@@ -83,8 +101,12 @@ def _join_list_values(argv: list[str]) -> list[str]:
     own check reports it."""
     out, n = [], 0
     while n < len(argv):
-        if argv[n] in LIST_OPTIONS and n + 1 < len(argv) and argv[n + 1].startswith("-") \
-                and argv[n + 1] not in ("-h", "--help", "--"):
+        if (
+            argv[n] in LIST_OPTIONS
+            and n + 1 < len(argv)
+            and argv[n + 1].startswith("-")
+            and argv[n + 1] not in ("-h", "--help", "--")
+        ):
             out.append(f"{argv[n]}={argv[n + 1]}")
             n += 2
         else:
@@ -95,6 +117,7 @@ def _join_list_values(argv: list[str]) -> list[str]:
 
 def package_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("loopspec-oracle")
     except PackageNotFoundError:
@@ -117,16 +140,22 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     """The parser of `python -m oracle`. argv None: every command's full parser (for tools and
     tests that walk every option). Else only the command argv names is imported and gets its
     full parser; the others are listed by name and HELP line."""
-    parser = OneLineParser(prog="python -m oracle",
-                           description="loopspec-oracle: reference and oracle for loop-level speculative rounds. "
-                                       "Exit codes: 0 ok, 1 a check failed or traces differ, 2 bad usage or "
-                                       "input, 3 internal error.")
-    parser.add_argument("--version", action="version", version=f"loopspec-oracle {package_version()}",
-                        help="print the package version and exit")
+    parser = OneLineParser(
+        prog="python -m oracle",
+        description="loopspec-oracle: reference and oracle for loop-level speculative rounds. "
+        "Exit codes: 0 ok, 1 a check failed or traces differ, 2 bad usage or "
+        "input, 3 internal error.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"loopspec-oracle {package_version()}",
+        help="print the package version and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = None if argv is None else chosen_command(argv)
     for name, target in COMMANDS.items():
-        if not installed(target):                    # a package left out of this install
+        if not installed(target):  # a package left out of this install
             continue
         if argv is not None and name != chosen:
             sub.add_parser(name, help=HELP[name])
@@ -137,6 +166,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 
 
 # ---- running a command ----
+
 
 def save_traceback() -> str:
     """Write the current exception's traceback to a temp file; return its path."""
@@ -160,7 +190,7 @@ def exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):                 # a closed pipe or stream: nothing more to say
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more to say
             pass
     os._exit(code)
 
@@ -168,7 +198,7 @@ def exit_now(code: int) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
-        argv = ["check"]   # the main job
+        argv = ["check"]  # the main job
     try:
         parser = build_parser(argv)
         # Python 3.11's argparse drops a value of "--" (`--seed=--`) and stores [] untyped
@@ -178,21 +208,23 @@ def main(argv=None) -> int:
             return EXIT_USAGE
         try:
             args = parser.parse_args(_join_list_values(argv))
-        except SystemExit as e:       # --help, --version (0) or a usage error already printed (2)
+        except SystemExit as e:  # --help, --version (0) or a usage error already printed (2)
             return e.code if isinstance(e.code, int) else EXIT_USAGE
         if not getattr(args, "func", None):
-            print(f"error: python -m oracle: give a command ({' | '.join(COMMANDS)}; --help lists them)",
-                  file=sys.stderr)
+            print(
+                f"error: python -m oracle: give a command ({' | '.join(COMMANDS)}; --help lists them)", file=sys.stderr
+            )
             return EXIT_USAGE
         from .environment import check_environment
+
         check_environment(args)
-        if getattr(args, "preflight", None):   # a command's checks of its options, before any work
+        if getattr(args, "preflight", None):  # a command's checks of its options, before any work
             args.preflight(args)
         return int(args.func(args) or 0)
     except OracleError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
-    except OSError as e:              # a file named by the user: missing, a directory, unreadable
+    except OSError as e:  # a file named by the user: missing, a directory, unreadable
         if isinstance(e, BrokenPipeError):
             return EXIT_OK
         where = f": {e.filename}" if e.filename else ""
@@ -201,7 +233,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:            # a bug in the oracle
+    except Exception as e:  # a bug in the oracle
         path = save_traceback()
         print(f"internal error: {type(e).__name__}: {_one_line(e)} (traceback saved to {path})", file=sys.stderr)
         return EXIT_INTERNAL

@@ -1,6 +1,7 @@
 """argparse value types and output-file checks shared by the commands (oracle/cmd_*.py and
 bench/cli.py). Each type refuses a bad value with a message naming it; argparse turns
 that into one `error: ...` line (exit 2)."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,7 @@ def csv_ints(text: str) -> list[int]:
 
 def int_at_least(low: int):
     """argparse type: an integer >= low."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -32,6 +34,7 @@ def int_at_least(low: int):
         if value < low:
             raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
         return value
+
     parse.__name__ = f"integer >= {low}"
     return parse
 
@@ -106,11 +109,13 @@ def token_words(text: str) -> list[tuple[int, ...]]:
     try:
         return [tuple(csv_ints(w)) for w in text.split("/")]
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected token-id words like 3,4/7 (ids by ',', words by '/'), "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected token-id words like 3,4/7 (ids by ',', words by '/'), got {text!r}"
+        ) from None
 
 
 # ---- output files ----
+
 
 def check_out_path(path: str, option: str = "--out") -> None:
     """An output file path: not a directory, in a folder that exists."""

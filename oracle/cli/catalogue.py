@@ -1,5 +1,6 @@
 """The built-in cases `python -m oracle check` runs (the case catalogue); the Case type is
 oracle/judge/scenario.py, the runner oracle/judge/runner.py."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,36 +23,95 @@ def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case
     G = SamplingParams()
     S = lambda seed, **kw: SamplingParams(temperature=kw.pop("t", 1.0), seed=seed, **kw)
     mixed = [G, S(1, top_k=8), S(2, top_p=0.8), S(3, t=0.7, top_k=20, top_p=0.9), G, S(5, t=1.5)]
-    stop = [SamplingParams(stop_token_ids=(7,)), S(1, top_k=8, max_tokens=4),
-            S(2, top_p=0.9, t=0.7, stop_token_ids=(46,), max_tokens=5), S(3, stop_token_ids=(3, 7))]
+    stop = [
+        SamplingParams(stop_token_ids=(7,)),
+        S(1, top_k=8, max_tokens=4),
+        S(2, top_p=0.9, t=0.7, stop_token_ids=(46,), max_tokens=5),
+        S(3, stop_token_ids=(3, 7)),
+    ]
     # the mask and processor cases: params derived from the reference's own top choices (derived_params)
     masks = [(G, "banned"), (G, "allowed"), (S(1), "banned"), (S(2, top_k=8), "allowed")]
-    procs = [(G, "bad_words"), (G, "bad_bigram"), (G, "min_tokens"), (G, "logit_bias"), (G, "repetition"),
-             (S(3), "presence"), (S(4), "frequency"), (S(1, t=0.8), "all")]
+    procs = [
+        (G, "bad_words"),
+        (G, "bad_bigram"),
+        (G, "min_tokens"),
+        (G, "logit_bias"),
+        (G, "repetition"),
+        (S(3), "presence"),
+        (S(4), "frequency"),
+        (S(1, t=0.8), "all"),
+    ]
     specs = [
         ("ragged (5,3,1) d=2 D=4", [{0: 5, 1: 3, 2: 1}], 2, 4, mixed[:3], 1, "sequential", None),
         ("uniform (5,5,5,5) d=2 D=4, 6 rounds", [{i: 5 for i in range(4)}] * 6, 2, 4, mixed[:4], 2, "sequential", None),
-        ("ragged d=1 D=3, K changes per round",
-         [{0: 3, 1: 1, 2: 6}, {0: 1, 1: 4, 2: 2}, {0: 9, 1: 2, 2: 1}, {0: 2, 1: 5, 2: 3}],
-         1, 3, [mixed[1], mixed[0], mixed[2]], 3, "sequential", None),
-        ("d=3 D=5 fixed policy, joins and leaves",
-         [{0: 4, 1: 2}, {0: 4, 1: 3, 2: 5}, {2: 2, 3: 4}, {0: 1, 2: 5, 3: 3, 4: 2}], 3, 5, mixed[1:6], 4, "fixed",
-         None),
-        ("per-request depths 2:4,1:3,3:5,1:4, 3 rounds",
-         [{0: 5, 1: 3, 2: 1, 3: 4}, {0: 6, 1: 6, 2: 4, 3: 1}, {0: 3, 2: 2, 3: 3}],
-         1, 5, mixed[:4], 6, "sequential", [(2, 4), (1, 3), (3, 5), (1, 4)]),
+        (
+            "ragged d=1 D=3, K changes per round",
+            [{0: 3, 1: 1, 2: 6}, {0: 1, 1: 4, 2: 2}, {0: 9, 1: 2, 2: 1}, {0: 2, 1: 5, 2: 3}],
+            1,
+            3,
+            [mixed[1], mixed[0], mixed[2]],
+            3,
+            "sequential",
+            None,
+        ),
+        (
+            "d=3 D=5 fixed policy, joins and leaves",
+            [{0: 4, 1: 2}, {0: 4, 1: 3, 2: 5}, {2: 2, 3: 4}, {0: 1, 2: 5, 3: 3, 4: 2}],
+            3,
+            5,
+            mixed[1:6],
+            4,
+            "fixed",
+            None,
+        ),
+        (
+            "per-request depths 2:4,1:3,3:5,1:4, 3 rounds",
+            [{0: 5, 1: 3, 2: 1, 3: 4}, {0: 6, 1: 6, 2: 4, 3: 1}, {0: 3, 2: 2, 3: 3}],
+            1,
+            5,
+            mixed[:4],
+            6,
+            "sequential",
+            [(2, 4), (1, 3), (3, 5), (1, 4)],
+        ),
         ("stop tokens and max_tokens, 4 rounds", [{0: 5, 1: 3, 2: 1, 3: 4}] * 4, 2, 4, stop, 7, "sequential", None),
         ("banned and allowed token ids, 2 rounds", [{0: 5, 1: 4, 2: 5, 3: 3}] * 2, 2, 4, masks, 9, "sequential", None),
-        ("logits processors (penalties, bias, bad words, min_tokens), 3 rounds",
-         [dict(enumerate((5, 4, 3, 5, 5, 5, 5, 4)))] * 3, 2, 4, procs, 8, "sequential", None),
-        ("d=1 D=2 greedy and sampled, 8 requests", [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
-         1, 2, [mixed[i % 6] for i in range(8)], 5, "sequential", None),
+        (
+            "logits processors (penalties, bias, bad words, min_tokens), 3 rounds",
+            [dict(enumerate((5, 4, 3, 5, 5, 5, 5, 4)))] * 3,
+            2,
+            4,
+            procs,
+            8,
+            "sequential",
+            None,
+        ),
+        (
+            "d=1 D=2 greedy and sampled, 8 requests",
+            [{i: 1 + (i * 3) % 7 for i in range(8)}] * 3,
+            1,
+            2,
+            [mixed[i % 6] for i in range(8)],
+            5,
+            "sequential",
+            None,
+        ),
     ]
     cases = []
     for name, rounds, d, D, params, seed, policy, depths in specs:
         kinds = [k for _, k in params] if isinstance(params[0], tuple) else None
-        c = make_case(name, rounds, d, D, [p[0] for p in params] if kinds else params, seed=seed, policy=policy,
-                      vocab=vocab, depths=depths, reproduce=command(["check", *flags, "--case", name]))
+        c = make_case(
+            name,
+            rounds,
+            d,
+            D,
+            [p[0] for p in params] if kinds else params,
+            seed=seed,
+            policy=policy,
+            vocab=vocab,
+            depths=depths,
+            reproduce=command(["check", *flags, "--case", name]),
+        )
         if kinds:
             c.derive = functools.partial(derived_params, kinds)
         cases.append(c)
@@ -63,11 +123,11 @@ def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case
 # off on the FP32 reference), so that skipping the step, on the drafts or on the verification
 # only, changes a token: what it bans is what the model would pick, and each penalty or bias is
 # strong enough to move the top choice. A deterministic function of the model.
-PLAIN_RUN_SECONDS = 10.0     # the plain run's estimated NumPy cost above which the prompt stands in
-PLAIN_ROUNDS = 2             # the plain run: the case's first 2 rounds (where its steps bite first)
-BIAS = -10.0                 # logit_bias on the top choices (vLLM's range: [-100, 100])
-REPETITION = 4.0             # repetition_penalty: seen tokens' positive logits / 4, or (1 / 4) x 4
-PRESENCE = FREQUENCY = 2.0   # presence / frequency penalties: the largest vLLM takes, either sign
+PLAIN_RUN_SECONDS = 10.0  # the plain run's estimated NumPy cost above which the prompt stands in
+PLAIN_ROUNDS = 2  # the plain run: the case's first 2 rounds (where its steps bite first)
+BIAS = -10.0  # logit_bias on the top choices (vLLM's range: [-100, 100])
+REPETITION = 4.0  # repetition_penalty: seen tokens' positive logits / 4, or (1 / 4) x 4
+PRESENCE = FREQUENCY = 2.0  # presence / frequency penalties: the largest vLLM takes, either sign
 
 
 def tops(run, rid) -> list[int]:
@@ -76,13 +136,21 @@ def tops(run, rid) -> list[int]:
     every other logits vector of the run, most frequent first (ties: first seen), then every token by
     its first verification logits (so there are always enough)."""
     seen = [tr for tr in run.traces if rid in tr.requests]
-    first = [int(max(range(len(lg)), key=lg.__getitem__)) for lg in
-             (seen[0].draft_logits.get((rid, 0)), seen[0].verify_logits[(rid, 0)]) if lg is not None]
-    every = [int(lg.argmax()) for tr in seen for kind in (tr.draft_logits, tr.verify_logits)
-             for (q, o), lg in sorted(kind.items()) if q == rid]
+    first = [
+        int(max(range(len(lg)), key=lg.__getitem__))
+        for lg in (seen[0].draft_logits.get((rid, 0)), seen[0].verify_logits[(rid, 0)])
+        if lg is not None
+    ]
+    every = [
+        int(lg.argmax())
+        for tr in seen
+        for kind in (tr.draft_logits, tr.verify_logits)
+        for (q, o), lg in sorted(kind.items())
+        if q == rid
+    ]
     counts = Counter(every)
     order = sorted(dict.fromkeys(every), key=lambda t: -counts[t])
-    runners_up = [int(t) for t in (-seen[0].verify_logits[(rid, 0)]).argsort(kind="stable")]   # by its first logits
+    runners_up = [int(t) for t in (-seen[0].verify_logits[(rid, 0)]).argsort(kind="stable")]  # by its first logits
     return list(dict.fromkeys(first + order + runners_up))
 
 
@@ -98,7 +166,8 @@ def first_bite(run, rid, plain, field: str, values) -> dict:
     would not."""
     from ..judge.decisions import seen_in
     from ..sampling import processed_logits
-    if run is None:                               # no plain run (derived_params): the first value
+
+    if run is None:  # no plain run (derived_params): the first value
         return {field: values[0]}
     never = (len(run.traces), 0)
     best = None
@@ -107,11 +176,16 @@ def first_bite(run, rid, plain, field: str, values) -> dict:
         first = {"draft": never, "verify": never}
         for n, tr in enumerate(tr for tr in run.traces if rid in tr.requests):
             drafts, a = tr.drafts[rid], tr.accepted[rid]
-            for o in range(len(drafts) + 1):                 # drafts at every offset < K, verification up to a
-                for side, logits in (("draft", tr.draft_logits.get((rid, o))),
-                                     ("verify", tr.verify_logits[(rid, o)] if o <= a else None)):
-                    if logits is not None and first[side] == never and \
-                            processed_logits(logits, params, seen_in(tr, rid, o, drafts)).argmax() != logits.argmax():
+            for o in range(len(drafts) + 1):  # drafts at every offset < K, verification up to a
+                for side, logits in (
+                    ("draft", tr.draft_logits.get((rid, o))),
+                    ("verify", tr.verify_logits[(rid, o)] if o <= a else None),
+                ):
+                    if (
+                        logits is not None
+                        and first[side] == never
+                        and processed_logits(logits, params, seen_in(tr, rid, o, drafts)).argmax() != logits.argmax()
+                    ):
                         first[side] = (n, o)
         at = (max(first.values()), min(first.values()))
         if best is None or at < best[0]:
@@ -130,6 +204,7 @@ def derived_params(kinds, model, case) -> list:
     real shape, judged by JAX) takes each request's prompt tokens, last first, as its top choices."""
     from ..judge.runner import REFERENCE, run_scenario
     from .limits import estimate_seconds
+
     plain = dataclasses.replace(case, rounds=case.rounds[:PLAIN_ROUNDS], derive=None, derived=[])
     V = model.cfg.vocab_size
     run = None
@@ -140,23 +215,29 @@ def derived_params(kinds, model, case) -> list:
         if run is not None:
             top = tops(run, rid)
             drafts = next(tr.drafts[rid] for tr in run.traces if rid in tr.requests)
-        else:                                    # too large for a NumPy run: the prompt's own tokens
+        else:  # too large for a NumPy run: the prompt's own tokens
             top = list(dict.fromkeys(case.prompts[rid][::-1] + list(range(V))))
             drafts = case.prompts[rid][-2:]
         t2, t3 = tuple(top[:2]), tuple(top[:3])
         first_K = next(r[rid] for r in case.rounds if rid in r) - 1
-        kw = {"banned": dict(banned_token_ids=t3),
-              "allowed": dict(allowed_token_ids=tuple(t for t in range(V) if t not in t3)),
-              "bad_words": dict(bad_words=tuple((t,) for t in t2)),
-              "bad_bigram": dict(bad_words=(tuple(drafts[:2]),) if len(drafts) > 1 else ((top[0],),)),
-              "min_tokens": dict(stop_token_ids=t2, min_tokens=max(first_K, 1)),
-              "logit_bias": dict(logit_bias={t: BIAS for t in t2}),
-              "repetition": first_bite(run, rid, p, "repetition_penalty", (REPETITION, 1 / REPETITION)),
-              "presence": first_bite(run, rid, p, "presence_penalty", (PRESENCE, -PRESENCE)),
-              "frequency": first_bite(run, rid, p, "frequency_penalty", (FREQUENCY, -FREQUENCY)),
-              "all": dict(banned_token_ids=top[:1], bad_words=((top[1],),), logit_bias={top[2]: BIAS},
-                          repetition_penalty=REPETITION, presence_penalty=-PRESENCE / 2,
-                          frequency_penalty=-FREQUENCY / 2),
-              }[kind]
+        kw = {
+            "banned": dict(banned_token_ids=t3),
+            "allowed": dict(allowed_token_ids=tuple(t for t in range(V) if t not in t3)),
+            "bad_words": dict(bad_words=tuple((t,) for t in t2)),
+            "bad_bigram": dict(bad_words=(tuple(drafts[:2]),) if len(drafts) > 1 else ((top[0],),)),
+            "min_tokens": dict(stop_token_ids=t2, min_tokens=max(first_K, 1)),
+            "logit_bias": dict(logit_bias={t: BIAS for t in t2}),
+            "repetition": first_bite(run, rid, p, "repetition_penalty", (REPETITION, 1 / REPETITION)),
+            "presence": first_bite(run, rid, p, "presence_penalty", (PRESENCE, -PRESENCE)),
+            "frequency": first_bite(run, rid, p, "frequency_penalty", (FREQUENCY, -FREQUENCY)),
+            "all": dict(
+                banned_token_ids=top[:1],
+                bad_words=((top[1],),),
+                logit_bias={top[2]: BIAS},
+                repetition_penalty=REPETITION,
+                presence_penalty=-PRESENCE / 2,
+                frequency_penalty=-FREQUENCY / 2,
+            ),
+        }[kind]
         out.append(dataclasses.replace(p, **kw))
     return out

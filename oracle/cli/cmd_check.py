@@ -4,6 +4,7 @@ oracle/cli/catalogue.py's. Without --backend: block vs loop on the FP32 referenc
 With --backend: the backend's block and loop rounds judged against the reference, or the
 --reference backend, by the backend's tolerance row, plus the drift probe's drift and precision
 verdicts for a bfloat16 or float16 backend."""
+
 from __future__ import annotations
 
 import json
@@ -33,15 +34,19 @@ def load_backends(args):
     """(backend, judge or None), loaded and checked before the model is built: a bad plug-in
     fails in seconds, not after building a 1.4B model."""
     if args.reference is not None and args.backend in (None, "reference"):
-        raise OracleError("--reference computes the judge's side for --backend NAME; without a backend "
-                          "(or with --backend reference) nothing is judged by it")
+        raise OracleError(
+            "--reference computes the judge's side for --backend NAME; without a backend "
+            "(or with --backend reference) nothing is judged by it"
+        )
     backend = load_backend(args.backend, timeout=args.timeout)
     judge = None
     if args.reference not in (None, "reference"):
         judge = load_backend(args.reference, timeout=args.timeout)
         if not judge.exact and judge.dtype not in JUDGE_DTYPES:
-            raise OracleError(f"--reference {args.reference}: computes in {judge.dtype}, lower precision than "
-                              f"the judge needs (float32; the tolerance rows measure backends against an FP32 judge)")
+            raise OracleError(
+                f"--reference {args.reference}: computes in {judge.dtype}, lower precision than "
+                f"the judge needs (float32; the tolerance rows measure backends against an FP32 judge)"
+            )
     return backend, judge
 
 
@@ -58,12 +63,16 @@ def run(args) -> int:
         return list_cases()
     judged = args.backend is not None and args.backend != "reference"
     early = None
-    if judged and args.checkpoint is None and preset(args.preset or "tiny").hidden_size <= verdict.AHEAD_HIDDEN \
-            and args.reference in (None, "reference"):
+    if (
+        judged
+        and args.checkpoint is None
+        and preset(args.preset or "tiny").hidden_size <= verdict.AHEAD_HIDDEN
+        and args.reference in (None, "reference")
+    ):
         # a small preset: the model first (milliseconds) and the reference's sides begun, so that
         # they run while the backend is imported (verdict.begin)
         model, cases = model_and_cases(args)
-        set_threads(args, model.cfg.hidden_size)           # NumPy's BLAS threads, before the jobs fork
+        set_threads(args, model.cfg.hidden_size)  # NumPy's BLAS threads, before the jobs fork
         early = verdict.begin(model, cases, args.reference)
     try:
         backend, judge = load_backends(args) if (args.backend, args.reference) != (None, None) else (None, None)
@@ -81,47 +90,65 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(out))
     else:
-        print("loopspec-oracle check: block round vs loop round on the reference "
-              f"({args.checkpoint or args.preset}, FP32)")
+        print(
+            "loopspec-oracle check: block round vs loop round on the reference "
+            f"({args.checkpoint or args.preset}, FP32)"
+        )
         for c in out["cases"]:
             mark = "PASS" if c["ok"] else "FAIL"
             print(f"  [{mark}] {c['name']}  ({c['requests']} requests, {c['rounds']} rounds, policy {c['policy']})")
             for chk in out["checks"]:
                 if chk["name"].startswith(c["name"] + ":") and (not chk["ok"] or chk["name"].endswith("cache_free")):
                     tag = "ok  " if chk["ok"] else "FAIL"
-                    print(f"         {tag} {chk['name'][len(c['name']) + 2:]}: {chk['detail']}")
-        print(f"  compared bit for bit: {out['kv_writes_compared']} KV writes, {out['logits_compared']} logits vectors, "
-              f"{out['rng_events_compared']} RNG events, {out['tokens_compared']} emitted tokens "
-              f"({out['layers']} layers)")
+                    print(f"         {tag} {chk['name'][len(c['name']) + 2 :]}: {chk['detail']}")
+        print(
+            f"  compared bit for bit: {out['kv_writes_compared']} KV writes, {out['logits_compared']} logits vectors, "
+            f"{out['rng_events_compared']} RNG events, {out['tokens_compared']} emitted tokens "
+            f"({out['layers']} layers)"
+        )
         print(f"  {'OK' if out['ok'] else 'FAILED'} in {out['seconds']} s")
     return 0 if out["ok"] else 1
 
 
 def model_and_cases(args):
     model = build_model(args.preset, args.seed, args.checkpoint)
-    cases = [custom_case(args)] if is_custom(args) or args.case else default_cases(model.cfg.vocab_size, model_flags(args))
+    cases = (
+        [custom_case(args)] if is_custom(args) or args.case else default_cases(model.cfg.vocab_size, model_flags(args))
+    )
     return model, cases
 
 
 def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
     judge_name = "the FP32 reference" if judge is None else f"the {judge.name} judge ({judge.dtype})"
-    suffix = f" --backend {shlex.quote(args.backend)}" + (f" --reference {shlex.quote(args.reference)}" if judge else "") \
+    suffix = (
+        f" --backend {shlex.quote(args.backend)}"
+        + (f" --reference {shlex.quote(args.reference)}" if judge else "")
         + "".join(" " + shlex.quote(w) for w in timeout_flags(args))
-    prefix = import_prefix(args.backend, args.reference)      # PYTHONPATH a plug-in needs
+    )
+    prefix = import_prefix(args.backend, args.reference)  # PYTHONPATH a plug-in needs
     for c in cases:
         c.reproduce = prefix + (c.reproduce or "python -m oracle check")
     threads = set_threads(args, model.cfg.hidden_size)
     fault = f"LOOPSPEC_FAULT={shlex.quote(os.environ['LOOPSPEC_FAULT'])} " if os.environ.get("LOOPSPEC_FAULT") else ""
     try:
-        v = verdict.judge(backend, model, cases, judge=judge, drift=args.drift, suffix=suffix, early=early,
-                          probe_reproduce=fault + prefix + command(["check", *model_flags(args)]) + suffix,
-                          timeout=args.timeout)
+        v = verdict.judge(
+            backend,
+            model,
+            cases,
+            judge=judge,
+            drift=args.drift,
+            suffix=suffix,
+            early=early,
+            probe_reproduce=fault + prefix + command(["check", *model_flags(args)]) + suffix,
+            timeout=args.timeout,
+        )
     except JudgeFailed as e:
         raise OracleError(f"the reference --reference {args.reference} failed: {e}") from None
     v.info |= {"timeout_s": args.timeout, **threads}
     v.seconds = time.perf_counter() - t0
     if args.report:
         from ..judge.html_report import write_report
+
         write_report(v.to_json(), args.report)
     if args.json:
         print(json.dumps(v.to_json()))
@@ -131,32 +158,63 @@ def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("check", help=HELP["check"],
-                       description="Run the block and loop rounds on the FP32 reference, for the built-in cases or "
-                       "the case the round options describe, and compare them bit for bit; with --backend, judge a "
-                       "backend's rounds by the one judge (its dtype's tolerance row). Exit 0 all checks hold, "
-                       "1 a check failed (its place named), 2 bad usage or input, 3 internal error.")
+    p = sub.add_parser(
+        "check",
+        help=HELP["check"],
+        description="Run the block and loop rounds on the FP32 reference, for the built-in cases or "
+        "the case the round options describe, and compare them bit for bit; with --backend, judge a "
+        "backend's rounds by the one judge (its dtype's tolerance row). Exit 0 all checks hold, "
+        "1 a check failed (its place named), 2 bad usage or input, 3 internal error.",
+    )
     add_round_options(p)
-    p.add_argument("--backend", default=None, help="judge a backend's rounds against the reference "
-                   "(torch-cpu | torch-cpu-bf16 | torch-cuda | jax | package.module:factory)")
-    p.add_argument("--reference", default=None, help="with --backend: the backend that computes the judge's "
-                   "side (default: the NumPy FP32 reference; `jax` reaches the ouro-1.4b shape on a GPU)")
-    p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
-                   help="seconds each backend call (loading it, session, add, step, submit, collect, remove, "
-                        "tokens) may take (default: 300); a call past it, or one that calls sys.exit(), is a failed "
-                        "check; refused without --backend")
-    p.add_argument("--threads", type=int_at_least(1), default=None, metavar="N",
-                   help="torch intra-op threads (and NumPy's BLAS threads) when a backend loads torch; default: "
-                        "OMP_NUM_THREADS when set, else 1 for a model of hidden size below 512 (threads only add "
-                        "overhead there), else the free cores (usable cores - round(load average), at least 1); "
-                        "refused without --backend")
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="judge a backend's rounds against the reference "
+        "(torch-cpu | torch-cpu-bf16 | torch-cuda | jax | package.module:factory)",
+    )
+    p.add_argument(
+        "--reference",
+        default=None,
+        help="with --backend: the backend that computes the judge's "
+        "side (default: the NumPy FP32 reference; `jax` reaches the ouro-1.4b shape on a GPU)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=None,
+        metavar="S",
+        help="seconds each backend call (loading it, session, add, step, submit, collect, remove, "
+        "tokens) may take (default: 300); a call past it, or one that calls sys.exit(), is a failed "
+        "check; refused without --backend",
+    )
+    p.add_argument(
+        "--threads",
+        type=int_at_least(1),
+        default=None,
+        metavar="N",
+        help="torch intra-op threads (and NumPy's BLAS threads) when a backend loads torch; default: "
+        "OMP_NUM_THREADS when set, else 1 for a model of hidden size below 512 (threads only add "
+        "overhead there), else the free cores (usable cores - round(load average), at least 1); "
+        "refused without --backend",
+    )
     p.add_argument("--list-cases", action="store_true", help="print the built-in cases' names and exit")
-    p.add_argument("--no-drift", dest="drift", action="store_false", help="with a bfloat16 or float16 --backend: skip "
-                   "the drift probe's verdicts (parameter drifts and error energy over the noise twin; docs/DESIGN.md, "
-                   "'Reduced precision'); refused without --backend or with an exact or float32 backend")
+    p.add_argument(
+        "--no-drift",
+        dest="drift",
+        action="store_false",
+        help="with a bfloat16 or float16 --backend: skip "
+        "the drift probe's verdicts (parameter drifts and error energy over the noise twin; docs/DESIGN.md, "
+        "'Reduced precision'); refused without --backend or with an exact or float32 backend",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", default=None, metavar="DIR", help="with --backend: also write the verdict as one "
-                   "HTML page with plots to DIR/index.html (matplotlib: the plots extra)")
+    p.add_argument(
+        "--report",
+        default=None,
+        metavar="DIR",
+        help="with --backend: also write the verdict as one "
+        "HTML page with plots to DIR/index.html (matplotlib: the plots extra)",
+    )
     p.set_defaults(func=run, preflight=check_preflight)
 
 
@@ -164,6 +222,7 @@ def check_preflight(args) -> None:
     """The option rules on the arguments alone, before any work (docs/cli_inputs.md)."""
     check_option_rules(args)
     if args.report is not None and args.backend in (None, "reference"):
-        raise OracleError("--report writes a backend's verdict as a page; without --backend there is none: "
-                          "drop it or name a backend")
+        raise OracleError(
+            "--report writes a backend's verdict as a page; without --backend there is none: drop it or name a backend"
+        )
     check_round_args(args)

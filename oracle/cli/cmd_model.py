@@ -1,5 +1,6 @@
 """`python -m oracle model`: run a prompt through every loop without KV cache and show the
 last position's top tokens per loop; engine teams use it to see a checkpoint load."""
+
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ from ..progress import warn
 def check_model_args(args) -> None:
     """Everything checkable before the weights are built or read."""
     from ..config import preset
+
     if (args.preset is None) == (args.checkpoint is None):
         raise OracleError("give exactly one of --preset NAME or --checkpoint DIR")
     if args.save and args.checkpoint:
@@ -29,6 +31,7 @@ def check_model_args(args) -> None:
             raise OracleError(f"--save {args.save}: folder {target.parent} does not exist")
     if args.checkpoint is not None:
         from ..checkpoint import read_config, weight_files
+
         cfg = read_config(args.checkpoint)
         weight_files(args.checkpoint)
     else:
@@ -42,8 +45,10 @@ def check_model_args(args) -> None:
     if not args.allow_large and loops > limits.MAX_TARGET_LOOPS:
         limits.refuse("--loops", loops, limits.MAX_TARGET_LOOPS)
     if not args.allow_large:
-        limits.refuse_slow(limits.forward_seconds(cfg, len(args.tokens), loops),
-                           f"{len(args.tokens)} tokens x {loops} loops on {cfg.num_layers} layers x hidden {cfg.hidden_size}")
+        limits.refuse_slow(
+            limits.forward_seconds(cfg, len(args.tokens), loops),
+            f"{len(args.tokens)} tokens x {loops} loops on {cfg.num_layers} layers x hidden {cfg.hidden_size}",
+        )
     if loops > cfg.total_loops:
         warn(f"--loops {loops} is beyond the {cfg.total_loops} loops the model was trained with (total_ut_steps)")
 
@@ -53,9 +58,10 @@ def run(args) -> int:
     model = build_model(args.preset, args.seed, args.checkpoint)
     if args.save:
         from ..checkpoint import save_checkpoint
+
         save_checkpoint(args.save, model.cfg, model.weights)
     loops = args.loops or model.cfg.total_loops
-    per_loop = model.forward_full(args.tokens, loops)               # per loop: [T, V]
+    per_loop = model.forward_full(args.tokens, loops)  # per loop: [T, V]
     if args.json:
         print(json.dumps({"loops": [{"depth": j, "logits": lg[-1].tolist()} for j, lg in enumerate(per_loop)]}))
         return 0
@@ -73,21 +79,34 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("model", help=HELP["model"],
-                       description="Run a prompt through every loop without KV cache and print the last "
-                                   "position's top-5 tokens per loop; load a checkpoint or save a preset's "
-                                   "weights as one.")
-    p.add_argument("--preset", default=None, help="model preset: tiny | small | ouro-1.4b (default: none; "
-                   "give this or --checkpoint)")
-    p.add_argument("--checkpoint", default=None, metavar="DIR",
-                   help="HF-style folder: config.json + *.safetensors (default: none)")
+    p = sub.add_parser(
+        "model",
+        help=HELP["model"],
+        description="Run a prompt through every loop without KV cache and print the last "
+        "position's top-5 tokens per loop; load a checkpoint or save a preset's "
+        "weights as one.",
+    )
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="model preset: tiny | small | ouro-1.4b (default: none; give this or --checkpoint)",
+    )
+    p.add_argument(
+        "--checkpoint", default=None, metavar="DIR", help="HF-style folder: config.json + *.safetensors (default: none)"
+    )
     p.add_argument("--seed", type=int_at_least(0), default=0, help="weights seed of a preset")
-    p.add_argument("--tokens", type=csv_ints, required=True, metavar="ID,ID,...",
-                   help="prompt token ids, e.g. 1,2,3 (required)")
-    p.add_argument("--loops", type=int_at_least(1), default=None,
-                   help="loops to run (default: the config's total_ut_steps)")
-    p.add_argument("--save", default=None, metavar="DIR",
-                   help="with --preset: write the weights as a checkpoint into this new folder (default: none)")
+    p.add_argument(
+        "--tokens", type=csv_ints, required=True, metavar="ID,ID,...", help="prompt token ids, e.g. 1,2,3 (required)"
+    )
+    p.add_argument(
+        "--loops", type=int_at_least(1), default=None, help="loops to run (default: the config's total_ut_steps)"
+    )
+    p.add_argument(
+        "--save",
+        default=None,
+        metavar="DIR",
+        help="with --preset: write the weights as a checkpoint into this new folder (default: none)",
+    )
     p.add_argument("--allow-large", action="store_true", help="lift the size limits (prompt length, loops)")
     p.add_argument("--json", action="store_true", help="print the last position's logits per loop as JSON")
     p.set_defaults(func=run, preflight=check_model_args)

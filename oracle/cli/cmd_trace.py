@@ -5,6 +5,7 @@ A recorded trace's meta holds `reproduce`: the exact `trace record` command that
 same trace again (model, seed, every round option, mode, backend and output file), and the
 recording backend's `backend`, `dtype`, `exact` and `tolerance_row`: `trace diff A B` judges B
 by B's recorded row unless --tolerance is given."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,9 @@ def record_command(args, out: str) -> str:
     shape = ["--case", args.case] if args.case is not None else round_flags(args, args.counts or [5, 3, 1])
     backend = ["--backend", args.backend, *timeout_flags(args)] if args.backend is not None else []
     keep = ["--keep-malformed"] if args.keep_malformed else []
-    return import_prefix(args.backend) + command(["trace", "record", *model_flags(args), *shape, "--mode", args.mode,
-                                                  *backend, *keep, "--out", out])
+    return import_prefix(args.backend) + command(
+        ["trace", "record", *model_flags(args), *shape, "--mode", args.mode, *backend, *keep, "--out", out]
+    )
 
 
 def check_record_args(args) -> None:
@@ -55,7 +57,7 @@ def malformed_rounds(traces, vocab: int) -> list[str]:
         for rid, T in zip(t.requests, t.token_counts):
             try:
                 why = trace_problem(t, rid, T, vocab)
-            except Exception as e:                                  # noqa: BLE001 -- whatever the trace holds
+            except Exception as e:  # noqa: BLE001 -- whatever the trace holds
                 why = f"cannot be judged ({type(e).__name__}: {e})"
             if why:
                 out.append(f"round {n} request {rid}: {why}")
@@ -67,7 +69,7 @@ def malformed_rounds(traces, vocab: int) -> list[str]:
 
 def record(args) -> int:
     check_out_path(args.out, "--out")
-    bk = REFERENCE if args.backend is None else load_backend(args.backend)     # before the model is built
+    bk = REFERENCE if args.backend is None else load_backend(args.backend)  # before the model is built
     case = custom_case(args)
     model = build_model(args.preset, args.seed, args.checkpoint)
     threads = set_threads(args, model.cfg.hidden_size)
@@ -75,7 +77,7 @@ def record(args) -> int:
         traces = run_scenario(GuardedBackend(bk, args.timeout), model, case, args.mode).traces
     except BackendCallFailed as e:
         raise OracleError(f"backend {bk.name}: {e}") from None
-    except Exception as e:                                          # noqa: BLE001 -- a plug-in's failure
+    except Exception as e:  # noqa: BLE001 -- a plug-in's failure
         if bk is REFERENCE:
             raise
         raise OracleError(f"backend {bk.name} raised {type(e).__name__}: {e}") from None
@@ -84,20 +86,42 @@ def record(args) -> int:
     for line in bad:
         print(f"MALFORMED {line}")
     if bad and not args.keep_malformed:
-        print(f"FAILED: backend {bk.name} recorded {len(bad)} malformed request-round(s); nothing written "
-              f"(--keep-malformed writes them, marked in meta.malformed)")
+        print(
+            f"FAILED: backend {bk.name} recorded {len(bad)} malformed request-round(s); nothing written "
+            f"(--keep-malformed writes them, marked in meta.malformed)"
+        )
         return 1
-    identity = model_identity(model, args.preset, args.seed, None if args.checkpoint is None
-                              else Path(args.checkpoint).resolve())
-    save_traces(args.out, traces, {"case": case.name, "mode": args.mode, "reproduce": record_command(args, args.out),
-                                   "check": case.reproduce, "backend": args.backend or "reference",
-                                   "dtype": bk.dtype, "exact": bool(bk.exact), "tolerance_row": row, **threads,
-                                   **({"malformed": bad} if bad else {})},
-                model=identity, params=case.params_for(model) if hasattr(case, "params_for") else case.params)
+    identity = model_identity(
+        model, args.preset, args.seed, None if args.checkpoint is None else Path(args.checkpoint).resolve()
+    )
+    save_traces(
+        args.out,
+        traces,
+        {
+            "case": case.name,
+            "mode": args.mode,
+            "reproduce": record_command(args, args.out),
+            "check": case.reproduce,
+            "backend": args.backend or "reference",
+            "dtype": bk.dtype,
+            "exact": bool(bk.exact),
+            "tolerance_row": row,
+            **threads,
+            **({"malformed": bad} if bad else {}),
+        },
+        model=identity,
+        params=case.params_for(model) if hasattr(case, "params_for") else case.params,
+    )
     n_ev = sum(len(t.rng_events) for t in traces)
-    print(f"recorded {len(traces)} rounds ({args.mode}, {bk.name}, tolerance row {row}, {n_ev} RNG events) "
-          f"to {args.out} and {args.out}.npz" + (f"; FAILED: {len(bad)} malformed request-round(s) kept "
-                                                 f"(--keep-malformed; meta.malformed lists them)" if bad else ""))
+    print(
+        f"recorded {len(traces)} rounds ({args.mode}, {bk.name}, tolerance row {row}, {n_ev} RNG events) "
+        f"to {args.out} and {args.out}.npz"
+        + (
+            f"; FAILED: {len(bad)} malformed request-round(s) kept (--keep-malformed; meta.malformed lists them)"
+            if bad
+            else ""
+        )
+    )
     return 1 if bad else 0
 
 
@@ -105,8 +129,10 @@ def recorded_row(path, meta: dict) -> str:
     """The tolerance row a trace's recording names (`exact` when it names none)."""
     row = meta.get("tolerance_row", "exact")
     if row not in TOLERANCES:
-        raise OracleError(f"trace file {path}: malformed: meta tolerance_row {row!r} is not a row of the "
-                          f"tolerance table ({', '.join(TOLERANCES)})")
+        raise OracleError(
+            f"trace file {path}: malformed: meta tolerance_row {row!r} is not a row of the "
+            f"tolerance table ({', '.join(TOLERANCES)})"
+        )
     return row
 
 
@@ -140,7 +166,9 @@ def identity_difference(fa, fb) -> tuple | None:
             if key in ma and key in mb and ma[key] != mb[key]:
                 return f"model.{key}", ma[key], mb[key]
         if ("checkpoint" in ma) != ("checkpoint" in mb):
-            desc = lambda m: f"checkpoint {m['checkpoint']}" if "checkpoint" in m else f"preset {m['preset']} seed {m['seed']}"
+            desc = lambda m: (
+                f"checkpoint {m['checkpoint']}" if "checkpoint" in m else f"preset {m['preset']} seed {m['seed']}"
+            )
             return "model", desc(ma), desc(mb)
         for key in ma["config"].keys() | mb["config"].keys():
             if ma["config"].get(key) != mb["config"].get(key):
@@ -162,7 +190,7 @@ def rerun_path(a: str, b: str) -> str:
     stem = str(Path(a).with_suffix("")) if Path(a).suffix == ".json" else a
     out = stem + ".rerun.json"
     while Path(out).resolve() in taken or Path(out + ".npz").resolve() in taken:
-        out = out[:-len(".json")] + ".rerun.json"
+        out = out[: -len(".json")] + ".rerun.json"
     return out
 
 
@@ -178,13 +206,19 @@ def diff_reproduce(args, meta_a: dict, row: str) -> str:
         return line
     new = rerun_path(args.a, args.b)
     tol = ["--tolerance", args.tolerance] if args.tolerance else []
-    return (line[:-len(shlex.quote(words[-1]))] + shlex.quote(new) + " && "
-            + command(["trace", "diff", new, args.b, *tol]))
+    return (
+        line[: -len(shlex.quote(words[-1]))] + shlex.quote(new) + " && " + command(["trace", "diff", new, args.b, *tol])
+    )
 
 
 # check -> the Report counter that says it compared something (0: it was not made)
-COUNTED = {"kv_writes": "kv_writes_compared", "draft_logits": "logits_compared", "verify_logits": "logits_compared",
-           "rng_events": "rng_events_compared", "tokens": "tokens_compared"}
+COUNTED = {
+    "kv_writes": "kv_writes_compared",
+    "draft_logits": "logits_compared",
+    "verify_logits": "logits_compared",
+    "rng_events": "rng_events_compared",
+    "tokens": "tokens_compared",
+}
 
 
 def diff(args) -> int:
@@ -192,8 +226,10 @@ def diff(args) -> int:
     differ = identity_difference(fa, fb)
     if differ:
         key, va, vb = differ
-        raise OracleError(f"trace diff: {key} differs: {va!r} in {args.a}, {vb!r} in {args.b}; traces of "
-                          f"different models or sampling parameters are not compared")
+        raise OracleError(
+            f"trace diff: {key} differs: {va!r} in {args.a}, {vb!r} in {args.b}; traces of "
+            f"different models or sampling parameters are not compared"
+        )
     a, b, meta_a, meta_b = fa.traces, fb.traces, fa.meta, fb.meta
     row = args.tolerance or recorded_row(args.b, meta_b)
     rep = compare_runs(a, b, row, diff_reproduce(args, meta_a, row))
@@ -201,13 +237,25 @@ def diff(args) -> int:
     checks = sorted(rep.checks, key=lambda c: order.index(c.name) if c.name in order else len(order))
     made = {c.name: not (c.ok and c.name in COUNTED and getattr(rep, COUNTED[c.name]) == 0) for c in checks}
     if args.json:
-        print(json.dumps({"ok": rep.ok, "tolerance_row": row, "checks": [{"name": c.name, "ok": c.ok, "compared": made[c.name],
-                                                                           "detail": c.detail} for c in checks],
-                          "kv_writes_compared": rep.kv_writes_compared, "logits_compared": rep.logits_compared,
-                          "rng_events_compared": rep.rng_events_compared}))
+        print(
+            json.dumps(
+                {
+                    "ok": rep.ok,
+                    "tolerance_row": row,
+                    "checks": [
+                        {"name": c.name, "ok": c.ok, "compared": made[c.name], "detail": c.detail} for c in checks
+                    ],
+                    "kv_writes_compared": rep.kv_writes_compared,
+                    "logits_compared": rep.logits_compared,
+                    "rng_events_compared": rep.rng_events_compared,
+                }
+            )
+        )
     else:
-        print(f"{args.b} judged against {args.a} by tolerance row {row!r}"
-              + ("" if args.tolerance else " (recorded with B)"))
+        print(
+            f"{args.b} judged against {args.a} by tolerance row {row!r}"
+            + ("" if args.tolerance else " (recorded with B)")
+        )
         for c in checks:
             if not made[c.name]:
                 print(f"--   {c.name}: not compared (nothing of it was reached)")
@@ -218,35 +266,64 @@ def diff(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("trace", help=HELP["trace"],
-                       description="Record the round traces of a generation run (JSON + NPZ), or diff two "
-                                   "trace files (exit 1 when they differ, 2 when a file is not a valid trace).")
+    p = sub.add_parser(
+        "trace",
+        help=HELP["trace"],
+        description="Record the round traces of a generation run (JSON + NPZ), or diff two "
+        "trace files (exit 1 when they differ, 2 when a file is not a valid trace).",
+    )
     tsub = p.add_subparsers(dest="trace_command", metavar="record|diff", required=True)
-    r = tsub.add_parser("record", help="record the round traces of a generation run",
-                        description="Run a case on the reference (or --backend) and write its round traces to "
-                                    "--out (JSON) and --out.npz (arrays); the JSON records the command that "
-                                    "regenerates it and the backend's tolerance row.")
+    r = tsub.add_parser(
+        "record",
+        help="record the round traces of a generation run",
+        description="Run a case on the reference (or --backend) and write its round traces to "
+        "--out (JSON) and --out.npz (arrays); the JSON records the command that "
+        "regenerates it and the backend's tolerance row.",
+    )
     add_round_options(r)
     r.add_argument("--mode", default="loop", choices=("block", "loop"), help="which round to run")
-    r.add_argument("--backend", default=None, metavar="SPEC",
-                   help="record this backend's traces (torch-cpu | torch-cpu-bf16 | torch-cuda | jax | "
-                        "package.module:factory; default: the reference)")
-    r.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
-                   help="with --backend: seconds each backend call may take (default: 300)")
-    r.add_argument("--threads", type=int_at_least(1), default=None, metavar="N",
-                   help="with --backend: torch intra-op threads when the backend loads torch (default: the free cores)")
-    r.add_argument("--keep-malformed", action="store_true",
-                   help="write the file even when a recorded round is malformed (NaN logits, a token outside the "
-                        "vocabulary, ...); the rounds are listed in meta.malformed and the exit code is still 1")
+    r.add_argument(
+        "--backend",
+        default=None,
+        metavar="SPEC",
+        help="record this backend's traces (torch-cpu | torch-cpu-bf16 | torch-cuda | jax | "
+        "package.module:factory; default: the reference)",
+    )
+    r.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=None,
+        metavar="S",
+        help="with --backend: seconds each backend call may take (default: 300)",
+    )
+    r.add_argument(
+        "--threads",
+        type=int_at_least(1),
+        default=None,
+        metavar="N",
+        help="with --backend: torch intra-op threads when the backend loads torch (default: the free cores)",
+    )
+    r.add_argument(
+        "--keep-malformed",
+        action="store_true",
+        help="write the file even when a recorded round is malformed (NaN logits, a token outside the "
+        "vocabulary, ...); the rounds are listed in meta.malformed and the exit code is still 1",
+    )
     r.add_argument("--out", required=True, metavar="FILE", help="trace file (JSON); arrays go to FILE.npz")
     r.set_defaults(func=record, preflight=check_record_args)
-    d = tsub.add_parser("diff", help="compare two trace files (exit 1 on a difference)",
-                        description="Compare two trace files, RNG events first; exit 0 identical, 1 they "
-                                    "differ, 2 a file is missing, malformed or paired with the wrong NPZ.")
+    d = tsub.add_parser(
+        "diff",
+        help="compare two trace files (exit 1 on a difference)",
+        description="Compare two trace files, RNG events first; exit 0 identical, 1 they "
+        "differ, 2 a file is missing, malformed or paired with the wrong NPZ.",
+    )
     d.add_argument("a", metavar="A", help="the reference trace file (JSON, with A.npz beside it)")
     d.add_argument("b", metavar="B", help="the trace file compared with A (JSON, with B.npz beside it)")
-    d.add_argument("--tolerance", default=None, choices=tuple(TOLERANCES),
-                   help="exact, or a dtype's tolerance row (default: the row B was recorded with, "
-                        "exact for the reference)")
+    d.add_argument(
+        "--tolerance",
+        default=None,
+        choices=tuple(TOLERANCES),
+        help="exact, or a dtype's tolerance row (default: the row B was recorded with, exact for the reference)",
+    )
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=diff)

@@ -8,6 +8,7 @@ is refused in one line instead of being ignored or failing deep inside an import
     LOOPSPEC_GEMV_MAX_ROWS     calls of up to this many rows (1..16) take the GEMV path
     (the defaults of kernels.options.KernelOptions, read by KernelOptions.from_env)
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,7 @@ import sys
 from ..errors import OracleError
 
 SWITCHES = ("LOOPSPEC_GEMV", "LOOPSPEC_FUSE", "LOOPSPEC_TRITON_ATTN", "LOOPSPEC_PDL")
-CHOICES = {"LOOPSPEC_COMPILE_DYNAMIC": ("rows", "all"),
-           "LOOPSPEC_GEMV_MAX_ROWS": tuple(str(m) for m in range(1, 17))}
+CHOICES = {"LOOPSPEC_COMPILE_DYNAMIC": ("rows", "all"), "LOOPSPEC_GEMV_MAX_ROWS": tuple(str(m) for m in range(1, 17))}
 
 
 def uses_kernels(args) -> bool:
@@ -46,27 +46,34 @@ def check_kernel_switches(env=os.environ) -> None:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: not valid JSON ({e})") from None
         if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 5 for v in data.values()):
-            raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> "
-                              f"[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))]")
+            raise OracleError(
+                f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> "
+                f"[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))]"
+            )
         for name, tiles in data.items():
             ints = all(isinstance(t, int) and not isinstance(t, bool) for t in tiles)
             if not ints or any(t < 1 for t in tiles[:4]) or (len(tiles) == 5 and tiles[4] < 0):
-                raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has tiles {tiles}; expected "
-                                  f"integers [BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))], each >= 1 "
-                                  f"(peel >= 0)")
+                raise OracleError(
+                    f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has tiles {tiles}; expected "
+                    f"integers [BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))], each >= 1 "
+                    f"(peel >= 0)"
+                )
 
 
 def check_environment(args, env=os.environ) -> None:
     """Environment variables that would be silently ignored, or are malformed, are refused."""
     backend = env.get("ORACLE_BACKEND", "").strip()
     if args.command == "check" and backend and backend != "reference" and getattr(args, "backend", None) is None:
-        raise OracleError(f"ORACLE_BACKEND={backend} is read by the property suite, not by `check`; "
-                          f"pass --backend {backend} (or unset ORACLE_BACKEND)")
+        raise OracleError(
+            f"ORACLE_BACKEND={backend} is read by the property suite, not by `check`; "
+            f"pass --backend {backend} (or unset ORACLE_BACKEND)"
+        )
     if uses_kernels(args):
         check_kernel_switches(env)
 
 
 # ---- torch's intra-op threads ----
+
 
 def free_cores() -> int:
     """Cores this process may use less the machine's load (1-minute average), at least 1."""
@@ -104,6 +111,7 @@ def set_threads(args, hidden: int | None = None) -> dict:
     hidden size); {"threads": N, "threads_from": ...} for --json."""
     n, where = choose_threads(getattr(args, "threads", None), hidden=hidden)
     from threadpoolctl import threadpool_limits
+
     threadpool_limits(n, user_api="blas")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(n)

@@ -12,28 +12,29 @@ With `--reference jax` on a GPU the judge's side is the JAX FP32 model, not NumP
 are estimated from their own floor (oracle.cost.judge_round_floor) times a measured factor,
 plus a measured setup (model build, weight upload, compiles); see estimate_judge_seconds.
 """
+
 from __future__ import annotations
 
 from ..config import ModelConfig
 from ..errors import OracleError
 
 # Hard caps on single sizes.
-MAX_REQUESTS = 256          # requests per round (len of --counts)
-MAX_TOKEN_COUNT = 256       # T_i = K_i + 1
-MAX_TARGET_LOOPS = 64       # D
+MAX_REQUESTS = 256  # requests per round (len of --counts)
+MAX_TOKEN_COUNT = 256  # T_i = K_i + 1
+MAX_TARGET_LOOPS = 64  # D
 MAX_ROUNDS = 1000
 MAX_PROMPT_LEN = 4096
-MAX_PROMPT_TOKENS = 4096    # model --tokens
+MAX_PROMPT_TOKENS = 4096  # model --tokens
 # A planned schedule holds one Python tuple per row: sum(T) * D rows.
 MAX_SCHEDULE_ROWS = 200_000
 # The text diagram prints requests x offsets x calls cells.
 MAX_DIAGRAM_CELLS = 200_000
 # Reference runs (check, trace record): estimated seconds.
 MAX_SECONDS = 120.0
-ROW_SECONDS = 3.5e-4        # Python overhead of one row of a round, per layer (fit on tiny and small)
-RECOMPUTE_ROW_SECONDS = 2e-5   # the same for a row of the cache-free recompute (whole sequences at once)
-FLOPS_PER_SECOND = 2.5e9    # NumPy FP32 row-by-row matrix-vector products on the CI machine
-ATTENTION_SECONDS = 4e-7    # per (token x token) of a cache-free recompute, tiny preset, per loop
+ROW_SECONDS = 3.5e-4  # Python overhead of one row of a round, per layer (fit on tiny and small)
+RECOMPUTE_ROW_SECONDS = 2e-5  # the same for a row of the cache-free recompute (whole sequences at once)
+FLOPS_PER_SECOND = 2.5e9  # NumPy FP32 row-by-row matrix-vector products on the CI machine
+ATTENTION_SECONDS = 4e-7  # per (token x token) of a cache-free recompute, tiny preset, per loop
 
 # The JAX judge on a GPU (`--reference jax`, estimate_judge_seconds).
 # JUDGE_FLOOR_FACTOR: measured round time / oracle.cost.judge_round_floor, the larger of the two
@@ -42,7 +43,7 @@ ATTENTION_SECONDS = 4e-7    # per (token x token) of a cache-free recompute, tin
 # 30.7 ms floor (6.35x), a loop round 166.6 ms against 39.9 ms (4.18x);
 # docs/results/judge_time_ouro1.4b.json.
 JUDGE_FLOOR_FACTOR = 6.4
-JUDGE_GPU = "h200"                # the peak rates of the floor (oracle.cost.GPU_PEAKS)
+JUDGE_GPU = "h200"  # the peak rates of the floor (oracle.cost.GPU_PEAKS)
 # JUDGE_SETUP_SECONDS: the fixed cost of a run at ouro-1.4b, scaled by the model's weights.
 # Source: issue 27, `check --backend torch-cuda --reference jax --preset ouro-1.4b --counts 5,1,3
 # --rounds 3 --allow-large` ran in 102 s on one H200, JAX compiles included; its 2 x 3 judge
@@ -50,7 +51,7 @@ JUDGE_GPU = "h200"                # the peak rates of the floor (oracle.cost.GPU
 # uploading them and compiling. At least JUDGE_MIN_SETUP_SECONDS (a round's compiles).
 JUDGE_SETUP_SECONDS = 100.0
 JUDGE_MIN_SETUP_SECONDS = 10.0
-JUDGE_PREFILL_CHUNK = 512         # judge_jax.backend.JaxSession's default prefill_chunk
+JUDGE_PREFILL_CHUNK = 512  # judge_jax.backend.JaxSession's default prefill_chunk
 
 ALLOW = "pass --allow-large to run it anyway"
 
@@ -82,8 +83,7 @@ def check_schedule_size(counts, d: int, D: int, allow_large: bool = False, diagr
         calls = (max(counts) - 1) * d + D
         cells = sum(counts) * calls
         if cells > MAX_DIAGRAM_CELLS:
-            raise OracleError(f"diagram of {cells} cells exceeds the limit {MAX_DIAGRAM_CELLS}; "
-                              f"use --json, or {ALLOW}")
+            raise OracleError(f"diagram of {cells} cells exceeds the limit {MAX_DIAGRAM_CELLS}; use --json, or {ALLOW}")
 
 
 def params_per_row(cfg: ModelConfig) -> int:
@@ -102,16 +102,16 @@ def estimate_seconds(cfg: ModelConfig, rounds: list[dict], D: int, prompt_len: i
     round_rows = (2 if check else 1) * D * sum(sum(r.values()) for r in rounds)
     recompute_rows, recompute_pairs = 0, 0
     length: dict = {}
-    for r in (rounds if check else ()):
+    for r in rounds if check else ():
         for rid, t in r.items():
-            if rid not in length:                    # the prompt, once
+            if rid not in length:  # the prompt, once
                 length[rid] = prompt_len
                 recompute_rows += D * prompt_len
                 recompute_pairs += D * prompt_len * prompt_len // 2
             n = length[rid]
-            recompute_rows += 2 * D * t              # the round's tokens, then the committed ones
+            recompute_rows += 2 * D * t  # the round's tokens, then the committed ones
             recompute_pairs += 2 * D * t * n
-            length[rid] = n + t                      # at most T_i tokens are committed per round
+            length[rid] = n + t  # at most T_i tokens are committed per round
     width = cfg.num_layers * cfg.num_heads * cfg.head_dim / (TINY_SHAPE.num_layers * 32)
     return round_rows * row_s + recompute_rows * recompute_row_s + recompute_pairs * ATTENTION_SECONDS * max(1.0, width)
 
@@ -130,6 +130,7 @@ def jax_gpu_available() -> bool:
     import importlib.util
     import os
     from pathlib import Path
+
     platforms = os.environ.get("JAX_PLATFORMS", "").lower()
     if platforms and not any(p in platforms for p in ("cuda", "gpu", "rocm")):
         return False
@@ -155,6 +156,7 @@ def estimate_judge_seconds(cfg: ModelConfig, rounds: list[dict], d: int, D: int,
     side)."""
     from ..config import preset
     from ..cost import FP32_BYTES, GPU_PEAKS, judge_layer_params, judge_round_floor
+
     peak = GPU_PEAKS[JUDGE_GPU]
     weights = judge_layer_params(cfg)
     seconds = max(JUDGE_MIN_SETUP_SECONDS, JUDGE_SETUP_SECONDS * weights / judge_layer_params(preset("ouro-1.4b")))
@@ -162,13 +164,15 @@ def estimate_judge_seconds(cfg: ModelConfig, rounds: list[dict], d: int, D: int,
     for c0 in range(0, n_pre, JUDGE_PREFILL_CHUNK):
         rows = min(JUDGE_PREFILL_CHUNK, n_pre - c0)
         call = max(weights * FP32_BYTES / peak["hbm_bytes_per_s"], 2 * weights * rows / peak["fp32_flops_per_s"])
-        seconds += 2 * len(rounds[0] if rounds else ()) * D * call * JUDGE_FLOOR_FACTOR   # both modes, every request
+        seconds += 2 * len(rounds[0] if rounds else ()) * D * call * JUDGE_FLOOR_FACTOR  # both modes, every request
     for mode in ("block", "loop"):
         length: dict = {}
         for r in rounds:
             counts = list(r.values())
             context = max(length.get(rid, prompt_len - 1) for rid in r) if r else 0
-            seconds += judge_round_floor(cfg, counts, context, d, D, mode, gpu=JUDGE_GPU)["floor_s"] * JUDGE_FLOOR_FACTOR
+            seconds += (
+                judge_round_floor(cfg, counts, context, d, D, mode, gpu=JUDGE_GPU)["floor_s"] * JUDGE_FLOOR_FACTOR
+            )
             for rid, t in r.items():
                 length[rid] = length.get(rid, prompt_len - 1) + t
     return seconds
@@ -179,8 +183,17 @@ def refuse_slow(seconds: float, what: str) -> None:
         raise OracleError(f"this run would take about {seconds:.0f} s (limit {MAX_SECONDS:.0f} s: {what}); {ALLOW}")
 
 
-def check_work(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: int, allow_large: bool = False,
-               check: bool = True, reference=None, d: int = 2) -> None:
+def check_work(
+    cfg: ModelConfig,
+    counts,
+    D: int,
+    rounds: int,
+    prompt_len: int,
+    allow_large: bool = False,
+    check: bool = True,
+    reference=None,
+    d: int = 2,
+) -> None:
     """A custom case: the same counts every round. reference: `check --reference` (the JAX
     judge on a GPU is estimated from its own cost); d: the draft loops."""
     if allow_large:
@@ -194,12 +207,14 @@ def check_work(cfg: ModelConfig, counts, D: int, rounds: int, prompt_len: int, a
         seconds = estimate_judge_seconds(cfg, plan, d, D, prompt_len)
     else:
         seconds = estimate_seconds(cfg, plan, D, prompt_len, check)
-    refuse_slow(seconds, f"counts {','.join(map(str, counts))}, D={D}, {rounds} rounds, prompt length "
-                         f"{prompt_len}, {cfg.num_layers} layers x hidden {cfg.hidden_size}")
+    refuse_slow(
+        seconds,
+        f"counts {','.join(map(str, counts))}, D={D}, {rounds} rounds, prompt length "
+        f"{prompt_len}, {cfg.num_layers} layers x hidden {cfg.hidden_size}",
+    )
 
 
-def check_cases_work(cfg: ModelConfig, cases, allow_large: bool = False, check: bool = True,
-                     reference=None) -> None:
+def check_cases_work(cfg: ModelConfig, cases, allow_large: bool = False, check: bool = True, reference=None) -> None:
     """Built-in cases (prompts of at most 8 tokens) on this model."""
     if allow_large:
         return
@@ -210,5 +225,6 @@ def check_cases_work(cfg: ModelConfig, cases, allow_large: bool = False, check: 
     refuse_slow(seconds, f"{len(cases)} built-in case(s) on {cfg.num_layers} layers x hidden {cfg.hidden_size}")
 
 
-TINY_SHAPE = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
-                         num_heads=4, num_kv_heads=4, head_dim=8)
+TINY_SHAPE = ModelConfig(
+    vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=8
+)

@@ -10,11 +10,12 @@ shares. The round options' rules (`--policy fixed` with `--temperature 0`, filte
 greedy requests, ...) are in oracle/cli/round_args.py `check_round_args`, which both `check`
 and `trace record` run.
 """
+
 from __future__ import annotations
 
 from ..errors import OracleError
 
-DEFAULT_TIMEOUT = 300.0          # seconds a backend call may take (`check`/`trace record --timeout`)
+DEFAULT_TIMEOUT = 300.0  # seconds a backend call may take (`check`/`trace record --timeout`)
 # what `--list-cases` never drops in silence: every other option given (a value other than None
 # or False, read before check_round_args resolves the defaults), except these
 LIST_CASES_KEEPS = ("command", "func", "preflight", "list_cases", "drift", "timeout", "seed", "round_args_checked")
@@ -39,8 +40,10 @@ def check_timeout(args) -> None:
     """`--timeout` bounds a backend's calls: without --backend (or with the reference) it would
     do nothing. Resolves the default in place."""
     if timeout_given(args) and not backend_named(args):
-        raise OracleError(f"--timeout {args.timeout:g} bounds a backend's calls; without --backend (or with "
-                          f"--backend reference) no backend runs: drop it or name a backend")
+        raise OracleError(
+            f"--timeout {args.timeout:g} bounds a backend's calls; without --backend (or with "
+            f"--backend reference) no backend runs: drop it or name a backend"
+        )
     if args.timeout is None:
         args.timeout = DEFAULT_TIMEOUT
 
@@ -55,24 +58,32 @@ def check_threads(args) -> None:
     """`--threads` sets torch's threads for a backend: without one it would do nothing (the
     reference runs on NumPy)."""
     if getattr(args, "threads", None) is not None and not backend_named(args):
-        raise OracleError(f"--threads {args.threads} sets a backend's torch threads; without --backend the "
-                          f"reference runs on NumPy and would ignore it: drop it or name a backend")
+        raise OracleError(
+            f"--threads {args.threads} sets a backend's torch threads; without --backend the "
+            f"reference runs on NumPy and would ignore it: drop it or name a backend"
+        )
 
 
 def check_option_rules(args) -> None:
     """`check`'s options on the arguments alone (before any work): --list-cases with any option
     it would drop, --no-drift, --timeout and --threads without --backend."""
     if args.list_cases:
-        given = [flag(d) for d, v in vars(args).items() if d not in LIST_CASES_KEEPS and v is not None and v is not False]
+        given = [
+            flag(d) for d, v in vars(args).items() if d not in LIST_CASES_KEEPS and v is not None and v is not False
+        ]
         given += ["--no-drift"] if getattr(args, "drift", True) is False else []
         given += ["--timeout"] if timeout_given(args) else []
         given += ["--seed"] if getattr(args, "seed", 0) != 0 else []
         if given:
-            raise OracleError(f"--list-cases prints the built-in cases' names and exits; {given[0]} would be "
-                              f"ignored: drop one or the other")
+            raise OracleError(
+                f"--list-cases prints the built-in cases' names and exits; {given[0]} would be "
+                f"ignored: drop one or the other"
+            )
     if getattr(args, "drift", True) is False and not backend_named(args):
-        raise OracleError("--no-drift skips the drift verdict of a backend; without --backend there is none "
-                          "to skip: drop it or name a backend")
+        raise OracleError(
+            "--no-drift skips the drift verdict of a backend; without --backend there is none "
+            "to skip: drop it or name a backend"
+        )
     check_timeout(args)
     check_threads(args)
 
@@ -84,5 +95,7 @@ def refuse_ineffective(args, backend=None) -> None:
         return
     if backend.exact or backend.dtype in ("float32", "float64"):
         why = "is exact" if backend.exact else f"computes in {backend.dtype}"
-        raise OracleError(f"--no-drift: backend {backend.name} {why}, and the drift verdict runs for bfloat16 "
-                          f"and float16 backends only; there is nothing to skip: drop --no-drift")
+        raise OracleError(
+            f"--no-drift: backend {backend.name} {why}, and the drift verdict runs for bfloat16 "
+            f"and float16 backends only; there is nothing to skip: drop --no-drift"
+        )

@@ -7,6 +7,7 @@ their defaults, their checks before any work (`check_round_args`), the case they
 it resolves defaults, refuses bad or contradictory values and sizes beyond oracle.cli.limits,
 and warns about values that are legal but suspicious.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,12 +26,18 @@ from ..schedule import validate
 
 # the kinds of value a chain step's option takes (oracle.sampling.Step.options): its argparse
 # type and how round_flags writes it back
-ARG_TYPES = {"number": (finite_float, repr), "count": (int_at_least(0), repr),
-             "biases": (token_biases, lambda v: ",".join(f"{t}:{b!r}" for t, b in v.items())),
-             "words": (token_words, lambda v: "/".join(",".join(map(str, w)) for w in v))}
+ARG_TYPES = {
+    "number": (finite_float, repr),
+    "count": (int_at_least(0), repr),
+    "biases": (token_biases, lambda v: ",".join(f"{t}:{b!r}" for t, b in v.items())),
+    "words": (token_words, lambda v: "/".join(",".join(map(str, w)) for w in v)),
+}
 # dest, type, metavar, help, format: the processors' options (oracle/processors.py), from oracle.sampling.CHAIN
-PROCESSOR_OPTIONS = tuple((dest, ARG_TYPES[kind][0], metavar, text, ARG_TYPES[kind][1])
-                          for step in CHAIN.named("processor") for dest, kind, metavar, text in step.options)
+PROCESSOR_OPTIONS = tuple(
+    (dest, ARG_TYPES[kind][0], metavar, text, ARG_TYPES[kind][1])
+    for step in CHAIN.named("processor")
+    for dest, kind, metavar, text in step.options
+)
 
 
 def add_processor_options(p) -> None:
@@ -47,55 +54,136 @@ def processor_fields(args) -> dict:
 
 def add_round_options(p) -> None:
     """Options shared by `check` and `trace record`; check_round_args checks them before any work."""
-    p.add_argument("--preset", default=None, help="model preset: tiny | small | ouro-1.4b (default: tiny "
-                   "unless --checkpoint is given)")
-    p.add_argument("--checkpoint", default=None, metavar="DIR",
-                   help="HF-style checkpoint folder instead of a preset (default: none)")
-    p.add_argument("--seed", type=int_at_least(0), default=0,
-                   help="weights seed (presets) and base request seed (request i uses seed+i)")
-    p.add_argument("--counts", type=csv_ints, default=None, metavar="T0,T1,...",
-                   help="token counts T_i = K_i + 1 per request per round, e.g. 5,3,1 "
-                        "(default: the built-in cases; with other round options 5,3,1)")
-    p.add_argument("--draft-loops", "-d", type=int_at_least(1), default=None, metavar="d",
-                   help="loops used to draft, 1 <= d < D (default: 2)")
-    p.add_argument("--target-loops", "-D", type=int_at_least(1), default=None, metavar="D",
-                   help="loops used to verify (default: 4)")
-    p.add_argument("--temperature", type=finite_float, default=None,
-                   help="0 = greedy (default: a mixed batch, even requests greedy and odd ones at 1.0)")
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="model preset: tiny | small | ouro-1.4b (default: tiny unless --checkpoint is given)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="DIR",
+        help="HF-style checkpoint folder instead of a preset (default: none)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int_at_least(0),
+        default=0,
+        help="weights seed (presets) and base request seed (request i uses seed+i)",
+    )
+    p.add_argument(
+        "--counts",
+        type=csv_ints,
+        default=None,
+        metavar="T0,T1,...",
+        help="token counts T_i = K_i + 1 per request per round, e.g. 5,3,1 "
+        "(default: the built-in cases; with other round options 5,3,1)",
+    )
+    p.add_argument(
+        "--draft-loops",
+        "-d",
+        type=int_at_least(1),
+        default=None,
+        metavar="d",
+        help="loops used to draft, 1 <= d < D (default: 2)",
+    )
+    p.add_argument(
+        "--target-loops",
+        "-D",
+        type=int_at_least(1),
+        default=None,
+        metavar="D",
+        help="loops used to verify (default: 4)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=finite_float,
+        default=None,
+        help="0 = greedy (default: a mixed batch, even requests greedy and odd ones at 1.0)",
+    )
     p.add_argument("--top-k", type=int_at_least(1), default=None, help="keep the k most likely tokens (default: off)")
     p.add_argument("--top-p", type=probability, default=None, help="nucleus mass in (0, 1] (default: off)")
     p.add_argument("--rounds", type=int_at_least(1), default=None, help="rounds of generation (default: 4)")
-    p.add_argument("--policy", default=None, choices=("sequential", "fixed"),
-                   help="RNG policy (default: sequential)")
-    p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,...",
-                   help="per-request draft:target loops, one pair per request (replaces -d/-D; default: none)")
-    p.add_argument("--stop-tokens", type=csv_ints, default=None, metavar="ID,...",
-                   help="stop token ids of every request; emission ends after the first, kept (default: none)")
-    p.add_argument("--max-tokens", type=int_at_least(1), default=None,
-                   help="tokens each request may generate in all (default: unlimited)")
-    p.add_argument("--banned-tokens", type=csv_ints, default=None, metavar="ID,...",
-                   help="token ids masked to -inf in draft and verification logits (default: none)")
-    p.add_argument("--min-p", type=probability, default=None,
-                   help="min-p filter, vLLM's p >= min_p * max p after temperature (default: off)")
+    p.add_argument("--policy", default=None, choices=("sequential", "fixed"), help="RNG policy (default: sequential)")
+    p.add_argument(
+        "--depths",
+        type=depth_pairs,
+        default=None,
+        metavar="d0:D0,...",
+        help="per-request draft:target loops, one pair per request (replaces -d/-D; default: none)",
+    )
+    p.add_argument(
+        "--stop-tokens",
+        type=csv_ints,
+        default=None,
+        metavar="ID,...",
+        help="stop token ids of every request; emission ends after the first, kept (default: none)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int_at_least(1),
+        default=None,
+        help="tokens each request may generate in all (default: unlimited)",
+    )
+    p.add_argument(
+        "--banned-tokens",
+        type=csv_ints,
+        default=None,
+        metavar="ID,...",
+        help="token ids masked to -inf in draft and verification logits (default: none)",
+    )
+    p.add_argument(
+        "--min-p",
+        type=probability,
+        default=None,
+        help="min-p filter, vLLM's p >= min_p * max p after temperature (default: off)",
+    )
     add_processor_options(p)
-    p.add_argument("--prompt-len", type=int_at_least(1), default=None,
-                   help="prompt length of every request (default: random 1..8 drawn from the seed)")
-    p.add_argument("--case", default=None, metavar="NAME",
-                   help="run one built-in case by name (see the reproduce lines; default: all of them)")
-    p.add_argument("--allow-large", action="store_true",
-                   help="lift the size limits of oracle/cli/limits.py (runs may then take minutes or hours)")
+    p.add_argument(
+        "--prompt-len",
+        type=int_at_least(1),
+        default=None,
+        help="prompt length of every request (default: random 1..8 drawn from the seed)",
+    )
+    p.add_argument(
+        "--case",
+        default=None,
+        metavar="NAME",
+        help="run one built-in case by name (see the reproduce lines; default: all of them)",
+    )
+    p.add_argument(
+        "--allow-large",
+        action="store_true",
+        help="lift the size limits of oracle/cli/limits.py (runs may then take minutes or hours)",
+    )
     p.set_defaults(preflight=check_round_args)
-    if not p.description:          # `check` (its register() gives none)
-        p.description = ("Run the block and loop rounds on the FP32 reference, for the built-in cases or the "
-                         "case the round options describe, and compare them bit for bit. Exit 0 all equal, "
-                         "1 a check failed, 2 bad usage or input, 3 internal error.")
+    if not p.description:  # `check` (its register() gives none)
+        p.description = (
+            "Run the block and loop rounds on the FP32 reference, for the built-in cases or the "
+            "case the round options describe, and compare them bit for bit. Exit 0 all equal, "
+            "1 a check failed, 2 bad usage or input, 3 internal error."
+        )
 
 
 # option dest -> default; None in the parser so an explicit value can be told apart
 DEFAULTS = {"draft_loops": 2, "target_loops": 4, "rounds": 4, "policy": "sequential"}
-ROUND_SHAPE = ("counts", "temperature", "top_k", "top_p", "prompt_len", "draft_loops", "target_loops",
-               "rounds", "policy", "depths", "stop_tokens", "max_tokens", "banned_tokens", "min_p",
-               *(dest for dest, *_ in PROCESSOR_OPTIONS))
+ROUND_SHAPE = (
+    "counts",
+    "temperature",
+    "top_k",
+    "top_p",
+    "prompt_len",
+    "draft_loops",
+    "target_loops",
+    "rounds",
+    "policy",
+    "depths",
+    "stop_tokens",
+    "max_tokens",
+    "banned_tokens",
+    "min_p",
+    *(dest for dest, *_ in PROCESSOR_OPTIONS),
+)
 DEFAULT_COUNTS = [5, 3, 1]
 
 
@@ -103,8 +191,9 @@ def model_config(args) -> ModelConfig:
     """The config of --checkpoint (config.json only) or of --preset."""
     if args.checkpoint is not None:
         from ..checkpoint import read_config, weight_files
+
         cfg = read_config(args.checkpoint)
-        weight_files(args.checkpoint)              # index and shards present before any work
+        weight_files(args.checkpoint)  # index and shards present before any work
         return cfg
     return preset(args.preset)
 
@@ -119,24 +208,27 @@ def check_round_args(args) -> None:
     if args.depths is not None and (args.draft_loops is not None or args.target_loops is not None):
         raise OracleError("--depths gives every request its own d_i:D_i; do not combine it with -d/-D")
     if args.case is not None and explicit:
-        raise OracleError(f"--case {args.case} runs a built-in case as it is; do not combine it with "
-                          f"--{explicit[0].replace('_', '-')}")
+        raise OracleError(
+            f"--case {args.case} runs a built-in case as it is; do not combine it with "
+            f"--{explicit[0].replace('_', '-')}"
+        )
     if args.checkpoint is None and args.preset is None:
         args.preset = "tiny"
     for k, v in DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     cfg = model_config(args)
-    recording = hasattr(args, "mode")               # trace record: one mode, no cache-free recompute
-    if args.case is not None or not explicit:       # built-in cases: one named, or all of them (check)
+    recording = hasattr(args, "mode")  # trace record: one mode, no cache-free recompute
+    if args.case is not None or not explicit:  # built-in cases: one named, or all of them (check)
         cases = default_cases(cfg.vocab_size)
         if args.case is not None:
             if args.case not in [c.name for c in cases]:
                 raise OracleError(f"--case {args.case!r}: unknown (known: {'; '.join(c.name for c in cases)})")
             cases = [c for c in cases if c.name == args.case]
         if args.case is not None or not recording:
-            limits.check_cases_work(cfg, cases, args.allow_large, check=not recording,
-                                    reference=getattr(args, "reference", None))
+            limits.check_cases_work(
+                cfg, cases, args.allow_large, check=not recording, reference=getattr(args, "reference", None)
+            )
             args.round_args_checked = True
             return
     check_policy(args.policy)
@@ -155,19 +247,31 @@ def check_round_args(args) -> None:
     if args.temperature is not None and args.temperature < 0:
         raise OracleError(f"--temperature {args.temperature}: must be >= 0 (0 = greedy)")
     if len(set(args.banned_tokens or ())) >= cfg.vocab_size:
-        raise OracleError(f"--banned-tokens masks all {cfg.vocab_size} tokens of the vocabulary: no token is left "
-                          f"to draft or verify")
-    processor_params(args).check_vocab(cfg.vocab_size, "the round options")    # ranges and ids, one line
+        raise OracleError(
+            f"--banned-tokens masks all {cfg.vocab_size} tokens of the vocabulary: no token is left to draft or verify"
+        )
+    processor_params(args).check_vocab(cfg.vocab_size, "the round options")  # ranges and ids, one line
     if args.repetition_penalty is not None:
         check_penalty(args.repetition_penalty)
     check_masks(args, cfg.vocab_size)
     refuse_dropped(args, cfg.vocab_size)
     if args.target_loops > cfg.total_loops:
-        warn(f"-D {args.target_loops} is beyond the {cfg.total_loops} loops the model was trained with "
-             f"(total_ut_steps); its logits past depth {cfg.total_loops - 1} are extrapolation")
+        warn(
+            f"-D {args.target_loops} is beyond the {cfg.total_loops} loops the model was trained with "
+            f"(total_ut_steps); its logits past depth {cfg.total_loops - 1} are extrapolation"
+        )
     plen = args.prompt_len if args.prompt_len is not None else 8
-    limits.check_work(cfg, counts, args.target_loops, args.rounds, plen, args.allow_large, check=not recording,
-                      reference=getattr(args, "reference", None), d=args.draft_loops)
+    limits.check_work(
+        cfg,
+        counts,
+        args.target_loops,
+        args.rounds,
+        plen,
+        args.allow_large,
+        check=not recording,
+        reference=getattr(args, "reference", None),
+        d=args.draft_loops,
+    )
     args.round_args_checked = True
 
 
@@ -181,8 +285,10 @@ def check_penalty(value: float, who: str = "--repetition-penalty") -> None:
     """A repetition penalty whose products stay finite, nonzero float32 (REPETITION_PENALTY_RANGE)."""
     lo, hi = REPETITION_PENALTY_RANGE
     if not lo <= value <= hi:
-        raise OracleError(f"{who} {value:g}: must be in [{lo:g}, {hi:g}] (1 = off): the logits it multiplies "
-                          f"or divides would overflow float32 (max 3.4e38) or vanish beyond that")
+        raise OracleError(
+            f"{who} {value:g}: must be in [{lo:g}, {hi:g}] (1 = off): the logits it multiplies "
+            f"or divides would overflow float32 (max 3.4e38) or vanish beyond that"
+        )
 
 
 def check_masks(args, vocab: int) -> None:
@@ -192,61 +298,92 @@ def check_masks(args, vocab: int) -> None:
     banned = set(args.banned_tokens or ())
     always = banned | {w[0] for w in args.bad_words or () if len(w) == 1}
     if len(always) >= vocab and len(banned) < vocab:
-        raise OracleError(f"--bad-words (one-token words) with --banned-tokens mask all {vocab} tokens of the "
-                          f"vocabulary: no token is left to draft or verify")
+        raise OracleError(
+            f"--bad-words (one-token words) with --banned-tokens mask all {vocab} tokens of the "
+            f"vocabulary: no token is left to draft or verify"
+        )
     if args.min_tokens and len(always | set(args.stop_tokens or ())) >= vocab:
-        raise OracleError(f"--min-tokens {args.min_tokens} masks the stop tokens, and with --banned-tokens and "
-                          f"--bad-words they cover all {vocab} tokens: no token is left before {args.min_tokens} "
-                          f"are generated")
+        raise OracleError(
+            f"--min-tokens {args.min_tokens} masks the stop tokens, and with --banned-tokens and "
+            f"--bad-words they cover all {vocab} tokens: no token is left before {args.min_tokens} "
+            f"are generated"
+        )
 
 
 def refuse_dropped(args, vocab: int) -> None:
     """Round options that would have no effect (docs/cli_inputs.md: refused, never dropped)."""
     if args.min_tokens and not args.stop_tokens:
-        raise OracleError(f"--min-tokens {args.min_tokens} masks the stop tokens until {args.min_tokens} tokens are "
-                          f"generated; without --stop-tokens it has no effect: drop it or give --stop-tokens")
+        raise OracleError(
+            f"--min-tokens {args.min_tokens} masks the stop tokens until {args.min_tokens} tokens are "
+            f"generated; without --stop-tokens it has no effect: drop it or give --stop-tokens"
+        )
     if args.temperature == 0:
-        given = next((f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p), ("--min-p", args.min_p))
-                      if v is not None), None)
+        given = next(
+            (
+                f
+                for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p), ("--min-p", args.min_p))
+                if v is not None
+            ),
+            None,
+        )
         if given:
-            raise OracleError(f"{given} filters sampled tokens; with --temperature 0 every request is greedy and "
-                              f"it has no effect: drop it or give a temperature > 0")
+            raise OracleError(
+                f"{given} filters sampled tokens; with --temperature 0 every request is greedy and "
+                f"it has no effect: drop it or give a temperature > 0"
+            )
         if args.policy == "fixed":
-            raise OracleError("--policy fixed lays out the uniforms of sampled requests; with --temperature 0 every "
-                              "request is greedy and draws none: drop it or give a temperature > 0")
+            raise OracleError(
+                "--policy fixed lays out the uniforms of sampled requests; with --temperature 0 every "
+                "request is greedy and draws none: drop it or give a temperature > 0"
+            )
     if args.top_k is not None and args.top_k >= vocab:
-        raise OracleError(f"--top-k {args.top_k} keeps every token of the {vocab}-token vocabulary: it has no "
-                          f"effect; give k < {vocab} or drop it")
+        raise OracleError(
+            f"--top-k {args.top_k} keeps every token of the {vocab}-token vocabulary: it has no "
+            f"effect; give k < {vocab} or drop it"
+        )
 
 
 def is_custom(args) -> bool:
     """Whether the (resolved) options describe a custom case rather than the built-in ones."""
-    return any(getattr(args, k) is not None for k in ROUND_SHAPE if k not in DEFAULTS) \
-        or any(getattr(args, k) != v for k, v in DEFAULTS.items())
+    return any(getattr(args, k) is not None for k in ROUND_SHAPE if k not in DEFAULTS) or any(
+        getattr(args, k) != v for k, v in DEFAULTS.items()
+    )
 
 
 def processor_params(args) -> SamplingParams:
     """The processors the options give (checked by SamplingParams: one error line for a bad value)."""
-    return SamplingParams(stop_token_ids=tuple(args.stop_tokens or ()), max_tokens=args.max_tokens,
-                          **processor_fields(args))
+    return SamplingParams(
+        stop_token_ids=tuple(args.stop_tokens or ()), max_tokens=args.max_tokens, **processor_fields(args)
+    )
 
 
 def model_flags(args) -> list[str]:
     """--checkpoint ABSPATH or --preset NAME, then --seed."""
-    where = ["--checkpoint", os.path.abspath(args.checkpoint)] if args.checkpoint is not None \
+    where = (
+        ["--checkpoint", os.path.abspath(args.checkpoint)]
+        if args.checkpoint is not None
         else ["--preset", args.preset or "tiny"]
+    )
     return where + ["--seed", str(args.seed)]
 
 
 def round_flags(args, counts) -> list[str]:
     """Every option that shapes a custom case, in a fixed order."""
     out = ["--counts", ",".join(map(str, counts))]
-    out += ["--depths", ",".join(f"{a}:{b}" for a, b in args.depths)] if args.depths is not None else \
-        ["-d", str(args.draft_loops), "-D", str(args.target_loops)]
+    out += (
+        ["--depths", ",".join(f"{a}:{b}" for a, b in args.depths)]
+        if args.depths is not None
+        else ["-d", str(args.draft_loops), "-D", str(args.target_loops)]
+    )
     out += ["--rounds", str(args.rounds), "--policy", args.policy]
-    for flag, value in (("--prompt-len", args.prompt_len), ("--temperature", args.temperature),
-                        ("--top-k", args.top_k), ("--top-p", args.top_p), ("--max-tokens", args.max_tokens),
-                        ("--min-p", args.min_p)):
+    for flag, value in (
+        ("--prompt-len", args.prompt_len),
+        ("--temperature", args.temperature),
+        ("--top-k", args.top_k),
+        ("--top-p", args.top_p),
+        ("--max-tokens", args.max_tokens),
+        ("--min-p", args.min_p),
+    ):
         if value is not None:
             out += [flag, repr(value)]
     for dest, _, _, _, fmt in PROCESSOR_OPTIONS:
@@ -269,43 +406,95 @@ def custom_case(args):
         return next(c for c in default_cases(cfg.vocab_size, model_flags(args)) if c.name == args.case)
     counts = args.counts or DEFAULT_COUNTS
     depths = args.depths
-    if depths is not None:                           # the session's (d, D): KV planes for max D_i
+    if depths is not None:  # the session's (d, D): KV planes for max D_i
         if len(depths) != len(counts):
             raise OracleError(f"--depths gives {len(depths)} pairs for {len(counts)} requests (one d_i:D_i each)")
         validate(counts, [a for a, _ in depths], [b for _, b in depths])
         args.draft_loops, args.target_loops = min(a for a, _ in depths), max(b for _, b in depths)
-    stops = {"stop_token_ids": tuple(args.stop_tokens or ()), "max_tokens": args.max_tokens,
-             "banned_token_ids": tuple(args.banned_tokens or ()),
-             **processor_fields(args)}
+    stops = {
+        "stop_token_ids": tuple(args.stop_tokens or ()),
+        "max_tokens": args.max_tokens,
+        "banned_token_ids": tuple(args.banned_tokens or ()),
+        **processor_fields(args),
+    }
     filters = {"min_p": args.min_p}
-    if args.temperature is None:                      # a mixed batch
-        params = [SamplingParams(seed=args.seed + i, **stops) if i % 2 == 0 else
-                  SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i, **stops, **filters)
-                  for i in range(len(counts))]
+    if args.temperature is None:  # a mixed batch
+        params = [
+            SamplingParams(seed=args.seed + i, **stops)
+            if i % 2 == 0
+            else SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i, **stops, **filters)
+            for i in range(len(counts))
+        ]
     else:
-        params = [SamplingParams(args.temperature, args.top_k, args.top_p, seed=args.seed + i, **stops,
-                                 **(filters if args.temperature else {})) for i in range(len(counts))]
+        params = [
+            SamplingParams(
+                args.temperature,
+                args.top_k,
+                args.top_p,
+                seed=args.seed + i,
+                **stops,
+                **(filters if args.temperature else {}),
+            )
+            for i in range(len(counts))
+        ]
     rounds = [{i: t for i, t in enumerate(counts)}] * args.rounds
     plen = (args.prompt_len, args.prompt_len) if args.prompt_len else (1, 8)
     repro = command(["check", *model_flags(args), *round_flags(args, counts)])
-    name = f"counts {tuple(counts)} " + (f"d={args.draft_loops} D={args.target_loops}" if depths is None else
-                                         "depths " + ",".join(f"{a}:{b}" for a, b in depths)) + f" x{args.rounds} rounds"
-    return make_case(name, rounds, args.draft_loops, args.target_loops, params, seed=args.seed,
-                     policy=args.policy, prompt_len=plen, reproduce=repro, vocab=cfg.vocab_size, depths=depths)
+    name = (
+        f"counts {tuple(counts)} "
+        + (
+            f"d={args.draft_loops} D={args.target_loops}"
+            if depths is None
+            else "depths " + ",".join(f"{a}:{b}" for a, b in depths)
+        )
+        + f" x{args.rounds} rounds"
+    )
+    return make_case(
+        name,
+        rounds,
+        args.draft_loops,
+        args.target_loops,
+        params,
+        seed=args.seed,
+        policy=args.policy,
+        prompt_len=plen,
+        reproduce=repro,
+        vocab=cfg.vocab_size,
+        depths=depths,
+    )
 
 
 # ---- `schedule` and `cost`: one planned round ----
 
+
 def add_schedule_options(p) -> None:
     """-d/-D, --depths and --allow-large of `schedule` and `cost` (one round, planned only)."""
-    p.add_argument("-d", "--draft-loops", type=int_at_least(1), default=None, metavar="d",
-                   help="loops used to draft, 1 <= d < D (default: 2)")
-    p.add_argument("-D", "--target-loops", type=int_at_least(1), default=None, metavar="D",
-                   help="loops used to verify (default: 4)")
-    p.add_argument("--allow-large", action="store_true",
-                   help="lift the size limits on requests, token counts, D and schedule rows")
-    p.add_argument("--depths", type=depth_pairs, default=None, metavar="d0:D0,d1:D1,...",
-                   help="per-request draft and target loops, one pair per request (replaces -d/-D)")
+    p.add_argument(
+        "-d",
+        "--draft-loops",
+        type=int_at_least(1),
+        default=None,
+        metavar="d",
+        help="loops used to draft, 1 <= d < D (default: 2)",
+    )
+    p.add_argument(
+        "-D",
+        "--target-loops",
+        type=int_at_least(1),
+        default=None,
+        metavar="D",
+        help="loops used to verify (default: 4)",
+    )
+    p.add_argument(
+        "--allow-large", action="store_true", help="lift the size limits on requests, token counts, D and schedule rows"
+    )
+    p.add_argument(
+        "--depths",
+        type=depth_pairs,
+        default=None,
+        metavar="d0:D0,d1:D1,...",
+        help="per-request draft and target loops, one pair per request (replaces -d/-D)",
+    )
 
 
 def resolve_schedule_depths(args) -> None:

@@ -4,6 +4,7 @@ reference (`check_case`, `check_cases`) and a backend against the judge (`judge_
 comparison is oracle.judge.compare.compare_runs. The Case type is oracle/judge/scenario.py;
 the built-in cases are oracle/cli/catalogue.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +33,9 @@ class ReferenceSide:
     plan (compare_runs). batch: (the job of reference_sides, this scenario's index in it)."""
 
     def __init__(self, model, sc, dtype: str, batch=None, **options):
-        self.job, self.index = batch if batch is not None else (background(_reference_side, model, sc, dtype, options), None)
+        self.job, self.index = (
+            batch if batch is not None else (background(_reference_side, model, sc, dtype, options), None)
+        )
 
     def result(self):
         """(the reference's round traces, their twin bounds or None, their typical_norms)."""
@@ -44,16 +47,20 @@ def _reference_side(model, sc, dtype: str, options: dict, traces=None):
     """(the reference's block traces of sc, their twin bounds or None, their typical_norms);
     traces: that run, made before."""
     traces = judge_run(model, sc, "block", **options).traces if traces is None else traces
-    return (traces, twin_bounds(model, traces, dtype) if dtype in SIGMA else None,
-            None if dtype == "exact" else [typical_norms(t) for t in traces])
+    return (
+        traces,
+        twin_bounds(model, traces, dtype) if dtype in SIGMA else None,
+        None if dtype == "exact" else [typical_norms(t) for t in traces],
+    )
 
 
 def _reference_sides(model, cases, dtype: str) -> list:
     return [_reference_side(model, c, dtype, {}) for c in cases]
 
 
-def judge_mode(bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None,
-               **options) -> tuple[Report, ScenarioRun]:
+def judge_mode(
+    bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None, **options
+) -> tuple[Report, ScenarioRun]:
     """The backend's run in one mode against the judge's (default the reference), by the
     backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
     options: session options for both sides (e.g. max_requests, max_len to size the KV)."""
@@ -76,8 +83,18 @@ def judge_against(ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: s
     return compare_runs(traces, got.traces, dtype, reproduce, case, bounds=bounds, ref_norms=norms)
 
 
-def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: bool = False, judge=None,
-                  ref: ReferenceSide | None = None, later: bool = False, runs_out: dict | None = None):
+def judge_backend(
+    bk,
+    model,
+    sc,
+    reproduce: str = "",
+    case: str = "",
+    catch: bool = False,
+    judge=None,
+    ref: ReferenceSide | None = None,
+    later: bool = False,
+    runs_out: dict | None = None,
+):
     """[(label, Report)]: backend block vs judge block, backend loop vs judge loop, and backend
     block vs backend loop. catch=True: a backend that raises is a failed check. ref: the
     reference's side of sc, made earlier (reference_sides); made here where it applies.
@@ -88,14 +105,14 @@ def judge_backend(bk, model, sc, reproduce: str = "", case: str = "", catch: boo
     dtype = "exact" if bk.exact else bk.dtype
     if ref is None and judge is None and draws_host_stream(bk):
         ref = ReferenceSide(model, sc, dtype)
-    for mode in MODES:                             # with a ReferenceSide: both runs, then both judged
+    for mode in MODES:  # with a ReferenceSide: both runs, then both judged
         label = f"{case} [{mode}]" if case else mode
         try:
             if ref is None:
                 rep, runs[mode] = judge_mode(bk, model, sc, mode, reproduce, label, judge)
             else:
                 rep, runs[mode] = None, run_scenario(bk, model, sc, mode)
-        except Exception as e:                     # noqa: BLE001 -- judged, not aborted
+        except Exception as e:  # noqa: BLE001 -- judged, not aborted
             if not catch:
                 raise
             rep = Report(reproduce=reproduce)
@@ -125,16 +142,21 @@ def _judgments(model, out, runs, ref, dtype, reproduce, case, judge) -> list:
             out[n] = (label, judge_against(ref, runs[MODES[n]], dtype, reproduce, label))
     if len(runs) == 2:
         label = f"{case} [block vs loop]" if case else "block vs loop"
-        bounds = None if judge is not None else \
-            twin_bounds(model, runs["block"].traces, dtype, reuse=None if ref is None else ref.result()[1])
+        bounds = (
+            None
+            if judge is not None
+            else twin_bounds(model, runs["block"].traces, dtype, reuse=None if ref is None else ref.result()[1])
+        )
         if bounds is not None:
-            bounds.scale = 2 ** 0.5                       # both sides carry the precision's noise
-        out.append((label, compare_runs(runs["block"].traces, runs["loop"].traces, dtype, reproduce, label,
-                                        bounds=bounds)))
+            bounds.scale = 2**0.5  # both sides carry the precision's noise
+        out.append(
+            (label, compare_runs(runs["block"].traces, runs["loop"].traces, dtype, reproduce, label, bounds=bounds))
+        )
     return out
 
 
 # ---- block vs loop on the reference (`python -m oracle check`) ----
+
 
 def schedule_check(traces) -> Check:
     """The calls each round executed are exactly its planned schedule."""
@@ -150,8 +172,11 @@ def frontier_check(session) -> Check:
     for rid, req in session.requests.items():
         f = session.kv.frontiers(rid)
         if f != {len(req.tokens) - 1}:
-            return Check("kv_frontier", False, f"request {rid}: KV frontiers {sorted(f)} after commit, "
-                         f"expected {len(req.tokens) - 1}")
+            return Check(
+                "kv_frontier",
+                False,
+                f"request {rid}: KV frontiers {sorted(f)} after commit, expected {len(req.tokens) - 1}",
+            )
     return Check("kv_frontier", True)
 
 
@@ -164,8 +189,14 @@ def check_case(model, case: Case) -> Report:
             runs[mode] = run_scenario(REFERENCE, model, case, mode)
         except (OracleError, AssertionError, IndexError, KeyError) as e:
             rep = Report()
-            rep.checks.append(Check(f"{mode}_round", False, f"{mode} round raised {type(e).__name__}: {e}"
-                                    + (f" (reproduce: {case.reproduce})" if case.reproduce else "")))
+            rep.checks.append(
+                Check(
+                    f"{mode}_round",
+                    False,
+                    f"{mode} round raised {type(e).__name__}: {e}"
+                    + (f" (reproduce: {case.reproduce})" if case.reproduce else ""),
+                )
+            )
             return rep
     rep = compare_runs(runs["block"].traces, runs["loop"].traces, "exact", case.reproduce)
     for r in runs.values():
@@ -184,8 +215,17 @@ def check_cases(model, cases) -> dict:
         for k in COUNTERS[:4]:
             out[k] += getattr(rep, k)
         out["checks"] += [{"name": f"{case.name}: {c.name}", "ok": c.ok, "detail": c.detail} for c in rep.checks]
-        out["cases"].append({"name": case.name, "ok": rep.ok, "d": case.d, "D": case.D, "policy": case.policy,
-                             "requests": len(case.prompts), "rounds": len(case.rounds)})
+        out["cases"].append(
+            {
+                "name": case.name,
+                "ok": rep.ok,
+                "d": case.d,
+                "D": case.D,
+                "policy": case.policy,
+                "requests": len(case.prompts),
+                "rounds": len(case.rounds),
+            }
+        )
     return out
 
 
@@ -221,10 +261,11 @@ def reference_sides(backend, model, cases, judge=None) -> dict:
 # backend commits other tokens than the reference on about half of the probe's requests, 11 of 24
 # on the tiny preset, so forwards at the reference's tokens would mostly be made again.)
 
+
 @dataclass
 class Ahead:
     cases: list
-    job: object                    # worker.background handle: [(traces, bounds, norms) | None per case] or None
+    job: object  # worker.background handle: [(traces, bounds, norms) | None per case] or None
     facts: Inbox
 
 
@@ -255,8 +296,11 @@ def sides_for(ahead: Ahead, backend) -> dict:
         return {}
     dtype = "exact" if backend.exact else backend.dtype
     ahead.facts.send((dtype, tuple(backend.policies)))
-    return {id(c): ReferenceSide(None, c, dtype, batch=(ahead.job, i))
-            for i, c in enumerate(ahead.cases) if c.policy in backend.policies}
+    return {
+        id(c): ReferenceSide(None, c, dtype, batch=(ahead.job, i))
+        for i, c in enumerate(ahead.cases)
+        if c.policy in backend.policies
+    }
 
 
 def _sides_job(model, cases, facts: Inbox):
@@ -265,5 +309,6 @@ def _sides_job(model, cases, facts: Inbox):
     if got is None:
         return None
     dtype, policies = got
-    return [_reference_side(model, c, dtype, {}, traces=t) if c.policy in policies else None
-            for c, t in zip(cases, traces)]
+    return [
+        _reference_side(model, c, dtype, {}, traces=t) if c.policy in policies else None for c, t in zip(cases, traces)
+    ]

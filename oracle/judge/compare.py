@@ -24,6 +24,7 @@ all call it.
 A failed check names case, round, request, offset, depth and layer of the first difference
 and carries the reproduce line.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -52,12 +53,14 @@ def typical_norms(tr) -> dict:
     together), and per kind for logits; the floor of rel_err."""
     acc: dict = {}
     for (_, _, j, l), (_, k, v) in tr.kv_writes.items():
-        acc.setdefault(("kv", j, l), []).append(float(np.sum(np.square(k, dtype=np.float64)) + np.sum(np.square(v, dtype=np.float64))))
+        acc.setdefault(("kv", j, l), []).append(
+            float(np.sum(np.square(k, dtype=np.float64)) + np.sum(np.square(v, dtype=np.float64)))
+        )
     for kind, logits in (("draft_logits", tr.draft_logits), ("verify_logits", tr.verify_logits)):
         for lg in logits.values():
             try:
                 lg = np.asarray(lg, np.float64)
-            except (TypeError, ValueError):             # not numbers: the malformed check names it
+            except (TypeError, ValueError):  # not numbers: the malformed check names it
                 continue
             fin = lg[np.isfinite(lg)]
             acc.setdefault((kind,), []).append(float(np.sum(fin * fin)))
@@ -90,7 +93,9 @@ def largest_difference(names, ref, got) -> str:
             idx = np.unravel_index(n, d.shape)
             where = ", ".join(map(str, idx))
             best = (d.flat[n], f"{nm}[{where}]" if nm else f"index {where}", g.flat[n], r.flat[n])
-    return "" if best is None else f"; largest difference at {best[1]}: backend {best[2]:.6g} vs reference {best[3]:.6g}"
+    return (
+        "" if best is None else f"; largest difference at {best[1]}: backend {best[2]:.6g} vs reference {best[3]:.6g}"
+    )
 
 
 def _events_before(events, div):
@@ -98,24 +103,28 @@ def _events_before(events, div):
     is K under both policies), and the accept uniforms up to the diverged acceptance."""
     if div is None or div.kind == "final":
         return events
-    return [e for e in events if e.purpose == "draft" or
-            (div.kind == "accept" and e.purpose == "accept" and e.offset <= div.offset)]
+    return [
+        e
+        for e in events
+        if e.purpose == "draft" or (div.kind == "accept" and e.purpose == "accept" and e.offset <= div.offset)
+    ]
 
 
 @dataclass(slots=True)
 class RoundPair:
     """A reference round, the backend's round paired with it, and what judging each of its
     requests shares."""
+
     rep: Report
-    ref: object                    # the reference's RoundTrace
-    got: object                    # the backend's RoundTrace
-    tol: dict                      # the dtype's row of TOLERANCES
-    exact: bool                    # dtype "exact": bit for bit
-    stopped: set                   # requests past a divergence (a diverging request joins it)
-    same_calls: bool               # both ran the same calls: a KV write's call is compared too
-    norms: dict                    # typical_norms(ref): the floors of rel_err
-    bounds: object = None          # the noise twin's bounds (oracle/judge/noise.py), or None
-    by_request: dict = field(default_factory=dict)    # id(trace) -> rid -> its KV writes
+    ref: object  # the reference's RoundTrace
+    got: object  # the backend's RoundTrace
+    tol: dict  # the dtype's row of TOLERANCES
+    exact: bool  # dtype "exact": bit for bit
+    stopped: set  # requests past a divergence (a diverging request joins it)
+    same_calls: bool  # both ran the same calls: a KV write's call is compared too
+    norms: dict  # typical_norms(ref): the floors of rel_err
+    bounds: object = None  # the noise twin's bounds (oracle/judge/noise.py), or None
+    by_request: dict = field(default_factory=dict)  # id(trace) -> rid -> its KV writes
 
     def writes(self, tr, rid) -> dict:
         """The KV writes of request rid in round trace tr (grouped once per trace)."""
@@ -168,10 +177,10 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
         if same_calls and ca != cb:
             rep.fail("kv_writes", f"{at}: {name(k)} made by call {cb}, the reference's by call {ca}")
         bound, floor = allowed(tol, "kv", k[2]), norms.get(("kv", k[2], k[3]), 0.0)
-        if batch is not None and batch[0][i]:          # finite and stacked: this write's errors are computed
+        if batch is not None and batch[0][i]:  # finite and stacked: this write's errors are computed
             ref_norm, diff, same = batch[1][i], batch[2][i], batch[3][i]
             err = diff / max(ref_norm, floor, 1e-30)
-            if bounds is not None:              # the noise twin's bound for this write (oracle/judge/noise.py)
+            if bounds is not None:  # the noise twin's bound for this write (oracle/judge/noise.py)
                 bound = bounds.kv_allowed(a.round, k, max(ref_norm, floor)) or bound
             differs = not same if exact else not err <= bound
             rep.max_rel_err["kv"] = max(rep.max_rel_err["kv"], err)
@@ -181,25 +190,38 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
             differs, err = _differ(rep, "kv", [ka, va], [kb, vb], bound, exact, floor)
         rep.kv_writes_compared += 1
         if differs:
-            rep.fail("kv_writes", f"{at}: {name(k)} differs: relative error {err:.3g}"
-                     + ("" if exact else f" > tolerance {bound:g}") + largest_difference(("k", "v"), [ka, va], [kb, vb]))
+            rep.fail(
+                "kv_writes",
+                f"{at}: {name(k)} differs: relative error {err:.3g}"
+                + ("" if exact else f" > tolerance {bound:g}")
+                + largest_difference(("k", "v"), [ka, va], [kb, vb]),
+            )
     # draft and verification logits (offset o's logits ran on offsets 0..o's tokens)
     d, D = depths_of(a, rid)
-    for check, A, B, n, depth in (("draft_logits", a.draft_logits, b.draft_logits, T - 1, d - 1),
-                                  ("verify_logits", a.verify_logits, b.verify_logits, T, D - 1)):
+    for check, A, B, n, depth in (
+        ("draft_logits", a.draft_logits, b.draft_logits, T - 1, d - 1),
+        ("verify_logits", a.verify_logits, b.verify_logits, T, D - 1),
+    ):
         extra = sorted(k for k in B if k[0] == rid and k not in A)
         if extra:
             rep.fail(check, f"{at}: extra {check} at offset {extra[0][1]} in the backend's trace")
         bound = allowed(tol, "logits", depth)
         for o in range(min(n, cut)):
-            allow = bound if bounds is None else \
-                bounds.logits_allowed(a.round, check, rid, o, max(_norm(A[(rid, o)]), norms.get((check,), 0.0))) or bound
+            allow = (
+                bound
+                if bounds is None
+                else bounds.logits_allowed(a.round, check, rid, o, max(_norm(A[(rid, o)]), norms.get((check,), 0.0)))
+                or bound
+            )
             differs, err = _differ(rep, "logits", [A[(rid, o)]], [B[(rid, o)]], allow, exact, norms.get((check,), 0.0))
             rep.logits_compared += 1
             if differs:
-                rep.fail(check, f"{at}: {check} of offset {o} differ: relative error {err:.3g}"
-                         + ("" if exact else f" > tolerance {allow:g}")
-                         + largest_difference(("",), [A[(rid, o)]], [B[(rid, o)]]))
+                rep.fail(
+                    check,
+                    f"{at}: {check} of offset {o} differ: relative error {err:.3g}"
+                    + ("" if exact else f" > tolerance {allow:g}")
+                    + largest_difference(("",), [A[(rid, o)]], [B[(rid, o)]]),
+                )
     # the token decision last: a KV or logits difference above is its cause, reported first
     if div is not None:
         # a reference decision that contradicts its own rule (margin below zero) is never excused
@@ -210,15 +232,18 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
             return
         margin = tol["margin"]
         excused = not exact and div.margin <= margin
-        why = f"reference margin {div.margin:.3g} " + ("" if exact else f"{'<=' if excused else '>'} allowed {margin:.3g}")
+        why = f"reference margin {div.margin:.3g} " + (
+            "" if exact else f"{'<=' if excused else '>'} allowed {margin:.3g}"
+        )
         twin = bounds.excuse(a, b, rid, T, div) if bounds is not None and not exact else None
-        if twin is not None:                        # the noise twin's verdict (oracle/judge/noise.py)
+        if twin is not None:  # the noise twin's verdict (oracle/judge/noise.py)
             excused, why = twin
         if not excused:
             rep.fail("tokens", f"{at}: {div.what} ({why})")
         else:
-            rep.divergences.append(f"{at}: {div.what}, {why}; "
-                                   f"request {rid} is compared up to offset {div.cut - 1} and not after")
+            rep.divergences.append(
+                f"{at}: {div.what}, {why}; request {rid} is compared up to offset {div.cut - 1} and not after"
+            )
         stopped.add(rid)
 
 
@@ -241,8 +266,12 @@ def _kv_batch(KA, KB, keys):
     finite = np.isfinite(r).all(axis=1) & np.isfinite(g).all(axis=1)
     with np.errstate(invalid="ignore", over="ignore"):
         d = g - r
-        return (finite, np.sqrt(np.einsum("ij,ij->i", r, r)).tolist(), np.sqrt(np.einsum("ij,ij->i", d, d)).tolist(),
-                (r == g).all(axis=1).tolist())
+        return (
+            finite,
+            np.sqrt(np.einsum("ij,ij->i", r, r)).tolist(),
+            np.sqrt(np.einsum("ij,ij->i", d, d)).tolist(),
+            (r == g).all(axis=1).tolist(),
+        )
 
 
 def _norm(*xs) -> float:
@@ -256,27 +285,42 @@ def _calls(tr) -> list:
 
 def _judge_stats(rep, a, b, where, same_calls, diverged) -> None:
     sa, sb = a.stats or {}, b.stats or {}
-    shared = len({depths_of(a, r) for r in a.requests}) == 1     # ragged d_i: the modes' call counts differ
-    keys = ["drafted", "draft_head_rows"] + (["recurrent_calls"] if same_calls or shared else []) \
+    shared = len({depths_of(a, r) for r in a.requests}) == 1  # ragged d_i: the modes' call counts differ
+    keys = (
+        ["drafted", "draft_head_rows"]
+        + (["recurrent_calls"] if same_calls or shared else [])
         + (["rows_per_call"] if same_calls else [])
+    )
     keys += [] if diverged else ["accepted"]
     for key in keys:
         if key in sa and key in sb and sa[key] != sb[key]:
             rep.fail("stats", f"{where}: stats {key} {sb[key]}, the reference's {sa[key]}")
     if "accepted" in sb and sb["accepted"] != sum(b.accepted.values()):
-        rep.fail("stats", f"{where}: stats accepted {sb['accepted']} != the sum of accepted counts "
-                 f"{sum(b.accepted.values())}")
+        rep.fail(
+            "stats",
+            f"{where}: stats accepted {sb['accepted']} != the sum of accepted counts {sum(b.accepted.values())}",
+        )
     if "kv_writes" in sb and sb["kv_writes"] != len(b.kv_writes):
-        rep.fail("kv_writes", f"{where}: the backend made {sb['kv_writes']} KV writes to {len(b.kv_writes)} "
-                 "addresses (a duplicate write)")
+        rep.fail(
+            "kv_writes",
+            f"{where}: the backend made {sb['kv_writes']} KV writes to {len(b.kv_writes)} "
+            "addresses (a duplicate write)",
+        )
 
 
 def _live(tr, stopped) -> list:
     return [(r, t) for r, t in zip(tr.requests, tr.token_counts) if r not in stopped]
 
 
-def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = "", case: str = "",
-                 bounds=None, ref_norms: list | None = None) -> Report:
+def compare_runs(
+    ref: list,
+    other: list,
+    dtype: str = "exact",
+    reproduce: str = "",
+    case: str = "",
+    bounds=None,
+    ref_norms: list | None = None,
+) -> Report:
     """Judge round traces `other` against `ref` (same requests, rounds and inputs). dtype:
     "exact" or a row of TOLERANCES (a backend's dtype). case: prefix of every place named.
     After a request diverged (reduced precision) its rounds may differ in number and members
@@ -290,12 +334,12 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
     tol, exact = TOLERANCES[dtype], dtype == "exact"
     rep = Report(reproduce=reproduce)
     pre = f"{case}: " if case else ""
-    stopped: set = set()                  # requests past a divergence
+    stopped: set = set()  # requests past a divergence
     i = j = 0
     while i < len(ref) or j < len(other):
         a, b = (ref[i] if i < len(ref) else None), (other[j] if j < len(other) else None)
         if a is not None and stopped and not _live(a, stopped):
-            i += 1                                         # only diverged requests: nothing to pair
+            i += 1  # only diverged requests: nothing to pair
             continue
         if b is not None and stopped and not _live(b, stopped):
             self_consistent(rep, b, tol, exact, f"{pre}backend round {b.round}")
@@ -307,15 +351,23 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
         where = f"{pre}round {a.round}"
         full = list(a.requests) == list(b.requests) and list(a.token_counts) == list(b.token_counts)
         if not full and (not stopped or _live(a, stopped) != _live(b, stopped)):
-            rep.fail("rounds", f"{where}: requests or token counts differ (backend: round {b.round}, "
-                     f"requests {b.requests}, counts {b.token_counts}; reference: {a.requests}, {a.token_counts})")
+            rep.fail(
+                "rounds",
+                f"{where}: requests or token counts differ (backend: round {b.round}, "
+                f"requests {b.requests}, counts {b.token_counts}; reference: {a.requests}, {a.token_counts})",
+            )
             break
         same_calls = full and a.mode == b.mode and bool(a.calls) and bool(b.calls)
         if same_calls and _calls(a) != _calls(b):
-            n = next((n for n, (x, y) in enumerate(zip(_calls(a), _calls(b))) if x != y), min(len(a.calls), len(b.calls)))
-            rep.fail("schedule", f"{where}: call {n} of the backend's {b.mode} round differs from the reference's "
-                     f"({len(b.calls)} calls vs {len(a.calls)})")
-        elif full and b.token_counts and not same_calls and b.mode in ("block", "loop"):   # its own plan instead
+            n = next(
+                (n for n, (x, y) in enumerate(zip(_calls(a), _calls(b))) if x != y), min(len(a.calls), len(b.calls))
+            )
+            rep.fail(
+                "schedule",
+                f"{where}: call {n} of the backend's {b.mode} round differs from the reference's "
+                f"({len(b.calls)} calls vs {len(a.calls)})",
+            )
+        elif full and b.token_counts and not same_calls and b.mode in ("block", "loop"):  # its own plan instead
             try:
                 problem = schedule_violation(b, b.mode)
             except (OracleError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
@@ -330,7 +382,7 @@ def compare_runs(ref: list, other: list, dtype: str = "exact", reproduce: str = 
             try:
                 if rid in live:
                     _judge_request(pair, rid, T, at)
-                elif not exact:                             # diverged earlier: its own decisions still
+                elif not exact:  # diverged earlier: its own decisions still
                     own = unexplained_decision(b, rid, T, tol["self_margin"])
                     if own:
                         rep.fail("decisions", f"{at}: {own}")

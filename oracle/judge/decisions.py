@@ -17,6 +17,7 @@ For sampled decisions the margin is scaled by min(T, 1) (`temper`: tempered prob
 distributions involved: where top-k/top-p were near changing their kept set, the support
 itself moves with precision (top_k=1 turns a draw into a greedy choice).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -25,16 +26,25 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import OracleError
-from ..sampling import (SamplingParams, Seen, accepts, categorical, filtered_probs, greedy_token, processed_logits,
-                        residual, stop_cut)
+from ..sampling import (
+    SamplingParams,
+    Seen,
+    accepts,
+    categorical,
+    filtered_probs,
+    greedy_token,
+    processed_logits,
+    residual,
+    stop_cut,
+)
 
 
 class Divergence(NamedTuple):
-    cut: int          # offsets 0..cut-1 ran on identical tokens on both sides
+    cut: int  # offsets 0..cut-1 ran on identical tokens on both sides
     what: str
-    margin: float     # how close the reference's decision was to its threshold
-    kind: str         # "draft" | "accept" | "final"
-    offset: int       # the offset whose decision differs
+    margin: float  # how close the reference's decision was to its threshold
+    kind: str  # "draft" | "accept" | "final"
+    offset: int  # the offset whose decision differs
     parts: tuple = ()  # the margins whose smallest is `margin`: the decision's own, then each filter's
 
 
@@ -46,7 +56,7 @@ def seen_in(tr, rid, o: int, drafts) -> Seen:
     """What request rid's logits at offset o saw in round trace tr, given the round's drafts
     (the tokens the round started from, then drafts 1..o; phases.seen)."""
     prefix, n = list(tr.prefix.get(rid, ())), tr.generated.get(rid, 0)
-    return Seen(tuple(prefix[:len(prefix) - n]), tuple(prefix[len(prefix) - n:]) + tuple(drafts[:o]), o, len(drafts))
+    return Seen(tuple(prefix[: len(prefix) - n]), tuple(prefix[len(prefix) - n :]) + tuple(drafts[:o]), o, len(drafts))
 
 
 def _softmax(lg) -> np.ndarray:
@@ -86,13 +96,13 @@ def filter_margin(logits, params: SamplingParams, seen: Seen | None = None) -> f
     boundary can land elsewhere in another precision even though its uniform sits far inside a
     CDF interval."""
     lg = np.asarray(processed_logits(logits, params, seen), np.float64)
-    r1 = np.sort(np.exp(lg - lg.max()))[::-1]                 # temperature 1, descending
+    r1 = np.sort(np.exp(lg - lg.max()))[::-1]  # temperature 1, descending
     m = float("inf")
     kept = len(r1)
     if params.top_k is not None and params.top_k < kept:
         kept = params.top_k
         m = min(m, float((r1[kept - 1] - r1[kept]) / r1[0]))
-    if getattr(params, "min_p", None):                         # p >= min_p * max p, after temperature
+    if getattr(params, "min_p", None):  # p >= min_p * max p, after temperature
         x = lg / params.temperature
         ratio = np.exp(x - x.max())
         m = min(m, temper(params) * float(np.min(np.abs(ratio[np.isfinite(x)] - params.min_p))))
@@ -102,7 +112,7 @@ def filter_margin(logits, params: SamplingParams, seen: Seen | None = None) -> f
         s = s / s.sum()
         before = np.cumsum(s) - s
         m = min(m, temper(params) * float(np.min(np.abs(before[1:] - params.top_p))))
-        cut = int(np.sum(before <= params.top_p))           # tokens top-p keeps
+        cut = int(np.sum(before <= params.top_p))  # tokens top-p keeps
         if cut < kept:
             m = min(m, float((r1[cut - 1] - r1[cut]) / r1[0]))
     return m
@@ -146,8 +156,10 @@ def trace_problem(tr, rid, T: int, V: int) -> str | None:
         params = params_of(tr, rid)
         kept, why = stop_cut(list(emitted), params, getattr(tr, "generated", {}).get(rid, 0))
         if list(committed) != list(emitted[:kept]):
-            return f"committed {list(committed)} is not the emitted tokens {list(emitted)} cut by the stop rule " \
-                   f"({kept} kept)"
+            return (
+                f"committed {list(committed)} is not the emitted tokens {list(emitted)} cut by the stop rule "
+                f"({kept} kept)"
+            )
         if (why is not None) != (rid in getattr(tr, "finished", {})):
             return f"finished is {tr.finished.get(rid)!r}, the stop rule says {why!r}"
     for name, logits, n in (("verification", tr.verify_logits, T), ("draft", tr.draft_logits, K)):
@@ -170,16 +182,22 @@ def first_divergence(a, b, rid, T: int, labels=("reference", "backend")) -> Dive
     names b's value first, then a's, each by its label ("backend 7 vs reference 9")."""
     la, lb = labels
     params, K = params_of(a, rid), T - 1
-    seen = lambda o: seen_in(a, rid, o, a.drafts[rid])          # both sides ran on these tokens up to o
+    seen = lambda o: seen_in(a, rid, o, a.drafts[rid])  # both sides ran on these tokens up to o
     for n in range(K):
         x, y = a.drafts[rid][n], b.drafts[rid][n]
         if x != y:
             lg, sn = a.draft_logits[(rid, n)], seen(n)
-            parts = (greedy_margin(processed_logits(lg, params, sn), x, y),) if params.greedy else \
-                (temper(params) * draw_margin(filtered_probs(lg, params, sn), y, _u(a, rid, "draft", n)),
-                 filter_margin(lg, params, sn))
-            return Divergence(n + 1, f"draft token of offset {n + 1}: {lb} {y} vs {la} {x}", min(parts), "draft", n,
-                              parts)
+            parts = (
+                (greedy_margin(processed_logits(lg, params, sn), x, y),)
+                if params.greedy
+                else (
+                    temper(params) * draw_margin(filtered_probs(lg, params, sn), y, _u(a, rid, "draft", n)),
+                    filter_margin(lg, params, sn),
+                )
+            )
+            return Divergence(
+                n + 1, f"draft token of offset {n + 1}: {lb} {y} vs {la} {x}", min(parts), "draft", n, parts
+            )
     ar, br = a.accepted[rid], b.accepted[rid]
     if ar != br:
         o = min(ar, br)
@@ -191,11 +209,14 @@ def first_divergence(a, b, rid, T: int, labels=("reference", "backend")) -> Dive
         else:
             dl = a.draft_logits[(rid, o)]
             p, q = filtered_probs(lg, params, sn), filtered_probs(dl, params, sn)
-            parts = (temper(params) * float(abs(_u(a, rid, "accept", o) * q[x] - p[x])),
-                     filter_margin(lg, params, sn), filter_margin(dl, params, sn))
-        return Divergence(T, f"acceptance of the draft at offset {o}: accepted {lb} {br} vs {la} {ar}", min(parts),
-                          "accept", o,
-                          parts)
+            parts = (
+                temper(params) * float(abs(_u(a, rid, "accept", o) * q[x] - p[x])),
+                filter_margin(lg, params, sn),
+                filter_margin(dl, params, sn),
+            )
+        return Divergence(
+            T, f"acceptance of the draft at offset {o}: accepted {lb} {br} vs {la} {ar}", min(parts), "accept", o, parts
+        )
     x, y = a.emitted[rid][-1], b.emitted[rid][-1]
     if x != y:
         lg, sn = a.verify_logits[(rid, ar)], seen(ar)
@@ -204,11 +225,16 @@ def first_divergence(a, b, rid, T: int, labels=("reference", "backend")) -> Dive
         elif ar < K:
             dl = a.draft_logits[(rid, ar)]
             dist = residual(filtered_probs(lg, params, sn), filtered_probs(dl, params, sn))
-            parts = (temper(params) * draw_margin(dist, y, _u(a, rid, "residual", ar)),
-                     filter_margin(lg, params, sn), filter_margin(dl, params, sn))
+            parts = (
+                temper(params) * draw_margin(dist, y, _u(a, rid, "residual", ar)),
+                filter_margin(lg, params, sn),
+                filter_margin(dl, params, sn),
+            )
         else:
-            parts = (temper(params) * draw_margin(filtered_probs(lg, params, sn), y, _u(a, rid, "bonus", K)),
-                     filter_margin(lg, params, sn))
+            parts = (
+                temper(params) * draw_margin(filtered_probs(lg, params, sn), y, _u(a, rid, "bonus", K)),
+                filter_margin(lg, params, sn),
+            )
         return Divergence(T, f"final token (offset {ar}): {lb} {y} vs {la} {x}", min(parts), "final", ar, parts)
     return None
 
@@ -221,9 +247,13 @@ def redecide(tr, rid, T: int):
     drafts, a_tr = tr.drafts[rid], tr.accepted[rid]
     seen = lambda o: seen_in(tr, rid, o, drafts)
     probs = lambda lg, o: filtered_probs(lg, params, seen(o))
-    redrafts = [greedy_token(tr.draft_logits[(rid, n)], params, seen(n)) if params.greedy else
-                categorical(probs(tr.draft_logits[(rid, n)], n), _u(tr, rid, "draft", n)) for n in range(K)]
-    if redrafts != list(drafts):                       # later decisions would need other uniforms
+    redrafts = [
+        greedy_token(tr.draft_logits[(rid, n)], params, seen(n))
+        if params.greedy
+        else categorical(probs(tr.draft_logits[(rid, n)], n), _u(tr, rid, "draft", n))
+        for n in range(K)
+    ]
+    if redrafts != list(drafts):  # later decisions would need other uniforms
         return replace(tr, drafts={**tr.drafts, rid: redrafts})
     a = K
     for o in range(K):
@@ -231,7 +261,7 @@ def redecide(tr, rid, T: int):
         x = token_index(drafts[o], len(lg))
         if params.greedy:
             ok = greedy_token(lg, params, seen(o)) == x
-        elif o > a_tr:                                  # no uniform: tr had rejected earlier
+        elif o > a_tr:  # no uniform: tr had rejected earlier
             break
         else:
             ok = accepts(_u(tr, rid, "accept", o), probs(lg, o)[x], probs(tr.draft_logits[(rid, o)], o)[x])
@@ -239,7 +269,7 @@ def redecide(tr, rid, T: int):
             a = o
             break
     lg = tr.verify_logits[(rid, a)]
-    if a != a_tr:                                       # the acceptance differs: the final is not compared
+    if a != a_tr:  # the acceptance differs: the final is not compared
         final = tr.emitted[rid][-1]
     elif params.greedy:
         final = greedy_token(lg, params, seen(a))
@@ -247,8 +277,9 @@ def redecide(tr, rid, T: int):
         final = categorical(residual(probs(lg, a), probs(tr.draft_logits[(rid, a)], a)), _u(tr, rid, "residual", a))
     else:
         final = categorical(probs(lg, K), _u(tr, rid, "bonus", K))
-    return replace(tr, accepted={**tr.accepted, rid: a},
-                   emitted={**tr.emitted, rid: list(tr.emitted[rid][:-1]) + [final]})
+    return replace(
+        tr, accepted={**tr.accepted, rid: a}, emitted={**tr.emitted, rid: list(tr.emitted[rid][:-1]) + [final]}
+    )
 
 
 def unexplained_decision(tr, rid, T: int, margin: float) -> str | None:
@@ -258,13 +289,17 @@ def unexplained_decision(tr, rid, T: int, margin: float) -> str | None:
     tolerance, never by the backend's sampling or acceptance logic."""
     try:
         div = first_divergence(redecide(tr, rid, T), tr, rid, T, ("the reference's rules", "backend"))
-    except OracleError as e:          # e.g. a draft with q(x) = 0, a uniform outside [0, 1)
-        return f"request {rid}: the reference's rules cannot reach this trace's decisions from its own " \
-               f"logits and uniforms: {e}"
+    except OracleError as e:  # e.g. a draft with q(x) = 0, a uniform outside [0, 1)
+        return (
+            f"request {rid}: the reference's rules cannot reach this trace's decisions from its own "
+            f"logits and uniforms: {e}"
+        )
     if div is None or div.margin <= margin:
         return None
-    return f"request {rid} {div.what}: the reference's rules give their value from the backend's own " \
-           f"logits and uniforms (margin {div.margin:.3g} > {margin:g})"
+    return (
+        f"request {rid} {div.what}: the reference's rules give their value from the backend's own "
+        f"logits and uniforms (margin {div.margin:.3g} > {margin:g})"
+    )
 
 
 def contradicted_decision(tr, rid, T: int, margin: float) -> str | None:
@@ -275,10 +310,14 @@ def contradicted_decision(tr, rid, T: int, margin: float) -> str | None:
     decision is right, and a negative margin would always count as near."""
     try:
         div = first_divergence(redecide(tr, rid, T), tr, rid, T, ("its rule", "reference"))
-    except OracleError as e:          # e.g. a draft with q(x) = 0 on the reference's own side
-        return f"the reference's rules cannot reach the reference's own decisions from its logits and " \
-               f"uniforms ({e}); never excused"
+    except OracleError as e:  # e.g. a draft with q(x) = 0 on the reference's own side
+        return (
+            f"the reference's rules cannot reach the reference's own decisions from its logits and "
+            f"uniforms ({e}); never excused"
+        )
     if div is None or div.margin <= margin:
         return None
-    return f"{div.what}: the reference's own decision is not what its rule gives from its own logits and " \
-           f"uniforms: reference margin {-div.margin:.3g} < 0, never excused"
+    return (
+        f"{div.what}: the reference's own decision is not what its rule gives from its own logits and "
+        f"uniforms: reference margin {-div.margin:.3g} < 0, never excused"
+    )

@@ -13,6 +13,7 @@ is delta_rc = <J c, e_r> / <J c, J c>. Across requests the estimates of a correc
 within DRIFT_FLOOR of the weights' own rounding drift; drift_stats.beyond_floor tests that with
 Student's t, Bonferroni over the directions tested.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,12 +26,12 @@ from .scenario import make_case
 from .runner import run_scenario as run
 from ..sampling import SamplingParams
 
-FD_STEP = 1e-6                 # relative step of the finite differences (FP64)
-GROWTH = 1.5                   # weight of a value group at depth j: 1 / (rms * GROWTH**j)
-PROBE_REQUESTS = 24            # sequences the judge runs through the backend for the fit
-COARSE_HIDDEN = 1024           # from this hidden size the JAX judge fits coarse_directions only
-VISIBLE = 1e-9                 # a direction whose pooled <Jc, Jc> is below this times the largest is invisible
-ALIAS = 1e-6                   # directions with |cos| > 1 - ALIAS are one direction (named together)
+FD_STEP = 1e-6  # relative step of the finite differences (FP64)
+GROWTH = 1.5  # weight of a value group at depth j: 1 / (rms * GROWTH**j)
+PROBE_REQUESTS = 24  # sequences the judge runs through the backend for the fit
+COARSE_HIDDEN = 1024  # from this hidden size the JAX judge fits coarse_directions only
+VISIBLE = 1e-9  # a direction whose pooled <Jc, Jc> is below this times the largest is invisible
+ALIAS = 1e-6  # directions with |cos| > 1 - ALIAS are one direction (named together)
 # A correct engine may multiply by weights stored in its dtype or wider: the drift is tested
 # against d - s * d_w, s in [0, 1] (d_w: what rounding the weights to the dtype alone gives); |z|
 # is the smallest over s.
@@ -49,13 +50,20 @@ DRIFT_FLOOR = 0.001
 TWIN_SPREAD = 3.0
 
 LABEL = {
-    "attn_scale": "attention logit scale (= q_proj output scale)", "k_proj": "k_proj output scale",
-    "v_proj": "v_proj output scale", "o_proj": "o_proj output scale", "gate_proj": "gate_proj output scale",
-    "up_proj": "up_proj output scale", "down_proj": "down_proj output scale",
-    "input_layernorm": "input_layernorm weight scale", "input_layernorm_2": "input_layernorm_2 weight scale",
+    "attn_scale": "attention logit scale (= q_proj output scale)",
+    "k_proj": "k_proj output scale",
+    "v_proj": "v_proj output scale",
+    "o_proj": "o_proj output scale",
+    "gate_proj": "gate_proj output scale",
+    "up_proj": "up_proj output scale",
+    "down_proj": "down_proj output scale",
+    "input_layernorm": "input_layernorm weight scale",
+    "input_layernorm_2": "input_layernorm_2 weight scale",
     "post_attention_layernorm": "post_attention_layernorm weight scale",
     "post_attention_layernorm_2": "post_attention_layernorm_2 weight scale",
-    "rope_theta": "RoPE base (rope_theta)", "embed_tokens": "embed_tokens scale", "norm": "model.norm weight scale",
+    "rope_theta": "RoPE base (rope_theta)",
+    "embed_tokens": "embed_tokens scale",
+    "norm": "model.norm weight scale",
     "lm_head": "lm_head output scale",
 }
 
@@ -89,14 +97,16 @@ def _rounded(model, dtype: str):
 
 def _rows(fw, r0: int, r1: int, n: int) -> dict:
     """Rows r0:r1 of a batched forward, positions below n: what forward over them alone gives."""
-    return {"k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
-            "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
-            "logits": [x[r0:r1, :n] for x in fw["logits"]]}
+    return {
+        "k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
+        "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
+        "logits": [x[r0:r1, :n] for x in fw["logits"]],
+    }
 
 
 def _span(tokens, obs) -> tuple:
     """The committed tokens a request's observations depend on (up to its last observed position)."""
-    return tuple(tokens[:max(k[1] for k in obs) + 1])
+    return tuple(tokens[: max(k[1] for k in obs) + 1])
 
 
 def _contexts(merged) -> list:
@@ -128,12 +138,16 @@ def batch_forwards(model, contexts, dtype: str) -> None:
             while n < len(ctx) and (n + 1) * (P + 1) * len(ctx[n]) <= BATCH_ROWS_T:
                 n += 1
             chunk, ctx = ctx[:n], ctx[n:]
-            fw = drift_model.forward(model, [list(t) for t in chunk for _ in range(P + 1)], loops,
-                                     np.tile(scales, (n, 1)))
+            fw = drift_model.forward(
+                model, [list(t) for t in chunk for _ in range(P + 1)], loops, np.tile(scales, (n, 1))
+            )
             fr = drift_model.forward(rounded, [list(t) for t in chunk], loops, np.ones((n, P)))
             for i, t in enumerate(chunk):
-                _FORWARDS[(id(model), t, loops, dtype)] = (model, _rows(fw, i * (P + 1), (i + 1) * (P + 1), len(t)),
-                                                          _rows(fr, i, i + 1, len(t)))
+                _FORWARDS[(id(model), t, loops, dtype)] = (
+                    model,
+                    _rows(fw, i * (P + 1), (i + 1) * (P + 1), len(t)),
+                    _rows(fr, i, i + 1, len(t)),
+                )
 
 
 def _forwards(model, tokens: tuple, loops: int, dtype: str):
@@ -155,10 +169,13 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
     P = len(drift_model.params(model.cfg.num_layers))
     span = _span(tokens, obs)
     fw, fr = _forwards(model, span, loops, dtype)
-    tw = noise._twins(model, [(span, loops)], dtype, noise.SAMPLES, noise.SEED)[(span, loops)] \
-        if dtype in noise.SIGMA else None
+    tw = (
+        noise._twins(model, [(span, loops)], dtype, noise.SAMPLES, noise.SEED)[(span, loops)]
+        if dtype in noise.SIGMA
+        else None
+    )
     groups: dict = {}
-    for key, got in obs.items():                 # value groups (kind, depth[, layer]): positions, values
+    for key, got in obs.items():  # value groups (kind, depth[, layer]): positions, values
         g = groups.setdefault((key[0],) + key[2:], ([], []))
         g[0].append(key[1])
         g[1].append(got)
@@ -172,7 +189,7 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
             val, ref_w = fw["logits"][gkey[1]], fr["logits"][gkey[1]]
             twin = None if tw is None else (tw[0]["logits"][gkey[1]], tw[1]["logits"][gkey[1]])
         pos = np.asarray(pos)
-        val = val[:, pos].reshape(P + 1, len(pos), -1)                       # [1 + P, values, n]
+        val = val[:, pos].reshape(P + 1, len(pos), -1)  # [1 + P, values, n]
         c = val[0]
         J = (val[1:] - c) / FD_STEP
         e = np.stack([np.asarray(x, np.float64).reshape(-1) for x in got]) - c
@@ -180,7 +197,7 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
         ok = np.isfinite(e) & np.isfinite(ew)
         depth = gkey[1]
         rms = np.sqrt(np.mean(np.sum(np.where(ok, c, 0.0) ** 2, axis=1)))
-        w = 1.0 / max(rms * GROWTH ** depth, 1e-30) ** 2
+        w = 1.0 / max(rms * GROWTH**depth, 1e-30) ** 2
         if ok.all():
             Jf, ef, ewf = J.reshape(P, -1), e.ravel(), ew.ravel()
         else:
@@ -188,15 +205,17 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
         b += w * (Jf @ ef)
         bw += w * (Jf @ ewf)
         G += w * (Jf @ Jf.T)
-        if twin is not None:                     # each twin sample's error against the twin's own center
+        if twin is not None:  # each twin sample's error against the twin's own center
             et = (np.asarray(twin[1][:, pos], np.float64) - np.asarray(twin[0][:, pos], np.float64)).reshape(
-                noise.SAMPLES, len(pos), -1)
+                noise.SAMPLES, len(pos), -1
+            )
             bt += w * (np.where(ok, et, 0.0).reshape(noise.SAMPLES, -1)[:, ok.ravel()] @ Jf.T)
         n += ef.size
     return b, G, n, bw, bt
 
 
 # ---- the directions tested and the verdict ----
+
 
 def directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
     """(label, c): one per parameter, plus the attention logit scale of all layers together."""
@@ -225,19 +244,25 @@ def coarse_directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
 @dataclass(slots=True)
 class Estimate:
     label: str
-    drift: float            # mean over requests of the estimated relative drift
-    se: float               # its standard error over requests
+    drift: float  # mean over requests of the estimated relative drift
+    se: float  # its standard error over requests
     t: float
-    explained: float        # pooled (c.b)^2 / (c.G.c): the error this direction alone explains
-    weights: float = 0.0    # the drift that storing the weights in the backend's dtype alone gives
-    allowance: tuple = (-DRIFT_FLOOR, DRIFT_FLOOR)   # the rounding allowance beyond the weights' share (lo, hi)
+    explained: float  # pooled (c.b)^2 / (c.G.c): the error this direction alone explains
+    weights: float = 0.0  # the drift that storing the weights in the backend's dtype alone gives
+    allowance: tuple = (-DRIFT_FLOOR, DRIFT_FLOOR)  # the rounding allowance beyond the weights' share (lo, hi)
 
     def line(self) -> str:
         return f"{self.label} {1 + self.drift:.4f} ± {self.se:.4f} (z = {self.t:.1f})"
 
     def to_json(self) -> dict:
-        return {"parameter": self.label, "scale": 1 + self.drift, "se": self.se, "z": self.t,
-                "weights_alone": 1 + self.weights, "allowance": list(self.allowance)}
+        return {
+            "parameter": self.label,
+            "scale": 1 + self.drift,
+            "se": self.se,
+            "z": self.t,
+            "weights_alone": 1 + self.weights,
+            "allowance": list(self.allowance),
+        }
 
 
 @dataclass(slots=True)
@@ -252,10 +277,17 @@ class DriftReport:
     values: int = 0
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "requests": self.requests, "threshold": self.threshold, "failure": self.failure,
-                "family_alpha": drift_stats.FAMILY_ALPHA, "values": self.values, "seconds": round(self.seconds, 2),
-                "invisible": self.invisible,
-                "estimates": [e.to_json() for e in self.estimates]}
+        return {
+            "ok": self.ok,
+            "requests": self.requests,
+            "threshold": self.threshold,
+            "failure": self.failure,
+            "family_alpha": drift_stats.FAMILY_ALPHA,
+            "values": self.values,
+            "seconds": round(self.seconds, 2),
+            "invisible": self.invisible,
+            "estimates": [e.to_json() for e in self.estimates],
+        }
 
 
 def twin_allowance(xt: np.ndarray) -> tuple[float, float]:
@@ -285,7 +317,7 @@ def verdict(stats: list, num_layers: int, reproduce: str = "", dirs=None) -> Dri
         if pw <= VISIBLE * top:
             invisible.append(name)
             continue
-        for k, (names, c2, pw2) in enumerate(tested):          # an alias of a direction already tested
+        for k, (names, c2, pw2) in enumerate(tested):  # an alias of a direction already tested
             if abs(c @ Gp @ c2) >= (1 - ALIAS) * np.sqrt(pw * pw2):
                 tested[k] = (names + [name], c2, pw2)
                 break
@@ -299,19 +331,31 @@ def verdict(stats: list, num_layers: int, reproduce: str = "", dirs=None) -> Dri
         keep = a > 0
         x, xw = (bs[keep] @ c) / a[keep], (bws[keep] @ c) / a[keep]
         lo, hi = twin_allowance(bts[keep] @ c / a[keep, None]) if bts is not None else (-DRIFT_FLOOR, DRIFT_FLOOR)
-        mean, se, t, s = min((drift_stats.beyond_interval(x - s * xw, lo, hi) + (s,) for s in WEIGHT_SHARES),
-                             key=lambda r: abs(r[2]))
-        est.append(Estimate(" = ".join(names), mean + s * float(np.mean(xw)), se, t,
-                            float((bs.sum(0) @ c) ** 2 / pw), float(np.mean(xw)), (lo, hi)))
+        mean, se, t, s = min(
+            (drift_stats.beyond_interval(x - s * xw, lo, hi) + (s,) for s in WEIGHT_SHARES), key=lambda r: abs(r[2])
+        )
+        est.append(
+            Estimate(
+                " = ".join(names),
+                mean + s * float(np.mean(xw)),
+                se,
+                t,
+                float((bs.sum(0) @ c) ** 2 / pw),
+                float(np.mean(xw)),
+                (lo, hi),
+            )
+        )
     bad = [e for e in est if abs(e.t) > thr]
     rep = DriftReport(not bad, n, thr, est, invisible, values=sum(s[2] for s in stats))
     if bad:
         worst = max(bad, key=lambda e: e.explained)
-        rep.failure = (f"{worst.line()}: a systematic error, not rounding (weights rounded to the dtype alone give "
-                       f"{1 + worst.weights:.4f}; |z| > {thr:.2f} over {n} requests, "
-                       f"family-wise false-alarm rate {drift_stats.FAMILY_ALPHA:g})"
-                       + (f"; {len(bad) - 1} more directions past the threshold" if len(bad) > 1 else "")
-                       + (f" (reproduce: {reproduce})" if reproduce else ""))
+        rep.failure = (
+            f"{worst.line()}: a systematic error, not rounding (weights rounded to the dtype alone give "
+            f"{1 + worst.weights:.4f}; |z| > {thr:.2f} over {n} requests, "
+            f"family-wise false-alarm rate {drift_stats.FAMILY_ALPHA:g})"
+            + (f"; {len(bad) - 1} more directions past the threshold" if len(bad) > 1 else "")
+            + (f" (reproduce: {reproduce})" if reproduce else "")
+        )
     return rep
 
 
@@ -330,8 +374,16 @@ def probe_case(vocab: int, total_loops: int, n: int = PROBE_REQUESTS, seed: int 
     D = max(2, min(total_loops, 4))
     params = [SamplingParams() if i % 2 == 0 else SamplingParams(temperature=1.0, seed=seed + i) for i in range(n)]
     groups = [range(g, min(n, g + PROBE_GROUP)) for g in range(0, n, PROBE_GROUP)]
-    return make_case("drift probe", [{i: 5 for i in grp} for grp in groups for _ in range(rounds)], max(1, D // 2), D,
-                     params, seed=seed, prompt_len=(24, 40), vocab=vocab)
+    return make_case(
+        "drift probe",
+        [{i: 5 for i in grp} for grp in groups for _ in range(rounds)],
+        max(1, D // 2),
+        D,
+        params,
+        seed=seed,
+        prompt_len=(24, 40),
+        vocab=vocab,
+    )
 
 
 def probe_runs(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345) -> dict:
@@ -347,7 +399,7 @@ def fit(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=
     passes its jvp, judge_jax/drift.py). rep.seconds: this fit's own time."""
     t0 = time.perf_counter()
     merged = merged_observations(runs.values())
-    if stats_fn is None:                      # the NumPy sensitivities: every request's forwards in few batches
+    if stats_fn is None:  # the NumPy sensitivities: every request's forwards in few batches
         batch_forwards(model, _contexts(merged), dtype)
         stats_fn = lambda tokens, loops, obs: request_stats(model, tokens, loops, obs, dtype)
     per: dict = {}
@@ -360,8 +412,9 @@ def fit(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=
     return rep
 
 
-def drift_check(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "",
-                stats_fn=None, dirs=None) -> DriftReport:
+def drift_check(
+    backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "", stats_fn=None, dirs=None
+) -> DriftReport:
     """Runs the probe through the backend in both modes and fits the drifts (fit)."""
     t0 = time.perf_counter()
     runs = probe_runs(backend, model, n, seed)
@@ -374,22 +427,31 @@ def drift_lines(drift: dict) -> list[str]:
     """The drift section of `check --backend`'s text output: the answer first, then every estimate
     with its interval and its rounding allowance, then the terms explained."""
     est = drift["estimates"]
-    answer = "no systematic drift" if drift["ok"] else "SYSTEMATIC DRIFT: " + drift["failure"].split(": a systematic")[0]
-    head = (f"  drift: {answer} ({len(est)} directions fitted over {drift['requests']} probe requests, "
-            f"{drift['values']} values, {drift['seconds']} s; |z| > {drift['threshold']:.2f} fails, family-wise "
-            f"false-alarm rate {drift['family_alpha']:g})")
+    answer = (
+        "no systematic drift" if drift["ok"] else "SYSTEMATIC DRIFT: " + drift["failure"].split(": a systematic")[0]
+    )
+    head = (
+        f"  drift: {answer} ({len(est)} directions fitted over {drift['requests']} probe requests, "
+        f"{drift['values']} values, {drift['seconds']} s; |z| > {drift['threshold']:.2f} fails, family-wise "
+        f"false-alarm rate {drift['family_alpha']:g})"
+    )
     rows = []
     for e in est:
         lo, hi = e.get("allowance", (-DRIFT_FLOOR, DRIFT_FLOOR))
         why = "; within the rounding allowance" if e["z"] == 0 else ""
-        rows.append(f"    {e['parameter']} {e['scale']:.4f} ± {e['se']:.4f} (z = {e['z']:.1f}{why}; weights rounded "
-                    f"to the dtype alone: {e['weights_alone']:.4f}; rounding allowance beyond them "
-                    f"{lo:+.4f}..{hi:+.4f})")
-    notes = ["    terms: z is the distance past the rounding allowance (what the noise twin's rounding alone "
-             "drifts, widened by the floor 0.001) in standard errors over requests, 0 inside it; 'A = B' is one "
-             "direction under two names (their effects on every observed value are proportional)"]
+        rows.append(
+            f"    {e['parameter']} {e['scale']:.4f} ± {e['se']:.4f} (z = {e['z']:.1f}{why}; weights rounded "
+            f"to the dtype alone: {e['weights_alone']:.4f}; rounding allowance beyond them "
+            f"{lo:+.4f}..{hi:+.4f})"
+        )
+    notes = [
+        "    terms: z is the distance past the rounding allowance (what the noise twin's rounding alone "
+        "drifts, widened by the floor 0.001) in standard errors over requests, 0 inside it; 'A = B' is one "
+        "direction under two names (their effects on every observed value are proportional)"
+    ]
     if drift["invisible"]:
         rows.append(f"    not observable: {', '.join(drift['invisible'])}")
-        notes[0] += ("; 'not observable': a scale no observed value depends on (a scale just before an RMSNorm "
-                     "cancels in it)")
+        notes[0] += (
+            "; 'not observable': a scale no observed value depends on (a scale just before an RMSNorm cancels in it)"
+        )
     return [head] + rows + notes

@@ -6,6 +6,7 @@ independent requests have mean 0, so t = mean / (sd / sqrt(n)) follows Student's
 degrees of freedom (exactly for normal estimates; rounding noise summed over hundreds of values
 is close to normal, and heavier tails make the test conservative).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,10 @@ def _betacf(a: float, b: float, x: float) -> float:
     d = 1.0 / (d if abs(d) > tiny else tiny)
     f = d
     for m in range(1, 400):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1.0 + num * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + num / c

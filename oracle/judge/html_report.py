@@ -21,6 +21,7 @@ the page carries them inline, so index.html alone is the whole report. A missing
 (no drift or precision report, nothing diverged) is said in a line, not drawn. matplotlib is
 the optional `plots` extra: without it, an OracleError says how to install it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,13 +36,15 @@ from ..errors import OracleError
 
 INSTALL = 'check --report needs matplotlib, the plots extra: pip install -e ".[plots]"'
 COUNTERS = ("request_rounds", "tokens_compared", "logits_compared", "kv_writes_compared", "rng_events_compared")
-MAX_FAILED = 40            # rows of the failed request checks' table
-MAX_FAILED_OPEN = 6        # failed checks shown open; the rest behind a <details> fold
-MAX_EXCUSED = 12           # excused divergences listed before the <details> fold
+MAX_FAILED = 40  # rows of the failed request checks' table
+MAX_FAILED_OPEN = 6  # failed checks shown open; the rest behind a <details> fold
+MAX_EXCUSED = 12  # excused divergences listed before the <details> fold
 NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
 GROUP = re.compile(r"^(?P<kind>.*?), depth (?P<depth>\d+)(?:, layer (?P<layer>\d+))?$")
-DIVERGENCE = re.compile(r"^(?:(?P<case>.*?): )?round (?P<round>\d+) request (?P<request>\d+): (?P<what>[^:]*?): "
-                        r"(?:accepted )?backend (?P<got>\S+) vs reference (?P<want>[^,;( ]+)")
+DIVERGENCE = re.compile(
+    r"^(?:(?P<case>.*?): )?round (?P<round>\d+) request (?P<request>\d+): (?P<what>[^:]*?): "
+    r"(?:accepted )?backend (?P<got>\S+) vs reference (?P<want>[^,;( ]+)"
+)
 MARGIN = re.compile(r"reference margin " + NUM)
 SCALES = re.compile(r"is " + NUM + r" noise scales of the twin <= " + NUM)
 REPRODUCE = re.compile(r"\s*\(reproduce: (.*)\)\s*$")
@@ -71,7 +74,7 @@ def write_report(verdict: dict, directory: str) -> str:
         fig = draw(Figure, verdict)
         path = os.path.join(directory, f"{name}.png")
         if fig is None:
-            if os.path.exists(path):              # a stale plot of an earlier report in the same folder
+            if os.path.exists(path):  # a stale plot of an earlier report in the same folder
                 os.remove(path)
             continue
         Canvas(fig)
@@ -87,13 +90,14 @@ def write_report(verdict: dict, directory: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # reading the verdict
 
+
 def _failed(verdict: dict) -> list[dict]:
     return [c for c in verdict.get("checks") or [] if not c.get("ok", True)]
 
 
 def _split_reproduce(detail: str) -> tuple[str, str]:
     m = REPRODUCE.search(detail or "")
-    return ((detail[:m.start()], m.group(1)) if m else (detail or "", ""))
+    return (detail[: m.start()], m.group(1)) if m else (detail or "", "")
 
 
 def _counters(verdict: dict) -> dict:
@@ -118,9 +122,16 @@ def _divergences(verdict: dict) -> list[dict]:
         if not m:
             continue
         s = SCALES.search(line)
-        rows.append({**m.groupdict(), "excused": True, "line": line,
-                     "margin": _number(MARGIN.search(line).group(1)) if MARGIN.search(line) else math.nan,
-                     "scales": _number(s.group(1)) if s else math.nan, "limit": _number(s.group(2)) if s else math.nan})
+        rows.append(
+            {
+                **m.groupdict(),
+                "excused": True,
+                "line": line,
+                "margin": _number(MARGIN.search(line).group(1)) if MARGIN.search(line) else math.nan,
+                "scales": _number(s.group(1)) if s else math.nan,
+                "limit": _number(s.group(2)) if s else math.nan,
+            }
+        )
     for c in _failed(verdict):
         if not str(c.get("name", "")).endswith((": tokens", ": decisions")):
             continue
@@ -129,8 +140,17 @@ def _divergences(verdict: dict) -> list[dict]:
         if not m:
             continue
         mm = MARGIN.search(detail)
-        rows.append({**m.groupdict(), "excused": False, "line": detail, "check": c.get("name", ""),
-                     "margin": _number(mm.group(1)) if mm else math.nan, "scales": math.nan, "limit": math.nan})
+        rows.append(
+            {
+                **m.groupdict(),
+                "excused": False,
+                "line": detail,
+                "check": c.get("name", ""),
+                "margin": _number(mm.group(1)) if mm else math.nan,
+                "scales": math.nan,
+                "limit": math.nan,
+            }
+        )
     for r in rows:
         r["case"] = r["case"] or ""
     return rows
@@ -184,9 +204,17 @@ def _precision_plot(Figure, verdict: dict):
         past = thr is not None and float(g.get("z", -math.inf)) > float(thr)
         bits = g.get("bits")
         text = f"{float(g.get('energy', math.nan)):.2f}x" + (f"\n{float(bits):.1f} b" if bits is not None else "")
-        ax.text(j, i, text, ha="center", va="center", fontsize=8, linespacing=1.0,
-                fontweight="bold" if past else "normal",
-                color="white" if not 0.12 < float(norm(grid[i, j])) < 0.85 else "black")
+        ax.text(
+            j,
+            i,
+            text,
+            ha="center",
+            va="center",
+            fontsize=8,
+            linespacing=1.0,
+            fontweight="bold" if past else "normal",
+            color="white" if not 0.12 < float(norm(grid[i, j])) < 0.85 else "black",
+        )
         if past:
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2.2))
     ax.set_xticks(range(len(cols)), [f"depth {d}" for d in cols], fontsize=9)
@@ -197,18 +225,23 @@ def _precision_plot(Figure, verdict: dict):
     ax.grid(which="minor", color="white", linewidth=1.5)
     ax.tick_params(which="minor", length=0)
     dtype = prec.get("dtype") or verdict.get("dtype") or ""
-    ax.set_title(f"error energy over the {dtype} noise twin (cell: energy, effective bits)"
-                 + (f"; outlined: z > {float(thr):.2f}, fails" if thr is not None else ""), fontsize=10, loc="left")
+    ax.set_title(
+        f"error energy over the {dtype} noise twin (cell: energy, effective bits)"
+        + (f"; outlined: z > {float(thr):.2f}, fails" if thr is not None else ""),
+        fontsize=10,
+        loc="left",
+    )
     bar = fig.colorbar(im, ax=ax, shrink=0.9, pad=0.01)
     bar.add_lines([centre], colors=["black"], linewidths=[2.5])
     ticks = [t for t in range(math.ceil(lo), math.floor(hi) + 1)]
-    bar.set_ticks(ticks, labels=[f"{2.0 ** t:g}x" for t in ticks], fontsize=8)
+    bar.set_ticks(ticks, labels=[f"{2.0**t:g}x" for t in ticks], fontsize=8)
     bar.set_label(f"energy (log scale); line: rho = {rho:g}x", fontsize=8)
     return fig
 
 
 def _cmap(name: str):
     import matplotlib
+
     return matplotlib.colormaps[name]
 
 
@@ -249,20 +282,36 @@ def _drift_plot(Figure, verdict: dict):
         ax.plot([w], [y], marker="|", color=BLUE, markersize=12, markeredgewidth=2)
         colour = RED if bad else "black"
         if math.isfinite(x) and left <= x <= right:
-            ax.errorbar([x], [y], xerr=[[min(half, x - left)], [min(half, right - x)]], fmt="o", color=colour,
-                        markersize=4, capsize=3, linewidth=1.4)
+            ax.errorbar(
+                [x],
+                [y],
+                xerr=[[min(half, x - left)], [min(half, right - x)]],
+                fmt="o",
+                color=colour,
+                markersize=4,
+                capsize=3,
+                linewidth=1.4,
+            )
         elif math.isfinite(x):
             edge = right if x > right else left
-            ax.annotate(f"{x:+.3g}%", (edge, y), xytext=(-40 if x > right else 40, 0), textcoords="offset points",
-                        ha="center", va="center", color=colour, fontsize=8,
-                        arrowprops={"arrowstyle": "->", "color": colour})
+            ax.annotate(
+                f"{x:+.3g}%",
+                (edge, y),
+                xytext=(-40 if x > right else 40, 0),
+                textcoords="offset points",
+                ha="center",
+                va="center",
+                color=colour,
+                fontsize=8,
+                arrowprops={"arrowstyle": "->", "color": colour},
+            )
     ax.set_xlim(left, right)
     ax.set_ylim(-0.6, n - 0.4)
     ax.axvline(0.0, color=GREY, linewidth=0.8, linestyle="--")
     labels = [_short(str(e.get("parameter", "?")), 64) for e in est]
     ax.set_yticks(range(n), labels[::-1], fontsize=8)
     ax.tick_params(axis="y", length=0)
-    right_axis = ax.twinx()                   # each direction's z on the right (inside the layout)
+    right_axis = ax.twinx()  # each direction's z on the right (inside the layout)
     right_axis.set_ylim(ax.get_ylim())
     right_axis.set_yticks(range(n), [f"z = {float(e.get('z', 0.0)):.1f}" for e in est][::-1], fontsize=8)
     right_axis.tick_params(length=0)
@@ -275,16 +324,21 @@ def _drift_plot(Figure, verdict: dict):
     ax.tick_params(axis="x", labelsize=8)
     ax.grid(axis="x", color="#e0e0e0", linewidth=0.6)
     ax.set_axisbelow(True)
-    ax.set_title(f"drift estimates: dot ± {thr:.2f} se; |z| > {thr:.2f} fails (the bar misses the band)\n"
-                 "green band: the drift rounding may give; blue tick: the weights rounded to the dtype alone",
-                 fontsize=9, loc="left")
+    ax.set_title(
+        f"drift estimates: dot ± {thr:.2f} se; |z| > {thr:.2f} fails (the bar misses the band)\n"
+        "green band: the drift rounding may give; blue tick: the weights rounded to the dtype alone",
+        fontsize=9,
+        loc="left",
+    )
     return fig
 
 
 def _band(band, y):
     from matplotlib.patches import Rectangle
-    return Rectangle((band[0], y - 0.32), band[1] - band[0], 0.64, facecolor="#c8e6c9", edgecolor="#81c784",
-                     linewidth=0.6)
+
+    return Rectangle(
+        (band[0], y - 0.32), band[1] - band[0], 0.64, facecolor="#c8e6c9", edgecolor="#81c784", linewidth=0.6
+    )
 
 
 def _short(label: str, width: int = 52) -> str:
@@ -310,20 +364,30 @@ def _divergence_plot(Figure, verdict: dict):
     fig = Figure(figsize=(11.0, 1.5 + 0.42 * n), layout="constrained")
     ax = fig.add_subplot()
     shift = {"block": 0.17, "loop": -0.17}
-    for excused, colour, marker, name in ((True, GREY, "o", "excused (a reference near-tie)"),
-                                          (False, RED, "X", "failed check")):
+    for excused, colour, marker, name in (
+        (True, GREY, "o", "excused (a reference near-tie)"),
+        (False, RED, "X", "failed check"),
+    ):
         for mode, face in (("block", colour), ("loop", "white"), ("", colour)):
             pts = [r for r in rows if r["excused"] is excused and (r["mode"] if r["mode"] in shift else "") == mode]
             if not pts:
                 continue
             ys = [n - 1 - labels.index(r["row"]) + shift.get(mode, 0.0) for r in pts]
-            ax.scatter([r["margin"] for r in pts], ys, marker=marker, s=40 if excused else 64, facecolors=face,
-                       edgecolors=colour if excused else "black", linewidths=1.0, zorder=3,
-                       label=f"{name}{', ' + mode if mode else ''}: {len(pts)}")
+            ax.scatter(
+                [r["margin"] for r in pts],
+                ys,
+                marker=marker,
+                s=40 if excused else 64,
+                facecolors=face,
+                edgecolors=colour if excused else "black",
+                linewidths=1.0,
+                zorder=3,
+                label=f"{name}{', ' + mode if mode else ''}: {len(pts)}",
+            )
     ax.set_xscale("log")
     lo, hi = min(r["margin"] for r in rows), max(r["margin"] for r in rows)
     left, right = 10 ** math.floor(math.log10(lo) - 0.2), 10 ** math.ceil(math.log10(hi) + 0.2)
-    ax.set_xlim(min(left, right / 1e3), right)           # at least three decades: never a sliver of one
+    ax.set_xlim(min(left, right / 1e3), right)  # at least three decades: never a sliver of one
     ax.set_yticks(range(n), [_short(s or "(no case)", 60) for s in labels][::-1], fontsize=8)
     ax.set_yticks([k + 0.5 for k in range(n - 1)], minor=True)
     ax.tick_params(axis="y", which="minor", length=0)
@@ -335,8 +399,11 @@ def _divergence_plot(Figure, verdict: dict):
     ax.set_axisbelow(True)
     ax.tick_params(axis="y", which="major", length=0)
     fig.legend(fontsize=8, loc="outside lower center", ncols=4, frameon=False)
-    ax.set_title("the first divergence of each request from the reference's tokens "
-                 "(filled: block run, hollow: loop run)", fontsize=10, loc="left")
+    ax.set_title(
+        "the first divergence of each request from the reference's tokens (filled: block run, hollow: loop run)",
+        fontsize=10,
+        loc="left",
+    )
     return fig
 
 
@@ -386,16 +453,21 @@ def _page(v: dict, plots: dict) -> str:
     judge = v.get("judge", "?")
     judge = "the FP32 reference" if judge == "reference" else f"the {judge} judge"
     seconds = v.get("seconds")
-    head = [f"backend <b>{_e(v.get('backend', '?'))}</b>",
-            f"dtype <b>{_e(v.get('dtype', '?'))}</b>" + (" (exact)" if v.get("exact") else ""),
-            f"judged against {_e(judge)}"
-            + (f", tolerance row {_e(v['tolerance_row'])}" if v.get("tolerance_row") else ""),
-            (f"ran {float(seconds):.1f} s" if seconds is not None else ""), f"written {_e(when)}"]
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{'OK' if ok else 'FAILED'}: {_e(v.get('backend', 'check'))}</title>",
-           f"<style>{CSS}</style></head><body>",
-           f'<header class="{"ok" if ok else "failed"}"><h1>{"OK" if ok else "FAILED"}: '
-           f"{_e(v.get('backend', '?'))}</h1><p>{' · '.join(h for h in head if h)}</p></header><main>"]
+    head = [
+        f"backend <b>{_e(v.get('backend', '?'))}</b>",
+        f"dtype <b>{_e(v.get('dtype', '?'))}</b>" + (" (exact)" if v.get("exact") else ""),
+        f"judged against {_e(judge)}" + (f", tolerance row {_e(v['tolerance_row'])}" if v.get("tolerance_row") else ""),
+        (f"ran {float(seconds):.1f} s" if seconds is not None else ""),
+        f"written {_e(when)}",
+    ]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{'OK' if ok else 'FAILED'}: {_e(v.get('backend', 'check'))}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f'<header class="{"ok" if ok else "failed"}"><h1>{"OK" if ok else "FAILED"}: '
+        f"{_e(v.get('backend', '?'))}</h1><p>{' · '.join(h for h in head if h)}</p></header><main>",
+    ]
     out += _summary(v, failed)
     out += _failed_section(failed)
     out += _precision_section(v, plots.get("precision"))
@@ -411,8 +483,10 @@ def _summary(v: dict, failed: list) -> list[str]:
     checks = v.get("checks") or []
     passed = sum(1 for c in cases if c.get("ok"))
     tone = "pass" if passed == len(cases) else "fail"
-    bits = [f"cases: <span class='{tone}'>{passed}/{len(cases)}</span> pass",
-            f"checks: <span class='{'fail' if failed else 'pass'}'>{len(failed)}</span> of {len(checks)} failed"]
+    bits = [
+        f"cases: <span class='{tone}'>{passed}/{len(cases)}</span> pass",
+        f"checks: <span class='{'fail' if failed else 'pass'}'>{len(failed)}</span> of {len(checks)} failed",
+    ]
     for name in ("drift", "precision"):
         sec = v.get(name)
         if isinstance(sec, dict):
@@ -424,8 +498,10 @@ def _summary(v: dict, failed: list) -> list[str]:
     line2 = " · ".join(f"{k.replace('_', ' ')}: {val}" for k, val in counts.items())
     excused = len(v.get("excused_divergences") or [])
     line2 += (" · " if line2 else "") + f"excused divergences: {excused}"
-    return ['<div class="summary">' + "".join(f"<span>{b}</span>" for b in bits) + "</div>",
-            f'<div class="summary muted small">{line2}</div>']
+    return [
+        '<div class="summary">' + "".join(f"<span>{b}</span>" for b in bits) + "</div>",
+        f'<div class="summary muted small">{line2}</div>',
+    ]
 
 
 def _merged_failures(failed: list) -> list[dict]:
@@ -437,14 +513,20 @@ def _merged_failures(failed: list) -> list[dict]:
         detail, reproduce = _split_reproduce(str(c.get("detail", "")))
         m = re.match(r"^(.*) \[([^\]]+)\]: ([^:]+)$", name)
         if m and detail.startswith(f"{m[1]} [{m[2]}]: "):
-            detail = detail[len(f"{m[1]} [{m[2]}]: "):]
+            detail = detail[len(f"{m[1]} [{m[2]}]: ") :]
         key = (m[1], m[3], detail, reproduce) if m else (name, "", detail, reproduce)
         if key in seen:
             seen[key]["modes"].append(m[2])
             seen[key]["checks"] += 1
             continue
-        seen[key] = {"case": m[1] if m else "", "check": m[3] if m else name, "modes": [m[2]] if m else [],
-                     "detail": detail, "reproduce": reproduce, "checks": 1}
+        seen[key] = {
+            "case": m[1] if m else "",
+            "check": m[3] if m else name,
+            "modes": [m[2]] if m else [],
+            "detail": detail,
+            "reproduce": reproduce,
+            "checks": 1,
+        }
         out.append(seen[key])
     for f in out:
         f["name"] = f"{f['case']} [{', '.join(f['modes'])}]: {f['check']}" if f["modes"] else f["check"]
@@ -456,12 +538,19 @@ def _failed_section(failed: list) -> list[str]:
         return ["<h2>Failed checks</h2><p>None.</p>"]
     merged = _merged_failures(failed)
     out = [f"<h2>Failed checks ({len(failed)})</h2>"]
-    cards = [f'<div class="check"><b>{_e(f["name"])}</b>{_e(f["detail"])}'
-             + (f"<pre>{_e(f['reproduce'])}</pre>" if f["reproduce"] else "") + "</div>" for f in merged]
+    cards = [
+        f'<div class="check"><b>{_e(f["name"])}</b>{_e(f["detail"])}'
+        + (f"<pre>{_e(f['reproduce'])}</pre>" if f["reproduce"] else "")
+        + "</div>"
+        for f in merged
+    ]
     out += cards[:MAX_FAILED_OPEN]
     if len(cards) > MAX_FAILED_OPEN:
-        out.append(f"<details><summary>{len(cards) - MAX_FAILED_OPEN} more</summary>"
-                   + "".join(cards[MAX_FAILED_OPEN:]) + "</details>")
+        out.append(
+            f"<details><summary>{len(cards) - MAX_FAILED_OPEN} more</summary>"
+            + "".join(cards[MAX_FAILED_OPEN:])
+            + "</details>"
+        )
     return out
 
 
@@ -482,10 +571,17 @@ def _precision_section(v: dict, png: str | None) -> list[str]:
     if not isinstance(prec, dict):
         return out + ["<p class='muted'>No precision report in this verdict.</p>"]
     thr, rho = prec.get("threshold"), prec.get("rho")
-    out.append(f"<p>{_badge(prec.get('ok'))} "
-               + (f"{prec.get('requests', '?')} probe requests; a group fails where its energy exceeds "
-                  f"{float(rho):g}x the twin's at z &gt; {float(thr):.2f} (family-wise false-alarm rate "
-                  f"{prec.get('family_alpha', '?')})." if thr is not None and rho is not None else "") + "</p>")
+    out.append(
+        f"<p>{_badge(prec.get('ok'))} "
+        + (
+            f"{prec.get('requests', '?')} probe requests; a group fails where its energy exceeds "
+            f"{float(rho):g}x the twin's at z &gt; {float(thr):.2f} (family-wise false-alarm rate "
+            f"{prec.get('family_alpha', '?')})."
+            if thr is not None and rho is not None
+            else ""
+        )
+        + "</p>"
+    )
     out += _unless_listed(prec.get("failure"), v)
     out.append(_img(png, "precision heatmap") if png else "<p class='muted'>No groups to draw.</p>")
     return out
@@ -498,10 +594,16 @@ def _drift_section(v: dict, png: str | None) -> list[str]:
         return out + ["<p class='muted'>No drift report in this verdict.</p>"]
     est = drift.get("estimates") or []
     thr = drift.get("threshold")
-    out.append(f"<p>{_badge(drift.get('ok'))} {len(est)} directions fitted over {drift.get('requests', '?')} "
-               f"probe requests ({drift.get('values', '?')} values)"
-               + (f"; |z| &gt; {float(thr):.2f} fails (family-wise false-alarm rate "
-                  f"{drift.get('family_alpha', '?')})" if thr is not None else "") + ".</p>")
+    out.append(
+        f"<p>{_badge(drift.get('ok'))} {len(est)} directions fitted over {drift.get('requests', '?')} "
+        f"probe requests ({drift.get('values', '?')} values)"
+        + (
+            f"; |z| &gt; {float(thr):.2f} fails (family-wise false-alarm rate {drift.get('family_alpha', '?')})"
+            if thr is not None
+            else ""
+        )
+        + ".</p>"
+    )
     out += _unless_listed(drift.get("failure"), v)
     out.append(_img(png, "drift estimates") if png else "<p class='muted'>No estimates to draw.</p>")
     if drift.get("invisible"):
@@ -518,22 +620,31 @@ def _divergence_section(v: dict, png: str | None) -> list[str]:
         out.append(_img(png, "first divergences"))
     bad = [r for r in rows if not r["excused"]]
     if bad:
-        out.append(f"<p><b>Failed request checks ({len(bad)})</b>: the first divergence of each.</p><table>"
-                   "<tr><th>check</th><th>round</th><th>request</th><th>where</th><th>backend</th>"
-                   "<th>reference</th><th>ref. margin</th></tr>")
-        out += [f"<tr><td>{_e(r.get('check', ''))}</td><td>{r['round']}</td><td>{r['request']}</td>"
-                f"<td>{_e(r['what'])}</td><td class='fail'>{_e(r['got'])}</td><td>{_e(r['want'])}</td>"
-                f"<td>{r['margin']:.3g}</td></tr>" for r in bad[:MAX_FAILED]]
+        out.append(
+            f"<p><b>Failed request checks ({len(bad)})</b>: the first divergence of each.</p><table>"
+            "<tr><th>check</th><th>round</th><th>request</th><th>where</th><th>backend</th>"
+            "<th>reference</th><th>ref. margin</th></tr>"
+        )
+        out += [
+            f"<tr><td>{_e(r.get('check', ''))}</td><td>{r['round']}</td><td>{r['request']}</td>"
+            f"<td>{_e(r['what'])}</td><td class='fail'>{_e(r['got'])}</td><td>{_e(r['want'])}</td>"
+            f"<td>{r['margin']:.3g}</td></tr>"
+            for r in bad[:MAX_FAILED]
+        ]
         out.append("</table>")
     ok = [r for r in rows if r["excused"]]
     if ok:
-        out.append(f"<p><b>Excused divergences ({len(ok)})</b>: reference near-ties, compared up to the "
-                   "divergence and not after.</p>")
+        out.append(
+            f"<p><b>Excused divergences ({len(ok)})</b>: reference near-ties, compared up to the "
+            "divergence and not after.</p>"
+        )
         items = [f"<li>{_e(r['line'])}</li>" for r in ok]
         out.append("<ul class='small'>" + "".join(items[:MAX_EXCUSED]) + "</ul>")
         if len(items) > MAX_EXCUSED:
-            out.append(f"<details><summary class='small'>{len(items) - MAX_EXCUSED} more</summary>"
-                       "<ul class='small'>" + "".join(items[MAX_EXCUSED:]) + "</ul></details>")
+            out.append(
+                f"<details><summary class='small'>{len(items) - MAX_EXCUSED} more</summary>"
+                "<ul class='small'>" + "".join(items[MAX_EXCUSED:]) + "</ul></details>"
+            )
     return out
 
 
@@ -541,8 +652,11 @@ def _cases_section(v: dict) -> list[str]:
     out = ["<h2>Cases</h2>"]
     cases = v.get("cases") or []
     if cases:
-        out.append("<table>" + "".join(f"<tr><td>{_badge(c.get('ok'))}</td><td>{_e(c.get('name', '?'))}</td></tr>"
-                                       for c in cases) + "</table>")
+        out.append(
+            "<table>"
+            + "".join(f"<tr><td>{_badge(c.get('ok'))}</td><td>{_e(c.get('name', '?'))}</td></tr>" for c in cases)
+            + "</table>"
+        )
     else:
         out.append("<p class='muted'>No cases.</p>")
     for s in v.get("skipped") or []:

@@ -15,6 +15,7 @@ rounding (a sandwich norm after an attention output that nearly cancels), small 
 `twin_bounds(model, ref_traces, dtype)` returns the `Bounds` compare_runs takes (bounds=); with
 no bounds compare_runs uses the fixed row of TOLERANCES.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,13 +27,13 @@ from ..traces import depths_of
 
 # Relative noise per rounding: bfloat16 keeps 8 significant bits, so a rounding's relative
 # error is uniform within +-2**-8 / m for a mantissa m in [1, 2): RMS 2**-8 / sqrt(3) * 0.72.
-SIGMA = {"bfloat16": 2.0 ** -8 / 3 ** 0.5 * 0.72, "float16": 2.0 ** -11 / 3 ** 0.5 * 0.72}
+SIGMA = {"bfloat16": 2.0**-8 / 3**0.5 * 0.72, "float16": 2.0**-11 / 3**0.5 * 0.72}
 SAMPLES = 8
 # K_VALUE, K_MARGIN: over 2000 random property-suite models judged with the correct
 # torch-cpu-bf16 backend, the largest ratio of a value's error to its noise scale was 7.6 (99.9%
 # of runs: below 4.8); docs/results.md, "The reduced-precision verdict" (scripts/bf16_false_alarm_rate.py).
-K_VALUE = 10.0         # a value may differ by up to this many noise scales
-K_MARGIN = 10.0        # a divergence is excused within this many noise scales of flipping
+K_VALUE = 10.0  # a value may differ by up to this many noise scales
+K_MARGIN = 10.0  # a divergence is excused within this many noise scales of flipping
 SEED = 20261201
 # The error energy a correct implementation of the declared dtype may show, in units of the twin's
 # (the precision verdict's allowance, oracle/judge/precision.py; the drift verdict allows the drift
@@ -49,10 +50,11 @@ TWIN_PRECISION = np.float32
 class Bounds:
     """Noise scales of one reference run, keyed like its traces: kv[(round, rid, pos, depth,
     layer)] = s (k and v together), logits[(round, kind, rid, o)] = (s, twin logits [S, V])."""
+
     kv: dict
     logits: dict
-    scale: float = 1.0     # sqrt(2) when both sides are noisy (a backend's block vs loop runs)
-    contexts: dict = dataclasses.field(default_factory=dict)   # (round, rid) -> (tokens, (d, D)) computed on
+    scale: float = 1.0  # sqrt(2) when both sides are noisy (a backend's block vs loop runs)
+    contexts: dict = dataclasses.field(default_factory=dict)  # (round, rid) -> (tokens, (d, D)) computed on
 
     def kv_allowed(self, rnd, key, ref_norm: float) -> float | None:
         s = self.kv.get((rnd,) + tuple(key))
@@ -73,31 +75,41 @@ class Bounds:
         n = int(np.argmin(z))
         excused = bool(z[n] <= K_MARGIN)
         part = "decision" if n == 0 else "filter"
-        return excused, (f"reference margin {div.margin:.3g}; its {part} margin {div.parts[n]:.3g} is {z[n]:.2g} noise "
-                         f"scales of the twin {'<=' if excused else '>'} {K_MARGIN:g}")
+        return excused, (
+            f"reference margin {div.margin:.3g}; its {part} margin {div.parts[n]:.3g} is {z[n]:.2g} noise "
+            f"scales of the twin {'<=' if excused else '>'} {K_MARGIN:g}"
+        )
 
     def margin_z(self, a, b, rid, T, div) -> np.ndarray | None:
         """Each part of the divergence's margin over the RMS of its change across the twin's samples."""
         from .decisions import first_divergence
-        twins = {(kind, o): self.logits.get((a.round, kind, rid, o))
-                 for kind in ("draft_logits", "verify_logits") for (q, o) in getattr(a, kind) if q == rid}
+
+        twins = {
+            (kind, o): self.logits.get((a.round, kind, rid, o))
+            for kind in ("draft_logits", "verify_logits")
+            for (q, o) in getattr(a, kind)
+            if q == rid
+        }
         if not twins or any(t is None for t in twins.values()):
             return None
         moved = []
-        for m in range(SAMPLES):                     # sample m: every logits vector of the request at once
+        for m in range(SAMPLES):  # sample m: every logits vector of the request at once
             new = {kind: dict(getattr(a, kind)) for kind in ("draft_logits", "verify_logits")}
             for (kind, o), (_, t) in twins.items():
                 new[kind][(rid, o)] = t[m % len(t)].astype(np.float32)
             twin_div = first_divergence(dataclasses.replace(a, **new), b, rid, T)
-            parts = twin_div.parts if twin_div is not None and len(twin_div.parts) == len(div.parts) \
+            parts = (
+                twin_div.parts
+                if twin_div is not None and len(twin_div.parts) == len(div.parts)
                 else (0.0,) * len(div.parts)
-            with np.errstate(invalid="ignore"):                      # inf - inf: a filter that cuts nothing
+            )
+            with np.errstate(invalid="ignore"):  # inf - inf: a filter that cuts nothing
                 moved.append(np.nan_to_num(np.subtract(parts, div.parts), nan=0.0, posinf=0.0, neginf=0.0))
-        scale = self.scale * np.sqrt(np.mean(np.square(moved), axis=0))               # [parts]
+        scale = self.scale * np.sqrt(np.mean(np.square(moved), axis=0))  # [parts]
         parts = np.asarray(div.parts, np.float64)
         z = np.full(len(parts), np.inf)
         np.divide(parts, scale, out=z, where=np.isfinite(parts) & (scale > 0))
-        z[parts == 0] = 0.0                                  # a tie: nothing to flip
+        z[parts == 0] = 0.0  # a tie: nothing to flip
         return z
 
 
@@ -119,9 +131,11 @@ TWIN_ROWS_T = 1500
 
 def _rows(fw, r0: int, r1: int, n: int) -> dict:
     """Rows r0:r1 of a batched forward, positions below n: what forward over them alone gives."""
-    return {"k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
-            "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
-            "logits": [x[r0:r1, :n] for x in fw["logits"]]}
+    return {
+        "k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
+        "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
+        "logits": [x[r0:r1, :n] for x in fw["logits"]],
+    }
 
 
 def _twins(model, contexts, dtype: str, samples: int, seed: int) -> dict:
@@ -148,19 +162,29 @@ def _twins(model, contexts, dtype: str, samples: int, seed: int) -> dict:
                 n += 1
             chunk, ctx = ctx[:n], ctx[n:]
             rngs = [np.random.default_rng([seed, len(t), *t]) for t in chunk]
-            center = drift_model.forward(model, [list(t) for t in chunk], loops, np.ones((n, P)),
-                                         precision=TWIN_PRECISION)
-            twin = drift_model.forward(model, [list(t) for t in chunk for _ in range(samples)], loops,
-                                       np.ones((n * samples, P)), noise=(rngs, SIGMA[dtype]), precision=TWIN_PRECISION)
+            center = drift_model.forward(
+                model, [list(t) for t in chunk], loops, np.ones((n, P)), precision=TWIN_PRECISION
+            )
+            twin = drift_model.forward(
+                model,
+                [list(t) for t in chunk for _ in range(samples)],
+                loops,
+                np.ones((n * samples, P)),
+                noise=(rngs, SIGMA[dtype]),
+                precision=TWIN_PRECISION,
+            )
             for i, t in enumerate(chunk):
-                hit = out[(t, loops)] = (_rows(center, i, i + 1, len(t)),
-                                         _rows(twin, i * samples, (i + 1) * samples, len(t)))
+                hit = out[(t, loops)] = (
+                    _rows(center, i, i + 1, len(t)),
+                    _rows(twin, i * samples, (i + 1) * samples, len(t)),
+                )
                 _TWINS[keys[t]] = (model,) + hit
     return out
 
 
-def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED,
-                reuse: Bounds | None = None) -> Bounds | None:
+def twin_bounds(
+    model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED, reuse: Bounds | None = None
+) -> Bounds | None:
     """The twin's noise scales for every KV write and logits vector of ref_traces (None: no twin
     for this dtype). reuse: bounds computed before (on the reference's run of the same scenario):
     a (round, request) with the context they were computed on takes its scales from them."""
@@ -170,18 +194,32 @@ def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int
     contexts = [(tr, _contexts(tr)) for tr in ref_traces]
     known = lambda rnd, rid, c: reuse is not None and reuse.contexts.get((rnd, rid)) == (tuple(c[0]), c[2])
     if reuse is not None and all(known(tr.round, rid, c) for tr, ctx in contexts for rid, c in ctx.items()):
-        return Bounds(reuse.kv, reuse.logits, contexts=reuse.contexts)      # every context as before: its scales
-    fw = _twins(model, dict.fromkeys((tuple(t), D) for tr, ctx in contexts for rid, (t, _, (_, D)) in ctx.items()
-                                     if not known(tr.round, rid, ctx[rid])), dtype, samples, seed)
+        return Bounds(reuse.kv, reuse.logits, contexts=reuse.contexts)  # every context as before: its scales
+    fw = _twins(
+        model,
+        dict.fromkeys(
+            (tuple(t), D)
+            for tr, ctx in contexts
+            for rid, (t, _, (_, D)) in ctx.items()
+            if not known(tr.round, rid, ctx[rid])
+        ),
+        dtype,
+        samples,
+        seed,
+    )
     for tr, ctx in contexts:
-        writes: dict = {}                                      # rid -> (depth, layer) -> positions
-        for (q, pos, j, l) in tr.kv_writes:
+        writes: dict = {}  # rid -> (depth, layer) -> positions
+        for q, pos, j, l in tr.kv_writes:
             writes.setdefault(q, {}).setdefault((j, l), []).append(pos)
         for rid, (tokens, start, (d, D)) in ctx.items():
             seen[(tr.round, rid)] = (tuple(tokens), (d, D))
-            lkeys = [(kind, q, o) for kind, keys in (("draft_logits", tr.draft_logits), ("verify_logits", tr.verify_logits))
-                     for (q, o) in keys if q == rid]
-            if known(tr.round, rid, ctx[rid]):                  # the same context: the same scales
+            lkeys = [
+                (kind, q, o)
+                for kind, keys in (("draft_logits", tr.draft_logits), ("verify_logits", tr.verify_logits))
+                for (q, o) in keys
+                if q == rid
+            ]
+            if known(tr.round, rid, ctx[rid]):  # the same context: the same scales
                 for (j, l), pos in writes.get(rid, {}).items():
                     kv.update((k, reuse.kv[k]) for k in ((tr.round, rid, p, j, l) for p in pos) if k in reuse.kv)
                 logits.update((k, reuse.logits[k]) for k in ((tr.round,) + x for x in lkeys) if k in reuse.logits)
@@ -189,13 +227,13 @@ def twin_bounds(model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int
             center, twin = fw[(tuple(tokens), D)]
             for (j, l), pos in writes.get(rid, {}).items():
                 at = np.asarray(pos)
-                dk = twin["k"][j][l][:, at] - center["k"][j][l][:, at]             # [S, writes, nkv, hd]
+                dk = twin["k"][j][l][:, at] - center["k"][j][l][:, at]  # [S, writes, nkv, hd]
                 dv = twin["v"][j][l][:, at] - center["v"][j][l][:, at]
                 s = np.sqrt(np.mean(np.sum(dk * dk + dv * dv, axis=(2, 3)), axis=0))
                 for p, v in zip(pos, s.tolist()):
                     kv[(tr.round, rid, p, j, l)] = v
             for kind, q, o in lkeys:
                 j = d - 1 if kind == "draft_logits" else D - 1
-                t, c = twin["logits"][j][:, start + o], center["logits"][j][:, start + o]   # [S, V], [1, V]
+                t, c = twin["logits"][j][:, start + o], center["logits"][j][:, start + o]  # [S, V], [1, V]
                 logits[(tr.round, kind, q, o)] = (float(np.sqrt(np.mean(np.sum((t - c) ** 2, axis=1)))), t)
     return Bounds(kv, logits, contexts=seen)

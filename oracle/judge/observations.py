@@ -1,6 +1,7 @@
 """What a backend committed in a run, as the probe's verdicts take it (oracle/judge/drift.py,
 oracle/judge/precision.py): every K/V write and the draft and verification logits at positions
 whose whole context was committed."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,5 +47,7 @@ def merged_observations(runs) -> dict:
             else:
                 for k, v in obs.items():
                     same[2].setdefault(k, []).append(v)
-    return {rid: [(t, lo, {k: np.mean(np.stack(v), axis=0) for k, v in obs.items()}) for t, lo, obs in sets]
-            for rid, sets in out.items()}
+    return {
+        rid: [(t, lo, {k: np.mean(np.stack(v), axis=0) for k, v in obs.items()}) for t, lo, obs in sets]
+        for rid, sets in out.items()
+    }

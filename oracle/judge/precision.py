@@ -17,6 +17,7 @@ implementation of the dtype gives E[r_v^2] near 1 (less where it keeps more prec
 RHO is the energy a correct backend may show, as a multiple of the twin's. The report gives every
 group's energy E_g = exp(mean_r x_gr) as effective significant bits, bits = BITS - log2(E_g) / 2.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,9 +29,9 @@ import numpy as np
 from . import drift_stats, noise
 from .observations import observations
 
-BITS = {"bfloat16": 8, "float16": 11}       # significant bits of the declared dtype
-RHO = noise.RHO                             # the energy a correct implementation may show, x the twin's
-FAMILY_ALPHA = 1e-4                          # family-wise false-alarm rate, Bonferroni over the groups
+BITS = {"bfloat16": 8, "float16": 11}  # significant bits of the declared dtype
+RHO = noise.RHO  # the energy a correct implementation may show, x the twin's
+FAMILY_ALPHA = 1e-4  # family-wise false-alarm rate, Bonferroni over the groups
 KIND = {"k": "K writes", "v": "V writes", "draft": "draft logits", "verify": "verification logits"}
 
 
@@ -41,21 +42,31 @@ def group_label(g: tuple) -> str:
 @dataclass(slots=True)
 class Group:
     key: tuple
-    energy: float          # exp(mean_r log m_gr): the group's error energy over the twin's
-    se: float              # standard error of mean_r log m_gr
-    t: float               # (mean log m - log RHO) / se
+    energy: float  # exp(mean_r log m_gr): the group's error energy over the twin's
+    se: float  # standard error of mean_r log m_gr
+    t: float  # (mean log m - log RHO) / se
     values: int
-    bits: float            # effective significant bits: BITS - log2(energy) / 2
-    requests: int = 0      # the requests the group was seen in (its samples)
+    bits: float  # effective significant bits: BITS - log2(energy) / 2
+    requests: int = 0  # the requests the group was seen in (its samples)
     threshold: float = 0.0  # its one-sided t threshold (n - 1 degrees of freedom, Bonferroni)
 
     def line(self, dtype: str) -> str:
-        return (f"{group_label(self.key)}: error energy {self.energy:.2f}x the {dtype} twin's (z = {self.t:.1f}): "
-                f"about {self.bits:.1f} significant bits where {dtype} has {BITS[dtype]}")
+        return (
+            f"{group_label(self.key)}: error energy {self.energy:.2f}x the {dtype} twin's (z = {self.t:.1f}): "
+            f"about {self.bits:.1f} significant bits where {dtype} has {BITS[dtype]}"
+        )
 
     def to_json(self) -> dict:
-        return {"group": group_label(self.key), "energy": self.energy, "se_log": self.se, "z": self.t,
-                "values": self.values, "bits": self.bits, "requests": self.requests, "threshold": self.threshold}
+        return {
+            "group": group_label(self.key),
+            "energy": self.energy,
+            "se_log": self.se,
+            "z": self.t,
+            "values": self.values,
+            "bits": self.bits,
+            "requests": self.requests,
+            "threshold": self.threshold,
+        }
 
 
 @dataclass(slots=True)
@@ -70,9 +81,17 @@ class PrecisionReport:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "dtype": self.dtype, "requests": self.requests, "threshold": self.threshold,
-                "rho": self.rho, "family_alpha": FAMILY_ALPHA, "failure": self.failure,
-                "seconds": round(self.seconds, 2), "groups": [g.to_json() for g in self.groups]}
+        return {
+            "ok": self.ok,
+            "dtype": self.dtype,
+            "requests": self.requests,
+            "threshold": self.threshold,
+            "rho": self.rho,
+            "family_alpha": FAMILY_ALPHA,
+            "failure": self.failure,
+            "seconds": round(self.seconds, 2),
+            "groups": [g.to_json() for g in self.groups],
+        }
 
 
 def one_sided_threshold(n_tests: int, n_samples: int, family_alpha: float = FAMILY_ALPHA) -> float:
@@ -87,7 +106,7 @@ def numpy_energy_fn(model, dtype: str, contexts=()):
         noise._twins(model, list(dict.fromkeys(contexts)), dtype, noise.SAMPLES, noise.SEED)
 
     def energy_fn(tokens, loops, obs):
-        span = (tuple(tokens[:max(k[1] for k in obs) + 1]), loops)
+        span = (tuple(tokens[: max(k[1] for k in obs) + 1]), loops)
         center, twin = noise._twins(model, [span], dtype, noise.SAMPLES, noise.SEED)[span]
         sums: dict = {}
         for vkey, got in obs.items():
@@ -98,12 +117,12 @@ def numpy_energy_fn(model, dtype: str, contexts=()):
                 c, t = center["logits"][vkey[2]][0, pos], twin["logits"][vkey[2]][:, pos]
             got = np.asarray(got, np.float64)
             if got.shape != c.shape:
-                continue                             # malformed: the comparison's to fail, not a sample here
+                continue  # malformed: the comparison's to fail, not a sample here
             c, t = np.asarray(c, np.float64), np.asarray(t, np.float64)
             s2 = float(np.mean(np.sum((t - c) ** 2, axis=tuple(range(1, t.ndim)))))
             if not s2 > 0:
                 continue
-            e = np.where(np.isfinite(c), got - c, 0.0)     # where the reference is -inf (masked) too: 0
+            e = np.where(np.isfinite(c), got - c, 0.0)  # where the reference is -inf (masked) too: 0
             acc = sums.setdefault((kind,) + tuple(vkey[2:]), [0.0, 0])
             acc[0] += float(np.sum(np.where(np.isfinite(e), e, np.inf) ** 2)) / s2
             acc[1] += 1
@@ -118,15 +137,18 @@ def request_energies(model, runs, dtype: str, energy_fn=None) -> dict:
     is judge_jax/twin.py's, on the device)."""
     obs = {key: v for key, v in observations(runs).items() if v[2]}
     if energy_fn is None:
-        energy_fn = numpy_energy_fn(model, dtype, [(tuple(t[:max(k[1] for k in o) + 1]), lo)
-                                                   for t, lo, o in obs.values()])
+        energy_fn = numpy_energy_fn(
+            model, dtype, [(tuple(t[: max(k[1] for k in o) + 1]), lo) for t, lo, o in obs.values()]
+        )
     per: dict = {}
     for (_, rid), (tokens, loops, o) in obs.items():
         for g, (s, n) in energy_fn(tokens, loops, o).items():
             if n:
                 per.setdefault(rid, {}).setdefault(g, []).append((s / n, n))
-    return {rid: {g: (float(np.mean([m for m, _ in ms])), sum(n for _, n in ms)) for g, ms in groups.items()}
-            for rid, groups in per.items()}
+    return {
+        rid: {g: (float(np.mean([m for m, _ in ms])), sum(n for _, n in ms)) for g, ms in groups.items()}
+        for rid, groups in per.items()
+    }
 
 
 def verdict(energies: dict, dtype: str, reproduce: str = "", rho: float = RHO) -> PrecisionReport:
@@ -144,27 +166,40 @@ def verdict(energies: dict, dtype: str, reproduce: str = "", rho: float = RHO) -
         ms = np.array([max(m, 1e-300) for m, _ in tested[g]])
         x = np.log(ms)
         mean, se, _ = drift_stats.one_sample_t(x)
-        if not np.isfinite(mean):                  # a value not finite where the reference's is
+        if not np.isfinite(mean):  # a value not finite where the reference's is
             t = math.inf
         else:
             t = (mean - math.log(rho)) / se if se > 0 else (math.inf if mean > math.log(rho) else -math.inf)
         e = math.exp(mean) if np.isfinite(mean) else math.inf
-        out.append(Group(g, e, se, t, sum(n for _, n in tested[g]), BITS[dtype] - math.log2(e) / 2,
-                         len(ms), one_sided_threshold(len(tested), len(ms))))
+        out.append(
+            Group(
+                g,
+                e,
+                se,
+                t,
+                sum(n for _, n in tested[g]),
+                BITS[dtype] - math.log2(e) / 2,
+                len(ms),
+                one_sided_threshold(len(tested), len(ms)),
+            )
+        )
     bad = [g for g in out if g.t > g.threshold]
     rep = PrecisionReport(bool(out) and not bad, dtype, n_req, thr, rho, out)
     if not out:
-        rep.failure = "no value group was observed in two or more probe requests: nothing to judge the precision by" \
-            + (f" (reproduce: {reproduce})" if reproduce else "")
+        rep.failure = "no value group was observed in two or more probe requests: nothing to judge the precision by" + (
+            f" (reproduce: {reproduce})" if reproduce else ""
+        )
     elif bad:
         first = min(bad, key=lambda g: compute_order(g.key))
         worst = max(bad, key=lambda g: g.energy)
-        rep.failure = (f"{first.line(dtype)}: computed or stored below {dtype}, the first group past the threshold "
-                       f"in compute order (the error enters there or just before)"
-                       + (f"; the largest: {group_label(worst.key)}, {worst.energy:.2f}x" if worst is not first else "")
-                       + f"; {len(bad)} of {len(out)} groups past it (a correct {dtype} implementation stays within "
-                       f"{rho:g}x the twin's energy; z > {first.threshold:.2f} over {first.requests} requests, "
-                       f"family-wise false-alarm rate {FAMILY_ALPHA:g})" + (f" (reproduce: {reproduce})" if reproduce else ""))
+        rep.failure = (
+            f"{first.line(dtype)}: computed or stored below {dtype}, the first group past the threshold "
+            f"in compute order (the error enters there or just before)"
+            + (f"; the largest: {group_label(worst.key)}, {worst.energy:.2f}x" if worst is not first else "")
+            + f"; {len(bad)} of {len(out)} groups past it (a correct {dtype} implementation stays within "
+            f"{rho:g}x the twin's energy; z > {first.threshold:.2f} over {first.requests} requests, "
+            f"family-wise false-alarm rate {FAMILY_ALPHA:g})" + (f" (reproduce: {reproduce})" if reproduce else "")
+        )
     return rep
 
 
@@ -189,9 +224,13 @@ def fit(model, runs, dtype: str, reproduce: str = "", energy_fn=None) -> Precisi
 
 def report_lines(p: dict) -> list[str]:
     """The precision section of `check --backend`'s text output: every group's effective precision."""
-    head = (f"  precision: {len(p['groups'])} value groups over {p['requests']} probe requests ({p['seconds']} s); "
-            f"error energy beyond {p['rho']:g}x the twin's at z > {p['threshold']:.2f} fails (family-wise "
-            f"false-alarm rate {p['family_alpha']:g}): "
-            + ("every group within" if p["ok"] else "BELOW THE DECLARED PRECISION"))
-    return [head] + [f"    {g['group']}: energy {g['energy']:.2f}x (z = {g['z']:.1f}), about {g['bits']:.1f} bits"
-                     for g in p["groups"]]
+    head = (
+        f"  precision: {len(p['groups'])} value groups over {p['requests']} probe requests ({p['seconds']} s); "
+        f"error energy beyond {p['rho']:g}x the twin's at z > {p['threshold']:.2f} fails (family-wise "
+        f"false-alarm rate {p['family_alpha']:g}): "
+        + ("every group within" if p["ok"] else "BELOW THE DECLARED PRECISION")
+    )
+    return [head] + [
+        f"    {g['group']}: energy {g['energy']:.2f}x (z = {g['z']:.1f}), about {g['bits']:.1f} bits"
+        for g in p["groups"]
+    ]

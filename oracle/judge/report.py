@@ -2,14 +2,25 @@
 its first failure) and `Report` (a comparison's checks and counters), and `rel_err`, the
 relative error every numeric check measures. A leaf, so that the verdicts built beside the
 judge (oracle/judge/cache_free.py) need not import it (oracle/judge/compare.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-CHECKS = ("rounds", "schedule", "malformed", "decisions", "tokens", "rng_events", "kv_writes",
-          "draft_logits", "verify_logits", "stats")
+CHECKS = (
+    "rounds",
+    "schedule",
+    "malformed",
+    "decisions",
+    "tokens",
+    "rng_events",
+    "kv_writes",
+    "draft_logits",
+    "verify_logits",
+    "stats",
+)
 
 
 @dataclass(slots=True)
@@ -30,7 +41,7 @@ class Report:
     tokens_compared: int = 0
     request_rounds: int = 0
     max_rel_err: dict = field(default_factory=lambda: {"kv": 0.0, "logits": 0.0})
-    divergences: list = field(default_factory=list)    # excused token divergences
+    divergences: list = field(default_factory=list)  # excused token divergences
 
     @property
     def ok(self) -> bool:
@@ -43,7 +54,9 @@ class Report:
         """Record a failure; each check keeps its first one (the first real difference)."""
         self.failures += 1
         if not any(c.name == name for c in self.checks):
-            self.checks.append(Check(name, False, detail + (f" (reproduce: {self.reproduce})" if self.reproduce else "")))
+            self.checks.append(
+                Check(name, False, detail + (f" (reproduce: {self.reproduce})" if self.reproduce else ""))
+            )
 
     def finish(self) -> "Report":
         failed = {c.name for c in self.checks}

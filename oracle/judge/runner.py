@@ -8,6 +8,7 @@ A scenario is any object with d, D, policy, prompts, params and `ops`: a sequenc
 both are one. A backend is what oracle/contract.py says: a LoadedBackend (load_backend), or an
 object made directly, whose Capabilities `capabilities` reads.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from ..backends import load_backend
 from ..contract import LoadedBackend, capabilities
 
-REFERENCE = load_backend("reference")     # the judge's default side (oracle/reference_backend.py)
+REFERENCE = load_backend("reference")  # the judge's default side (oracle/reference_backend.py)
 
 
 class ScenarioRun:
@@ -24,7 +25,7 @@ class ScenarioRun:
     def __init__(self, backend_name: str, mode: str):
         self.backend_name, self.mode = backend_name, mode
         self.traces: list = []
-        self.tokens: dict = {}            # rid -> committed tokens (at removal or at the end)
+        self.tokens: dict = {}  # rid -> committed tokens (at removal or at the end)
         self.session = None
 
     def events(self, rid) -> list:
@@ -34,8 +35,16 @@ class ScenarioRun:
         return f"{self.backend_name} {self.mode}"
 
 
-def run_scenario(bk: LoadedBackend, model, sc, mode: str, replay: dict | None = None, after_step=None,
-                 submit_ahead: bool = False, **options) -> ScenarioRun:
+def run_scenario(
+    bk: LoadedBackend,
+    model,
+    sc,
+    mode: str,
+    replay: dict | None = None,
+    after_step=None,
+    submit_ahead: bool = False,
+    **options,
+) -> ScenarioRun:
     """Every op of `sc` on a fresh session of backend `bk`. replay: rid -> uniforms to consume
     instead of the request's generator. after_step(session, trace): called after each round.
     submit_ahead: consecutive rounds are all submitted before the first is collected (backends
@@ -43,10 +52,10 @@ def run_scenario(bk: LoadedBackend, model, sc, mode: str, replay: dict | None = 
     s = bk.session(model, sc.d, sc.D, mode, sc.policy, **options)
     out = ScenarioRun(getattr(bk, "name", type(bk).__name__), mode)
     out.session = s
-    pending = []                                  # submitted, not yet collected (submit_ahead)
-    finished = set()                              # requests that stopped: they left the batch
+    pending = []  # submitted, not yet collected (submit_ahead)
+    finished = set()  # requests that stopped: they left the batch
     depths = getattr(sc, "depths", None)
-    params = sc.params_for(model) if hasattr(sc, "params_for") else sc.params     # a Case's model-derived params
+    params = sc.params_for(model) if hasattr(sc, "params_for") else sc.params  # a Case's model-derived params
     for op, arg in list(sc.ops) + [("flush", None)]:
         if op != "step" and pending:
             for handle in pending:
@@ -92,12 +101,19 @@ def replay_lists(other: ScenarioRun, sc) -> dict:
     return {rid: [e.value for e in other.events(rid)] + pad for rid in range(len(sc.prompts))}
 
 
-def judge_run(model, sc, mode: str, replay_from: ScenarioRun | None = None, judge: LoadedBackend | None = None,
-              **options) -> ScenarioRun:
+def judge_run(
+    model, sc, mode: str, replay_from: ScenarioRun | None = None, judge: LoadedBackend | None = None, **options
+) -> ScenarioRun:
     """The judge's side of a comparison: `judge` (default REFERENCE, the FP32 reference) on the
     scenario; with replay_from, consuming the uniforms that run drew."""
-    return run_scenario(judge or REFERENCE, model, sc, mode,
-                        replay=None if replay_from is None else replay_lists(replay_from, sc), **options)
+    return run_scenario(
+        judge or REFERENCE,
+        model,
+        sc,
+        mode,
+        replay=None if replay_from is None else replay_lists(replay_from, sc),
+        **options,
+    )
 
 
 def draws_host_stream(bk: LoadedBackend) -> bool:

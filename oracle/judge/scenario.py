@@ -1,6 +1,7 @@
 """The one Case type (a scenario the runner, oracle/judge/runner.py `run_scenario`, takes), `make_case`
 and `command` (a case's reproduce line). Plain data: no backend, no judge, so the CLI's case
 catalogue (oracle/cli/catalogue.py) and round options need not import the runner."""
+
 from __future__ import annotations
 
 import shlex
@@ -12,16 +13,16 @@ import numpy as np
 @dataclass(slots=True)
 class Case:
     name: str
-    prompts: list                      # token lists
-    params: list                       # SamplingParams per request
-    rounds: list                       # per round: {rid: T_i}
+    prompts: list  # token lists
+    params: list  # SamplingParams per request
+    rounds: list  # per round: {rid: T_i}
     d: int
     D: int
     policy: str = "sequential"
     reproduce: str = ""
-    depths: list | None = None         # (d_i, D_i) per request; None: every request (d, D)
-    derive: object = None              # (model, case) -> the params run (params_for); None: params
-    derived: list = field(default_factory=list, repr=False, compare=False)   # [(model, params)]: made once
+    depths: list | None = None  # (d_i, D_i) per request; None: every request (d, D)
+    derive: object = None  # (model, case) -> the params run (params_for); None: params
+    derived: list = field(default_factory=list, repr=False, compare=False)  # [(model, params)]: made once
 
     def params_for(self, model) -> list:
         """The SamplingParams each request runs with on `model`: `params`, or where the case
@@ -53,12 +54,25 @@ def command(words: list[str]) -> str:
     return shlex.join(["python", "-m", "oracle", *words])
 
 
-def make_case(name, counts_rounds, d, D, params, seed=0, policy="sequential", prompt_len=(1, 8), reproduce="",
-              vocab=64, depths=None) -> Case:
+def make_case(
+    name,
+    counts_rounds,
+    d,
+    D,
+    params,
+    seed=0,
+    policy="sequential",
+    prompt_len=(1, 8),
+    reproduce="",
+    vocab=64,
+    depths=None,
+) -> Case:
     """Prompts drawn from `seed` (token ids below min(vocab, 64), lengths in prompt_len);
     depths: (d_i, D_i) per request, or None for every request at (d, D)."""
     rng = np.random.default_rng(seed)
     n_req = max(max(r) for r in counts_rounds if r) + 1 if counts_rounds else 0
-    prompts = [list(map(int, rng.integers(0, min(vocab, 64), rng.integers(prompt_len[0], prompt_len[1] + 1))))
-               for _ in range(n_req)]
+    prompts = [
+        list(map(int, rng.integers(0, min(vocab, 64), rng.integers(prompt_len[0], prompt_len[1] + 1))))
+        for _ in range(n_req)
+    ]
     return Case(name, prompts, params, counts_rounds, d, D, policy, reproduce, depths)

@@ -12,6 +12,7 @@ An Inbox carries one value to a job after it started (`check --backend` begins t
 sides before the backend is loaded and sends the job the backend's dtype once it is:
 cases.start_sides).
 """
+
 from __future__ import annotations
 
 import gc
@@ -22,8 +23,8 @@ import struct
 import sys
 
 _POOL: list = []
-_LIVE: dict = {}                 # pid -> Child not yet reaped, of this process
-_INLINE: list = []               # non-empty: background() computes at once, in this thread (inline())
+_LIVE: dict = {}  # pid -> Child not yet reaped, of this process
+_INLINE: list = []  # non-empty: background() computes at once, in this thread (inline())
 
 
 class inline:
@@ -45,7 +46,7 @@ class Done:
     def __init__(self, fn, args, kwargs):
         try:
             self.value, self.error = fn(*args, **kwargs), None
-        except Exception as e:                          # noqa: BLE001 -- raised by result(), as a job's
+        except Exception as e:  # noqa: BLE001 -- raised by result(), as a job's
             self.value, self.error = None, e
 
     def result(self):
@@ -75,6 +76,7 @@ def background(fn, *args, **kwargs):
         return Child(fn, args, kwargs)
     if not _POOL:
         from concurrent.futures import ThreadPoolExecutor
+
         _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="verdict"))
     return _POOL[0].submit(fn, *args, **kwargs)
 
@@ -85,19 +87,19 @@ class Child:
 
     def __init__(self, fn, args, kwargs):
         read, write = os.pipe()
-        sys.stdout.flush(), sys.stderr.flush()          # nothing buffered is written twice
+        sys.stdout.flush(), sys.stderr.flush()  # nothing buffered is written twice
         pid = os.fork()
-        if pid == 0:                                    # the child: compute, send, exit at once
+        if pid == 0:  # the child: compute, send, exit at once
             try:
-                gc.disable()                            # its collections would touch (and copy) every shared page
+                gc.disable()  # its collections would touch (and copy) every shared page
                 os.close(read)
                 try:
                     payload = (True, fn(*args, **kwargs))
-                except BaseException as e:              # noqa: BLE001 -- handed to the parent
+                except BaseException as e:  # noqa: BLE001 -- handed to the parent
                     payload = (False, e)
                 try:
                     data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception as e:                  # noqa: BLE001 -- an unpicklable exception or value
+                except Exception as e:  # noqa: BLE001 -- an unpicklable exception or value
                     data = pickle.dumps((False, RuntimeError(f"the verdict's result cannot be sent back: {e}")))
                 with os.fdopen(write, "wb") as f:
                     f.write(data)
@@ -114,8 +116,11 @@ class Child:
             self.read = None
             os.waitpid(self.pid, 0)
             _LIVE.pop(self.pid, None)
-            self.value = pickle.loads(data) if data else \
-                (False, RuntimeError("the verdict's child process ended without a result"))
+            self.value = (
+                pickle.loads(data)
+                if data
+                else (False, RuntimeError("the verdict's child process ended without a result"))
+            )
         ok, value = self.value
         if not ok:
             raise value
@@ -132,10 +137,10 @@ class Child:
             self.read = None
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
-        except (OSError, AttributeError, TypeError):      # at interpreter exit the module may be torn down
+        except (OSError, AttributeError, TypeError):  # at interpreter exit the module may be torn down
             pass
 
-    __del__ = stop                                      # never collected: stopped
+    __del__ = stop  # never collected: stopped
 
 
 class Inbox:
