@@ -166,7 +166,7 @@ def measure_ctable(calls, args, rows, repeats: int, shared: dict | None = None, 
 
 
 # A c-table whose repeats spread beyond this, (q3 - q1) / median at any M, measured a busy
-# machine, not the kernels (144 ms medians instead of 1 ms on a loaded 2-core CPU: issue 26)
+# machine, not the kernels (144 ms medians instead of 1 ms on a loaded 2-core CPU)
 NOISE_BOUND = 0.10
 
 

@@ -8,6 +8,7 @@ by gpu_tests/conftest.py when unset). What stays here is GPU-specific: graphs vs
 graph limits and counters, capacity growth with graphs, the one-row GEMV path, c(M), and the
 sequence-dependent processors (penalties, logit bias, bad words, min_tokens) in graphed rounds.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,14 +29,19 @@ from property_tests import harness
 from property_tests.strategies import PROC_PARAMS, seeded_model, sampling_params, scenarios, stop_params
 
 pytestmark = pytest.mark.gpu
-SCALE = float(os.environ.get("GPU_TESTS_EXAMPLES", "1"))      # scales Hypothesis example counts
+SCALE = float(os.environ.get("GPU_TESTS_EXAMPLES", "1"))  # scales Hypothesis example counts
 # no shrinking: on a GPU every shrink step is new shapes (compiles, graph captures); the
 # failing example, its blob and the judge's message naming the place are printed as found
-SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
-                phases=[Phase.explicit, Phase.reuse, Phase.generate],
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 KINDS = [SP(), SP(1.0, top_k=8), SP(0.8, top_p=0.8), SP(1.2, top_k=20, top_p=0.9), SP(0.7)]
-SUMMARY: dict = {}          # per preset, printed by conftest's terminal summary
+SUMMARY: dict = {}  # per preset, printed by conftest's terminal summary
 
 
 def model(name):
@@ -79,8 +85,16 @@ def test_rounds_judged_like_check_backend(preset, examples):
     """harness.check_equivalence: backend block and loop vs the reference (replaying the
     backend's uniforms), and backend block vs loop, by the backend's tolerance row."""
     cfg, bk = preset_cfg(preset), backend()
-    seen = {"cases": 0, "request_rounds": 0, "excused_divergences": 0, "graph_fallbacks": 0,
-            "ragged_depths": 0, "stops": 0, "masks": 0, "max_rel_err": {"kv": 0.0, "logits": 0.0}}
+    seen = {
+        "cases": 0,
+        "request_rounds": 0,
+        "excused_divergences": 0,
+        "graph_fallbacks": 0,
+        "ragged_depths": 0,
+        "stops": 0,
+        "masks": 0,
+        "max_rel_err": {"kv": 0.0, "logits": 0.0},
+    }
 
     # per-request depths in about half the scenarios, masks and min-p on any request, and
     # stop tokens / max_tokens on a third of them (property_tests.strategies)
@@ -95,7 +109,7 @@ def test_rounds_judged_like_check_backend(preset, examples):
             if graphed(bk):
                 counters_hold(runs[mode].traces)
             seen["graph_fallbacks"] += sum(t.stats.get("graph_fallbacks", 0) for t in runs[mode].traces)
-        for rep in reports[:2]:                                    # backend vs reference, per mode
+        for rep in reports[:2]:  # backend vs reference, per mode
             seen["request_rounds"] += rep.request_rounds
             seen["excused_divergences"] += len(rep.divergences)
             for k in ("kv", "logits"):
@@ -137,15 +151,21 @@ def test_graph_and_eager_identical(preset, mode):
     if not graphed(bk):
         pytest.skip(f"backend {bk.name} runs without CUDA graphs")
     rng = np.random.default_rng(3)
-    c = Case("scripted", [list(map(int, rng.integers(0, m.cfg.vocab_size, 1 + 3 * i))) for i in range(5)],
-             [SP(k.temperature, k.top_k, k.top_p, seed=i) for i, k in enumerate(KINDS)], SCRIPTED, 2, 4)
+    c = Case(
+        "scripted",
+        [list(map(int, rng.integers(0, m.cfg.vocab_size, 1 + 3 * i))) for i in range(5)],
+        [SP(k.temperature, k.top_k, k.top_p, seed=i) for i, k in enumerate(KINDS)],
+        SCRIPTED,
+        2,
+        4,
+    )
     g = run_scenario(bk, m, c, mode)
     e = run_scenario(bk, m, c, mode, graphs="off")
     assert_identical(g, e)
     assert sum(t.stats["graph_captures"] for t in g.traces) > 0 and not g.session.graphs.capture_errors
     assert all(t.stats["graph_fallbacks"] == 0 for t in g.traces)
     assert all(t.stats["graph_replays"] == 0 for t in e.traces)
-    assert_identical(g, run_scenario(bk, m, c, mode, submit_ahead=True))      # every round in flight at once
+    assert_identical(g, run_scenario(bk, m, c, mode, submit_ahead=True))  # every round in flight at once
     judged(judge_run(m, c, mode, g), g)
 
 
@@ -153,9 +173,16 @@ def test_forced_fallback_is_counted():
     m, bk = model("tiny"), backend()
     if not graphed(bk):
         pytest.skip(f"backend {bk.name} runs without CUDA graphs")
-    c = Case("fallback", [[1, 2, 3], [4], [5, 6]], [SP(), SP(1.0, seed=1), SP(0.8, top_k=5, seed=2)],
-             [{0: 5, 1: 5, 2: 5}, {0: 2, 1: 6, 2: 3}], 2, 4, "fixed")
-    B = 9                                                           # below the 15 and 11 verification rows
+    c = Case(
+        "fallback",
+        [[1, 2, 3], [4], [5, 6]],
+        [SP(), SP(1.0, seed=1), SP(0.8, top_k=5, seed=2)],
+        [{0: 5, 1: 5, 2: 5}, {0: 2, 1: 6, 2: 3}],
+        2,
+        4,
+        "fixed",
+    )
+    B = 9  # below the 15 and 11 verification rows
     s = bk.session(m, c.d, c.D, "block", c.policy, max_batch_size=B)
     for rid, (p, q) in enumerate(zip(c.prompts, c.params)):
         s.add(rid, p, q)
@@ -166,10 +193,12 @@ def test_forced_fallback_is_counted():
         expected.append(sum(r > B for r in rows))
         got.append(s.collect(h))
     assert [t.stats["graph_fallbacks"] for t in got] == expected and all(e > 0 for e in expected)
-    assert all(t.stats["graph_replays"] + t.stats["graph_fallbacks"] == len(t.calls) + t.stats["draft_head_calls"] + 3
-               for t in got)
+    assert all(
+        t.stats["graph_replays"] + t.stats["graph_fallbacks"] == len(t.calls) + t.stats["draft_head_calls"] + 3
+        for t in got
+    )
     eager = run_scenario(bk, m, c, "block", graphs="off")
-    assert compare_runs(got, eager.traces, "exact").ok                 # fallback steps are the eager ones
+    assert compare_runs(got, eager.traces, "exact").ok  # fallback steps are the eager ones
     judged(judge_run(m, c, "block", eager), eager)
 
 
@@ -186,6 +215,7 @@ def test_max_graphs_limit():
 
 def test_fp32_on_the_device_is_judged_by_the_float32_row():
     from kernels.backend import TorchBackend
+
     bk = backend()
     fp32 = TorchBackend(str(bk.device), dtype="float32", name=f"{bk.name}-fp32", kernel_options=bk.kernel_options)
     cfg = preset_cfg("small")
@@ -200,8 +230,14 @@ def test_fp32_on_the_device_is_judged_by_the_float32_row():
 
 def test_capacity_growth_with_graphs():
     m, bk = model("tiny"), backend()
-    c = Case("growth", [[1, 2], [3], [4, 5, 6], [7]], [SP(), SP(1.0, seed=1)] * 2,
-             [{0: 4, 1: 4}, {0: 6, 1: 2, 2: 5, 3: 3}, {0: 6, 2: 6, 3: 6}], 2, 4)
+    c = Case(
+        "growth",
+        [[1, 2], [3], [4, 5, 6], [7]],
+        [SP(), SP(1.0, seed=1)] * 2,
+        [{0: 4, 1: 4}, {0: 6, 1: 2, 2: 5, 3: 3}, {0: 6, 2: 6, 3: 6}],
+        2,
+        4,
+    )
     got = run_scenario(bk, m, c, "loop", max_requests=1, max_len=8, submit_ahead=True)
     assert got.session.engine.kv.n_slots > 2 and got.session.max_len > 8
     judged(judge_run(m, c, "loop", got), got)
@@ -222,6 +258,7 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
     the reference, and the same session with the path off agrees within the BF16 tolerance."""
     import dataclasses
     import kernels.model as km
+
     bk = backend()
     if not str(bk.device).startswith("cuda") or not bk.kernel_options.resolve(bk.device)[0]:
         pytest.skip("the gemv path is CUDA-only and on by default")
@@ -231,10 +268,12 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
     monkeypatch.setattr(km.PackedModel, "_gemv_call", lambda self, *a: calls.append(a[0].shape[0]) or real(self, *a))
     c = Case("one row", [[3, 1, 4, 1, 5]], [SP()], [{0: 5}, {0: 3}, {0: 5}], 2, 4)
     got = run_scenario(bk, m, c, "loop", graphs="off")
-    assert calls and 1 in calls and max(calls) <= bk.kernel_options.gemv_max_rows   # 1 row, or up to the handover
+    assert calls and 1 in calls and max(calls) <= bk.kernel_options.gemv_max_rows  # 1 row, or up to the handover
     judged(judge_run(m, c, "loop", got), got)
-    calls.clear()                                                  # the compiled/cuBLAS path instead
-    other = run_scenario(bk, m, c, "loop", graphs="off", kernel_options=dataclasses.replace(bk.kernel_options, gemv=False))
+    calls.clear()  # the compiled/cuBLAS path instead
+    other = run_scenario(
+        bk, m, c, "loop", graphs="off", kernel_options=dataclasses.replace(bk.kernel_options, gemv=False)
+    )
     assert not calls
     judged(other, got)
 
@@ -246,10 +285,14 @@ def test_drift_verdict_on_the_cuda_kernels(fault):
     parameter (docs/DESIGN.md, "Reduced precision")."""
     from meta_tests import faulty_kernels
     from oracle.judge.drift import drift_check
+
     bk = backend() if fault is None else getattr(faulty_kernels, f"make_{fault}_cuda")()
     rep = drift_check(bk, model("tiny"))
-    SUMMARY.setdefault("drift", {})[fault or "none"] = rep.failure.split(":")[0] if fault else \
-        f"max |z| {max(abs(e.t) for e in rep.estimates):.2f} < {rep.threshold:.2f}"
+    SUMMARY.setdefault("drift", {})[fault or "none"] = (
+        rep.failure.split(":")[0]
+        if fault
+        else f"max |z| {max(abs(e.t) for e in rep.estimates):.2f} < {rep.threshold:.2f}"
+    )
     if fault is None:
         assert rep.ok, rep.failure
     else:
@@ -264,11 +307,13 @@ def test_precision_verdict_on_the_cuda_kernels(fault):
     from meta_tests import faulty_kernels
     from oracle.judge.drift import probe_runs
     from oracle.judge.verdict import probe_verdicts
+
     bk = backend() if fault is None else getattr(faulty_kernels, f"make_{fault}_cuda")()
     m = model("tiny")
     _, prec = probe_verdicts(m, probe_runs(bk, m), bk.dtype)
-    SUMMARY.setdefault("precision", {})[fault or "none"] = prec.failure.split(":")[0] if fault else \
-        f"max z {max(g.t for g in prec.groups):.2f} < {prec.threshold:.2f}"
+    SUMMARY.setdefault("precision", {})[fault or "none"] = (
+        prec.failure.split(":")[0] if fault else f"max z {max(g.t for g in prec.groups):.2f} < {prec.threshold:.2f}"
+    )
     if fault is None:
         assert prec.ok, prec.failure
     else:
@@ -277,8 +322,13 @@ def test_precision_verdict_on_the_cuda_kernels(fault):
 
 # ---- sequence-dependent processors (oracle/processors.py) in graphed rounds --------------------
 # the requests of property_tests.strategies.PROC_PARAMS (the CPU kernel tests take the same)
-PROC_ROUNDS = [{0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 3}, {0: 5, 1: 5, 2: 5, 3: 5, 4: 3, 5: 5, 6: 4},
-               {3: 4, 1: 2, 4: 1, 5: 6, 6: 1}, {4: 3}, {0: 6, 1: 6, 2: 6, 3: 6, 4: 6, 5: 6, 6: 6}]
+PROC_ROUNDS = [
+    {0: 3, 1: 1, 2: 5, 3: 2, 4: 4, 5: 3},
+    {0: 5, 1: 5, 2: 5, 3: 5, 4: 3, 5: 5, 6: 4},
+    {3: 4, 1: 2, 4: 1, 5: 6, 6: 1},
+    {4: 3},
+    {0: 6, 1: 6, 2: 6, 3: 6, 4: 6, 5: 6, 6: 6},
+]
 
 
 def graph_mode(bk) -> str:
@@ -289,8 +339,15 @@ def graph_mode(bk) -> str:
 def proc_case(vocab, policy, stops=True):
     rng = np.random.default_rng(25)
     params = PROC_PARAMS if stops else [dataclasses.replace(p, stop_token_ids=(), min_tokens=0) for p in PROC_PARAMS]
-    return Case(f"processors {policy}", [list(map(int, rng.integers(0, 16, 1 + 2 * i))) for i in range(len(params))],
-                params, PROC_ROUNDS, 2, 4, policy)
+    return Case(
+        f"processors {policy}",
+        [list(map(int, rng.integers(0, 16, 1 + 2 * i))) for i in range(len(params))],
+        params,
+        PROC_ROUNDS,
+        2,
+        4,
+        policy,
+    )
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])
@@ -307,10 +364,10 @@ def test_processors_in_graphed_rounds(preset, policy, mode):
     keys = [k[1] for k in g.session.graphs.graphs if k[0] in ("draft", "verify", "accept")]
     assert any(isinstance(k[-1], tuple) for k in keys) and any(not isinstance(k[-1], tuple) for k in keys)
     assert not g.session.graphs.capture_errors
-    assert any(t.finished for t in g.traces)                          # stops after min_tokens
+    assert any(t.finished for t in g.traces)  # stops after min_tokens
     assert_identical(g, run_scenario(bk, m, c, mode, graphs="off"))
     judged(judge_run(m, c, mode), g)
-    ahead = proc_case(m.cfg.vocab_size, policy, stops=False)          # no request finishes: all in flight
+    ahead = proc_case(m.cfg.vocab_size, policy, stops=False)  # no request finishes: all in flight
     a = run_scenario(bk, m, ahead, mode, graphs=graph_mode(bk), submit_ahead=True)
     assert_identical(a, run_scenario(bk, m, ahead, mode, graphs="off"))
     judged(judge_run(m, ahead, mode), a)
@@ -325,12 +382,15 @@ def processor_params(vocab: int):
     def draw(d):
         p = d(st.one_of(sampling_params(vocab), stop_params(vocab)))
         return dataclasses.replace(
-            p, repetition_penalty=d(st.sampled_from([1.0, 1.3, 0.7, 2.0])),
+            p,
+            repetition_penalty=d(st.sampled_from([1.0, 1.3, 0.7, 2.0])),
             presence_penalty=d(st.sampled_from([0.0, 0.5, -1.0, 2.0])),
             frequency_penalty=d(st.sampled_from([0.0, 0.2, -2.0])),
             logit_bias=tuple(d(st.dictionaries(small, st.sampled_from([2.0, -1.5, 30.0, -100.0]), max_size=3)).items()),
             bad_words=tuple(map(tuple, d(st.lists(st.lists(small, min_size=1, max_size=3), max_size=3)))),
-            min_tokens=d(st.integers(0, 6)) if p.max_tokens is None else 0)
+            min_tokens=d(st.integers(0, 6)) if p.max_tokens is None else 0,
+        )
+
     return draw()
 
 

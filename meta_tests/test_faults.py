@@ -34,7 +34,7 @@ survey `HYPOTHESIS_PROFILE=ci python -m meta_tests.matrix`, . = passes):
     The sampling faults mostly surface in rounds as "categorical draw from a distribution with
     zero total mass" (an emptied top-p set, a residual that sums to ~0) before any comparison.
 
-Faults of issue 13 (masks, ties, stops; asserted below, ci profile):
+Faults of masks, ties, stops; asserted below, ci profile):
 
     top-k drops ties            filters follow the spec (quantised logits tie at the k-th value)
     residual unnormalised       residual is a distribution (the draws alone cannot see it: the
@@ -44,7 +44,7 @@ Faults of issue 13 (masks, ties, stops; asserted below, ci profile):
     mask on verification only   rounds agree (drafts of banned tokens; sampled requests carry
                                 masks in a quarter of the examples)
 
-Faults of issue 25 (sequence-dependent processors inside rounds; asserted below, ci profile,
+Faults of the processors (sequence-dependent processors inside rounds; asserted below, ci profile,
 FP32 and emulated BF16; the forced-draft property runs on exact backends only, so BF16 relies
 on the others):
 

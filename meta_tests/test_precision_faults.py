@@ -2,10 +2,11 @@
 torch-cpu-bf16 backend passes the drift probe's two verdicts, and each precision fault of
 meta_tests/faulty_kernels.py (kernels/options.py PRECISION_FAULTS: FP8 K or V storage, the MLP
 activation or one layer's gate/up weights through FP8) fails the precision verdict naming the value
-group where the error enters (docs/DESIGN.md, "Reduced precision"; issue 35). Through the CLI the
+group where the error enters (docs/DESIGN.md, "Reduced precision"). Through the CLI the
 failure is a failed "drift probe: precision" check while every value check passes; through the
 property suite (property_tests/test_probe_verdicts.py) a faulty ORACLE_BACKEND fails naming the
 fault."""
+
 from __future__ import annotations
 
 import contextlib
@@ -37,6 +38,7 @@ def threads_for(model):
     (oracle.cli.environment.choose_threads: OMP_NUM_THREADS, else 1 below hidden 512; two threads per
     core on a busy machine made the probe 10-25x slower), restored afterwards."""
     from threadpoolctl import threadpool_limits
+
     n, _ = choose_threads(None, hidden=model.cfg.hidden_size)
     torch = sys.modules.get("torch")
     before = torch.get_num_threads() if torch is not None else None
@@ -64,6 +66,7 @@ def verdicts(tiny):
     def get(fault):
         if fault not in done:
             from kernels.backend import make_torch_cpu_bf16
+
             bk = make_torch_cpu_bf16() if fault is None else getattr(faulty_kernels, f"make_{fault}_bf16")()
             with threads_for(tiny):
                 done[fault] = probe_verdicts(tiny, drift.probe_runs(bk, tiny), bk.dtype)
@@ -89,8 +92,9 @@ def test_correct_bf16_backend_passes_both_verdicts(tiny, verdicts):
     # every K and V group of every depth and layer, and the logits, is judged and reported
     L = tiny.cfg.num_layers
     keys = {g.key for g in prec.groups}
-    assert {k for k in keys if k[0] in ("k", "v")} == {(kind, j, l) for kind in ("k", "v") for j in range(4)
-                                                        for l in range(L)}
+    assert {k for k in keys if k[0] in ("k", "v")} == {
+        (kind, j, l) for kind in ("k", "v") for j in range(4) for l in range(L)
+    }
     assert {k[0] for k in keys} == {"k", "v", "draft", "verify"}
     assert prec.requests == drift.PROBE_REQUESTS
     assert all(g.energy < precision.RHO for g in prec.groups), [g.line("bfloat16") for g in prec.groups]
@@ -102,7 +106,9 @@ def test_fp8_kv_storage_is_named(verdicts, fault):
     assert not prec.ok
     assert prec.failure.split(":")[0] == NAMES[fault], prec.failure
     assert first_past(prec) == ({"fp8_k": "k", "fp8_v": "v"}[fault], 0, 0)
-    assert "computed or stored below bfloat16" in prec.failure and "significant bits where bfloat16 has 8" in prec.failure
+    assert (
+        "computed or stored below bfloat16" in prec.failure and "significant bits where bfloat16 has 8" in prec.failure
+    )
 
 
 def test_fp8_activation_is_named_downstream_of_layer_0s_mlp(verdicts):
@@ -144,8 +150,13 @@ def test_fp8_k_fails_check_backend(capsys):
     assert not out["precision"]["ok"] and out["precision"]["groups"][0]["group"] == NAMES["fp8_k"]
 
 
-@pytest.mark.parametrize("factory,name", [("make_attn_scale_bf16", "drift verdict: attention logit scale"),
-                                          ("make_fp8_k_bf16", "precision verdict: K writes, depth 0, layer 0")])
+@pytest.mark.parametrize(
+    "factory,name",
+    [
+        ("make_attn_scale_bf16", "drift verdict: attention logit scale"),
+        ("make_fp8_k_bf16", "precision verdict: K writes, depth 0, layer 0"),
+    ],
+)
 def test_property_suite_fails_a_faulty_backend(factory, name):
     """property_tests/test_probe_verdicts.py under ORACLE_BACKEND=the faulty backend (its tiny model
     only): it fails naming the fault, with a reproduce line."""
@@ -153,8 +164,17 @@ def test_property_suite_fails_a_faulty_backend(factory, name):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "ORACLE_"))}
     env["ORACLE_BACKEND"] = spec
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "tiny",
-           "property_tests/test_probe_verdicts.py"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "tiny",
+        "property_tests/test_probe_verdicts.py",
+    ]
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out[-3000:]

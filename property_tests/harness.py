@@ -191,9 +191,12 @@ def check_equivalence(sc: Scenario, bk: LoadedBackend | None = None, reports: li
     if not v.ok:
         bad = v.failed
         what = next((w for tag, w in WHAT.items() if bad[0]["name"].startswith(f"{sc.name} [{tag}]")), "")
-        more = f" (+{len(bad) - 1} more failed checks: {', '.join(c['name'] for c in bad[1:4])})" if len(bad) > 1 else ""
-        raise AssertionError(f"{bk.name} ({dtype_of(bk)}) {what}: {bad[0]['name'].rsplit(': ', 1)[-1]}: "
-                             f"{bad[0]['detail']}{more}")
+        more = (
+            f" (+{len(bad) - 1} more failed checks: {', '.join(c['name'] for c in bad[1:4])})" if len(bad) > 1 else ""
+        )
+        raise AssertionError(
+            f"{bk.name} ({dtype_of(bk)}) {what}: {bad[0]['name'].rsplit(': ', 1)[-1]}: {bad[0]['detail']}{more}"
+        )
     return v.runs[sc.name]
 
 

@@ -14,6 +14,7 @@ profile; ORACLE_MAX_LAYERS=1 cuts it to one layer). Exact and FP32 backends are 
 rows are far tighter than any drift, and no twin applies. A failure names the verdict, the model and
 what the verdict found (the parameter, or the value group), with its reproduce line.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,22 +32,27 @@ from oracle.judge.verdict import probe_verdicts
 from . import harness
 from .strategies import cap, seeded_model
 
-RANDOM_MODEL_SEED = 20260   # the random model's draw (a property-suite-sized model the correct torch-cpu-bf16 passes)
+RANDOM_MODEL_SEED = 20260  # the random model's draw (a property-suite-sized model the correct torch-cpu-bf16 passes)
 
 
 def random_model(seed: int = RANDOM_MODEL_SEED):
     """A model of strategies.model_configs' space, drawn by a fixed seed (weight seed 0-3 as weight_seeds)."""
     rng = np.random.default_rng(seed)
     kvh = int(rng.choice([1, 2]))
-    cfg = ModelConfig(vocab_size=int(rng.integers(16, 257)), hidden_size=int(rng.choice([16, 8, 32])),
-                      intermediate_size=int(rng.choice([32, 16, 64])),
-                      num_layers=min(int(rng.integers(1, 3)), cap("ORACLE_MAX_LAYERS")),
-                      num_heads=kvh * int(rng.choice([1, 2])), num_kv_heads=kvh,
-                      head_dim=int(rng.choice([8, 2, 4])), rope_theta=float(rng.choice([1e6, 1e4, 10.0])))
+    cfg = ModelConfig(
+        vocab_size=int(rng.integers(16, 257)),
+        hidden_size=int(rng.choice([16, 8, 32])),
+        intermediate_size=int(rng.choice([32, 16, 64])),
+        num_layers=min(int(rng.integers(1, 3)), cap("ORACLE_MAX_LAYERS")),
+        num_heads=kvh * int(rng.choice([1, 2])),
+        num_kv_heads=kvh,
+        head_dim=int(rng.choice([8, 2, 4])),
+        rope_theta=float(rng.choice([1e6, 1e4, 10.0])),
+    )
     return seeded_model(cfg, int(rng.integers(0, 4)))
 
 
-MODULE = "property_tests/test_probe_verdicts.py"       # what a failure's reproduce line reruns
+MODULE = "property_tests/test_probe_verdicts.py"  # what a failure's reproduce line reruns
 MODELS = {"tiny": lambda: build_model("tiny", 0), "random": random_model}
 
 
@@ -54,8 +60,10 @@ def reduced_precision_backend():
     """The backend under test, or a skip naming why the probe's verdicts do not apply."""
     bk = harness.backend()
     if bk.exact or bk.dtype not in precision.BITS:
-        pytest.skip(f"{bk.name} is {'exact' if bk.exact else bk.dtype}: the drift and precision verdicts judge "
-                    f"reduced-precision backends ({', '.join(precision.BITS)}) only")
+        pytest.skip(
+            f"{bk.name} is {'exact' if bk.exact else bk.dtype}: the drift and precision verdicts judge "
+            f"reduced-precision backends ({', '.join(precision.BITS)}) only"
+        )
     if not bk.policies:
         pytest.skip(f"{bk.name} declares no policy: the probe cannot run")
     return bk
@@ -67,6 +75,7 @@ def threads_for(model):
     (oracle.cli.environment.choose_threads: OMP_NUM_THREADS, else 1 below hidden 512; two threads per
     core on a busy machine made the probe 10-25x slower), restored afterwards."""
     from threadpoolctl import threadpool_limits
+
     n, _ = choose_threads(None, hidden=model.cfg.hidden_size)
     torch = sys.modules.get("torch")
     before = torch.get_num_threads() if torch is not None else None

@@ -1,4 +1,4 @@
-"""Stop conditions inside a round (issue 13 part 2).
+"""Stop conditions inside a round.
 
 A request may have stop token ids and max_tokens (oracle.sampling.SamplingParams). A round
 decides exactly as without them (drafts, acceptance, the final token, RNG events); then its

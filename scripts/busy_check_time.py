@@ -1,4 +1,4 @@
-"""Wall time of `python -m oracle check --backend B` beside CPU-bound processes (issue 26's
+"""Wall time of `python -m oracle check --backend B` beside CPU-bound processes (the target's
 must-show: torch-cpu-bf16 on 2 cores, another CPU-bound process running, under 10 s).
 
     python scripts/busy_check_time.py                          # torch-cpu-bf16, 1 busy process, 5 runs

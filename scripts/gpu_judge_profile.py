@@ -1,6 +1,6 @@
 """Components of one JAX judge recurrent call at the real shape (ouro-1.4b), on one device.
 
-    python scripts/gpu_judge_profile.py --out DIR          # the H200 (issue 27)
+    python scripts/gpu_judge_profile.py --out DIR          # on the H200
     python scripts/gpu_judge_profile.py --small --out DIR  # a CPU smoke run at a small shape
 
 Times (median over repeats, block_until_ready; random weights, never zeros):

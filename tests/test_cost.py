@@ -440,7 +440,7 @@ def test_cli_bad_input_is_one_line(make_args, tmp_path):
 
 
 def test_cli_default_is_the_shipped_whole_call_tables_and_names_block_at_64():
-    """No --ctable: the H200 whole-call c-table and head table (issue 26: the linear-layer table
+    """No --ctable: the H200 whole-call c-table and head table (the linear-layer table
     said loop at C = 64, where block measured 0.960)."""
     r = cli("--k", "4", "--batch", "1,4,16,64")
     assert r.returncode == 0, r.stderr

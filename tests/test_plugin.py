@@ -1,4 +1,4 @@
-"""The plug-in path of an engine author (issue 26): the example backend passes `check`, its
+"""The plug-in path of an engine author: the example backend passes `check`, its
 one-line faulty variant fails with the logit index and both values named, the reproduce line
 re-imports the plug-in, `--timeout` names the call that hung, sys.exit() in a call is a
 failure, a backend is loaded before the model is built, `--list-cases`, and `trace record

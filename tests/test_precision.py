@@ -3,6 +3,7 @@ oracle/judge/drift_stats.py): the one-sided t on log error energy per group, its
 effective bits it reports, the order that names the first group; the twin's drift interval; the
 NumPy twin and the JAX twin (judge_jax/twin.py) measure the same energies; the kernel precision
 faults parse (kernels/options.py)."""
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,7 @@ from oracle.errors import OracleError
 from oracle.judge import drift, drift_stats, noise, precision
 from oracle.judge.observations import observations
 
-N = 24                                  # requests, as the drift probe's PROBE_REQUESTS
+N = 24  # requests, as the drift probe's PROBE_REQUESTS
 
 
 def energies(groups: dict, n: int = N, seed: int = 0) -> dict:
@@ -32,12 +33,23 @@ def energies(groups: dict, n: int = N, seed: int = 0) -> dict:
 
 # ---- the verdict on synthetic energies ----
 
+
 def test_group_at_rho_passes_and_one_far_above_fails_named():
-    rep = precision.verdict(energies({("k", 0, 0): precision.RHO, ("v", 0, 0): 1.0, ("draft", 1): 0.5,
-                                      ("v", 1, 1): 10 * precision.RHO, ("verify", 3): 1.0}), "bfloat16")
+    rep = precision.verdict(
+        energies(
+            {
+                ("k", 0, 0): precision.RHO,
+                ("v", 0, 0): 1.0,
+                ("draft", 1): 0.5,
+                ("v", 1, 1): 10 * precision.RHO,
+                ("verify", 3): 1.0,
+            }
+        ),
+        "bfloat16",
+    )
     by = {g.key: g for g in rep.groups}
     assert abs(by[("k", 0, 0)].t) < 1e-9 and by[("k", 0, 0)].energy == pytest.approx(precision.RHO)
-    assert by[("v", 0, 0)].t < 0 and by[("draft", 1)].t < by[("v", 0, 0)].t     # below RHO: one-sided, passes
+    assert by[("v", 0, 0)].t < 0 and by[("draft", 1)].t < by[("v", 0, 0)].t  # below RHO: one-sided, passes
     assert by[("v", 1, 1)].t > rep.threshold
     assert not rep.ok
     assert rep.failure.startswith("V writes, depth 1, layer 1: error energy 20.00x the bfloat16 twin's"), rep.failure
@@ -52,8 +64,11 @@ def test_every_group_at_rho_passes():
 
 
 def test_failure_names_the_first_group_in_compute_order_and_the_largest():
-    rep = precision.verdict(energies({("k", 0, 0): 1.0, ("v", 0, 1): 6.0, ("k", 1, 0): 30.0, ("verify", 3): 8.0}),
-                            "bfloat16", reproduce="python -m oracle check --backend X")
+    rep = precision.verdict(
+        energies({("k", 0, 0): 1.0, ("v", 0, 1): 6.0, ("k", 1, 0): 30.0, ("verify", 3): 8.0}),
+        "bfloat16",
+        reproduce="python -m oracle check --backend X",
+    )
     assert not rep.ok
     head, _, rest = rep.failure.partition(":")
     assert head == "V writes, depth 0, layer 1", rep.failure
@@ -76,7 +91,7 @@ def test_threshold_is_one_sided_bonferroni_over_the_groups():
 
 def test_a_group_with_one_sample_is_not_tested():
     e = energies({("k", 0, 0): 1.0})
-    e[0][("v", 5, 0)] = (1e6, 10)                       # one request only: no standard error
+    e[0][("v", 5, 0)] = (1e6, 10)  # one request only: no standard error
     rep = precision.verdict(e, "bfloat16")
     assert rep.ok and [g.key for g in rep.groups] == [("k", 0, 0)]
 
@@ -102,18 +117,37 @@ def test_effective_bits(dtype):
         assert g.bits == pytest.approx(precision.BITS[dtype] - math.log2(g.energy) / 2, rel=1e-12)
         assert g.energy == pytest.approx(levels[g.key], rel=1e-12)
     bits = {g.key: g.bits for g in rep.groups}
-    assert bits[("k", 0, 0)] == pytest.approx(precision.BITS[dtype])         # the twin's energy: the dtype's bits
-    assert bits[("v", 0, 0)] == pytest.approx(precision.BITS[dtype] - 1)     # 4x the energy: one bit fewer
+    assert bits[("k", 0, 0)] == pytest.approx(precision.BITS[dtype])  # the twin's energy: the dtype's bits
+    assert bits[("v", 0, 0)] == pytest.approx(precision.BITS[dtype] - 1)  # 4x the energy: one bit fewer
     assert bits[("draft", 1)] == pytest.approx(precision.BITS[dtype] - 2)
-    assert bits[("verify", 1)] == pytest.approx(precision.BITS[dtype] + 1)   # more precision than the twin
+    assert bits[("verify", 1)] == pytest.approx(precision.BITS[dtype] + 1)  # more precision than the twin
 
 
 def test_compute_order():
-    groups = [("verify", 1), ("k", 1, 0), ("draft", 0), ("v", 0, 1), ("k", 0, 1), ("verify", 0), ("v", 0, 0),
-              ("k", 0, 0), ("draft", 1), ("v", 1, 0)]
+    groups = [
+        ("verify", 1),
+        ("k", 1, 0),
+        ("draft", 0),
+        ("v", 0, 1),
+        ("k", 0, 1),
+        ("verify", 0),
+        ("v", 0, 0),
+        ("k", 0, 0),
+        ("draft", 1),
+        ("v", 1, 0),
+    ]
     assert sorted(groups, key=precision.compute_order) == [
-        ("k", 0, 0), ("v", 0, 0), ("k", 0, 1), ("v", 0, 1), ("draft", 0), ("verify", 0),
-        ("k", 1, 0), ("v", 1, 0), ("draft", 1), ("verify", 1)]
+        ("k", 0, 0),
+        ("v", 0, 0),
+        ("k", 0, 1),
+        ("v", 0, 1),
+        ("draft", 0),
+        ("verify", 0),
+        ("k", 1, 0),
+        ("v", 1, 0),
+        ("draft", 1),
+        ("verify", 1),
+    ]
 
 
 def test_group_labels():
@@ -129,6 +163,7 @@ def test_fit_has_no_verdict_without_a_twin():
 
 # ---- the drift allowance and the interval test ----
 
+
 def _allowance(xt):
     per = xt.mean(axis=1)
     mean, se = per.mean(), per.std(ddof=1) / math.sqrt(len(per))
@@ -142,7 +177,7 @@ def test_twin_allowance(center):
     lo, hi = drift.twin_allowance(xt)
     mean, se = _allowance(xt)
     widen = drift.TWIN_SPREAD * se + drift.DRIFT_FLOOR
-    assert lo < 0 < hi and lo < precision.RHO * mean < hi                    # contains 0 and RHO * mean
+    assert lo < 0 < hi and lo < precision.RHO * mean < hi  # contains 0 and RHO * mean
     assert lo == pytest.approx(min(0.0, precision.RHO * mean) - widen, rel=1e-12, abs=1e-15)
     assert hi == pytest.approx(max(0.0, precision.RHO * mean) + widen, rel=1e-12, abs=1e-15)
 
@@ -157,13 +192,13 @@ def test_twin_allowance_without_spread_is_the_floor_around_the_ends():
 def test_beyond_interval():
     x = np.array([0.001, 0.002, 0.003, 0.002])
     mean, se, t = drift_stats.beyond_interval(x, -0.001, 0.003)
-    assert (mean, t) == (pytest.approx(0.002), 0.0)                          # inside: 0
+    assert (mean, t) == (pytest.approx(0.002), 0.0)  # inside: 0
     assert se == pytest.approx(np.std(x, ddof=1) / 2)
     _, _, t = drift_stats.beyond_interval(x, -0.001, 0.0015)
-    assert t == pytest.approx((0.002 - 0.0015) / se) and t > 0               # past the upper end: positive
+    assert t == pytest.approx((0.002 - 0.0015) / se) and t > 0  # past the upper end: positive
     _, _, t = drift_stats.beyond_interval(x, 0.0025, 0.01)
-    assert t == pytest.approx((0.002 - 0.0025) / se) and t < 0               # below the lower end: negative
-    same = np.full(5, 0.004)                                                  # no spread: infinitely sure
+    assert t == pytest.approx((0.002 - 0.0025) / se) and t < 0  # below the lower end: negative
+    same = np.full(5, 0.004)  # no spread: infinitely sure
     assert drift_stats.beyond_interval(same, 0.0, 0.001)[2] == math.inf
     assert drift_stats.beyond_interval(-same, -0.001, 0.0)[2] == -math.inf
     assert drift_stats.beyond_interval(same, 0.0, 0.005)[2] == 0.0
@@ -171,19 +206,23 @@ def test_beyond_interval():
 
 # ---- the NumPy twin and the JAX twin agree ----
 
+
 @pytest.fixture(scope="module")
 def perturbed(tiny):
     """A reference run of a short probe (6 requests) and its observations with each value multiplied
     by (1 + 3 sigma u), u uniform with variance 1: three times bfloat16's rounding noise."""
     from oracle.reference_backend import ReferenceBackend
+
     runs = drift.probe_runs(ReferenceBackend(), tiny, n=6)
     obs = {key: v for key, v in observations(runs.values()).items() if v[2]}
     rng = np.random.default_rng(7)
     s = 3 * noise.SIGMA["bfloat16"]
     out = []
     for tokens, loops, o in obs.values():
-        o = {k: (np.asarray(v, np.float64) * (1 + s * rng.uniform(-3 ** 0.5, 3 ** 0.5, np.shape(v)))).astype(np.float32)
-             for k, v in o.items()}
+        o = {
+            k: (np.asarray(v, np.float64) * (1 + s * rng.uniform(-(3**0.5), 3**0.5, np.shape(v)))).astype(np.float32)
+            for k, v in o.items()
+        }
         out.append((tokens, loops, o))
     return out
 
@@ -202,6 +241,7 @@ def group_means(energy_fn, sets) -> dict:
 def test_numpy_and_jax_twins_agree(tiny, perturbed):
     pytest.importorskip("jax")
     from judge_jax.twin import make_energy_fn
+
     ours = group_means(precision.numpy_energy_fn(tiny, "bfloat16"), perturbed)
     theirs = group_means(make_energy_fn(tiny, "bfloat16"), perturbed)
     assert set(ours) == set(theirs) and len(ours) >= 4 * tiny.cfg.num_layers
@@ -215,20 +255,31 @@ def test_numpy_and_jax_twins_agree(tiny, perturbed):
 
 # ---- the kernel precision faults ----
 
-@pytest.mark.parametrize("fault,want", [("fp8_k", ("fp8_k", None, None)), ("fp8_v", ("fp8_v", None, None)),
-                                        ("fp8_act", ("fp8_act", None, None)),
-                                        ("fp8_gate_up.1", ("fp8_gate_up", 1, None)), ("", None),
-                                        ("attn_scale=1.01", ("attn_scale", None, 1.01))])
+
+@pytest.mark.parametrize(
+    "fault,want",
+    [
+        ("fp8_k", ("fp8_k", None, None)),
+        ("fp8_v", ("fp8_v", None, None)),
+        ("fp8_act", ("fp8_act", None, None)),
+        ("fp8_gate_up.1", ("fp8_gate_up", 1, None)),
+        ("", None),
+        ("attn_scale=1.01", ("attn_scale", None, 1.01)),
+    ],
+)
 def test_parse_fault(fault, want):
     from kernels.options import KernelOptions, parse_fault
+
     assert parse_fault(fault) == want
     assert KernelOptions(fault=fault).fault == fault
 
 
-@pytest.mark.parametrize("fault", ["fp8_gate_up", "fp8_gate_up.", "fp8_gate_up.x", "fp8_k.1", "fp8_v.0",
-                                   "fp8_act.1", "fp8_k=1.01", "fp8_q"])
+@pytest.mark.parametrize(
+    "fault", ["fp8_gate_up", "fp8_gate_up.", "fp8_gate_up.x", "fp8_k.1", "fp8_v.0", "fp8_act.1", "fp8_k=1.01", "fp8_q"]
+)
 def test_parse_fault_refuses(fault):
     from kernels.options import KernelOptions, parse_fault
+
     with pytest.raises(OracleError, match="kernel fault"):
         parse_fault(fault)
     with pytest.raises(OracleError, match="kernel fault"):
@@ -247,7 +298,7 @@ def test_each_group_is_tested_over_its_own_requests():
     assert g[("v", 0, 0)].requests == 3 and g[("k", 0, 0)].requests == 24
     assert g[("v", 0, 0)].threshold == pytest.approx(precision.one_sided_threshold(2, 3))
     assert g[("v", 0, 0)].threshold > 5 * g[("k", 0, 0)].threshold
-    assert g[("v", 0, 0)].t > g[("k", 0, 0)].threshold and rep.ok     # past 23 dof's threshold, within its own
+    assert g[("v", 0, 0)].t > g[("k", 0, 0)].threshold and rep.ok  # past 23 dof's threshold, within its own
 
 
 def test_nothing_observed_or_a_non_finite_value_fails():

@@ -98,7 +98,7 @@ def test_enumerated_sampler_matches_output_distribution():
     assert np.abs(out - p).max() < 5e-3
 
 
-# ---- masks, min-p, ties, stops (issue 13 parts 2-3) -----------------------------------------
+# ---- masks, min-p, ties, stops -----------------------------------------
 
 
 def test_masked_tokens_are_never_sampled_nor_argmax():

@@ -269,7 +269,7 @@ def test_cli_bad_input_is_one_line(args):
     assert r.stdout == ""
 
 
-# ---- ragged depths (issue 13 part 1) ------------------------------------------------------
+# ---- ragged depths ------------------------------------------------------
 
 RAGGED = ((5, 3, 1, 4), [2, 1, 3, 1], [4, 3, 5, 4])
 

@@ -94,7 +94,7 @@ def choose_threads(option: int | None, env=os.environ, hidden: int | None = None
     """(threads, where from): --threads, else a numeric OMP_NUM_THREADS, else 1 for a model of
     hidden size below ONE_THREAD_HIDDEN, else the free cores. Two threads per core on a busy
     machine spin against the other process (`check --backend torch-cpu-bf16` took 51 s instead
-    of 5 s on 2 busy cores: issue 26)."""
+    of 5 s on 2 busy cores)."""
     if option is not None:
         return option, "option"
     omp = env.get("OMP_NUM_THREADS", "").strip()

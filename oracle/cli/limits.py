@@ -45,7 +45,7 @@ ATTENTION_SECONDS = 4e-7  # per (token x token) of a cache-free recompute, tiny 
 JUDGE_FLOOR_FACTOR = 6.4
 JUDGE_GPU = "h200"  # the peak rates of the floor (oracle.cost.GPU_PEAKS)
 # JUDGE_SETUP_SECONDS: the fixed cost of a run at ouro-1.4b, scaled by the model's weights.
-# Source: issue 27, `check --backend torch-cuda --reference jax --preset ouro-1.4b --counts 5,1,3
+# Source: `check --backend torch-cuda --reference jax --preset ouro-1.4b --counts 5,1,3
 # --rounds 3 --allow-large` ran in 102 s on one H200, JAX compiles included; its 2 x 3 judge
 # rounds are under 1 s of that by the factor above, so ~100 s is building the random weights,
 # uploading them and compiling. At least JUDGE_MIN_SETUP_SECONDS (a round's compiles).

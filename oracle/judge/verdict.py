@@ -246,7 +246,7 @@ def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, 
             v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
             continue
         runs: dict = {}
-        reproduce = case.reproduce + suffix if case.reproduce else ""      # the property suite prints its own
+        reproduce = case.reproduce + suffix if case.reproduce else ""  # the property suite prints its own
         pending.append(
             (
                 case,
