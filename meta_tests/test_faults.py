@@ -110,7 +110,9 @@ EXPECTED = {
     "make_kv_wrong_plane": [
         (ROUNDS, "kv_writes"),
         (CACHE_FREE, "cache-free"),
-        (ALONE, "kv_writes"),
+        # alone vs in a batch, bit for bit: the wrong plane's attention changes a decision, and the
+        # RNG events (compared before the KV writes) can differ first
+        (ALONE, "kv_writes|rng_events"),
         (STATEFUL, "kv_writes"),
     ],
     "make_rollback_off_by_one": [
