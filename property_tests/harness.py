@@ -40,7 +40,7 @@ from oracle.reference_backend import ReferenceBackend
 from oracle.judge import runner
 from oracle.judge.runner import ScenarioRun
 from oracle.judge.compare import compare_runs
-from oracle.judge.noise import twin_bounds
+from oracle.judge.noise import SIGMA, twin_bounds  # noqa: F401 (SIGMA: the stateful test)
 from oracle.judge.verdict import judge
 from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
