@@ -223,6 +223,31 @@ def _device_params(cfg, weights, device):
     return jax.device_put(host, device)
 
 
+def pack_observations(cfg, tokens, loops: int, obs: dict):
+    """A request's observations as the device programs take them (stats_fn here, energy_fn in
+    twin.py): (last, tok, got, pres). last: the last observed position + 1; tok: [Tb] int32, the
+    tokens up to last, Tb = last padded up to a multiple of T_BUCKET (trailing padding: causal,
+    never attended); got: {"k", "v": [loops, L, Tb, nkv*hd], "draft", "verify": [loops, Tb, V]}
+    FP32, 0 where nothing is observed; pres: the same without the last axis (True: observed). A
+    value of the wrong size is left out (malformed: the comparison fails it)."""
+    last = max(k[1] for k in obs) + 1
+    Tb = -(-last // T_BUCKET) * T_BUCKET
+    tok = np.zeros(Tb, np.int32)
+    tok[:last] = np.asarray(tokens[:last], np.int64)
+    kvn = cfg.num_kv_heads * cfg.head_dim
+    got = {kind: np.zeros((loops, cfg.num_layers, Tb, kvn), np.float32) for kind in ("k", "v")}
+    got |= {kind: np.zeros((loops, Tb, cfg.vocab_size), np.float32) for kind in KIND_LOGITS}
+    pres = {kind: np.zeros(a.shape[:-1], bool) for kind, a in got.items()}
+    for key, val in obs.items():
+        idx = (key[2], key[3], key[1]) if key[0] in ("k", "v") else (key[2], key[1])  # (depth[, layer], pos)
+        val = np.asarray(val, np.float32).ravel()
+        if val.size != got[key[0]][idx].size:
+            continue
+        got[key[0]][idx] = val
+        pres[key[0]][idx] = True
+    return last, tok, got, pres
+
+
 def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK, compiler_options=None, basis=None):
     """model: the oracle's LoopedModel (cfg + FP32 weights by HF name); dtype: the backend's
     storage dtype (bw: what rounding the weights to it alone changes; "float32": bw = 0).
@@ -241,7 +266,6 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
         if not rounded
         else _device_params(cfg, {k: drift_model.round_to(v, dtype) for k, v in model.weights.items()}, device)
     )
-    kvn = cfg.num_kv_heads * cfg.head_dim
     C = np.eye(shape.P, dtype=np.float32) if basis is None else np.asarray(basis, np.float32)  # [m, P]
     platform = (device or jax.devices()[0]).platform
     if compiler_options is None:
@@ -257,21 +281,8 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
         return _PROGRAMS[k](*args)
 
     def stats_fn(tokens, loops, obs):
-        last = max(k[1] for k in obs) + 1
-        Tb = -(-last // T_BUCKET) * T_BUCKET  # trailing padding: causal, never attended
-        tok = np.zeros(Tb, np.int32)
-        tok[:last] = np.asarray(tokens[:last], np.int64)
-        got = {kind: np.zeros((loops, cfg.num_layers, Tb, kvn), np.float32) for kind in ("k", "v")}
-        got |= {kind: np.zeros((loops, Tb, cfg.vocab_size), np.float32) for kind in KIND_LOGITS}
-        pres = {kind: np.zeros(a.shape[:-1], bool) for kind, a in got.items()}
-        for key, val in obs.items():
-            if key[0] in ("k", "v"):
-                _, pos, j, l = key
-                idx = (j, l, pos)
-            else:
-                idx = (key[2], key[1])
-            got[key[0]][idx] = np.asarray(val, np.float32).ravel()
-            pres[key[0]][idx] = True
+        _, tok, got, pres = pack_observations(cfg, tokens, loops, obs)
+        Tb = len(tok)
         rope = _rope_tables(Tb, cfg.head_dim, cfg.rope_theta)
         put = lambda x: jax.device_put(x, device)
         tok, rope = put(tok), put(rope)

@@ -25,7 +25,7 @@ import numpy as np
 
 from oracle.judge import noise
 
-from .drift import KIND_LOGITS, T_BUCKET, Shape, _device_params, _rms, _rope, _rope_tables, einsum, mm
+from .drift import KIND_LOGITS, Shape, _device_params, _rms, _rope, _rope_tables, einsum, mm, pack_observations
 
 SITES = 16  # stored intermediates per layer (keys folded per site)
 
@@ -121,24 +121,10 @@ def make_energy_fn(model, dtype: str, device=None, samples: int = noise.SAMPLES)
     shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))
     params = _device_params(cfg, model.weights, device)
     sigma = float(noise.SIGMA[dtype])
-    kvn = cfg.num_kv_heads * cfg.head_dim
 
     def energy_fn(tokens, loops, obs):
-        last = max(k[1] for k in obs) + 1
-        Tb = -(-last // T_BUCKET) * T_BUCKET  # trailing padding: causal, never attended
-        tok = np.zeros(Tb, np.int32)
-        tok[:last] = np.asarray(tokens[:last], np.int64)
-        got = {kind: np.zeros((loops, cfg.num_layers, Tb, kvn), np.float32) for kind in ("k", "v")}
-        got |= {kind: np.zeros((loops, Tb, cfg.vocab_size), np.float32) for kind in KIND_LOGITS}
-        pres = {kind: np.zeros(a.shape[:-1], bool) for kind, a in got.items()}
-        for key, val in obs.items():
-            idx = (key[2], key[3], key[1]) if key[0] in ("k", "v") else (key[2], key[1])
-            val = np.asarray(val, np.float32).ravel()
-            if val.size != got[key[0]][idx].size:
-                continue  # malformed: the comparison fails it
-            got[key[0]][idx] = val
-            pres[key[0]][idx] = True
-        cos0, sin0, _, _ = _rope_tables(Tb, cfg.head_dim, cfg.rope_theta)
+        last, tok, got, pres = pack_observations(cfg, tokens, loops, obs)
+        cos0, sin0, _, _ = _rope_tables(len(tok), cfg.head_dim, cfg.rope_theta)
         seed = zlib.crc32(np.asarray(tokens[:last], np.int64).tobytes()) ^ (noise.SEED & 0x7FFFFFFF)
         put = lambda x: jax.device_put(x, device)
         sums, counts = _energies(
