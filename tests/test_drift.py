@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle.judge import drift, drift_model, drift_stats
+from oracle.judge import drift, drift_model, drift_stats, forwards
 from oracle.checkpoint import build_model
 
 
@@ -144,13 +144,14 @@ def test_batched_finite_differences_are_the_per_request_ones(tiny, monkeypatch):
         }
         obs.update({("verify", p, 2): fw["logits"][2][0, p] for p in range(n // 2, n - 1)})
         sets.append((toks, obs))
-    monkeypatch.setattr(drift, "_FORWARDS", {})
-    monkeypatch.setattr(drift, "BATCH_ROWS_T", 0)
-    alone = [drift.request_stats(tiny, t, 3, obs, "bfloat16") for t, obs in sets]
-    monkeypatch.setattr(drift, "_FORWARDS", {})
-    monkeypatch.setattr(drift, "BATCH_ROWS_T", 10**9)
-    drift.batch_forwards(tiny, [(drift._span(t, obs), 3) for t, obs in sets], "bfloat16")
-    batched = [drift.request_stats(tiny, t, 3, obs, "bfloat16") for t, obs in sets]
+    monkeypatch.setattr(forwards, "BATCH_ROWS_T", 0)  # one request per forward
+    fwd = forwards.Forwards(tiny)
+    alone = [drift.request_stats(tiny, t, 3, obs, "bfloat16", fwd) for t, obs in sets]
+    monkeypatch.setattr(forwards, "BATCH_ROWS_T", 10**9)  # every request in one forward
+    fwd = forwards.Forwards(tiny)
+    fwd.batch_forwards([(drift._span(t, obs), 3) for t, obs in sets], "bfloat16")
+    assert len(fwd.fd) == len(sets)
+    batched = [drift.request_stats(tiny, t, 3, obs, "bfloat16", fwd) for t, obs in sets]
     for a, b in zip(alone, batched):
         assert a[2] == b[2]
         for x, y in ((a[0], b[0]), (a[1], b[1]), (a[3], b[3])):

@@ -9,7 +9,7 @@ import copy
 import numpy as np
 import pytest
 
-from oracle.judge import noise
+from oracle.judge import forwards, noise
 from oracle.judge.scenario import make_case
 from oracle.judge.runner import REFERENCE, run_scenario
 from oracle.judge.compare import compare_runs
@@ -86,18 +86,37 @@ def test_bounds_are_the_twins_spread(traces):
 
 def test_batched_twin_is_the_twin_per_context(traces, monkeypatch):
     """Contexts batched into one forward (ragged, one noise stream each) give the bounds of one
-    forward per context, to FP32 rounding (noise.TWIN_PRECISION; a bound is a difference of
+    forward per context, to FP32 rounding (forwards.TWIN_PRECISION; a bound is a difference of
     twin and center of ~1e-3 relative, so FP32 rounding moves it by up to ~1e-4 of itself)."""
     model, ref, bounds = traces
-    monkeypatch.setattr(noise, "_TWINS", {})
-    monkeypatch.setattr(noise, "TWIN_ROWS_T", 0)  # one context per forward
-    alone = noise.twin_bounds(model, ref, "bfloat16")
-    monkeypatch.setattr(noise, "_TWINS", {})
-    monkeypatch.setattr(noise, "TWIN_ROWS_T", 10**9)  # every context in one forward
-    batched = noise.twin_bounds(model, ref, "bfloat16")
+    monkeypatch.setattr(forwards, "TWIN_ROWS_T", 0)  # one context per forward
+    alone = noise.twin_bounds(model, ref, "bfloat16", fwd=forwards.Forwards(model))
+    monkeypatch.setattr(forwards, "TWIN_ROWS_T", 10**9)  # every context in one forward
+    batched = noise.twin_bounds(model, ref, "bfloat16", fwd=forwards.Forwards(model))
     assert alone.kv.keys() == batched.kv.keys() == bounds.kv.keys()
     for k, v in alone.kv.items():
         assert batched.kv[k] == pytest.approx(v, rel=1e-3)
     for k, (s, t) in alone.logits.items():
         assert batched.logits[k][0] == pytest.approx(s, rel=1e-3)
         assert np.max(np.abs(batched.logits[k][1] - t)) <= 1e-5 * np.max(np.abs(t))
+
+
+def test_forwards_are_kept_for_the_run_that_holds_them(traces, monkeypatch):
+    """A Forwards keeps the twin's forwards it made: twin_bounds again on it makes none and gives the
+    same bounds; it serves only the model it was made for; without one a call makes its own."""
+    model, ref, bounds = traces
+    fwd = forwards.Forwards(model)
+    first = noise.twin_bounds(model, ref, "bfloat16", fwd=fwd)
+    kept = dict(fwd.twin)
+    assert kept and all(k[2:] == ("bfloat16", noise.SAMPLES, noise.SEED) for k in kept)
+    made = []
+    real = forwards.drift_model.forward
+    monkeypatch.setattr(forwards.drift_model, "forward", lambda *a, **k: made.append(1) or real(*a, **k))
+    again = noise.twin_bounds(model, ref, "bfloat16", fwd=fwd)
+    assert not made and fwd.twin.keys() == kept.keys()
+    assert again.kv == first.kv == bounds.kv
+    assert all(again.logits[k][0] == s for k, (s, _) in first.logits.items())
+    with pytest.raises(ValueError):
+        noise.twin_bounds(build_model("tiny", 1), ref, "bfloat16", fwd=fwd)
+    noise.twin_bounds(model, ref, "bfloat16")  # a fresh Forwards of its own
+    assert made

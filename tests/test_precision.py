@@ -227,6 +227,28 @@ def perturbed(tiny):
     return out
 
 
+def test_the_probe_verdicts_share_one_forwards(tiny):
+    """On one Forwards the precision fit makes the twin's forwards and the drift fit finds them (it
+    adds its finite-difference forwards only); the verdicts are those of fits on forwards of their own."""
+    from oracle.reference_backend import ReferenceBackend
+    from oracle.judge.forwards import Forwards
+    from oracle.judge.verdict import probe_verdicts
+
+    runs = drift.probe_runs(ReferenceBackend(), tiny, n=4)
+    fwd = Forwards(tiny)
+    prec = precision.fit(tiny, runs, "bfloat16", fwd=fwd)
+    twins = dict(fwd.twin)
+    assert twins and not fwd.fd
+    rep = drift.fit(tiny, runs, "bfloat16", fwd=fwd)
+    assert fwd.fd and fwd.twin.keys() == twins.keys()
+    assert all(fwd.twin[k] is v for k, v in twins.items())
+    rep0, prec0 = probe_verdicts(tiny, runs, "bfloat16")
+    for a, b in ((rep, rep0), (prec, prec0)):
+        a, b = a.to_json(), b.to_json()
+        a.pop("seconds"), b.pop("seconds")
+        assert a == b
+
+
 def group_means(energy_fn, sets) -> dict:
     """group -> mean r^2 over every observed value of the sets."""
     acc: dict = {}

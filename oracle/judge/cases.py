@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from .cache_free import cache_free_check
 from .compare import compare_runs, typical_norms
 from ..errors import OracleError
+from .forwards import Forwards, of
 from .noise import SIGMA, twin_bounds
 from .report import Check, Report
 from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
@@ -30,11 +31,12 @@ class ReferenceSide:
     agree bit for bit (check_case checks it on every built-in case, tests/test_rounds.py on drawn
     ones), so a backend drawing each request's host stream is judged against the one run in either
     mode; the mode-specific part of its traces, the calls, is checked against the backend's own
-    plan (compare_runs). batch: (the job of reference_sides, this scenario's index in it)."""
+    plan (compare_runs). batch: (the job of reference_sides, this scenario's index in it). fwd:
+    the run's forwards (the twin's; a forked job works on its copy)."""
 
-    def __init__(self, model, sc, dtype: str, batch=None, **options):
+    def __init__(self, model, sc, dtype: str, batch=None, fwd: Forwards | None = None, **options):
         self.job, self.index = (
-            batch if batch is not None else (background(_reference_side, model, sc, dtype, options), None)
+            batch if batch is not None else (background(_reference_side, model, sc, dtype, options, fwd=fwd), None)
         )
 
     def result(self):
@@ -43,37 +45,39 @@ class ReferenceSide:
         return out if self.index is None else out[self.index]
 
 
-def _reference_side(model, sc, dtype: str, options: dict, traces=None):
+def _reference_side(model, sc, dtype: str, options: dict, traces=None, fwd: Forwards | None = None):
     """(the reference's block traces of sc, their twin bounds or None, their typical_norms);
-    traces: that run, made before."""
+    traces: that run, made before; fwd: the forwards the twin bounds are made on."""
     traces = judge_run(model, sc, "block", **options).traces if traces is None else traces
     return (
         traces,
-        twin_bounds(model, traces, dtype) if dtype in SIGMA else None,
+        twin_bounds(model, traces, dtype, fwd=fwd) if dtype in SIGMA else None,
         None if dtype == "exact" else [typical_norms(t) for t in traces],
     )
 
 
-def _reference_sides(model, cases, dtype: str) -> list:
-    return [_reference_side(model, c, dtype, {}) for c in cases]
+def _reference_sides(model, cases, dtype: str, fwd: Forwards | None = None) -> list:
+    fwd = of(model, fwd)  # one for every case of the job
+    return [_reference_side(model, c, dtype, {}, fwd=fwd) for c in cases]
 
 
 def judge_mode(
-    bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None, **options
+    bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None, fwd: Forwards | None = None, **options
 ) -> tuple[Report, ScenarioRun]:
     """The backend's run in one mode against the judge's (default the reference), by the
     backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
-    options: session options for both sides (e.g. max_requests, max_len to size the KV)."""
+    options: session options for both sides (e.g. max_requests, max_len to size the KV). fwd: the
+    run's forwards, for the twin bounds (None: made for this call)."""
     dtype = "exact" if bk.exact else bk.dtype
     if judge is None and draws_host_stream(bk):
         # the reference's side needs nothing of the backend's run: it and its noise twin are made
         # in the background while the backend runs
-        ref = ReferenceSide(model, sc, dtype, **options)
+        ref = ReferenceSide(model, sc, dtype, fwd=fwd, **options)
         got = run_scenario(bk, model, sc, mode, **options)
         return judge_against(ref, got, dtype, reproduce, case), got
     got = run_scenario(bk, model, sc, mode, **options)
     ref_run = judge_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge, **options)
-    bounds = twin_bounds(model, ref_run.traces, dtype) if judge is None else None
+    bounds = twin_bounds(model, ref_run.traces, dtype, fwd=fwd) if judge is None else None
     return compare_runs(ref_run.traces, got.traces, dtype, reproduce, case, bounds=bounds), got
 
 
@@ -94,22 +98,25 @@ def judge_backend(
     ref: ReferenceSide | None = None,
     later: bool = False,
     runs_out: dict | None = None,
+    fwd: Forwards | None = None,
 ):
     """[(label, Report)]: backend block vs judge block, backend loop vs judge loop, and backend
     block vs backend loop. catch=True: a backend that raises is a failed check. ref: the
     reference's side of sc, made earlier (reference_sides); made here where it applies.
     later=True: the backend's runs now, and a handle whose result() makes the comparisons (so a
     caller can run every case's backend runs while the reference's sides are being made).
-    runs_out: receives the backend's runs by mode."""
+    runs_out: receives the backend's runs by mode. fwd: the run's forwards, for every twin bound
+    made here (None: one made for this case)."""
     out, runs = [], ({} if runs_out is None else runs_out)
     dtype = "exact" if bk.exact else bk.dtype
+    fwd = of(model, fwd) if judge is None else fwd  # no twin against a judge backend
     if ref is None and judge is None and draws_host_stream(bk):
-        ref = ReferenceSide(model, sc, dtype)
+        ref = ReferenceSide(model, sc, dtype, fwd=fwd)
     for mode in MODES:  # with a ReferenceSide: both runs, then both judged
         label = f"{case} [{mode}]" if case else mode
         try:
             if ref is None:
-                rep, runs[mode] = judge_mode(bk, model, sc, mode, reproduce, label, judge)
+                rep, runs[mode] = judge_mode(bk, model, sc, mode, reproduce, label, judge, fwd)
             else:
                 rep, runs[mode] = None, run_scenario(bk, model, sc, mode)
         except Exception as e:  # noqa: BLE001 -- judged, not aborted
@@ -119,7 +126,7 @@ def judge_backend(
             rep.fail("backend", f"{label}: the backend raised {type(e).__name__}: {e}")
             rep.finish()
         out.append((label, rep))
-    judged = Deferred(_judgments, model, out, runs, ref, dtype, reproduce, case, judge)
+    judged = Deferred(_judgments, model, out, runs, ref, dtype, reproduce, case, judge, fwd)
     return judged if later else judged.result()
 
 
@@ -135,7 +142,7 @@ class Deferred:
         return self.value
 
 
-def _judgments(model, out, runs, ref, dtype, reproduce, case, judge) -> list:
+def _judgments(model, out, runs, ref, dtype, reproduce, case, judge, fwd=None) -> list:
     """judge_backend's comparisons, once the backend's runs are made."""
     for n, (label, rep) in enumerate(out):
         if rep is None:
@@ -145,7 +152,9 @@ def _judgments(model, out, runs, ref, dtype, reproduce, case, judge) -> list:
         bounds = (
             None
             if judge is not None
-            else twin_bounds(model, runs["block"].traces, dtype, reuse=None if ref is None else ref.result()[1])
+            else twin_bounds(
+                model, runs["block"].traces, dtype, reuse=None if ref is None else ref.result()[1], fwd=fwd
+            )
         )
         if bounds is not None:
             bounds.scale = 2**0.5  # both sides carry the precision's noise
@@ -237,16 +246,16 @@ def check_cases(model, cases) -> dict:
 SIDES_AHEAD_HIDDEN = 1024
 
 
-def reference_sides(backend, model, cases, judge=None) -> dict:
+def reference_sides(backend, model, cases, judge=None, fwd: Forwards | None = None) -> dict:
     """id(case) -> ReferenceSide for every case judge_cases will judge against the reference (a
     host-stream backend, no --reference judge), all made by one background job started now, so
     that they are made while the backend runs; {} where none applies or the model is large
-    (judge_backend then makes each in turn)."""
+    (judge_backend then makes each in turn). fwd: the run's forwards (the job's twin bounds)."""
     if judge is not None or not draws_host_stream(backend) or model.cfg.hidden_size > SIDES_AHEAD_HIDDEN:
         return {}
     dtype = "exact" if backend.exact else backend.dtype
     todo = [c for c in cases if c.policy in backend.policies]
-    job = background(_reference_sides, model, todo, dtype)
+    job = background(_reference_sides, model, todo, dtype, fwd)
     return {id(c): ReferenceSide(model, c, dtype, batch=(job, i)) for i, c in enumerate(todo)}
 
 
@@ -267,6 +276,7 @@ class Ahead:
     cases: list
     job: object  # worker.background handle: [(traces, bounds, norms) | None per case] or None
     facts: Inbox
+    fwd: Forwards | None = None  # the forwards of the run it begins (verdict.judge takes them on)
 
 
 def sides_ahead_apply(model_cfg, judge_name) -> bool:
@@ -276,8 +286,8 @@ def sides_ahead_apply(model_cfg, judge_name) -> bool:
 
 
 def start_sides(model, cases) -> Ahead:
-    facts = Inbox()
-    return Ahead(cases, background(_sides_job, model, cases, facts), facts)
+    facts, fwd = Inbox(), Forwards(model)
+    return Ahead(cases, background(_sides_job, model, cases, facts, fwd), facts, fwd)
 
 
 def cancel_sides(ahead: Ahead | None) -> None:
@@ -303,12 +313,14 @@ def sides_for(ahead: Ahead, backend) -> dict:
     }
 
 
-def _sides_job(model, cases, facts: Inbox):
+def _sides_job(model, cases, facts: Inbox, fwd: Forwards | None = None):
     traces = [run_scenario(REFERENCE, model, c, "block").traces for c in cases]
     got = facts.get()
     if got is None:
         return None
     dtype, policies = got
+    fwd = of(model, fwd)
     return [
-        _reference_side(model, c, dtype, {}, traces=t) if c.policy in policies else None for c, t in zip(cases, traces)
+        _reference_side(model, c, dtype, {}, traces=t, fwd=fwd) if c.policy in policies else None
+        for c, t in zip(cases, traces)
     ]

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_model, drift_stats, noise
+from .forwards import FD_STEP, Forwards, of
 from .scenario import make_case
 from .runner import run_scenario as run
 from ..sampling import SamplingParams
 
-FD_STEP = 1e-6  # relative step of the finite differences (FP64)
 GROWTH = 1.5  # weight of a value group at depth j: 1 / (rms * GROWTH**j)
 PROBE_REQUESTS = 24  # sequences the judge runs through the backend for the fit
 COARSE_HIDDEN = 1024  # from this hidden size the JAX judge fits coarse_directions only
@@ -75,35 +75,6 @@ def label(name: str, layer) -> str:
 from .observations import merged_observations, observations  # noqa: E402,F401 (drift's API)
 
 
-_FORWARDS: dict = {}
-_ROUNDED: dict = {}
-# Rows x positions of one batched finite-difference forward: requests are batched in order of
-# length up to this many (P + 1 rows each, right-padded to the chunk's longest). One forward over
-# all 24 probe requests is slower on a CPU than a few requests at a time (its arrays leave the
-# caches, and padding to the longest costs the difference); docs/results.md, "Time the verdict adds".
-BATCH_ROWS_T = 6000
-
-
-def _rounded(model, dtype: str):
-    """The model with its weights stored in dtype, built once per model and dtype."""
-    key = (id(model), dtype)
-    hit = _ROUNDED.get(key)
-    if hit is None or hit[0] is not model:
-        if len(_ROUNDED) >= 8:
-            _ROUNDED.clear()
-        hit = _ROUNDED[key] = (model, drift_model.Rounded(model, dtype))
-    return hit[1]
-
-
-def _rows(fw, r0: int, r1: int, n: int) -> dict:
-    """Rows r0:r1 of a batched forward, positions below n: what forward over them alone gives."""
-    return {
-        "k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
-        "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
-        "logits": [x[r0:r1, :n] for x in fw["logits"]],
-    }
-
-
 def _span(tokens, obs) -> tuple:
     """The committed tokens a request's observations depend on (up to its last observed position)."""
     return tuple(tokens[: max(k[1] for k in obs) + 1])
@@ -114,66 +85,18 @@ def _contexts(merged) -> list:
     return [(_span(t, obs), lo) for sets in merged.values() for t, lo, obs in sets]
 
 
-def batch_forwards(model, contexts, dtype: str) -> None:
-    """The finite-difference batch (center, then one step per parameter) and the forward with the
-    weights stored in dtype, for every (tokens, loops) of contexts not yet computed: batched over
-    requests (BATCH_ROWS_T), each row the same values as a forward per request. request_stats
-    then finds them (the last 64 are kept; a request's block and loop runs usually commit the
-    same tokens)."""
-    P = len(drift_model.params(model.cfg.num_layers))
-    todo: dict = {}
-    for tokens, loops in dict.fromkeys(contexts):
-        hit = _FORWARDS.get((id(model), tokens, loops, dtype))
-        if hit is None or hit[0] is not model:
-            todo.setdefault(loops, []).append(tokens)
-    if sum(map(len, todo.values())) + len(_FORWARDS) > 64:
-        _FORWARDS.clear()
-    scales = np.ones((P + 1, P))
-    scales[1 + np.arange(P), np.arange(P)] += FD_STEP
-    rounded = _rounded(model, dtype)
-    for loops, ctx in todo.items():
-        ctx.sort(key=len)
-        while ctx:
-            n = 1
-            while n < len(ctx) and (n + 1) * (P + 1) * len(ctx[n]) <= BATCH_ROWS_T:
-                n += 1
-            chunk, ctx = ctx[:n], ctx[n:]
-            fw = drift_model.forward(
-                model, [list(t) for t in chunk for _ in range(P + 1)], loops, np.tile(scales, (n, 1))
-            )
-            fr = drift_model.forward(rounded, [list(t) for t in chunk], loops, np.ones((n, P)))
-            for i, t in enumerate(chunk):
-                _FORWARDS[(id(model), t, loops, dtype)] = (
-                    model,
-                    _rows(fw, i * (P + 1), (i + 1) * (P + 1), len(t)),
-                    _rows(fr, i, i + 1, len(t)),
-                )
-
-
-def _forwards(model, tokens: tuple, loops: int, dtype: str):
-    """(finite-difference batch, forward with the weights stored in dtype) at these tokens."""
-    key = (id(model), tokens, loops, dtype)
-    hit = _FORWARDS.get(key)
-    if hit is None or hit[0] is not model:
-        batch_forwards(model, [(tokens, loops)], dtype)
-        hit = _FORWARDS[key]
-    return hit[1:]
-
-
-def request_stats(model, tokens, loops, obs, dtype: str = "float32") -> tuple:
+def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwards | None = None) -> tuple:
     """(b [P], G [P, P], values, bw [P], bt [S, P] or None): b = J^T W e and G = J^T W J over one
     request's observations, J by forward finite differences of drift_model.forward (FP64) at the
     committed tokens; bw = J^T W e_w, where e_w is what storing the weights in `dtype` alone
     changes; bt[s] = J^T W e_s for each noise-twin sample s (oracle/judge/noise.py; None for a
-    dtype without a twin): what rounding alone does to the estimates."""
+    dtype without a twin): what rounding alone does to the estimates. fwd: the run's forwards
+    (oracle/judge/forwards.py; None: made for this call)."""
+    fwd = of(model, fwd)
     P = len(drift_model.params(model.cfg.num_layers))
     span = _span(tokens, obs)
-    fw, fr = _forwards(model, span, loops, dtype)
-    tw = (
-        noise._twins(model, [(span, loops)], dtype, noise.SAMPLES, noise.SEED)[(span, loops)]
-        if dtype in noise.SIGMA
-        else None
-    )
+    fw, fr = fwd.forwards(span, loops, dtype)
+    tw = fwd.twins([(span, loops)], dtype, noise.SAMPLES, noise.SEED)[(span, loops)] if dtype in noise.SIGMA else None
     groups: dict = {}
     for key, got in obs.items():  # value groups (kind, depth[, layer]): positions, values
         g = groups.setdefault((key[0],) + key[2:], ([], []))
@@ -393,15 +316,19 @@ def probe_runs(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345) -> di
     return {mode: run(backend, model, case, mode) for mode in ("block", "loop")}
 
 
-def fit(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=None) -> DriftReport:
+def fit(
+    model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=None, fwd: Forwards | None = None
+) -> DriftReport:
     """The drift fit over the probe's runs. stats_fn(tokens, loops, obs) -> (b, G, values, bw): the
-    sensitivities (default: finite differences of the NumPy model, request_stats; the JAX judge
-    passes its jvp, judge_jax/drift.py). rep.seconds: this fit's own time."""
+    sensitivities (default: finite differences of the NumPy model, request_stats, on fwd: the run's
+    forwards, None: made for this fit; the JAX judge passes its jvp, judge_jax/drift.py).
+    rep.seconds: this fit's own time."""
     t0 = time.perf_counter()
     merged = merged_observations(runs.values())
     if stats_fn is None:  # the NumPy sensitivities: every request's forwards in few batches
-        batch_forwards(model, _contexts(merged), dtype)
-        stats_fn = lambda tokens, loops, obs: request_stats(model, tokens, loops, obs, dtype)
+        fwd = of(model, fwd)
+        fwd.batch_forwards(_contexts(merged), dtype)
+        stats_fn = lambda tokens, loops, obs: request_stats(model, tokens, loops, obs, dtype, fwd)
     per: dict = {}
     for rid, sets in merged.items():
         for tokens, loops, obs in sets:
@@ -413,12 +340,19 @@ def fit(model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=
 
 
 def drift_check(
-    backend, model, n: int = PROBE_REQUESTS, seed: int = 12345, reproduce: str = "", stats_fn=None, dirs=None
+    backend,
+    model,
+    n: int = PROBE_REQUESTS,
+    seed: int = 12345,
+    reproduce: str = "",
+    stats_fn=None,
+    dirs=None,
+    fwd: Forwards | None = None,
 ) -> DriftReport:
-    """Runs the probe through the backend in both modes and fits the drifts (fit)."""
+    """Runs the probe through the backend in both modes and fits the drifts (fit, on fwd)."""
     t0 = time.perf_counter()
     runs = probe_runs(backend, model, n, seed)
-    rep = fit(model, runs, "float32" if backend.exact else backend.dtype, reproduce, stats_fn, dirs)
+    rep = fit(model, runs, "float32" if backend.exact else backend.dtype, reproduce, stats_fn, dirs, fwd)
     rep.seconds = time.perf_counter() - t0
     return rep
 

@@ -22,12 +22,11 @@ import dataclasses
 
 import numpy as np
 
-from . import drift_model
+from .forwards import SIGMA, Forwards, of
 from ..traces import depths_of
 
-# Relative noise per rounding: bfloat16 keeps 8 significant bits, so a rounding's relative
-# error is uniform within +-2**-8 / m for a mantissa m in [1, 2): RMS 2**-8 / sqrt(3) * 0.72.
-SIGMA = {"bfloat16": 2.0**-8 / 3**0.5 * 0.72, "float16": 2.0**-11 / 3**0.5 * 0.72}
+# SIGMA[dtype], the relative noise per rounding, is defined beside the twin's forwards
+# (oracle/judge/forwards.py, with TWIN_PRECISION, their float type); noise.SIGMA is the same dict.
 SAMPLES = 8
 # K_VALUE, K_MARGIN: over 2000 random property-suite models judged with the correct
 # torch-cpu-bf16 backend, the largest ratio of a value's error to its noise scale was 7.6 (99.9%
@@ -40,10 +39,6 @@ SEED = 20261201
 # rounding of that energy gives, oracle/judge/drift.py twin_allowance). Calibration: correct torch
 # kernels on every path measured showed 0.77-1.23 (docs/results.md, "The precision verdict").
 RHO = 2.0
-# The twin's forwards run in FP32: its noise (SIGMA, ~1e-3 relative) is four orders of magnitude
-# above FP32 rounding (6e-8), so FP64 would change its bounds by less than one part in 1e4, at
-# twice the cost (docs/results.md, "Time the verdict adds").
-TWIN_PRECISION = np.float32
 
 
 @dataclasses.dataclass(slots=True)
@@ -122,72 +117,19 @@ def _contexts(tr):
     return out
 
 
-_TWINS: dict = {}
-# Rows x positions of one batched twin forward: contexts are batched in order of length up to this
-# many (SAMPLES rows each, right-padded to the chunk's longest); one forward over every context of
-# a case is slower on a CPU than a few at a time (docs/results.md, "Time the verdict adds").
-TWIN_ROWS_T = 1500
-
-
-def _rows(fw, r0: int, r1: int, n: int) -> dict:
-    """Rows r0:r1 of a batched forward, positions below n: what forward over them alone gives."""
-    return {
-        "k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
-        "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
-        "logits": [x[r0:r1, :n] for x in fw["logits"]],
-    }
-
-
-def _twins(model, contexts, dtype: str, samples: int, seed: int) -> dict:
-    """(tokens, loops) -> (center, twin) forwards of each context; the noise is seeded by the
-    context, so the block and loop runs of one case (same contexts) get the same bounds, computed
-    once. The contexts not yet computed run as one batch per loop count (each context its own
-    rows and its own noise stream: the same values as one forward per context)."""
-    P = len(drift_model.params(model.cfg.num_layers))
-    out, todo = {}, {}
-    for tokens, loops in contexts:
-        key = (id(model), tokens, loops, dtype, samples, seed)
-        hit = _TWINS.get(key)
-        if hit is not None and hit[0] is model:
-            out[(tokens, loops)] = hit[1:]
-        else:
-            todo.setdefault(loops, {})[tokens] = key
-    if sum(map(len, todo.values())) + len(_TWINS) > 256:
-        _TWINS.clear()
-    for loops, keys in todo.items():
-        ctx = sorted(keys, key=len)
-        while ctx:
-            n = 1
-            while n < len(ctx) and (n + 1) * samples * len(ctx[n]) <= TWIN_ROWS_T:
-                n += 1
-            chunk, ctx = ctx[:n], ctx[n:]
-            rngs = [np.random.default_rng([seed, len(t), *t]) for t in chunk]
-            center = drift_model.forward(
-                model, [list(t) for t in chunk], loops, np.ones((n, P)), precision=TWIN_PRECISION
-            )
-            twin = drift_model.forward(
-                model,
-                [list(t) for t in chunk for _ in range(samples)],
-                loops,
-                np.ones((n * samples, P)),
-                noise=(rngs, SIGMA[dtype]),
-                precision=TWIN_PRECISION,
-            )
-            for i, t in enumerate(chunk):
-                hit = out[(t, loops)] = (
-                    _rows(center, i, i + 1, len(t)),
-                    _rows(twin, i * samples, (i + 1) * samples, len(t)),
-                )
-                _TWINS[keys[t]] = (model,) + hit
-    return out
-
-
 def twin_bounds(
-    model, ref_traces, dtype: str, samples: int = SAMPLES, seed: int = SEED, reuse: Bounds | None = None
+    model,
+    ref_traces,
+    dtype: str,
+    samples: int = SAMPLES,
+    seed: int = SEED,
+    reuse: Bounds | None = None,
+    fwd: Forwards | None = None,
 ) -> Bounds | None:
     """The twin's noise scales for every KV write and logits vector of ref_traces (None: no twin
     for this dtype). reuse: bounds computed before (on the reference's run of the same scenario):
-    a (round, request) with the context they were computed on takes its scales from them."""
+    a (round, request) with the context they were computed on takes its scales from them. fwd:
+    the run's forwards (oracle/judge/forwards.py; None: made for this call)."""
     if dtype not in SIGMA:
         return None
     kv, logits, seen = {}, {}, {}
@@ -195,8 +137,7 @@ def twin_bounds(
     known = lambda rnd, rid, c: reuse is not None and reuse.contexts.get((rnd, rid)) == (tuple(c[0]), c[2])
     if reuse is not None and all(known(tr.round, rid, c) for tr, ctx in contexts for rid, c in ctx.items()):
         return Bounds(reuse.kv, reuse.logits, contexts=reuse.contexts)  # every context as before: its scales
-    fw = _twins(
-        model,
+    fw = of(model, fwd).twins(
         dict.fromkeys(
             (tuple(t), D)
             for tr, ctx in contexts

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_stats, noise
+from .forwards import Forwards, of
 from .observations import observations
 
 BITS = {"bfloat16": 8, "float16": 11}  # significant bits of the declared dtype
@@ -99,15 +100,17 @@ def one_sided_threshold(n_tests: int, n_samples: int, family_alpha: float = FAMI
     return drift_stats.t_critical(2 * family_alpha / max(1, n_tests), n_samples - 1)
 
 
-def numpy_energy_fn(model, dtype: str, contexts=()):
+def numpy_energy_fn(model, dtype: str, contexts=(), fwd: Forwards | None = None):
     """energy_fn(tokens, loops, obs) -> {group: (sum of r_v^2, values)} on the NumPy twin
-    (noise._twins: its forwards for `contexts` [(tokens, loops)] made first, in batches)."""
+    (Forwards.twins on fwd, the run's forwards, None: made for this energy_fn; the forwards for
+    `contexts` [(tokens, loops)] made first, in batches)."""
+    fwd = of(model, fwd)
     if contexts:
-        noise._twins(model, list(dict.fromkeys(contexts)), dtype, noise.SAMPLES, noise.SEED)
+        fwd.twins(list(dict.fromkeys(contexts)), dtype, noise.SAMPLES, noise.SEED)
 
     def energy_fn(tokens, loops, obs):
         span = (tuple(tokens[: max(k[1] for k in obs) + 1]), loops)
-        center, twin = noise._twins(model, [span], dtype, noise.SAMPLES, noise.SEED)[span]
+        center, twin = fwd.twins([span], dtype, noise.SAMPLES, noise.SEED)[span]
         sums: dict = {}
         for vkey, got in obs.items():
             kind, pos = vkey[0], vkey[1]
@@ -131,14 +134,14 @@ def numpy_energy_fn(model, dtype: str, contexts=()):
     return energy_fn
 
 
-def request_energies(model, runs, dtype: str, energy_fn=None) -> dict:
+def request_energies(model, runs, dtype: str, energy_fn=None, fwd: Forwards | None = None) -> dict:
     """rid -> {group: (m, values)}: m the mean r_v^2 over the request's values in the group, its
-    runs (block, loop) averaged. energy_fn: the twin (default: numpy_energy_fn; the JAX judge's
-    is judge_jax/twin.py's, on the device)."""
+    runs (block, loop) averaged. energy_fn: the twin (default: numpy_energy_fn on fwd; the JAX
+    judge's is judge_jax/twin.py's, on the device)."""
     obs = {key: v for key, v in observations(runs).items() if v[2]}
     if energy_fn is None:
         energy_fn = numpy_energy_fn(
-            model, dtype, [(tuple(t[: max(k[1] for k in o) + 1]), lo) for t, lo, o in obs.values()]
+            model, dtype, [(tuple(t[: max(k[1] for k in o) + 1]), lo) for t, lo, o in obs.values()], fwd
         )
     per: dict = {}
     for (_, rid), (tokens, loops, o) in obs.items():
@@ -211,13 +214,16 @@ def compute_order(g: tuple) -> tuple:
     return (g[1], float("inf"), g[0] == "verify")
 
 
-def fit(model, runs, dtype: str, reproduce: str = "", energy_fn=None) -> PrecisionReport | None:
-    """The precision verdict over the drift probe's runs (None: no twin for this dtype)."""
+def fit(
+    model, runs, dtype: str, reproduce: str = "", energy_fn=None, fwd: Forwards | None = None
+) -> PrecisionReport | None:
+    """The precision verdict over the drift probe's runs (None: no twin for this dtype). fwd: the
+    run's forwards (oracle/judge/forwards.py; None: made for this fit)."""
     if dtype not in noise.SIGMA:
         return None
     t0 = time.perf_counter()
     runs = runs.values() if isinstance(runs, dict) else runs
-    rep = verdict(request_energies(model, runs, dtype, energy_fn), dtype, reproduce)
+    rep = verdict(request_energies(model, runs, dtype, energy_fn, fwd), dtype, reproduce)
     rep.seconds = time.perf_counter() - t0
     return rep
 

@@ -23,6 +23,7 @@ from . import drift as _drift
 from . import precision as _precision
 from . import worker as _worker
 from .compare import compare_runs
+from .forwards import Forwards, of
 from .runner import draws_host_stream, judge_run, run_scenario
 from ..backends import GuardedBackend
 from ..contract import capabilities
@@ -194,7 +195,9 @@ def judge(
     case's reproduce line; probe_reproduce: the probe's. early: begin()'s handle. timeout: each
     backend call's limit (GuardedBackend; None: the backend as given). catch=False: a backend
     exception propagates (the property harness) instead of failing a check. inline=True: every job
-    here, in this thread (worker.inline; the property suite's many small examples)."""
+    here, in this thread (worker.inline; the property suite's many small examples). The run's
+    forwards (forwards.Forwards: the twin's and the drift fit's) are made once, shared by the cases'
+    twin bounds and the probe's two fits, and let go when it returns."""
     if inline:
         with _worker.inline():
             return _judge(
@@ -219,11 +222,19 @@ def judge(
     )
     guarded = GuardedBackend(backend, timeout) if timeout is not None else backend
     gjudge = None if judge is None else (GuardedBackend(judge, timeout, judge=True) if timeout is not None else judge)
+    # the run's forwards (the twin's and the drift fit's): those begun with the reference's sides, else new
+    begun = None if early is None else early.fwd
+    fwd = begun if begun is not None and begun.model is model else Forwards(model)
+    if early is not None:
+        early.fwd = None  # held by this run alone: let go when it returns
     sides = (
-        _cases.sides_for(early, backend) if early is not None else _cases.reference_sides(backend, model, cases, judge)
+        _cases.sides_for(early, backend)
+        if early is not None
+        else _cases.reference_sides(backend, model, cases, judge, fwd)
     )
-    pending = start_drift(guarded, model, probe_reproduce, judge) if drift else None
-    judged = _judge_cases(v, guarded, model, cases, suffix, gjudge, sides, catch)  # JudgeFailed: the caller's to name
+    pending = start_drift(guarded, model, probe_reproduce, judge, fwd=fwd) if drift else None
+    # JudgeFailed: the caller's to name
+    judged = _judge_cases(v, guarded, model, cases, suffix, gjudge, sides, catch, fwd)
     for case, reports, runs in judged:
         ok = all(rep.ok for _, rep in reports)
         v.cases.append({"name": case.name, "ok": ok})
@@ -238,7 +249,7 @@ def judge(
 _judge = judge  # judge() under a name its `judge` parameter does not shadow
 
 
-def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, catch: bool) -> list:
+def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd=None) -> list:
     """[(case, [(label, Report)], {mode: run})]: every case's backend runs first, then the comparisons."""
     pending = []
     for case in cases:
@@ -261,6 +272,7 @@ def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, 
                     ref=sides.get(id(case)),
                     later=bool(sides),
                     runs_out=runs,
+                    fwd=fwd,
                 ),
                 runs,
             )
@@ -277,14 +289,23 @@ def _finish_probe(v: Verdict, pending) -> None:
 
 
 def probe_verdicts(
-    model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=None, energy_fn=None
+    model,
+    runs: dict,
+    dtype: str,
+    reproduce: str = "",
+    stats_fn=None,
+    dirs=None,
+    energy_fn=None,
+    fwd: Forwards | None = None,
 ) -> tuple:
     """(DriftReport, PrecisionReport or None) over the probe's runs: the drift fit, and the error
     energy against the noise twin (oracle/judge/precision.py; None without a twin: FP32). With the
-    NumPy sensitivities both use the twin's forwards at the backend's tokens, made once; with the
-    JAX judge's (stats_fn), its twin is energy_fn (judge_jax/twin.py)."""
-    prec = _precision.fit(model, runs, dtype, reproduce, energy_fn) if stats_fn is None or energy_fn else None
-    return _drift.fit(model, runs, dtype, reproduce, stats_fn, dirs), prec
+    NumPy sensitivities both use the twin's forwards at the backend's tokens, made once (on fwd,
+    the run's forwards; None: made for these two fits); with the JAX judge's (stats_fn), its twin
+    is energy_fn (judge_jax/twin.py)."""
+    fwd = of(model, fwd)
+    prec = _precision.fit(model, runs, dtype, reproduce, energy_fn, fwd) if stats_fn is None or energy_fn else None
+    return _drift.fit(model, runs, dtype, reproduce, stats_fn, dirs, fwd), prec
 
 
 # ---- the drift probe's two verdicts, scheduled beside the cases ----
@@ -301,16 +322,20 @@ class PendingDrift:
     stats_fn: object = None
     dirs: object = None
     energy_fn: object = None  # the JAX judge's noise twin (judge_jax/twin.py), or None
+    fwd: object = None  # the run's forwards.Forwards (the NumPy fits'), or None: made for the fits
     job: object = None  # worker.background's handle of the NumPy fit
     seconds: float = 0.0  # the probe's runs
     error: str = ""  # the backend raised during the probe
 
 
-def start_drift(backend, model, reproduce: str = "", judge=None, n: int = _drift.PROBE_REQUESTS) -> PendingDrift | None:
+def start_drift(
+    backend, model, reproduce: str = "", judge=None, n: int = _drift.PROBE_REQUESTS, fwd: Forwards | None = None
+) -> PendingDrift | None:
     """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
     NumPy fit in the background (worker.background), so that it overlaps what the check does next;
     with a JAX judge the sensitivities are its jvp, fitted in finish_drift. None: no drift verdict
-    applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran)."""
+    applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran).
+    fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy)."""
     if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
         return None
     stats_fn = dirs = None
@@ -322,14 +347,14 @@ def start_drift(backend, model, reproduce: str = "", judge=None, n: int = _drift
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
     twin = None if caps is None else caps.precision_energy_fn
     energy_fn = twin(model, backend.dtype) if twin is not None and stats_fn is not None else None
-    pending = PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn)
+    pending = PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn, fwd)
     if stats_fn is None and capabilities(backend).fork_safe and _worker.forks():
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
-        pending.job = _worker.background(_probe_and_fit, backend, model, n, reproduce)
+        pending.job = _worker.background(_probe_and_fit, backend, model, n, reproduce, fwd)
         return pending
     pending.runs, pending.error, pending.seconds = _probe(backend, model, n)
     if stats_fn is None and not pending.error:
-        pending.job = _worker.background(probe_verdicts, model, pending.runs, backend.dtype, reproduce)
+        pending.job = _worker.background(probe_verdicts, model, pending.runs, backend.dtype, reproduce, fwd=fwd)
     return pending
 
 
@@ -370,14 +395,14 @@ def probe_problem(model, runs: dict) -> str:
     return ""
 
 
-def _probe_and_fit(backend, model, n: int, reproduce: str):
-    """start_drift's probe and fit in a forked child: ((DriftReport, PrecisionReport) or None, the
-    probe's error)."""
+def _probe_and_fit(backend, model, n: int, reproduce: str, fwd: Forwards | None = None):
+    """start_drift's probe and fit in a forked child (on its copy of fwd): ((DriftReport,
+    PrecisionReport) or None, the probe's error)."""
     backend = backend.fresh() if hasattr(backend, "fresh") else backend  # a guard with its own thread here
     runs, error, seconds = _probe(backend, model, n)
     if error:
         return None, error
-    reps = probe_verdicts(model, runs, backend.dtype, reproduce)
+    reps = probe_verdicts(model, runs, backend.dtype, reproduce, fwd=fwd)
     reps[0].seconds += seconds
     return reps, ""
 
@@ -400,6 +425,7 @@ def finish_probe(pending: PendingDrift | None) -> tuple:
             pending.stats_fn,
             pending.dirs,
             pending.energy_fn,
+            pending.fwd,
         )
     )
     if isinstance(reps[1], str):  # _probe_and_fit's: the probe ran in the child
