@@ -4,6 +4,8 @@ Profiles (pick with HYPOTHESIS_PROFILE=dev|ci|nightly or --hypothesis-profile=..
     dev      random search, example database (.hypothesis/) replays failures
     ci       derandomize=True, deadline=None, database=None, print_blob=True (.ci/run)
     ci-slow-backend  ci with a quarter of the examples (for a backend too slow for ci)
+    ci-first-failure ci without the shrink phase: a failure is reported as first found (a quick
+             red on a faulty backend; meta_tests/test_cli.py)
     nightly  10x the ci examples, random, long stateful runs (stateful_step_count=200),
              and the size caps of property_tests/strategies.py at their full ranges
 
@@ -26,7 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # meta_tests.faulty:make_* as ORACLE_BACKEND
@@ -65,6 +67,9 @@ settings.register_profile(
     print_blob=True,
     stateful_step_count=30,
     suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "ci-first-failure", parent=settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate]
 )
 settings.register_profile(
     "nightly",
