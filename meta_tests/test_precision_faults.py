@@ -9,7 +9,6 @@ fault."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -19,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from meta_tests import faulty_kernels
+from property_tests.harness import threads_for
 from oracle.checkpoint import build_model
 from oracle.cli import main
-from oracle.cli.environment import choose_threads
 from oracle.judge import drift, precision
 from oracle.judge.verdict import probe_verdicts
 
@@ -30,26 +29,6 @@ torch = pytest.importorskip("torch")
 REPO = Path(__file__).resolve().parents[1]
 # what the verdict names for FP8 K / V storage: the first group past the threshold in compute order
 NAMES = {"fp8_k": "K writes, depth 0, layer 0", "fp8_v": "V writes, depth 0, layer 0"}
-
-
-@contextlib.contextmanager
-def threads_for(model):
-    """torch's intra-op and NumPy's BLAS threads as `check --backend` takes them for this model
-    (oracle.cli.environment.choose_threads: OMP_NUM_THREADS, else 1 below hidden 512; two threads per
-    core on a busy machine made the probe 10-25x slower), restored afterwards."""
-    from threadpoolctl import threadpool_limits
-
-    n, _ = choose_threads(None, hidden=model.cfg.hidden_size)
-    torch = sys.modules.get("torch")
-    before = torch.get_num_threads() if torch is not None else None
-    try:
-        with threadpool_limits(n, user_api="blas"):
-            if torch is not None:
-                torch.set_num_threads(n)
-            yield
-    finally:
-        if torch is not None:
-            torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -30,11 +30,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import sys
 
 import numpy as np
 
 from oracle import sampling as oracle_sampling
 from oracle.backends import load_backend
+from oracle.cli.environment import choose_threads
 from oracle.contract import Capabilities, LoadedBackend, capabilities, session_capabilities, unwrap
 from oracle.reference_backend import ReferenceBackend
 from oracle.judge import runner
@@ -348,3 +350,23 @@ def accepted_events(tr: RoundTrace, params: dict) -> list[str]:
         kind = "greedy" if params[rid].greedy else "sampled"
         out.append(f"{kind}: full acceptance" if a == K else f"{kind}: rejection at offset {a}")
     return out
+
+
+@contextlib.contextmanager
+def threads_for(model):
+    """torch's intra-op and NumPy's BLAS threads as `check --backend` takes them for this model
+    (oracle.cli.environment.choose_threads: OMP_NUM_THREADS, else 1 below hidden 512; two threads per
+    core on a busy machine made the probe 10-25x slower), restored afterwards."""
+    from threadpoolctl import threadpool_limits
+
+    n, _ = choose_threads(None, hidden=model.cfg.hidden_size)
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    try:
+        with threadpool_limits(n, user_api="blas"):
+            if torch is not None:
+                torch.set_num_threads(n)
+            yield
+    finally:
+        if torch is not None:
+            torch.set_num_threads(before)

@@ -17,14 +17,11 @@ what the verdict found (the parameter, or the value group), with its reproduce l
 
 from __future__ import annotations
 
-import contextlib
-import sys
 
 import numpy as np
 import pytest
 
 from oracle.checkpoint import build_model
-from oracle.cli.environment import choose_threads
 from oracle.config import ModelConfig
 from oracle.judge import drift, precision
 from oracle.judge.verdict import probe_verdicts
@@ -69,33 +66,13 @@ def reduced_precision_backend():
     return bk
 
 
-@contextlib.contextmanager
-def threads_for(model):
-    """torch's intra-op and NumPy's BLAS threads as `check --backend` takes them for this model
-    (oracle.cli.environment.choose_threads: OMP_NUM_THREADS, else 1 below hidden 512; two threads per
-    core on a busy machine made the probe 10-25x slower), restored afterwards."""
-    from threadpoolctl import threadpool_limits
-
-    n, _ = choose_threads(None, hidden=model.cfg.hidden_size)
-    torch = sys.modules.get("torch")
-    before = torch.get_num_threads() if torch is not None else None
-    try:
-        with threadpool_limits(n, user_api="blas"):
-            if torch is not None:
-                torch.set_num_threads(n)
-            yield
-    finally:
-        if torch is not None:
-            torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("which", list(MODELS))
 def test_probe_verdicts_pass(which):
     """The probe through the backend under test on one model, and both verdicts (one test per model:
     one probe, whichever worker runs it)."""
     bk = reduced_precision_backend()
     model = MODELS[which]()
-    with threads_for(model):
+    with harness.threads_for(model):
         runs = drift.probe_runs(bk, model)
         rep, prec = probe_verdicts(model, runs, bk.dtype, harness.reproduce_line(MODULE))
     failed = [f"drift verdict: {rep.failure}"] if not rep.ok else []
