@@ -44,41 +44,17 @@ settings.register_profile(
     stateful_step_count=30,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile(
-    "ci",
-    max_examples=CI_EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    print_blob=True,
-    stateful_step_count=30,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=True, database=None)
 # ci for a backend whose rounds are slow on the host at hand (a user's engine behind a slow
 # link, say): the same properties, derandomized, a quarter of the examples (every test's
 # harness.examples(n) scales with max_examples). make test no longer needs it: torch-cpu-bf16
-# runs the full ci profile in about 70 s on 2 cores.
-settings.register_profile(
-    "ci-slow-backend",
-    max_examples=CI_EXAMPLES // 4,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    print_blob=True,
-    stateful_step_count=30,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+# runs the full ci profile in about 54 s on 2 cores.
+settings.register_profile("ci-slow-backend", parent=settings.get_profile("ci"), max_examples=CI_EXAMPLES // 4)
 settings.register_profile(
     "ci-first-failure", parent=settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate]
 )
 settings.register_profile(
-    "nightly",
-    max_examples=10 * CI_EXAMPLES,
-    deadline=None,
-    database=None,
-    print_blob=True,
-    stateful_step_count=200,
-    suppress_health_check=[HealthCheck.too_slow],
+    "nightly", parent=settings.get_profile("dev"), max_examples=10 * CI_EXAMPLES, database=None, stateful_step_count=200
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
