@@ -18,7 +18,8 @@ from .argtypes import check_out_path, int_at_least, positive_seconds
 from ..backends import BackendCallFailed, GuardedBackend, import_prefix, load_backend
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
-from ..judge.compare import TOLERANCES, compare_runs
+from ..judge.compare import TOLERANCES
+from ..judge import verdict
 from ..judge.decisions import trace_problem
 from .environment import set_threads
 from ..errors import OracleError
@@ -27,7 +28,7 @@ from ..config import ModelConfig
 from ..sampling import SamplingParams
 from .option_rules import check_threads, check_timeout, timeout_flags
 from .round_args import add_round_options, check_penalty, check_round_args, custom_case, model_flags, round_flags
-from ..traces import load_trace_file, model_identity, request_problem, save_traces
+from ..traces import load_trace_file, model_identity, request_problem, save_traces, weights_sha256
 
 
 def record_command(args, out: str) -> str:
@@ -221,6 +222,20 @@ COUNTED = {
 }
 
 
+def traced_model(f, path) -> tuple:
+    """(the model a trace file names, rebuilt, or None; why not): its preset and seed, or its
+    checkpoint folder, holding the recorded weights (weights_sha256), below the twin's size."""
+    m = f.model
+    if ModelConfig(**m["config"]).hidden_size >= verdict.TWIN_HIDDEN:
+        return None, f"hidden size {m['config']['hidden_size']}: the twin is not run on the host"
+    if "checkpoint" in m and not Path(m["checkpoint"]).is_dir():
+        return None, f"checkpoint {m['checkpoint']} (named by {path}) is not a folder here"
+    model = build_model(checkpoint=m["checkpoint"]) if "checkpoint" in m else build_model(m["preset"], m["seed"])
+    if weights_sha256(model.weights) != m["weights_sha256"]:
+        return None, f"the weights {path} names are not those its model now loads (weights_sha256)"
+    return model, ""
+
+
 def diff(args) -> int:
     fa, fb = checked_file(args.a), checked_file(args.b)
     differ = identity_difference(fa, fb)
@@ -232,7 +247,10 @@ def diff(args) -> int:
         )
     a, b, meta_a, meta_b = fa.traces, fb.traces, fa.meta, fb.meta
     row = args.tolerance or recorded_row(args.b, meta_b)
-    rep = compare_runs(a, b, row, diff_reproduce(args, meta_a, row))
+    # a reduced-precision row: judged by the noise twin of the model the traces name, as check --backend
+    model, why = traced_model(fa, args.a) if row in verdict.SIGMA else (None, "")
+    v = verdict.judge_traces(a, b, row, model, diff_reproduce(args, meta_a, row), (args.a, args.b))
+    rep = v.reports[0][1]
     order = ["rng_events", "kv_writes", "draft_logits", "verify_logits", "tokens", "stats"]
     checks = sorted(rep.checks, key=lambda c: order.index(c.name) if c.name in order else len(order))
     made = {c.name: not (c.ok and c.name in COUNTED and getattr(rep, COUNTED[c.name]) == 0) for c in checks}
@@ -242,6 +260,7 @@ def diff(args) -> int:
                 {
                     "ok": rep.ok,
                     "tolerance_row": row,
+                    "bounds": v.info["bounds"] + (f" ({why})" if why else ""),
                     "checks": [
                         {"name": c.name, "ok": c.ok, "compared": made[c.name], "detail": c.detail} for c in checks
                     ],
@@ -255,6 +274,7 @@ def diff(args) -> int:
         print(
             f"{args.b} judged against {args.a} by tolerance row {row!r}"
             + ("" if args.tolerance else " (recorded with B)")
+            + ("" if row == "exact" else f", by the {v.info['bounds']}" + (f" ({why})" if why else ""))
         )
         for c in checks:
             if not made[c.name]:
@@ -262,7 +282,7 @@ def diff(args) -> int:
             else:
                 print(f"{'ok  ' if c.ok else 'DIFF'} {c.name}{': ' + c.detail if c.detail else ''}")
         print(("identical" if row == "exact" else f"equal within tolerance row {row!r}") if rep.ok else "traces differ")
-    return 0 if rep.ok else 1
+    return 0 if v.ok else 1
 
 
 def register(sub) -> None:

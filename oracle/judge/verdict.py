@@ -23,7 +23,8 @@ from . import drift as _drift
 from . import precision as _precision
 from . import worker as _worker
 from .compare import compare_runs
-from .forwards import Forwards, of
+from .forwards import SIGMA, Forwards, of
+from .noise import twin_bounds
 from .runner import draws_host_stream, judge_run, run_scenario
 from ..backends import GuardedBackend
 from ..contract import capabilities
@@ -559,3 +560,25 @@ def check_reference(model, cases) -> dict:
             {"name": "nothing compared", "ok": False, "detail": "nothing compared: no request-round was compared"}
         )
     return out
+
+
+# ---- recorded traces (trace diff) ----
+
+TWIN_HIDDEN = 1024  # from this hidden size trace diff judges by the fixed row (the twin is a host forward)
+
+
+def judge_traces(ref_traces, got_traces, row: str, model=None, reproduce: str = "", names=("A", "B")) -> Verdict:
+    """Recorded traces: got_traces (file B) against ref_traces (file A) by tolerance row `row`. With
+    the model the traces name (rebuilt by the caller), a reduced-precision row is judged by the noise
+    twin's bounds at A's contexts, as `check --backend` judges; without it, by the row's fixed
+    tolerances. info["bounds"] says which."""
+    t0 = time.perf_counter()
+    v = Verdict(names[1], row, row == "exact", names[0], 0 if model is None else model.cfg.num_layers)
+    twin = model is not None and row in SIGMA and model.cfg.hidden_size < TWIN_HIDDEN
+    bounds = twin_bounds(model, ref_traces, row) if twin else None
+    rep = compare_runs(ref_traces, got_traces, row, reproduce, bounds=bounds)
+    v.add("traces", rep)
+    v.cases.append({"name": "traces", "ok": rep.ok})
+    v.info["bounds"] = "noise twin" if twin else ("exact" if row == "exact" else "fixed row")
+    v.seconds = time.perf_counter() - t0
+    return v
