@@ -330,3 +330,13 @@ def test_nothing_observed_or_a_non_finite_value_fails():
     energies[5][("k", 0, 0)] = (math.inf, 10)
     rep = precision.verdict(energies, "bfloat16")
     assert not rep.ok and "K writes, depth 0, layer 0" in rep.failure
+
+
+def test_the_drift_floor_is_the_validated_one_up_to_hidden_32_and_shrinks_as_one_over_sqrt_above():
+    """floor(H): DRIFT_FLOOR where the 2000-model false-alarm run measured it (H = 8..32), then
+    DRIFT_FLOOR * sqrt(32 / H), and the twin's allowance widened by exactly that."""
+    assert [drift.drift_floor(h) for h in (8, 16, 32)] == [drift.DRIFT_FLOOR] * 3
+    assert drift.drift_floor(128) == pytest.approx(drift.DRIFT_FLOOR / 2)
+    assert drift.drift_floor(2048) == pytest.approx(drift.DRIFT_FLOOR / 8)
+    xt = np.zeros((24, 8))
+    assert drift.twin_allowance(xt, drift.drift_floor(128)) == pytest.approx((-0.0005, 0.0005))
