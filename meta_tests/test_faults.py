@@ -141,9 +141,9 @@ EXPECTED = {
         (ROUNDS, "draft token|vs reference block"),
         (PLAIN, "plain decoding"),
         (FORCED_DRAFTS, "drafts forced to the plain decode"),
-        # STATEFUL: the example that fails first differs with what ran before in the process (under
-        # xdist); the wrongly penalised draft shows as a draft token, or through the
-        # acceptance decided from its probabilities (in BF16), or the RNG purposes that decision changes
+        # STATEFUL: the wrongly penalised draft shows as a draft token, or through the acceptance
+        # decided from its probabilities (in BF16), or the RNG purposes that decision changes; which
+        # comes first depends on the example drawn
         (STATEFUL, "draft token|acceptance of the draft|rng_events"),
     ],
     "make_penalty_verify_only": [(ROUNDS, "vs reference block"), (GENERATION, "vs reference block"), (STATEFUL, "")],
