@@ -39,7 +39,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.model import pow2  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
-from oracle.contract import LoadedBackend, as_loaded  # noqa: E402
+from oracle.contract import LoadedBackend, as_loaded, tolerance_row  # noqa: E402
 from oracle.judge import verdict  # noqa: E402
 from oracle.judge.verdict import Budget  # noqa: E402,F401 (the judge's KV budget; tests)
 from oracle.judge.scenario import Case  # noqa: E402
@@ -179,7 +179,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     model = build_model(args.preset, seed=args.seed)
     backend, judge = load_backend(args.backend), as_loaded(make_jax_backend())
-    dtype = "exact" if backend.exact else backend.dtype
+    dtype = tolerance_row(backend)
     cases = make_cases(
         args.cases, model.cfg.vocab_size, args.max_prompt, args.max_requests, args.max_cells, args.rounds, args.seed
     )

@@ -217,6 +217,12 @@ class SessionCapabilities:
     kv_frontiers: Callable | None = None  # kv_frontiers(rid) -> set of ints
 
 
+def tolerance_row(backend) -> str:
+    """The backend's row of the judge's tolerance table (oracle.judge.compare.TOLERANCES): "exact"
+    for a backend that declares itself exact, else its dtype."""
+    return "exact" if backend.exact else backend.dtype
+
+
 def capabilities(backend) -> Capabilities:
     """What `backend` offers: the Capabilities it carries (a LoadedBackend's, a GuardedBackend's),
     else read from the object now (a backend made directly, as tests do)."""

@@ -37,7 +37,7 @@ import numpy as np
 from oracle import sampling as oracle_sampling
 from oracle.backends import load_backend
 from oracle.cli.environment import choose_threads
-from oracle.contract import Capabilities, LoadedBackend, capabilities, session_capabilities, unwrap
+from oracle.contract import Capabilities, LoadedBackend, capabilities, session_capabilities, tolerance_row, unwrap
 from oracle.reference_backend import ReferenceBackend
 from oracle.judge import runner
 from oracle.judge.runner import ScenarioRun
@@ -102,7 +102,7 @@ def caps(bk: LoadedBackend) -> Capabilities:
 
 def dtype_of(bk: LoadedBackend) -> str:
     """The compare_runs mode for a backend: "exact" or its dtype's tolerance row."""
-    return "exact" if bk.exact else bk.dtype
+    return tolerance_row(bk)
 
 
 def sampling_impl(bk: LoadedBackend | None = None):

@@ -16,6 +16,7 @@ from pathlib import Path
 from . import HELP
 from .argtypes import check_out_path, int_at_least, positive_seconds
 from ..backends import BackendCallFailed, GuardedBackend, import_prefix, load_backend
+from ..contract import tolerance_row
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
 from ..judge.compare import TOLERANCES
@@ -82,7 +83,7 @@ def record(args) -> int:
         if bk is REFERENCE:
             raise
         raise OracleError(f"backend {bk.name} raised {type(e).__name__}: {e}") from None
-    row = "exact" if bk.exact else bk.dtype
+    row = tolerance_row(bk)
     bad = malformed_rounds(traces, model.cfg.vocab_size)
     for line in bad:
         print(f"MALFORMED {line}")

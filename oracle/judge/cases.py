@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .cache_free import cache_free_check
 from .compare import compare_runs, typical_norms
+from ..contract import tolerance_row
 from ..errors import OracleError
 from .forwards import Forwards, of
 from .noise import SIGMA, twin_bounds
@@ -68,7 +69,7 @@ def judge_mode(
     backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
     options: session options for both sides (e.g. max_requests, max_len to size the KV). fwd: the
     run's forwards, for the twin bounds (None: made for this call)."""
-    dtype = "exact" if bk.exact else bk.dtype
+    dtype = tolerance_row(bk)
     if judge is None and draws_host_stream(bk):
         # the reference's side needs nothing of the backend's run: it and its noise twin are made
         # in the background while the backend runs
@@ -108,7 +109,7 @@ def judge_backend(
     runs_out: receives the backend's runs by mode. fwd: the run's forwards, for every twin bound
     made here (None: one made for this case)."""
     out, runs = [], ({} if runs_out is None else runs_out)
-    dtype = "exact" if bk.exact else bk.dtype
+    dtype = tolerance_row(bk)
     fwd = of(model, fwd) if judge is None else fwd  # no twin against a judge backend
     if ref is None and judge is None and draws_host_stream(bk):
         ref = ReferenceSide(model, sc, dtype, fwd=fwd)
@@ -253,7 +254,7 @@ def reference_sides(backend, model, cases, judge=None, fwd: Forwards | None = No
     (judge_backend then makes each in turn). fwd: the run's forwards (the job's twin bounds)."""
     if judge is not None or not draws_host_stream(backend) or model.cfg.hidden_size > SIDES_AHEAD_HIDDEN:
         return {}
-    dtype = "exact" if backend.exact else backend.dtype
+    dtype = tolerance_row(backend)
     todo = [c for c in cases if c.policy in backend.policies]
     job = background(_reference_sides, model, todo, dtype, fwd)
     return {id(c): ReferenceSide(model, c, dtype, batch=(job, i)) for i, c in enumerate(todo)}
@@ -304,7 +305,7 @@ def sides_for(ahead: Ahead, backend) -> dict:
     if not draws_host_stream(backend):
         ahead.facts.send(None)
         return {}
-    dtype = "exact" if backend.exact else backend.dtype
+    dtype = tolerance_row(backend)
     ahead.facts.send((dtype, tuple(backend.policies)))
     return {
         id(c): ReferenceSide(None, c, dtype, batch=(ahead.job, i))

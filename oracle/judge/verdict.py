@@ -27,15 +27,13 @@ from .forwards import SIGMA, Forwards, of
 from .noise import twin_bounds
 from .runner import draws_host_stream, judge_run, run_scenario
 from ..backends import GuardedBackend
-from ..contract import capabilities
+from ..contract import capabilities, tolerance_row
 
 COUNTERS = _cases.COUNTERS
 AHEAD_HIDDEN = _cases.SIDES_AHEAD_HIDDEN  # up to this hidden size the reference's sides can be begun early
 
 
-def row(bk) -> str:
-    """The backend's row of TOLERANCES: "exact" for an exact backend, else its dtype."""
-    return "exact" if bk.exact else bk.dtype
+row = tolerance_row  # the backend's row of TOLERANCES: "exact" for an exact backend, else its dtype
 
 
 @dataclass(slots=True)
@@ -60,7 +58,7 @@ class Verdict:
 
     @property
     def tolerance_row(self) -> str:
-        return "exact" if self.exact else self.dtype
+        return tolerance_row(self)
 
     @property
     def compared(self) -> bool:
