@@ -371,6 +371,9 @@ class Scenario:
     def reproduce(self) -> str:
         return ""
 
+    def params_for(self, model) -> tuple:  # the scenario protocol: a drawn scenario's params are its own
+        return self.params
+
     def with_policy(self, policy: str) -> "Scenario":
         from dataclasses import replace
 

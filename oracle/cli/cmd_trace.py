@@ -112,7 +112,7 @@ def record(args) -> int:
             **({"malformed": bad} if bad else {}),
         },
         model=identity,
-        params=case.params_for(model) if hasattr(case, "params_for") else case.params,
+        params=case.params_for(model),
     )
     n_ev = sum(len(t.rng_events) for t in traces)
     print(

@@ -2,11 +2,11 @@
 a comparison (`judge_run`, by default on REFERENCE, the FP32 reference), and the uniforms a
 replay consumes. The verdicts built on it are oracle/judge/cases.py and oracle/judge/drift.py.
 
-A scenario is any object with d, D, policy, prompts, params and `ops`: a sequence of
-("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid); optionally `depths`, one
-(d_i, D_i) per request. `Case` (oracle/judge/scenario.py) and `property_tests.strategies.Scenario`
-both are one. A backend is what oracle/contract.py says: a LoadedBackend (load_backend), or an
-object made directly, whose Capabilities `capabilities` reads.
+A scenario is any object with d, D, policy, prompts, params, `params_for(model)` (the params run on
+that model), `depths` (None, or one (d_i, D_i) per request) and `ops`: a sequence of
+("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid). `Case` (oracle/judge/scenario.py)
+and `property_tests.strategies.Scenario` both are one. A backend is what oracle/contract.py says:
+a LoadedBackend (load_backend), or an object made directly, whose Capabilities `capabilities` reads.
 """
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ def run_scenario(
     submit_ahead: consecutive rounds are all submitted before the first is collected (backends
     with submit/collect). options: the backend's session options (e.g. graphs="off")."""
     s = bk.session(model, sc.d, sc.D, mode, sc.policy, **options)
-    out = ScenarioRun(getattr(bk, "name", type(bk).__name__), mode)
+    out = ScenarioRun(bk.name, mode)
     out.session = s
     pending = []  # submitted, not yet collected (submit_ahead)
     finished = set()  # requests that stopped: they left the batch
-    depths = getattr(sc, "depths", None)
-    params = sc.params_for(model) if hasattr(sc, "params_for") else sc.params  # a Case's model-derived params
+    depths = sc.depths
+    params = sc.params_for(model)  # a Case derives some from the model
     for op, arg in list(sc.ops) + [("flush", None)]:
         if op != "step" and pending:
             for handle in pending:
