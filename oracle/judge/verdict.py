@@ -13,6 +13,7 @@ A `Verdict` is a value: its `ok` is derived from its checks, never set.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -197,20 +198,12 @@ def judge(
     here, in this thread (worker.inline; the property suite's many small examples). The run's
     forwards (forwards.Forwards: the twin's and the drift fit's) are made once, shared by the cases'
     twin bounds and the probe's two fits, and let go when it returns."""
-    if inline:
-        with _worker.inline():
-            return _judge(
-                backend,
-                model,
-                cases,
-                judge=judge,
-                drift=drift,
-                suffix=suffix,
-                probe_reproduce=probe_reproduce,
-                early=early,
-                timeout=timeout,
-                catch=catch,
-            )
+    with _worker.inline() if inline else contextlib.nullcontext():
+        return _run(backend, model, cases, judge, drift, suffix, probe_reproduce, early, timeout, catch)
+
+
+def _run(backend, model, cases, judge, drift, suffix, probe_reproduce, early, timeout, catch) -> Verdict:
+    """judge()'s body (its jobs inline or not, as the caller set)."""
     t0 = time.perf_counter()
     v = Verdict(
         backend.name,
@@ -243,9 +236,6 @@ def judge(
     _finish_probe(v, pending)
     v.seconds = time.perf_counter() - t0
     return v
-
-
-_judge = judge  # judge() under a name its `judge` parameter does not shadow
 
 
 def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd=None) -> list:
