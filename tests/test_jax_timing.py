@@ -19,6 +19,19 @@ from oracle.judge.compare import compare_runs
 from oracle.sampling import SamplingParams as SP
 
 ROOT = Path(__file__).resolve().parents[1]
+# scripts/gpu_judge_time.py at the smallest shape, one repeat (the CPU runs of its GPU timing)
+JUDGE_TIME_TINY = [
+    sys.executable,
+    str(ROOT / "scripts" / "gpu_judge_time.py"),
+    "--preset",
+    "tiny",
+    "--C",
+    "2",
+    "--ctx",
+    "8",
+    "--repeats",
+    "1",
+]
 
 
 def session(tiny, mode="block", kv_fetch="async", C=3, n=9):
@@ -90,16 +103,7 @@ def test_gpu_judge_time_script_runs_on_the_cpu(tmp_path):
     out = tmp_path / "t.json"
     p = subprocess.run(
         [
-            sys.executable,
-            str(ROOT / "scripts" / "gpu_judge_time.py"),
-            "--preset",
-            "tiny",
-            "--C",
-            "2",
-            "--ctx",
-            "8",
-            "--repeats",
-            "1",
+            *JUDGE_TIME_TINY,
             "--kv-fetch",
             "both",
             "--json",
@@ -119,18 +123,7 @@ def test_gpu_judge_time_script_runs_on_the_cpu(tmp_path):
 def test_gpu_judge_time_variants_in_one_process(tmp_path):
     """--variant: one model build, each variant timed with its own options; a bad key is refused."""
     out = tmp_path / "v.json"
-    script = [
-        sys.executable,
-        str(ROOT / "scripts" / "gpu_judge_time.py"),
-        "--preset",
-        "tiny",
-        "--C",
-        "2",
-        "--ctx",
-        "8",
-        "--repeats",
-        "1",
-    ]
+    script = JUDGE_TIME_TINY
     p = subprocess.run(
         script + ["--variant", "", "--variant", "kv_fetch=thread,rows_bits=2,layer_loop=scan", "--json", str(out)],
         cwd=ROOT,
