@@ -114,8 +114,8 @@ def main(argv=None) -> int:
         for line in (rep.failure, prec.failure):
             if line:
                 print("    " + line[:300], flush=True)
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1))
+        if a.json:  # after each variant: a run cut by a time limit keeps what it measured
+            Path(a.json).write_text(json.dumps(out, indent=1))
     return 0
 
 
