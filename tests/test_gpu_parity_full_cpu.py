@@ -180,3 +180,27 @@ def test_the_probe_names_a_drift_fault(tmp_path, capsys):
         assert rc == 1 and "FAILED in" in text, text
         assert [f["case"] for f in s["failed"]] == ["drift probe"], s["failed"]
         assert named in s["failed"][0]["failures"][0], s["failed"]
+
+
+def test_judge_timing_runs_first_and_a_failed_timing_fails_the_run(monkeypatch, capsys):
+    """--time-judge times the judge before the cases (on an empty device); a timing cut by an
+    out-of-memory error is named and fails the run, though every case passed."""
+    pf = load_script()
+    order = []
+    real_judge_pairs = pf.verdict.judge_pairs
+
+    def pairs(*a, **k):
+        order.append("cases")
+        return real_judge_pairs(*a, **k)
+
+    def oom(judge, model):
+        order.append("timing")
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 18.00GiB")
+
+    monkeypatch.setattr(pf.verdict, "judge_pairs", pairs)
+    monkeypatch.setattr(pf, "time_judge", oom)
+    rc = pf.main(SMALL + ["--backend", "torch-cpu", "--time-judge"])
+    text = capsys.readouterr().out
+    assert order == ["timing", "cases"]
+    assert rc == 1 and "2 cases (0 failed)" in text, text
+    assert "out of device memory" in text and "FAILED: the judge's round timing" in text and "FAILED in" in text
