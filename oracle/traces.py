@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .processors import Seen
 from .rng_events import events_from_json, events_to_json
 
 KVKey = tuple  # (request, position, depth, layer)
@@ -304,6 +305,13 @@ def _check_round(path, n: int, r, arrays: dict) -> None:
 
 FINISH_REASONS = ("stop", "length")
 PER_REQUEST = ("prefix", "drafts", "accepted", "emitted", "committed", "generated", "finished", "params", "depths")
+
+
+def seen_in(tr: RoundTrace, rid, o: int, drafts) -> Seen:
+    """What request rid's logits at offset o saw in round trace tr, given the round's drafts
+    (the tokens the round started from, then drafts 1..o; phases.seen)."""
+    prefix, n = list(tr.prefix.get(rid, ())), tr.generated.get(rid, 0)
+    return Seen(tuple(prefix[: len(prefix) - n]), tuple(prefix[len(prefix) - n :]) + tuple(drafts[:o]), o, len(drafts))
 
 
 def request_problem(t: RoundTrace) -> str | None:

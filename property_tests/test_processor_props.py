@@ -1,7 +1,7 @@
 """Sequence-dependent logits processors inside speculative rounds (oracle/processors.py; the
 chain of oracle/sampling.py: mask, bad_words, min_tokens, logit_bias, penalties, no_repeat_ngram,
 then the filters). The logits at offset o see the prompt, the output of earlier rounds and this
-round's drafts 1..o (oracle.phases.seen, oracle.judge.decisions.seen_in): the context plain
+round's drafts 1..o (oracle.phases.seen, oracle.traces.seen_in): the context plain
 decoding would have had. Requests here always carry processors, on small vocabularies (8-24
 tokens) so that they bite (strategies.processor_kwargs: repeats, penalties up to 2, biases
 that change decisions, bad words from the prompt's tokens, min_tokens with stop tokens), and
@@ -43,7 +43,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from oracle import phases as oracle_phases
-from oracle.judge.decisions import greedy_margin, seen_in
+from oracle.judge.decisions import greedy_margin
+from oracle.traces import seen_in
 from oracle.phases import PHASES
 from oracle.sampling import CHAIN, SamplingParams
 from oracle.tolerances import TOLERANCES

@@ -282,6 +282,24 @@ def test_the_rooms_import_downwards_only():
     assert not bad, "a room imports a higher one: " + ", ".join(bad)
 
 
+# The judge's face to the CLI: the one verdict, the scenario (a case and its reproduce line) and
+# the runner (a scenario's rounds on one backend: `trace record`, the catalogue's plain runs).
+JUDGE_FACE = {"oracle.judge.verdict", "oracle.judge.scenario", "oracle.judge.runner"}
+
+
+def test_the_cli_reaches_the_judge_through_its_face_only():
+    """oracle/cli/ imports no part of the judge beyond JUDGE_FACE: the verdict is assembled in
+    the judge, not in a command."""
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in oracle_graph().items()
+        if room(m) == "cli"
+        for t in ts
+        if room(t) == "judge" and t not in JUDGE_FACE and t != "oracle.judge"
+    )
+    assert not bad, "the CLI imports judge internals: " + ", ".join(bad)
+
+
 def test_the_oracle_import_graph_is_shallow():
     graph = oracle_graph()
     d = depths(graph)

@@ -164,8 +164,8 @@ def first_bite(run, rid, plain, field: str, values) -> dict:
     the verification, first shows. A penalty acts on the tokens seen so far, so its sign decides
     where it bites: demoting them bites where the model would repeat one, boosting them where it
     would not."""
-    from ..judge.decisions import seen_in
     from ..sampling import processed_logits
+    from ..traces import seen_in
 
     if run is None:  # no plain run (derived_params): the first value
         return {field: values[0]}

@@ -147,9 +147,7 @@ def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
     v.info |= {"timeout_s": args.timeout, **threads}
     v.seconds = time.perf_counter() - t0
     if args.report:
-        from ..judge.html_report import write_report
-
-        write_report(v.to_json(), args.report)
+        v.write_report(args.report)
     if args.json:
         print(json.dumps(v.to_json()))
     else:

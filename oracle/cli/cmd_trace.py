@@ -19,9 +19,7 @@ from ..backends import BackendCallFailed, GuardedBackend, import_prefix, load_ba
 from ..contract import tolerance_row
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
-from ..judge.compare import TOLERANCES
 from ..judge import verdict
-from ..judge.decisions import trace_problem
 from .environment import set_threads
 from ..errors import OracleError
 from ..checkpoint import build_model
@@ -29,7 +27,8 @@ from ..config import ModelConfig
 from ..sampling import SamplingParams
 from .option_rules import check_threads, check_timeout, timeout_flags
 from .round_args import add_round_options, check_penalty, check_round_args, custom_case, model_flags, round_flags
-from ..traces import load_trace_file, model_identity, request_problem, save_traces, weights_sha256
+from ..tolerances import TOLERANCES
+from ..traces import load_trace_file, model_identity, save_traces, weights_sha256
 
 
 def record_command(args, out: str) -> str:
@@ -50,25 +49,6 @@ def check_record_args(args) -> None:
     check_round_args(args)
 
 
-def malformed_rounds(traces, vocab: int) -> list[str]:
-    """'round N request R: why' for every request whose part of a round cannot be a round's
-    output (oracle.judge.decisions.trace_problem, traces.request_problem)."""
-    out = []
-    for n, t in enumerate(traces):
-        before = len(out)
-        for rid, T in zip(t.requests, t.token_counts):
-            try:
-                why = trace_problem(t, rid, T, vocab)
-            except Exception as e:  # noqa: BLE001 -- whatever the trace holds
-                why = f"cannot be judged ({type(e).__name__}: {e})"
-            if why:
-                out.append(f"round {n} request {rid}: {why}")
-        problem = None if len(out) > before else request_problem(t)
-        if problem:
-            out.append(f"round {n}: {problem}")
-    return out
-
-
 def record(args) -> int:
     check_out_path(args.out, "--out")
     bk = REFERENCE if args.backend is None else load_backend(args.backend)  # before the model is built
@@ -84,7 +64,7 @@ def record(args) -> int:
             raise
         raise OracleError(f"backend {bk.name} raised {type(e).__name__}: {e}") from None
     row = tolerance_row(bk)
-    bad = malformed_rounds(traces, model.cfg.vocab_size)
+    bad = verdict.malformed_rounds(traces, model.cfg.vocab_size)
     for line in bad:
         print(f"MALFORMED {line}")
     if bad and not args.keep_malformed:

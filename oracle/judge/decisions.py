@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import OracleError
+from ..traces import seen_in
 from ..sampling import (
     SamplingParams,
     Seen,
@@ -50,13 +51,6 @@ class Divergence(NamedTuple):
 
 def params_of(tr, rid) -> SamplingParams:
     return SamplingParams(**tr.params[rid]) if rid in tr.params else SamplingParams()
-
-
-def seen_in(tr, rid, o: int, drafts) -> Seen:
-    """What request rid's logits at offset o saw in round trace tr, given the round's drafts
-    (the tokens the round started from, then drafts 1..o; phases.seen)."""
-    prefix, n = list(tr.prefix.get(rid, ())), tr.generated.get(rid, 0)
-    return Seen(tuple(prefix[: len(prefix) - n]), tuple(prefix[len(prefix) - n :]) + tuple(drafts[:o]), o, len(drafts))
 
 
 def _softmax(lg) -> np.ndarray:

@@ -24,11 +24,13 @@ from . import drift as _drift
 from . import precision as _precision
 from . import worker as _worker
 from .compare import compare_runs
+from .decisions import trace_problem
 from .forwards import SIGMA, Forwards, of
 from .noise import twin_bounds
 from .runner import draws_host_stream, judge_run, run_scenario
 from ..backends import GuardedBackend
 from ..contract import capabilities, tolerance_row
+from ..traces import request_problem
 
 COUNTERS = _cases.COUNTERS
 AHEAD_HIDDEN = _cases.SIDES_AHEAD_HIDDEN  # up to this hidden size the reference's sides can be begun early
@@ -124,6 +126,13 @@ class Verdict:
         if self.precision is not None:
             out["precision"] = self.precision.to_json()
         return out
+
+    def write_report(self, directory: str) -> str:
+        """The third rendering: DIR/index.html with its plots (html_report; matplotlib, the
+        `plots` extra, imported only here). Returns the page's path."""
+        from .html_report import write_report
+
+        return write_report(self.to_json(), directory)
 
     def text(self, judge_name: str = "") -> list[str]:
         """`check --backend`'s text: the verdict first, then the failures, the cases, the counts, the
@@ -359,12 +368,30 @@ def _probe(backend, model, n: int) -> tuple:
     return (None if problem else runs), problem, time.perf_counter() - t0
 
 
+def malformed_rounds(traces, vocab: int) -> list[str]:
+    """'round N request R: why' for every request whose part of a round cannot be a round's
+    output (decisions.trace_problem, traces.request_problem): what `trace record --backend`
+    refuses to write."""
+    out = []
+    for n, t in enumerate(traces):
+        before = len(out)
+        for rid, T in zip(t.requests, t.token_counts):
+            try:
+                why = trace_problem(t, rid, T, vocab)
+            except Exception as e:  # noqa: BLE001 -- whatever the trace holds
+                why = f"cannot be judged ({type(e).__name__}: {e})"
+            if why:
+                out.append(f"round {n} request {rid}: {why}")
+        problem = None if len(out) > before else request_problem(t)
+        if problem:
+            out.append(f"round {n}: {problem}")
+    return out
+
+
 def probe_problem(model, runs: dict) -> str:
     """The first value of the probe's runs the fits cannot read (decisions.trace_problem: tokens
     outside the vocabulary, logits not numbers or misshapen; a K/V write not [kv heads, head_dim]
     numbers), as a line naming mode, round and request; "" if none."""
-    from .decisions import trace_problem
-
     cfg = model.cfg
     for mode, run in runs.items():
         for tr in run.traces:
