@@ -9,9 +9,11 @@ verification logits at positions whose whole context was committed) give e_r; J_
 reference's own derivative of those values along parameter p (finite differences of
 oracle/judge/drift_model.py in FP64, or jax.jvp on the JAX judge). With each value group (kind,
 depth, layer) normalised by its RMS and by 1.5**depth, a request's estimate of one direction c
-is delta_rc = <J c, e_r> / <J c, J c>. Across requests the estimates of a correct backend lie
-within DRIFT_FLOOR of the weights' own rounding drift; drift_stats.beyond_floor tests that with
-Student's t, Bonferroni over the directions tested.
+is delta_rc = <J c, e_r> / <J c, J c>. Across requests the mean estimate of a correct backend, less
+a share s in [0, 1] of the weights' own rounding drift, lies within the rounding allowance: the
+noise twin's own drift (from 0 to RHO times its mean) widened by TWIN_SPREAD of its standard errors
+and by drift_floor(hidden) (twin_allowance); drift_stats.beyond_interval tests that with Student's
+t, Bonferroni over the directions tested.
 """
 
 from __future__ import annotations
@@ -22,16 +24,27 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_model, drift_stats, noise
+from .calibration import (  # noqa: F401 (drift's API: judge_jax, scripts and tests read them here)
+    ALIAS,
+    COARSE_HIDDEN,
+    DRIFT_FLOOR,
+    FLOOR_HIDDEN,
+    GROWTH,
+    PROBE_GROUP,
+    PROBE_REQUESTS,
+    TWIN_SPREAD,
+    VISIBLE,
+)
 from .forwards import FD_STEP, Forwards, of
 from .scenario import make_case
 from .runner import run_scenario as run
 from ..sampling import SamplingParams
 
-GROWTH = 1.5  # weight of a value group at depth j: 1 / (rms * GROWTH**j)
-PROBE_REQUESTS = 24  # sequences the judge runs through the backend for the fit
-COARSE_HIDDEN = 1024  # from this hidden size the JAX judge fits coarse_directions only
-VISIBLE = 1e-9  # a direction whose pooled <Jc, Jc> is below this times the largest is invisible
-ALIAS = 1e-6  # directions with |cos| > 1 - ALIAS are one direction (named together)
+# GROWTH: weight of a value group at depth j, 1 / (rms * GROWTH**j); PROBE_REQUESTS: sequences the
+# judge runs through the backend for the fit; COARSE_HIDDEN: from this hidden size the JAX judge fits
+# coarse_directions only; VISIBLE: a direction whose pooled <Jc, Jc> is below this times the largest
+# is invisible; ALIAS: directions with |cos| > 1 - ALIAS are one direction (named together). These
+# and the allowance's TWIN_SPREAD, DRIFT_FLOOR, FLOOR_HIDDEN: oracle/judge/calibration.py.
 # A correct engine may multiply by weights stored in its dtype or wider: the drift is tested
 # against d - s * d_w, s in [0, 1] (d_w: what rounding the weights to the dtype alone gives); |z|
 # is the smallest over s.
@@ -41,18 +54,9 @@ WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
 # (the same estimator over each twin sample's error, SAMPLES per request): a correct engine's drift,
 # beyond the weights' share, lies between 0 and noise.RHO times the twin's mean drift (rounding
 # with up to RHO times the twin's error energy), widened by TWIN_SPREAD standard errors of that mean
-# and by DRIFT_FLOOR. The floor covers what the twin does not draw: over 2000 random property-suite
-# models the correct torch-cpu-bf16 backend drifted up to 0.0018 beyond the weights' share along
-# single directions (5 false alarms with the twin's interval alone, estimates with se ~ 1e-4;
-# docs/results.md, "The precision verdict"). Those models are of hidden size 8 to 32; the floor is
-# DRIFT_FLOOR up to FLOOR_HIDDEN and shrinks as 1 / sqrt(hidden) above it (drift_floor), as rounding
-# averaged over a hidden vector does: at hidden 128 (`small`) the H200's five correct kernel paths
-# passed with no floor at all (max |z| 1.6; precision_paths_small_20261202.json), and there the flat
-# 0.001 hid a softmax scale 0.3% off. Where no twin applies (the JAX judge's sensitivities) the
-# allowance is [-DRIFT_FLOOR, DRIFT_FLOOR].
-DRIFT_FLOOR = 0.001
-FLOOR_HIDDEN = 32
-TWIN_SPREAD = 3.0
+# and by drift_floor(hidden), what the twin does not draw (calibration.py: DRIFT_FLOOR up to
+# FLOOR_HIDDEN, shrinking as 1 / sqrt(hidden) above). Where no twin applies (the JAX judge's
+# sensitivities) the allowance is [-DRIFT_FLOOR, DRIFT_FLOOR].
 
 LABEL = {
     "attn_scale": "attention logit scale (= q_proj output scale)",
@@ -298,11 +302,10 @@ def verdict(stats: list, num_layers: int, reproduce: str = "", dirs=None, floor:
 
 # ---- the probe: seeded sequences through the backend ----
 
-# The probe's requests run PROBE_GROUP at a time (a round names one group): every call then has at
+# The probe's requests run PROBE_GROUP (calibration.py) at a time (a round names one group): every call then has at
 # most PROBE_GROUP * 5 = 15 rows, the rows a decode step of a small batch has, and on CUDA the
 # torch backend takes its small-M (GEMV) path for all of them; LOOPSPEC_GEMV=0 judges the cuBLAS
 # path instead. With all 24 in every round the calls had 24-120 rows and never took it.
-PROBE_GROUP = 3
 
 
 def probe_case(vocab: int, total_loops: int, n: int = PROBE_REQUESTS, seed: int = 12345, rounds: int = 4):
@@ -394,8 +397,8 @@ def drift_lines(drift: dict) -> list[str]:
         )
     notes = [
         "    terms: z is the distance past the rounding allowance (what the noise twin's rounding alone "
-        "drifts, widened by the floor 0.001) in standard errors over requests, 0 inside it; 'A = B' is one "
-        "direction under two names (their effects on every observed value are proportional)"
+        "drifts, widened by the floor for the model's hidden size) in standard errors over requests, 0 "
+        "inside it; 'A = B' is one direction under two names (their effects on every observed value are proportional)"
     ]
     if drift["invisible"]:
         rows.append(f"    not observable: {', '.join(drift['invisible'])}")

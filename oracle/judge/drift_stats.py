@@ -13,9 +13,11 @@ import math
 
 import numpy as np
 
-# The family-wise false-alarm rate of one drift verdict: the probability that a correct
-# implementation fails on some parameter, Bonferroni over the parameters tested.
-FAMILY_ALPHA = 1e-4
+from .calibration import FAMILY_ALPHA  # noqa: F401 (drift_stats' API)
+
+# FAMILY_ALPHA: the family-wise false-alarm rate of one verdict (the probability that a correct
+# implementation fails on some parameter or group, Bonferroni over those tested), one constant for
+# the drift and the precision verdicts: oracle/judge/calibration.py.
 
 
 def _betacf(a: float, b: float, x: float) -> float:

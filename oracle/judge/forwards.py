@@ -19,23 +19,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_model
+from .calibration import BATCH_ROWS_T, FD_STEP, SIGMA, TWIN_ROWS_T  # noqa: F401 (forwards' API)
 
-# The twin's noise (what noise.py calibrates with): relative noise per rounding. bfloat16 keeps 8
-# significant bits, so a rounding's relative error is uniform within +-2**-8 / m for a mantissa m
-# in [1, 2): RMS 2**-8 / sqrt(3) * 0.72.
-SIGMA = {"bfloat16": 2.0**-8 / 3**0.5 * 0.72, "float16": 2.0**-11 / 3**0.5 * 0.72}
+# SIGMA (the twin's relative noise per rounding), FD_STEP (the finite differences' relative step,
+# FP64) and BATCH_ROWS_T / TWIN_ROWS_T (rows x positions of one batched forward: finite differences,
+# P + 1 rows per request; twin, `samples` rows per context; contexts batched in order of length,
+# right-padded to the chunk's longest): oracle/judge/calibration.py, with their measurements.
+# BATCH_ROWS_T and TWIN_ROWS_T are read here at each call (tests set forwards.TWIN_ROWS_T).
 # The twin's forwards run in FP32: its noise (SIGMA, ~1e-3 relative) is four orders of magnitude
 # above FP32 rounding (6e-8), so FP64 would change its bounds by less than one part in 1e4, at
 # twice the cost (docs/results.md, "Time the verdict adds").
 TWIN_PRECISION = np.float32
-FD_STEP = 1e-6  # relative step of the finite differences (FP64)
-# Rows x positions of one batched forward: contexts are batched in order of length up to this many
-# (finite differences: P + 1 rows each; twin: `samples` rows each), right-padded to the chunk's
-# longest. One forward over every context is slower on a CPU than a few at a time (its arrays
-# leave the caches, and padding to the longest costs the difference); docs/results.md, "Time the
-# verdict adds".
-BATCH_ROWS_T = 6000
-TWIN_ROWS_T = 1500
 # Entries kept before a cache is cleared (memory stays bounded on a long run).
 FD_KEEP, TWIN_KEEP, ROUNDED_KEEP = 64, 256, 8
 

@@ -22,23 +22,13 @@ import dataclasses
 
 import numpy as np
 
-from .forwards import SIGMA, Forwards, of
+from .calibration import K_MARGIN, K_VALUE, RHO, SAMPLES, SEED, SIGMA  # noqa: F401 (noise's API)
+from .forwards import Forwards, of
 from ..traces import depths_of
 
-# SIGMA[dtype], the relative noise per rounding, is defined beside the twin's forwards
-# (oracle/judge/forwards.py, with TWIN_PRECISION, their float type); noise.SIGMA is the same dict.
-SAMPLES = 8
-# K_VALUE, K_MARGIN: over 2000 random property-suite models judged with the correct
-# torch-cpu-bf16 backend, the largest ratio of a value's error to its noise scale was 7.6 (99.9%
-# of runs: below 4.8); docs/results.md, "The reduced-precision verdict" (scripts/bf16_false_alarm_rate.py).
-K_VALUE = 10.0  # a value may differ by up to this many noise scales
-K_MARGIN = 10.0  # a divergence is excused within this many noise scales of flipping
-SEED = 20261201
-# The error energy a correct implementation of the declared dtype may show, in units of the twin's
-# (the precision verdict's allowance, oracle/judge/precision.py; the drift verdict allows the drift
-# rounding of that energy gives, oracle/judge/drift.py twin_allowance). Calibration: correct torch
-# kernels on every path measured showed 0.77-1.23 (docs/results.md, "The precision verdict").
-RHO = 2.0
+# SIGMA[dtype] (the relative noise per rounding), SAMPLES, SEED, K_VALUE (a value may differ by up to
+# this many noise scales), K_MARGIN (a divergence is excused within this many noise scales of
+# flipping) and RHO: oracle/judge/calibration.py, with the measurements that set them.
 
 
 @dataclasses.dataclass(slots=True)

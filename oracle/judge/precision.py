@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_stats, noise
+from .calibration import FAMILY_ALPHA, RHO  # noqa: F401 (precision's API; calibration.py says why)
 from .forwards import Forwards, of
 from .observations import observations
 
 BITS = {"bfloat16": 8, "float16": 11}  # significant bits of the declared dtype
-RHO = noise.RHO  # the energy a correct implementation may show, x the twin's
-FAMILY_ALPHA = 1e-4  # family-wise false-alarm rate, Bonferroni over the groups
 KIND = {"k": "K writes", "v": "V writes", "draft": "draft logits", "verify": "verification logits"}
 
 
