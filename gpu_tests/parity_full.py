@@ -3,7 +3,7 @@ the JAX FP32 judge (judge_jax), with the backend's dtype row of the tolerance ta
 as scripts/gpu_parity_full.py (a wrapper of `main`); tests/test_gpu_parity_full_cpu.py
 imports it.
 
-    python scripts/gpu_parity_full.py                       # ouro-1.4b, random weights, on the GPU
+    python scripts/gpu_parity_full.py                       # ouro-1.4b, random weights, on the GPU, with the probe
     python scripts/gpu_parity_full.py --time-judge          # + the judge's round time, C=16, ctx 1024
     python scripts/gpu_parity_full.py --preset small --backend torch-cpu --max-prompt 24 --cases 3
 
@@ -42,6 +42,7 @@ from oracle.backends import load_backend  # noqa: E402
 from oracle.contract import LoadedBackend, as_loaded, tolerance_row  # noqa: E402
 from oracle.judge import verdict  # noqa: E402
 from oracle.judge.verdict import Budget  # noqa: E402,F401 (the judge's KV budget; tests)
+from oracle.judge.plan import Executor, pairs_plan  # noqa: E402
 from oracle.judge.scenario import Case  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.sampling import SamplingParams as SP  # noqa: E402
@@ -164,9 +165,11 @@ def main(argv=None) -> int:
         "--judge-gib", type=float, default=64.0, help="device memory for the KV of the judge's runs in flight (GiB)"
     )
     p.add_argument(
-        "--probe",
-        action="store_true",
-        help="also run the drift probe's drift and precision verdicts (the JAX judge's jvp and twin)",
+        "--no-probe",
+        dest="probe",
+        action="store_false",
+        help="skip the drift probe's drift and precision verdicts (run by default for a bfloat16 or float16 "
+        "backend: the probe's 24 requests through the backend, fitted by the JAX judge's jvp and twin)",
     )
     p.add_argument("--json", help="write the summary here")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge the JSON summaries of earlier runs and report")
@@ -207,20 +210,23 @@ def main(argv=None) -> int:
             print(f"     {b}")
 
     try:
-        v = verdict.judge_pairs(
+        plan = pairs_plan(
             backend,
             judge,
             model,
             pairs,
+            probe="auto" if args.probe else "off",
+            options=lambda case: {"max_requests": len(case.prompts), "max_len": max_len(case)},
+            reproduce="scripts/gpu_parity_full.py",
+        )
+        executor = Executor(
             threads=args.judge_threads,
             budget_bytes=int(args.judge_gib * (1 << 30)),
             kv_bytes=lambda case: judge_kv_bytes(judge, model, case),
-            options=lambda case: {"max_requests": len(case.prompts), "max_len": max_len(case)},
-            reproduce="scripts/gpu_parity_full.py",
             on_case=progress,
+            on_phase=lambda name, detail: print(f"{name}: {detail}", flush=True) if name == "probe" else None,
         )
-        if args.probe:  # the drift probe's two verdicts, the JAX judge's sensitivities and twin
-            v.checks += verdict.probe_checks(*verdict.finish_probe(verdict.start_drift(backend, model, judge=judge)))
+        v = verdict.judge(plan, executor)
     except Exception as e:  # noqa: BLE001 -- named in one line below
         if not out_of_memory(e):
             raise
@@ -348,6 +354,12 @@ def report(summary: dict, json_path=None) -> int:
         )
     if timing_failed:
         print("  FAILED: the judge's round timing (--time-judge) did not run to its end")
+    for key, kind in (("drift", "drift"), ("precision", "precision")):
+        if key in summary:
+            r = summary[key]
+            print(
+                f"{kind} verdict at {summary['preset']}: {'ok' if r['ok'] else 'FAILED: ' + r['failure']} ({r['seconds']} s)"
+            )
     if summary.get("peak_memory_gib"):
         print(f"peak device memory (GiB): {summary['peak_memory_gib']}")
     if "compiles" in summary:
@@ -370,7 +382,7 @@ def merge(paths: list, json_path=None) -> int:
     out["max_rel_err"] = {k: max(p["max_rel_err"][k] for p in parts) for k in ("kv", "logits")}
     out["wall_s"] = max(p["wall_s"] for p in parts)
     for p in parts:
-        out.update({k: v for k, v in p.items() if k == "judge_round_ms_C16_ctx1024"})
+        out.update({k: v for k, v in p.items() if k in ("judge_round_ms_C16_ctx1024", "drift", "precision")})
     return report(out, json_path)
 
 

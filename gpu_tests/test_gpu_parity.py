@@ -2,8 +2,9 @@
 
 Scenarios come from the property suite's strategies (property_tests/strategies.py) on the
 tiny and small presets, and are judged by the property suite's harness, i.e. by the one judge
-(oracle.judge.compare.compare_runs) through the one runner (oracle.judge.runner.run_scenario): the same verdict as
-`python -m oracle check --backend torch-cuda`. The backend is ORACLE_BACKEND (set to torch-cuda
+(oracle.judge.verdict.judge, a backend plan; pairs of runs by a traces plan with the noise twin's
+bounds, as `check --backend` judges BF16) through the one runner (oracle.judge.runner.run_scenario):
+the same verdict as `python -m oracle check --backend torch-cuda`. The backend is ORACLE_BACKEND (set to torch-cuda
 by gpu_tests/conftest.py when unset). What stays here is GPU-specific: graphs vs eager,
 graph limits and counters, capacity growth with graphs, the one-row GEMV path, c(M), and the
 sequence-dependent processors (penalties, logit bias, bad words, min_tokens) in graphed rounds.
@@ -21,7 +22,8 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from bench.calls import measure_c_table
 from oracle.judge.runner import judge_run, run_scenario
 from oracle.judge.scenario import Case
-from oracle.judge.compare import compare_runs
+from oracle.judge.plan import INLINE, probe_plan, traces_plan
+from oracle.judge.verdict import judge
 from oracle.config import preset as preset_cfg
 from oracle.contract import LoadedBackend
 from oracle.sampling import SamplingParams as SP
@@ -64,16 +66,15 @@ def counters_hold(traces, fallbacks_allowed=False):
             assert tr.stats["graph_replays"] == len(tr.calls) + tr.stats["draft_head_calls"] + 3, tr.stats
 
 
-def judged(ref, got, dtype=None):
-    rep = compare_runs(ref.traces, got.traces, dtype or backend().dtype)
-    assert rep.ok, f"{rep.first_failure().detail}\nmax errors {rep.max_rel_err}; excused: {rep.divergences[:5]}"
-    return rep
+def judged(ref, got, m, both_noisy: bool = False):
+    """got against ref by the backend's row through the one verdict (a traces plan): the noise twin's
+    bounds of model m, as `check --backend` judges a BF16 backend."""
+    return harness.assert_runs_match(ref, got, harness.dtype_of(backend()), model=m, both_noisy=both_noisy)
 
 
 def assert_identical(a, b):
-    """Bit-for-bit equal runs (same dtype, same kernels): the exact row of the one judge."""
-    rep = compare_runs(a.traces, b.traces, "exact")
-    assert rep.ok, rep.first_failure()
+    """Bit-for-bit equal runs (same dtype, same kernels): the exact row of the one verdict."""
+    harness.assert_runs_match(a, b, "exact")
 
 
 def case(name, d, D, mode_policy, prompts, params, rounds):
@@ -136,7 +137,7 @@ def test_replay_mode_agreement(preset):
         replay = {rid: list(rng.random(200)) for rid in range(len(sc.prompts))}
         for mode in ("block", "loop"):
             got = harness.run(bk, sc, mode, replay=replay)
-            judged(harness.run(harness.REFERENCE, sc, mode, replay=replay), got)
+            judged(harness.run(harness.REFERENCE, sc, mode, replay=replay), got, seeded_model(sc.cfg, sc.weight_seed))
 
     check()
 
@@ -166,7 +167,7 @@ def test_graph_and_eager_identical(preset, mode):
     assert all(t.stats["graph_fallbacks"] == 0 for t in g.traces)
     assert all(t.stats["graph_replays"] == 0 for t in e.traces)
     assert_identical(g, run_scenario(bk, m, c, mode, submit_ahead=True))  # every round in flight at once
-    judged(judge_run(m, c, mode, g), g)
+    judged(judge_run(m, c, mode, g), g, m)
 
 
 def test_forced_fallback_is_counted():
@@ -198,8 +199,8 @@ def test_forced_fallback_is_counted():
         for t in got
     )
     eager = run_scenario(bk, m, c, "block", graphs="off")
-    assert compare_runs(got, eager.traces, "exact").ok  # fallback steps are the eager ones
-    judged(judge_run(m, c, "block", eager), eager)
+    assert judge(traces_plan(got, eager.traces, "exact"), INLINE).ok  # fallback steps are the eager ones
+    judged(judge_run(m, c, "block", eager), eager, m)
 
 
 def test_max_graphs_limit():
@@ -240,7 +241,7 @@ def test_capacity_growth_with_graphs():
     )
     got = run_scenario(bk, m, c, "loop", max_requests=1, max_len=8, submit_ahead=True)
     assert got.session.engine.kv.n_slots > 2 and got.session.max_len > 8
-    judged(judge_run(m, c, "loop", got), got)
+    judged(judge_run(m, c, "loop", got), got, m)
 
 
 def test_c_table_measurement():
@@ -269,13 +270,13 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
     c = Case("one row", [[3, 1, 4, 1, 5]], [SP()], [{0: 5}, {0: 3}, {0: 5}], 2, 4)
     got = run_scenario(bk, m, c, "loop", graphs="off")
     assert calls and 1 in calls and max(calls) <= bk.kernel_options.gemv_max_rows  # 1 row, or up to the handover
-    judged(judge_run(m, c, "loop", got), got)
+    judged(judge_run(m, c, "loop", got), got, m)
     calls.clear()  # the compiled/cuBLAS path instead
     other = run_scenario(
         bk, m, c, "loop", graphs="off", kernel_options=dataclasses.replace(bk.kernel_options, gemv=False)
     )
     assert not calls
-    judged(other, got)
+    judged(other, got, m, both_noisy=True)
 
 
 @pytest.mark.parametrize("fault", [None, "attn_scale", "rope_theta", "input_norm"])
@@ -284,10 +285,9 @@ def test_drift_verdict_on_the_cuda_kernels(fault):
     correct kernels pass, each kernel fault of meta_tests/faulty_kernels.py fails naming its
     parameter (docs/DESIGN.md, "Reduced precision")."""
     from meta_tests import faulty_kernels
-    from oracle.judge.drift import drift_check
 
     bk = backend() if fault is None else getattr(faulty_kernels, f"make_{fault}_cuda")()
-    rep = drift_check(bk, model("tiny"))
+    rep = judge(probe_plan(bk, model("tiny"))).drift
     SUMMARY.setdefault("drift", {})[fault or "none"] = (
         rep.failure.split(":")[0]
         if fault
@@ -305,12 +305,9 @@ def test_precision_verdict_on_the_cuda_kernels(fault):
     the correct kernels pass, K stored in the cache through FP8 (meta_tests/faulty_kernels.py
     make_fp8_k_cuda) fails naming K writes at depth 0 (docs/DESIGN.md, "Reduced precision")."""
     from meta_tests import faulty_kernels
-    from oracle.judge.drift import probe_runs
-    from oracle.judge.verdict import probe_verdicts
 
     bk = backend() if fault is None else getattr(faulty_kernels, f"make_{fault}_cuda")()
-    m = model("tiny")
-    _, prec = probe_verdicts(m, probe_runs(bk, m), bk.dtype)
+    prec = judge(probe_plan(bk, model("tiny"))).precision
     SUMMARY.setdefault("precision", {})[fault or "none"] = (
         prec.failure.split(":")[0] if fault else f"max z {max(g.t for g in prec.groups):.2f} < {prec.threshold:.2f}"
     )
@@ -366,11 +363,11 @@ def test_processors_in_graphed_rounds(preset, policy, mode):
     assert not g.session.graphs.capture_errors
     assert any(t.finished for t in g.traces)  # stops after min_tokens
     assert_identical(g, run_scenario(bk, m, c, mode, graphs="off"))
-    judged(judge_run(m, c, mode), g)
+    judged(judge_run(m, c, mode), g, m)
     ahead = proc_case(m.cfg.vocab_size, policy, stops=False)  # no request finishes: all in flight
     a = run_scenario(bk, m, ahead, mode, graphs=graph_mode(bk), submit_ahead=True)
     assert_identical(a, run_scenario(bk, m, ahead, mode, graphs="off"))
-    judged(judge_run(m, ahead, mode), a)
+    judged(judge_run(m, ahead, mode), a, m)
 
 
 def processor_params(vocab: int):

@@ -10,7 +10,8 @@ import pytest
 
 from meta_tests import faulty_kernels
 from oracle.cli import main
-from oracle.judge.drift import drift_check
+from oracle.judge.plan import probe_plan
+from oracle.judge.verdict import judge
 from oracle.checkpoint import build_model
 
 torch = pytest.importorskip("torch")
@@ -24,14 +25,14 @@ def tiny():
 def test_correct_bf16_backend_has_no_drift(tiny):
     from kernels.backend import make_torch_cpu_bf16
 
-    rep = drift_check(make_torch_cpu_bf16(), tiny)
+    rep = judge(probe_plan(make_torch_cpu_bf16(), tiny)).drift
     assert rep.ok, rep.failure
     assert max(abs(e.t) for e in rep.estimates) < rep.threshold
 
 
 @pytest.mark.parametrize("fault", ["rope_theta", "input_norm"])
 def test_kernel_fault_is_named(tiny, fault):
-    rep = drift_check(getattr(faulty_kernels, f"make_{fault}_bf16")(), tiny)
+    rep = judge(probe_plan(getattr(faulty_kernels, f"make_{fault}_bf16")(), tiny)).drift
     assert not rep.ok
     assert faulty_kernels.NAMES[fault] in rep.failure.split(" 1.0")[0], rep.failure
     assert "a systematic error, not rounding" in rep.failure

@@ -22,7 +22,8 @@ from property_tests.harness import threads_for
 from oracle.checkpoint import build_model
 from oracle.cli import main
 from oracle.judge import drift, precision
-from oracle.judge.verdict import probe_verdicts
+from oracle.judge.plan import probe_plan
+from oracle.judge.verdict import judge
 
 torch = pytest.importorskip("torch")
 
@@ -48,7 +49,8 @@ def verdicts(tiny):
 
             bk = make_torch_cpu_bf16() if fault is None else getattr(faulty_kernels, f"make_{fault}_bf16")()
             with threads_for(tiny):
-                done[fault] = probe_verdicts(tiny, drift.probe_runs(bk, tiny), bk.dtype)
+                v = judge(probe_plan(bk, tiny, drift.probe_runs(bk, tiny)))
+                done[fault] = v.drift, v.precision
         return done[fault]
 
     return get

@@ -4,13 +4,15 @@ The backend under test is `ORACLE_BACKEND` (reference | torch-cpu | torch-cuda |
 package.module:factory) loaded through `oracle.backends.load_backend()`; meta-tests swap it
 with `use_backend(...)`. The reference is always `oracle.reference_backend.ReferenceBackend()`.
 
-Comparison rules:
-* exact backends (`backend.exact`): `compare_runs(ref, other, "exact")`, bit for bit;
-* other backends: `compare_runs(ref, other, backend.dtype)` (tolerance row, per-request
-  first-divergence rule). A backend that draws each request's seeded host stream
-  (`host_rng = True`) is judged against the reference drawing its own, so the draw order is
-  checked too; a device-RNG backend against the reference in replay mode (each request added
-  with `replay=[the backend's recorded uniforms]`).
+Every verdict here is the one verdict, `oracle.judge.verdict.judge(plan, executor)`:
+* `check_equivalence`: a backend plan (backend block and loop against the reference, and block vs
+  loop), by the backend's tolerance row: exact backends bit for bit; reduced-precision ones by the
+  noise twin's per-value bounds; plus the drift probe's drift and precision verdicts on the drawn
+  scenario's model for a bfloat16 or float16 backend, on one model in PROBE_ONE_IN (`probe_for`).
+  A backend that draws each request's seeded host stream (`host_rng = True`) is judged against the
+  reference drawing its own, so the draw order is checked too; a device-RNG backend against the
+  reference in replay mode (each request added with `replay=[the backend's recorded uniforms]`).
+* `assert_runs_match`: a traces plan (two runs' traces), the twin's bounds where a model is given.
 
 Optional hooks the suite uses when present, read through oracle/contract.py (a backend's
 `Capabilities`: `bk.caps` for a loaded one, `caps(bk)` here for any; a session's
@@ -31,6 +33,7 @@ import contextlib
 import os
 import shlex
 import sys
+import zlib
 
 import numpy as np
 
@@ -41,8 +44,8 @@ from oracle.contract import Capabilities, LoadedBackend, capabilities, session_c
 from oracle.reference_backend import ReferenceBackend
 from oracle.judge import runner
 from oracle.judge.runner import ScenarioRun
-from oracle.judge.compare import compare_runs
-from oracle.judge.noise import SIGMA, twin_bounds  # noqa: F401 (SIGMA: the stateful test)
+from oracle.judge.noise import SIGMA  # noqa: F401 (the stateful test)
+from oracle.judge.plan import INLINE, REDUCED, backend_plan, probe_plan, traces_plan
 from oracle.judge.verdict import judge
 from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
@@ -149,21 +152,26 @@ def reference_run(sc: Scenario, mode: str, replay_from: ScenarioRun | None = Non
     return runner.judge_run(seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay_from)
 
 
+def failure_line(v) -> str:
+    """A failed verdict's first failure, with how many more checks failed."""
+    bad = v.failed
+    more = f" (+{len(bad) - 1} more failed checks: {', '.join(c['name'] for c in bad[1:4])})" if len(bad) > 1 else ""
+    return f"{bad[0]['name'].rsplit(': ', 1)[-1]}: {bad[0]['detail']}{more}"
+
+
 def assert_runs_match(
     ref: ScenarioRun, other: ScenarioRun, dtype: str, nodeid: str = "", model=None, both_noisy: bool = False
-) -> None:
-    """The one judge (oracle.judge.compare.compare_runs) over the round traces; exact backends also
-    compare committed tokens. model: the reference model, for the noise twin's bounds of a
-    reduced-precision dtype (oracle/judge/noise.py); both_noisy: ref is a backend run too."""
-    bounds = None if model is None else twin_bounds(model, ref.traces, dtype)
-    if bounds is not None and both_noisy:
-        bounds.scale = 2**0.5
-    rep = compare_runs(ref.traces, other.traces, dtype, bounds=bounds)
+):
+    """The one verdict on two runs' round traces (a traces plan); exact backends also compare
+    committed tokens. model: the reference model, for the noise twin's bounds of a reduced-precision
+    dtype (oracle/judge/noise.py); both_noisy: ref is a reduced-precision backend's run too."""
     what = f"{other.label()} vs {ref.label()}"
-    if not rep.ok:
-        bad = [c for c in rep.checks if not c.ok]
-        more = f" (+{len(bad) - 1} more failed checks: {', '.join(c.name for c in bad[1:])})" if len(bad) > 1 else ""
-        raise AssertionError(f"{what}: {bad[0].name}: {bad[0].detail}{more}")
+    plan = traces_plan(
+        ref.traces, other.traces, dtype, model, both_noisy=both_noisy, names=(ref.label(), other.label())
+    )
+    v = judge(plan, INLINE)
+    if not v.ok:
+        raise AssertionError(f"{what}: {failure_line(v)}")
     for a, b in zip(ref.traces, other.traces):  # the commit cut, where the decisions agree
         for rid in a.requests:
             if a.emitted.get(rid) == b.emitted.get(rid) and (a.kept(rid), a.finished.get(rid)) != (
@@ -177,28 +185,57 @@ def assert_runs_match(
     if dtype == "exact" and ref.tokens != other.tokens:
         rid = next(r for r in ref.tokens if ref.tokens[r] != other.tokens.get(r))
         raise AssertionError(f"{what}: committed tokens of request {rid}: {ref.tokens[rid]} vs {other.tokens.get(rid)}")
-    return rep
+    return v
 
 
-def check_equivalence(sc: Scenario, bk: LoadedBackend | None = None, reports: list | None = None) -> dict:
+# The drift probe on drawn scenarios. Its two verdicts depend on the model and the backend alone,
+# not on the drawn requests, so a model is probed once (the verdict kept per backend and model) and
+# one drawn model in PROBE_ONE_IN is probed at all, chosen by a hash of its config and weight seed
+# (never by the process's history: a failure reproduces with the same seed). A probe on a tiny
+# model costs about a second on one core; the ci profile's examples then probe a few models per
+# test and several dozen over the suite, each a fresh model, which is what the false-alarm runs
+# calibrate the verdicts on (docs/results.md).
+PROBE_ONE_IN = 4
+_probed: dict = {}
+
+
+def probe_for(sc: Scenario, bk: LoadedBackend) -> bool:
+    """Whether check_equivalence probes sc's model with bk: a bfloat16 or float16 backend, and the
+    model's hash picks it."""
+    if bk.exact or bk.dtype not in REDUCED or not bk.policies:
+        return False
+    key = zlib.crc32(repr((sc.cfg, sc.weight_seed)).encode())
+    return key % PROBE_ONE_IN == 0
+
+
+def probe_verdict(bk: LoadedBackend, sc: Scenario):
+    """The probe's verdict (a probe plan) on sc's model, once per backend and model."""
+    key = (backend_spec(), repr(sc.cfg), sc.weight_seed, id(unwrap(bk)))
+    if key not in _probed:
+        with threads_for(seeded_model(sc.cfg, sc.weight_seed)):
+            _probed[key] = judge(probe_plan(bk, seeded_model(sc.cfg, sc.weight_seed)), INLINE)
+    return _probed[key]
+
+
+def check_equivalence(sc: Scenario, bk: LoadedBackend | None = None, reports: list | None = None, probe=None) -> dict:
     """The one verdict (oracle.judge.verdict.judge) of the backend on sc: backend block vs reference
-    block, backend loop vs reference loop, backend block vs backend loop. Returns the backend's runs
+    block, backend loop vs reference loop, backend block vs backend loop; and where probe_for picks
+    the model (probe=None) or probe=True, the drift probe's verdicts on it. Returns the backend's runs
     by mode; reports (if given) receives the three judge reports in that order. A failed verdict
     raises AssertionError with its first failure."""
     bk = bk or backend()
     sc = supported(sc, bk)
-    v = judge(bk, seeded_model(sc.cfg, sc.weight_seed), [sc], drift=False, catch=False, inline=True)
+    v = judge(backend_plan(bk, seeded_model(sc.cfg, sc.weight_seed), [sc], probe="off", catch=False), INLINE)
     if reports is not None:
         reports += [rep for _, rep in v.reports]
     if not v.ok:
         bad = v.failed
         what = next((w for tag, w in WHAT.items() if bad[0]["name"].startswith(f"{sc.name} [{tag}]")), "")
-        more = (
-            f" (+{len(bad) - 1} more failed checks: {', '.join(c['name'] for c in bad[1:4])})" if len(bad) > 1 else ""
-        )
-        raise AssertionError(
-            f"{bk.name} ({dtype_of(bk)}) {what}: {bad[0]['name'].rsplit(': ', 1)[-1]}: {bad[0]['detail']}{more}"
-        )
+        raise AssertionError(f"{bk.name} ({dtype_of(bk)}) {what}: {failure_line(v)}")
+    if probe_for(sc, bk) if probe is None else probe:
+        p = probe_verdict(bk, sc)
+        if not p.ok:
+            raise AssertionError(f"{bk.name} ({dtype_of(bk)}) on the drawn model: {failure_line(p)}")
     return v.runs[sc.name]
 
 

@@ -23,8 +23,9 @@ import pytest
 
 from oracle.checkpoint import build_model
 from oracle.config import ModelConfig
-from oracle.judge import drift, precision
-from oracle.judge.verdict import probe_verdicts
+from oracle.judge import precision
+from oracle.judge.plan import INLINE, probe_plan
+from oracle.judge.verdict import judge
 
 from . import harness
 from .strategies import cap, seeded_model
@@ -73,8 +74,9 @@ def test_probe_verdicts_pass(which):
     bk = reduced_precision_backend()
     model = MODELS[which]()
     with harness.threads_for(model):
-        runs = drift.probe_runs(bk, model)
-        rep, prec = probe_verdicts(model, runs, bk.dtype, harness.reproduce_line(MODULE))
+        v = judge(probe_plan(bk, model, probe_reproduce=harness.reproduce_line(MODULE)), INLINE)
+    assert not v.failed or v.drift is not None, f"{bk.name}, {which} model {model.cfg}: {harness.failure_line(v)}"
+    rep, prec = v.drift, v.precision
     failed = [f"drift verdict: {rep.failure}"] if not rep.ok else []
     if prec is None:
         failed.append(f"precision verdict: none for a {bk.dtype} backend")

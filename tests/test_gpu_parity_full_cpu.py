@@ -98,7 +98,7 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
     monkeypatch.setattr(mod, "load_backend", lambda spec: device_rng)
     import oracle.judge.verdict as verdict
 
-    monkeypatch.setattr(verdict, "run_scenario", fake_run)  # the backend's side (verdict.judge_pairs)
+    monkeypatch.setattr(verdict, "run_scenario", fake_run)  # the backend's side (verdict.judge's pairs plan)
     monkeypatch.setattr(runner, "run_scenario", fake_run)  # the judge's side (judge_run)
     assert mod.main(SMALL + ["--backend", "device-rng"]) == 0, capsys.readouterr().out
     assert seen == [False, True, False, True]  # backend first, then the judge in replay mode
@@ -160,8 +160,8 @@ def test_bad_thread_and_memory_options_are_refused(capsys):
 
 
 def test_the_probe_names_a_drift_fault(tmp_path, capsys):
-    """--probe: the drift probe's verdicts through the one verdict, with the JAX judge's jvp and its
-    noise twin (judge_jax/twin.py): a 1% softmax scale fails the drift verdict naming it while every
+    """The drift probe's verdicts (on by default for a bfloat16 backend) through the one verdict, a
+    pairs plan, with the JAX judge's jvp and its noise twin (judge_jax/twin.py): a 1% softmax scale fails the drift verdict naming it while every
     case's values pass. (FP8 K storage through the same path: docs/results.md, about 95 s of CPU
     here, so measured once rather than in every CI run.)"""
     import pytest
@@ -173,13 +173,15 @@ def test_the_probe_names_a_drift_fault(tmp_path, capsys):
             SMALL[:3]
             + ["1"]
             + SMALL[4:]
-            + ["--backend", f"meta_tests.faulty_kernels:{factory}", "--probe", "--json", str(out)]
+            + ["--backend", f"meta_tests.faulty_kernels:{factory}", "--json", str(out)]
         )
         text = capsys.readouterr().out
         s = json.loads(out.read_text())
         assert rc == 1 and "FAILED in" in text, text
         assert [f["case"] for f in s["failed"]] == ["drift probe"], s["failed"]
         assert named in s["failed"][0]["failures"][0], s["failed"]
+        assert not s["drift"]["ok"] and named in s["drift"]["failure"] and "precision" in s, s.keys()
+        assert "drift verdict at tiny: FAILED" in text, text
 
 
 def test_judge_timing_runs_first_and_a_failed_timing_fails_the_run(monkeypatch, capsys):
@@ -187,17 +189,17 @@ def test_judge_timing_runs_first_and_a_failed_timing_fails_the_run(monkeypatch, 
     out-of-memory error is named and fails the run, though every case passed."""
     pf = load_script()
     order = []
-    real_judge_pairs = pf.verdict.judge_pairs
+    real_judge = pf.verdict.judge
 
     def pairs(*a, **k):
         order.append("cases")
-        return real_judge_pairs(*a, **k)
+        return real_judge(*a, **k)
 
     def oom(judge, model):
         order.append("timing")
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 18.00GiB")
 
-    monkeypatch.setattr(pf.verdict, "judge_pairs", pairs)
+    monkeypatch.setattr(pf.verdict, "judge", pairs)
     monkeypatch.setattr(pf, "time_judge", oom)
     rc = pf.main(SMALL + ["--backend", "torch-cpu", "--time-judge"])
     text = capsys.readouterr().out

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from oracle.errors import OracleError
-from oracle.judge import html_report
+from oracle.cli import html_report
 
 REPRO = "python -m oracle check --preset tiny --seed 0 --backend meta_tests.faulty_kernels:make_fp8_k_bf16"
 PREC_FAIL = (

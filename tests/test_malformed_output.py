@@ -1,6 +1,9 @@
-"""Malformed backend output is a failed check naming the place (exit 1) wherever the judge meets it
-(the drift probe, the noise twin, the comparison), never an internal error (exit 3): short logits,
-a K write of the wrong head size, vLLM's -1 placeholder token, logits that are not numbers."""
+"""Malformed backend output is a failed check naming the place (exit 1), never an internal error
+(exit 3): short logits, a K write of the wrong head size, vLLM's -1 placeholder token (emitted or
+drafted), logits that are not numbers. It is checked once, at the side boundary
+(oracle/judge/malformed.py), before any noise twin, fit or comparison reads the run: every case's
+comparison and the drift probe report `FAIL [malformed]` for a bfloat16 plug-in and a float32 one
+alike, and `trace record --backend` refuses to write it."""
 
 from __future__ import annotations
 
@@ -36,30 +39,61 @@ def kvhead(tr):
 def negative(tr):
     for rid in tr.emitted:
         tr.emitted[rid] = [-1] + list(tr.emitted[rid])[1:]
+def negative_draft(tr):
+    for rid in tr.drafts:
+        if tr.drafts[rid]:
+            tr.drafts[rid] = [-1] + list(tr.drafts[rid])[1:]
+
+class B32(B):
+    dtype = "float32"
 def strings(tr):
     tr.verify_logits = {k: np.asarray(v).astype(str) for k, v in tr.verify_logits.items()}
-make = {n: (lambda f=f: B(f)) for n, f in (("short", short), ("kvhead", kvhead), ("negative", negative),
-                                          ("strings", strings))}
-make_short, make_kvhead, make_negative, make_strings = (make[n] for n in ("short", "kvhead", "negative", "strings"))
+FNS = {"short": short, "kvhead": kvhead, "negative": negative, "negative_draft": negative_draft, "strings": strings}
+for n, f in FNS.items():
+    globals()["make_" + n] = lambda f=f: B(f)
+    globals()["make32_" + n] = lambda f=f: B32(f)
 """
 
 CASES = {
     "short": "verification logits of offset 0 have shape [61], expected [64]",
     "kvhead": "the K write at position",
-    "negative": "emitted token -1 is not a token id in [0, 64)",
+    "negative": "emitted token at offset 0 is -1, not a token id in [0, 64)",
+    "negative_draft": "draft token at offset 1 is -1, not a token id in [0, 64)",
     "strings": "are of type <U32, not numbers",
 }
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))
-def test_malformed_output_fails_the_check_naming_it(kind, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("maker", ["make", "make32"])
+def test_malformed_output_fails_the_check_naming_it(kind, maker, tmp_path, monkeypatch, capsys):
     pytest.importorskip("torch")
     (tmp_path / "badout_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("badout_plugin", None)
-    rc = main(["check", "--backend", f"badout_plugin:make_{kind}", "--case", "ragged (5,3,1) d=2 D=4", "--json"])
+    case = "ragged (5,3,1) d=2 D=4"
+    rc = main(["check", "--backend", f"badout_plugin:{maker}_{kind}", "--case", case, "--json", "--quiet"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and not out["ok"]
-    probe = [c for c in out["checks"] if c["name"] == "drift probe: drift"]
-    assert probe and not probe[0]["ok"] and CASES[kind] in probe[0]["detail"], probe
-    assert "drift probe [block]: round 0 request 0" in probe[0]["detail"]
+    failed = [c for c in out["checks"] if not c["ok"]]
+    cases = [c for c in failed if c["name"] == f"{case} [block]: malformed"]
+    assert cases and CASES[kind] in cases[0]["detail"] and "round 0 request" in cases[0]["detail"], failed
+    assert {c["name"].rsplit(": ", 1)[-1] for c in failed} == {"malformed"}, failed  # nothing else judged it
+    probe = [c for c in out["checks"] if c["name"] == "drift probe: malformed"]
+    if maker == "make":  # bfloat16: the probe runs, and meets the malformed output first
+        assert probe and CASES[kind] in probe[0]["detail"], probe
+        assert "drift probe [block]: round 0 request 0" in probe[0]["detail"]
+    else:
+        assert not probe
+
+
+def test_trace_record_refuses_a_negative_draft(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    (tmp_path / "badout_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("badout_plugin", None)
+    out_file = tmp_path / "t.json"
+    argv = ["trace", "record", "--counts", "3,2", "--rounds", "1", "--backend", "badout_plugin:make_negative_draft"]
+    rc = main(argv + ["--out", str(out_file)])
+    out = capsys.readouterr().out
+    assert rc == 1 and "FAIL [malformed] round 0 request 0: " + CASES["negative_draft"] in out, out
+    assert not out_file.exists()

@@ -6,6 +6,8 @@ faults parse (kernels/options.py)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import math
 
 import numpy as np
@@ -232,7 +234,8 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
     adds its finite-difference forwards only); the verdicts are those of fits on forwards of their own."""
     from oracle.reference_backend import ReferenceBackend
     from oracle.judge.forwards import Forwards
-    from oracle.judge.verdict import probe_verdicts
+    from oracle.judge.plan import INLINE, probe_plan
+    from oracle.judge.verdict import judge
 
     runs = drift.probe_runs(ReferenceBackend(), tiny, n=4)
     fwd = Forwards(tiny)
@@ -242,7 +245,11 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
     rep = drift.fit(tiny, runs, "bfloat16", fwd=fwd)
     assert fwd.fd and fwd.twin.keys() == twins.keys()
     assert all(fwd.twin[k] is v for k, v in twins.items())
-    rep0, prec0 = probe_verdicts(tiny, runs, "bfloat16")
+    as_bf16 = SimpleNamespace(
+        name="reference runs judged as bfloat16", dtype="bfloat16", exact=False, policies=("sequential",)
+    )
+    v = judge(probe_plan(as_bf16, tiny, runs), INLINE)  # the one verdict: fits of its own
+    rep0, prec0 = v.drift, v.precision
     for a, b in ((rep, rep0), (prec, prec0)):
         a, b = a.to_json(), b.to_json()
         a.pop("seconds"), b.pop("seconds")

@@ -1,4 +1,4 @@
-"""`trace diff` judges recorded traces through the one verdict (oracle.judge.verdict.judge_traces):
+"""`trace diff` judges recorded traces through the one verdict (oracle.judge.verdict.judge, a traces plan):
 a reduced-precision row by the noise twin of the model the traces name, rebuilt from the file,
 as `check --backend` judges; by the row's fixed tolerances, said so, where that model cannot be
 rebuilt."""
@@ -13,7 +13,8 @@ import pytest
 
 from oracle.checkpoint import build_model, save_checkpoint
 from oracle.cli import main
-from oracle.judge.verdict import judge_traces
+from oracle.judge.plan import traces_plan
+from oracle.judge.verdict import judge
 from oracle.traces import load_trace_file
 
 pytest.importorskip("torch")
@@ -60,10 +61,10 @@ def test_the_twin_fails_a_kv_write_off_by_its_own_scale(tmp_path):
     tiny = build_model("tiny", 0)
     a = load_trace_file(record(tmp_path, "a.json")).traces
     b = load_trace_file(record(tmp_path, "b.json", "--backend", "torch-cpu-bf16")).traces
-    assert judge_traces(a, b, "bfloat16", tiny).ok
+    assert judge(traces_plan(a, b, "bfloat16", tiny)).ok
     key = next(iter(b[0].kv_writes))
     call, k, v = b[0].kv_writes[key]
     b[0].kv_writes[key] = (call, np.asarray(k) * 1.5, v)
-    got = judge_traces(a, b, "bfloat16", tiny)
+    got = judge(traces_plan(a, b, "bfloat16", tiny))
     assert not got.ok and got.info["bounds"] == "noise twin"
     assert any(c["name"] == "traces: kv_writes" for c in got.failed), got.failed

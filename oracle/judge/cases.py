@@ -1,6 +1,6 @@
-"""The two verdicts built on the one runner (oracle/judge/runner.py): block vs loop on the
-reference (`check_case`, `check_cases`) and a backend against the judge (`judge_backend`,
-`judge_cases`). Used by `check`, `check --backend`, the property suite and gpu_tests; every
+"""The comparisons of one case, built on the one runner (oracle/judge/runner.py): block vs loop on
+the reference (`check_case`) and a backend against the judge (`judge_backend`), which
+oracle/judge/verdict.py's `judge(plan, executor)` calls for every case of a plan; every
 comparison is oracle.judge.compare.compare_runs. The Case type is oracle/judge/scenario.py;
 the built-in cases are oracle/cli/catalogue.py.
 """
@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cache_free import cache_free_check
+from .calibration import HOST_HIDDEN
 from .compare import compare_runs, typical_norms
 from ..contract import tolerance_row
 from ..errors import OracleError
 from .forwards import Forwards, of
+from .malformed import side_problem
 from .noise import SIGMA, twin_bounds
 from .report import Check, Report
 from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
@@ -68,18 +70,27 @@ def judge_mode(
     """The backend's run in one mode against the judge's (default the reference), by the
     backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
     options: session options for both sides (e.g. max_requests, max_len to size the KV). fwd: the
-    run's forwards, for the twin bounds (None: made for this call)."""
-    dtype = tolerance_row(bk)
-    if judge is None and draws_host_stream(bk):
-        # the reference's side needs nothing of the backend's run: it and its noise twin are made
-        # in the background while the backend runs
-        ref = ReferenceSide(model, sc, dtype, fwd=fwd, **options)
-        got = run_scenario(bk, model, sc, mode, **options)
-        return judge_against(ref, got, dtype, reproduce, case), got
+    run's forwards, for the twin bounds (None: made for this call). A malformed run is a failed
+    check before the judge's side or a twin reads it."""
     got = run_scenario(bk, model, sc, mode, **options)
+    return _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, **options), got
+
+
+def _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, **options) -> Report:
+    why = side_problem(got.traces, model.cfg)
+    if why:
+        return malformed(case, why, reproduce)
+    dtype = tolerance_row(bk)
     ref_run = judge_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge, **options)
     bounds = twin_bounds(model, ref_run.traces, dtype, fwd=fwd) if judge is None else None
-    return compare_runs(ref_run.traces, got.traces, dtype, reproduce, case, bounds=bounds), got
+    return compare_runs(ref_run.traces, got.traces, dtype, reproduce, case, bounds=bounds)
+
+
+def malformed(label: str, why: str, reproduce: str = "") -> Report:
+    """A comparison that does not run: one side's output is malformed (malformed.side_problem)."""
+    rep = Report(reproduce=reproduce)
+    rep.fail("malformed", f"{label}: {why}" if label else why)
+    return rep
 
 
 def judge_against(ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: str = "", case: str = "") -> Report:
@@ -107,7 +118,9 @@ def judge_backend(
     later=True: the backend's runs now, and a handle whose result() makes the comparisons (so a
     caller can run every case's backend runs while the reference's sides are being made).
     runs_out: receives the backend's runs by mode. fwd: the run's forwards, for every twin bound
-    made here (None: one made for this case)."""
+    made here (None: one made for this case). Each run is checked for malformed output at once
+    (malformed.side_problem): a malformed run is a failed `malformed` check, and nothing of it
+    reaches a twin or a comparison."""
     out, runs = [], ({} if runs_out is None else runs_out)
     dtype = tolerance_row(bk)
     fwd = of(model, fwd) if judge is None else fwd  # no twin against a judge backend
@@ -116,13 +129,18 @@ def judge_backend(
     for mode in MODES:  # with a ReferenceSide: both runs, then both judged
         label = f"{case} [{mode}]" if case else mode
         try:
-            if ref is None:
-                rep, runs[mode] = judge_mode(bk, model, sc, mode, reproduce, label, judge, fwd)
+            got = runs[mode] = run_scenario(bk, model, sc, mode)
+            why = side_problem(got.traces, model.cfg)
+            if why:
+                rep = malformed(label, why, reproduce)
+            elif ref is None:
+                rep = _against_judge(bk, model, sc, mode, got, reproduce, label, judge, fwd)
             else:
-                rep, runs[mode] = None, run_scenario(bk, model, sc, mode)
+                rep = None  # judged against ref once both runs are made
         except Exception as e:  # noqa: BLE001 -- judged, not aborted
             if not catch:
                 raise
+            runs.pop(mode, None)
             rep = Report(reproduce=reproduce)
             rep.fail("backend", f"{label}: the backend raised {type(e).__name__}: {e}")
             rep.finish()
@@ -148,7 +166,7 @@ def _judgments(model, out, runs, ref, dtype, reproduce, case, judge, fwd=None) -
     for n, (label, rep) in enumerate(out):
         if rep is None:
             out[n] = (label, judge_against(ref, runs[MODES[n]], dtype, reproduce, label))
-    if len(runs) == 2:
+    if len(runs) == 2 and not any(c.name == "malformed" for _, rep in out for c in rep.checks):
         label = f"{case} [block vs loop]" if case else "block vs loop"
         bounds = (
             None
@@ -216,35 +234,11 @@ def check_case(model, case: Case) -> Report:
     return rep
 
 
-def check_cases(model, cases) -> dict:
-    """check_case on every case, summed: {"ok", "cases", "checks", counters, "layers"}."""
-    out = {"ok": True, "checks": [], "cases": [], **{k: 0 for k in COUNTERS[:4]}, "layers": model.cfg.num_layers}
-    for case in cases:
-        rep = check_case(model, case)
-        out["ok"] &= rep.ok
-        for k in COUNTERS[:4]:
-            out[k] += getattr(rep, k)
-        out["checks"] += [{"name": f"{case.name}: {c.name}", "ok": c.ok, "detail": c.detail} for c in rep.checks]
-        out["cases"].append(
-            {
-                "name": case.name,
-                "ok": rep.ok,
-                "d": case.d,
-                "D": case.D,
-                "policy": case.policy,
-                "requests": len(case.prompts),
-                "rounds": len(case.rounds),
-            }
-        )
-    return out
-
-
 # ---- a backend against the judge on many cases (`python -m oracle check --backend`) ----
 
-# Up to this hidden size the reference sides of every case are made in one background job
+# Below calibration.HOST_HIDDEN the reference sides of every case are made in one background job
 # started before the backend's runs (one forked child: a fork per case cost more CPU than it
 # saved beside a busy process); above it one case at a time.
-SIDES_AHEAD_HIDDEN = 1024
 
 
 def reference_sides(backend, model, cases, judge=None, fwd: Forwards | None = None) -> dict:
@@ -252,7 +246,7 @@ def reference_sides(backend, model, cases, judge=None, fwd: Forwards | None = No
     host-stream backend, no --reference judge), all made by one background job started now, so
     that they are made while the backend runs; {} where none applies or the model is large
     (judge_backend then makes each in turn). fwd: the run's forwards (the job's twin bounds)."""
-    if judge is not None or not draws_host_stream(backend) or model.cfg.hidden_size > SIDES_AHEAD_HIDDEN:
+    if judge is not None or not draws_host_stream(backend) or model.cfg.hidden_size >= HOST_HIDDEN:
         return {}
     dtype = tolerance_row(backend)
     todo = [c for c in cases if c.policy in backend.policies]
@@ -262,7 +256,7 @@ def reference_sides(backend, model, cases, judge=None, fwd: Forwards | None = No
 
 # ---- the reference's sides begun before the backend is loaded ----
 #
-# On a model of hidden size up to SIDES_AHEAD_HIDDEN each case's reference run needs nothing of the
+# On a model of hidden size below HOST_HIDDEN each case's reference run needs nothing of the
 # backend: one background job starts the runs before the backend's import (torch: about 2 s of CPU
 # on the 2-core machines CI uses) and receives through an Inbox, once the backend is loaded, what
 # the twin bounds need (its dtype and policies): each case's reference block run -> (dtype,
@@ -283,7 +277,7 @@ class Ahead:
 def sides_ahead_apply(model_cfg, judge_name) -> bool:
     """Whether `check --backend` begins the reference's sides ahead: the NumPy reference is the judge
     (no --reference) and the model is small enough for them to be made at once."""
-    return judge_name in (None, "reference") and model_cfg.hidden_size <= SIDES_AHEAD_HIDDEN
+    return judge_name in (None, "reference") and model_cfg.hidden_size < HOST_HIDDEN
 
 
 def start_sides(model, cases) -> Ahead:

@@ -137,10 +137,10 @@ def trace_problem(tr, rid, T: int, V: int) -> str | None:
         return "drafts, accepted count or emitted tokens are missing"
     if len(drafts) != K:
         return f"{len(drafts)} draft tokens for K = {K}"
-    for what, toks in (("draft", drafts), ("emitted", emitted)):
-        bad = [x for x in toks if not _is_token(x, V)]
+    for what, toks, first in (("draft", drafts, 1), ("emitted", emitted, 0)):
+        bad = [(o, x) for o, x in enumerate(toks, first) if not _is_token(x, V)]
         if bad:
-            return f"{what} token {bad[0]!r} is not a token id in [0, {V})"
+            return f"{what} token at offset {bad[0][0]} is {bad[0][1]!r}, not a token id in [0, {V})"
     if not (isinstance(a, (int, np.integer)) and 0 <= a <= K):
         return f"accepted count {a!r} is outside 0..{K}"
     if len(emitted) != a + 1 or list(emitted[:a]) != list(drafts[:a]):

@@ -1,19 +1,20 @@
-"""One verdict (docs/DESIGN.md, "The verdict"): `judge(...)` judges a backend on cases and returns a
-`Verdict`; every entry renders it (`check --backend` as text, --json or --report; the property
+"""One verdict (docs/DESIGN.md, "The verdict"): `judge(plan, executor)` is the one entry. The plan
+(oracle/judge/plan.py) says what is compared, the executor where the work runs; it returns a
+`Verdict`, a value that every entry renders (oracle/cli/render.py: text, JSON, HTML; the property
 harness as an assertion; gpu_tests and scripts/gpu_parity_full.py as their summaries).
 
-`judge` owns the scheduling: the reference's sides made in the background (oracle/judge/cases.py),
+The work of a backend plan: the reference's sides made in the background (oracle/judge/cases.py),
 begun before the backend loaded where the caller started them (`begin`); the drift probe through
 the backend first, its fit and the precision verdict in the background (oracle/judge/drift.py);
-the judge's runs in threads beside the backend's where the judge's side is a backend (`threads`);
-the comparisons last (oracle/judge/compare.py, the one comparison).
+the judge's runs in threads beside the backend's where the judge's side is a backend (pairs); every
+backend run checked for malformed output (oracle/judge/malformed.py) before any twin, fit or
+comparison reads it; the comparisons last (oracle/judge/compare.py, the one comparison).
 
-A `Verdict` is a value: its `ok` is derived from its checks, never set.
+A `Verdict`'s `ok` is derived from its checks, never set.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -23,17 +24,19 @@ from . import cases as _cases
 from . import drift as _drift
 from . import precision as _precision
 from . import worker as _worker
+from .calibration import HOST_HIDDEN
 from .compare import compare_runs
-from .decisions import trace_problem
+from .drift import drift_lines  # noqa: F401 (the renderers')
 from .forwards import SIGMA, Forwards, of
+from .malformed import malformed_rounds, side_problem  # noqa: F401 (malformed_rounds: trace record)
 from .noise import twin_bounds
+from .precision import report_lines  # noqa: F401 (the renderers')
+from .plan import Executor, Plan
 from .runner import draws_host_stream, judge_run, run_scenario
 from ..backends import GuardedBackend
 from ..contract import capabilities, tolerance_row
-from ..traces import request_problem
 
 COUNTERS = _cases.COUNTERS
-AHEAD_HIDDEN = _cases.SIDES_AHEAD_HIDDEN  # up to this hidden size the reference's sides can be begun early
 
 
 row = tolerance_row  # the backend's row of TOLERANCES: "exact" for an exact backend, else its dtype
@@ -58,6 +61,7 @@ class Verdict:
     runs: dict = field(default_factory=dict)  # case name -> mode -> the backend's ScenarioRun
     info: dict = field(default_factory=dict)  # what the entry adds (threads, timeout, times)
     seconds: float = 0.0
+    kind: str = "backend"  # the plan's kind (oracle/judge/plan.py)
 
     @property
     def tolerance_row(self) -> str:
@@ -65,6 +69,8 @@ class Verdict:
 
     @property
     def compared(self) -> bool:
+        if self.kind == "probe":  # the probe's verdicts are what it compares
+            return self.drift is not None or any(c["name"].startswith("drift probe") for c in self.checks)
         return (
             bool(self.cases)
             and bool(self.counters["request_rounds"])
@@ -73,9 +79,9 @@ class Verdict:
 
     @property
     def failed(self) -> list:
-        """Every failed check, and "nothing compared" when nothing was."""
+        """Every failed check; with none, "nothing compared" when nothing was."""
         bad = [c for c in self.checks if not c["ok"]]
-        if not self.compared:
+        if not bad and not self.compared:  # a failed check already says why nothing was compared
             why = "; ".join(self.skipped) or "no request-round was compared"
             bad.append({"name": "nothing compared", "ok": False, "detail": f"nothing compared: {why}"})
         return bad
@@ -120,49 +126,13 @@ class Verdict:
             "max_rel_err": self.max_rel_err,
             "skipped": self.skipped,
             "seconds": round(self.seconds, 2),
+            "kind": self.kind,
         }
         if self.drift is not None:
             out["drift"] = self.drift.to_json()
         if self.precision is not None:
             out["precision"] = self.precision.to_json()
         return out
-
-    def write_report(self, directory: str) -> str:
-        """The third rendering: DIR/index.html with its plots (html_report; matplotlib, the
-        `plots` extra, imported only here). Returns the page's path."""
-        from .html_report import write_report
-
-        return write_report(self.to_json(), directory)
-
-    def text(self, judge_name: str = "") -> list[str]:
-        """`check --backend`'s text: the verdict first, then the failures, the cases, the counts, the
-        drift and precision reports."""
-        judge_name = judge_name or ("the FP32 reference" if self.judge == "reference" else f"the {self.judge} judge")
-        head = (
-            f"loopspec-oracle check: backend {self.backend} ({self.dtype}, exact={self.exact}) against "
-            f"{judge_name}, tolerance row {self.tolerance_row!r}"
-        )
-        lines = [head] + [f"  [{'PASS' if c['ok'] else 'FAIL'}] {c['name']}" for c in self.cases]
-        lines += [f"  FAIL [{c['name'].rsplit(': ', 1)[-1]}] {c['detail']}" for c in self.failed]
-        lines += [f"  skipped: {s}" for s in self.skipped]
-        lines += [f"  excused: {d}" for d in self.excused[:10]]
-        if len(self.excused) > 10:
-            lines.append(f"  excused: ... {len(self.excused) - 10} more")
-        explained = not any(not c["ok"] and c["name"].endswith(": decisions") for c in self.checks)
-        n = self.counters
-        lines.append(
-            f"  compared: {n['request_rounds']} request-rounds, {n['kv_writes_compared']} KV writes, "
-            f"{n['logits_compared']} logits vectors, {n['rng_events_compared']} RNG events, "
-            f"{n['tokens_compared']} tokens; max relative error KV {self.max_rel_err['kv']:.3g}, logits "
-            f"{self.max_rel_err['logits']:.3g}; {len(self.excused)} excused near-tie divergences; every "
-            f"decision explained by the backend's own logits: {'yes' if explained else 'NO'}"
-        )
-        if self.drift is not None:
-            lines += _drift.drift_lines(self.drift.to_json())
-        if self.precision is not None:
-            lines += _precision.report_lines(self.precision.to_json())
-        lines.append(f"  {'OK' if self.ok else 'FAILED'} in {round(self.seconds, 2)} s")
-        return lines
 
 
 # ---- the reference's sides, begun before the backend is loaded ----
@@ -181,79 +151,80 @@ def cancel(handle) -> None:
     _cases.cancel_sides(handle)
 
 
-# ---- judge ----
+# ---- judge: the one entry ----
 
 
-def judge(
-    backend,
-    model,
-    cases,
-    *,
-    judge=None,
-    drift: bool = True,
-    suffix: str = "",
-    probe_reproduce: str = "",
-    early=None,
-    timeout: float | None = None,
-    catch: bool = True,
-    inline: bool = False,
-) -> Verdict:
-    """The backend on every case whose policy it supports, in both modes, against the judge's side
-    (default: the FP32 reference), plus backend block vs backend loop; with drift (bfloat16 and
-    float16 backends) the drift probe's two verdicts, drift and precision. suffix: appended to each
-    case's reproduce line; probe_reproduce: the probe's. early: begin()'s handle. timeout: each
-    backend call's limit (GuardedBackend; None: the backend as given). catch=False: a backend
-    exception propagates (the property harness) instead of failing a check. inline=True: every job
-    here, in this thread (worker.inline; the property suite's many small examples). The run's
-    forwards (forwards.Forwards: the twin's and the drift fit's) are made once, shared by the cases'
-    twin bounds and the probe's two fits, and let go when it returns."""
-    with _worker.inline() if inline else contextlib.nullcontext():
-        return _run(backend, model, cases, judge, drift, suffix, probe_reproduce, early, timeout, catch)
-
-
-def _run(backend, model, cases, judge, drift, suffix, probe_reproduce, early, timeout, catch) -> Verdict:
-    """judge()'s body (its jobs inline or not, as the caller set)."""
+def judge(plan: Plan, executor: Executor | None = None) -> Verdict:
+    """The verdict of a plan (oracle/judge/plan.py), its work run where the executor says."""
+    ex = executor or Executor()
     t0 = time.perf_counter()
-    v = Verdict(
-        backend.name,
-        backend.dtype,
-        bool(backend.exact),
-        judge.name if judge is not None else "reference",
-        model.cfg.num_layers,
+    with ex.scope():
+        v = _KINDS[plan.kind](plan, ex)
+    v.kind = plan.kind
+    v.seconds = time.perf_counter() - t0
+    return v
+
+
+def _backend(plan: Plan, ex: Executor) -> Verdict:
+    """The backend on every case whose policy it supports, in both modes, against the judge's side
+    (default: the FP32 reference), plus backend block vs backend loop; the drift probe's two verdicts
+    where the plan probes. The run's forwards (forwards.Forwards: the twin's and the drift fit's) are
+    made once, shared by the cases' twin bounds and the probe's two fits, and let go when it returns."""
+    backend, model, judge, early = plan.backend, plan.model, plan.judge, ex.early
+    v = _verdict(backend, judge, model)
+    guarded = GuardedBackend(backend, plan.timeout) if plan.timeout is not None else backend
+    gjudge = (
+        None
+        if judge is None
+        else (GuardedBackend(judge, plan.timeout, judge=True) if plan.timeout is not None else judge)
     )
-    guarded = GuardedBackend(backend, timeout) if timeout is not None else backend
-    gjudge = None if judge is None else (GuardedBackend(judge, timeout, judge=True) if timeout is not None else judge)
     # the run's forwards (the twin's and the drift fit's): those begun with the reference's sides, else new
     begun = None if early is None else early.fwd
     fwd = begun if begun is not None and begun.model is model else Forwards(model)
     if early is not None:
         early.fwd = None  # held by this run alone: let go when it returns
+    ex.phase("cases", f"{len(plan.cases)} case(s), the reference's sides in the background")
     sides = (
         _cases.sides_for(early, backend)
         if early is not None
-        else _cases.reference_sides(backend, model, cases, judge, fwd)
+        else _cases.reference_sides(backend, model, plan.cases, judge, fwd)
     )
-    pending = start_drift(guarded, model, probe_reproduce, judge, fwd=fwd) if drift else None
+    if plan.probes():
+        ex.phase("probe", f"{_drift.PROBE_REQUESTS} requests through the backend, both modes")
+    pending = start_drift(guarded, model, plan.probe_reproduce, judge, fwd=fwd) if plan.probes() else None
     # JudgeFailed: the caller's to name
-    judged = _judge_cases(v, guarded, model, cases, suffix, gjudge, sides, catch, fwd)
+    judged = _judge_cases(v, guarded, model, plan.cases, plan.suffix, gjudge, sides, plan.catch, fwd, ex)
     for case, reports, runs in judged:
         ok = all(rep.ok for _, rep in reports)
         v.cases.append({"name": case.name, "ok": ok})
         v.runs[case.name] = runs
         for label, rep in reports:
             v.add(label, rep)
+    if pending is not None:
+        ex.phase("fit", "the drift and precision verdicts")
     _finish_probe(v, pending)
-    v.seconds = time.perf_counter() - t0
     return v
 
 
-def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd=None) -> list:
+def _verdict(backend, judge, model) -> Verdict:
+    return Verdict(
+        backend.name,
+        backend.dtype,
+        bool(backend.exact),
+        judge.name if judge is not None else "reference",
+        model.cfg.num_layers,
+    )
+
+
+def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd, ex) -> list:
     """[(case, [(label, Report)], {mode: run})]: every case's backend runs first, then the comparisons."""
     pending = []
+    todo = [c for c in cases if c.policy in bk.policies]
     for case in cases:
         if case.policy not in bk.policies:
             v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
             continue
+        ex.phase("case", f"{len(pending) + 1}/{len(todo)} {case.name}")
         runs: dict = {}
         reproduce = case.reproduce + suffix if case.reproduce else ""  # the property suite prints its own
         pending.append(
@@ -275,18 +246,41 @@ def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, 
                 runs,
             )
         )
+    if pending:
+        ex.phase("compare", f"{len(pending)} case(s)")
     return [(case, reps.result() if isinstance(reps, _cases.Deferred) else reps, runs) for case, reps, runs in pending]
 
 
 def _finish_probe(v: Verdict, pending) -> None:
     """The drift probe's verdicts into v: its reports and a failed check for each verdict that fails
-    (or for the probe, where the backend raised)."""
+    (or for the probe, where the backend raised or its output was malformed)."""
     rep, prec, error = finish_probe(pending)
     v.checks += probe_checks(rep, prec, error)
     v.drift, v.precision = rep, prec
 
 
-def probe_verdicts(
+def _probe_only(plan: Plan, ex: Executor) -> Verdict:
+    """The drift probe's two verdicts alone: on the caller's probe runs (plan.probe_runs), else on
+    runs made now through the backend."""
+    backend, model = plan.backend, plan.model
+    v = _verdict(backend, plan.judge, model)
+    ex.phase("probe", f"{_drift.PROBE_REQUESTS} requests through the backend, both modes")
+    if plan.probe_runs is None:
+        pending = start_drift(backend, model, plan.probe_reproduce, plan.judge)
+    else:
+        runs = plan.probe_runs
+        problem = probe_problem(model, runs)
+        pending = _pending(backend, model, plan.probe_reproduce, plan.judge)
+        pending.runs, pending.error = (None, problem) if problem else (runs, "")
+    if pending is None:
+        v.skipped.append(f"no probe verdict applies to {backend.name} ({backend.dtype})")
+    else:
+        ex.phase("fit", "the drift and precision verdicts")
+    _finish_probe(v, pending)
+    return v
+
+
+def _fits(
     model,
     runs: dict,
     dtype: str,
@@ -323,19 +317,16 @@ class PendingDrift:
     fwd: object = None  # the run's forwards.Forwards (the NumPy fits'), or None: made for the fits
     job: object = None  # worker.background's handle of the NumPy fit
     seconds: float = 0.0  # the probe's runs
-    error: str = ""  # the backend raised during the probe
+    error: str = ""  # the backend raised during the probe, or its output was malformed
 
 
-def start_drift(
-    backend, model, reproduce: str = "", judge=None, n: int = _drift.PROBE_REQUESTS, fwd: Forwards | None = None
-) -> PendingDrift | None:
-    """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
-    NumPy fit in the background (worker.background), so that it overlaps what the check does next;
-    with a JAX judge the sensitivities are its jvp, fitted in finish_drift. None: no drift verdict
-    applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran).
-    fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy)."""
-    if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
-        return None
+def _pending(backend, model, reproduce: str = "", judge=None, fwd: Forwards | None = None) -> PendingDrift:
+    """The fit's inputs for a backend's probe: the JAX judge's sensitivities and twin where the judge
+    offers them (capabilities: drift_stats_fn, precision_energy_fn), else the NumPy fits on fwd."""
+    key = (judge, model, backend.dtype)
+    if judge is not None and _JUDGE_FITS and _JUDGE_FITS[0][0] == key:  # its jitted functions, made once
+        stats_fn, dirs, energy_fn = _JUDGE_FITS[0][1]
+        return PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn, fwd)
     stats_fn = dirs = None
     caps = None if judge is None else capabilities(judge)
     maker = None if caps is None else caps.drift_stats_fn
@@ -345,14 +336,32 @@ def start_drift(
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
     twin = None if caps is None else caps.precision_energy_fn
     energy_fn = twin(model, backend.dtype) if twin is not None and stats_fn is not None else None
-    pending = PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn, fwd)
-    if stats_fn is None and capabilities(backend).fork_safe and _worker.forks():
+    if stats_fn is not None:
+        _JUDGE_FITS[:] = [(key, (stats_fn, dirs, energy_fn))]  # the last judge's only: a model is large
+    return PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn, fwd)
+
+
+_JUDGE_FITS: list = []  # [((judge, model, dtype), (stats_fn, dirs, energy_fn))]: the last one made
+
+
+def start_drift(
+    backend, model, reproduce: str = "", judge=None, n: int = _drift.PROBE_REQUESTS, fwd: Forwards | None = None
+) -> PendingDrift | None:
+    """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
+    NumPy fit in the background (worker.background), so that it overlaps what the check does next;
+    with a JAX judge the sensitivities are its jvp, fitted in finish_probe. None: no drift verdict
+    applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran).
+    fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy)."""
+    if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
+        return None
+    pending = _pending(backend, model, reproduce, judge, fwd)
+    if pending.stats_fn is None and capabilities(backend).fork_safe and _worker.forks():
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
         pending.job = _worker.background(_probe_and_fit, backend, model, n, reproduce, fwd)
         return pending
     pending.runs, pending.error, pending.seconds = _probe(backend, model, n)
-    if stats_fn is None and not pending.error:
-        pending.job = _worker.background(probe_verdicts, model, pending.runs, backend.dtype, reproduce, fwd=fwd)
+    if pending.stats_fn is None and not pending.error:
+        pending.job = _worker.background(_fits, model, pending.runs, backend.dtype, reproduce, fwd=fwd)
     return pending
 
 
@@ -368,46 +377,13 @@ def _probe(backend, model, n: int) -> tuple:
     return (None if problem else runs), problem, time.perf_counter() - t0
 
 
-def malformed_rounds(traces, vocab: int) -> list[str]:
-    """'round N request R: why' for every request whose part of a round cannot be a round's
-    output (decisions.trace_problem, traces.request_problem): what `trace record --backend`
-    refuses to write."""
-    out = []
-    for n, t in enumerate(traces):
-        before = len(out)
-        for rid, T in zip(t.requests, t.token_counts):
-            try:
-                why = trace_problem(t, rid, T, vocab)
-            except Exception as e:  # noqa: BLE001 -- whatever the trace holds
-                why = f"cannot be judged ({type(e).__name__}: {e})"
-            if why:
-                out.append(f"round {n} request {rid}: {why}")
-        problem = None if len(out) > before else request_problem(t)
-        if problem:
-            out.append(f"round {n}: {problem}")
-    return out
-
-
 def probe_problem(model, runs: dict) -> str:
-    """The first value of the probe's runs the fits cannot read (decisions.trace_problem: tokens
-    outside the vocabulary, logits not numbers or misshapen; a K/V write not [kv heads, head_dim]
-    numbers), as a line naming mode, round and request; "" if none."""
-    cfg = model.cfg
+    """The first malformed round of the probe's runs (malformed.side_problem), as a line naming the
+    mode; "" if none."""
     for mode, run in runs.items():
-        for tr in run.traces:
-            for i, rid in enumerate(tr.requests):
-                why = trace_problem(tr, rid, tr.token_counts[i], cfg.vocab_size)
-                if why:
-                    return f"drift probe [{mode}]: round {tr.round} request {rid}: {why}"
-            for (rid, pos, j, l), (_, k, v) in tr.kv_writes.items():
-                for name, x in (("K", k), ("V", v)):
-                    x = np.asarray(x)
-                    if x.dtype.kind not in "fiu" or x.shape != (cfg.num_kv_heads, cfg.head_dim):
-                        return (
-                            f"drift probe [{mode}]: round {tr.round} request {rid}: the {name} write at position "
-                            f"{pos}, depth {j}, layer {l} is {x.dtype} {list(x.shape)}, expected numbers of shape "
-                            f"[{cfg.num_kv_heads}, {cfg.head_dim}]"
-                        )
+        why = side_problem(run.traces, model.cfg)
+        if why:
+            return f"drift probe [{mode}]: {why}"
     return ""
 
 
@@ -418,7 +394,7 @@ def _probe_and_fit(backend, model, n: int, reproduce: str, fwd: Forwards | None 
     runs, error, seconds = _probe(backend, model, n)
     if error:
         return None, error
-    reps = probe_verdicts(model, runs, backend.dtype, reproduce, fwd=fwd)
+    reps = _fits(model, runs, backend.dtype, reproduce, fwd=fwd)
     reps[0].seconds += seconds
     return reps, ""
 
@@ -433,7 +409,7 @@ def finish_probe(pending: PendingDrift | None) -> tuple:
     reps = (
         pending.job.result()
         if pending.job is not None
-        else probe_verdicts(
+        else _fits(
             pending.model,
             pending.runs,
             pending.dtype,
@@ -456,7 +432,8 @@ def finish_probe(pending: PendingDrift | None) -> tuple:
 def probe_checks(rep, prec, error: str) -> list[dict]:
     """The probe's checks: "drift probe: drift" (or the probe's error) and "drift probe: precision"."""
     if error:
-        return [{"name": "drift probe: drift", "ok": False, "detail": error}]
+        name = "drift probe: malformed" if ": the backend raised " not in error else "drift probe: drift"
+        return [{"name": name, "ok": False, "detail": error}]
     out = [] if rep is None else [{"name": "drift probe: drift", "ok": rep.ok, "detail": rep.failure}]
     return out + ([] if prec is None else [{"name": "drift probe: precision", "ok": prec.ok, "detail": prec.failure}])
 
@@ -484,35 +461,27 @@ class Budget:
             self.cond.notify_all()
 
 
-def judge_pairs(
-    backend,
-    judge,
-    model,
-    pairs,
-    *,
-    threads: int = 0,
-    budget_bytes: int | None = None,
-    kv_bytes=None,
-    options=None,
-    reproduce: str = "",
-    on_case=None,
-) -> Verdict:
-    """The backend's run of each (case, mode) against the judge backend's run of it (no block-vs-loop,
-    no probe). With a backend that draws each request's host stream the judge's runs need nothing of
-    the backend's: they run `threads` at a time in threads beside the backend's (XLA compiles release
-    the GIL), each waiting until kv_bytes(case) fits in budget_bytes; else the judge replays each
-    backend run's uniforms after it. options(case): session options of both sides. on_case(case,
-    mode, report, backend s, judge s): called as each case is judged (progress lines)."""
+def _pairs(plan: Plan, ex: Executor) -> Verdict:
+    """The backend's run of each (case, mode) against the judge backend's run of it (no block-vs-loop),
+    then the drift probe's verdicts where the plan probes (the judge's jvp and twin). With a backend
+    that draws each request's host stream the judge's runs need nothing of the backend's: they run
+    ex.threads at a time in threads beside the backend's (XLA compiles release the GIL), each waiting
+    until ex.kv_bytes(case) fits in ex.budget_bytes; else the judge replays each backend run's uniforms
+    after it. plan.options(case): session options of both sides."""
+    backend, judge, model = plan.backend, plan.judge, plan.model
     t0 = time.perf_counter()
-    options = options or (lambda case: {})
-    v = Verdict(backend.name, backend.dtype, bool(backend.exact), judge.name, model.cfg.num_layers)
+    options = plan.options or (lambda case: {})
+    v = _verdict(backend, judge, model)
     dtype = row(backend)
-    pairs = [(c, m) for c, m in pairs if c.policy in backend.policies]
-    ahead = draws_host_stream(backend) and threads > 0
-    budget = Budget(budget_bytes) if ahead and budget_bytes else None
+    pairs = [(c, m) for c, m in plan.pairs if c.policy in backend.policies]
+    v.skipped += [
+        f"{c.name} (policy {c.policy} not supported by {backend.name})" for c, m in plan.pairs if (c, m) not in pairs
+    ]
+    ahead = draws_host_stream(backend) and ex.threads > 0
+    budget = Budget(ex.budget_bytes) if ahead and ex.budget_bytes else None
 
     def side(case, mode, replay_from=None):
-        need = kv_bytes(case) if budget is not None and kv_bytes is not None else 0
+        need = ex.kv_bytes(case) if budget is not None and ex.kv_bytes is not None else 0
         if budget is not None:
             budget.take(need)
         try:
@@ -528,16 +497,23 @@ def judge_pairs(
     if ahead:
         from concurrent.futures import ThreadPoolExecutor
 
-        pool = ThreadPoolExecutor(threads, thread_name_prefix="judge")
+        pool = ThreadPoolExecutor(ex.threads, thread_name_prefix="judge")
         futures = [pool.submit(side, case, mode) for case, mode in pairs]
     try:
         for i, (case, mode) in enumerate(pairs):
+            ex.phase("case", f"{i + 1}/{len(pairs)} {case.name} [{mode}]")
             t = time.perf_counter()
             got = run_scenario(backend, model, case, mode, **options(case))
             got.session = None
             tb = time.perf_counter() - t
-            ref, tj = futures[i].result() if ahead else side(case, mode, replay_from=got)
-            rep = compare_runs(ref.traces, got.traces, dtype, reproduce, case.name)
+            why = side_problem(got.traces, model.cfg)
+            if why:
+                if futures is not None:
+                    futures[i].cancel()
+                rep, tj = _cases.malformed(case.name, why, plan.reproduce), 0.0
+            else:
+                ref, tj = futures[i].result() if ahead else side(case, mode, replay_from=got)
+                rep = compare_runs(ref.traces, got.traces, dtype, plan.reproduce, case.name)
             v.cases.append(
                 {
                     "name": case.name,
@@ -550,50 +526,83 @@ def judge_pairs(
             )
             v.runs[case.name] = {mode: got}
             v.add(case.name, rep)
-            if on_case is not None:
-                on_case(case, mode, rep, tb, tj)
+            if ex.on_case is not None:
+                ex.on_case(case, mode, rep, tb, tj)
     finally:
         if pool is not None:
             for f in futures:
                 f.cancel()
             pool.shutdown(wait=True)
-    v.seconds = time.perf_counter() - t0
+    if plan.probes():
+        ex.phase("probe", f"{_drift.PROBE_REQUESTS} requests through the backend, both modes, fitted by the judge")
+        _finish_probe(v, start_drift(backend, model, plan.probe_reproduce, judge))
     return v
 
 
 # ---- block vs loop on the reference (`python -m oracle check` without --backend) ----
 
 
-def check_reference(model, cases) -> dict:
-    """The reference's block and loop runs of every case, bit for bit, with each run's schedule,
-    KV frontiers and the cache-free recompute (cases.check_cases); a check that compared nothing
-    fails."""
-    out = _cases.check_cases(model, cases)
-    if not (out["cases"] and out["tokens_compared"] + out["logits_compared"]):
-        out["ok"] = False
-        out["checks"].append(
-            {"name": "nothing compared", "ok": False, "detail": "nothing compared: no request-round was compared"}
+def _reference(plan: Plan, ex: Executor) -> Verdict:
+    """The reference's block and loop runs of every case, bit for bit, with each run's schedule, KV
+    frontiers and the cache-free recompute (cases.check_case)."""
+    v = Verdict("reference", "float32", True, "reference", plan.model.cfg.num_layers)
+    for n, case in enumerate(plan.cases):
+        ex.phase("case", f"{n + 1}/{len(plan.cases)} {case.name}")
+        rep = _cases.check_case(plan.model, case)
+        v.add(case.name, rep)
+        v.cases.append(
+            {
+                "name": case.name,
+                "ok": rep.ok,
+                "d": case.d,
+                "D": case.D,
+                "policy": case.policy,
+                "requests": len(case.prompts),
+                "rounds": len(case.rounds),
+            }
         )
-    return out
-
-
-# ---- recorded traces (trace diff) ----
-
-TWIN_HIDDEN = 1024  # from this hidden size trace diff judges by the fixed row (the twin is a host forward)
-
-
-def judge_traces(ref_traces, got_traces, row: str, model=None, reproduce: str = "", names=("A", "B")) -> Verdict:
-    """Recorded traces: got_traces (file B) against ref_traces (file A) by tolerance row `row`. With
-    the model the traces name (rebuilt by the caller), a reduced-precision row is judged by the noise
-    twin's bounds at A's contexts, as `check --backend` judges; without it, by the row's fixed
-    tolerances. info["bounds"] says which."""
-    t0 = time.perf_counter()
-    v = Verdict(names[1], row, row == "exact", names[0], 0 if model is None else model.cfg.num_layers)
-    twin = model is not None and row in SIGMA and model.cfg.hidden_size < TWIN_HIDDEN
-    bounds = twin_bounds(model, ref_traces, row) if twin else None
-    rep = compare_runs(ref_traces, got_traces, row, reproduce, bounds=bounds)
-    v.add("traces", rep)
-    v.cases.append({"name": "traces", "ok": rep.ok})
-    v.info["bounds"] = "noise twin" if twin else ("exact" if row == "exact" else "fixed row")
-    v.seconds = time.perf_counter() - t0
     return v
+
+
+# ---- recorded traces (trace diff; gpu_tests' pairs of runs) ----
+
+
+def _traces(plan: Plan, ex: Executor) -> Verdict:
+    """Recorded traces: B (plan.traces[1]) against A by tolerance row plan.row. A reduced-precision row
+    is judged by the noise twin's bounds at A's contexts where the plan has the model (below
+    calibration.HOST_HIDDEN) and asks for no fixed row, as `check --backend` judges; else by the row's
+    fixed tolerances. info["bounds"] says which. Either side malformed is a failed check, before any
+    twin is made from it."""
+    a, b = plan.traces
+    row_, model = plan.row, plan.model
+    v = Verdict(plan.names[1], row_, row_ == "exact", plan.names[0], 0 if model is None else model.cfg.num_layers)
+    cfg = None if model is None else model.cfg
+    vocab = _vocab(a) if cfg is None else None
+    bad = [(name, side_problem(t, cfg, vocab)) for name, t in zip(plan.names, (a, b))]
+    bad = [(name, why) for name, why in bad if why]
+    v.cases.append({"name": "traces", "ok": not bad})
+    if bad:
+        v.add("traces", _cases.malformed(bad[0][0], bad[0][1], plan.reproduce))
+        v.info["bounds"] = "not compared"
+        return v
+    twin = model is not None and plan.tolerance == "auto" and row_ in SIGMA and model.cfg.hidden_size < HOST_HIDDEN
+    ex.phase("twin", "the noise twin's bounds") if twin else None
+    bounds = twin_bounds(model, a, row_) if twin else None
+    if bounds is not None and plan.both_noisy:
+        bounds.scale = 2**0.5  # both sides carry the precision's noise
+    rep = compare_runs(a, b, row_, plan.reproduce, bounds=bounds)
+    v.add("traces", rep)
+    v.cases[-1]["ok"] = rep.ok
+    v.info["bounds"] = "noise twin" if twin else ("exact" if row_ == "exact" else "fixed row")
+    return v
+
+
+def _vocab(traces) -> int | None:
+    """The vocabulary size recorded traces imply (the length of a logits vector), or None."""
+    for t in traces:
+        for lg in list(t.verify_logits.values())[:1]:
+            return len(np.asarray(lg).reshape(-1))
+    return None
+
+
+_KINDS = {"reference": _reference, "backend": _backend, "pairs": _pairs, "traces": _traces, "probe": _probe_only}

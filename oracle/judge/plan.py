@@ -1,0 +1,125 @@
+"""What a verdict compares (`Plan`) and where its work runs (`Executor`). `verdict.judge(plan,
+executor)` is the one entry: `check` with and without --backend, `trace diff`, the property
+harness, gpu_tests, scripts/gpu_parity_full.py, the probe tests and the calibration scripts all
+build a Plan and call it.
+
+A plan is data: its two sides, its tolerance and its extra checks. Kinds:
+
+    reference  the reference's block run against its loop run, bit for bit, with each run's
+               schedule, KV frontiers and the cache-free recompute (`check` without --backend)
+    backend    the backend's block and loop runs of each case against the judge's side (the NumPy
+               reference, or `judge`), and its block run against its loop run (`check --backend`,
+               the property harness)
+    pairs      the backend's run of each (case, mode) against the judge backend's run of it
+               (scripts/gpu_parity_full.py: the JAX judge at the real shape)
+    traces     recorded round traces: B against A (`trace diff`, gpu_tests' graph-vs-eager pairs)
+    probe      the drift probe alone: its drift and precision verdicts (the probe tests and the
+               calibration scripts, which may pass the probe's runs they made)
+
+Every kind but `reference` and `traces` runs the drift probe where `probe` says: "auto" runs it
+wherever a bfloat16 or float16 backend is judged, "off" never, "on" always (where a precision
+applies). The tolerance: "auto" is the noise twin wherever the judge's side is the NumPy reference
+and the row is a reduced precision (bfloat16, float16), else the row's fixed tolerances; "fixed"
+asks for the fixed row.
+
+An executor says where the work runs, and never sees a Verdict: "background" (the reference's sides
+and the fits in a forked child where the platform forks, else a helper thread: oracle/judge/worker.py),
+or "inline" (every job in this thread: the property suite's many small examples). `threads` and
+`budget_bytes` are the pairs' judge runs in threads beside the backend's; `early` is begin()'s
+handle; `on_phase(phase, detail)` hears the phases as they start (progress lines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from . import worker as _worker
+
+KINDS = ("reference", "backend", "pairs", "traces", "probe")
+PROBE = ("auto", "on", "off")
+TOLERANCE = ("auto", "fixed")
+REDUCED = ("bfloat16", "float16")  # the dtypes the drift probe and the noise twin judge
+
+
+@dataclass(slots=True)
+class Plan:
+    kind: str
+    model: object = None
+    cases: list = field(default_factory=list)
+    backend: object = None  # the backend under test (backend, pairs, probe)
+    judge: object = None  # the judge's side as a backend; None: the NumPy FP32 reference
+    pairs: list = field(default_factory=list)  # pairs: [(case, mode)]
+    traces: tuple = ()  # traces: (A's round traces, B's)
+    row: str = ""  # traces: the tolerance row B is judged by
+    names: tuple = ("A", "B")  # traces: the two sides' names
+    both_noisy: bool = False  # traces: A is a reduced-precision run too (the twin's scale x sqrt(2))
+    probe: str = "auto"
+    probe_runs: dict | None = None  # probe: the probe's runs by mode, made by the caller
+    tolerance: str = "auto"
+    suffix: str = ""  # appended to each case's reproduce line
+    reproduce: str = ""  # traces and pairs: the reproduce line
+    probe_reproduce: str = ""
+    timeout: float | None = None  # each backend call's limit (GuardedBackend); None: as given
+    catch: bool = True  # False: a backend exception propagates (the property harness)
+    options: object = None  # pairs: case -> session options of both sides
+
+    def __post_init__(self):
+        assert self.kind in KINDS, f"plan kind {self.kind!r}, expected one of {KINDS}"
+        assert self.probe in PROBE, f"probe {self.probe!r}, expected one of {PROBE}"
+        assert self.tolerance in TOLERANCE, f"tolerance {self.tolerance!r}, expected one of {TOLERANCE}"
+        assert self.model is not None or self.kind == "traces", f"a {self.kind} plan needs the model"
+        assert self.backend is not None or self.kind in ("reference", "traces"), f"a {self.kind} plan needs a backend"
+
+    def probes(self) -> bool:
+        """Whether the drift probe runs: a reduced-precision backend, and the plan asks for it."""
+        if self.kind in ("reference", "traces") or self.probe == "off":
+            return False
+        bk = self.backend
+        return self.kind == "probe" or (not bk.exact and bk.dtype in REDUCED and bool(bk.policies))
+
+
+def reference_plan(model, cases) -> Plan:
+    return Plan("reference", model, list(cases))
+
+
+def backend_plan(backend, model, cases, **kw) -> Plan:
+    return Plan("backend", model, list(cases), backend, **kw)
+
+
+def pairs_plan(backend, judge, model, pairs, **kw) -> Plan:
+    return Plan("pairs", model, backend=backend, judge=judge, pairs=list(pairs), **kw)
+
+
+def traces_plan(a, b, row: str, model=None, **kw) -> Plan:
+    return Plan("traces", model, traces=(list(a), list(b)), row=row, **kw)
+
+
+def probe_plan(backend, model, runs: dict | None = None, **kw) -> Plan:
+    return Plan("probe", model, backend=backend, probe_runs=runs, probe="on", **kw)
+
+
+@dataclass(slots=True)
+class Executor:
+    where: str = "background"  # "background" | "inline"
+    threads: int = 0  # pairs: the judge's runs this many at a time beside the backend's (0: after each)
+    budget_bytes: int | None = None  # pairs: device memory for the judge runs' KV in flight
+    kv_bytes: object = None  # pairs: case -> bytes of a judge run's KV
+    early: object = None  # begin()'s handle: the reference's sides begun before the backend loaded
+    on_phase: object = None  # on_phase(phase, detail): progress
+    on_case: object = None  # pairs: on_case(case, mode, report, backend s, judge s)
+
+    def __post_init__(self):
+        assert self.where in ("background", "inline"), f"executor where={self.where!r}"
+        assert self.threads >= 0, f"executor threads={self.threads}"
+
+    def scope(self):
+        """The context the plan runs in: worker.inline() makes every background job run at once."""
+        return _worker.inline() if self.where == "inline" else contextlib.nullcontext()
+
+    def phase(self, name: str, detail: str = "") -> None:
+        if self.on_phase is not None:
+            self.on_phase(name, detail)
+
+
+INLINE = Executor("inline")
