@@ -18,6 +18,7 @@ import numpy as np
 
 from .config import ModelConfig, preset
 from .errors import OracleError
+from .files import check_regular, read_json
 from .model import LoopedModel, check_weights, random_weights, weight_shapes
 
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
@@ -59,13 +60,9 @@ def save_checkpoint(
     return folder
 
 
-def _read_json_object(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise OracleError(f"{path}: {what} is not valid JSON ({e})") from None
-    except OSError as e:
-        raise OracleError(f"{path}: cannot read {what} ({e.strerror or e})") from None
+def _read_json_object(path: Path, what: str, kind: str) -> dict:
+    """A JSON object read by oracle/files.py: a regular file, bounded in size and nesting."""
+    data = read_json(path, f"checkpoint {what}", kind)
     if not isinstance(data, dict):
         raise OracleError(f"{path}: {what} must be a JSON object, got {type(data).__name__}")
     return data
@@ -83,7 +80,7 @@ def read_config(folder) -> ModelConfig:
     cfg_path = folder / "config.json"
     if not cfg_path.exists():
         raise OracleError(f"checkpoint {folder} has no config.json")
-    hf = _read_json_object(cfg_path, "config.json")
+    hf = _read_json_object(cfg_path, "config.json", "config.json")
     try:
         return ModelConfig.from_hf(hf)
     except (TypeError, ValueError) as e:
@@ -97,7 +94,7 @@ def weight_files(folder) -> dict[str, list[str] | None]:
     folder = Path(folder)
     index = folder / "model.safetensors.index.json"
     if index.exists():
-        data = _read_json_object(index, "the index")
+        data = _read_json_object(index, "index", "index")
         wmap = data.get("weight_map")
         if not isinstance(wmap, dict) or not wmap:
             raise OracleError(f'{index}: "weight_map" must be a non-empty object of tensor name -> file')
@@ -111,14 +108,18 @@ def weight_files(folder) -> dict[str, list[str] | None]:
     else:
         raise OracleError(f"checkpoint {folder} has neither model.safetensors nor model.safetensors.index.json")
     for fname in files:
-        if not (folder / fname).is_file():
-            raise OracleError(f"checkpoint shard {folder / fname} named in the index does not exist")
+        shard = folder / fname
+        if not shard.exists():  # a missing file or a dangling link
+            named = "named in the index " if index.exists() else ""
+            raise OracleError(f"checkpoint shard {shard} {named}does not exist")
+        check_regular(shard, "checkpoint shard", "safetensors")  # not a pipe or a device
     return files
 
 
 def _read_shard(path: Path, listed, wanted: dict, weights: dict, unknown: list) -> None:
     from safetensors import safe_open
 
+    check_regular(path, "checkpoint shard", "safetensors")  # what safe_open maps is a regular file
     try:
         with safe_open(str(path), framework="pt") as sf:  # torch reads BF16, numpy cannot
             names = list(sf.keys())

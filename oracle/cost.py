@@ -20,7 +20,6 @@ the form "loop wins iff sum_block m*[c(M)-c(b)] > sum_loop m*[c(M)-c(b)]".
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from functools import reduce
 from pathlib import Path
 
 from .errors import OracleError
+from .files import read_json
 from .schedule import Schedule, plan, validate
 
 DATA = Path(__file__).parent / "data"
@@ -183,14 +183,7 @@ def load_ctable(path=None, what: str = "c-table", force: bool = False) -> CTable
     table refuse_noisy would refuse."""
     path = Path(DEFAULT_CTABLE if path is None else path)
     source = f"{what} {path}"
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise OracleError(f"cannot read {source}: {e.strerror or e}") from None
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise OracleError(f"{source} is not valid JSON: {e}") from None
+    data = read_json(path, what, "c-table")  # a regular file, bounded in size and nesting
     # the shipped tables' drops are known (kernel tile changes; docs/cost_model.md)
     return ctable_from_dict(data, source, warn_drops=path.resolve() not in SHIPPED_FILES, force=force)
 

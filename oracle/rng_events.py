@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 POLICIES = ("sequential", "fixed")  # oracle.rng_trace.POLICIES: what each one draws is there
+PURPOSES = ("draft", "accept", "residual", "bonus")  # what a uniform is drawn for (oracle.rng_trace)
 
 
 @dataclass(slots=True, frozen=True)

@@ -74,6 +74,9 @@ class SamplingParams:
         if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 for t in stops):
             raise OracleError(f"stop_token_ids must be token ids >= 0, got {list(stops)!r}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in stops))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise OracleError(f"seed must be an integer >= 0 (as --seed), got {self.seed!r}")
+        object.__setattr__(self, "seed", int(self.seed))
         m = self.max_tokens
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise OracleError(f"max_tokens must be an integer >= 1 (or None), got {m!r}")

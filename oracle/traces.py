@@ -1,7 +1,8 @@
 """A round's trace (docs/DESIGN.md section 8) and its JSON + NPZ form.
 
 JSON holds everything but the arrays; the NPZ beside it holds KV writes and logits, so an
-external engine can emit a trace and have it diffed.
+external engine can emit a trace and have it diffed. Written here (`save_traces`); read back,
+checked, by oracle/trace_file.py.
 """
 
 from __future__ import annotations
@@ -10,12 +11,11 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
 from .processors import Seen
-from .rng_events import events_from_json, events_to_json
+from .rng_events import POLICIES, PURPOSES, events_from_json, events_to_json
 
 KVKey = tuple  # (request, position, depth, layer)
 
@@ -198,12 +198,15 @@ def npz_path(path) -> Path:
     return Path(str(path) + ".npz")
 
 
-def sha256_of(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+def sha256_of(source) -> str:
+    """SHA-256 of a file: a path, or a binary file object read from where it stands."""
+    if hasattr(source, "read"):
+        h = hashlib.sha256()
+        for block in iter(lambda: source.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+        return h.hexdigest()
+    with open(source, "rb") as f:
+        return sha256_of(f)
 
 
 # ---- a trace file's identity: its model and its requests' sampling parameters ----
@@ -281,29 +284,8 @@ def save_traces(
     )
 
 
-def _check_round(path, n: int, r, arrays: dict) -> None:
-    from .errors import OracleError
-
-    if not isinstance(r, dict):
-        raise OracleError(f"trace file {path}: round {n} is a {type(r).__name__}, not an object")
-    for key, kind in ROUND_KEYS.items():
-        if key not in r:
-            raise OracleError(f"trace file {path}: round {n} has no {key!r}")
-        if key in ("d", "D") and r[key] is None and r.get("depths"):  # ragged depths: per request
-            continue
-        if not isinstance(r[key], kind) or (kind is int and isinstance(r[key], bool)):
-            raise OracleError(f"trace file {path}: round {n} {key!r} must be a JSON {kind.__name__}")
-    for name, listed in ARRAY_ROWS.items():
-        a = arrays.get(f"r{n}_{name}")
-        want = len(r[listed])
-        got = 0 if a is None else (a.shape[0] if a.ndim else -1)
-        if got != want:
-            raise OracleError(
-                f"trace file {path}: round {n} lists {want} {listed} but its NPZ holds {got} rows of {name}"
-            )
-
-
 FINISH_REASONS = ("stop", "length")
+DTYPES = ("float32", "bfloat16", "float16", "float64")  # a round's `dtype`: what its values were computed in
 PER_REQUEST = ("prefix", "drafts", "accepted", "emitted", "committed", "generated", "finished", "params", "depths")
 
 
@@ -320,8 +302,12 @@ def request_problem(t: RoundTrace) -> str | None:
     1 <= d < D, a field naming a request the round does not hold, committed tokens that are
     not a prefix of the emitted ones, an unknown finish reason."""
     reqs = t.requests
-    if any(isinstance(r, bool) or not isinstance(r, int) for r in reqs) or len(set(reqs)) != len(reqs):
-        return f"requests {reqs} are not distinct integer ids"
+    if not _count(t.round, 0):
+        return f"round number {t.round!r} is not an integer >= 0"
+    if t.policy not in POLICIES:
+        return f"policy {t.policy!r} is not an RNG policy ({', '.join(POLICIES)})"
+    if not all(_count(r, 0) for r in reqs) or len(set(reqs)) != len(reqs):
+        return f"requests {reqs} are not distinct integer ids >= 0"
     if len(t.token_counts) != len(reqs) or any(
         isinstance(T, bool) or not isinstance(T, int) or T < 1 for T in t.token_counts
     ):
@@ -341,6 +327,9 @@ def request_problem(t: RoundTrace) -> str | None:
             return f"{what} {list(pair)}: expected integers 1 <= d < D"
     if t.d is None and any(r not in t.depths for r in reqs):
         return "d and D are null but not every request has its own depths"
+    problem = input_problem(t)
+    if problem:
+        return problem
     for r, kept in t.committed.items():
         if list(kept) != list(t.emitted.get(r, []))[: len(kept)]:
             return f"request {r}: committed {list(kept)} is not a prefix of emitted {t.emitted.get(r)}"
@@ -350,144 +339,78 @@ def request_problem(t: RoundTrace) -> str | None:
     return None
 
 
-class TraceFile(NamedTuple):
-    traces: list  # RoundTrace per round
-    meta: dict  # the recording's settings (reproduce line, backend, tolerance row, ...)
-    model: dict  # model_identity(): preset and seed or checkpoint, config, weights_sha256
-    params: dict  # rid -> SamplingParams JSON: each request's sampling parameters
+def _count(x, low: int) -> bool:
+    """An integer >= low (not a bool)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= low
 
 
-def _check_schema(path, j: dict) -> None:
-    """format `loopspec-trace/N` and an integer schema_version, the one this oracle reads."""
-    from .errors import OracleError
-
-    fmt, version = j.get("format"), j.get("schema_version")
-    if not (isinstance(fmt, str) and fmt.startswith("loopspec-trace/")):
-        raise OracleError(
-            f"trace file {path}: format {fmt!r}, expected {FORMAT!r} "
-            f"(re-record it with `python -m oracle trace record`)"
-        )
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise OracleError(
-            f"trace file {path}: schema_version {version!r} is not an integer "
-            f"(this oracle reads schema_version {SCHEMA_VERSION})"
-        )
-    if version != SCHEMA_VERSION:
-        raise OracleError(
-            f"trace file {path}: schema_version {version} is not supported (this oracle reads "
-            f"schema_version {SCHEMA_VERSION}; re-record it with `python -m oracle trace record`)"
-        )
-    if fmt != FORMAT:
-        raise OracleError(
-            f"trace file {path}: format {fmt!r} does not match schema_version {version} (expected {FORMAT!r})"
-        )
+def _key_problem(key, n: int, counts: dict, depth_of: dict) -> str | None:
+    """Why a row or key of a round is impossible, or None: n = 2 (request, offset), 3 (request,
+    offset, depth: a call's row) or 4 (request, position, depth, layer: a KV write)."""
+    if not isinstance(key, (list, tuple)) or len(key) != n or not all(_count(x, 0) for x in key[1:]):
+        return f"is not {n} integers >= 0 after the request id"
+    rid = key[0]
+    if rid not in counts:
+        return f"names request {rid!r}, not one of the round's requests"
+    if n < 4 and key[1] >= counts[rid]:
+        return f"has offset {key[1]}, outside request {rid}'s 0..{counts[rid] - 1}"
+    if n >= 3 and key[2] >= depth_of[rid][1]:
+        return f"has depth {key[2]}, outside request {rid}'s 0..{depth_of[rid][1] - 1}"
+    return None
 
 
-def _check_model(path, m) -> None:
-    """The `model` object's shape (its config's values are checked by the CLI's ModelConfig)."""
-    from .errors import OracleError
-
-    what = "(the model it ran: preset and seed, or checkpoint; config; weights_sha256)"
-    if not isinstance(m, dict):
-        raise OracleError(f'trace file {path}: malformed: "model" must be an object {what}')
-    if not isinstance(m.get("config"), dict):
-        raise OracleError(f"trace file {path}: malformed: model.config must be an object (the model's config)")
-    sha = m.get("weights_sha256")
-    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
-        raise OracleError(f"trace file {path}: malformed: model.weights_sha256 {sha!r} is not 64 hex digits")
-    if "checkpoint" in m:
-        if not isinstance(m["checkpoint"], str):
-            raise OracleError(f"trace file {path}: malformed: model.checkpoint {m['checkpoint']!r} is not a path")
-        return
-    seed = m.get("seed")
-    if not isinstance(m.get("preset"), str) or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise OracleError(
-            f"trace file {path}: malformed: model needs a preset name and an integer seed >= 0, "
-            f"or a checkpoint {what}; got preset {m.get('preset')!r}, seed {seed!r}"
-        )
-
-
-def _check_params(path, params) -> dict:
-    """The file's `params`: a list of [request id, object] with distinct integer ids."""
-    from .errors import OracleError
-
-    ok = isinstance(params, list) and all(
-        isinstance(x, list)
-        and len(x) == 2
-        and isinstance(x[0], int)
-        and not isinstance(x[0], bool)
-        and isinstance(x[1], dict)
-        for x in params
-    )
-    if not ok or len({x[0] for x in params}) != len(params):
-        raise OracleError(
-            f'trace file {path}: malformed: "params" must list [request id, sampling parameters '
-            f"object] once per request"
-        )
-    return {r: p for r, p in params}
-
-
-def load_traces(path) -> tuple[list[RoundTrace], dict]:
-    """(traces, meta) of load_trace_file."""
-    f = load_trace_file(path)
-    return f.traces, f.meta
-
-
-def load_trace_file(path) -> TraceFile:
-    """Reads PATH and PATH.npz; any departure from the schema (another format or
-    schema_version, no model identity or params), a missing NPZ or one whose SHA-256 differs
-    from the JSON's, and a trace without rounds, raise OracleError."""
-    from .errors import OracleError
-
-    path = Path(path)
-    if not path.exists():
-        raise OracleError(f"trace file {path} does not exist")
-    if path.is_dir():
-        raise OracleError(f"trace file {path} is a directory")
-    try:
-        j = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise OracleError(f"trace file {path} is not valid JSON ({e})") from None
-    if not isinstance(j, dict):
-        raise OracleError(f"trace file {path} holds a JSON {type(j).__name__}, not a trace object")
-    _check_schema(path, j)
-    _check_model(path, j.get("model"))
-    params = _check_params(path, j.get("params"))
-    rounds, meta, npz_info = j.get("rounds"), j.get("meta"), j.get("npz")
-    if not isinstance(rounds, list):
-        raise OracleError(f'trace file {path} has no "rounds" list')
-    if not rounds:
-        raise OracleError(f"trace file {path} has zero rounds: nothing to compare")
-    if not isinstance(meta, dict):
-        raise OracleError(
-            f'trace file {path}: malformed: "meta" must be an object (the recording\'s settings; {{}} if none)'
-        )
-    if not isinstance(npz_info, dict) or not isinstance(npz_info.get("sha256"), str):
-        raise OracleError(f"trace file {path} does not record its NPZ's sha256")
-    npz = npz_path(path)
-    if not npz.is_file():
-        raise OracleError(f"trace file {path}: its arrays file {npz} is missing")
-    if sha256_of(npz) != npz_info["sha256"]:
-        raise OracleError(f"trace file {path}: {npz} is not the NPZ recorded with it (sha256 differs)")
-    try:
-        with np.load(npz, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as e:  # zipfile, pickle and format errors of a damaged NPZ
-        raise OracleError(f"trace file {path}: {npz} is not a readable NPZ ({type(e).__name__})") from None
-    traces = []
-    for n, r in enumerate(rounds):
-        _check_round(path, n, r, arrays)
-        try:
-            traces.append(RoundTrace.from_json(r, arrays, f"r{n}_"))
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise OracleError(f"trace file {path}: round {n} is malformed ({type(e).__name__}: {e})") from None
-        problem = request_problem(traces[-1])
-        if problem:
-            raise OracleError(f"trace file {path}: round {n} is malformed: {problem}")
-        for r, p in traces[-1].params.items():
-            if r in params and p != params[r]:
-                raise OracleError(
-                    f"trace file {path}: round {n} is malformed: request {r} ran with sampling "
-                    f"parameters {p}, the file's params say {params[r]}"
-                )
-    return TraceFile(traces, meta, j["model"], params)
+def input_problem(t: RoundTrace) -> str | None:
+    """What in a round's inputs and keys is impossible, as the same value on the command line would
+    be: tokens before the round that are not token ids >= 0, a generated count outside
+    0..len(prefix), calls, logits and KV writes naming a request the round does not hold or an
+    offset or depth outside the request's, and RNG events that are not events of this round (a
+    request it holds, its round number, a known purpose, an offset below the request's token
+    count, a uniform in [0, 1))."""
+    counts = dict(zip(t.requests, t.token_counts))
+    for r, toks in t.prefix.items():
+        bad = [x for x in toks if not _count(x, 0)]
+        if bad:
+            return f"request {r}: prefix token {bad[0]!r} is not a token id >= 0"
+    for r, n in t.generated.items():
+        if not _count(n, 0) or n > len(t.prefix.get(r, ())):
+            return f"request {r}: generated {n!r} is not a count in 0..{len(t.prefix.get(r, ()))} (its prefix)"
+    depth_of = dict(zip(t.requests, t.request_depths()))
+    for k, call in enumerate(t.calls):
+        rows, heads = (call.get("rows"), call.get("draft_head")) if isinstance(call, dict) else (None, None)
+        if not isinstance(rows, (list, tuple)) or not isinstance(heads, (list, tuple)):
+            return f"call {k} is not an object of rows and draft_head lists"
+        for row in rows:
+            why = _key_problem(row, 3, counts, depth_of)
+            if why:
+                return f"call {k}: row {row!r} {why}"
+        for row in heads:
+            why = _key_problem(row, 2, counts, depth_of)
+            if why:
+                return f"call {k}: draft-head row {row!r} {why}"
+    for name in ("draft_logits", "verify_logits"):
+        for key in getattr(t, name):
+            why = _key_problem(key, 2, counts, depth_of)
+            if why:
+                return f"{name} key {list(key)!r} {why}"
+    for key in t.kv_writes:
+        why = _key_problem(key, 4, counts, depth_of)
+        if why:
+            return f"KV write {list(key)!r} {why}"
+    for k, e in enumerate(t.rng_events):
+        what = f"RNG event {k}"
+        if e.request not in counts:
+            return f"{what} names request {e.request!r}, not one of the round's requests {t.requests}"
+        if e.round != t.round or isinstance(e.round, bool):
+            return f"{what}: round {e.round!r} in round {t.round}"
+        if not _count(e.seq, 0):
+            return f"{what}: seq {e.seq!r} is not an integer >= 0"
+        if e.purpose not in PURPOSES:
+            return f"{what}: purpose {e.purpose!r} is not one of {', '.join(PURPOSES)}"
+        if not _count(e.offset, 0) or e.offset >= counts[e.request]:
+            return f"{what}: offset {e.offset!r} is outside 0..{counts[e.request] - 1} (request {e.request}'s offsets)"
+        v = e.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            return f"{what}: value {v!r} is not a uniform in [0, 1)"
+        if not isinstance(e.used, bool):
+            return f"{what}: used {e.used!r} is not true or false"
+    return None

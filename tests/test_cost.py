@@ -229,9 +229,9 @@ def test_load_ctable_files(tmp_path):
     bad.write_text('{"c_ms": {"1": 1.0,}')
     with pytest.raises(OracleError, match="bad.json is not valid JSON"):
         load_ctable(bad)
-    with pytest.raises(OracleError, match="cannot read"):
+    with pytest.raises(OracleError, match="missing.json does not exist"):
         load_ctable(tmp_path / "missing.json")
-    with pytest.raises(OracleError, match="cannot read"):
+    with pytest.raises(OracleError, match="is a folder, not a regular file"):
         load_ctable(tmp_path)
 
 

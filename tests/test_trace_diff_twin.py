@@ -15,7 +15,7 @@ from oracle.checkpoint import build_model, save_checkpoint
 from oracle.cli import main
 from oracle.judge.plan import traces_plan
 from oracle.judge.verdict import judge
-from oracle.traces import load_trace_file
+from oracle.trace_file import load_trace_file
 
 pytest.importorskip("torch")
 
