@@ -7,15 +7,17 @@ is refused in one line instead of being ignored or failing deep inside an import
     LOOPSPEC_GEMV_CONFIG       a JSON object file of GEMV tiles
     LOOPSPEC_GEMV_MAX_ROWS     calls of up to this many rows (1..16) take the GEMV path
     (the defaults of kernels.options.KernelOptions, read by KernelOptions.from_env)
+    OMP_NUM_THREADS            thread counts 1..the usable cores (as --threads)
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import sys
 
 from ..errors import OracleError
+from ..files import read_json
 
 SWITCHES = ("LOOPSPEC_GEMV", "LOOPSPEC_FUSE", "LOOPSPEC_TRITON_ATTN", "LOOPSPEC_PDL")
 CHOICES = {"LOOPSPEC_COMPILE_DYNAMIC": ("rows", "all"), "LOOPSPEC_GEMV_MAX_ROWS": tuple(str(m) for m in range(1, 17))}
@@ -38,13 +40,7 @@ def check_kernel_switches(env=os.environ) -> None:
             raise OracleError(f"{name}={value!r}: expected one of {', '.join(choices)}")
     path = env.get("LOOPSPEC_GEMV_CONFIG")
     if path:
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except OSError as e:
-            raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: cannot read it ({e.strerror or e})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: not valid JSON ({e})") from None
+        data = read_json(path, "LOOPSPEC_GEMV_CONFIG=", "gemv config")
         if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 5 for v in data.values()):
             raise OracleError(
                 f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> "
@@ -70,14 +66,42 @@ def check_environment(args, env=os.environ) -> None:
         )
     if uses_kernels(args):
         check_kernel_switches(env)
+    check_thread_counts(args, env)
 
 
 # ---- torch's intra-op threads ----
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask), at least 1."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def check_thread_counts(args, env=os.environ) -> None:
+    """OMP_NUM_THREADS (OpenMP's list of counts per nesting level, read by choose_threads, torch and
+    the BLAS) and --threads: thread counts 1..the usable cores. More threads than cores only spin
+    against each other, and OMP_NUM_THREADS=100000 had torch start tens of thousands of threads."""
+    cores = usable_cores()
+    omp = env.get("OMP_NUM_THREADS", "")
+    if omp.strip():
+        items = [x.strip() for x in omp.strip().split(",")]
+        if not all(re.fullmatch(r"[0-9]+", x) and int(x) >= 1 for x in items):
+            raise OracleError(f"OMP_NUM_THREADS={omp!r}: expected a thread count 1..{cores} (or unset it)")
+        if max(map(int, items)) > cores:
+            raise OracleError(
+                f"OMP_NUM_THREADS={omp.strip()}: more threads than the {cores} cores this process may use; "
+                f"set it to 1..{cores} or unset it"
+            )
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads > cores:
+        raise OracleError(
+            f"--threads {threads}: more threads than the {cores} cores this process may use; give 1..{cores}"
+        )
+
+
 def free_cores() -> int:
     """Cores this process may use less the machine's load (1-minute average), at least 1."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    usable = usable_cores()
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -91,15 +115,16 @@ ONE_THREAD_HIDDEN = 512
 
 
 def choose_threads(option: int | None, env=os.environ, hidden: int | None = None) -> tuple[int, str]:
-    """(threads, where from): --threads, else a numeric OMP_NUM_THREADS, else 1 for a model of
+    """(threads, where from): --threads, else a numeric OMP_NUM_THREADS (its first level, at most the
+    usable cores), else 1 for a model of
     hidden size below ONE_THREAD_HIDDEN, else the free cores. Two threads per core on a busy
     machine spin against the other process (`check --backend torch-cpu-bf16` took 51 s instead
     of 5 s on 2 busy cores)."""
     if option is not None:
         return option, "option"
-    omp = env.get("OMP_NUM_THREADS", "").strip()
-    if omp.isdigit() and int(omp) >= 1:
-        return int(omp), "OMP_NUM_THREADS"
+    omp = env.get("OMP_NUM_THREADS", "").strip().split(",")[0].strip()
+    if re.fullmatch(r"[0-9]+", omp) and int(omp) >= 1:  # never more than the cores (the CLI refuses more)
+        return min(int(omp), usable_cores()), "OMP_NUM_THREADS"
     if hidden is not None and hidden < ONE_THREAD_HIDDEN:
         return 1, f"hidden size {hidden} < {ONE_THREAD_HIDDEN}"
     return free_cores(), "free cores"
