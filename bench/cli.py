@@ -113,11 +113,6 @@ def check_bench_args(args) -> None:
         if not args.allow_large and max(args.batch) > MAX_BATCH:
             limits.refuse("--batch: concurrency C", max(args.batch), MAX_BATCH)
         limits.check_counts([args.k + 1], args.target_loops, args.allow_large)
-        if args.min_tokens:  # options that would do nothing are refused (docs/cli_inputs.md)
-            raise OracleError(
-                f"--min-tokens {args.min_tokens} masks stop tokens, and bench's requests have none "
-                f"(they generate --tokens each): it has no effect here; drop it"
-            )
         filters = [f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p)) if v is not None]
         if args.temperature == 0 and filters:
             raise OracleError(
@@ -178,7 +173,8 @@ def noise_problem(table: dict) -> str | None:
     key = max(spread, key=spread.get)
     if spread[key] <= NOISE_BOUND:
         return None
-    return f"(q3-q1)/median {spread[key]:.2f} at M={key} > {NOISE_BOUND:.2f}, {table.get('threads')} threads"
+    n = table.get("threads")
+    return f"(q3-q1)/median {spread[key]:.2f} at M={key} > {NOISE_BOUND:.2f}, {n} thread{'' if n == 1 else 's'}"
 
 
 def cmd_ctable(args) -> int:
@@ -283,6 +279,17 @@ def _print_paired(r: dict, allow_fallback: bool) -> None:
     )
 
 
+def acceptance_note(rows: list[dict]) -> str | None:
+    """Why every arm accepted nothing, when it did not: bench runs seeded random weights."""
+    if rows and all(r[arm]["acceptance"] == 0 for r in rows for arm in ("block", "loop")):
+        return (
+            "note: acceptance is 0 at every C: bench runs seeded random weights (bench/rounds.py "
+            "random_weights), whose d-loop drafts rarely match the D-loop verification; each round "
+            "still drafts K tokens and verifies K+1, so the times are a round's, at one token per round"
+        )
+    return None
+
+
 def _common(args):
     validate([args.k + 1], args.draft_loops, args.target_loops)
     if min(args.batch, default=0) < 1:
@@ -307,6 +314,8 @@ def cmd_rounds(args) -> int:
     else:
         for r in results:
             _print_paired(r, args.allow_fallback)
+        if acceptance_note(results):
+            print(acceptance_note(results))
     bad = [r for r in results if r["fallbacks"]] if not args.allow_fallback else []
     return 1 if bad else 0
 
@@ -321,9 +330,17 @@ def cmd_sweep(args) -> int:
     dev = _device(args)
     rec_rows, head_rows, shared = needed_rows(args.batch, args.k, args.draft_loops, args.target_loops)
     # c(M) at the rounds' own KV capacity (at M >= 2 it moves c(M) on the H200: docs/results.md)
-    ct = measure_ctable(
-        calls, args, rec_rows, args.repeats_ctable, shared, br.session_kv_capacity(args.context, args.tokens, args.k)
-    )
+    ct = (
+        measure_ctable(
+            calls,
+            args,
+            rec_rows,
+            args.repeats_ctable,
+            shared,
+            br.session_kv_capacity(args.context, args.tokens, args.k),
+        )
+        | threads
+    )  # as bench c-table writes it (and the noise line names the threads)
     w = br.random_weights(args.preset, dev)
     ht = br.measure_head_table(w, head_rows, repeats=args.repeats_ctable)
     out = {
@@ -347,7 +364,8 @@ def cmd_sweep(args) -> int:
             f"are marked noisy"
         )
     c, h = ctable_from_dict(ct), ctable_from_dict(ht)
-    c_one = ctable_from_dict({"c_ms": ct["c_ms"]})  # the model before shared planes, for comparison
+    # the model before shared planes, for comparison: its c(M) is ct's, already warned about
+    c_one = ctable_from_dict({"c_ms": ct["c_ms"]}, warn_drops=False)
     for C in progress(args.batch, "paired rounds per C", args.quiet):
         r = paired(args, w, C)
         pred = compare_rounds([args.k + 1] * C, args.draft_loops, args.target_loops, c, h)
@@ -371,6 +389,8 @@ def cmd_sweep(args) -> int:
             f"{r['ratio_difference']:+.4f}",
             flush=True,
         )
+    if acceptance_note(out["rows"]):
+        print(acceptance_note(out["rows"]))
     if args.out:
         write_out(args.out, json.dumps(out, indent=1), f"sweep of {len(out['rows'])} concurrencies")
     return 0
@@ -403,7 +423,7 @@ def _round_args(p) -> None:
     p.add_argument("--temperature", type=finite_float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int_at_least(1), default=None, help="keep the k most likely tokens (default: off)")
     p.add_argument("--top-p", type=probability, default=None, help="nucleus mass in (0, 1] (default: off)")
-    add_processor_options(p)
+    add_processor_options(p, leave_out=("min_tokens",))  # bench's requests have no stop tokens to mask
     p.add_argument(
         "--cuda-graph-max-batch-size",
         type=int_at_least(1),

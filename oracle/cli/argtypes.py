@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
+import tempfile
 import threading
 from pathlib import Path
 
-from ..errors import OracleError
+from ..errors import OracleError, one_line, printable
 
 
 def csv_ints(text: str) -> list[int]:
@@ -128,9 +131,57 @@ def check_out_path(path: str, option: str = "--out") -> None:
         raise OracleError(f"{option} {path}: folder {p.parent} does not exist")
 
 
+def check_report_dir(path: str, option: str = "--report") -> None:
+    """A folder for a report, checked before any work: one that exists and is writable, or one
+    that can be made (its nearest existing parent a writable folder). Writability is tried (a
+    probe file made and removed), not guessed from permission bits."""
+    if path.strip() == "":
+        raise OracleError(f"{option}: empty folder name")
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise OracleError(f"{option} {path} needs a folder, {path} is a file")
+    parent = p
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OracleError(f"{option} {path}: the folder cannot be made, {parent} is a file")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".oracle-report-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        made = "" if parent == p else f" (where {path} would be made)"
+        raise OracleError(f"{option} {path}: cannot write in {parent}{made}: {e.strerror or e}") from None
+
+
+def write_report_last(ok: bool, directory: str, write, to_stderr: bool = False) -> int:
+    """Write a report once the verdict is printed, and say where it went ('report: PATH', on
+    stderr when stdout holds JSON). A failure to write it loses neither the verdict nor its exit
+    code: it is one line on stderr, and the exit code is 1 when the check failed, else 2 (3 for a
+    bug of the page's code, its traceback saved)."""
+    from . import save_traceback
+
+    option = f"--report {printable(directory)}"
+    try:
+        page = write()
+    except (OSError, OracleError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        where = f" ({e.filename})" if isinstance(e, OSError) and e.filename else ""
+        print(f"error: {option}: the page was not written: {one_line(why + where)}", file=sys.stderr)
+        return 1 if not ok else 2
+    except Exception as e:  # noqa: BLE001 -- a bug of the page's code: the verdict above still stands
+        print(
+            f"internal error: {option}: {type(e).__name__}: {one_line(str(e))} (traceback saved to {save_traceback()})",
+            file=sys.stderr,
+        )
+        return 1 if not ok else 3
+    print(f"report: {printable(page)}", file=sys.stderr if to_stderr else sys.stdout)
+    return 0 if ok else 1
+
+
 def write_out(path: str, text: str, summary: str, option: str = "--out") -> None:
     """Write the result to a file and print one summary line instead of the result."""
     check_out_path(path, option)
     with open(path, "w") as f:
         f.write(text if text.endswith("\n") else text + "\n")
-    print(f"{summary}; wrote {path}")
+    print(f"{summary}; wrote {printable(path)}")

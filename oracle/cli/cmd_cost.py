@@ -14,7 +14,7 @@ from . import HELP, limits
 from .argtypes import csv_ints, int_at_least
 from .round_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
 from ..cost import DEFAULT_GPU, SHIPPED, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
-from ..errors import OracleError
+from ..errors import OracleError, printable
 from ..schedule import plan, validate
 
 DEFAULT_BATCH = [1, 4, 8, 16, 32, 64, 128]
@@ -136,7 +136,7 @@ def run(args) -> int:
             )
         )
     else:
-        print(report(args, ctable, heads, results))
+        print("\n".join(map(printable, report(args, ctable, heads, results).split("\n"))))  # file names escaped
     return 0
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import HELP, limits
 from .argtypes import csv_ints, int_at_least
-from ..errors import OracleError
+from ..errors import OracleError, printable
 from ..checkpoint import build_model
 from ..progress import warn
 
@@ -23,6 +23,12 @@ def check_model_args(args) -> None:
         raise OracleError("give exactly one of --preset NAME or --checkpoint DIR")
     if args.save and args.checkpoint:
         raise OracleError("--save writes a preset's weights; it cannot be used with --checkpoint")
+    if args.tokens is None:  # --save alone: no forward to run
+        if not args.save:
+            raise OracleError("give --tokens ID,ID,... (the prompt to run), or --save DIR to write a preset's weights")
+        given = next((f for f, v in (("--loops", args.loops), ("--json", args.json)) if v), None)
+        if given:
+            raise OracleError(f"{given} shapes the forward of --tokens; without --tokens it has no effect: drop it")
     if args.save:
         target = Path(args.save)
         if target.exists() and (not target.is_dir() or any(target.iterdir())):
@@ -36,6 +42,8 @@ def check_model_args(args) -> None:
         weight_files(args.checkpoint)
     else:
         cfg = preset(args.preset)
+    if args.tokens is None:
+        return
     if not args.allow_large and len(args.tokens) > limits.MAX_PROMPT_TOKENS:
         limits.refuse("--tokens: prompt length", len(args.tokens), limits.MAX_PROMPT_TOKENS)
     bad = [t for t in args.tokens if not 0 <= t < cfg.vocab_size]
@@ -60,13 +68,17 @@ def run(args) -> int:
         from ..checkpoint import save_checkpoint
 
         save_checkpoint(args.save, model.cfg, model.weights)
+        if args.tokens is None:
+            print(f"saved checkpoint to {printable(args.save)}")
+            return 0
     loops = args.loops or model.cfg.total_loops
     per_loop = model.forward_full(args.tokens, loops)  # per loop: [T, V]
     if args.json:
         print(json.dumps({"loops": [{"depth": j, "logits": lg[-1].tolist()} for j, lg in enumerate(per_loop)]}))
         return 0
-    src = args.checkpoint or f"preset {args.preset} (seed {args.seed})"
-    print(f"{src}: {len(args.tokens)} tokens, {loops} loops, vocab {model.cfg.vocab_size}")
+    src = printable(args.checkpoint) if args.checkpoint else f"preset {args.preset} (seed {args.seed})"
+    n, s = len(args.tokens), lambda k: "s" if k != 1 else ""
+    print(f"{src}: {n} token{s(n)}, {loops} loop{s(loops)}, vocab {model.cfg.vocab_size}")
     for j, lg in enumerate(per_loop):
         x = lg[-1].astype(np.float64)
         p = np.exp(x - x.max())
@@ -74,7 +86,7 @@ def run(args) -> int:
         top = np.argsort(-p, kind="stable")[:5]
         print(f"  depth {j}: " + "  ".join(f"{int(t)}:{p[t]:.4f}" for t in top))
     if args.save:
-        print(f"saved checkpoint to {args.save}")
+        print(f"saved checkpoint to {printable(args.save)}")
     return 0
 
 
@@ -96,7 +108,11 @@ def register(sub) -> None:
     )
     p.add_argument("--seed", type=int_at_least(0), default=0, help="weights seed of a preset")
     p.add_argument(
-        "--tokens", type=csv_ints, required=True, metavar="ID,ID,...", help="prompt token ids, e.g. 1,2,3 (required)"
+        "--tokens",
+        type=csv_ints,
+        default=None,
+        metavar="ID,ID,...",
+        help="prompt token ids, e.g. 1,2,3 (required unless --save alone writes a checkpoint)",
     )
     p.add_argument(
         "--loops", type=int_at_least(1), default=None, help="loops to run (default: the config's total_ut_steps)"

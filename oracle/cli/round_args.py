@@ -40,10 +40,13 @@ PROCESSOR_OPTIONS = tuple(
 )
 
 
-def add_processor_options(p) -> None:
+def add_processor_options(p, leave_out=()) -> None:
     """The processor options (`check`, `trace record`, `bench rounds|sweep`); their values are
-    SamplingParams fields of the same names."""
+    SamplingParams fields of the same names. leave_out: fields a command cannot use (bench's
+    requests have no stop tokens for `min_tokens` to mask), not offered at all."""
     for dest, kind, metavar, text, _ in PROCESSOR_OPTIONS:
+        if dest in leave_out:
+            continue
         p.add_argument("--" + dest.replace("_", "-"), type=kind, default=None, metavar=metavar, help=text)
 
 
@@ -367,6 +370,52 @@ def model_flags(args) -> list[str]:
     return where + ["--seed", str(args.seed)]
 
 
+def _found_elsewhere(top: str, skip: set) -> bool:
+    """Whether a fresh `python` would import the top-level module `top` without the folders in
+    `skip` on its path (an installed package, the standard library)."""
+    import importlib.machinery
+    import sys
+    from pathlib import Path
+
+    path = [p for p in sys.path if p and Path(p).resolve() not in skip]
+    for finder in sys.meta_path:
+        if finder is importlib.machinery.PathFinder:
+            spec = finder.find_spec(top, path)
+        else:  # builtin, frozen, an editable install's finder
+            find = getattr(finder, "find_spec", None)
+            spec = find(top, None) if find else None
+        if spec is not None:
+            return True
+    return False
+
+
+def plugin_prefix(*specs, files: dict | None = None) -> str:
+    """'PYTHONPATH=DIR ' for reproduce lines whose plug-in (`module:factory`) was found through the
+    current folder or $PYTHONPATH, which a shell in another folder does not have (`examples.`,
+    `meta_tests.` run from the repository); '' for named backends and installed modules. Call it
+    once the backends are loaded; files: module -> file of plug-ins imported in another process."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    skip = {Path(p or ".").resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    skip.add(Path.cwd().resolve())
+    dirs: list[str] = []
+    for spec in specs:
+        if not spec or ":" not in spec:  # a named backend (torch-cpu, jax, ...)
+            continue
+        name = spec.partition(":")[0]
+        file = getattr(sys.modules.get(name), "__file__", None) or (files or {}).get(name)
+        if not file:
+            continue
+        root = Path(file).resolve().parent
+        for _ in range(name.count(".") + (Path(file).name == "__init__.py")):
+            root = root.parent
+        if root in skip and str(root) not in dirs and not _found_elsewhere(name.split(".")[0], skip):
+            dirs.append(str(root))
+    return f"PYTHONPATH={shlex.quote(os.pathsep.join(dirs))} " if dirs else ""
+
+
 def round_flags(args, counts) -> list[str]:
     """Every option that shapes a custom case, in a fixed order."""
     out = ["--counts", ",".join(map(str, counts))]
@@ -447,7 +496,7 @@ def custom_case(args):
             if depths is None
             else "depths " + ",".join(f"{a}:{b}" for a, b in depths)
         )
-        + f" x{args.rounds} rounds"
+        + f" x{args.rounds} round{'s' if args.rounds != 1 else ''}"
     )
     return make_case(
         name,
