@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +109,22 @@ class Files:
         """A trace recorded like the good one but with other options (another model or parameters)."""
         p = self.path(name)
         assert main(["trace", "record", "--counts", "2,1", "--rounds", "2", *options, "--out", p]) == 0
+        return p
+
+    def fifo(self, name: str) -> str:
+        """A named pipe with no writer: reading it blocks forever."""
+        p = self.root / name
+        os.mkfifo(p)
+        return str(p)
+
+    def deep_json(self, name: str, depth: int = 200_000) -> str:
+        return self.text(name, "[" * depth + "]" * depth)
+
+    def trace_and_npz_from(self, name: str, npz_source: str) -> str:
+        """The good trace whose NPZ is replaced by a link to npz_source (a pipe, a device)."""
+        p = self.trace(name)
+        Path(p + ".npz").unlink()
+        os.symlink(npz_source, p + ".npz")
         return p
 
     def trace_without_npz(self, name: str) -> str:
@@ -851,7 +870,99 @@ CATALOGUE = [
     ("bench", "rounds in-flight zero", lambda f: ["bench", "rounds", "--in-flight", "0"]),
     ("bench", "rounds d equals D", lambda f: ["bench", "rounds", "--device", "cpu", "-d", "3", "-D", "3"]),
     ("bench", "sweep top-p zero", lambda f: ["bench", "sweep", "--top-p", "0"]),
+    # ---- issue 45: files read, values inside files, thread counts, report folders ----
+    ("trace", "diff JSON nested 200000 deep", lambda f: ["trace", "diff", f.deep_json("deep.json"), str(f.good_trace)]),
+    ("cost", "ctable JSON nested 200000 deep", lambda f: ["cost", "--ctable", f.deep_json("deep.json")]),
+    (
+        "checkpoint",
+        "config.json nested 200000 deep",
+        lambda f: [*CHECK, "--checkpoint", f.ckpt("cdeep", lambda d: f.deep_json(str(d / "config.json")))],
+    ),
+    (
+        "checkpoint",
+        "index nested 200000 deep",
+        lambda f: [
+            *CHECK,
+            "--checkpoint",
+            f.ckpt("ideep", lambda d: f.deep_json(str(d / "model.safetensors.index.json"))),
+        ],
+    ),
+    (
+        "trace",
+        "diff request seed -5 (with itself)",
+        lambda f: ["trace", "diff", *[f.trace("s5.json", _params(seed=-5))] * 2],
+    ),
+    ("trace", "diff request seed 1.5", lambda f: ["trace", "diff", *[f.trace("s15.json", _params(seed=1.5))] * 2]),
+    ("trace", "diff round number -1", lambda f: ["trace", "diff", *[f.trace("rn.json", _round0(round=-1))] * 2]),
+    ("trace", "diff rounds out of order", lambda f: ["trace", "diff", *[f.trace("ro.json", _rounds_reversed)] * 2]),
+    ("trace", "diff policy unknown", lambda f: ["trace", "diff", *[f.trace("po.json", _round0(policy="lucky"))] * 2]),
+    ("trace", "diff dtype unknown", lambda f: ["trace", "diff", *[f.trace("dt.json", _round0(dtype="float99"))] * 2]),
+    ("trace", "diff request id -1", lambda f: ["trace", "diff", *[f.trace("ri.json", _negative_request)] * 2]),
+    ("trace", "diff RNG value 2.0", lambda f: ["trace", "diff", *[f.trace("rv.json", _event(value=2.0))] * 2]),
+    ("trace", "diff RNG purpose unknown", lambda f: ["trace", "diff", *[f.trace("rp.json", _event(purpose="x"))] * 2]),
+    ("trace", "diff RNG event of round 9", lambda f: ["trace", "diff", *[f.trace("rr.json", _event(round=9))] * 2]),
+    (
+        "trace",
+        "diff call row of request 9",
+        lambda f: ["trace", "diff", *[f.trace("cr.json", _call_row([9, 0, 0]))] * 2],
+    ),
+    ("trace", "diff call row at depth 9", lambda f: ["trace", "diff", *[f.trace("cd.json", _call_row([0, 0, 9]))] * 2]),
+    ("trace", "diff prefix token -3", lambda f: ["trace", "diff", *[f.trace("pt.json", _prefix(-3))] * 2]),
+    ("trace", "diff prefix token 999", lambda f: ["trace", "diff", *[f.trace("pv.json", _prefix(999))] * 2]),
+    ("environment", "OMP_NUM_THREADS not a count", lambda f: (["schedule", "--counts", "2"], {"OMP_NUM_THREADS": "x"})),
+    (
+        "environment",
+        "OMP_NUM_THREADS above the cores",
+        lambda f: (["schedule", "--counts", "2"], {"OMP_NUM_THREADS": "100000"}),
+    ),
+    ("usage", "report a file", lambda f: [*CHECK, "--backend", PLUGIN, "--report", f.text("page", "x")]),
+    ("usage", "report under a file", lambda f: [*CHECK, "--backend", PLUGIN, "--report", f.text("pg", "x") + "/sub"]),
+    ("usage", "report under /proc", lambda f: [*CHECK, "--backend", PLUGIN, "--report", "/proc/oracle-report"]),
+    ("usage", "report empty", lambda f: [*CHECK, "--backend", PLUGIN, "--report", ""]),
+    ("model", "neither tokens nor save", lambda f: ["model", "--preset", "tiny"]),
+    (
+        "model",
+        "save with loops but no tokens",
+        lambda f: ["model", "--preset", "tiny", "--save", f.path("s"), "--loops", "2"],
+    ),
+    ("bench", "rounds min-tokens (not an option of bench)", lambda f: ["bench", "rounds", "--min-tokens", "2"]),
 ]
+
+PLUGIN = "examples.plugin_backend:make_backend"
+
+
+def _rounds_reversed(j):
+    j["rounds"].reverse()
+
+
+def _negative_request(j):
+    r = j["rounds"][1]
+    old = r["requests"][0]
+    r["requests"][0] = -1
+    for key in ("prefix", "drafts", "accepted", "emitted", "committed", "generated", "finished", "params", "depths"):
+        r[key] = [[-1 if rid == old else rid, v] for rid, v in r.get(key, [])]
+
+
+def _event(**fields):
+    def edit(j):
+        next(r for r in j["rounds"] if r["rng_events"])["rng_events"][0].update(fields)
+
+    return edit
+
+
+def _call_row(row):
+    def edit(j):
+        j["rounds"][0]["calls"][0]["rows"][0] = row
+
+    return edit
+
+
+def _prefix(token):
+    def edit(j):
+        rid, toks = j["rounds"][0]["prefix"][0]
+        j["rounds"][0]["prefix"][0] = [rid, [token] + toks[1:]]
+
+    return edit
 
 
 @pytest.fixture(scope="module")
@@ -1247,3 +1358,182 @@ def test_cost_help_names_the_shipped_head_table(capsys, monkeypatch):
     rc, out, _ = run_main(["cost", "--help"], None, capsys, monkeypatch)
     text = " ".join(out.split())
     assert rc == 0 and "default: the shipped head table of --gpu when no --ctable is given" in text
+
+
+# ---- inputs that hung or filled memory (issue 45): the CLI in a child process under a time limit
+# (and an address-space limit where a regression would read without end), so a regression fails
+# the test instead of hanging CI ----
+
+REPO = Path(__file__).resolve().parents[1]
+GiB = 1 << 30
+
+
+def _fifo_config(f):
+    def edit(folder):
+        (folder / "config.json").unlink()
+        os.mkfifo(folder / "config.json")
+
+    return f.ckpt("cfifo", edit)
+
+
+def _zero_shard(f):
+    def edit(folder):
+        (folder / "model.safetensors").unlink()
+        os.symlink("/dev/zero", folder / "model.safetensors")
+
+    return f.ckpt("czero", edit)
+
+
+def _sparse(f, name, size):
+    p = Path(f.path(name))
+    with open(p, "wb") as out:
+        out.truncate(size)  # a hole: no disk used
+    return str(p)
+
+
+# id, make(files) -> argv or (argv, env), words in the one error line
+HANGS = [
+    ("trace diff B a named pipe", lambda f: ["trace", "diff", str(f.good_trace), f.fifo("p.json")], "is a named pipe"),
+    ("cost ctable a named pipe", lambda f: ["cost", "--ctable", f.fifo("p.json")], "is a named pipe, not a regular"),
+    ("checkpoint config.json a named pipe", lambda f: [*CHECK, "--checkpoint", _fifo_config(f)], "is a named pipe"),
+    (
+        "trace NPZ a named pipe",
+        lambda f: ["trace", "diff", f.trace_and_npz_from("n.json", f.fifo("np")), str(f.good_trace)],
+        "is a named pipe",
+    ),
+    ("trace diff /dev/zero", lambda f: ["trace", "diff", "/dev/zero", str(f.good_trace)], "is a character device"),
+    ("cost ctable /dev/zero", lambda f: ["cost", "--ctable", "/dev/zero"], "is a character device, not a regular"),
+    ("safetensors a link to /dev/zero", lambda f: [*CHECK, "--checkpoint", _zero_shard(f)], "is a character device"),
+    (
+        "trace of 3.2 GB",
+        lambda f: ["trace", "diff", _sparse(f, "big.json", 3_200_000_000), str(f.good_trace)],
+        "is 3.2 GB, over the 1 GiB limit for a trace",
+    ),
+    (
+        "OMP_NUM_THREADS=100000 with a torch backend",
+        lambda f: ([*CHECK, "--backend", "torch-cpu"], {"OMP_NUM_THREADS": "100000"}),
+        "OMP_NUM_THREADS=100000: more threads than the",
+    ),
+    ("--threads 100000", lambda f: [*CHECK, "--backend", "torch-cpu", "--threads", "100000"], "--threads 100000: more"),
+]
+
+
+def _limit_memory():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (4 * GiB, 4 * GiB))
+
+
+@pytest.mark.parametrize("make,words", [h[1:] for h in HANGS], ids=[h[0] for h in HANGS])
+def test_input_that_hung_is_refused_at_once(make, words, fixtures, tmp_path):
+    made = make(Files(tmp_path, *fixtures))
+    argv, extra = made if isinstance(made, tuple) else (made, {})
+    env = {k: v for k, v in os.environ.items() if k not in ("ORACLE_BACKEND", "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    torch = "torch-cpu" in argv  # torch maps more address space than the limit allows
+    run = subprocess.run(
+        [sys.executable, "-m", "oracle", *argv],
+        env=env | extra,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=None if torch else _limit_memory,
+    )
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and run.stdout == "", (run.returncode, run.stdout, run.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], run.stderr
+
+
+def test_json_nesting_is_counted_outside_strings():
+    from oracle.files import json_depth
+
+    assert json_depth(b'{"a": [1, {"b": "[[[[ ]]"}], "c\\"[": [[]]}') == 3
+    assert json_depth(b"[" * 600 + b"]" * 600) == 600
+    assert json_depth(b'"just a string"') == 0
+
+
+# ---- --report: checked before the run, says where the page went, never loses the verdict ----
+
+
+def test_report_says_where_the_page_went(tmp_path, capsys, monkeypatch):
+    page = tmp_path / "new" / "folder"
+    rc, out, err = run_main([*CHECK, "--backend", PLUGIN, "--report", str(page), "--quiet"], None, capsys, monkeypatch)
+    assert rc == 0 and out.strip().splitlines()[-1] == f"report: {page / 'index.html'}", (out, err)
+    assert (page / "index.html").is_file()
+
+
+@pytest.mark.parametrize("spec,rc_want", [(PLUGIN, 2), ("examples.plugin_backend:make_faulty_backend", 1)])
+def test_a_page_not_written_keeps_the_verdict_and_its_exit_code(spec, rc_want, tmp_path, capsys, monkeypatch):
+    from oracle.cli import cmd_check
+
+    def disk_full(v, directory):
+        raise OSError(28, "No space left on device", str(Path(directory) / "index.html"))
+
+    monkeypatch.setattr(cmd_check, "write_report", disk_full)
+    argv = [*CHECK, "--backend", spec, "--report", str(tmp_path / "r"), "--quiet"]
+    rc, out, err = run_main(argv, None, capsys, monkeypatch)
+    assert rc == rc_want, (rc, out, err)
+    assert ("OK in" in out) == (rc_want == 2) and ("FAILED in" in out) == (rc_want == 1)  # the verdict, printed
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --report {tmp_path / 'r'}: the page was not written")
+    assert "No space left on device" in lines[0]
+
+
+def test_report_without_matplotlib_stops_before_the_run(tmp_path, capsys, monkeypatch):
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    page = tmp_path / "r"
+    rc, out, err = run_main([*CHECK, "--backend", PLUGIN, "--report", str(page)], None, capsys, monkeypatch)
+    assert rc == 2 and out == "" and not page.exists(), (rc, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "matplotlib" in lines[0] and lines[0].startswith("error: ")
+
+
+# ---- names printed safely; reproduce lines that run from any folder; trace diff's A and B ----
+
+EVIL = """
+from examples.plugin_backend import PluginBackend
+
+
+def make():
+    b = PluginBackend(None)
+    b.name = "evil\\n\\x1b[31mRED"
+    return b
+"""
+
+
+def test_a_backend_name_with_control_characters_is_printed_escaped(tmp_path, capsys, monkeypatch):
+    (tmp_path / "evil_plugin.py").write_text(EVIL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc, out, err = run_main([*CHECK, "--backend", "evil_plugin:make", "--quiet"], None, capsys, monkeypatch)
+    assert rc == 0 and "\x1b" not in out + err, (out, err)
+    assert out.splitlines()[0].startswith("loopspec-oracle check: backend evil\\n\\x1b[31mRED (float32")
+    rc, out, err = run_main(["check", "--backend", "x\n\x1b[31m"], None, capsys, monkeypatch)
+    assert rc == 2 and "\x1b" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_plugin_found_through_the_current_folder_reproduces_from_any_folder(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    argv = [*CHECK, "--backend", "examples.plugin_backend:make_faulty_backend", "--quiet"]
+    rc, out, err = run_main(argv, None, capsys, monkeypatch)
+    line = out.split("(reproduce: ", 1)[1].split(")\n", 1)[0]
+    assert rc == 1 and line.startswith(f"PYTHONPATH={REPO} python -m oracle check "), line
+
+
+def test_trace_diff_names_its_files_a_and_b(fixtures, tmp_path, capsys, monkeypatch):
+    b = tmp_path / "b.json"
+    argv = ["trace", "record", "--counts", "2,1", "--rounds", "2", "--out", str(b)]
+    rc, out, err = run_main(
+        [*argv, "--backend", "examples.plugin_backend:make_faulty_backend"], None, capsys, monkeypatch
+    )
+    assert rc == 0 and "recorded 2 rounds" in out, (out, err)
+    rc, out, err = run_main(["trace", "diff", str(fixtures[1]), str(b)], None, capsys, monkeypatch)
+    assert rc == 1 and out.startswith(f"B {b} judged against A {fixtures[1]}"), out
+    assert "largest difference at index 17: B " in out and " vs A " in out and "backend" not in out, out
+
+
+def test_model_save_needs_no_tokens(tmp_path, capsys, monkeypatch):
+    rc, out, err = run_main(["model", "--preset", "tiny", "--save", str(tmp_path / "ck")], None, capsys, monkeypatch)
+    assert rc == 0 and out == f"saved checkpoint to {tmp_path / 'ck'}\n" and (tmp_path / "ck" / "config.json").is_file()
