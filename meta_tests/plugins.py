@@ -9,6 +9,17 @@ the trace. tests/test_judge.py runs them through the CLI (exit codes, the place 
                               own draft distribution gives q(x) = 0: a failed check, not an abort
     make_token_out_of_vocab   ... with an emitted token id = vocabulary size: a failed check
     make_extra_rng_event      ... with one more accept event than the policy draws
+
+and plug-ins whose process dies, or that raise, which tests/test_plugin_isolation.py runs through the
+CLI (oracle/isolated.py: each is a failed `backend` check, exit 1, never the oracle's end). The
+factories that kill their process are named dies_*, not make_*: what loads every make_* in its own
+process (tests/test_contract.py) would die with them.
+
+    dies_segfault_in_step     step() reads address 0 (SIGSEGV)
+    dies_abort_in_step        step() calls os.abort() (SIGABRT)
+    dies_exit_in_step         step() calls os._exit(3)
+    dies_segfault_in_session  session() reads address 0 (SIGSEGV)
+    make_raises_in_step       step() raises PluginFault, a class of this module
 """
 
 from __future__ import annotations
@@ -101,3 +112,82 @@ def make_token_out_of_vocab():
 
 def make_extra_rng_event():
     return ExtraRngEvent()
+
+
+# ---- plug-ins that kill their process (oracle/isolated.py: a failed check, not the oracle's end) ----
+
+
+def _segfault() -> None:
+    import ctypes
+
+    ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+
+def _abort() -> None:
+    import os
+
+    os.abort()  # SIGABRT
+
+
+def _exit3() -> None:
+    import os
+
+    os._exit(3)  # no cleanup, no exception: the process ends with exit code 3
+
+
+class _DiesInStep(ReferenceAsBF16):
+    """The reference's traces until step(), which kills the process."""
+
+    name = "dies-in-step"
+
+    def __init__(self, death):
+        self.death = death
+
+    def mutate(self, tr):
+        self.death()
+
+
+class _DiesInSession(ReferenceAsBF16):
+    name = "dies-in-session"
+
+    def __init__(self, death):
+        self.death = death
+
+    def session(self, model, d, D, mode, policy="sequential"):
+        self.death()
+
+
+class _RaisesInStep(ReferenceAsBF16):
+    name = "raises-in-step"
+
+    def mutate(self, tr):
+        raise PluginFault(f"round {tr.round}: the engine's step failed")
+
+
+class PluginFault(RuntimeError):
+    """An exception class of the plug-in's own (the oracle does not import it)."""
+
+
+def dies_segfault_in_step():
+    """step() reads address 0: SIGSEGV."""
+    return _DiesInStep(_segfault)
+
+
+def dies_abort_in_step():
+    """step() calls os.abort(): SIGABRT."""
+    return _DiesInStep(_abort)
+
+
+def dies_exit_in_step():
+    """step() calls os._exit(3)."""
+    return _DiesInStep(_exit3)
+
+
+def dies_segfault_in_session():
+    """session() reads address 0: SIGSEGV before any round."""
+    return _DiesInSession(_segfault)
+
+
+def make_raises_in_step():
+    """step() raises PluginFault (a class of this module): reported with its name and text."""
+    return _RaisesInStep()

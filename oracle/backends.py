@@ -4,9 +4,10 @@ What a backend is, is oracle/contract.py (`Backend`, `Session`, the optional hoo
 `Capabilities`). Here: `load_backend(spec, timeout)` (a `NAMED` backend or
 `package.module:factory`; ORACLE_BACKEND when no spec is given), which imports the module and
 calls the factory within `timeout` seconds, refuses an object that breaks the contract
-(`contract_problems`) and returns it as a `LoadedBackend` (`.caps`); backend calls under a time
-limit (`GuardedBackend`, `check --timeout`); and the PYTHONPATH a reproduce line needs for a
-plug-in (`import_prefix`). Every backend, the FP32 reference among them
+(`contract_problems`) and returns it as a `LoadedBackend` (`.caps`), in this process (a plug-in in
+a child process is oracle/isolated.py, built on this module); backend calls under a time limit
+(`GuardedBackend`, `check --timeout`); and the PYTHONPATH a reproduce line needs for a plug-in
+(`import_prefix`). Every backend, the FP32 reference among them
 (oracle/reference_backend.py), is reached through its "module:factory" string, so this
 module imports none of them.
 """
@@ -18,7 +19,7 @@ import os
 import queue
 import threading
 
-from .contract import Capabilities, LoadedBackend, capabilities, contract_problems
+from .contract import Capabilities, LoadedBackend, capabilities, contract_problems, unwrap
 from .errors import OracleError
 
 
@@ -126,15 +127,24 @@ class JudgeFailed(BaseException):
 TIMED_CALLS = ("session", "add", "step", "submit", "collect", "remove", "tokens")
 
 
+class OutOfProcess:
+    """A backend whose calls run in another process (oracle/isolated.py IsolatedBackend):
+    kill() ends that process, so a call past --timeout does not keep a core busy."""
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+
 class CallGuard:
     """Runs a backend's calls on one worker thread (the same thread every time, so thread-local
     state a backend sets in session() holds in step()) and waits at most `timeout` seconds
     (None: no limit). A call that times out, or that raises SystemExit, raises
     BackendCallFailed naming the call; after a time-out every later call fails at once
-    (the worker is still busy). judge=True: every failure raises JudgeFailed instead."""
+    (the worker is still busy; on_hang(), when given, is called first: an OutOfProcess
+    backend's kill). judge=True: every failure raises JudgeFailed instead."""
 
-    def __init__(self, name: str, timeout: float | None, judge: bool = False):
-        self.name, self.timeout, self.judge = name, timeout, judge
+    def __init__(self, name: str, timeout: float | None, judge: bool = False, on_hang=None):
+        self.name, self.timeout, self.judge, self.on_hang = name, timeout, judge, on_hang
         self.hung: str | None = None
         self.jobs: queue.Queue = queue.Queue()
         self.worker: threading.Thread | None = None
@@ -159,6 +169,8 @@ class CallGuard:
         self.jobs.put((fn, args, kwargs, done, event))
         if not event.wait(self.timeout):
             self.hung = what
+            if self.on_hang is not None:
+                self.on_hang()
             self._fail(f"{what} did not return within {self.timeout:g} s (--timeout)")
         ok, value = done[0]
         if ok:
@@ -194,7 +206,13 @@ class GuardedBackend:
 
     def __init__(self, inner, timeout: float | None, judge: bool = False):
         self._inner = inner
-        self._guard = CallGuard(getattr(inner, "name", type(inner).__name__), timeout, judge)
+        out = unwrap(inner)
+        self._guard = CallGuard(
+            getattr(inner, "name", type(inner).__name__),
+            timeout,
+            judge,
+            on_hang=out.kill if isinstance(out, OutOfProcess) else None,
+        )
 
     def __getattr__(self, name):
         if name.startswith("__") or name in ("_inner", "_guard"):  # not yet set (copy, pickle): no recursion
@@ -216,6 +234,13 @@ class GuardedBackend:
 
 # ---- what a reproduce line needs to import a plug-in ----
 
+PLUGIN_FILES: dict = {}  # module -> its file, for a plug-in imported in another process only
+
+
+def note_plugin_file(module: str, path: str) -> None:
+    """Where a plug-in's module was found, when another process imported it (oracle/isolated.py)."""
+    PLUGIN_FILES[module] = path
+
 
 def import_prefix(*specs) -> str:
     """'PYTHONPATH=DIR ' when a plug-in backend's module was found only through $PYTHONPATH
@@ -232,10 +257,11 @@ def import_prefix(*specs) -> str:
             continue
         mod_name = spec.partition(":")[0]
         mod = sys.modules.get(mod_name)
-        if mod is None or not getattr(mod, "__file__", None):
+        file = getattr(mod, "__file__", None) if mod is not None else PLUGIN_FILES.get(mod_name)
+        if not file:
             continue
-        root = Path(mod.__file__).resolve().parent
-        for _ in range(mod_name.count(".") + (Path(mod.__file__).name == "__init__.py")):
+        root = Path(file).resolve().parent
+        for _ in range(mod_name.count(".") + (Path(file).name == "__init__.py")):
             root = root.parent
         if root in from_env and root != cwd and str(root) not in dirs:
             dirs.append(str(root))

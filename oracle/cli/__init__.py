@@ -182,11 +182,13 @@ def _one_line(e: BaseException) -> str:
 
 def exit_now(code: int) -> None:
     """End the process with `code` once stdout and stderr are flushed and every verdict child
-    (oracle/judge/worker.py) is stopped, without the interpreter's teardown (os._exit). Every file
-    the commands write is closed by then; atexit handlers do not run (the CLI registers none)."""
-    worker = sys.modules.get("oracle.judge.worker")
-    if worker is not None:
-        worker.stop_all()
+    (oracle/judge/worker.py) and plug-in process (oracle/isolated.py) is stopped, without the
+    interpreter's teardown (os._exit). Every file the commands write is closed by then; atexit
+    handlers do not run (oracle/isolated.py's is for other callers)."""
+    for name in ("oracle.judge.worker", "oracle.isolated"):  # verdict children, plug-ins' processes
+        module = sys.modules.get(name)
+        if module is not None:
+            module.stop_all()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

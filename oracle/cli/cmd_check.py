@@ -17,6 +17,7 @@ from .argtypes import int_at_least, positive_seconds
 from .catalogue import default_cases
 from .option_rules import check_option_rules, refuse_ineffective, timeout_flags
 from ..backends import JudgeFailed, import_prefix, load_backend
+from .. import isolated
 from ..judge.scenario import command
 from ..judge import verdict
 from .environment import set_threads
@@ -38,7 +39,7 @@ def load_backends(args):
             "--reference computes the judge's side for --backend NAME; without a backend "
             "(or with --backend reference) nothing is judged by it"
         )
-    backend = load_backend(args.backend, timeout=args.timeout)
+    backend = isolated.load(args.backend, timeout=args.timeout)  # a plug-in: in a child process
     judge = None
     if args.reference not in (None, "reference"):
         judge = load_backend(args.reference, timeout=args.timeout)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from . import HELP
 from .argtypes import check_out_path, int_at_least, positive_seconds
-from ..backends import BackendCallFailed, GuardedBackend, import_prefix, load_backend
+from ..backends import BackendCallFailed, GuardedBackend, import_prefix
+from .. import isolated
 from ..contract import tolerance_row
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
@@ -51,7 +52,7 @@ def check_record_args(args) -> None:
 
 def record(args) -> int:
     check_out_path(args.out, "--out")
-    bk = REFERENCE if args.backend is None else load_backend(args.backend)  # before the model is built
+    bk = REFERENCE if args.backend is None else isolated.load(args.backend)  # before the model is built
     case = custom_case(args)
     model = build_model(args.preset, args.seed, args.checkpoint)
     threads = set_threads(args, model.cfg.hidden_size)

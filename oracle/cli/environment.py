@@ -140,4 +140,6 @@ def set_threads(args, hidden: int | None = None) -> dict:
     threadpool_limits(n, user_api="blas")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(n)
+    if "oracle.isolated" in sys.modules:  # a plug-in's process (oracle/isolated.py): the same count
+        sys.modules["oracle.isolated"].set_threads(n)
     return {"threads": n, "threads_from": where}
