@@ -313,8 +313,8 @@ class JaxBackend:
         mesh=None,
         unroll: bool | None = None,
         ctx_bits: int = 4,
-        dot: str = "highest",
-        attn: str = "xla",
+        dot: str = "tf32x3",
+        attn: str = "auto",
         rows_bits: int = 1,
         **session_defaults,
     ):

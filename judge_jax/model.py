@@ -43,6 +43,7 @@ from .layout import Layout
 
 
 LAYER_LOOPS = {"auto": None, "scan": False, "unroll": True}  # names of JaxLoopedModel's `unroll`
+ATTENTION = ("auto", "xla", "pallas")  # JaxLoopedModel's `attn`
 
 
 def pow2(n: int, floor: int = 1) -> int:
@@ -122,9 +123,9 @@ class JaxLoopedModel:
         pad: bool = True,
         unroll: bool | None = None,
         ctx_bits: int = 4,
-        dot: str = "highest",
+        dot: str = "tf32x3",
         merge: bool = True,
-        attn: str = "xla",
+        attn: str = "auto",
         rows_bits: int = 1,
     ):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
@@ -132,13 +133,17 @@ class JaxLoopedModel:
         pad: run tiny configs in the canonical padded layout (layout.py; exact zeros).
         unroll: one buffer per layer and unrolled layer loops (no per-layer weight slices in a
         program; slower to compile), else stacked weights and a scan over the layers; None: a
-        scan on a GPU, unrolled on a CPU (where a scan ran 5x slower) or with Pallas attention.
+        scan on a GPU, unrolled on a CPU (where a scan ran 5x slower).
         ctx_bits: significant bits of a large model's attended-context bucket (1: powers of two:
         fewer programs, up to 2x the keys read).
         dot: the weight products' algorithm (layers.DOT_ALGORITHMS; "highest": true FP32; a GPU
         only: "tf32x3", measured at FP32-level error; the CPU keeps HIGHEST).
         attn: the recurrent call's attention, "xla" (gather each group's plane, einsum) or
-        "pallas" (layers.attend_planes: the planes read in place; unrolled layers only).
+        "pallas" (layers.attend_planes: the planes read in place, a Pallas kernel, in calls of
+        at most PLANES_TILE's max_rows query rows per group and kv head; the einsum in larger
+        ones: prefill chunks); "auto": "pallas" for a large model on a GPU with no mesh (as
+        measured and cross-checked at ouro-1.4b on the H200), else "xla" (on a CPU the kernel
+        runs interpreted: slow).
         rows_bits: significant bits of a large model's rows-per-group bucket (1: a power of two,
         fewer programs; 2: a verification group of 5 rows pads to 6, not 8).
         merge: with no mesh, q/k/v as one [H, q+2kv] matrix and gate/up as one
@@ -151,18 +156,24 @@ class JaxLoopedModel:
 
         if dot not in DOT_ALGORITHMS:
             raise OracleError(f"dot algorithm {dot!r}: expected one of {', '.join(DOT_ALGORITHMS)}")
-        if attn not in ("xla", "pallas"):
-            raise OracleError(f"attention {attn!r}: expected 'xla' or 'pallas'")
+        if attn not in ATTENTION:
+            raise OracleError(f"attention {attn!r}: expected one of {', '.join(ATTENTION)}")
+        small = lay.H * lay.L <= 4096  # tiny models: coarse buckets, few programs
+        if attn == "auto":  # the kernel as measured: a large model on one GPU
+            attn = "pallas" if mesh is None and not small and jax.default_backend() in ("gpu", "cuda") else "xla"
+        if attn != "xla" and mesh is not None:
+            raise OracleError(f"attention {attn!r} reads unsharded planes: with a mesh, attention 'xla'")
         if not (isinstance(rows_bits, int) and 1 <= rows_bits <= 8):
             raise OracleError(f"rows_bits {rows_bits!r}: expected an integer in 1..8")
         if not (isinstance(ctx_bits, int) and 1 <= ctx_bits <= 16):
             raise OracleError(f"ctx_bits {ctx_bits!r}: expected an integer in 1..16")
-        self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset), dot, attn)
+        tile = () if attn == "xla" else tuple(sorted(layers.planes_tile().items()))  # a jit key: read once here
+        self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset), dot, attn, tile)
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]  # token lookup for the host-side round driver
         host = lay.pad_params(host)
         if unroll is None:  # a scan on a GPU (H200: round and compiles about as the
-            unroll = attn == "pallas" or jax.default_backend() == "cpu"  # unrolled loop's); unrolled on a CPU
+            unroll = jax.default_backend() == "cpu"  # unrolled loop's); unrolled on a CPU
         merge = merge and mesh is None  # sharding splits q/k/v and gate/up apart: unmerged there
         if merge:  # [L, H, q+2kv] and [L, H, 2I]: two wide products
             st = host["layers"]
@@ -181,7 +192,6 @@ class JaxLoopedModel:
 
             check_divisible(lay, mesh)
             self.params = place_params(host, mesh)
-        small = lay.H * lay.L <= 4096  # tiny models: coarse buckets, few programs
         self.floors = (
             {"groups": 16, "rows": 16, "ctx": 64, "head": 64}
             if small

@@ -3,8 +3,10 @@
     python scripts/gpu_judge_crosscheck.py                                  # ouro-1.4b, the judges below
     python scripts/gpu_judge_crosscheck.py --preset small --judges highest  # a CPU-sized run
 
-For each of `--judges` (DOT[/scan|/unroll]: a weight-product algorithm of
-judge_jax.layers.DOT_ALGORITHMS and the layer loop, default the judge's) it reports the largest relative
+For each of `--judges` (DOT[/LOOP[/ATTN[/TILE]]]: a weight-product algorithm of
+judge_jax.layers.DOT_ALGORITHMS, the layer loop (auto, scan or unroll; default the judge's), the
+recurrent attention (judge_jax.model.ATTENTION; default the judge's) and its Pallas tiling
+(judge_jax.layers.PLANES_TILE items, e.g. dot_x3=1:bt=32)) it reports the largest relative
 error (oracle.judge.compare.rel_err) of
 * the cache-free logits (JaxLoopedModel.forward_full against LoopedModel.forward_full, every
   position, every depth), and
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.layers import DOT_ALGORITHMS  # noqa: E402
-from judge_jax.model import LAYER_LOOPS, JaxLoopedModel  # noqa: E402
+from judge_jax.model import ATTENTION, LAYER_LOOPS, JaxLoopedModel  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.judge.compare import compare_runs, rel_err  # noqa: E402
 from oracle.judge.runner import REFERENCE, run_scenario  # noqa: E402
@@ -42,7 +45,10 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default="ouro-1.4b")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--judges", default="highest/scan,tf32x3/scan,tf32x3/unroll", help="comma-separated DOT[/scan|/unroll]"
+        "--judges",
+        default="highest/scan,tf32x3/scan,tf32x3/unroll",
+        help="comma-separated DOT[/LOOP[/ATTN[/TILE]]]: LOOP auto, scan or unroll; ATTN auto, xla or pallas; "
+        "TILE K=V:K=V (judge_jax.layers.PLANES_TILE)",
     )
     p.add_argument("--tokens", type=int, default=8, help="cache-free sequence length")
     p.add_argument("--prompt", type=int, default=37, help="the first request's prompt length")
@@ -51,9 +57,18 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     judges = [x for x in a.judges.split(",") if x]
     loops = dict(LAYER_LOOPS, **{"": None})  # no /LOOP: the judge's default
-    bad = [x for x in judges if x.partition("/")[0] not in DOT_ALGORITHMS or x.partition("/")[2] not in loops]
+
+    def parts(x):  # DOT, LOOP, ATTN, TILE
+        dot, loop, attn, tile = (x.split("/") + ["", "", ""])[:4]
+        return dot, loop, attn or "auto", tile
+
+    bad = [x for x in judges if x.count("/") > 3 or parts(x)[0] not in DOT_ALGORITHMS or parts(x)[1] not in loops]
+    bad += [x for x in judges if parts(x)[2] not in ATTENTION]
     if bad or not judges:
-        p.error(f"--judges {a.judges!r}: expected DOT[/auto|/scan|/unroll], DOT one of {', '.join(DOT_ALGORITHMS)}")
+        p.error(
+            f"--judges {a.judges!r}: expected DOT[/auto|/scan|/unroll[/ATTN[/TILE]]], "
+            f"DOT one of {', '.join(DOT_ALGORITHMS)}, ATTN one of {', '.join(ATTENTION)}"
+        )
     if a.tokens < 1 or a.prompt < 1 or not a.tol > 0:
         p.error("--tokens and --prompt must be >= 1 and --tol > 0")
     import jax
@@ -74,15 +89,19 @@ def main(argv=None) -> int:
         4,
     )
     ref = {mode: run_scenario(REFERENCE, model, sc, mode).traces for mode in ("block", "loop")}
+    tile_env = os.environ.get("JUDGE_JAX_PLANES_TILE")
     res = {"preset": a.preset, "device": str(jax.devices()[0].device_kind), "tol": a.tol, "judges": {}}
     ok = True
     for name in judges:
-        dot, _, loop = name.partition("/")
-        jm = JaxLoopedModel(cfg, model.weights, dot=dot, unroll=loops[loop])
+        dot, loop, attn, tile = parts(name)
+        if tile:  # the Pallas attention's tiling, read when a model is made (judge_jax.layers.planes_tile)
+            os.environ["JUDGE_JAX_PLANES_TILE"] = ",".join(filter(None, [tile_env, tile.replace(":", ",")]))
+        jm = JaxLoopedModel(cfg, model.weights, dot=dot, unroll=loops[loop], attn=attn)
         got = jm.forward_full(tokens, 4)
         cache_free = max(rel_err(got[j][t], want[j][t]) for j in range(4) for t in range(len(tokens)))
+        made = {"attn": jm.dims.attn, "attn_tile": dict(jm.dims.attn_tile), "unroll": jm.unroll}
         del jm
-        judge = make_jax_backend(dot=dot, unroll=loops[loop])
+        judge = make_jax_backend(dot=dot, unroll=loops[loop], attn=attn)
         rounds = {}
         for mode in ("block", "loop"):
             rep = compare_runs(ref[mode], run_scenario(judge, model, sc, mode).traces, "float32")
@@ -92,12 +111,16 @@ def main(argv=None) -> int:
                 "logits": float(rep.max_rel_err["logits"]),
                 "first_failure": None if rep.ok else str(rep.first_failure()),
             }
+        if tile_env is None:
+            os.environ.pop("JUDGE_JAX_PLANES_TILE", None)
+        else:
+            os.environ["JUDGE_JAX_PLANES_TILE"] = tile_env
         worst = max([cache_free] + [r[k] for r in rounds.values() for k in ("kv", "logits")])
         within = worst <= a.tol and all(r["ok"] for r in rounds.values())
         ok &= within
         del judge
         gc.collect()
-        res["judges"][name] = {"cache_free": cache_free, "rounds": rounds, "worst": worst, "within_tol": within}
+        res["judges"][name] = {**made, "cache_free": cache_free, "rounds": rounds, "worst": worst, "within_tol": within}
         print(
             f"{name:14s}: cache-free {cache_free:.3g}; rounds "
             + "; ".join(

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_tests.judge_timing import time_judge_round  # noqa: E402
 from judge_jax.backend import make_jax_backend  # noqa: E402
-from judge_jax.model import LAYER_LOOPS  # noqa: E402
+from judge_jax.model import ATTENTION, LAYER_LOOPS  # noqa: E402
 from oracle.config import preset  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.model import LoopedModel, random_weights  # noqa: E402
@@ -69,17 +69,16 @@ def main(argv=None) -> int:
     )
     p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
     p.add_argument("--rows-bits", type=int, default=1, help="significant bits of the rows-per-group bucket")
-    p.add_argument("--dot", default="highest", help="the weight products' algorithm (judge_jax.layers.DOT_ALGORITHMS)")
-    p.add_argument(
-        "--attn", default="xla", choices=("xla", "pallas"), help="the recurrent call's attention (JaxLoopedModel)"
-    )
+    p.add_argument("--dot", default="tf32x3", help="the weight products' algorithm (judge_jax.layers.DOT_ALGORITHMS)")
+    p.add_argument("--attn", default="auto", choices=ATTENTION, help="the recurrent call's attention (JaxLoopedModel)")
     p.add_argument(
         "--variant",
         action="append",
         default=[],
         metavar="KEY=VALUE,...",
         help="time this judge variant too (repeatable; keys dot, rows_bits, ctx_bits, layer_loop, attn, "
-        "kv_fetch; the rest from the options above): one model build, variants one after another",
+        "kv_fetch, tile (the Pallas attention's tiling, judge_jax.layers.PLANES_TILE: tile=bt=32:dot_x3=1); "
+        "the rest from the options above): one model build, variants one after another",
     )
     p.add_argument("--allow-cpu", action="store_true", help="run ouro-1.4b even where JAX has no GPU (hours)")
     args = p.parse_args(argv)
@@ -104,10 +103,20 @@ def main(argv=None) -> int:
         res["variants"] = []
     for spec in specs:
         opts = dict(spec)
-        fetch_opt = opts.pop("kv_fetch")
+        fetch_opt, tile = opts.pop("kv_fetch"), opts.pop("tile")
         judge = make_jax_backend(**opts)
         fetches = ("async", "round") if fetch_opt == "both" else (fetch_opt,)
-        one = dict(spec, unroll=judge.model(model).unroll)
+        env = os.environ.get("JUDGE_JAX_PLANES_TILE")
+        if tile:  # the model reads its Pallas tiling when made (judge_jax.layers.planes_tile)
+            os.environ["JUDGE_JAX_PLANES_TILE"] = ",".join(filter(None, [env, tile.replace(":", ",")]))
+        try:
+            jm = judge.model(model)
+        finally:
+            if env is None:
+                os.environ.pop("JUDGE_JAX_PLANES_TILE", None)
+            else:
+                os.environ["JUDGE_JAX_PLANES_TILE"] = env
+        one = dict(spec, unroll=jm.unroll, attn_tile=dict(jm.dims.attn_tile))  # tile: JUDGE_JAX_PLANES_TILE
         if len(specs) > 1:
             print(f"variant {spec}", flush=True)
         for fetch in fetches:
@@ -129,10 +138,10 @@ def main(argv=None) -> int:
             res.update(one)
         del judge
         gc.collect()
-    res["wall_s"] = round(time.perf_counter() - t0, 1)
+        res["wall_s"] = round(time.perf_counter() - t0, 1)
+        if args.json:  # after each variant: a run cut by a time limit keeps what it measured
+            Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
     print(f"done in {res['wall_s']} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
     return 0
 
 
@@ -145,6 +154,7 @@ def variant(args, text: str) -> dict:
         "layer_loop": args.layer_loop,
         "attn": args.attn,
         "kv_fetch": args.kv_fetch,
+        "tile": "",
     }
     for item in filter(None, text.split(",")):
         k, eq, v = item.partition("=")

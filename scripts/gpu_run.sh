@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -62,6 +62,18 @@ procs)   # the logits processors' added work: paired block/loop rounds at C=64 w
 judge)   # the JAX FP32 judge's round at ouro-1.4b, C=16, context 1024, against its floor (oracle.cost.judge_round_floor)
   timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py ${JUDGE_ARGS:---kv-fetch async} --json "$OUT/judge_time.json" \
     2>&1 | tee "$OUT/judge_time.log" | tail -30 ;;
+planes)  # the Pallas attention over the planes: tilings against the XLA gather (attention alone), then the
+         # judge's round: the former defaults (HIGHEST, XLA attention), the defaults (TF32x3, Pallas attention),
+         # these with rows_bits 2 and the fetch thread, and that with the profile's best tiling if not the default
+  timeout ${PROF_TIMEOUT:-150} python3 scripts/gpu_judge_profile.py --parts attention --out "$OUT" \
+    --best-tile "$OUT/planes_tile.txt" 2>&1 | tee "$OUT/planes_profile.log" | grep "^attention G\|^best"
+  tile=$(sed -n 1p "$OUT/planes_tile.txt" 2>/dev/null | tr , :)
+  V="--variant dot=highest,attn=xla,kv_fetch=async --variant kv_fetch=async"
+  V="$V --variant rows_bits=2,kv_fetch=thread"
+  [ -n "$tile" ] && [ "$tile" != default ] && V="$V --variant rows_bits=2,kv_fetch=thread,tile=$tile"
+  echo "variants: $V"
+  timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py $V \
+    --json "$OUT/judge_time.json" 2>&1 | tee "$OUT/judge_time.log" | grep -v "^ *per round" | tail -24 ;;
 sweep)   # synchronous rounds, then two rounds in flight
   for f in ${IN_FLIGHT:-1 2}; do
     timeout ${SWEEP_TIMEOUT:-280} python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,16,64,128} --k 4 \
