@@ -153,6 +153,7 @@ def test_grammar_covers_every_command():
         ("cost",),
         ("trace", "record"),
         ("trace", "diff"),
+        ("trace", "cut"),
         ("bench", "c-table"),
         ("bench", "rounds"),
         ("bench", "sweep"),

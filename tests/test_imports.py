@@ -284,7 +284,8 @@ def test_the_rooms_import_downwards_only():
 
 # The judge's face to the CLI: the one verdict, the scenario (a case and its reproduce line) and
 # the runner (a scenario's rounds on one backend: `trace record`, the catalogue's plain runs).
-JUDGE_FACE = {"oracle.judge.verdict", "oracle.judge.scenario", "oracle.judge.runner"}
+# and the shrinker (a failing verdict's smallest case, judged by the one verdict: issue 44).
+JUDGE_FACE = {"oracle.judge.verdict", "oracle.judge.scenario", "oracle.judge.runner", "oracle.judge.shrink"}
 
 
 def test_the_cli_reaches_the_judge_through_its_face_only():

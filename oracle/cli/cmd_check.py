@@ -25,6 +25,8 @@ from ..errors import OracleError
 from ..checkpoint import build_model
 from ..config import preset
 from .round_args import add_round_options, check_round_args, custom_case, is_custom, model_flags
+from . import shrinking
+from ..judge import shrink as judge_shrink
 
 # dtypes a judge's side (--reference) may compute in: the tolerance rows measure a backend
 # against an FP32 judge
@@ -69,6 +71,7 @@ def run(args) -> int:
         and args.checkpoint is None
         and preset(args.preset or "tiny").hidden_size <= verdict.AHEAD_HIDDEN
         and args.reference in (None, "reference")
+        and not args.probe_requests  # the drift probe alone: no case runs
     ):
         # a small preset: the model first (milliseconds) and the reference's sides begun, so that
         # they run while the backend is imported (verdict.begin)
@@ -132,17 +135,24 @@ def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
     threads = set_threads(args, model.cfg.hidden_size)
     fault = f"LOOPSPEC_FAULT={shlex.quote(os.environ['LOOPSPEC_FAULT'])} " if os.environ.get("LOOPSPEC_FAULT") else ""
     try:
-        v = verdict.judge(
-            backend,
-            model,
-            cases,
-            judge=judge,
-            drift=args.drift,
-            suffix=suffix,
-            early=early,
-            probe_reproduce=fault + prefix + command(["check", *model_flags(args)]) + suffix,
-            timeout=args.timeout,
-        )
+        # issue 44: the judge's verdict and search, and the lines' model flags, for oracle/cli/shrinking.py
+        ctx = shrinking.Context(model_flags(args), prefix, suffix, verdict.judge, judge_shrink)
+        if args.probe_requests:  # the drift probe alone (a shrunk drift or precision failure's line)
+            v = shrinking.probe_only(args, ctx, model, backend, judge)
+        else:
+            v = verdict.judge(
+                backend,
+                model,
+                cases,
+                judge=judge,
+                drift=args.drift,
+                suffix=suffix,
+                early=early,
+                probe_reproduce=fault + prefix + command(["check", *model_flags(args)]) + suffix,
+                timeout=args.timeout,
+            )
+        if not v.ok and not args.no_shrink and not args.probe_requests:  # the smallest failing case
+            v.info["shrunk"] = shrinking.shrink_failure(args, ctx, v, model, cases, backend, judge)
     except JudgeFailed as e:
         raise OracleError(f"the reference --reference {args.reference} failed: {e}") from None
     v.info |= {"timeout_s": args.timeout, **threads}
@@ -152,7 +162,9 @@ def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
     if args.json:
         print(json.dumps(v.to_json()))
     else:
-        print("\n".join(v.text(judge_name)))
+        lines = v.text(judge_name)
+        lines[-1:-1] = shrinking.text_lines(v.info.get("shrunk"))
+        print("\n".join(lines))
     return 0 if v.ok else 1
 
 
@@ -198,6 +210,7 @@ def register(sub) -> None:
         "refused without --backend",
     )
     p.add_argument("--list-cases", action="store_true", help="print the built-in cases' names and exit")
+    shrinking.add_options(p)  # --case-json, --shrink-budget, --no-shrink, --probe-requests
     p.add_argument(
         "--no-drift",
         dest="drift",
@@ -220,6 +233,7 @@ def register(sub) -> None:
 def check_preflight(args) -> None:
     """The option rules on the arguments alone, before any work (docs/cli_inputs.md)."""
     check_option_rules(args)
+    shrinking.preflight(args)
     if args.report is not None and args.backend in (None, "reference"):
         raise OracleError(
             "--report writes a backend's verdict as a page; without --backend there is none: drop it or name a backend"

@@ -22,6 +22,7 @@ from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
 from ..judge import verdict
 from .environment import set_threads
+from . import trace_cut
 from ..errors import OracleError
 from ..checkpoint import build_model
 from ..config import ModelConfig
@@ -249,6 +250,7 @@ def diff(args) -> int:
                     "kv_writes_compared": rep.kv_writes_compared,
                     "logits_compared": rep.logits_compared,
                     "rng_events_compared": rep.rng_events_compared,
+                    "cut": trace_cut.cut_lines(v, args.a, args.b, a),  # issue 44: the smallest pair
                 }
             )
         )
@@ -264,6 +266,8 @@ def diff(args) -> int:
             else:
                 print(f"{'ok  ' if c.ok else 'DIFF'} {c.name}{': ' + c.detail if c.detail else ''}")
         print(("identical" if row == "exact" else f"equal within tolerance row {row!r}") if rep.ok else "traces differ")
+        for line in [] if v.ok else trace_cut.cut_lines(v, args.a, args.b, a):  # issue 44: the smallest pair
+            print(line)
     return 0 if v.ok else 1
 
 
@@ -274,7 +278,7 @@ def register(sub) -> None:
         description="Record the round traces of a generation run (JSON + NPZ), or diff two "
         "trace files (exit 1 when they differ, 2 when a file is not a valid trace).",
     )
-    tsub = p.add_subparsers(dest="trace_command", metavar="record|diff", required=True)
+    tsub = p.add_subparsers(dest="trace_command", metavar="record|diff|cut", required=True)
     r = tsub.add_parser(
         "record",
         help="record the round traces of a generation run",
@@ -329,3 +333,4 @@ def register(sub) -> None:
     )
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=diff)
+    trace_cut.register(tsub, checked_file)  # `trace cut`: one round, one request (issue 44)

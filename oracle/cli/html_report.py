@@ -468,6 +468,7 @@ def _page(v: dict, plots: dict) -> str:
         f'<header class="{"ok" if ok else "failed"}"><h1>{"OK" if ok else "FAILED"}: '
         f"{_e(v.get('backend', '?'))}</h1><p>{' · '.join(h for h in head if h)}</p></header><main>",
     ]
+    out += _shrunk_section(v.get("shrunk"))
     out += _summary(v, failed)
     out += _failed_section(failed)
     out += _precision_section(v, plots.get("precision"))
@@ -550,6 +551,28 @@ def _failed_section(failed: list) -> list[str]:
             f"<details><summary>{len(cards) - MAX_FAILED_OPEN} more</summary>"
             + "".join(cards[MAX_FAILED_OPEN:])
             + "</details>"
+        )
+    return out
+
+
+def _shrunk_section(s) -> list[str]:
+    """The failing check's smallest case (check --backend's `shrunk`, issue 44), first on the page."""
+    if not isinstance(s, dict):
+        return []
+    how = f"{s.get('candidates', 0)} candidate runs in {float(s.get('seconds', 0)):.1f} s"
+    if s.get("partial"):
+        how += f"; partial: the budget of {s.get('budget_s')} s ran out"
+    key = f" ({s['key']})" if s.get("key") else ""
+    out = [f"<h2>Shrunk: the smallest case that still fails [{_e(s.get('class', '?'))}]{_e(key)}</h2>"]
+    out.append(f'<p class="muted small">{_e(how)}</p>')
+    for label, side in (("shrunk", s.get("shrunk")), ("original", s.get("original"))):
+        if not isinstance(side, dict):
+            out.append("<p>No smaller case failed the same way.</p>")
+            continue
+        out.append(
+            f'<div class="check"><b>{label}: {_e(side.get("description", ""))}</b>{_e(side.get("failure", ""))}'
+            + (f"<pre>{_e(side['reproduce'])}</pre>" if side.get("reproduce") else "")
+            + "</div>"
         )
     return out
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from . import limits
+from . import case_json, limits
 from .argtypes import csv_ints, depth_pairs, finite_float, int_at_least, probability, token_biases, token_words
 from .catalogue import default_cases
 from ..judge.scenario import command, make_case
@@ -217,6 +217,10 @@ def check_round_args(args) -> None:
         )
     if args.checkpoint is None and args.preset is None:
         args.preset = "tiny"
+    if getattr(args, "case_json", None) is not None:  # check --case-json: the whole case (issue 44)
+        case_json.check_args(args, explicit, model_config(args), check_penalty)
+        args.round_args_checked = True
+        return
     for k, v in DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -348,6 +352,8 @@ def refuse_dropped(args, vocab: int) -> None:
 
 def is_custom(args) -> bool:
     """Whether the (resolved) options describe a custom case rather than the built-in ones."""
+    if getattr(args, "case_json", None) is not None:  # check --case-json (issue 44)
+        return True
     return any(getattr(args, k) is not None for k in ROUND_SHAPE if k not in DEFAULTS) or any(
         getattr(args, k) != v for k, v in DEFAULTS.items()
     )
@@ -450,6 +456,8 @@ def custom_case(args):
     """The case described by --counts and friends, or the built-in case named by --case; its
     reproduce line is the exact command that regenerates it."""
     check_round_args(args)
+    if getattr(args, "case_json", None) is not None:
+        return case_json.case_of(args, model_flags(args))
     cfg = model_config(args)
     if args.case is not None:
         return next(c for c in default_cases(cfg.vocab_size, model_flags(args)) if c.name == args.case)
