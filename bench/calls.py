@@ -124,13 +124,6 @@ def capture_graph(fn, dev) -> "torch.cuda.CUDAGraph":
     return graph
 
 
-def graph_replay_ms(fn, reps: int = 20, per: int = 1, dev="cuda") -> float:
-    """Median ms of fn's work replayed as one CUDA graph (two untimed replays first),
-    divided by `per` (the launches fn makes, for a per-launch time)."""
-    dev = torch.device(dev)
-    return median_ms(capture_graph(fn, dev).replay, reps, dev) / per
-
-
 def median_ms(fn, reps: int = 20, dev="cuda") -> float:
     """Median ms of fn() on its own (two untimed calls first)."""
     dev = torch.device(dev)

@@ -29,9 +29,8 @@ import json
 import os
 from dataclasses import dataclass, field
 
-import torch
-
 from oracle.errors import OracleError
+from oracle.files import read_json
 
 COMPILE_DYNAMIC = ("rows", "all")
 ENV = {
@@ -56,6 +55,39 @@ PRECISION_FAULTS = ("fp8_k", "fp8_v", "fp8_act", "fp8_gate_up")
 # small-M path beat cuBLAS + compiled blocks at M = 2, 4, 8 and 16 by 18-23% (docs/results.md, "Kernels
 # at the ouro-1.4b shape").
 GEMV_MAX_ROWS = 16
+# The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
+SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl"))  # "0" or "1"
+CHOICES = {ENV["compile_dynamic"]: COMPILE_DYNAMIC, ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17))}
+
+
+def check_env(env=os.environ) -> None:
+    """The LOOPSPEC_* variables: each malformed one refused in one line (OracleError)."""
+    for name in SWITCHES:
+        value = env.get(name)
+        if value is not None and value not in ("0", "1"):
+            raise OracleError(f"{name}={value!r}: expected 0 or 1")
+    for name, choices in CHOICES.items():
+        value = env.get(name)
+        if value is not None and value not in choices:
+            raise OracleError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    path = env.get("LOOPSPEC_GEMV_CONFIG")
+    if path:
+        data = read_json(path, "LOOPSPEC_GEMV_CONFIG=", "gemv config")
+        if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 5 for v in data.values()):
+            raise OracleError(
+                f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> "
+                f"[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))]"
+            )
+        for name, tiles in data.items():
+            ints = all(isinstance(t, int) and not isinstance(t, bool) for t in tiles)
+            if not ints or any(t < 1 for t in tiles[:4]) or (len(tiles) == 5 and tiles[4] < 0):
+                raise OracleError(
+                    f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has tiles {tiles}; expected "
+                    f"integers [BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))], each >= 1 "
+                    f"(peel >= 0)"
+                )
+
+
 
 
 @dataclass(frozen=True)
@@ -88,12 +120,10 @@ class KernelOptions:
 
     @classmethod
     def from_env(cls, env=None) -> "KernelOptions":
-        """The options the LOOPSPEC_* variables ask for (checked: oracle.cli.environment); only the
-        CLI-facing factories call this."""
-        from oracle.cli.environment import check_kernel_switches
-
+        """The options the LOOPSPEC_* variables ask for (checked: check_env); only the CLI-facing
+        factories call this."""
         env = os.environ if env is None else env
-        check_kernel_switches(env)
+        check_env(env)
         kw = {name: False for name in ("gemv", "fuse", "triton_attn", "pdl") if env.get(ENV[name], "1") == "0"}
         kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
         if env.get(ENV["gemv_max_rows"]):
@@ -105,9 +135,11 @@ class KernelOptions:
                 kw["gemv_config"] = json.load(f)
         return cls(**kw)
 
-    def resolve(self, device: torch.device) -> tuple[bool, bool, bool, bool]:
+    def resolve(self, device) -> tuple[bool, bool, bool, bool]:
         """(gemv, fuse, triton_attn, pdl) as taken on `device`: None means on where available."""
         from . import gemv as gemv_kernels, triton_attention
+
+        import torch
 
         device = torch.device(device)
         on = {

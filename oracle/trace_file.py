@@ -120,12 +120,6 @@ def _check_params(path, params) -> dict:
     return {r: p for r, p in params}
 
 
-def load_traces(path) -> tuple[list[RoundTrace], dict]:
-    """(traces, meta) of load_trace_file."""
-    f = load_trace_file(path)
-    return f.traces, f.meta
-
-
 def load_trace_file(path) -> TraceFile:
     """Reads PATH and PATH.npz; any departure from the schema (another format or
     schema_version, no model identity or params), a missing NPZ or one whose SHA-256 differs

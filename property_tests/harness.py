@@ -192,17 +192,21 @@ def assert_runs_match(
 # not on the drawn requests, so a model is probed once (the verdict kept per backend and model) and
 # one drawn model in PROBE_ONE_IN is probed at all, chosen by a hash of its config and weight seed
 # (never by the process's history: a failure reproduces with the same seed). A probe on a tiny
-# model costs about a second on one core; the ci profile's examples then probe a few models per
-# test and several dozen over the suite, each a fresh model, which is what the false-alarm runs
-# calibrate the verdicts on (docs/results.md).
-PROBE_ONE_IN = 4
+# random model costs 2.5-3 s of CPU (measured 2026-12-03, torch-cpu-bf16, 4 models); one in 16 keeps
+# the ci profile's bfloat16 line near 10 probes (test_block_and_loop_rounds_agree draws 150
+# scenarios, about 9 of them probed), each on a fresh model of the kind the false-alarm runs
+# calibrate the verdicts on (docs/results.md). That is enough because a precision or drift fault is
+# a property of the backend, present on every model: the probe needs one model to see it, not many
+# (meta_tests/test_probe_drawn.py: the MLP activation through FP8, which the per-value bounds miss).
+# 0: never (the meta-test's control).
+PROBE_ONE_IN = 16
 _probed: dict = {}
 
 
 def probe_for(sc: Scenario, bk: LoadedBackend) -> bool:
     """Whether check_equivalence probes sc's model with bk: a bfloat16 or float16 backend, and the
     model's hash picks it."""
-    if bk.exact or bk.dtype not in REDUCED or not bk.policies:
+    if bk.exact or bk.dtype not in REDUCED or not bk.policies or not PROBE_ONE_IN:
         return False
     key = zlib.crc32(repr((sc.cfg, sc.weight_seed)).encode())
     return key % PROBE_ONE_IN == 0

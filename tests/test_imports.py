@@ -27,11 +27,11 @@ TOP = {"bench"}  # what nothing of the four packages imports (reached by name)
 ROOMS = ("reference", "judge", "cli")  # oracle/'s rooms, lowest first: a room imports only lower ones
 ENTRY = {"oracle.__main__": "cli"}  # `python -m oracle` is the CLI's entry point
 # The longest chain of imports inside oracle/, in modules (a chain a -> b -> c is 3 deep). The
-# reference's own chain is reference_backend -> session -> loop_round -> phases -> kv -> errors (6);
-# the CLI's are cmd_check -> judge.verdict -> judge.precision -> judge.noise -> judge.decisions ->
-# sampling -> errors and cmd_check -> round_args -> catalogue (the built-in cases run the reference
-# to aim at its top choices) -> judge.runner -> backends -> contract -> rng_events (7: the one
-# verdict is a module above the judge's parts). A change that deepens any fails here.
+# judge's spine is verdict -> cases -> compare -> decisions -> sampling -> errors (6: each edge a use:
+# one case's comparisons, the one comparison, the decisions' margins, the sampling chain, the error
+# type), so a command that calls the verdict is 7: cmd_check -> judge.verdict -> ...; the CLI's
+# other chain is cmd_check -> round_args -> case_json -> limits -> cost -> files -> errors (7). The
+# renderers (oracle/cli/render.py) import no part of the judge. A change that deepens any fails here.
 MAX_DEPTH = 7
 
 
@@ -284,8 +284,15 @@ def test_the_rooms_import_downwards_only():
 
 # The judge's face to the CLI: the one verdict, the scenario (a case and its reproduce line) and
 # the runner (a scenario's rounds on one backend: `trace record`, the catalogue's plain runs).
+# and the plan (what a verdict compares, and the executor: oracle/judge/plan.py).
 # and the shrinker (a failing verdict's smallest case, judged by the one verdict: issue 44).
-JUDGE_FACE = {"oracle.judge.verdict", "oracle.judge.scenario", "oracle.judge.runner", "oracle.judge.shrink"}
+JUDGE_FACE = {
+    "oracle.judge.verdict",
+    "oracle.judge.scenario",
+    "oracle.judge.runner",
+    "oracle.judge.plan",
+    "oracle.judge.shrink",
+}
 
 
 def test_the_cli_reaches_the_judge_through_its_face_only():
@@ -312,3 +319,18 @@ def test_the_designated_files_stay_where_they_are():
     """The files the project's design names (DESIGN.md) keep their paths."""
     for name in ("reference_round.py", "loop_round.py", "rng_trace.py"):
         assert (ROOT / "oracle" / name).is_file(), name
+
+
+def test_the_kernels_and_the_jax_judge_never_import_the_cli():
+    """kernels/ and judge_jax/ are engines: they import the oracle's reference and judge parts, never
+    its command-line layer (the LOOPSPEC_* schema lives in kernels/options.py, and oracle.cli reaches
+    its check by name)."""
+    known = modules()
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, path in known.items()
+        if m.split(".")[0] in JUDGED
+        for t in imports_of(m, path, known)
+        if t == "oracle.cli" or t.startswith("oracle.cli.")
+    )
+    assert not bad, "an engine imports the CLI: " + ", ".join(bad)

@@ -128,7 +128,7 @@ def test_reference_that_raises_is_reported_as_the_reference(plugins, capsys):
     rc, out, err = run_main(
         ["check", "--backend", "examples.plugin_backend:make_backend", "--reference", f"{name}:make", *SMALL], capsys
     )
-    lines = err.strip().splitlines()
+    lines = [x for x in err.strip().splitlines() if not x.startswith("check: ")]  # after the progress lines
     assert rc == 2 and len(lines) == 1, err
     assert lines[0].startswith(f"error: the reference --reference {name}:make failed: step() raised RuntimeError")
     assert "the backend raised" not in out + err

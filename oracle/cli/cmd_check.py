@@ -1,6 +1,6 @@
 """`python -m oracle check [--backend NAME [--reference jax]]`: argument parsing and rendering.
-The verdict is oracle/judge/verdict.py's (`judge`, `check_reference`), the built-in cases
-oracle/cli/catalogue.py's. Without --backend: block vs loop on the FP32 reference, bit for bit.
+The verdict is oracle/judge/verdict.py's `judge(plan, executor)`, rendered by oracle/cli/render.py;
+the built-in cases are oracle/cli/catalogue.py's. Without --backend: block vs loop on the FP32 reference, bit for bit.
 With --backend: the backend's block and loop rounds judged against the reference, or the
 --reference backend, by the backend's tolerance row, plus the drift probe's drift and precision
 verdicts for a bfloat16 or float16 backend."""
@@ -13,18 +13,21 @@ import shlex
 import time
 
 from . import HELP
-from .argtypes import int_at_least, positive_seconds
+from .argtypes import check_report_dir, int_at_least, positive_seconds, write_report_last
 from .catalogue import default_cases
 from .option_rules import check_option_rules, refuse_ineffective, timeout_flags
-from ..backends import JudgeFailed, import_prefix, load_backend
+from ..backends import PLUGIN_FILES, JudgeFailed, load_backend
 from .. import isolated
 from ..judge.scenario import command
 from ..judge import verdict
+from ..judge.plan import Executor, backend_plan, reference_plan
+from .progress import Progress
+from .render import backend_text, reference_text, write_report
 from .environment import set_threads
-from ..errors import OracleError
+from ..errors import OracleError, printable
 from ..checkpoint import build_model
 from ..config import preset
-from .round_args import add_round_options, check_round_args, custom_case, is_custom, model_flags
+from .round_args import add_round_options, check_round_args, custom_case, is_custom, model_flags, plugin_prefix
 from . import shrinking
 from ..judge import shrink as judge_shrink
 
@@ -69,7 +72,7 @@ def run(args) -> int:
     if (
         judged
         and args.checkpoint is None
-        and preset(args.preset or "tiny").hidden_size <= verdict.AHEAD_HIDDEN
+        and preset(args.preset or "tiny").hidden_size < verdict.HOST_HIDDEN
         and args.reference in (None, "reference")
         and not args.probe_requests  # the drift probe alone: no case runs
     ):
@@ -89,29 +92,15 @@ def run(args) -> int:
         model, cases = model_and_cases(args)
     if judged:
         return check_backend(args, model, cases, t0, backend, judge, early)
-    out = verdict.check_reference(model, cases)
-    out["seconds"] = round(time.perf_counter() - t0, 2)
+    progress = Progress.for_args(args)
+    v = verdict.judge(reference_plan(model, cases), Executor(on_phase=progress.phase))
+    progress.done()
+    v.seconds = time.perf_counter() - t0
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps(v.to_json()))
     else:
-        print(
-            "loopspec-oracle check: block round vs loop round on the reference "
-            f"({args.checkpoint or args.preset}, FP32)"
-        )
-        for c in out["cases"]:
-            mark = "PASS" if c["ok"] else "FAIL"
-            print(f"  [{mark}] {c['name']}  ({c['requests']} requests, {c['rounds']} rounds, policy {c['policy']})")
-            for chk in out["checks"]:
-                if chk["name"].startswith(c["name"] + ":") and (not chk["ok"] or chk["name"].endswith("cache_free")):
-                    tag = "ok  " if chk["ok"] else "FAIL"
-                    print(f"         {tag} {chk['name'][len(c['name']) + 2 :]}: {chk['detail']}")
-        print(
-            f"  compared bit for bit: {out['kv_writes_compared']} KV writes, {out['logits_compared']} logits vectors, "
-            f"{out['rng_events_compared']} RNG events, {out['tokens_compared']} emitted tokens "
-            f"({out['layers']} layers)"
-        )
-        print(f"  {'OK' if out['ok'] else 'FAILED'} in {out['seconds']} s")
-    return 0 if out["ok"] else 1
+        print("\n".join(map(printable, reference_text(v, args.checkpoint or args.preset))))  # names escaped
+    return 0 if v.ok else 1
 
 
 def model_and_cases(args):
@@ -129,42 +118,46 @@ def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
         + (f" --reference {shlex.quote(args.reference)}" if judge else "")
         + "".join(" " + shlex.quote(w) for w in timeout_flags(args))
     )
-    prefix = import_prefix(args.backend, args.reference)  # PYTHONPATH a plug-in needs
+    prefix = plugin_prefix(args.backend, args.reference, files=PLUGIN_FILES)  # PYTHONPATH a plug-in needs
     for c in cases:
         c.reproduce = prefix + (c.reproduce or "python -m oracle check")
     threads = set_threads(args, model.cfg.hidden_size)
+    case_flags = ["--case", args.case] if args.case is not None else []  # the probe's line runs what this ran
     fault = f"LOOPSPEC_FAULT={shlex.quote(os.environ['LOOPSPEC_FAULT'])} " if os.environ.get("LOOPSPEC_FAULT") else ""
+    progress = Progress.for_args(args)
+    plan = backend_plan(
+        backend,
+        model,
+        cases,
+        judge=judge,
+        probe="auto" if args.drift else "off",
+        suffix=suffix,
+        probe_reproduce=fault + prefix + command(["check", *model_flags(args), *case_flags]) + suffix,
+        timeout=args.timeout,
+    )
     try:
         # issue 44: the judge's verdict and search, and the lines' model flags, for oracle/cli/shrinking.py
         ctx = shrinking.Context(model_flags(args), prefix, suffix, verdict.judge, judge_shrink)
         if args.probe_requests:  # the drift probe alone (a shrunk drift or precision failure's line)
             v = shrinking.probe_only(args, ctx, model, backend, judge)
         else:
-            v = verdict.judge(
-                backend,
-                model,
-                cases,
-                judge=judge,
-                drift=args.drift,
-                suffix=suffix,
-                early=early,
-                probe_reproduce=fault + prefix + command(["check", *model_flags(args)]) + suffix,
-                timeout=args.timeout,
-            )
+            v = verdict.judge(plan, Executor(early=early, on_phase=progress.phase))
         if not v.ok and not args.no_shrink and not args.probe_requests:  # the smallest failing case
-            v.info["shrunk"] = shrinking.shrink_failure(args, ctx, v, model, cases, backend, judge)
+            v.info["shrunk"] = shrinking.shrink_failure(args, ctx, v, model, cases, backend, judge, progress.phase)
     except JudgeFailed as e:
         raise OracleError(f"the reference --reference {args.reference} failed: {e}") from None
+    finally:
+        progress.done()
     v.info |= {"timeout_s": args.timeout, **threads}
     v.seconds = time.perf_counter() - t0
-    if args.report:
-        v.write_report(args.report)
     if args.json:
         print(json.dumps(v.to_json()))
     else:
-        lines = v.text(judge_name)
+        lines = backend_text(v, judge_name)
         lines[-1:-1] = shrinking.text_lines(v.info.get("shrunk"))
-        print("\n".join(lines))
+        print("\n".join(map(printable, lines)))  # a backend's name escaped
+    if args.report:  # after the verdict: a page that cannot be written never hides it
+        return write_report_last(v.ok, args.report, lambda: write_report(v, args.report), to_stderr=args.json)
     return 0 if v.ok else 1
 
 
@@ -221,6 +214,9 @@ def register(sub) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
+        "--quiet", action="store_true", help="print no progress lines on stderr (the phases: cases, probe, fit)"
+    )
+    p.add_argument(
         "--report",
         default=None,
         metavar="DIR",
@@ -238,4 +234,9 @@ def check_preflight(args) -> None:
         raise OracleError(
             "--report writes a backend's verdict as a page; without --backend there is none: drop it or name a backend"
         )
+    if args.report is not None:  # the folder and matplotlib before the run, not after it
+        check_report_dir(args.report)
+        from .html_report import require_plots
+
+        require_plots()
     check_round_args(args)

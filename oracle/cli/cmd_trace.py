@@ -9,28 +9,40 @@ by B's recorded row unless --tolerance is given."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import asdict
 from pathlib import Path
 
 from . import HELP
 from .argtypes import check_out_path, int_at_least, positive_seconds
-from ..backends import BackendCallFailed, GuardedBackend, import_prefix
+from ..backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend
 from .. import isolated
 from ..contract import tolerance_row
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
 from ..judge import verdict
-from .environment import set_threads
+from ..judge.plan import traces_plan
+from .render import diff_json, diff_text
 from . import trace_cut
-from ..errors import OracleError
+from .environment import set_threads
+from ..errors import OracleError, printable
 from ..checkpoint import build_model
 from ..config import ModelConfig
 from ..sampling import SamplingParams
 from .option_rules import check_threads, check_timeout, timeout_flags
-from .round_args import add_round_options, check_penalty, check_round_args, custom_case, model_flags, round_flags
+from .round_args import (
+    add_round_options,
+    check_penalty,
+    check_round_args,
+    custom_case,
+    model_flags,
+    plugin_prefix,
+    round_flags,
+)
 from ..tolerances import TOLERANCES
-from ..traces import load_trace_file, model_identity, save_traces, weights_sha256
+from ..trace_file import load_trace_file
+from ..traces import model_identity, save_traces, weights_sha256
 
 
 def record_command(args, out: str) -> str:
@@ -38,7 +50,7 @@ def record_command(args, out: str) -> str:
     shape = ["--case", args.case] if args.case is not None else round_flags(args, args.counts or [5, 3, 1])
     backend = ["--backend", args.backend, *timeout_flags(args)] if args.backend is not None else []
     keep = ["--keep-malformed"] if args.keep_malformed else []
-    return import_prefix(args.backend) + command(
+    return plugin_prefix(args.backend, files=PLUGIN_FILES) + command(
         ["trace", "record", *model_flags(args), *shape, "--mode", args.mode, *backend, *keep, "--out", out]
     )
 
@@ -66,12 +78,12 @@ def record(args) -> int:
             raise
         raise OracleError(f"backend {bk.name} raised {type(e).__name__}: {e}") from None
     row = tolerance_row(bk)
-    bad = verdict.malformed_rounds(traces, model.cfg.vocab_size)
+    bad = verdict.malformed_rounds(traces, model.cfg)
     for line in bad:
-        print(f"MALFORMED {line}")
+        print(f"FAIL [malformed] {printable(line)}")
     if bad and not args.keep_malformed:
         print(
-            f"FAILED: backend {bk.name} recorded {len(bad)} malformed request-round(s); nothing written "
+            f"FAILED: backend {printable(bk.name)} recorded {len(bad)} malformed request-round(s); nothing written "
             f"(--keep-malformed writes them, marked in meta.malformed)"
         )
         return 1
@@ -97,9 +109,10 @@ def record(args) -> int:
         params=case.params_for(model),
     )
     n_ev = sum(len(t.rng_events) for t in traces)
+    n, plural = len(traces), lambda k: "" if k == 1 else "s"
     print(
-        f"recorded {len(traces)} rounds ({args.mode}, {bk.name}, tolerance row {row}, {n_ev} RNG events) "
-        f"to {args.out} and {args.out}.npz"
+        f"recorded {n} round{plural(n)} ({args.mode}, {printable(bk.name)}, tolerance row {row}, {n_ev} RNG "
+        f"event{plural(n_ev)}) to {printable(args.out)} and {printable(args.out)}.npz"
         + (
             f"; FAILED: {len(bad)} malformed request-round(s) kept (--keep-malformed; meta.malformed lists them)"
             if bad
@@ -121,7 +134,7 @@ def recorded_row(path, meta: dict) -> str:
 
 
 def checked_file(path):
-    """A trace file (traces.load_trace_file) whose model config and sampling parameters are
+    """A trace file (trace_file.load_trace_file) whose model config and sampling parameters are
     valid values: every token id they name in the model's vocabulary, every value in range."""
     f = load_trace_file(path)
     try:
@@ -137,6 +150,14 @@ def checked_file(path):
                 check_penalty(sp.repetition_penalty, "repetition_penalty")
             except (TypeError, OracleError) as e:
                 raise OracleError(f"trace file {path}: malformed: {what} of request {rid}: {e}") from None
+    for n, t in enumerate(f.traces):  # the tokens a round started from: ids of the vocabulary, as `model --tokens`
+        for rid, toks in t.prefix.items():
+            bad = [x for x in toks if x >= cfg.vocab_size]
+            if bad:
+                raise OracleError(
+                    f"trace file {path}: round {n} is malformed: request {rid}: prefix token {bad[0]} is "
+                    f"outside the vocabulary [0, {cfg.vocab_size})"
+                )
     return f
 
 
@@ -196,20 +217,13 @@ def diff_reproduce(args, meta_a: dict, row: str) -> str:
 
 
 # check -> the Report counter that says it compared something (0: it was not made)
-COUNTED = {
-    "kv_writes": "kv_writes_compared",
-    "draft_logits": "logits_compared",
-    "verify_logits": "logits_compared",
-    "rng_events": "rng_events_compared",
-    "tokens": "tokens_compared",
-}
 
 
 def traced_model(f, path) -> tuple:
     """(the model a trace file names, rebuilt, or None; why not): its preset and seed, or its
     checkpoint folder, holding the recorded weights (weights_sha256), below the twin's size."""
     m = f.model
-    if ModelConfig(**m["config"]).hidden_size >= verdict.TWIN_HIDDEN:
+    if ModelConfig(**m["config"]).hidden_size >= verdict.HOST_HIDDEN:
         return None, f"hidden size {m['config']['hidden_size']}: the twin is not run on the host"
     if "checkpoint" in m and not Path(m["checkpoint"]).is_dir():
         return None, f"checkpoint {m['checkpoint']} (named by {path}) is not a folder here"
@@ -232,43 +246,41 @@ def diff(args) -> int:
     row = args.tolerance or recorded_row(args.b, meta_b)
     # a reduced-precision row: judged by the noise twin of the model the traces name, as check --backend
     model, why = traced_model(fa, args.a) if row in verdict.SIGMA else (None, "")
-    v = verdict.judge_traces(a, b, row, model, diff_reproduce(args, meta_a, row), (args.a, args.b))
-    rep = v.reports[0][1]
-    order = ["rng_events", "kv_writes", "draft_logits", "verify_logits", "tokens", "stats"]
-    checks = sorted(rep.checks, key=lambda c: order.index(c.name) if c.name in order else len(order))
-    made = {c.name: not (c.ok and c.name in COUNTED and getattr(rep, COUNTED[c.name]) == 0) for c in checks}
+    plan = traces_plan(a, b, row, model, reproduce=diff_reproduce(args, meta_a, row), names=(args.a, args.b))
+    v = verdict.judge(plan)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": rep.ok,
-                    "tolerance_row": row,
-                    "bounds": v.info["bounds"] + (f" ({why})" if why else ""),
-                    "checks": [
-                        {"name": c.name, "ok": c.ok, "compared": made[c.name], "detail": c.detail} for c in checks
-                    ],
-                    "kv_writes_compared": rep.kv_writes_compared,
-                    "logits_compared": rep.logits_compared,
-                    "rng_events_compared": rep.rng_events_compared,
-                    "cut": trace_cut.cut_lines(v, args.a, args.b, a),  # issue 44: the smallest pair
-                }
-            )
-        )
+        out = diff_json(v, why)
+        for c in out["checks"]:
+            c["detail"] = relabel(c["detail"])
+        out["cut"] = trace_cut.cut_lines(v, args.a, args.b, a)  # issue 44: the smallest pair, for a bug report
+        print(json.dumps(out))
     else:
-        print(
-            f"{args.b} judged against {args.a} by tolerance row {row!r}"
-            + ("" if args.tolerance else " (recorded with B)")
-            + ("" if row == "exact" else f", by the {v.info['bounds']}" + (f" ({why})" if why else ""))
-        )
-        for c in checks:
-            if not made[c.name]:
-                print(f"--   {c.name}: not compared (nothing of it was reached)")
-            else:
-                print(f"{'ok  ' if c.ok else 'DIFF'} {c.name}{': ' + c.detail if c.detail else ''}")
-        print(("identical" if row == "exact" else f"equal within tolerance row {row!r}") if rep.ok else "traces differ")
-        for line in [] if v.ok else trace_cut.cut_lines(v, args.a, args.b, a):  # issue 44: the smallest pair
-            print(line)
+        lines = diff_text(v, why, recorded=not args.tolerance)
+        head = lines[0].replace(f"{args.b} judged against {args.a}", f"B {args.b} judged against A {args.a}", 1)
+        cut = [] if v.ok else trace_cut.cut_lines(v, args.a, args.b, a)  # issue 44: the smallest pair
+        print("\n".join(printable(line) for line in [head, *map(relabel, lines[1:]), *cut]))
     return 0 if v.ok else 1
+
+
+# the judge's words for its two sides, as trace diff names them: A (the first file) and B
+SIDES = (
+    (re.compile(r"\bbackend (\S+) vs reference (\S+)"), r"B \1 vs A \2"),
+    (re.compile(r"\bthe backend's\b"), "B's"),
+    (re.compile(r"\bthe reference's\b"), "A's"),
+    (re.compile(r"\bin the reference\b"), "in A"),
+    (re.compile(r"\bthe backend\b"), "B"),
+    (re.compile(r"\bbackend round\b"), "B round"),
+    (re.compile(r"\(backend: "), "(B: "),
+    (re.compile(r"; reference: "), "; A: "),
+)
+
+
+def relabel(detail: str) -> str:
+    """A check's detail with the judge's 'backend' and 'reference' named as trace diff's B and A
+    ('largest difference at index 17: B 1.71 vs A 1.21')."""
+    for pattern, words in SIDES:
+        detail = pattern.sub(words, detail)
+    return detail
 
 
 def register(sub) -> None:

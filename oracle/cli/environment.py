@@ -6,7 +6,8 @@ is refused in one line instead of being ignored or failing deep inside an import
     LOOPSPEC_COMPILE_DYNAMIC   "rows" or "all"
     LOOPSPEC_GEMV_CONFIG       a JSON object file of GEMV tiles
     LOOPSPEC_GEMV_MAX_ROWS     calls of up to this many rows (1..16) take the GEMV path
-    (the defaults of kernels.options.KernelOptions, read by KernelOptions.from_env)
+    (the defaults of kernels.options.KernelOptions, read by KernelOptions.from_env; their schema
+    and its check, `check_env`, live there)
     OMP_NUM_THREADS            thread counts 1..the usable cores (as --threads)
 """
 
@@ -17,10 +18,6 @@ import re
 import sys
 
 from ..errors import OracleError
-from ..files import read_json
-
-SWITCHES = ("LOOPSPEC_GEMV", "LOOPSPEC_FUSE", "LOOPSPEC_TRITON_ATTN", "LOOPSPEC_PDL")
-CHOICES = {"LOOPSPEC_COMPILE_DYNAMIC": ("rows", "all"), "LOOPSPEC_GEMV_MAX_ROWS": tuple(str(m) for m in range(1, 17))}
 
 
 def uses_kernels(args) -> bool:
@@ -30,30 +27,11 @@ def uses_kernels(args) -> bool:
 
 
 def check_kernel_switches(env=os.environ) -> None:
-    for name in SWITCHES:
-        value = env.get(name)
-        if value is not None and value not in ("0", "1"):
-            raise OracleError(f"{name}={value!r}: expected 0 or 1")
-    for name, choices in CHOICES.items():
-        value = env.get(name)
-        if value is not None and value not in choices:
-            raise OracleError(f"{name}={value!r}: expected one of {', '.join(choices)}")
-    path = env.get("LOOPSPEC_GEMV_CONFIG")
-    if path:
-        data = read_json(path, "LOOPSPEC_GEMV_CONFIG=", "gemv config")
-        if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 5 for v in data.values()):
-            raise OracleError(
-                f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> "
-                f"[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))]"
-            )
-        for name, tiles in data.items():
-            ints = all(isinstance(t, int) and not isinstance(t, bool) for t in tiles)
-            if not ints or any(t < 1 for t in tiles[:4]) or (len(tiles) == 5 and tiles[4] < 0):
-                raise OracleError(
-                    f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has tiles {tiles}; expected "
-                    f"integers [BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))], each >= 1 "
-                    f"(peel >= 0)"
-                )
+    """The LOOPSPEC_* variables, checked by their schema's owner (kernels/options.py `check_env`),
+    reached by its "module:attr" name: the oracle does not import the kernels."""
+    import importlib
+
+    importlib.import_module("kernels.options").check_env(env)
 
 
 def check_environment(args, env=os.environ) -> None:

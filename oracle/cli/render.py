@@ -1,10 +1,9 @@
 """The verdict's renderings, apart from judging: text (`check` with and without --backend, `trace
 diff`), JSON (`Verdict.to_json`, one schema for every entry) and the HTML page (html_report). The
-verdict is oracle/judge/verdict.py's value; nothing here judges."""
+verdict is oracle/judge/verdict.py's value, rendered here without importing the judge; nothing
+here judges."""
 
 from __future__ import annotations
-
-from ..judge import verdict as _verdict
 
 
 def plural(n: int, word: str) -> str:
@@ -34,11 +33,10 @@ def backend_text(v, judge_name: str = "") -> list[str]:
         f"{v.max_rel_err['logits']:.3g}; {len(v.excused)} excused near-tie divergences; every "
         f"decision explained by the backend's own logits: {'yes' if explained else 'NO'}"
     )
-    js = v.to_json()
     if v.drift is not None:
-        lines += _verdict.drift_lines(js["drift"])
+        lines += v.drift.lines()
     if v.precision is not None:
-        lines += _verdict.report_lines(js["precision"])
+        lines += v.precision.lines()
     lines.append(f"  {'OK' if v.ok else 'FAILED'} in {round(v.seconds, 2)} s")
     return lines
 

@@ -26,11 +26,9 @@ from . import precision as _precision
 from . import worker as _worker
 from .calibration import HOST_HIDDEN
 from .compare import compare_runs
-from .drift import drift_lines  # noqa: F401 (the renderers')
 from .forwards import SIGMA, Forwards, of
 from .malformed import malformed_rounds, side_problem  # noqa: F401 (malformed_rounds: trace record)
 from .noise import twin_bounds
-from .precision import report_lines  # noqa: F401 (the renderers')
 from .plan import Executor, Plan
 from .runner import draws_host_stream, judge_run, run_scenario
 from ..backends import GuardedBackend
