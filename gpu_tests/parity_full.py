@@ -357,9 +357,8 @@ def report(summary: dict, json_path=None) -> int:
     for key, kind in (("drift", "drift"), ("precision", "precision")):
         if key in summary:
             r = summary[key]
-            print(
-                f"{kind} verdict at {summary['preset']}: {'ok' if r['ok'] else 'FAILED: ' + r['failure']} ({r['seconds']} s)"
-            )
+            answer = "ok" if r["ok"] else "FAILED: " + r["failure"]
+            print(f"{kind} verdict at {summary['preset']}: {answer} ({r['seconds']} s)")
     if summary.get("peak_memory_gib"):
         print(f"peak device memory (GiB): {summary['peak_memory_gib']}")
     if "compiles" in summary:

@@ -88,8 +88,6 @@ def check_env(env=os.environ) -> None:
                 )
 
 
-
-
 @dataclass(frozen=True)
 class KernelOptions:
     gemv: bool | None = None  # recurrent calls of <= gemv_max_rows rows through kernels/gemv.py
