@@ -28,6 +28,7 @@ stand-in of the same name and message.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import io
 import os
 import pickle
@@ -266,6 +267,8 @@ class IsolatedBackend(OutOfProcess):
                 raise BackendCallFailed(f"{what} returned {e}") from None
             if kind == "ok":
                 return value
+            if kind == "trace":
+                return _unpack(value)
             if kind == "ref":
                 return self._remote(value)
             raise self._error(value)
@@ -479,9 +482,71 @@ def _serve(conn, spec: str, target: str, preload: dict, threads: int | None) -> 
             send("ref", _keep(objects, value))
             continue
         try:
-            conn.send_bytes(pickle.dumps(("ok", value), protocol=pickle.HIGHEST_PROTOCOL))
+            conn.send_bytes(pickle.dumps(_pack(value), protocol=pickle.HIGHEST_PROTOCOL))
         except Exception:  # noqa: BLE001 -- cannot be pickled: it stays here
             send("ref", _keep(objects, value))
+
+
+# ---- a round's trace, its many small arrays stacked (pickled about twice as fast) ----
+
+STACKED = ("draft_logits", "verify_logits", "kv_writes")  # RoundTrace fields: key -> array(s)
+
+
+def _pack(value) -> tuple:
+    """("ok", value), or for an oracle.traces.RoundTrace ("trace", (fields, stacks)): each dict of
+    STACKED whose values are arrays of one shape and dtype (kv_writes: (call, k, v)) as its keys and
+    stacked arrays, the other fields as they are."""
+    cls = type(value)
+    if cls.__name__ != "RoundTrace" or cls.__module__ != "oracle.traces":
+        return ("ok", value)
+    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    stacks = {}
+    for name in STACKED:
+        m = fields.get(name)
+        if type(m) is not dict or not m:
+            continue
+        if name == "kv_writes":
+            vals = list(m.values())
+            if not all(type(v) is tuple and len(v) == 3 for v in vals):
+                continue
+            parts = ([v[0] for v in vals], _stack([v[1] for v in vals]), _stack([v[2] for v in vals]))
+            if parts[1] is None or parts[2] is None:
+                continue
+        else:
+            parts = (_stack(list(m.values())),)
+            if parts[0] is None:
+                continue
+        stacks[name], fields[name] = (list(m), *parts), None
+    return ("trace", (fields, stacks))
+
+
+def _stack(arrays: list):
+    """One array of them all, or None where they are not arrays of one shape and dtype."""
+    import numpy as np
+
+    first = arrays[0]
+    if type(first) is not np.ndarray or not all(
+        type(a) is np.ndarray and a.shape == first.shape and a.dtype == first.dtype for a in arrays
+    ):
+        return None
+    return np.stack(arrays)
+
+
+def _unpack(value):
+    """The RoundTrace _pack sent (its arrays: rows of the stacked ones)."""
+    import importlib
+
+    fields, stacks = value
+    for name, (keys, *parts) in stacks.items():
+        if name == "kv_writes":
+            calls, k, v = parts
+            fields[name] = {key: (c, a, b) for key, c, a, b in zip(keys, calls, k, v)}
+        else:
+            fields[name] = dict(zip(keys, parts[0]))
+    tr = object.__new__(importlib.import_module("oracle.traces").RoundTrace)
+    for name, x in fields.items():
+        object.__setattr__(tr, name, x)
+    return tr
 
 
 def _keep(objects: dict, value):
