@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import json
 
-from oracle.cli import HELP, limits
-from oracle.cli.argtypes import check_out_path, csv_ints, finite_float, int_at_least, probability, write_out
+from oracle.cli import limits
+from oracle.cli.argtypes import (
+    add_threads_option,
+    command_parser,
+    check_out_path,
+    csv_ints,
+    finite_float,
+    int_at_least,
+    probability,
+    write_out,
+)
 from oracle.bench_stats import paired_summary
 from oracle.config import preset
 from oracle.cli.environment import set_threads
@@ -401,12 +410,9 @@ def _model_args(p) -> None:
     p.add_argument("--device", type=device_name, default="cuda", help="cpu | cuda | cuda:N")
     p.add_argument("--context", type=int_at_least(1), default=512, help="keys each row attends to (context length)")
     p.add_argument("--allow-large", action="store_true", help="lift the size limits (rows, context, tokens, batch)")
-    p.add_argument(
-        "--threads",
-        type=int_at_least(1),
-        default=None,
-        metavar="N",
-        help="torch intra-op threads (default: the free cores, usable cores - round(load average), "
+    add_threads_option(
+        p,
+        "torch intra-op threads (default: the free cores, usable cores - round(load average), "
         "or OMP_NUM_THREADS when set)",
     )
     add_quiet_option(p)
@@ -444,10 +450,10 @@ def _round_args(p) -> None:
 def register(sub) -> None:
     # The argparse shape every command with subcommands has (cmd_trace.register too): a
     # parser, its subparsers, one parser per subcommand; deliberately not abstracted.
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "bench",
-        help=HELP["bench"],
-        description="Measure c(M) tables and run paired block-vs-loop round benchmarks on the "
+        "Measure c(M) tables and run paired block-vs-loop round benchmarks on the "
         "torch backend (CUDA graphs on a GPU).",
     )
     bsub = p.add_subparsers(dest="bench_command", metavar="c-table|rounds|sweep", required=True)

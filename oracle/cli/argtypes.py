@@ -185,3 +185,20 @@ def write_out(path: str, text: str, summary: str, option: str = "--out") -> None
     with open(path, "w") as f:
         f.write(text if text.endswith("\n") else text + "\n")
     print(f"{summary}; wrote {printable(path)}")
+
+
+def add_threads_option(p, help: str) -> None:
+    """`--threads N` (N >= 1; None: the command's default), as `check`, `trace record` and `bench` take it."""
+    p.add_argument("--threads", type=int_at_least(1), default=None, metavar="N", help=help)
+
+
+def add_timeout_option(p, help: str) -> None:
+    """`--timeout S` (seconds each backend call may take; None: the default), as `check` and `trace record` take it."""
+    p.add_argument("--timeout", type=positive_seconds, default=None, metavar="S", help=help)
+
+
+def command_parser(sub, name: str, description: str):
+    """A command's parser: its help line from the CLI's HELP table, and its description."""
+    from . import HELP
+
+    return sub.add_parser(name, help=HELP[name], description=description)

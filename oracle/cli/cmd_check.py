@@ -12,8 +12,7 @@ import os
 import shlex
 import time
 
-from . import HELP
-from .argtypes import check_report_dir, int_at_least, positive_seconds, write_report_last
+from .argtypes import add_threads_option, add_timeout_option, check_report_dir, command_parser, write_report_last
 from .catalogue import default_cases
 from .option_rules import check_option_rules, refuse_ineffective, timeout_flags
 from ..backends import PLUGIN_FILES, JudgeFailed, load_backend
@@ -162,10 +161,10 @@ def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "check",
-        help=HELP["check"],
-        description="Run the block and loop rounds on the FP32 reference, for the built-in cases or "
+        "Run the block and loop rounds on the FP32 reference, for the built-in cases or "
         "the case the round options describe, and compare them bit for bit; with --backend, judge a "
         "backend's rounds by the one judge (its dtype's tolerance row). Exit 0 all checks hold, "
         "1 a check failed (its place named), 2 bad usage or input, 3 internal error.",
@@ -183,21 +182,15 @@ def register(sub) -> None:
         help="with --backend: the backend that computes the judge's "
         "side (default: the NumPy FP32 reference; `jax` reaches the ouro-1.4b shape on a GPU)",
     )
-    p.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        default=None,
-        metavar="S",
-        help="seconds each backend call (loading it, session, add, step, submit, collect, remove, "
+    add_timeout_option(
+        p,
+        "seconds each backend call (loading it, session, add, step, submit, collect, remove, "
         "tokens) may take (default: 300); a call past it, or one that calls sys.exit(), is a failed "
         "check; refused without --backend",
     )
-    p.add_argument(
-        "--threads",
-        type=int_at_least(1),
-        default=None,
-        metavar="N",
-        help="torch intra-op threads (and NumPy's BLAS threads) when a backend loads torch; default: "
+    add_threads_option(
+        p,
+        "torch intra-op threads (and NumPy's BLAS threads) when a backend loads torch; default: "
         "OMP_NUM_THREADS when set, else 1 for a model of hidden size below 512 (threads only add "
         "overhead there), else the free cores (usable cores - round(load average), at least 1); "
         "refused without --backend",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from . import HELP, limits
-from .argtypes import csv_ints, int_at_least
+from . import limits
+from .argtypes import command_parser, csv_ints, int_at_least
 from .round_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
 from ..cost import DEFAULT_GPU, SHIPPED, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
 from ..errors import OracleError, printable
@@ -21,9 +21,7 @@ DEFAULT_BATCH = [1, 4, 8, 16, 32, 64, 128]
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "cost", help=HELP["cost"], description="Predict block and loop round times from a measured c(M) table."
-    )
+    p = command_parser(subparsers, "cost", "Predict block and loop round times from a measured c(M) table.")
     p.add_argument(
         "--ctable",
         default=None,

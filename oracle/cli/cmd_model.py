@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import HELP, limits
-from .argtypes import csv_ints, int_at_least
+from . import limits
+from .argtypes import command_parser, csv_ints, int_at_least
 from ..errors import OracleError, printable
 from ..checkpoint import build_model
 from ..progress import warn
@@ -91,10 +91,10 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "model",
-        help=HELP["model"],
-        description="Run a prompt through every loop without KV cache and print the last "
+        "Run a prompt through every loop without KV cache and print the last "
         "position's top-5 tokens per loop; load a checkpoint or save a preset's "
         "weights as one.",
     )

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 
-from . import HELP, limits
-from .argtypes import csv_ints
+from . import limits
+from .argtypes import command_parser, csv_ints
 from .round_args import add_schedule_options, max_depths, round_depths
 from ..schedule import Schedule, check_schedule, plan, validate
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "schedule", help=HELP["schedule"], description="Print the block and loop schedules of one speculative round."
-    )
+    p = command_parser(subparsers, "schedule", "Print the block and loop schedules of one speculative round.")
     p.add_argument(
         "--counts",
         type=csv_ints,

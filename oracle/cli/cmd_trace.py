@@ -14,8 +14,7 @@ import shlex
 from dataclasses import asdict
 from pathlib import Path
 
-from . import HELP
-from .argtypes import check_out_path, int_at_least, positive_seconds
+from .argtypes import add_threads_option, add_timeout_option, check_out_path, command_parser
 from ..backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend
 from .. import isolated
 from ..contract import tolerance_row
@@ -284,10 +283,10 @@ def relabel(detail: str) -> str:
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "trace",
-        help=HELP["trace"],
-        description="Record the round traces of a generation run (JSON + NPZ), or diff two "
+        "Record the round traces of a generation run (JSON + NPZ), or diff two "
         "trace files (exit 1 when they differ, 2 when a file is not a valid trace).",
     )
     tsub = p.add_subparsers(dest="trace_command", metavar="record|diff|cut", required=True)
@@ -307,19 +306,9 @@ def register(sub) -> None:
         help="record this backend's traces (torch-cpu | torch-cpu-bf16 | torch-cuda | jax | "
         "package.module:factory; default: the reference)",
     )
-    r.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        default=None,
-        metavar="S",
-        help="with --backend: seconds each backend call may take (default: 300)",
-    )
-    r.add_argument(
-        "--threads",
-        type=int_at_least(1),
-        default=None,
-        metavar="N",
-        help="with --backend: torch intra-op threads when the backend loads torch (default: the free cores)",
+    add_timeout_option(r, "with --backend: seconds each backend call may take (default: 300)")
+    add_threads_option(
+        r, "with --backend: torch intra-op threads when the backend loads torch (default: the free cores)"
     )
     r.add_argument(
         "--keep-malformed",

@@ -33,10 +33,7 @@ def backend_text(v, judge_name: str = "") -> list[str]:
         f"{v.max_rel_err['logits']:.3g}; {len(v.excused)} excused near-tie divergences; every "
         f"decision explained by the backend's own logits: {'yes' if explained else 'NO'}"
     )
-    if v.drift is not None:
-        lines += v.drift.lines()
-    if v.precision is not None:
-        lines += v.precision.lines()
+    lines += v.probe_lines()
     lines.append(f"  {'OK' if v.ok else 'FAILED'} in {round(v.seconds, 2)} s")
     return lines
 

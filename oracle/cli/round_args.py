@@ -55,6 +55,15 @@ def processor_fields(args) -> dict:
     return {dest: getattr(args, dest) for dest, *_ in PROCESSOR_OPTIONS if getattr(args, dest, None) is not None}
 
 
+def add_depth_options(p) -> None:
+    """-d/--draft-loops and -D/--target-loops (None: the command's default, 2 and 4)."""
+    for short, long, meta, text in (
+        ("-d", "--draft-loops", "d", "loops used to draft, 1 <= d < D (default: 2)"),
+        ("-D", "--target-loops", "D", "loops used to verify (default: 4)"),
+    ):
+        p.add_argument(long, short, type=int_at_least(1), default=None, metavar=meta, help=text)
+
+
 def add_round_options(p) -> None:
     """Options shared by `check` and `trace record`; check_round_args checks them before any work."""
     p.add_argument(
@@ -82,22 +91,7 @@ def add_round_options(p) -> None:
         help="token counts T_i = K_i + 1 per request per round, e.g. 5,3,1 "
         "(default: the built-in cases; with other round options 5,3,1)",
     )
-    p.add_argument(
-        "--draft-loops",
-        "-d",
-        type=int_at_least(1),
-        default=None,
-        metavar="d",
-        help="loops used to draft, 1 <= d < D (default: 2)",
-    )
-    p.add_argument(
-        "--target-loops",
-        "-D",
-        type=int_at_least(1),
-        default=None,
-        metavar="D",
-        help="loops used to verify (default: 4)",
-    )
+    add_depth_options(p)
     p.add_argument(
         "--temperature",
         type=finite_float,
@@ -526,22 +520,7 @@ def custom_case(args):
 
 def add_schedule_options(p) -> None:
     """-d/-D, --depths and --allow-large of `schedule` and `cost` (one round, planned only)."""
-    p.add_argument(
-        "-d",
-        "--draft-loops",
-        type=int_at_least(1),
-        default=None,
-        metavar="d",
-        help="loops used to draft, 1 <= d < D (default: 2)",
-    )
-    p.add_argument(
-        "-D",
-        "--target-loops",
-        type=int_at_least(1),
-        default=None,
-        metavar="D",
-        help="loops used to verify (default: 4)",
-    )
+    add_depth_options(p)
     p.add_argument(
         "--allow-large", action="store_true", help="lift the size limits on requests, token counts, D and schedule rows"
     )

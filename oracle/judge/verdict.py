@@ -97,6 +97,14 @@ class Verdict:
         )
         return f"{bad[0]['name']}: {bad[0]['detail']}{more}"
 
+    def probe_lines(self) -> list[str]:
+        """The drift and precision reports' text (drift.drift_lines, precision.report_lines: renderings
+        of their JSON), for the renderers, which import no part of the judge."""
+        js = self.to_json()
+        return (_drift.drift_lines(js["drift"]) if "drift" in js else []) + (
+            _precision.report_lines(js["precision"]) if "precision" in js else []
+        )
+
     def add(self, label: str, rep) -> None:
         """One comparison's report, summed in."""
         self.reports.append((label, rep))
