@@ -78,7 +78,7 @@ def test_correct_bf16_backend_passes_both_verdicts(tiny, verdicts):
     }
     assert {k[0] for k in keys} == {"k", "v", "draft", "verify"}
     assert prec.requests == drift.PROBE_REQUESTS
-    assert all(g.energy < precision.RHO for g in prec.groups), [g.line("bfloat16") for g in prec.groups]
+    assert all(g.energy < g.limit for g in prec.groups), [g.line("bfloat16") for g in prec.groups]
 
 
 @pytest.mark.parametrize("fault", ["fp8_k", "fp8_v"])

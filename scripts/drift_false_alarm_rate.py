@@ -2,9 +2,14 @@
 probe's two verdicts) fail a correct BF16 backend (torch-cpu-bf16) on random tiny models of the
 property suite's sizes (hidden 8-32, head_dim 2-8, 1-2 layers), and how large a fault they see
 there: with --fault (kernels/options.py FAULTS, e.g. attn_scale=1.01 or fp8_k) the same runs report
-how often that fault is caught and named.
+how often that fault is caught and named. --rounding SPEC runs a rounding variant of
+meta_tests/band_faults.py instead (a legitimate bfloat16 variant: the precision limit's calibration;
+or a band fault). Also prints, per hidden size and kind of value group, the quantiles of each run's
+largest group energy (x the twin's): what the precision limit (oracle/judge/calibration.py
+PRECISION_LIMITS) must cover.
 
-    python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--first 0] [--jobs 1] [--fault SPEC] [--json PATH]
+    python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--first 0] [--jobs 1] [--fault SPEC]
+        [--rounding SPEC] [--json PATH]
     python scripts/drift_false_alarm_rate.py --merge A.json B.json ... [--json PATH]
 
 Each --json holds its runs (per_run: index, failed, max |z|, threshold, directions, failure), so
@@ -22,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bf16_false_alarm_rat
 
 def one(args) -> tuple:
     """(failed, failure line, max |z|, |z| threshold, parameters tested, precision failed, its failure
-    line, its max z, its threshold, groups tested) of run i of seed s."""
-    seed, i, fault = args
+    line, its max z, its threshold, groups tested, {kind: largest group energy}, hidden size) of run i
+    of seed s."""
+    seed, i, fault, rounding, no_drift = args
     import torch
 
     torch.set_num_threads(1)
@@ -31,23 +37,42 @@ def one(args) -> tuple:
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
     from oracle.judge.drift import probe_runs
-    from oracle.judge.verdict import probe_verdicts
+    from oracle.judge.plan import probe_plan
+    from oracle.judge.verdict import judge
 
     rng = np.random.default_rng([seed, i])
     _, model = random_model(rng)
-    bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
-    rep, prec = probe_verdicts(model, probe_runs(bk, model, seed=int(rng.integers(1 << 30))), "bfloat16")
+    if rounding:
+        from meta_tests.band_faults import rounding_backend
+
+        bk = rounding_backend(rounding, "cpu", KernelOptions(fault=fault))
+    else:
+        bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
+    runs = probe_runs(bk, model, seed=int(rng.integers(1 << 30)))
+    if no_drift:  # the precision verdict alone (the limit's calibration): no drift fields
+        from oracle.judge import precision
+
+        prec = precision.fit(model, runs, "bfloat16")
+        drift_fields = (False, "", 0.0, 0.0, 0)
+    else:
+        v = judge(probe_plan(bk, model, runs))
+        rep, prec = v.drift, v.precision
+        drift_fields = (
+            not rep.ok,
+            rep.failure[:160],
+            max(abs(e.t) for e in rep.estimates),
+            rep.threshold,
+            len(rep.estimates),
+        )
     return (
-        not rep.ok,
-        rep.failure[:160],
-        max(abs(e.t) for e in rep.estimates),
-        rep.threshold,
-        len(rep.estimates),
+        *drift_fields,
         not prec.ok,
         prec.failure[:160],
         max(g.t for g in prec.groups),
         prec.threshold,
         len(prec.groups),
+        {k["kind"]: {"largest": k["largest"], "critical": k["critical_limit"]} for k in prec.kinds()},
+        model.cfg.hidden_size,
     )
 
 
@@ -71,7 +96,38 @@ def summarize(res: list, label: str) -> dict:
             "max_z_per_run": {"median": float(np.median(z)), "q99": float(np.quantile(z, 0.99)), "max": float(z.max())},
             "failures": [f[7] for f in fails],
         }
+    if res and len(res[0]) > 12:
+        out["largest_energy"] = energy_quantiles(res)
     return out
+
+
+def energy_quantiles(res: list) -> dict:
+    """Per hidden size (and all together) and kind: quantiles over runs of each run's largest group
+    energy; printed."""
+    table: dict = {}
+    for H in sorted({r[12] for r in res}) + ["all"]:
+        rows = [r for r in res if H == "all" or r[12] == H]
+        for kind in dict.fromkeys(k for r in rows for k in r[11]):
+            x = np.array([r[11][kind]["largest"] for r in rows if kind in r[11]])
+            q = dict(zip(("median", "q99", "max"), map(float, np.quantile(x, [0.5, 0.99, 1.0]))))
+            table.setdefault(str(H), {})[kind] = {"runs": len(x), **q}
+            print(
+                f"  largest energy, hidden {H}, {kind}: {len(x)} runs, median {q['median']:.2f}, "
+                f"99% {q['q99']:.2f}, max {q['max']:.2f}"
+            )
+    from oracle.judge import calibration
+
+    fails = [
+        r
+        for r in res
+        if any(k["critical"] > calibration.precision_limits(r[12])[KEY[kind]] for kind, k in r[11].items())
+    ]
+    print(f"  under calibration.PRECISION_LIMITS as now: {len(fails)} of {len(res)} runs fail the precision verdict")
+    table["fail_under_current_limits"] = [r[0] for r in fails]
+    return table
+
+
+KEY = {"K writes": "k", "V writes": "v", "draft logits": "draft", "verification logits": "verify"}
 
 
 def summarize_drift(res: list, label: str) -> dict:
@@ -102,6 +158,8 @@ def main(argv=None) -> int:
 
     p = parser(__doc__, 200)
     p.add_argument("--fault", default="", help="a kernel fault (kernels/options.py), e.g. attn_scale=1.01")
+    p.add_argument("--rounding", default="", help="a rounding variant (meta_tests/band_faults.py), e.g. scale_bf16")
+    p.add_argument("--no-drift", action="store_true", help="the precision verdict alone (its limit's calibration)")
     p.add_argument("--merge", nargs="+", default=None, help="merge the per_run lists of these --json files")
     args = p.parse_args(argv)
     if args.merge:
@@ -110,9 +168,11 @@ def main(argv=None) -> int:
         fault = parts[0].get("fault", "")
         summary = {"seed": parts[0]["seed"], "fault": fault, "merged": [p_["command"] for p_ in parts]}
     else:
-        work = [(args.seed, i, args.fault) for i in range(args.first, args.first + args.n)]
+        work = [
+            (args.seed, i, args.fault, args.rounding, args.no_drift) for i in range(args.first, args.first + args.n)
+        ]
         res = [(w[1],) + r for w, r in zip(work, run_all(one, work, args.jobs))]
-        fault = args.fault
+        fault = "+".join(filter(None, [args.fault, args.rounding and "rd:" + args.rounding]))
         summary = {"seed": args.seed, "fault": fault}
     summary |= summarize(res, fault or "correct backend")
     write_json(args.json, "scripts/drift_false_alarm_rate.py", argv, summary)

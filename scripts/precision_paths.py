@@ -6,8 +6,20 @@ each on and off; on a CPU: torch-cpu-bf16 (one path).
     python scripts/precision_paths.py --preset small [--reference jax] [--variants NAME,...] [--json PATH]
 
 A variant is a path and an optional fault, e.g. `default`, `gemv0`, `gemv0+fp8_k`, `attn_scale=1.003`
-(names: PATHS below; faults: kernels/options.py). Prints one line per variant: each verdict, the
-largest precision z, the group energies' range, the drift estimate nearest its threshold.
+(names: PATHS below; faults: kernels/options.py), or a rounding variant of meta_tests/band_faults.py
+after `rd:` (a legitimate bfloat16 variant or a band fault, patched into the eager path: on CUDA
+give the path `eager`), e.g. `rd:scale_bf16+norm_bf16`, `eager+rd:o_bits=7.1`. Prints one line per
+variant: each verdict, the largest precision z, the group energies' range, the largest energy per
+kind of value group against its limit and the smallest this run could detect, the drift estimate
+nearest its threshold. --no-drift: the precision verdict alone (the limit's calibration).
+
+    python scripts/precision_paths.py --table FILE.json ...
+
+prints the precision limit's table (oracle/judge/calibration.py PRECISION_LIMITS) from measurements:
+this script's --json files (their correct paths and legitimate rounding variants; faults are
+skipped) and scripts/drift_false_alarm_rate.py's (random models, correct or legitimate variants): per hidden size
+and kind the largest group energy, and the limit, LIMIT_FACTOR times the envelope over that size and
+every larger one.
 """
 
 import argparse
@@ -36,14 +48,86 @@ def backend(variant: str, device: str):
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
 
-    parts = variant.split("+")
-    path = parts[0] if parts[0] in PATHS else "default"
+    head, _, rounding = variant.partition("rd:")
+    parts = [p for p in head.split("+") if p]
+    path = parts[0] if parts and parts[0] in PATHS else "default"
     fault = "+".join(p for p in parts if p not in PATHS)
     opts = KernelOptions(**PATHS[path], fault=fault) if device == "cuda" else KernelOptions(fault=fault)
+    if rounding:  # meta_tests/band_faults.py: the eager path's functions patched
+        from meta_tests.band_faults import rounding_backend
+
+        return rounding_backend(rounding, device, opts, f"torch-{device}-bf16 [{variant}]")
     return TorchBackend(device, dtype="bfloat16", name=f"torch-{device}-bf16 [{variant}]", kernel_options=opts)
 
 
+def kinds_line(prec: dict) -> str:
+    """Per kind of value group: its largest energy / its limit (detectable: the smallest energy this
+    run could have detected in its best-measured group)."""
+    return "; ".join(
+        f"{k['kind']} {k['largest']:.2f}/{k['limit']:.2f} (detectable {k['detectable']:.2f})"
+        for k in prec.get("kinds", [])
+    )
+
+
+KINDS = {"K writes": "k", "V writes": "v", "draft logits": "draft", "verification logits": "verify"}
+
+
+def correct(variant: str) -> bool:
+    """Whether a variant is a correct path: kernel paths and legitimate rounding variants only."""
+    from meta_tests.band_faults import LEGITIMATE
+
+    head, _, rounding = variant.partition("rd:")
+    return all(t in PATHS for t in head.split("+") if t) and all(t in LEGITIMATE for t in rounding.split("+") if t)
+
+
+def table(files: list) -> dict:
+    """{hidden: {kind: (largest energy, where)}} over the measurement files, printed with the limits."""
+    from oracle.config import PRESETS
+    from oracle.judge import calibration
+
+    seen: dict = {}
+
+    def add(hidden, kind, energy, where):
+        cell = seen.setdefault(int(hidden), {})
+        if KINDS[kind] not in cell or energy > cell[KINDS[kind]][0]:
+            cell[KINDS[kind]] = (energy, where)
+
+    for f in files:
+        d = json.loads(Path(f).read_text())
+        if "per_run" in d:  # drift_false_alarm_rate.py: one random model per run
+            for r in d["per_run"]:
+                for kind, k in r[11].items():
+                    add(r[12], kind, k["largest"], f"{Path(f).name} run {r[0]} ({d.get('fault') or 'correct'})")
+        else:
+            for v, res in d["variants"].items():
+                if not correct(v):
+                    continue
+                prec = res.get("precision") or {}
+                hidden = prec.get("hidden") or PRESETS[d["preset"]].hidden_size
+                for g in prec.get("groups", []):  # files from before the per-kind summary too
+                    add(hidden, g["group"].split(",")[0], g["energy"], f"{d['preset']} {d['device']} {v}")
+    sizes = sorted(seen)
+    print("hidden  kind                  largest  (where)                                   limit")
+    limits = {}
+    for i, H in enumerate(sizes):
+        limits[H] = {}
+        for kind in ("k", "v", "draft", "verify"):
+            env = max(seen[h][kind][0] for h in sizes[i:] if kind in seen[h])
+            limits[H][kind] = round(calibration.LIMIT_FACTOR * env, 2)
+            e, where = seen[H].get(kind, (float("nan"), "-"))
+            print(f"{H:6d}  {kind:20s}  {e:7.2f}  ({where[:40]:40s})  {limits[H][kind]:.2f}")
+    print(f"limits (LIMIT_FACTOR {calibration.LIMIT_FACTOR} x the envelope over each size and the larger):")
+    for H in sizes:
+        print(f"    ({H}, {limits[H]}),")
+    return limits
+
+
 def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--table":
+        table(argv[1:])
+        return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="tiny")
     p.add_argument("--seed", type=int, default=0)
@@ -51,29 +135,29 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default=None, help="comma-separated (default: every correct path, then the faults)")
     p.add_argument("--device", default=None, help="cuda | cpu (default: cuda where torch sees one)")
     p.add_argument("--json", default=None)
+    p.add_argument("--no-drift", action="store_true", help="the precision verdict alone (precision.fit)")
     a = p.parse_args(argv)
-    import numpy as np
     import torch
     from oracle.checkpoint import build_model
-    from oracle.judge import drift, verdict
+    from oracle.judge import drift, precision, verdict
+    from oracle.judge.plan import probe_plan
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":  # one torch and one BLAS thread, as `check --backend` below hidden 512
+        from threadpoolctl import threadpool_limits
+
+        torch.set_num_threads(1)
+        threadpool_limits(1, user_api="blas")
     variants = a.variants.split(",") if a.variants else CORRECT + FAULTED
     if device == "cpu":
         variants = [v for v in variants if v.split("+")[0] in ("default",) or v.split("+")[0] not in PATHS]
     t0 = time.perf_counter()
     model = build_model(a.preset, a.seed)
-    stats_fn = dirs = energy_fn = None
+    judge = None  # the probe's fits: the NumPy reference's, or the JAX judge's jvp and twin
     if a.reference == "jax":
         from judge_jax.backend import make_jax_backend
 
         judge = make_jax_backend()
-        if model.cfg.hidden_size >= drift.COARSE_HIDDEN:
-            dirs = drift.coarse_directions(model.cfg.num_layers)
-        stats_fn = judge.drift_stats_fn(
-            model, "bfloat16", basis=None if dirs is None else np.stack([c for _, c in dirs])
-        )
-        energy_fn = judge.precision_energy_fn(model, "bfloat16")
     out = {
         "preset": a.preset,
         "device": device,
@@ -86,32 +170,41 @@ def main(argv=None) -> int:
     for v in variants:
         t1 = time.perf_counter()
         try:
-            runs = drift.probe_runs(backend(v, device), model)
+            bk = backend(v, device)
+            runs = drift.probe_runs(bk, model)
             t2 = time.perf_counter()
-            rep, prec = verdict.probe_verdicts(
-                model, runs, "bfloat16", stats_fn=stats_fn, dirs=dirs, energy_fn=energy_fn
-            )
+            if a.no_drift:  # the NumPy twin's energies (or the JAX judge's, on the device)
+                efn = None if judge is None else judge.precision_energy_fn(model, "bfloat16")
+                rep, prec = None, precision.fit(model, runs, "bfloat16", energy_fn=efn)
+            else:
+                got = verdict.judge(probe_plan(bk, model, runs, judge=judge))
+                rep, prec = got.drift, got.precision
         except Exception as e:  # noqa: BLE001 -- recorded, the other variants go on
             out["variants"][v] = {"error": f"{type(e).__name__}: {e}"}
             print(f"{v}: ERROR {type(e).__name__}: {e}", flush=True)
             continue
         t3 = time.perf_counter()
-        near = max(rep.estimates, key=lambda e: abs(e.t))
         en = [g.energy for g in prec.groups]
         out["variants"][v] = {
-            "drift": rep.to_json(),
             "precision": prec.to_json(),
             "probe_s": round(t2 - t1, 2),
             "verdicts_s": round(t3 - t2, 2),
         }
+        said = ""
+        if rep is not None:
+            near = max(rep.estimates, key=lambda e: abs(e.t))
+            out["variants"][v]["drift"] = rep.to_json()
+            said = (
+                f"drift {'ok' if rep.ok else 'FAIL'} (|z| max {abs(near.t):.1f} <= {rep.threshold:.2f}? "
+                f"{near.label} {1 + near.drift:.4f}); "
+            )
         print(
-            f"{v}: drift {'ok' if rep.ok else 'FAIL'} (|z| max {abs(near.t):.1f} <= {rep.threshold:.2f}? "
-            f"{near.label} {1 + near.drift:.4f}); precision {'ok' if prec.ok else 'FAIL'} (z max "
-            f"{max(g.t for g in prec.groups):.1f} vs {prec.threshold:.2f}; energy {min(en):.2f}-{max(en):.2f}x); "
-            f"probe {t2 - t1:.1f} s, verdicts {t3 - t2:.1f} s",
+            f"{v}: {said}precision {'ok' if prec.ok else 'FAIL'} (z max {max(g.t for g in prec.groups):.1f} vs "
+            f"{prec.threshold:.2f}; energy {min(en):.2f}-{max(en):.2f}x; by kind, largest/limit: "
+            f"{kinds_line(prec.to_json())}); probe {t2 - t1:.1f} s, verdicts {t3 - t2:.1f} s",
             flush=True,
         )
-        for line in (rep.failure, prec.failure):
+        for line in ("" if rep is None else rep.failure, prec.failure):
             if line:
                 print("    " + line[:300], flush=True)
         if a.json:  # after each variant: a run cut by a time limit keeps what it measured

@@ -59,6 +59,38 @@ def test_group_at_rho_passes_and_one_far_above_fails_named():
     assert rep.requests == N and rep.to_json()["groups"][0]["group"] == "K writes, depth 0, layer 0"
 
 
+def test_each_kind_is_judged_against_its_own_limit_and_the_headroom_is_reported():
+    """limits: kind -> limit. A group at 2x fails against a K limit of 1.5 and passes against a V
+    limit of 2.5; per kind the report gives the largest energy, the limit and the smallest energy the
+    run could have detected (limit * exp(threshold * se) of the kind's best-measured group)."""
+    rep = precision.verdict(
+        energies({("k", 0, 0): 2.0, ("v", 0, 0): 2.0, ("draft", 1): 1.0, ("verify", 3): 1.0}),
+        "bfloat16",
+        limits={"k": 1.5, "v": 2.5, "draft": 1.4, "verify": 1.3},
+        hidden=128,
+    )
+    by = {g.key: g for g in rep.groups}
+    assert by[("k", 0, 0)].limit == 1.5 and by[("k", 0, 0)].t > rep.threshold
+    assert by[("v", 0, 0)].limit == 2.5 and by[("v", 0, 0)].t < 0
+    assert not rep.ok and rep.failure.startswith("K writes, depth 0, layer 0: error energy 2.00x the bfloat16 twin's")
+    assert "within 1.50x the twin's energy in K writes at hidden size 128" in rep.failure
+    kinds = {k["kind"]: k for k in rep.to_json()["kinds"]}
+    g = by[("v", 0, 0)]
+    assert kinds["V writes"]["limit"] == 2.5 and kinds["V writes"]["largest"] == pytest.approx(2.0)
+    assert kinds["V writes"]["detectable"] == pytest.approx(2.5 * math.exp(g.threshold * g.se))
+    assert kinds["V writes"]["critical_limit"] == pytest.approx(2.0 * math.exp(-g.threshold * g.se))
+    lines = precision.report_lines(rep.to_json())
+    assert any(
+        line.strip().startswith("V writes: largest 2.00x") and "limit 2.50x at hidden 128" in line for line in lines
+    )
+    assert rep.to_json()["limits"] == {
+        "K writes": 1.5,
+        "V writes": 2.5,
+        "draft logits": 1.4,
+        "verification logits": 1.3,
+    }
+
+
 def test_every_group_at_rho_passes():
     rep = precision.verdict(energies({("k", j, l): precision.RHO for j in range(3) for l in range(2)}), "float16")
     assert rep.ok and rep.failure == ""
@@ -339,11 +371,26 @@ def test_nothing_observed_or_a_non_finite_value_fails():
     assert not rep.ok and "K writes, depth 0, layer 0" in rep.failure
 
 
-def test_the_drift_floor_is_the_validated_one_up_to_hidden_32_and_shrinks_as_one_over_sqrt_above():
+def test_the_drift_floor_is_the_validated_one_up_to_hidden_32_and_shrinks_as_one_over_hidden_above():
     """floor(H): DRIFT_FLOOR where the 2000-model false-alarm run measured it (H = 8..32), then
-    DRIFT_FLOOR * sqrt(32 / H), and the twin's allowance widened by exactly that."""
+    DRIFT_FLOOR * 32 / H (calibration.FLOOR_POWER 1), and the twin's allowance widened by exactly that."""
     assert [drift.drift_floor(h) for h in (8, 16, 32)] == [drift.DRIFT_FLOOR] * 3
-    assert drift.drift_floor(128) == pytest.approx(drift.DRIFT_FLOOR / 2)
-    assert drift.drift_floor(2048) == pytest.approx(drift.DRIFT_FLOOR / 8)
+    assert drift.drift_floor(128) == pytest.approx(drift.DRIFT_FLOOR / 4)
+    assert drift.drift_floor(2048) == pytest.approx(drift.DRIFT_FLOOR / 64)
     xt = np.zeros((24, 8))
-    assert drift.twin_allowance(xt, drift.drift_floor(128)) == pytest.approx((-0.0005, 0.0005))
+    assert drift.twin_allowance(xt, drift.drift_floor(128)) == pytest.approx((-0.00025, 0.00025))
+
+
+def test_precision_limits_follow_the_hidden_size_and_the_drift_allowance_takes_the_largest():
+    """calibration.PRECISION_LIMITS: a model takes the last row at or below its hidden size (a size
+    between two measured ones the smaller one's), limits never grow with the hidden size, and the
+    drift allowance's factor is the largest limit of any kind there."""
+    from oracle.judge import calibration
+
+    rows = calibration.PRECISION_LIMITS
+    assert calibration.precision_limits(8) == rows[0][1] and calibration.precision_limits(4) == rows[0][1]
+    assert calibration.precision_limits(64) == calibration.precision_limits(32)
+    assert calibration.precision_limits(2048) == rows[-1][1]
+    for (_, a), (_, b) in zip(rows, rows[1:]):
+        assert all(b[k] <= a[k] for k in precision.KIND)
+    assert drift.allowance_rho(128) == max(calibration.precision_limits(128).values())

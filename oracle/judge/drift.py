@@ -29,11 +29,13 @@ from .calibration import (  # noqa: F401 (drift's API: judge_jax, scripts and te
     COARSE_HIDDEN,
     DRIFT_FLOOR,
     FLOOR_HIDDEN,
+    FLOOR_POWER,
     GROWTH,
     PROBE_GROUP,
     PROBE_REQUESTS,
     TWIN_SPREAD,
     VISIBLE,
+    precision_limits,
 )
 from .forwards import FD_STEP, Forwards, of
 from .scenario import make_case
@@ -52,10 +54,11 @@ WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
 # Rounding noise also drifts a little by itself, at second order (normalising a noisy vector
 # shrinks it by ~ sigma**2 / 2). What it gives along each direction is measured on the noise twin
 # (the same estimator over each twin sample's error, SAMPLES per request): a correct engine's drift,
-# beyond the weights' share, lies between 0 and noise.RHO times the twin's mean drift (rounding
-# with up to RHO times the twin's error energy), widened by TWIN_SPREAD standard errors of that mean
-# and by drift_floor(hidden), what the twin does not draw (calibration.py: DRIFT_FLOOR up to
-# FLOOR_HIDDEN, shrinking as 1 / sqrt(hidden) above). Where no twin applies (the JAX judge's
+# beyond the weights' share, lies between 0 and rho times the twin's mean drift (rounding with up to
+# rho times the twin's error energy, rho the largest energy the precision verdict allows at the
+# model's hidden size: allowance_rho), widened by TWIN_SPREAD standard errors of that mean and by
+# drift_floor(hidden), what the twin does not draw (calibration.py: DRIFT_FLOOR up to FLOOR_HIDDEN,
+# shrinking as (FLOOR_HIDDEN / hidden) ** FLOOR_POWER above). Where no twin applies (the JAX judge's
 # sensitivities) the allowance is [-DRIFT_FLOOR, DRIFT_FLOOR].
 
 LABEL = {
@@ -224,26 +227,35 @@ class DriftReport:
 
 def drift_floor(hidden: int) -> float:
     """What the twin does not draw, at this hidden size: DRIFT_FLOOR up to FLOOR_HIDDEN, then
-    DRIFT_FLOOR * sqrt(FLOOR_HIDDEN / hidden)."""
-    return DRIFT_FLOOR * float(np.sqrt(FLOOR_HIDDEN / max(hidden, FLOOR_HIDDEN)))
+    DRIFT_FLOOR * (FLOOR_HIDDEN / hidden) ** FLOOR_POWER."""
+    return DRIFT_FLOOR * float((FLOOR_HIDDEN / max(hidden, FLOOR_HIDDEN)) ** FLOOR_POWER)
 
 
-def twin_allowance(xt: np.ndarray, floor: float = DRIFT_FLOOR) -> tuple[float, float]:
+def allowance_rho(hidden: int) -> float:
+    """The error energy (x the twin's) whose rounding drift a correct engine may show: the largest
+    the precision verdict allows any kind of value group at this hidden size."""
+    return max(precision_limits(hidden).values())
+
+
+def twin_allowance(xt: np.ndarray, floor: float = DRIFT_FLOOR, rho: float | None = None) -> tuple[float, float]:
     """(lo, hi): the drift rounding alone may give along one direction, from the twin samples'
-    estimates xt [requests, SAMPLES]: between 0 and noise.RHO times their mean, widened by TWIN_SPREAD
-    standard errors of that mean (over requests) and by floor (drift_floor of the model)."""
+    estimates xt [requests, SAMPLES]: between 0 and rho (default noise.RHO) times their mean, widened
+    by TWIN_SPREAD standard errors of that mean (over requests) and by floor (drift_floor of the model)."""
     per = xt.mean(axis=1)
     mean = float(per.mean())
     se = float(per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else abs(mean)
-    ends = (0.0, noise.RHO * mean)
+    ends = (0.0, (noise.RHO if rho is None else rho) * mean)
     return min(ends) - TWIN_SPREAD * se - floor, max(ends) + TWIN_SPREAD * se + floor
 
 
-def verdict(stats: list, num_layers: int, reproduce: str = "", dirs=None, floor: float = DRIFT_FLOOR) -> DriftReport:
+def verdict(
+    stats: list, num_layers: int, reproduce: str = "", dirs=None, floor: float = DRIFT_FLOOR, rho: float | None = None
+) -> DriftReport:
     """The drift verdict from per-request (b, G, values, bw[, bt]); dirs: the directions tested
     (default: `directions`, every parameter per layer). With every request's bt (the twin samples'
-    J^T W e), each direction's rounding allowance is the twin's widened by floor (drift_floor of
-    the model's hidden size); else the flat DRIFT_FLOOR."""
+    J^T W e), each direction's rounding allowance is the twin's (rho: allowance_rho of the model's
+    hidden size; None: noise.RHO) widened by floor (drift_floor of the model's hidden size); else
+    the flat DRIFT_FLOOR."""
     Gs, bs = np.stack([s[1] for s in stats]), np.stack([s[0] for s in stats])
     bws = np.stack([s[3] for s in stats])
     bts = np.stack([s[4] for s in stats]) if all(len(s) > 4 and s[4] is not None for s in stats) else None
@@ -270,7 +282,9 @@ def verdict(stats: list, num_layers: int, reproduce: str = "", dirs=None, floor:
         keep = a > 0
         x, xw = (bs[keep] @ c) / a[keep], (bws[keep] @ c) / a[keep]
         lo, hi = (
-            twin_allowance(bts[keep] @ c / a[keep, None], floor) if bts is not None else (-DRIFT_FLOOR, DRIFT_FLOOR)
+            twin_allowance(bts[keep] @ c / a[keep, None], floor, rho)
+            if bts is not None
+            else (-DRIFT_FLOOR, DRIFT_FLOOR)
         )
         mean, se, t, s = min(
             (drift_stats.beyond_interval(x - s * xw, lo, hi) + (s,) for s in WEIGHT_SHARES), key=lambda r: abs(r[2])
@@ -351,25 +365,8 @@ def fit(
         for tokens, loops, obs in sets:
             new = stats_fn(tokens, loops, obs)
             per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
-    rep = verdict(list(per.values()), model.cfg.num_layers, reproduce, dirs, drift_floor(model.cfg.hidden_size))
-    rep.seconds = time.perf_counter() - t0
-    return rep
-
-
-def drift_check(
-    backend,
-    model,
-    n: int = PROBE_REQUESTS,
-    seed: int = 12345,
-    reproduce: str = "",
-    stats_fn=None,
-    dirs=None,
-    fwd: Forwards | None = None,
-) -> DriftReport:
-    """Runs the probe through the backend in both modes and fits the drifts (fit, on fwd)."""
-    t0 = time.perf_counter()
-    runs = probe_runs(backend, model, n, seed)
-    rep = fit(model, runs, "float32" if backend.exact else backend.dtype, reproduce, stats_fn, dirs, fwd)
+    H = model.cfg.hidden_size
+    rep = verdict(list(per.values()), model.cfg.num_layers, reproduce, dirs, drift_floor(H), allowance_rho(H))
     rep.seconds = time.perf_counter() - t0
     return rep
 

@@ -11,11 +11,15 @@ implementation of the dtype gives E[r_v^2] near 1 (less where it keeps more prec
 
     group g      (kind, depth[, layer]): kind k | v | draft | verify
     sample       one request: m_gr = mean over its values in g of r_v^2 (its block and loop runs averaged)
-    statistic    x_gr = log m_gr; t_g = (mean_r x_gr - log RHO) / se_g, Student's t, n - 1 dof
+    statistic    x_gr = log m_gr; t_g = (mean_r x_gr - log limit_g) / se_g, Student's t, n - 1 dof
     verdict      fail iff t_g > t_crit(one-sided FAMILY_ALPHA / groups, n - 1) for some g
 
-RHO is the energy a correct backend may show, as a multiple of the twin's. The report gives every
-group's energy E_g = exp(mean_r x_gr) as effective significant bits, bits = BITS - log2(E_g) / 2.
+limit_g is the energy a correct backend may show in a group of g's kind, as a multiple of the
+twin's, at the model's hidden size: measured on legitimate bfloat16 implementations
+(calibration.precision_limits; docs/results.md, "The precision limit"). The report gives every
+group's energy E_g = exp(mean_r x_gr) as effective significant bits, bits = BITS - log2(E_g) / 2,
+and per kind the largest energy, its limit and the smallest energy the run could have detected,
+limit * exp(t_crit * se) of its best-measured group (headroom and power).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_stats, noise
-from .calibration import FAMILY_ALPHA, RHO  # noqa: F401 (precision's API; calibration.py says why)
+from .calibration import FAMILY_ALPHA, RHO, precision_limits  # noqa: F401 (precision's API)
 from .forwards import Forwards, of
 from .observations import observations
 
@@ -49,11 +53,17 @@ class Group:
     bits: float  # effective significant bits: BITS - log2(energy) / 2
     requests: int = 0  # the requests the group was seen in (its samples)
     threshold: float = 0.0  # its one-sided t threshold (n - 1 degrees of freedom, Bonferroni)
+    limit: float = RHO  # the energy a correct implementation may show in this group (x the twin's)
+
+    @property
+    def detectable(self) -> float:
+        """The smallest energy this group's test would have called (z = threshold at this se)."""
+        return self.limit * math.exp(self.threshold * self.se) if np.isfinite(self.se) else math.inf
 
     def line(self, dtype: str) -> str:
         return (
-            f"{group_label(self.key)}: error energy {self.energy:.2f}x the {dtype} twin's (z = {self.t:.1f}): "
-            f"about {self.bits:.1f} significant bits where {dtype} has {BITS[dtype]}"
+            f"{group_label(self.key)}: error energy {self.energy:.2f}x the {dtype} twin's (limit {self.limit:.2f}x, "
+            f"z = {self.t:.1f}): about {self.bits:.1f} significant bits where {dtype} has {BITS[dtype]}"
         )
 
     def to_json(self) -> dict:
@@ -66,6 +76,8 @@ class Group:
             "bits": self.bits,
             "requests": self.requests,
             "threshold": self.threshold,
+            "limit": self.limit,
+            "detectable": self.detectable,
         }
 
 
@@ -75,10 +87,37 @@ class PrecisionReport:
     dtype: str
     requests: int
     threshold: float
-    rho: float = RHO
+    rho: float = RHO  # the largest limit of any kind (the limits themselves: limits)
     groups: list = field(default_factory=list)
     failure: str = ""
     seconds: float = 0.0
+    limits: dict = field(default_factory=dict)  # kind -> the energy a correct implementation may show
+    hidden: int | None = None  # the model's hidden size the limits are for
+
+    def kinds(self) -> list[dict]:
+        """Per kind of value group, in compute order: the largest energy (and its group), the limit,
+        and the smallest energy this run could have detected (its best-measured group's)."""
+        out = []
+        for kind in KIND:
+            gs = [g for g in self.groups if g.key[0] == kind]
+            if not gs:
+                continue
+            top = max(gs, key=lambda g: g.energy)
+            out.append(
+                {
+                    "kind": KIND[kind],
+                    "groups": len(gs),
+                    "largest": top.energy,
+                    "largest_group": group_label(top.key),
+                    "largest_z": top.t,
+                    "limit": top.limit,
+                    "headroom": top.limit / top.energy if top.energy > 0 else math.inf,
+                    "detectable": min(g.detectable for g in gs),
+                    # the largest limit under which this run would have failed a group of this kind
+                    "critical_limit": max(g.energy * math.exp(-g.threshold * g.se) for g in gs),
+                }
+            )
+        return out
 
     def to_json(self) -> dict:
         return {
@@ -87,9 +126,12 @@ class PrecisionReport:
             "requests": self.requests,
             "threshold": self.threshold,
             "rho": self.rho,
+            "limits": {KIND[k]: v for k, v in self.limits.items()},
+            "hidden": self.hidden,
             "family_alpha": FAMILY_ALPHA,
             "failure": self.failure,
             "seconds": round(self.seconds, 2),
+            "kinds": self.kinds(),
             "groups": [g.to_json() for g in self.groups],
         }
 
@@ -153,9 +195,14 @@ def request_energies(model, runs, dtype: str, energy_fn=None, fwd: Forwards | No
     }
 
 
-def verdict(energies: dict, dtype: str, reproduce: str = "", rho: float = RHO) -> PrecisionReport:
+def verdict(
+    energies: dict, dtype: str, reproduce: str = "", rho: float = RHO, limits: dict | None = None, hidden=None
+) -> PrecisionReport:
     """The precision verdict from request_energies. Each group is tested over its own requests (its
-    own degrees of freedom); a group seen in one request only is not tested; no group at all fails."""
+    own degrees of freedom) against its kind's limit (limits: kind -> limit, e.g. precision_limits
+    of the model's hidden size; a kind not in it, or no limits: rho); a group seen in one request
+    only is not tested; no group at all fails."""
+    limits = {k: (limits or {}).get(k, rho) for k in KIND}
     by_group: dict = {}
     for groups in energies.values():
         for g, (m, n) in groups.items():
@@ -168,10 +215,11 @@ def verdict(energies: dict, dtype: str, reproduce: str = "", rho: float = RHO) -
         ms = np.array([max(m, 1e-300) for m, _ in tested[g]])
         x = np.log(ms)
         mean, se, _ = drift_stats.one_sample_t(x)
+        lim = limits[g[0]]
         if not np.isfinite(mean):  # a value not finite where the reference's is
             t = math.inf
         else:
-            t = (mean - math.log(rho)) / se if se > 0 else (math.inf if mean > math.log(rho) else -math.inf)
+            t = (mean - math.log(lim)) / se if se > 0 else (math.inf if mean > math.log(lim) else -math.inf)
         e = math.exp(mean) if np.isfinite(mean) else math.inf
         out.append(
             Group(
@@ -183,10 +231,21 @@ def verdict(energies: dict, dtype: str, reproduce: str = "", rho: float = RHO) -
                 BITS[dtype] - math.log2(e) / 2,
                 len(ms),
                 one_sided_threshold(len(tested), len(ms)),
+                lim,
             )
         )
     bad = [g for g in out if g.t > g.threshold]
-    rep = PrecisionReport(bool(out) and not bad, dtype, n_req, thr, rho, out)
+    seen = {g.key[0] for g in out}
+    rep = PrecisionReport(
+        bool(out) and not bad,
+        dtype,
+        n_req,
+        thr,
+        max((limits[k] for k in seen), default=rho),
+        out,
+        limits={k: v for k, v in limits.items() if k in seen},
+        hidden=hidden,
+    )
     if not out:
         rep.failure = "no value group was observed in two or more probe requests: nothing to judge the precision by" + (
             f" (reproduce: {reproduce})" if reproduce else ""
@@ -199,7 +258,9 @@ def verdict(energies: dict, dtype: str, reproduce: str = "", rho: float = RHO) -
             f"in compute order (the error enters there or just before)"
             + (f"; the largest: {group_label(worst.key)}, {worst.energy:.2f}x" if worst is not first else "")
             + f"; {len(bad)} of {len(out)} groups past it (a correct {dtype} implementation stays within "
-            f"{rho:g}x the twin's energy; z > {first.threshold:.2f} over {first.requests} requests, "
+            f"{first.limit:.2f}x the twin's energy in {KIND[first.key[0]]}"
+            + (f" at hidden size {hidden}" if hidden else "")
+            + f"; z > {first.threshold:.2f} over {first.requests} requests, "
             f"family-wise false-alarm rate {FAMILY_ALPHA:g})" + (f" (reproduce: {reproduce})" if reproduce else "")
         )
     return rep
@@ -216,26 +277,41 @@ def compute_order(g: tuple) -> tuple:
 def fit(
     model, runs, dtype: str, reproduce: str = "", energy_fn=None, fwd: Forwards | None = None
 ) -> PrecisionReport | None:
-    """The precision verdict over the drift probe's runs (None: no twin for this dtype). fwd: the
-    run's forwards (oracle/judge/forwards.py; None: made for this fit)."""
+    """The precision verdict over the drift probe's runs (None: no twin for this dtype), each kind of
+    value group against its limit at the model's hidden size (calibration.precision_limits). fwd:
+    the run's forwards (oracle/judge/forwards.py; None: made for this fit)."""
     if dtype not in noise.SIGMA:
         return None
     t0 = time.perf_counter()
     runs = runs.values() if isinstance(runs, dict) else runs
-    rep = verdict(request_energies(model, runs, dtype, energy_fn, fwd), dtype, reproduce)
+    H = model.cfg.hidden_size
+    energies = request_energies(model, runs, dtype, energy_fn, fwd)
+    rep = verdict(energies, dtype, reproduce, limits=precision_limits(H), hidden=H)
     rep.seconds = time.perf_counter() - t0
     return rep
 
 
 def report_lines(p: dict) -> list[str]:
-    """The precision section of `check --backend`'s text output: every group's effective precision."""
+    """The precision section of `check --backend`'s text output: per kind its largest energy, limit
+    and the smallest energy the run could have detected (headroom and power), then every group's
+    effective precision."""
     head = (
         f"  precision: {len(p['groups'])} value groups over {p['requests']} probe requests ({p['seconds']} s); "
-        f"error energy beyond {p['rho']:g}x the twin's at z > {p['threshold']:.2f} fails (family-wise "
-        f"false-alarm rate {p['family_alpha']:g}): "
+        f"a group's error energy beyond its kind's limit (x the twin's) at z > {p['threshold']:.2f} fails "
+        f"(family-wise false-alarm rate {p['family_alpha']:g}): "
         + ("every group within" if p["ok"] else "BELOW THE DECLARED PRECISION")
     )
-    return [head] + [
-        f"    {g['group']}: energy {g['energy']:.2f}x (z = {g['z']:.1f}), about {g['bits']:.1f} bits"
-        for g in p["groups"]
+    kinds = [
+        f"    {k['kind']}: largest {k['largest']:.2f}x ({k['largest_group']}), limit {k['limit']:.2f}x"
+        + (f" at hidden {p['hidden']}" if p.get("hidden") else "")
+        + f", detectable from {k['detectable']:.2f}x"
+        for k in p.get("kinds", [])
     ]
+    return (
+        [head]
+        + kinds
+        + [
+            f"    {g['group']}: energy {g['energy']:.2f}x (z = {g['z']:.1f}), about {g['bits']:.1f} bits"
+            for g in p["groups"]
+        ]
+    )
