@@ -56,6 +56,7 @@ class Plan:
     both_noisy: bool = False  # traces: A is a reduced-precision run too (the twin's scale x sqrt(2))
     probe: str = "auto"
     probe_runs: dict | None = None  # probe: the probe's runs by mode, made by the caller
+    probe_requests: int = 0  # the probe's requests (0: calibration.PROBE_REQUESTS); fewer: a shrunk probe
     tolerance: str = "auto"
     suffix: str = ""  # appended to each case's reproduce line
     reproduce: str = ""  # traces and pairs: the reproduce line
@@ -70,6 +71,7 @@ class Plan:
         assert self.tolerance in TOLERANCE, f"tolerance {self.tolerance!r}, expected one of {TOLERANCE}"
         assert self.model is not None or self.kind == "traces", f"a {self.kind} plan needs the model"
         assert self.backend is not None or self.kind in ("reference", "traces"), f"a {self.kind} plan needs a backend"
+        assert self.probe_requests == 0 or self.probe_requests >= 2, f"probe_requests {self.probe_requests}: 0 or >= 2"
 
     def probes(self) -> bool:
         """Whether the drift probe runs: a reduced-precision backend, and the plan asks for it."""

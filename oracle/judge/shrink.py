@@ -6,8 +6,8 @@ verdict in the import graph, tests/test_imports.py), a case by
 
     judge_fn(backend_plan(backend, model, [candidate], probe="off", ...), Executor("inline"))
 
-and the drift probe by a probe plan over runs of fewer probe requests (drift.probe_runs(backend,
-model, n)). It never compares anything itself.
+and the drift probe by a probe plan of fewer probe requests (`probe_plan(..., probe_requests=n)`:
+the verdict's own probe, n requests). It never compares anything itself.
 
 The same way: the failure class is the failed check's name after its last ": " (kv_writes,
 draft_logits, verify_logits, decisions, rng_events, tokens, malformed, backend, schedule, stats, ...);
@@ -518,20 +518,14 @@ def shrink_probe(
 
 
 def probe_verdict(backend, model, n: int, judge_fn, *, judge=None, timeout=None, reproduce="", fallback=True):
-    """The drift probe's two verdicts over n probe requests: a probe plan over drift.probe_runs(backend,
-    model, n), judged inline (`check --probe-requests N`). Where the backend raises during those runs,
-    None, or with fallback the probe plan without runs (the verdict's own probe of PROBE_REQUESTS
-    requests, which names the exception as its failed check: the plan has no field for n)."""
-    from ..backends import GuardedBackend
-
-    guarded = GuardedBackend(backend, timeout) if timeout is not None else backend
-    try:
-        runs = _drift.probe_runs(guarded, model, n)
-    except Exception:  # noqa: BLE001 -- the verdict names it (fallback), or not this failure
-        if not fallback:
-            return None
-        runs = None
-    return judge_fn(probe_plan(backend, model, runs, judge=judge, probe_reproduce=reproduce), Executor("inline"))
+    """The drift probe's two verdicts over n probe requests: a probe plan of n requests, judged inline
+    (`check --probe-requests N`); where the backend raises in the probe, that is its failed check.
+    fallback=False: None where the probe did not run to its fits (not this failure)."""
+    plan = probe_plan(backend, model, judge=judge, probe_reproduce=reproduce, probe_requests=n, timeout=timeout)
+    v = judge_fn(plan, Executor("inline"))
+    if not fallback and v.drift is None:
+        return None
+    return v
 
 
 def shrink(

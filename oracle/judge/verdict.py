@@ -195,9 +195,10 @@ def _backend(plan: Plan, ex: Executor) -> Verdict:
         if early is not None
         else _cases.reference_sides(backend, model, plan.cases, judge, fwd)
     )
+    n = plan.probe_requests or _drift.PROBE_REQUESTS
     if plan.probes():
-        ex.phase("probe", f"{_drift.PROBE_REQUESTS} requests through the backend, both modes")
-    pending = start_drift(guarded, model, plan.probe_reproduce, judge, fwd=fwd) if plan.probes() else None
+        ex.phase("probe", f"{n} requests through the backend, both modes")
+    pending = start_drift(guarded, model, plan.probe_reproduce, judge, n, fwd) if plan.probes() else None
     # JudgeFailed: the caller's to name
     judged = _judge_cases(v, guarded, model, plan.cases, plan.suffix, gjudge, sides, plan.catch, fwd, ex)
     for case, reports, runs in judged:
@@ -270,9 +271,11 @@ def _probe_only(plan: Plan, ex: Executor) -> Verdict:
     runs made now through the backend."""
     backend, model = plan.backend, plan.model
     v = _verdict(backend, plan.judge, model)
-    ex.phase("probe", f"{_drift.PROBE_REQUESTS} requests through the backend, both modes")
+    n = plan.probe_requests or _drift.PROBE_REQUESTS
+    ex.phase("probe", f"{n} requests through the backend, both modes")
     if plan.probe_runs is None:
-        pending = start_drift(backend, model, plan.probe_reproduce, plan.judge)
+        guarded = GuardedBackend(backend, plan.timeout) if plan.timeout is not None else backend
+        pending = start_drift(guarded, model, plan.probe_reproduce, plan.judge, n)
     else:
         runs = plan.probe_runs
         problem = probe_problem(model, runs)
@@ -540,8 +543,9 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
                 f.cancel()
             pool.shutdown(wait=True)
     if plan.probes():
-        ex.phase("probe", f"{_drift.PROBE_REQUESTS} requests through the backend, both modes, fitted by the judge")
-        _finish_probe(v, start_drift(backend, model, plan.probe_reproduce, judge))
+        n = plan.probe_requests or _drift.PROBE_REQUESTS
+        ex.phase("probe", f"{n} requests through the backend, both modes, fitted by the judge")
+        _finish_probe(v, start_drift(backend, model, plan.probe_reproduce, judge, n))
     return v
 
 
