@@ -1266,7 +1266,7 @@ def make():
     "spec,words",
     [
         ("plug_nan:make", "verification logits of offset 0 hold NaN"),
-        ("meta_tests.plugins:make_token_out_of_vocab", "emitted token 64 is not a token id in [0, 64)"),
+        ("meta_tests.plugins:make_token_out_of_vocab", "is 64, not a token id in [0, 64)"),
     ],
 )
 def test_record_of_malformed_rounds_fails_and_writes_only_when_asked(spec, words, tmp_path, capsys, monkeypatch):
@@ -1275,7 +1275,7 @@ def test_record_of_malformed_rounds_fails_and_writes_only_when_asked(spec, words
     out_file = tmp_path / "m.json"
     argv = ["trace", "record", "--counts", "2,1", "--rounds", "1", "--backend", spec, "--out", str(out_file)]
     rc, out, err = run_main(argv, None, capsys, monkeypatch)
-    assert rc == 1 and "MALFORMED round 0 request" in out and words in out, (out, err)
+    assert rc == 1 and "FAIL [malformed] round 0 request" in out and words in out, (out, err)
     assert "nothing written" in out and not out_file.exists() and not Path(str(out_file) + ".npz").exists()
     rc, out, err = run_main(argv + ["--keep-malformed"], None, capsys, monkeypatch)
     assert rc == 1 and out_file.exists() and "malformed request-round(s) kept" in out
