@@ -19,6 +19,7 @@ from oracle.checkpoint import build_model
 from oracle.cli import main
 from oracle.cli.catalogue import default_cases
 from oracle.judge import compare
+from oracle.judge.plan import backend_plan
 from oracle.judge.verdict import judge
 
 
@@ -57,7 +58,7 @@ def test_torch_chain_step_skipped_on_one_side_fails(tiny, biting, step, rows):
     pytest.importorskip("torch")
     from meta_tests import faulty_chain
 
-    out = judge(faulty_chain.make(step, rows), tiny, biting, drift=False).to_json()
+    out = judge(backend_plan(faulty_chain.make(step, rows), tiny, biting, probe="off")).to_json()
     bad = failures(out)
     assert bad, f"skip_{rows}.{step} passed the built-in cases"
     # a token changed (or the backend's own decision is not the chain's on its own logits)
@@ -68,7 +69,7 @@ def test_correct_torch_backend_passes_the_biting_cases(tiny, biting):
     pytest.importorskip("torch")
     from kernels.backend import make_torch_cpu_bf16
 
-    out = judge(make_torch_cpu_bf16(), tiny, biting, drift=False).to_json()
+    out = judge(backend_plan(make_torch_cpu_bf16(), tiny, biting, probe="off")).to_json()
     assert out["ok"], failures(out)
 
 
@@ -83,12 +84,12 @@ def test_correct_torch_backend_passes_the_biting_cases(tiny, biting):
     ],
 )
 def test_reference_level_chain_faults_fail_the_default_check(tiny, biting, fault):
-    out = judge(getattr(faulty, fault)(), tiny, biting, drift=False).to_json()
+    out = judge(backend_plan(getattr(faulty, fault)(), tiny, biting, probe="off")).to_json()
     assert any(c["name"].endswith("tokens") for c in failures(out)), (fault, failures(out))
 
 
 def test_no_fault_passes_the_biting_cases(tiny, biting):
-    out = judge(faulty.make_no_fault(), tiny, biting, drift=False).to_json()
+    out = judge(backend_plan(faulty.make_no_fault(), tiny, biting, probe="off")).to_json()
     assert out["ok"], failures(out)
 
 
@@ -105,7 +106,7 @@ def test_judge_contradicting_its_own_rule_is_never_excused(tiny, monkeypatch):
     backend diverges from it where its choice was the runner-up, at a reference margin below zero."""
     cases = default_cases(tiny.cfg.vocab_size)[:1]
     side = faulty_judge.make_loose_argmax_judge()
-    out = judge(faulty.make_exact_false(), tiny, cases, judge=side, drift=False).to_json()
+    out = judge(backend_plan(faulty.make_exact_false(), tiny, cases, judge=side, probe="off")).to_json()
     bad = failures(out)
     assert bad and bad[0]["name"].endswith("tokens"), bad
     assert "reference margin -" in bad[0]["detail"] and "never excused" in bad[0]["detail"]
@@ -113,6 +114,6 @@ def test_judge_contradicting_its_own_rule_is_never_excused(tiny, monkeypatch):
     # without the rule, the near-tie excuse would pass it
     monkeypatch.setattr(compare, "contradicted_decision", lambda *a: None)
     out = judge(
-        faulty.make_exact_false(), tiny, cases, judge=faulty_judge.make_loose_argmax_judge(), drift=False
+        backend_plan(faulty.make_exact_false(), tiny, cases, judge=faulty_judge.make_loose_argmax_judge(), probe="off")
     ).to_json()
     assert out["ok"] and out["excused_divergences"], failures(out)

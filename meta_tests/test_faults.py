@@ -245,15 +245,18 @@ def processor_cases(vocab: int = 64) -> list:
 
 
 def _verdict(factory: str, precision: str) -> dict:
+    from oracle.judge.plan import backend_plan
     from oracle.judge.verdict import judge
     from oracle.checkpoint import build_model
 
     return judge(
-        backend(factory, precision),
-        build_model("tiny", 0),
-        processor_cases(),
-        suffix=f" --backend meta_tests.faulty:{factory}",
-        drift=False,
+        backend_plan(
+            backend(factory, precision),
+            build_model("tiny", 0),
+            processor_cases(),
+            suffix=f" --backend meta_tests.faulty:{factory}",
+            probe="off",
+        )
     ).to_json()
 
 

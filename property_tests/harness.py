@@ -44,7 +44,6 @@ from oracle.contract import Capabilities, LoadedBackend, capabilities, session_c
 from oracle.reference_backend import ReferenceBackend
 from oracle.judge import runner
 from oracle.judge.runner import ScenarioRun
-from oracle.judge.noise import SIGMA  # noqa: F401 (the stateful test)
 from oracle.judge.plan import INLINE, REDUCED, backend_plan, probe_plan, traces_plan
 from oracle.judge.verdict import judge
 from oracle.rng_trace import round_layout

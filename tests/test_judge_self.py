@@ -89,7 +89,7 @@ def test_negative_token_id_is_malformed_in_every_row(tiny, dtype, where):
     rep = compare_runs(ref, got, dtype)
     bad = rep.first_failure()
     assert bad is not None and bad.name == "malformed", (dtype, bad)
-    assert "-1 is not a token id" in bad.detail
+    assert "is -1, not a token id" in bad.detail
 
 
 def test_margin_functions_refuse_negative_ids():

@@ -813,6 +813,7 @@ from kernels import host_sampling  # noqa: E402
 from kernels.engine import Engine  # noqa: E402
 from kernels.round_buffer import processors_variant  # noqa: E402
 from kernels.rows import HISTORY, MAX_BAD_WORD_LEN, MAX_BAD_WORDS, MAX_NGRAM, STEPS, TAIL, processor_steps  # noqa: E402
+from oracle.judge.plan import backend_plan  # noqa: E402
 from oracle.judge.verdict import judge  # noqa: E402
 from oracle.judge.scenario import make_case  # noqa: E402
 from oracle.sampling import Seen  # noqa: E402
@@ -1126,7 +1127,7 @@ def proc_cases(vocab):
 def test_the_judge_passes_the_torch_backends_with_processors(model, name):
     """`check --backend torch-cpu` / `torch-cpu-bf16` on the processor cases: the one judge
     (oracle.judge.verdict.judge) finds every round explained."""
-    out = judge(load_backend(name), model, proc_cases(model.cfg.vocab_size), drift=False).to_json()
+    out = judge(backend_plan(load_backend(name), model, proc_cases(model.cfg.vocab_size), probe="off")).to_json()
     assert out["ok"], [c for c in out["checks"] if not c["ok"]][:3]
     assert out["request_rounds"] > 100 and not out["skipped"]
     if name == "torch-cpu":
@@ -1150,6 +1151,8 @@ def _no_commit(real):  # the output counts, generated count and tail never move
 )
 def test_the_judge_catches_device_processor_faults(model, monkeypatch, method, fault):
     monkeypatch.setattr(Engine, method, fault(getattr(Engine, method)))
-    out = judge(make_torch_backend("cpu"), model, proc_cases(model.cfg.vocab_size)[:1], drift=False).to_json()
+    out = judge(
+        backend_plan(make_torch_backend("cpu"), model, proc_cases(model.cfg.vocab_size)[:1], probe="off")
+    ).to_json()
     bad = [c for c in out["checks"] if not c["ok"]]
     assert bad and not any("raised" in c["detail"] for c in bad), bad  # judged, not crashed

@@ -121,7 +121,7 @@ def judge_backend(
     made here (None: one made for this case). Each run is checked for malformed output at once
     (malformed.side_problem): a malformed run is a failed `malformed` check, and nothing of it
     reaches a twin or a comparison."""
-    out, runs = [], ({} if runs_out is None else runs_out)
+    out, runs, malformed_modes = [], ({} if runs_out is None else runs_out), set()
     dtype = tolerance_row(bk)
     fwd = of(model, fwd) if judge is None else fwd  # no twin against a judge backend
     if ref is None and judge is None and draws_host_stream(bk):
@@ -133,6 +133,7 @@ def judge_backend(
             why = side_problem(got.traces, model.cfg)
             if why:
                 rep = malformed(label, why, reproduce)
+                malformed_modes.add(mode)
             elif ref is None:
                 rep = _against_judge(bk, model, sc, mode, got, reproduce, label, judge, fwd)
             else:
@@ -145,7 +146,7 @@ def judge_backend(
             rep.fail("backend", f"{label}: the backend raised {type(e).__name__}: {e}")
             rep.finish()
         out.append((label, rep))
-    judged = Deferred(_judgments, model, out, runs, ref, dtype, reproduce, case, judge, fwd)
+    judged = Deferred(_judgments, model, out, runs, ref, dtype, reproduce, case, judge, fwd, malformed_modes)
     return judged if later else judged.result()
 
 
@@ -161,12 +162,13 @@ class Deferred:
         return self.value
 
 
-def _judgments(model, out, runs, ref, dtype, reproduce, case, judge, fwd=None) -> list:
-    """judge_backend's comparisons, once the backend's runs are made."""
+def _judgments(model, out, runs, ref, dtype, reproduce, case, judge, fwd=None, malformed_modes=()) -> list:
+    """judge_backend's comparisons, once the backend's runs are made (block vs loop only where
+    neither run was malformed at the boundary)."""
     for n, (label, rep) in enumerate(out):
         if rep is None:
             out[n] = (label, judge_against(ref, runs[MODES[n]], dtype, reproduce, label))
-    if len(runs) == 2 and not any(c.name == "malformed" for _, rep in out for c in rep.checks):
+    if len(runs) == 2 and not malformed_modes:
         label = f"{case} [block vs loop]" if case else "block vs loop"
         bounds = (
             None
