@@ -4,8 +4,9 @@
 verdicts must pass:
 
 * drift (oracle/judge/drift.py): no parameter's effective drift beyond what rounding gives;
-* precision (oracle/judge/precision.py): no value group's error energy beyond precision.RHO times
-  the noise twin's, i.e. nothing computed or stored below the declared dtype.
+* precision (oracle/judge/precision.py): no value group's error energy beyond its kind's limit
+  (calibration.PRECISION_LIMITS) times the noise twin's, i.e. nothing computed or stored below the
+  declared dtype.
 
 Two models: the tiny preset (seed 0), as `check --backend` judges it, and one random model of the
 property suite's sizes (strategies.model_configs' space at the ci caps: hidden 8-32, head_dim 2-8,

@@ -235,7 +235,7 @@ def _precision_plot(Figure, verdict: dict):
     bar.add_lines([centre], colors=["black"], linewidths=[2.5])
     ticks = [t for t in range(math.ceil(lo), math.floor(hi) + 1)]
     bar.set_ticks(ticks, labels=[f"{2.0**t:g}x" for t in ticks], fontsize=8)
-    bar.set_label(f"energy (log scale); line: rho = {rho:g}x", fontsize=8)
+    bar.set_label(f"energy (log scale); centre: the largest limit, {rho:g}x", fontsize=8)
     return fig
 
 
@@ -593,14 +593,15 @@ def _precision_section(v: dict, png: str | None) -> list[str]:
     out = ["<h2>Precision: error energy over the noise twin</h2>"]
     if not isinstance(prec, dict):
         return out + ["<p class='muted'>No precision report in this verdict.</p>"]
-    thr, rho = prec.get("threshold"), prec.get("rho")
+    thr, kinds = prec.get("threshold"), prec.get("kinds") or []
+    limits = ", ".join(f"{_e(k['kind'])} {float(k['limit']):g}x" for k in kinds if k.get("limit") is not None)
     out.append(
         f"<p>{_badge(prec.get('ok'))} "
         + (
-            f"{prec.get('requests', '?')} probe requests; a group fails where its energy exceeds "
-            f"{float(rho):g}x the twin's at z &gt; {float(thr):.2f} (family-wise false-alarm rate "
+            f"{prec.get('requests', '?')} probe requests; a group fails where its energy exceeds its kind's "
+            f"limit ({limits}) at z &gt; {float(thr):.2f} (family-wise false-alarm rate "
             f"{prec.get('family_alpha', '?')})."
-            if thr is not None and rho is not None
+            if thr is not None and limits
             else ""
         )
         + "</p>"
