@@ -306,9 +306,20 @@ class IsolatedBackend(OutOfProcess):
             self._ops.append(("share", key, obj))
 
     def _dumps(self, msg) -> bytes:
-        buf = io.BytesIO()
-        _ParentPickler(buf, self, {id(op[2]) for op in msg[0] if op[0] == "share"}).dump(msg)
-        return buf.getvalue()
+        """msg pickled for the child. The model it may carry is shared with the verdict's background
+        thread (worker.background where JAX is loaded), whose forwards can add to the model's caches
+        while they are pickled here ("dictionary changed size during iteration", seen once in CI under
+        load): pickled again, a few times, before it counts as the backend's failure."""
+        for attempt in range(5):
+            buf = io.BytesIO()
+            try:
+                _ParentPickler(buf, self, {id(op[2]) for op in msg[0] if op[0] == "share"}).dump(msg)
+                return buf.getvalue()
+            except RuntimeError as e:
+                if "changed size during iteration" not in str(e) or attempt == 4:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def _loads(self, data: bytes):
         return _Unpickler(io.BytesIO(data), self.top).load()
