@@ -596,8 +596,10 @@ def _traces(plan: Plan, ex: Executor) -> Verdict:
         v.info["bounds"] = "not compared"
         return v
     twin = model is not None and plan.tolerance == "auto" and row_ in SIGMA and model.cfg.hidden_size < HOST_HIDDEN
-    ex.phase("twin", "the noise twin's bounds") if twin else None
-    bounds = twin_bounds(model, a, row_) if twin else None
+    bounds = None
+    if twin:
+        ex.phase("twin", "the noise twin's bounds")
+        bounds = twin_bounds(model, a, row_)
     if bounds is not None and plan.both_noisy:
         bounds.scale = 2**0.5  # both sides carry the precision's noise
     rep = compare_runs(a, b, row_, plan.reproduce, bounds=bounds)
