@@ -155,7 +155,8 @@ def failure_line(v) -> str:
     """A failed verdict's first failure, with how many more checks failed."""
     bad = v.failed
     more = f" (+{len(bad) - 1} more failed checks: {', '.join(c['name'] for c in bad[1:4])})" if len(bad) > 1 else ""
-    return f"{bad[0]['name'].rsplit(': ', 1)[-1]}: {bad[0]['detail']}{more}"
+    name, detail = bad[0]["name"].rsplit(": ", 1)[-1], bad[0]["detail"]
+    return f"{detail if detail.startswith(name) else f'{name}: {detail}'}{more}"
 
 
 def assert_runs_match(
