@@ -58,6 +58,18 @@ def fp8_rows(flat: torch.Tensor, index: torch.Tensor) -> None:
     flat.index_copy_(0, index, fp8(flat.index_select(0, index)))
 
 
+def round_bits(x: torch.Tensor, bits: float) -> torch.Tensor:
+    """x rounded to nearest (ties to even) on a grid of step 2**-bits of its mantissa in [0.5, 1), then
+    stored in x's dtype: `bits` significant bits for an integer (exact in bfloat16 for bits <= 8), a
+    coarser grid that is no power of two for a fractional one, as a quantizer with a wrong scale has
+    (the bits faults of KernelOptions.fault; meta_tests/band_faults.py)."""
+    f = x.float()
+    m, e = torch.frexp(f)
+    step = 2.0**-bits
+    out = torch.ldexp(torch.round(m / step) * step, e)
+    return torch.where(torch.isfinite(f), out, f).to(x.dtype)
+
+
 # compile_dynamic (KernelOptions):
 # "rows": only the row count is symbolic (marked dynamic on the first call, so one compile
 # serves every M >= 2); hidden sizes stay static and Inductor's norm reductions get static
@@ -99,6 +111,24 @@ class PackedModel:
         self.cos, self.sin = w.rope_table(kv.max_len)  # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
         self.fault = w.precision_fault  # "" or a precision fault: "fp8_k" | "fp8_v" | "fp8_act"
+        self.bits_fault = w.bits_fault  # None or (name, layer or None, bits): a coarser-rounding fault
+
+    def _stored(self, l: int, index: torch.Tensor) -> None:
+        """Layer l's KV rows just written at flat `index`, through a deliberate store fault, if any."""
+        kv = self.kv
+        if self.fault in ("fp8_k", "fp8_v"):
+            fp8_rows(kv.flat_view(kv.k if self.fault == "fp8_k" else kv.v, l), index)
+        if self.bits_fault is not None and self.bits_fault[0] in ("k_bits", "v_bits"):
+            name, at, bits = self.bits_fault
+            if at is None or at == l:
+                flat = kv.flat_view(kv.k if name == "k_bits" else kv.v, l)
+                flat.index_copy_(0, index, round_bits(flat.index_select(0, index), bits))
+
+    def _attended(self, l: int, a: torch.Tensor) -> torch.Tensor:
+        """Layer l's attention output a: [M, nh*hd], through the "attn_out_bits" fault if it is there."""
+        if self.bits_fault is not None and self.bits_fault[0] == "attn_out_bits" and self.bits_fault[1] == l:
+            return round_bits(a, self.bits_fault[2])
+        return a
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.w.embed.index_select(0, tokens)  # [M, H]
@@ -152,8 +182,7 @@ class PackedModel:
             q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)  # [M, heads, hd]
             kv.flat_view(kv.k, l).index_copy_(0, write, k)  # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
-            if self.fault in ("fp8_k", "fp8_v"):
-                fp8_rows(kv.flat_view(kv.k if self.fault == "fp8_k" else kv.v, l), write)
+            self._stored(l, write)
             if self.triton_attn:  # reads only keys 0..pos per row
                 a = triton_attention.decode_attention(
                     q.contiguous(), kv, l, plane, pos, span=span, scale=self.w.attn_scale
@@ -163,6 +192,7 @@ class PackedModel:
                 V = kv.v[l][:, :span].index_select(0, gplane)
                 Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
                 a = attend(Q, K, V, masked, self.w.attn_scale).index_select(0, qidx)  # [M, nh*hd]
+            a = self._attended(l, a)
             h = post(
                 h,
                 a,
@@ -203,9 +233,9 @@ class PackedModel:
                 tiles,
                 pdl,
             )
-            if self.fault in ("fp8_k", "fp8_v"):
-                fp8_rows(kv.flat_view(kv.k if self.fault == "fp8_k" else kv.v, l), plane * kv.max_len + pos)
+            self._stored(l, plane * kv.max_len + pos)
             a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl, span, self.w.attn_scale)  # [M, nh*hd]
+            a = self._attended(l, a)
             y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)  # [M, H]
             h, act = gemv_kernels.gate_up_silu(
                 r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles, pdl

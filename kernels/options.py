@@ -51,6 +51,13 @@ ENV = {
 # gate/up weights through FP8: a quantized path switched on by mistake, for the precision verdict.
 FAULTS = ("attn_scale", "rope_theta", "input_layernorm")
 PRECISION_FAULTS = ("fp8_k", "fp8_v", "fp8_act", "fp8_gate_up")
+# Coarser-rounding faults ("NAME[.L]=B": B significant bits, fractional B a grid that is no power of
+# two, kernels/model.py round_bits), in force on every path (eager, fused, GEMV): "k_bits=B" /
+# "v_bits=B" store K / V with B bits (every layer, or layer L), "attn_out_bits.L=B" rounds layer L's
+# attention output (o_proj's input), "o_weight_bits.L=B" stores layer L's o_proj weights with B bits.
+# The band faults of meta_tests/faulty_kernels.py (issue 46): error energies 1.5-1.9x the twin's.
+BITS_FAULTS = ("k_bits", "v_bits", "attn_out_bits", "o_weight_bits")
+BITS_LAYER_REQUIRED = ("attn_out_bits", "o_weight_bits")
 # The handover between the GEMV paths and cuBLAS, chosen by measurement on the H200: the
 # small-M path beat cuBLAS + compiled blocks at M = 2, 4, 8 and 16 by 18-23% (docs/results.md, "Kernels
 # at the ouro-1.4b shape").
@@ -181,7 +188,8 @@ def chain_fault(fault: str) -> tuple[str, str] | None:
 
 
 def parse_fault(fault: str) -> tuple[str, int | None, float | None] | None:
-    """ "name[.layer]=factor" -> (name, layer, factor); a precision fault "fp8_k" | "fp8_v" | "fp8_act"
+    """ "name[.layer]=factor" -> (name, layer, factor); a bits fault "name[.layer]=B" -> (name, layer,
+    B); a precision fault "fp8_k" | "fp8_v" | "fp8_act"
     | "fp8_gate_up.L" -> (name, layer, None); "" -> None. A malformed fault is refused."""
     if not fault or chain_fault(fault):  # a sampling-chain fault: no weight or precision fault
         return None
@@ -197,6 +205,15 @@ def parse_fault(fault: str) -> tuple[str, int | None, float | None] | None:
         li = int(layer) if layer else None
     except ValueError:
         f = li = None
+    if name in BITS_FAULTS:
+        if not eq or f is None or not 2 <= f <= 8 or (name in BITS_LAYER_REQUIRED and li is None):
+            raise OracleError(
+                f"kernel fault {fault!r}: expected {name}{'.L' if name in BITS_LAYER_REQUIRED else '[.L]'}=B "
+                "(B significant bits in [2, 8], L a layer)"
+            )
+        if li is not None and li < 0:
+            raise OracleError(f"kernel fault {fault!r}: the layer must be >= 0")
+        return name, li, f
     if (
         not eq
         or name not in FAULTS
@@ -207,6 +224,7 @@ def parse_fault(fault: str) -> tuple[str, int | None, float | None] | None:
     ):
         raise OracleError(
             f"kernel fault {fault!r}: expected attn_scale=F, rope_theta=F or input_layernorm.L=F "
-            "(F > 0, L a layer), or fp8_k, fp8_v, fp8_act, fp8_gate_up.L"
+            "(F > 0, L a layer), fp8_k, fp8_v, fp8_act, fp8_gate_up.L, or k_bits[.L]=B, v_bits[.L]=B, "
+            "attn_out_bits.L=B, o_weight_bits.L=B"
         )
     return name, li, f

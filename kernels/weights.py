@@ -24,6 +24,7 @@ class TorchWeights:
         self.attn_scale = cfg.head_dim**-0.5  # the softmax logit scale of every layer
         self.rope_theta = cfg.rope_theta
         self.precision_fault = ""  # "fp8_k" | "fp8_v" | "fp8_act": with_fault
+        self.bits_fault = None  # ("k_bits" | "v_bits" | "attn_out_bits", layer or None, bits): with_fault
         t = tensors
         self.embed = t["model.embed_tokens.weight"]  # [V, H]
         self.norm = t["model.norm.weight"]  # [H]
@@ -85,6 +86,13 @@ class TorchWeights:
             L.gate_up = L.gate_up.to(torch.float8_e4m3fn).to(self.dtype)
         elif name in ("fp8_k", "fp8_v", "fp8_act"):
             self.precision_fault = name  # applied by kernels/model.py
+        elif name == "o_weight_bits":
+            from .model import round_bits
+
+            L = self.layers[layer]
+            L.o = round_bits(L.o, f)
+        elif name in ("k_bits", "v_bits", "attn_out_bits"):
+            self.bits_fault = (name, layer, f)  # applied by kernels/model.py
         elif name == "attn_scale":
             self.attn_scale *= f
         elif name == "rope_theta":

@@ -30,6 +30,11 @@ A variant is a spec of '+'-joined tokens (`rounding_backend("scale_bf16+norm_bf1
     resid_bits=B@L    layer L's residual adds rounded to B bits
     w_bits=B@L:NAME   layer L's weight NAME (qkv, o, gate_up, down) stored with B bits
 
+Two band faults are kernel faults instead (kernels/options.py BITS_FAULTS, `kernel:SPEC` in
+BAND_FAULTS): V stored with fewer bits, and one layer's attention output rounded; they are in force on
+every path, the GPU's GEMV, Triton and compiled ones included (`make_v_store_cuda`,
+`make_attn_out_cuda`; scripts/precision_paths.py variants such as `default+v_bits=7.35`).
+
 The changes are patches of kernels/model.py's functions (attend, pre_attn, post_attn, rms_norm,
 rope, PackedModel.head), in force only while the backend's own session calls run: on the CPU, and
 on CUDA's eager path (`gemv0`, `triton0`, `fuse0` off: the GEMV, Triton and compiled paths do not
@@ -46,6 +51,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
+from kernels.model import round_bits  # the one rounding, shared with the kernel faults (KernelOptions.fault)
+
 # The band faults: name -> (spec, the preset it is tested on, the earliest group its failure may name
 # (in compute order: where its error first reaches a value the probe observes), its largest group
 # energy x the twin's on the CPU at that preset). Measured 2026-12-03, `python
@@ -54,8 +61,12 @@ import functools
 BAND_FAULTS = {
     # layer 1's o_proj output on a grid of 4.6 bits: reaches layer 2's K and V at depth 0 first
     "o_proj": ("o_bits=4.6@1", "small", ("k", 0, 2), 1.77),
-    # V stored with 7.35 bits in every layer: layer 0's V at depth 0 is the first value it touches
-    "v_store": ("v_bits=7.35", "small", ("v", 0, 0), 1.86),
+    # V stored with 7.35 bits in every layer: layer 0's V at depth 0 is the first value it touches (a
+    # kernel fault: the same stored values as the patch rd:v_bits=7.35, in force on every path)
+    "v_store": ("kernel:v_bits=7.35", "small", ("v", 0, 0), 1.86),
+    # layer 1's attention output (o_proj's input) on a grid of 4.4 bits: layer 2's K and V at depth 0
+    # first (a kernel fault, every path)
+    "attn_out": ("kernel:attn_out_bits.1=4.4", "small", ("k", 0, 2), 1.89),
     # the attention probabilities on a grid of 4.7 bits before P V (every layer): layer 0's own K
     # and V are made before its attention, so layer 1's are the first reached
     "softmax": ("probs_bits=4.7", "small", ("k", 0, 1), 1.83),
@@ -75,18 +86,6 @@ LEGITIMATE = (
 )
 FAULT_KEYS = ("probs_bits", "v_bits", "k_bits", "o_bits", "resid_bits", "w_bits")
 WEIGHT_NAMES = ("qkv", "o", "gate_up", "down")
-
-
-def round_bits(x, bits: float):
-    """x rounded to nearest (ties to even) on a grid of step 2**-bits of its mantissa in [0.5, 1):
-    `bits` significant bits for an integer (exact in bfloat16 for bits <= 8); then stored in x's dtype."""
-    import torch
-
-    f = x.float()
-    m, e = torch.frexp(f)
-    step = 2.0**-bits
-    out = torch.ldexp(torch.round(m / step) * step, e)
-    return torch.where(torch.isfinite(f), out, f).to(x.dtype)
 
 
 def parse(spec: str) -> dict:
@@ -270,12 +269,29 @@ def rounding_backend(spec: str, device: str = "cpu", kernel_options=None, name: 
     return bk
 
 
-def _make(fault: str):
-    return rounding_backend(BAND_FAULTS[fault][0], name=f"torch-cpu-bf16 (band fault {fault}: {BAND_FAULTS[fault][0]})")
+def band_backend(fault: str, device: str = "cpu"):
+    """The backend of band fault `fault` (BAND_FAULTS): a kernel fault (`kernel:SPEC`,
+    kernels/options.py, on every path of the device) or a rounding variant (the eager path: CPU)."""
+    from kernels.backend import TorchBackend
+    from kernels.options import KernelOptions
+
+    spec = BAND_FAULTS[fault][0]
+    label = "torch-cpu-bf16" if device == "cpu" else "torch-cuda"
+    name = f"{label} (band fault {fault}: {spec})"
+    if spec.startswith("kernel:"):
+        opts = KernelOptions.from_env()
+        opts = KernelOptions(**{**{f: getattr(opts, f) for f in opts.__dataclass_fields__}, "fault": spec[7:]})
+        return TorchBackend(device, dtype="bfloat16", name=name, kernel_options=opts)
+    assert device == "cpu", f"band fault {fault} patches the eager path: run it on the CPU"
+    return rounding_backend(spec, name=name)
 
 
-# the factories `--backend meta_tests.band_faults:make_<fault>_bf16` names
-make_o_proj_bf16 = functools.partial(_make, "o_proj")
-make_v_store_bf16 = functools.partial(_make, "v_store")
-make_softmax_bf16 = functools.partial(_make, "softmax")
-make_residual_bf16 = functools.partial(_make, "residual")
+# the factories `--backend meta_tests.band_faults:make_<fault>_bf16` names (the kernel faults also
+# as make_<fault>_cuda: the default CUDA path, or the one LOOPSPEC_* selects)
+make_o_proj_bf16 = functools.partial(band_backend, "o_proj")
+make_v_store_bf16 = functools.partial(band_backend, "v_store")
+make_softmax_bf16 = functools.partial(band_backend, "softmax")
+make_residual_bf16 = functools.partial(band_backend, "residual")
+make_attn_out_bf16 = functools.partial(band_backend, "attn_out")
+make_v_store_cuda = functools.partial(band_backend, "v_store", "cuda")
+make_attn_out_cuda = functools.partial(band_backend, "attn_out", "cuda")

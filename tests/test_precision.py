@@ -326,6 +326,10 @@ def test_numpy_and_jax_twins_agree(tiny, perturbed):
         ("fp8_gate_up.1", ("fp8_gate_up", 1, None)),
         ("", None),
         ("attn_scale=1.01", ("attn_scale", None, 1.01)),
+        ("v_bits=7.35", ("v_bits", None, 7.35)),
+        ("k_bits.1=6", ("k_bits", 1, 6.0)),
+        ("attn_out_bits.1=4.4", ("attn_out_bits", 1, 4.4)),
+        ("o_weight_bits.0=5", ("o_weight_bits", 0, 5.0)),
     ],
 )
 def test_parse_fault(fault, want):
@@ -336,7 +340,25 @@ def test_parse_fault(fault, want):
 
 
 @pytest.mark.parametrize(
-    "fault", ["fp8_gate_up", "fp8_gate_up.", "fp8_gate_up.x", "fp8_k.1", "fp8_v.0", "fp8_act.1", "fp8_k=1.01", "fp8_q"]
+    "fault",
+    [
+        "fp8_gate_up",
+        "fp8_gate_up.",
+        "fp8_gate_up.x",
+        "fp8_k.1",
+        "fp8_v.0",
+        "fp8_act.1",
+        "fp8_k=1.01",
+        "fp8_q",
+        "v_bits",
+        "v_bits=9",
+        "v_bits=1.5",
+        "v_bits=nan",
+        "k_bits.x=6",
+        "k_bits.-1=6",
+        "attn_out_bits=4",
+        "o_weight_bits=5",
+    ],
 )
 def test_parse_fault_refuses(fault):
     from kernels.options import KernelOptions, parse_fault
@@ -345,6 +367,35 @@ def test_parse_fault_refuses(fault):
         parse_fault(fault)
     with pytest.raises(OracleError, match="kernel fault"):
         KernelOptions(fault=fault)
+
+
+def test_round_bits_keeps_bfloat16_at_8_bits_and_the_kernel_v_fault_stores_what_the_patch_does():
+    """round_bits(x, 8) leaves bfloat16 values as they are (8 significant bits); the kernel fault
+    v_bits=B stores, after the write, the V the eager patch rd:v_bits=B rounds before it (one
+    rounding, two places): the same K/V planes after a round on the CPU."""
+    torch = pytest.importorskip("torch")
+    from kernels.backend import TorchBackend
+    from kernels.model import round_bits
+    from kernels.options import KernelOptions
+    from meta_tests.band_faults import rounding_backend
+    from oracle.checkpoint import build_model
+    from oracle.sampling import SamplingParams
+
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    assert torch.equal(round_bits(x, 8), x)
+    assert not torch.equal(round_bits(x, 7.35), x)
+    model = build_model("tiny", 0)
+    planes = []
+    for bk in (
+        TorchBackend("cpu", dtype="bfloat16", kernel_options=KernelOptions(fault="v_bits=7.35")),
+        rounding_backend("v_bits=7.35"),
+    ):
+        s = bk.session(model, 2, 4, "block")
+        s.add(0, [1, 2, 3], SamplingParams())
+        s.step({0: 3})
+        kv = getattr(s, "_inner", s).engine.kv
+        planes.append((kv.k.clone(), kv.v.clone()))
+    assert torch.equal(planes[0][0], planes[1][0]) and torch.equal(planes[0][1], planes[1][1])
 
 
 def test_each_group_is_tested_over_its_own_requests():
