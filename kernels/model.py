@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from . import gemv as gemv_kernels, triton_attention
 from .kvplanes import KVPlanes
 from .options import KernelOptions
+from .rounding import round_bits
 from .weights import TorchWeights
 
 
@@ -56,18 +57,6 @@ def fp8(x: torch.Tensor) -> torch.Tensor:
 def fp8_rows(flat: torch.Tensor, index: torch.Tensor) -> None:
     """The "fp8_k" / "fp8_v" faults: the rows just written at `index` of a flat KV plane, stored through FP8."""
     flat.index_copy_(0, index, fp8(flat.index_select(0, index)))
-
-
-def round_bits(x: torch.Tensor, bits: float) -> torch.Tensor:
-    """x rounded to nearest (ties to even) on a grid of step 2**-bits of its mantissa in [0.5, 1), then
-    stored in x's dtype: `bits` significant bits for an integer (exact in bfloat16 for bits <= 8), a
-    coarser grid that is no power of two for a fractional one, as a quantizer with a wrong scale has
-    (the bits faults of KernelOptions.fault; meta_tests/band_faults.py)."""
-    f = x.float()
-    m, e = torch.frexp(f)
-    step = 2.0**-bits
-    out = torch.ldexp(torch.round(m / step) * step, e)
-    return torch.where(torch.isfinite(f), out, f).to(x.dtype)
 
 
 # compile_dynamic (KernelOptions):

@@ -10,6 +10,8 @@ from oracle.config import ModelConfig
 from oracle.errors import OracleError
 from oracle.model import rope_cos_sin
 
+from .rounding import round_bits
+
 
 class LayerWeights:
     __slots__ = ("qkv", "o", "gate_up", "down", "n_in", "n_attn_out", "n_post", "n_mlp_out")
@@ -87,8 +89,6 @@ class TorchWeights:
         elif name in ("fp8_k", "fp8_v", "fp8_act"):
             self.precision_fault = name  # applied by kernels/model.py
         elif name == "o_weight_bits":
-            from .model import round_bits
-
             L = self.layers[layer]
             L.o = round_bits(L.o, f)
         elif name in ("k_bits", "v_bits", "attn_out_bits"):

@@ -51,7 +51,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from kernels.model import round_bits  # the one rounding, shared with the kernel faults (KernelOptions.fault)
+from kernels.rounding import round_bits  # the one rounding, shared with the kernel faults (KernelOptions.fault)
 
 # The band faults: name -> (spec, the preset it is tested on, the earliest group its failure may name
 # (in compute order: where its error first reaches a value the probe observes), its largest group

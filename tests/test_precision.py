@@ -375,7 +375,7 @@ def test_round_bits_keeps_bfloat16_at_8_bits_and_the_kernel_v_fault_stores_what_
     rounding, two places): the same K/V planes after a round on the CPU."""
     torch = pytest.importorskip("torch")
     from kernels.backend import TorchBackend
-    from kernels.model import round_bits
+    from kernels.rounding import round_bits
     from kernels.options import KernelOptions
     from meta_tests.band_faults import rounding_backend
     from oracle.checkpoint import build_model
