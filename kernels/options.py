@@ -55,7 +55,7 @@ PRECISION_FAULTS = ("fp8_k", "fp8_v", "fp8_act", "fp8_gate_up")
 # two, kernels/model.py round_bits), in force on every path (eager, fused, GEMV): "k_bits=B" /
 # "v_bits=B" store K / V with B bits (every layer, or layer L), "attn_out_bits.L=B" rounds layer L's
 # attention output (o_proj's input), "o_weight_bits.L=B" stores layer L's o_proj weights with B bits.
-# The band faults of meta_tests/faulty_kernels.py (issue 46): error energies 1.5-1.9x the twin's.
+# The kernel band faults of meta_tests/band_faults.py (issue 46): error energies 1.5-1.9x the twin's.
 BITS_FAULTS = ("k_bits", "v_bits", "attn_out_bits", "o_weight_bits")
 BITS_LAYER_REQUIRED = ("attn_out_bits", "o_weight_bits")
 # The handover between the GEMV paths and cuBLAS, chosen by measurement on the H200: the

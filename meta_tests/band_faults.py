@@ -49,6 +49,7 @@ and on the H200 scripts/precision_paths.py runs them as `eager+rd:SPEC`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 
 from kernels.rounding import round_bits  # the one rounding, shared with the kernel faults (KernelOptions.fault)
@@ -279,8 +280,7 @@ def band_backend(fault: str, device: str = "cpu"):
     label = "torch-cpu-bf16" if device == "cpu" else "torch-cuda"
     name = f"{label} (band fault {fault}: {spec})"
     if spec.startswith("kernel:"):
-        opts = KernelOptions.from_env()
-        opts = KernelOptions(**{**{f: getattr(opts, f) for f in opts.__dataclass_fields__}, "fault": spec[7:]})
+        opts = dataclasses.replace(KernelOptions.from_env(), fault=spec[7:])
         return TorchBackend(device, dtype="bfloat16", name=name, kernel_options=opts)
     assert device == "cpu", f"band fault {fault} patches the eager path: run it on the CPU"
     return rounding_backend(spec, name=name)

@@ -14,6 +14,7 @@ the drift verdict sees the fault, and it must name the parameter (NAMES).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from kernels.backend import TorchBackend
@@ -38,8 +39,7 @@ NAMES = {
 
 
 def _make(fault: str, device: str) -> TorchBackend:
-    opts = KernelOptions.from_env()
-    opts = KernelOptions(**{**{f: getattr(opts, f) for f in opts.__dataclass_fields__}, "fault": FAULTS[fault]})
+    opts = dataclasses.replace(KernelOptions.from_env(), fault=FAULTS[fault])
     if device == "cpu":
         return TorchBackend("cpu", dtype="bfloat16", name=f"torch-cpu-bf16 ({FAULTS[fault]})", kernel_options=opts)
     return TorchBackend("cuda", name=f"torch-cuda ({FAULTS[fault]})", kernel_options=opts)
