@@ -136,8 +136,9 @@ class JaxLoopedModel:
         scan on a GPU, unrolled on a CPU (where a scan ran 5x slower).
         ctx_bits: significant bits of a large model's attended-context bucket (1: powers of two:
         fewer programs, up to 2x the keys read).
-        dot: the weight products' algorithm (layers.DOT_ALGORITHMS; "highest": true FP32; a GPU
-        only: "tf32x3", measured at FP32-level error; the CPU keeps HIGHEST).
+        dot: the weight products' algorithm (layers.DOTS; "highest": true FP32; a GPU only:
+        "tf32x3", measured at FP32-level error, the CPU keeps HIGHEST; "rows": calls of 2..64 rows
+        through the Pallas kernel of few rows, FP32, others at HIGHEST; interpreted on a CPU).
         attn: the recurrent call's attention, "xla" (gather each group's plane, einsum) or
         "pallas" (layers.attend_planes: the planes read in place, a Pallas kernel, in calls of
         at most PLANES_TILE's max_rows query rows per group and kv head; the einsum in larger
@@ -152,10 +153,10 @@ class JaxLoopedModel:
         The public API takes and returns true shapes: h [n, hidden], logits [n, vocab]."""
         self.cfg, self.mesh = cfg, mesh
         self.layout = lay = Layout.for_config(cfg, pad)
-        from .layers import DOT_ALGORITHMS
+        from .layers import DOTS
 
-        if dot not in DOT_ALGORITHMS:
-            raise OracleError(f"dot algorithm {dot!r}: expected one of {', '.join(DOT_ALGORITHMS)}")
+        if dot not in DOTS:
+            raise OracleError(f"dot algorithm {dot!r}: expected one of {', '.join(DOTS)}")
         if attn not in ATTENTION:
             raise OracleError(f"attention {attn!r}: expected one of {', '.join(ATTENTION)}")
         small = lay.H * lay.L <= 4096  # tiny models: coarse buckets, few programs

@@ -4,7 +4,7 @@
     python scripts/gpu_judge_crosscheck.py --preset small --judges highest  # a CPU-sized run
 
 For each of `--judges` (DOT[/LOOP[/ATTN[/TILE]]]: a weight-product algorithm of
-judge_jax.layers.DOT_ALGORITHMS, the layer loop (auto, scan or unroll; default the judge's), the
+judge_jax.layers.DOTS, the layer loop (auto, scan or unroll; default the judge's), the
 recurrent attention (judge_jax.model.ATTENTION; default the judge's) and its Pallas tiling
 (judge_jax.layers.PLANES_TILE items, e.g. dot_x3=1:bt=32)) it reports the largest relative
 error (oracle.judge.compare.rel_err) of
@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
-from judge_jax.layers import DOT_ALGORITHMS  # noqa: E402
+from judge_jax.layers import DOTS  # noqa: E402
 from judge_jax.model import ATTENTION, LAYER_LOOPS, JaxLoopedModel  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.judge.compare import compare_runs, rel_err  # noqa: E402
@@ -62,12 +62,12 @@ def main(argv=None) -> int:
         dot, loop, attn, tile = (x.split("/") + ["", "", ""])[:4]
         return dot, loop, attn or "auto", tile
 
-    bad = [x for x in judges if x.count("/") > 3 or parts(x)[0] not in DOT_ALGORITHMS or parts(x)[1] not in loops]
+    bad = [x for x in judges if x.count("/") > 3 or parts(x)[0] not in DOTS or parts(x)[1] not in loops]
     bad += [x for x in judges if parts(x)[2] not in ATTENTION]
     if bad or not judges:
         p.error(
             f"--judges {a.judges!r}: expected DOT[/auto|/scan|/unroll[/ATTN[/TILE]]], "
-            f"DOT one of {', '.join(DOT_ALGORITHMS)}, ATTN one of {', '.join(ATTENTION)}"
+            f"DOT one of {', '.join(DOTS)}, ATTN one of {', '.join(ATTENTION)}"
         )
     if a.tokens < 1 or a.prompt < 1 or not a.tol > 0:
         p.error("--tokens and --prompt must be >= 1 and --tol > 0")

@@ -357,8 +357,9 @@ def start_drift(
     backend, model, reproduce: str = "", judge=None, n: int = _drift.PROBE_REQUESTS, fwd: Forwards | None = None
 ) -> PendingDrift | None:
     """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
-    NumPy fit in the background (worker.background), so that it overlaps what the check does next;
-    with a JAX judge the sensitivities are its jvp, fitted in finish_probe. None: no drift verdict
+    fit in the background (worker.background: a forked child for the NumPy fit where the platform
+    forks, else a thread; with a JAX judge its jvp and twin on a thread), so that it overlaps what the
+    check does next; finish_probe waits for it. None: no drift verdict
     applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran).
     fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy)."""
     if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
@@ -369,8 +370,9 @@ def start_drift(
         pending.job = _worker.background(_probe_and_fit, backend, model, n, reproduce, fwd)
         return pending
     pending.runs, pending.error, pending.seconds = _probe(backend, model, n)
-    if pending.stats_fn is None and not pending.error:
-        pending.job = _worker.background(_fits, model, pending.runs, backend.dtype, reproduce, fwd=fwd)
+    if not pending.error:  # the fit (NumPy, or the JAX judge's jvp and twin) beside what comes next
+        p = pending
+        p.job = _worker.background(_fits, model, p.runs, p.dtype, reproduce, p.stats_fn, p.dirs, p.energy_fn, fwd)
     return pending
 
 
@@ -472,7 +474,8 @@ class Budget:
 
 def _pairs(plan: Plan, ex: Executor) -> Verdict:
     """The backend's run of each (case, mode) against the judge backend's run of it (no block-vs-loop),
-    then the drift probe's verdicts where the plan probes (the judge's jvp and twin). With a backend
+    and the drift probe's verdicts where the plan probes: its runs through the backend first, its fit
+    (the judge's jvp and twin) on a thread beside the cases, waited for after them. With a backend
     that draws each request's host stream the judge's runs need nothing of the backend's: they run
     ex.threads at a time in threads beside the backend's (XLA compiles release the GIL), each waiting
     until ex.kv_bytes(case) fits in ex.budget_bytes; else the judge replays each backend run's uniforms
@@ -508,7 +511,12 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
 
         pool = ThreadPoolExecutor(ex.threads, thread_name_prefix="judge")
         futures = [pool.submit(side, case, mode) for case, mode in pairs]
+    pending = None
     try:
+        if plan.probes():  # first: its fit then runs on a thread beside the judge's runs and the cases
+            n = plan.probe_requests or _drift.PROBE_REQUESTS
+            ex.phase("probe", f"{n} requests through the backend, both modes, fitted by the judge beside the cases")
+            pending = start_drift(backend, model, plan.probe_reproduce, judge, n)
         for i, (case, mode) in enumerate(pairs):
             ex.phase("case", f"{i + 1}/{len(pairs)} {case.name} [{mode}]")
             t = time.perf_counter()
@@ -542,10 +550,7 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
             for f in futures:
                 f.cancel()
             pool.shutdown(wait=True)
-    if plan.probes():
-        n = plan.probe_requests or _drift.PROBE_REQUESTS
-        ex.phase("probe", f"{n} requests through the backend, both modes, fitted by the judge")
-        _finish_probe(v, start_drift(backend, model, plan.probe_reproduce, judge, n))
+    _finish_probe(v, pending)
     return v
 
 
