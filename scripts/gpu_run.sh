@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -74,6 +74,12 @@ planes)  # the Pallas attention over the planes: tilings against the XLA gather 
   echo "variants: $V"
   timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py $V \
     --json "$OUT/judge_time.json" 2>&1 | tee "$OUT/judge_time.log" | grep -v "^ *per round" | tail -24 ;;
+rows)    # the judge with dot="rows" (judge_jax/skinny.py: products of 2..64 rows in a Pallas kernel)
+         # against the defaults, one model build; then its cross-check against the NumPy reference
+  timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py --variant "" --variant dot=rows \
+    --json "$OUT/judge_time_rows.json" 2>&1 | tee "$OUT/judge_time_rows.log" | grep -v "^ *per round" | tail -24
+  OMP_NUM_THREADS=8 timeout ${CROSS_TIMEOUT:-240} python3 scripts/gpu_judge_crosscheck.py --judges rows/scan \
+    --json "$OUT/judge_crosscheck_rows.json" 2>&1 | tee "$OUT/judge_crosscheck_rows.log" | tail -12 ;;
 sweep)   # synchronous rounds, then two rounds in flight
   for f in ${IN_FLIGHT:-1 2}; do
     timeout ${SWEEP_TIMEOUT:-280} python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,16,64,128} --k 4 \
