@@ -42,7 +42,16 @@ def failures(out) -> list:
 
 def test_torch_mask_skipped_on_drafts_fails_the_default_check(capsys):
     pytest.importorskip("torch")
-    rc = main(["check", "--backend", "meta_tests.faulty_chain:make_skip_draft_mask_bf16", "--no-drift", "--json"])
+    rc = main(
+        [
+            "check",
+            "--backend",
+            "meta_tests.faulty_chain:make_skip_draft_mask_bf16",
+            "--no-drift",
+            "--json",
+            "--no-shrink",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and not out["ok"]
     tokens = [c for c in failures(out) if c["name"].endswith("tokens")]

@@ -47,6 +47,7 @@ def test_attn_scale_fault_fails_check_backend(capsys):
             "--case",
             "ragged (5,3,1) d=2 D=4",
             "--json",
+            "--no-shrink",
         ]
     )
     out = json.loads(capsys.readouterr().out)

@@ -30,7 +30,9 @@ def test_jax_backend_passes_check():
 
 
 def test_faulty_backend_fails_check_and_names_the_place():
-    rc, j, _ = run("--backend", "meta_tests.faulty:make_kv_wrong_plane", "--rounds", "1", "--counts", "3,2")
+    rc, j, _ = run(
+        "--backend", "meta_tests.faulty:make_kv_wrong_plane", "--rounds", "1", "--counts", "3,2", "--no-shrink"
+    )
     assert rc == 1 and not j["ok"]
     bad = [c for c in j["checks"] if not c["ok"]]
     assert any("KV" in c["detail"] or "kv" in c["name"] for c in bad), bad

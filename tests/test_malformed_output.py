@@ -71,7 +71,9 @@ def test_malformed_output_fails_the_check_naming_it(kind, maker, tmp_path, monke
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("badout_plugin", None)
     case = "ragged (5,3,1) d=2 D=4"
-    rc = main(["check", "--backend", f"badout_plugin:{maker}_{kind}", "--case", case, "--json", "--quiet"])
+    rc = main(
+        ["check", "--backend", f"badout_plugin:{maker}_{kind}", "--case", case, "--json", "--quiet", "--no-shrink"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and not out["ok"]
     failed = [c for c in out["checks"] if not c["ok"]]

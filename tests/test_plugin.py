@@ -68,7 +68,9 @@ def test_example_plugin_passes(capsys):
 
 
 def test_example_faulty_plugin_fails_naming_index_and_values(capsys):
-    rc, out, err = run_main(["check", "--backend", "examples.plugin_backend:make_faulty_backend", *SMALL], capsys)
+    rc, out, err = run_main(
+        ["check", "--backend", "examples.plugin_backend:make_faulty_backend", "--no-shrink", *SMALL], capsys
+    )
     assert rc == 1
     line = next(x for x in out.splitlines() if "FAIL [verify_logits]" in x)
     assert "largest difference at index 17: backend " in line and " vs reference " in line
@@ -81,7 +83,16 @@ def test_reproduce_line_carries_the_plugin_path(tmp_path):
     sets it, and runs as it is printed."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     r = subprocess.run(
-        [sys.executable, "-m", "oracle", "check", "--backend", "examples.plugin_backend:make_faulty_backend", *SMALL],
+        [
+            sys.executable,
+            "-m",
+            "oracle",
+            "check",
+            "--backend",
+            "examples.plugin_backend:make_faulty_backend",
+            "--no-shrink",
+        ]
+        + SMALL,
         cwd=tmp_path,
         env=env,
         capture_output=True,
