@@ -100,9 +100,10 @@ def _call(params, kc, vc, pool, cos_t, sin_t, idx, groups, ctx, dims):
     return kc, vc, pool.at[dst].set(h, mode="drop")
 
 
-@jax.jit
-def _head(lm_head, pool, src):
-    return layers.mm(pool[src], lm_head)  # [rows, H] @ [H, V]
+@partial(jax.jit, static_argnames="dims")
+def _head(lm_head, pool, src, dims=None):
+    # [rows, H] @ [H, V] at HIGHEST; with dims (dot="rows"): 2..64 rows through the kernel of few rows
+    return layers.wmm(dims)(pool[src], lm_head)
 
 
 @jax.jit
@@ -170,6 +171,7 @@ class JaxLoopedModel:
             raise OracleError(f"ctx_bits {ctx_bits!r}: expected an integer in 1..16")
         tile = () if attn == "xla" else tuple(sorted(layers.planes_tile().items()))  # a jit key: read once here
         self.dims = Dims(*lay.dims, float(cfg.rms_norm_eps), float(norm_offset), dot, attn, tile)
+        self._head_dims = self.dims if dot == "rows" else None  # the head: HIGHEST but with "rows"
         host = host_params(cfg, weights)
         self.embed_host = host["embed"]  # token lookup for the host-side round driver
         host = lay.pad_params(host)
@@ -336,7 +338,7 @@ class JaxLoopedModel:
             return np.zeros((0, self.cfg.vocab_size), np.float32)
         s = np.zeros(pow2(n, self.floors["head"]), np.int32)
         s[:n] = src
-        out = self._step("head", n, t0, _head, self.params["lm_head"], kv.pool, self._put(s))
+        out = self._step("head", n, t0, _head, self.params["lm_head"], kv.pool, self._put(s), dims=self._head_dims)
         if before_wait is not None:
             before_wait()
         return self._get(out)[:n, : self.cfg.vocab_size]
@@ -369,7 +371,8 @@ class JaxLoopedModel:
             return np.zeros((0, self.cfg.vocab_size), np.float32)
         hb = np.zeros((pow2(n, self.floors["head"]), self.layout.H), np.float32)
         hb[:n, : self.cfg.hidden_size] = h
-        return self._get(_head(self.params["lm_head"], self._put(hb), jnp.arange(len(hb))))[:n, : self.cfg.vocab_size]
+        logits = _head(self.params["lm_head"], self._put(hb), jnp.arange(len(hb)), dims=self._head_dims)
+        return self._get(logits)[:n, : self.cfg.vocab_size]
 
     def recurrent(self, kv, rows, h: np.ndarray, want_kv: bool):
         """rows: [(slot, position, depth)]; h: [n, H] loop inputs. Runs one loop over the rows

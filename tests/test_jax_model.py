@@ -164,7 +164,8 @@ def test_recurrent_products_of_few_rows_match_numpy(cfg, seed, call, unroll):
 def test_products_of_few_rows_take_the_kernel(monkeypatch):
     """At `small` (hidden 128, intermediate 352 = 11 x 32) every weight fits the kernel: a call of 5
     rows in 4 planes (8 rows as the call pads them) traces it once per product of a layer (q/k/v, o,
-    gate/up, down: the scan traces its body once) and matches NumPy; a call of one row does not."""
+    gate/up, down: the scan traces its body once) and matches NumPy; a call of one row does not; the
+    head of 5 rows takes it too."""
     from judge_jax import skinny
     from oracle.config import preset
 
@@ -180,6 +181,14 @@ def test_products_of_few_rows_take_the_kernel(monkeypatch):
     seen.clear()
     check_recurrent(cfg, 3, (2, [1], [(0, 0, 1)], 5), dot="rows", unroll=False, large_buckets=True)
     assert seen == []
+    # the head of 5 rows (padded to 8 on a large model's buckets) through the kernel, as NumPy's
+    ref = seeded_model(cfg, 3)
+    jm = jax_model(ref, dot="rows")
+    jm.floors = LARGE_FLOORS
+    h = np.random.default_rng(0).standard_normal((5, cfg.hidden_size)).astype(np.float32)
+    got = jm.head(h)
+    assert seen == [(8, 128)], seen
+    assert rel_err(got, ref.head(h)) <= TOL
 
 
 def test_pallas_attention_takes_the_rounds_calls_not_prefill_chunks():
