@@ -63,10 +63,10 @@ def wmm(dims: "Dims | None"):
     prec = HIGHEST if dot in ("highest", "rows") or jax.default_backend() == "cpu" else DOT_ALGORITHMS[dot]
 
     def product(x, w):
-        W, l = (w.W, w.l) if isinstance(w, Stacked) else (w, 0)
-        if dot == "rows" and 2 <= x.shape[0] <= SKINNY_ROWS and skinny.fits(W.shape[-2], W.shape[-1]):
+        W, l = w if isinstance(w, Stacked) else (w, 0)
+        if dot == "rows" and 2 <= x.shape[0] <= SKINNY_ROWS and skinny.fits(*W.shape[-2:]):
             return skinny.skinny_mm(x, W, l)
-        return jnp.matmul(x, W[l] if isinstance(w, Stacked) else W, precision=prec)
+        return jnp.matmul(x, W if W.ndim == 2 else W[l], precision=prec)
 
     return product
 
