@@ -313,7 +313,7 @@ class JaxBackend:
         mesh=None,
         unroll: bool | None = None,
         ctx_bits: int = 4,
-        dot: str = "tf32x3",
+        dot: str = "auto",
         attn: str = "auto",
         rows_bits: int = 1,
         **session_defaults,

@@ -74,9 +74,9 @@ planes)  # the Pallas attention over the planes: tilings against the XLA gather 
   echo "variants: $V"
   timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py $V \
     --json "$OUT/judge_time.json" 2>&1 | tee "$OUT/judge_time.log" | grep -v "^ *per round" | tail -24 ;;
-rows)    # the judge with dot="rows" (judge_jax/skinny.py: products of 2..64 rows in a Pallas kernel)
-         # against the defaults, one model build; then its cross-check against the NumPy reference
-  timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py --variant "" --variant dot=rows \
+rows)    # the judge's default dot="rows" (judge_jax/skinny.py: products of 2..128 rows in a Pallas kernel)
+         # against the former default tf32x3, one model build; then its cross-check against the NumPy reference
+  timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py --variant dot=tf32x3 --variant "" \
     --json "$OUT/judge_time_rows.json" 2>&1 | tee "$OUT/judge_time_rows.log" | grep -v "^ *per round" | tail -24
   OMP_NUM_THREADS=8 timeout ${CROSS_TIMEOUT:-240} python3 scripts/gpu_judge_crosscheck.py --judges rows/scan \
     --json "$OUT/judge_crosscheck_rows.json" 2>&1 | tee "$OUT/judge_crosscheck_rows.log" | tail -12 ;;

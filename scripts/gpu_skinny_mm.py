@@ -98,6 +98,12 @@ def main():
     p.add_argument("--rows", default="1,4,16,32,64,128")
     p.add_argument("--sweep-rows", type=int, default=16, help="the M at which the tilings are swept")
     p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--bn", default="64,128", help="the tilings swept: output columns per program")
+    p.add_argument("--bk", default="32,64", help="the tilings swept: the K step")
+    p.add_argument("--programs", default="264,528,1056", help="the tilings swept: programs aimed at")
+    p.add_argument("--stages", default="3,4", help="the tilings swept: Triton's pipeline stages")
+    p.add_argument("--warps", default="4", help="the tilings swept: Triton's warps per program")
+    p.add_argument("--x3", default="0", help="the tilings swept: 1 TF32x3 products, 0 FP32 multiply-adds")
     p.add_argument("--budget-s", type=float, default=240, help="stop sweeping tilings after this")
     p.add_argument("--div", type=int, default=1, help="every dimension / DIV and 2 layers (a CPU smoke test)")
     p.add_argument("--json", required=True)
@@ -132,11 +138,13 @@ def main():
 
     # the tilings at sweep_rows
     best, best_ms = None, float("inf")
-    for bn, bk, progs, stages in itertools.product((64, 128), (32, 64), (264, 528, 1056), (3, 4)):
+    ints = lambda v: [int(x) for x in v.split(",")]  # noqa: E731
+    axes = (ints(a.bn), ints(a.bk), ints(a.programs), ints(a.stages), ints(a.warps), ints(a.x3))
+    for bn, bk, progs, stages, warps, x3 in itertools.product(*axes):
         if time.time() - t_start > a.budget_s:
             print("sweep budget spent", flush=True)
             break
-        tile = {"bn": bn, "bk": bk, "programs": progs, "stages": stages}
+        tile = {"bn": bn, "bk": bk, "programs": progs, "stages": stages, "warps": warps, "x3": x3}
         try:
             ms, _ = timed(program("pallas", tile), (W, h_of(a.sweep_rows)), max(5, a.repeats // 2))
         except Exception as e:  # noqa: BLE001 (a tiling Triton refuses: shared memory, say)
@@ -150,7 +158,7 @@ def main():
     out["best_tile"] = best
     variants = {"xla_tf32x3": None, "xla_highest": None}
     if best is not None:
-        variants["pallas_x3"] = best
+        variants["pallas_x3"] = {**best, "x3": 1}
         variants["pallas_fp32"] = {**best, "x3": 0}
     for m in [int(r) for r in a.rows.split(",")]:
         row = out["rows"][m] = {}

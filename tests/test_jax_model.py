@@ -154,7 +154,7 @@ def test_recurrent_pallas_attention_in_a_scan_matches_numpy(cfg, seed, call, til
 @settings(settings.default, max_examples=examples(4), deadline=None)
 @given(cfg=model_configs(), seed=weight_seeds(), call=mixed_calls(), unroll=st.booleans())
 def test_recurrent_products_of_few_rows_match_numpy(cfg, seed, call, unroll):
-    """dot="rows": a call's weight products of 2..64 rows through the Pallas kernel of few rows
+    """dot="rows": a call's weight products of 2..128 rows through the Pallas kernel of few rows
     (judge_jax/skinny.py, interpreted on a CPU), in a scan reading the stacked weights in place or
     unrolled over per-layer buffers; the others (one row; a weight no power of two >= 16 divides)
     through XLA at HIGHEST."""
