@@ -106,7 +106,12 @@ def test_reproduce_line_carries_the_plugin_path(tmp_path):
         repro,
         shell=True,
         cwd=tmp_path,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        # the printed line says `python`: this interpreter's, as in an activated venv
+        env=dict(
+            os.environ,
+            OMP_NUM_THREADS="1",
+            PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        ),
         capture_output=True,
         text=True,
         timeout=300,
