@@ -128,7 +128,8 @@ class _RoundModel:
                 self.version.append(0)
             dst.append(r)
         kv.ensure_pool(len(self.version))
-        self.jm.call(kv, dev_rows, src, tok, dst, min_rows, min_ctx)
+        gather = self.record and self.kv_fetch != "round"  # the written K/V gathered in the call's program
+        got = self.jm.call(kv, dev_rows, src, tok, dst, min_rows, min_ctx, gather=gather)
         out = []
         for r in dst:
             self.version[r] += 1
@@ -136,10 +137,9 @@ class _RoundModel:
         if self.record:
             logged = [(rid, pos, depth, call) for rid, pos, depth in rows]
             if self.kv_fetch == "async":  # its copy starts at the next head call (_kick)
-                self.pending.append((self.jm.kv_rows(kv, dev_rows), logged))
+                self.pending.append((got, logged))
             elif self.kv_fetch == "thread":  # waited for and copied by the fetch thread
-                dev = self.jm.kv_rows(kv, dev_rows)
-                self.pending.append((self.fetcher.submit(self.jm.fetch_kv, dev, True), logged))
+                self.pending.append((self.fetcher.submit(self.jm.fetch_kv, got, True), logged))
             else:
                 self.rows += dev_rows
                 self.pending.append((None, logged))

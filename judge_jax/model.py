@@ -114,6 +114,15 @@ def _kv_rows(kc, vc, idx):
     return jnp.stack([kc[:, depth, slot, pos], vc[:, depth, slot, pos]]).transpose(0, 2, 1, 3, 4)
 
 
+@partial(jax.jit, static_argnames=("groups", "m", "ctx", "dims"), donate_argnames=("kc", "vc", "pool"))
+def _call_rows(params, kc, vc, pool, cos_t, sin_t, idx, groups, m, ctx, dims):
+    """_call, then _kv_rows of the rows it wrote, in one program and one upload: idx = _call's
+    [2G + 4m] then _kv_rows' [3, n] flattened. -> (kc, vc, pool, K/V rows [2, n, L, nkv, hd])."""
+    cut = 2 * groups + 4 * m
+    kc, vc, pool = _call(params, kc, vc, pool, cos_t, sin_t, idx[:cut], groups, ctx, dims)
+    return kc, vc, pool, _kv_rows(kc, vc, idx[cut:].reshape(3, -1))
+
+
 class JaxLoopedModel:
     def __init__(
         self,
@@ -283,12 +292,14 @@ class JaxLoopedModel:
             self.probe.append((kind, rows, t1 - t0, time.perf_counter() - t1))
         return out
 
-    def call(self, kv, rows, src, tok, dst, min_rows: int = 1, min_ctx: int = 0) -> None:
+    def call(self, kv, rows, src, tok, dst, min_rows: int = 1, min_ctx: int = 0, gather: bool = False):
         """One loop over rows [(slot, position, depth)] (kv.claim's): row r's input is pool row
         src[r] of kv.pool, or the embedding of token tok[r] where src[r] < 0; its output goes
         to pool row dst[r]. Enqueued with one index vector up; nothing comes back.
         min_rows, min_ctx: pad the rows per group and the attended context to at least these
-        (a prefill chunk's shape; fewer programs)."""
+        (a prefill chunk's shape; fewer programs). gather: also gather the K/V the call wrote,
+        in the same program (one dispatch and one upload fewer than kv_rows after it), and
+        return them as kv_rows does: (device array [2, n_padded, L, nkv, hd], n)."""
         t0 = time.perf_counter()
         groups: dict[tuple[int, int], list[int]] = {}
         for r, (slot, _, depth) in enumerate(rows):
@@ -317,6 +328,27 @@ class JaxLoopedModel:
             ctx = bucket(top, self.ctx_bits, 16) if top > 512 else pow2(top, 16)
         ctx = min(kv.max_len, ctx)
         cos, sin = self.rope(kv.max_len)
+        if gather:
+            kidx = self._kv_index(rows)
+            kv.k, kv.v, kv.pool, got = self._step(
+                "recurrent",
+                len(rows),
+                t0,
+                _call_rows,
+                self.params,
+                kv.k,
+                kv.v,
+                kv.pool,
+                cos,
+                sin,
+                self._put(np.concatenate([idx, kidx.ravel()])),
+                groups=G,
+                m=m,
+                ctx=ctx,
+                dims=self.dims,
+            )
+            self._count(calls=1)
+            return got, len(rows)
         kv.k, kv.v, kv.pool = self._step(
             "recurrent",
             len(rows),
@@ -353,10 +385,14 @@ class JaxLoopedModel:
         """The K/V that rows [(slot, position, depth)] hold in the planes, every layer, gathered
         on the device and not brought back: (device array [2, n_padded, L, nkv, hd], n)."""
         t0 = time.perf_counter()
+        return self._step("kv_fetch", len(rows), t0, _kv_rows, kv.k, kv.v, self._put(self._kv_index(rows))), len(rows)
+
+    def _kv_index(self, rows) -> np.ndarray:
+        # int32 [3, n padded]: slot, depth, pos of rows [(slot, position, depth)]
         n = len(rows)
         idx = np.zeros((3, pow2(n, 64) if self.small else bucket(n, 3)), np.int32)
-        idx[:, :n] = np.asarray(rows, np.int32).T[[0, 2, 1]]  # slot, depth, pos
-        return self._step("kv_fetch", n, t0, _kv_rows, kv.k, kv.v, self._put(idx)), n
+        idx[:, :n] = np.asarray(rows, np.int32).T[[0, 2, 1]]
+        return idx
 
     def fetch_kv(self, dev_n, rows_first: bool = False) -> np.ndarray:
         """kv_rows' result on the host at the model's true shapes: [2, L, n, nkv, hd] (a view),

@@ -55,6 +55,7 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, help="override the preset's hidden size (random weights)")
     p.add_argument("--intermediate", type=int, help="override the preset's MLP size")
     p.add_argument("--layers", type=int, help="override the preset's layer count")
+    p.add_argument("--vocab", type=int, help="override the preset's vocabulary size")
     p.add_argument(
         "--kv-fetch",
         default="async",
@@ -179,6 +180,7 @@ def build(args):
             ("hidden_size", args.hidden),
             ("intermediate_size", args.intermediate),
             ("num_layers", args.layers),
+            ("vocab_size", args.vocab),
         )
         if v is not None
     }

@@ -44,8 +44,9 @@ def session(tiny, mode="block", kv_fetch="async", C=3, n=9):
 @pytest.mark.parametrize("kv_fetch", ["async", "thread", "round"])
 def test_what_crosses_per_round(tiny, kv_fetch):
     """Per round (K=4, d=2, D=4: 12 calls, 5 head calls): up, one index vector per call and per
-    head call (+ one per KV gather); down, the logits of each head call and the KV writes (one
-    copy per call, or one per round). No hidden state crosses, nothing recompiles, and every
+    head call (the call's vector names the K/V rows it gathers too; "round": one more, its
+    gather at the end); down, the logits of each head call and the KV writes (one copy per
+    call, or one per round). No hidden state crosses, nothing recompiles, and every
     host-to-device transfer is explicit (the guard refuses implicit ones)."""
     s = session(tiny, kv_fetch=kv_fetch)
     counts = {rid: 5 for rid in range(3)}
@@ -59,7 +60,7 @@ def test_what_crosses_per_round(tiny, kv_fetch):
         s.step(counts)
     fetches = 1 if kv_fetch == "round" else 12
     assert got["calls"] == 12 and tr.stats["head_calls"] == 5
-    assert got["h2d"] == 12 + 5 + fetches and got["d2h"] == 5 + fetches
+    assert got["h2d"] == 12 + 5 + (kv_fetch == "round") and got["d2h"] == 5 + fetches
     assert seen["h2d"] == got["h2d"] and seen["d2h"] == got["d2h"] and seen["compiles"] == 0
     assert len(tr.kv_writes) == 3 * 5 * 4 * tiny.cfg.num_layers
 
@@ -93,7 +94,9 @@ def test_time_judge_round_reports_the_floor(tiny):
         m = r[mode]
         assert m["median_ms"] > 0 and m["floor_ms"] > 0
         assert m["over_floor"] == pytest.approx(m["median_ms"] / m["floor_ms"], rel=0.02)
-        assert m["per_round"]["compiles"] == 0 and m["per_round"]["h2d"] == 29
+        assert (
+            m["per_round"]["compiles"] == 0 and m["per_round"]["h2d"] == 17
+        )  # an index vector per call (its K/V gather named in it) and per head call
         assert m["per_round"]["kv_donated"] is True  # no call copied the KV planes
         steps = m["probe"]["steps"]
         assert steps["recurrent"]["n"] == 12 and steps["head"]["n"] == 5
