@@ -343,3 +343,18 @@ def test_transfer_counts_are_exact_across_threads(tiny):
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert jm.counts["h2d"] == jm.counts["d2h"] == 800 and jm.counts["d2h_bytes"] == 800 * 16
+
+
+def test_the_default_dot_follows_the_device(monkeypatch):
+    """dot="auto" (the default): HIGHEST on a CPU; on one GPU the kernel of few rows ("rows"),
+    which the head's products follow too; a name outside DOTS and "auto" is refused by name."""
+    from oracle.config import preset
+
+    ref = seeded_model(preset("tiny"), 0)
+    jm = JaxLoopedModel(ref.cfg, ref.weights)
+    assert jm.dims.dot == "highest" and jm._head_dims is None
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # what the constructor reads
+    jm = JaxLoopedModel(ref.cfg, ref.weights)
+    assert jm.dims.dot == "rows" and jm._head_dims is jm.dims
+    with pytest.raises(OracleError, match="dot algorithm 'rowz': expected auto or one of"):
+        JaxLoopedModel(ref.cfg, ref.weights, dot="rowz")
