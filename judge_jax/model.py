@@ -328,44 +328,15 @@ class JaxLoopedModel:
             ctx = bucket(top, self.ctx_bits, 16) if top > 512 else pow2(top, 16)
         ctx = min(kv.max_len, ctx)
         cos, sin = self.rope(kv.max_len)
-        if gather:
-            kidx = self._kv_index(rows)
-            kv.k, kv.v, kv.pool, got = self._step(
-                "recurrent",
-                len(rows),
-                t0,
-                _call_rows,
-                self.params,
-                kv.k,
-                kv.v,
-                kv.pool,
-                cos,
-                sin,
-                self._put(np.concatenate([idx, kidx.ravel()])),
-                groups=G,
-                m=m,
-                ctx=ctx,
-                dims=self.dims,
-            )
-            self._count(calls=1)
-            return got, len(rows)
-        kv.k, kv.v, kv.pool = self._step(
-            "recurrent",
-            len(rows),
-            t0,
-            _call,
-            self.params,
-            kv.k,
-            kv.v,
-            kv.pool,
-            cos,
-            sin,
-            self._put(idx),
-            groups=G,
-            ctx=ctx,
-            dims=self.dims,
+        fn, kw = _call, {"groups": G, "ctx": ctx, "dims": self.dims}
+        if gather:  # the K/V rows it writes, named after the call's own index vector
+            fn, kw["m"], idx = _call_rows, m, np.concatenate([idx, self._kv_index(rows).ravel()])
+        out = self._step(
+            "recurrent", len(rows), t0, fn, self.params, kv.k, kv.v, kv.pool, cos, sin, self._put(idx), **kw
         )
+        kv.k, kv.v, kv.pool = out[:3]
         self._count(calls=1)
+        return (out[3], len(rows)) if gather else None
 
     def head_rows(self, kv, src, before_wait=None) -> np.ndarray:
         """lm_head over pool rows src: logits [n, V], brought back (sampling is on the host).
