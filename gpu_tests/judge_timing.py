@@ -171,7 +171,8 @@ def time_judge_round(
     """Per mode: median ms of a round (K = 4, d = 2, D = 4, greedy, C requests, prompts of ctx
     tokens), every timed round's ms, the floor ms on `gpu` with its terms, measured / floor,
     the transfers and compiles of one round, and a probed round's per-step host/device split.
-    trace_dir: also write a jax.profiler trace of one more round per mode there;
+    trace_dir: also write a jax.profiler trace of one more round per mode there, and keep what
+    gpu_tests.trace_gaps reads from it (the device's busy and idle time, the idle by phase);
     host_profile: also run one more round per mode under cProfile and keep its top
     `host_profile` functions by cumulative and by own time (text, in the mode's "host_profile");
     session_options: for judge.session (e.g. kv_fetch="round").
@@ -207,11 +208,19 @@ def time_judge_round(
             per_round["kv_donated"] = bool(held.is_deleted())  # (False: each call copied them)
         del held
         probe = _probe_round(s, counts)
+        traced = None
         if trace_dir is not None:
             import jax
 
-            with jax.profiler.trace(os.path.join(str(trace_dir), mode)):
-                s.step(counts)
+            from gpu_tests.trace_gaps import annotated, gaps
+
+            where = os.path.join(str(trace_dir), mode)
+            opts = jax.profiler.ProfileOptions()
+            opts.python_tracer_level = 0  # the phases and steps are annotated instead (trace_gaps)
+            with annotated(), jax.profiler.trace(where, profiler_options=opts):
+                with jax.profiler.TraceAnnotation("J:round"):
+                    s.step(counts)
+            traced = gaps(where)
         hprof = None
         if host_profile:
             import cProfile
@@ -244,5 +253,7 @@ def time_judge_round(
         }
         if hprof is not None:
             out[mode]["host_profile"] = hprof
+        if traced is not None:
+            out[mode]["trace_gaps"] = traced
         del s  # its KV planes go before the next mode's
     return out

@@ -220,6 +220,14 @@ def show(args, res: dict, fetch: str) -> None:
                 f"         probed round {pb['wall_ms']:.2f} ms: {steps}; "
                 f"oracle.phases host {pb['phases_host_ms']:.2f} ms"
             )
+        if r.get("trace_gaps"):
+            tg = r["trace_gaps"]
+            print(f"         traced round {tg['wall_ms']:.2f} ms: host {tg['host_ms']}")
+            if "idle_ms" in tg:
+                print(
+                    f"         device busy {tg['device_busy_ms']:.2f} ms, copies {tg['copy_ms']:.2f} ms, "
+                    f"idle {tg['idle_ms']:.2f} ms in {tg['idle_gaps']} gaps, idle while the host was in {tg['idle_by']}"
+                )
 
 
 if __name__ == "__main__":
