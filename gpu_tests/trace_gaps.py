@@ -6,8 +6,8 @@ one traced round (the Python tracer stays off: it keeps at most 8192 events, few
 round at ouro-1.4b makes). `gaps(trace_dir)` then reads the trace's .xplane.pb and returns,
 for the annotated round ("J:round"): its wall time, the time some kernel ran on the device
 (the union of the compute streams' events), the copies' time, and the idle time split by
-the innermost annotation the main thread was in at each idle moment (what the device waited
-for). On a host without a GPU plane the device figures are absent.
+the two innermost annotations the main thread was in at each idle moment ("flush>_get": what
+the device waited for). On a host without a GPU plane the device figures are absent.
 """
 
 from __future__ import annotations
@@ -97,13 +97,12 @@ def gaps(trace_dir: str, top: int = 8) -> dict:
                 if len(ev) > len(host):  # the main thread's line: the most annotations
                     host = ev
         elif plane.name.startswith("/device:GPU:0"):
-            lines = list(plane.lines)
-            device_lines = {line.name: len(line.events) for line in lines}
-            for line in lines:
+            for line in plane.lines:
+                events = [(e.start_ns, e.end_ns) for e in line.events]
+                device_lines[line.name] = len(events)
                 if not line.name.startswith("Stream"):
                     continue  # "XLA Modules" / "XLA Ops" repeat the streams' events
-                kind = "copy" if "memcpy" in line.name.lower() else "compute"
-                dev[kind] += [(e.start_ns, e.end_ns) for e in line.events]
+                dev["copy" if "memcpy" in line.name.lower() else "compute"] += events
     rounds = [(s, e) for s, e, n in host if n == "J:round"]
     assert rounds, "no J:round annotation in the trace"
     t0, t1 = rounds[0]
@@ -132,8 +131,8 @@ def gaps(trace_dir: str, top: int = 8) -> dict:
         while x < e:
             y = min(e, x + step)
             mid = (x + y) / 2
-            active = [(es - ss, n) for ss, es, n in inner if ss <= mid < es]
-            name = min(active)[1][2:] if active else "(between annotations)"
+            active = sorted((ss - es, n[2:]) for ss, es, n in inner if ss <= mid < es)  # outermost first
+            name = ">".join(n for _, n in active[-2:]) if active else "(between annotations)"
             by[name] = by.get(name, 0.0) + (y - x) / 1e6
             x = y
     out.update(
