@@ -84,11 +84,15 @@ def _union(intervals):
 
 def gaps(trace_dir: str, top: int = 8) -> dict:
     """Read the newest .xplane.pb under trace_dir; see the module docstring."""
-    from jax._src.lib import _profile_data as pd
+    from jax.profiler import ProfileData
 
     files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
     assert files, f"no .xplane.pb under {trace_dir}"
-    data = pd.ProfileData.from_file(files[-1])
+    return read(ProfileData.from_file(files[-1]), top)
+
+
+def read(data, top: int = 8) -> dict:
+    """gaps() of a jax ProfileData (a trace's XSpace)."""
     host, dev, device_lines = [], {"compute": [], "copy": []}, {}
     for plane in data.planes:
         if plane.name == "/host:CPU":

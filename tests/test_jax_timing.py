@@ -102,6 +102,25 @@ def test_time_judge_round_reports_the_floor(tiny):
         assert steps["recurrent"]["n"] == 12 and steps["head"]["n"] == 5
 
 
+def test_a_traced_round_is_read_back_by_phase(tiny, tmp_path):
+    """trace_dir: one more round per mode under jax.profiler with the phases annotated; the
+    trace is read back (gpu_tests.trace_gaps) into the round's wall time and the host time per
+    annotated phase, and the annotations are gone afterwards. (No GPU plane on the CPU: the
+    device's idle time is measured on the H200 only.)"""
+    import oracle.phases
+    import judge_jax.model
+
+    before = (oracle.phases.run_call, judge_jax.model.JaxLoopedModel.call)
+    r = time_judge_round(make_jax_backend(), tiny, C=2, ctx=8, repeats=1, trace_dir=tmp_path)
+    for mode in ("block", "loop"):
+        tg = r[mode]["trace_gaps"]
+        host = tg["host_ms"]
+        assert {"run_call", "draft_head", "verify_head", "call", "head_rows", "flush"} <= set(host), host
+        assert 0 < host["call"] <= host["run_call"] <= tg["wall_ms"]  # nested: the call inside run_call
+        assert "idle_ms" not in tg  # no device plane here
+    assert (oracle.phases.run_call, judge_jax.model.JaxLoopedModel.call) == before
+
+
 def test_gpu_judge_time_script_runs_on_the_cpu(tmp_path):
     out = tmp_path / "t.json"
     p = subprocess.run(
