@@ -13,19 +13,28 @@ MS = 1_000_000_000  # picoseconds
 def space(host, device, copies=()) -> str:
     """host: [(name, start ms, end ms)] on the main thread; device: compute [(start, end)]."""
     names = sorted({n for n, *_ in host} | {"kernel", "memcpy"})
-    meta = "".join(f' event_metadata {{ key: {i + 1} value {{ id: {i + 1} name: "{n}" }} }}' for i, n in enumerate(names))
-    ev = lambda n, s, e: f" events {{ metadata_id: {names.index(n) + 1} offset_ps: {int(s * MS)} duration_ps: {int((e - s) * MS)} }}"  # noqa: E731
+    meta = "".join(f' event_metadata {{ key: {i} value {{ id: {i} name: "{n}" }} }}' for i, n in enumerate(names, 1))
+
+    def ev(n, s, e):
+        return (
+            f" events {{ metadata_id: {names.index(n) + 1} offset_ps: {int(s * MS)} duration_ps: {int((e - s) * MS)} }}"
+        )
+
     return (
         'planes { id: 1 name: "/host:CPU" lines { id: 1 name: "main" timestamp_ns: 0'
         + "".join(ev(*h) for h in host)
         + " }"
-        + ' lines { id: 2 name: "other" timestamp_ns: 0' + ev("J:flush", 0, 10) + " }"
+        + ' lines { id: 2 name: "other" timestamp_ns: 0'
+        + ev("J:flush", 0, 10)
+        + " }"
         + meta
         + ' } planes { id: 2 name: "/device:GPU:0" lines { id: 1 name: "Stream #1(Compute)" timestamp_ns: 0'
         + "".join(ev("kernel", s, e) for s, e in device)
         + ' } lines { id: 2 name: "Stream #2(MemcpyD2H)" timestamp_ns: 0'
         + "".join(ev("memcpy", s, e) for s, e in copies)
-        + ' } lines { id: 3 name: "XLA Ops" timestamp_ns: 0' + ev("kernel", 0, 10) + " }"
+        + ' } lines { id: 3 name: "XLA Ops" timestamp_ns: 0'
+        + ev("kernel", 0, 10)
+        + " }"
         + meta
         + " }"
     )
