@@ -5,7 +5,8 @@
 one traced round (the Python tracer stays off: it keeps at most 8192 events, fewer than a
 round at ouro-1.4b makes). `gaps(trace_dir)` then reads the trace's .xplane.pb and returns,
 for the annotated round ("J:round"): its wall time, the time some kernel ran on the device
-(the union of the compute streams' events), the copies' time, and the idle time split by
+(the union of the compute streams' events), the copies' time, the idle time in gaps under
+0.1 ms (launch gaps between kernels already queued), and the rest of the idle time split by
 the two innermost annotations the main thread was in at each idle moment ("flush>_get": what
 the device waited for). On a host without a GPU plane the device figures are absent.
 """
@@ -72,6 +73,9 @@ def annotated():
             setattr(owner, name, fn)
 
 
+SHORT_GAP_NS = 100_000  # an idle gap shorter than 0.1 ms is a launch gap between queued kernels
+
+
 def _union(intervals):
     out = []
     for s, e in sorted(intervals):
@@ -128,9 +132,12 @@ def read(data, top: int = 8) -> dict:
         cur = max(cur, e)
     if cur < t1:
         idle.append((cur, t1))
+    short = [(s, e) for s, e in idle if e - s < SHORT_GAP_NS]
     by = {}
     step = 20_000  # ns: idle time attributed in slices of 20 us to the innermost annotation
     for s, e in idle:
+        if e - s < SHORT_GAP_NS:
+            continue  # between two kernels of work already queued: not the host's doing
         x = s
         while x < e:
             y = min(e, x + step)
@@ -144,6 +151,8 @@ def read(data, top: int = 8) -> dict:
         copy_ms=round(sum(e - s for s, e in copies) / 1e6, 3),
         idle_ms=round(sum(e - s for s, e in idle) / 1e6, 3),
         idle_gaps=len(idle),
+        idle_short_ms=round(sum(e - s for s, e in short) / 1e6, 3),  # gaps under SHORT_GAP_NS
+        idle_short_gaps=len(short),
         idle_by=dict(sorted(((k, round(v, 3)) for k, v in by.items()), key=lambda kv: -kv[1])[:top]),
     )
     return out

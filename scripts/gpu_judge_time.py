@@ -226,7 +226,8 @@ def show(args, res: dict, fetch: str) -> None:
             if "idle_ms" in tg:
                 print(
                     f"         device busy {tg['device_busy_ms']:.2f} ms, copies {tg['copy_ms']:.2f} ms, "
-                    f"idle {tg['idle_ms']:.2f} ms in {tg['idle_gaps']} gaps, idle while the host was in {tg['idle_by']}"
+                    f"idle {tg['idle_ms']:.2f} ms in {tg['idle_gaps']} gaps ({tg['idle_short_ms']:.2f} ms in "
+                    f"{tg['idle_short_gaps']} under 0.1 ms), the rest while the host was in {tg['idle_by']}"
                 )
 
 

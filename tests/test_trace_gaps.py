@@ -43,10 +43,12 @@ def space(host, device, copies=()) -> str:
 def test_idle_time_is_split_by_the_innermost_annotations():
     host = [("J:round", 0, 10), ("J:verify_head", 0.5, 3.5), ("J:flush", 1, 3), ("J:_get", 2, 3), ("J:run_call", 7, 8)]
     # kernels 0-1 and 5-6, overlapping ones merged; the round's idle: 1-5 and 6-10 (8 ms)
-    out = read(ProfileData.from_text_proto(space(host, [(0, 0.6), (0.4, 1), (5, 6)], copies=[(3, 3.5)])))
+    kernels = [(0, 0.6), (0.4, 1), (5, 5.5), (5.55, 6)]  # a launch gap of 0.05 ms between the last two
+    out = read(ProfileData.from_text_proto(space(host, kernels, copies=[(3, 3.5)])))
     assert out["wall_ms"] == pytest.approx(10)
-    assert out["device_busy_ms"] == pytest.approx(2) and out["copy_ms"] == pytest.approx(0.5)
-    assert out["idle_ms"] == pytest.approx(8) and out["idle_gaps"] == 2
+    assert out["device_busy_ms"] == pytest.approx(1.95) and out["copy_ms"] == pytest.approx(0.5)
+    assert out["idle_ms"] == pytest.approx(8.05) and out["idle_gaps"] == 3
+    assert out["idle_short_ms"] == pytest.approx(0.05) and out["idle_short_gaps"] == 1  # not attributed
     idle = out["idle_by"]
     assert idle["verify_head>flush"] == pytest.approx(1)  # 1-2 (flush inside verify_head here)
     assert idle["flush>_get"] == pytest.approx(1)  # 2-3: the two innermost of three
