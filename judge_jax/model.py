@@ -348,7 +348,6 @@ class JaxLoopedModel:
         s = np.zeros(pow2(n, self.floors["head"]), np.int32)
         s[:n] = src
         out = self._step("head", n, t0, _head, self.params["lm_head"], kv.pool, self._put(s), dims=self._head_dims)
-        out.copy_to_host_async()  # the logits' copy first: ahead of the KV copies before_wait starts
         if before_wait is not None:
             before_wait()
         return self._get(out)[:n, : self.cfg.vocab_size]
