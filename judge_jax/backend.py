@@ -27,7 +27,7 @@ from .kvplanes import DeviceKV
 from .model import JaxLoopedModel
 
 
-KV_FETCH = ("async", "lag", "thread", "round")
+KV_FETCH = ("async", "thread", "round")
 
 
 class _Token:
@@ -68,12 +68,9 @@ class _RoundModel:
     is computed. Started right after each call (as before 2026-12-01), it held the host for
     that call's device time, 12 times a round (65-84 ms of a 195 ms round at ouro-1.4b on the
     H200, cProfile), so the next calls were not enqueued meanwhile. A head call's logits come
-    after those gathers in stream order, so the host waits for them there anyway.
-    kv_fetch="lag" starts each call's copy once the next call is enqueued (and the segment's
-    last at the head call): the host waits for call i while call i + 1 runs, and the copy's
-    host-side work overlaps that call. An option to be timed on the H200 against "async": a
-    traced round there (gpu_tests/trace_gaps.py, 2026-12-03) shows the device idle 15-19 ms
-    a round while the host is in the head's fetch behind these copies."""
+    after those gathers in stream order, so the host waits for them there anyway. Measured
+    on the H200 and dropped (docs/results.md, 2026-12-03): the head's logits queued ahead of
+    these copies, and each call's copy started once the next call is enqueued."""
 
     def __init__(self, jm: JaxLoopedModel, kv: DeviceKV, record: bool = True, kv_fetch: str = "async", fetcher=None):
         if kv_fetch not in KV_FETCH:
@@ -105,7 +102,7 @@ class _RoundModel:
 
     def _kick(self) -> None:
         """Start the host copies of the KV rows gathered since the last head call."""
-        if self.kv_fetch not in ("async", "lag"):
+        if self.kv_fetch != "async":
             return
         for dev, _ in self.pending[self.kicked :]:
             if dev is not None:
@@ -141,9 +138,7 @@ class _RoundModel:
             out.append(_Hidden(r, self.version[r]))
         if self.record:
             logged = [(rid, pos, depth, call) for rid, pos, depth in rows]
-            if self.kv_fetch == "lag":  # the earlier calls' copies start now, this one's later
-                self._kick()
-            if self.kv_fetch in ("async", "lag"):  # its copy starts at the next head call (_kick)
+            if self.kv_fetch == "async":  # its copy starts at the next head call (_kick)
                 self.pending.append((got, logged))
             elif self.kv_fetch == "thread":  # waited for and copied by the fetch thread
                 self.pending.append((self.fetcher.submit(self.jm.fetch_kv, got, True), logged))
@@ -202,8 +197,8 @@ class JaxSession:
         kv_fetch: str = "async",
     ):
         """prefill_chunk: prompt positions per prefill call (bounds memory and program shapes);
-        kv_fetch: how the trace's KV writes come back ("async" / "lag" / "thread" per call,
-        "round": once a round; _RoundModel)."""
+        kv_fetch: how the trace's KV writes come back ("async" / "thread" per call, "round":
+        once a round; _RoundModel)."""
         assert prefill_chunk >= 1
         if kv_fetch not in KV_FETCH:
             raise OracleError(f"kv_fetch {kv_fetch!r}: expected one of {', '.join(KV_FETCH)}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|lag|paths|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|paths|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -86,10 +86,6 @@ hostprof) # the judge's round at ouro-1.4b with one more round per mode under cP
 trace)   # the judge's round at ouro-1.4b, one more round per mode traced: the device's idle time by phase (gpu_tests/trace_gaps.py)
   timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py --trace /tmp/judge_trace ${TRACE_ARGS:-} --json "$OUT/judge_trace.json" \
     2>&1 | tee "$OUT/judge_trace.log" | grep -v "^ *per round" | tail -16 ;;
-lag)     # the KV copies started one call later (kv_fetch=lag) against at the head (async), A B B A in one process, traced
-  timeout ${JUDGE_TIMEOUT:-400} python3 scripts/gpu_judge_time.py --repeats 7 --trace /tmp/judge_trace --json "$OUT/judge_lag.json" \
-    --variant kv_fetch=async --variant kv_fetch=lag --variant kv_fetch=lag --variant kv_fetch=async \
-    2>&1 | tee "$OUT/judge_lag.log" | grep -v "^ *per round" | tail -40 ;;
 paths)   # issue 46: the correct paths and a band fault at ouro-1.4b, the precision verdict alone
   timeout ${PATHS_TIMEOUT:-420} python3 scripts/precision_paths.py --preset ouro-1.4b --reference jax --no-drift \
     --variants ${PATHS:-triton0,fuse0,eager,attn_out_bits.1=4.4} --json "$OUT/precision_paths_ouro.json" \

@@ -41,7 +41,7 @@ def session(tiny, mode="block", kv_fetch="async", C=3, n=9):
     return s
 
 
-@pytest.mark.parametrize("kv_fetch", ["async", "lag", "thread", "round"])
+@pytest.mark.parametrize("kv_fetch", ["async", "thread", "round"])
 def test_what_crosses_per_round(tiny, kv_fetch):
     """Per round (K=4, d=2, D=4: 12 calls, 5 head calls): up, one index vector per call and per
     head call (the call's vector names the K/V rows it gathers too; "round": one more, its
@@ -71,7 +71,6 @@ def test_what_crosses_per_round(tiny, kv_fetch):
         ("block", {"kv_fetch": "round"}),
         ("loop", {"kv_fetch": "round"}),
         ("block", {"kv_fetch": "thread"}),
-        ("loop", {"kv_fetch": "lag"}),
         ("loop", {"kv_fetch": "thread", "rows_bits": 2}),
         ("block", {"unroll": False}),
         ("loop", {"unroll": False, "ctx_bits": 1}),
