@@ -5,7 +5,8 @@
 one traced round (the Python tracer stays off: it keeps at most 8192 events, fewer than a
 round at ouro-1.4b makes). `gaps(trace_dir)` then reads the trace's .xplane.pb and returns,
 for the annotated round ("J:round"): its wall time, the time some kernel ran on the device
-(the union of the compute streams' events), the copies' time, the idle time in gaps under
+(the union of the compute streams' events) and the kernels taking most of it (ms,
+launches), the copies' time, the idle time in gaps under
 0.1 ms (launch gaps between kernels already queued), and the rest of the idle time split by
 the two innermost annotations the main thread was in at each idle moment ("flush>_get": what
 the device waited for). On a host without a GPU plane the device figures are absent.
@@ -97,7 +98,7 @@ def gaps(trace_dir: str, top: int = 8) -> dict:
 
 def read(data, top: int = 8) -> dict:
     """gaps() of a jax ProfileData (a trace's XSpace)."""
-    host, dev, device_lines = [], {"compute": [], "copy": []}, {}
+    host, dev, device_lines, kernels = [], {"compute": [], "copy": []}, {}, []
     for plane in data.planes:
         if plane.name == "/host:CPU":
             for line in plane.lines:
@@ -110,7 +111,10 @@ def read(data, top: int = 8) -> dict:
                 device_lines[line.name] = len(events)
                 if not line.name.startswith("Stream"):
                     continue  # "XLA Modules" / "XLA Ops" repeat the streams' events
-                dev["copy" if "memcpy" in line.name.lower() else "compute"] += events
+                kind = "copy" if "memcpy" in line.name.lower() else "compute"
+                dev[kind] += events
+                if kind == "compute":
+                    kernels += [(e.start_ns, e.end_ns, e.name) for e in line.events]
     rounds = [(s, e) for s, e, n in host if n == "J:round"]
     assert rounds, "no J:round annotation in the trace"
     t0, t1 = rounds[0]
@@ -146,7 +150,17 @@ def read(data, top: int = 8) -> dict:
             name = ">".join(n for _, n in active[-2:]) if active else "(between annotations)"
             by[name] = by.get(name, 0.0) + (y - x) / 1e6
             x = y
+    per_kernel = {}  # name -> [ms, launches] within the round
+    for s, e, name in kernels:
+        if t0 <= s < t1:
+            k = per_kernel.setdefault(name, [0.0, 0])
+            k[0] += (e - s) / 1e6
+            k[1] += 1
     out.update(
+        device_by_kernel={
+            n: [round(ms, 3), c] for n, (ms, c) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])[:top]
+        },
+        device_launches=sum(c for _, c in per_kernel.values()),
         device_busy_ms=round(sum(e - s for s, e in busy) / 1e6, 3),
         copy_ms=round(sum(e - s for s, e in copies) / 1e6, 3),
         idle_ms=round(sum(e - s for s, e in idle) / 1e6, 3),

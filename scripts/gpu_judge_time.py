@@ -229,6 +229,7 @@ def show(args, res: dict, fetch: str) -> None:
                     f"idle {tg['idle_ms']:.2f} ms in {tg['idle_gaps']} gaps ({tg['idle_short_ms']:.2f} ms in "
                     f"{tg['idle_short_gaps']} under 0.1 ms), the rest while the host was in {tg['idle_by']}"
                 )
+                print(f"         {tg['device_launches']} kernels; the longest in all: {tg['device_by_kernel']}")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,10 @@ def test_idle_time_is_split_by_the_innermost_annotations():
     assert out["device_busy_ms"] == pytest.approx(1.95) and out["copy_ms"] == pytest.approx(0.5)
     assert out["idle_ms"] == pytest.approx(8.05) and out["idle_gaps"] == 3
     assert out["idle_short_ms"] == pytest.approx(0.05) and out["idle_short_gaps"] == 1  # not attributed
+    assert out["device_launches"] == 4 and out["device_by_kernel"]["kernel"] == [
+        pytest.approx(2.15),
+        4,
+    ]  # overlaps counted
     idle = out["idle_by"]
     assert idle["verify_head>flush"] == pytest.approx(1)  # 1-2 (flush inside verify_head here)
     assert idle["flush>_get"] == pytest.approx(1)  # 2-3: the two innermost of three
