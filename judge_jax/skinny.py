@@ -21,7 +21,7 @@ import jax.numpy as jnp
 # call aims at (the K splits fill it up); warps, stages: Triton's; x3: TF32x3 products (0: FP32
 # multiply-adds, "ieee"). The best of 24 tilings at 16 rows on the H200 (scripts/gpu_skinny_mm.py,
 # 2026-12-03): bn 128, bk 32, 1056 programs, 3 stages; FP32 took 2.56 ms where TF32x3 took 3.48.
-SKINNY_TILE = {"bn": 128, "bk": 32, "programs": 1056, "warps": 4, "stages": 3, "x3": 0}
+SKINNY_TILE = {"bn": 128, "bk": 32, "programs": 1056, "warps": 4, "stages": 3, "x3": 0, "split": 1}
 # rows padded to 128: the best of 24 tilings there (scripts/gpu_skinny_mm.py --sweep-rows 128,
 # 2026-12-03): bn 64, 528 programs, 8 warps, FP32: 9.26 ms against XLA HIGHEST's 10.54
 SKINNY_TILE_128 = {**SKINNY_TILE, "bn": 64, "programs": 528, "warps": 8}
@@ -51,6 +51,18 @@ def padded_rows(m: int) -> int:
     return max(16, 1 << (m - 1).bit_length())
 
 
+def row_blocks(m: int, split: int = 1) -> tuple[int, ...]:
+    """The row blocks of an m-row product, each a power of two >= 16 (Triton's shapes), largest
+    first. split=1: m rounded up to 16 and cut into its binary parts (80 -> 64 + 16; the weight tile
+    read once feeds each block's tl.dot), so past 64 rows the FP32 multiply-adds run on 16-row
+    steps rather than on the rows padded to 128; split=0: one block of padded_rows(m)."""
+    assert m >= 1, m
+    if not split:
+        return (padded_rows(m),)
+    m16 = -(-m // 16) * 16
+    return tuple(b for b in (1 << i for i in range(m16.bit_length() - 1, 3, -1)) if m16 & b)
+
+
 def k_splits(k_blocks: int, n_tiles: int, programs: int) -> int:
     """The largest divisor of k_blocks with n_tiles * splits <= max(programs, n_tiles): every
     split the same number of K steps."""
@@ -70,38 +82,47 @@ def skinny_mm(x, w, l=0, tile: dict | None = None):
     M = x.shape[0]
     bn, bk = _width(N, t["bn"]), _width(K, t["bk"])  # narrower where the weight needs it
     assert x.shape[1] == K and bn and bk, (x.shape, W.shape, t)
-    Mp, n_tiles = padded_rows(M), N // bn
+    blocks, n_tiles = row_blocks(M, t["split"]), N // bn
+    starts = [sum(blocks[:i]) for i in range(len(blocks))]
     splits = k_splits(K // bk, n_tiles, t["programs"])
     per = K // bk // splits  # K steps per program
-    xp = jnp.pad(x, ((0, Mp - M), (0, 0)))  # x: [Mp, K]
+    xp = jnp.pad(x, ((0, sum(blocks) - M), (0, 0)))  # x: [sum(blocks), K], cut into the blocks below
+    xs = [xp[s : s + b] for s, b in zip(starts, blocks)]  # each [b, K]
     lidx = jnp.asarray(l, jnp.int32).reshape(1)
     interpret = jax.default_backend() == "cpu"
     hi = jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3 if t["x3"] and not interpret else jax.lax.Precision.HIGHEST
     dot = getattr(plgpu, "dot", None) or pl.dot
+    nb = len(blocks)
 
-    def kernel(l_ref, x_ref, w_ref, o_ref):
+    def kernel(l_ref, *refs):
+        x_refs, w_ref, o_refs = refs[:nb], refs[nb], refs[nb + 1 :]
         n, sp = pl.program_id(0), pl.program_id(1)
         li, k_first = l_ref[0], sp * (per * bk)
 
-        def step(i, acc):
+        def step(i, accs):
             k0 = k_first + i * bk
-            xb = plgpu.load(x_ref.at[:, pl.ds(k0, bk)])  # [Mp, bk]
-            wb = plgpu.load(w_ref.at[li, pl.ds(k0, bk), pl.ds(n * bn, bn)])  # [bk, bn]
-            return acc + dot(xb, wb, precision=hi)
+            wb = plgpu.load(w_ref.at[li, pl.ds(k0, bk), pl.ds(n * bn, bn)])  # [bk, bn], read once for every block
+            return tuple(
+                acc + dot(plgpu.load(x_ref.at[:, pl.ds(k0, bk)]), wb, precision=hi)  # [b, bk] x [bk, bn]
+                for acc, x_ref in zip(accs, x_refs)
+            )
 
-        o_ref[...] = jax.lax.fori_loop(0, per, step, jnp.zeros((Mp, bn), jnp.float32))
+        accs = jax.lax.fori_loop(0, per, step, tuple(jnp.zeros((b, bn), jnp.float32) for b in blocks))
+        for o_ref, acc in zip(o_refs, accs):
+            o_ref[...] = acc
 
-    part = pl.pallas_call(
+    parts = pl.pallas_call(
         kernel,
         grid=(n_tiles, splits),
         in_specs=[
             pl.BlockSpec((1,), lambda n, sp: (0,)),
-            pl.BlockSpec((Mp, K), lambda n, sp: (0, 0)),
+            *(pl.BlockSpec((b, K), lambda n, sp: (0, 0)) for b in blocks),
             pl.no_block_spec,
         ],
-        out_specs=pl.BlockSpec((None, Mp, bn), lambda n, sp: (sp, 0, n)),
-        out_shape=jax.ShapeDtypeStruct((splits, Mp, N), jnp.float32),
+        out_specs=[pl.BlockSpec((None, b, bn), lambda n, sp: (sp, 0, n)) for b in blocks],
+        out_shape=[jax.ShapeDtypeStruct((splits, b, N), jnp.float32) for b in blocks],
         interpret=interpret,
         compiler_params=plgpu.CompilerParams(num_warps=t["warps"], num_stages=t["stages"]),
-    )(lidx, xp, W)
-    return jnp.sum(part, axis=0)[:M]  # the splits' partial sums: [M, N]
+    )(lidx, *xs, W)
+    # the splits' partial sums, the blocks' rows in order: [M, N]
+    return jnp.concatenate([jnp.sum(p, axis=0) for p in parts], axis=0)[:M]

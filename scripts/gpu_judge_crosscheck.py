@@ -52,6 +52,9 @@ def main(argv=None) -> int:
     )
     p.add_argument("--tokens", type=int, default=8, help="cache-free sequence length")
     p.add_argument("--prompt", type=int, default=37, help="the first request's prompt length")
+    p.add_argument(
+        "--rows-bits", type=int, help="significant bits of the judge's rows-per-group bucket (default: the judge's)"
+    )
     p.add_argument("--tol", type=float, default=1e-5)
     p.add_argument("--json", help="write the result here")
     a = p.parse_args(argv)
@@ -91,17 +94,19 @@ def main(argv=None) -> int:
     ref = {mode: run_scenario(REFERENCE, model, sc, mode).traces for mode in ("block", "loop")}
     tile_env = os.environ.get("JUDGE_JAX_PLANES_TILE")
     res = {"preset": a.preset, "device": str(jax.devices()[0].device_kind), "tol": a.tol, "judges": {}}
+    res["rows_bits"], res["tokens"], res["prompt"] = a.rows_bits, a.tokens, a.prompt
     ok = True
     for name in judges:
         dot, loop, attn, tile = parts(name)
         if tile:  # the Pallas attention's tiling, read when a model is made (judge_jax.layers.planes_tile)
             os.environ["JUDGE_JAX_PLANES_TILE"] = ",".join(filter(None, [tile_env, tile.replace(":", ",")]))
-        jm = JaxLoopedModel(cfg, model.weights, dot=dot, unroll=loops[loop], attn=attn)
+        rb = {} if a.rows_bits is None else {"rows_bits": a.rows_bits}
+        jm = JaxLoopedModel(cfg, model.weights, dot=dot, unroll=loops[loop], attn=attn, **rb)
         got = jm.forward_full(tokens, 4)
         cache_free = max(rel_err(got[j][t], want[j][t]) for j in range(4) for t in range(len(tokens)))
         made = {"attn": jm.dims.attn, "attn_tile": dict(jm.dims.attn_tile), "unroll": jm.unroll}
         del jm
-        judge = make_jax_backend(dot=dot, unroll=loops[loop], attn=attn)
+        judge = make_jax_backend(dot=dot, unroll=loops[loop], attn=attn, **rb)
         rounds = {}
         for mode in ("block", "loop"):
             rep = compare_runs(ref[mode], run_scenario(judge, model, sc, mode).traces, "float32")

@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     specs = [variant(args, v) for v in args.variant] or [variant(args, "")]
     if len(specs) > 1:
         res["variants"] = []
-    for spec in specs:
+    for i, spec in enumerate(specs):
         opts = dict(spec)
         fetch_opt, tile = opts.pop("kv_fetch"), opts.pop("tile")
         judge = make_jax_backend(**opts)
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
                 ctx=args.ctx,
                 repeats=args.repeats,
                 gpu=args.gpu,
-                trace_dir=None if args.trace is None else Path(args.trace) / fetch,
+                trace_dir=None if args.trace is None else Path(args.trace) / (f"v{i}" * (len(specs) > 1)) / fetch,
                 host_profile=args.host_profile,
                 kv_fetch=fetch,
             )

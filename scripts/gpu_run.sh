@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|paths|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|paths|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -86,6 +86,15 @@ hostprof) # the judge's round at ouro-1.4b with one more round per mode under cP
 trace)   # the judge's round at ouro-1.4b, one more round per mode traced: the device's idle time by phase (gpu_tests/trace_gaps.py)
   timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py --trace /tmp/judge_trace ${TRACE_ARGS:-} --json "$OUT/judge_trace.json" \
     2>&1 | tee "$OUT/judge_trace.log" | grep -v "^ *per round" | tail -16 ;;
+split)   # the kernel of few rows with its rows cut into blocks (judge_jax.skinny.row_blocks: 80 -> 64 + 16) against
+         # the rows padded to 128; then the judge's round with exact rows (rows_bits 3: a verification of 5 rows
+         # per group is 80 rows, not 128) against the default, each round traced; then its cross-check
+  timeout ${SKINNY_TIMEOUT:-150} python3 scripts/gpu_skinny_mm.py --rows 16,64,80,96,128 --judge-tiles --budget-s 0 \
+    --repeats 15 --json "$OUT/skinny_split.json" 2>&1 | tee "$OUT/skinny_split.log" | tail -16
+  timeout ${JUDGE_TIMEOUT:-400} python3 scripts/gpu_judge_time.py --trace /tmp/judge_trace --variant "" --variant rows_bits=3 \
+    --json "$OUT/judge_split.json" 2>&1 | tee "$OUT/judge_split.log" | grep -v "^ *per round" | tail -40
+  OMP_NUM_THREADS=8 timeout ${CROSS_TIMEOUT:-240} python3 scripts/gpu_judge_crosscheck.py --judges rows/scan --rows-bits 3 \
+    --tokens 80 --json "$OUT/judge_crosscheck_split.json" 2>&1 | tee "$OUT/judge_crosscheck_split.log" | tail -6 ;;
 paths)   # issue 46: the correct paths and a band fault at ouro-1.4b, the precision verdict alone
   timeout ${PATHS_TIMEOUT:-420} python3 scripts/precision_paths.py --preset ouro-1.4b --reference jax --no-drift \
     --variants ${PATHS:-triton0,fuse0,eager,attn_out_bits.1=4.4} --json "$OUT/precision_paths_ouro.json" \

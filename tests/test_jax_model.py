@@ -13,6 +13,7 @@ HYPOTHESIS_PROFILE: dev / ci / nightly, as in property_tests/conftest.py).
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import Phase, given, settings, strategies as st
@@ -189,6 +190,34 @@ def test_products_of_few_rows_take_the_kernel(monkeypatch):
     got = jm.head(h)
     assert seen == [(8, 128)], seen
     assert rel_err(got, ref.head(h)) <= TOL
+
+
+def test_products_of_few_rows_in_blocks_match_fp64():
+    """skinny.row_blocks cuts a product's rows into powers of two >= 16 (80 -> 64 + 16, one weight
+    tile read for both blocks' products); split and padded products of 5, 80 and 112 rows of a
+    stacked weight (layer 1) agree with an FP64 product, and their row order is kept."""
+    from judge_jax import skinny
+
+    assert [skinny.row_blocks(m) for m in (1, 16, 17, 48, 80, 112, 128)] == [
+        (16,),
+        (16,),
+        (32,),
+        (32, 16),
+        (64, 16),
+        (64, 32, 16),
+        (128,),
+    ]
+    assert skinny.row_blocks(80, split=0) == (128,)
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((2, 64, 128)).astype(np.float32)
+    for m in (5, 80, 112):
+        x = rng.standard_normal((m, 64)).astype(np.float32)
+        ref = x.astype(np.float64) @ W[1].astype(np.float64)
+        for split in (0, 1):
+            tile = {"split": split, "bk": 16, "bn": 32, "programs": 8}
+            got = np.asarray(skinny.skinny_mm(jnp.asarray(x), jnp.asarray(W), 1, tile))
+            assert got.shape == (m, 128)
+            assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max(), (m, split)
 
 
 def test_pallas_attention_takes_the_rounds_calls_not_prefill_chunks():
