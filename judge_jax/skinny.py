@@ -27,9 +27,11 @@ SKINNY_TILE = {"bn": 128, "bk": 32, "programs": 1056, "warps": 4, "stages": 3, "
 SKINNY_TILE_128 = {**SKINNY_TILE, "bn": 64, "programs": 528, "warps": 8}
 
 
-def tile_for(m: int) -> dict:
-    """The measured tiling for m rows (as padded_rows pads them)."""
-    return SKINNY_TILE_128 if padded_rows(m) > 64 else SKINNY_TILE
+def tile_for(m: int, split: int = 1) -> dict:
+    """The measured tiling for m rows: the 128-row one where the largest row block is 128 rows, else
+    the 16-row one (H200, 2026-12-03, `gpu_run.sh split`: 80 rows as 64 + 16 took 6.77 ms with it,
+    7.73 ms with the 128-row tiling, 9.12 ms padded to 128; 96 rows as 64 + 32 8.51 / 8.71 / 9.21 ms)."""
+    return SKINNY_TILE_128 if row_blocks(m, split)[0] > 64 else SKINNY_TILE
 
 
 def _width(n: int, most: int) -> int:
@@ -76,7 +78,7 @@ def skinny_mm(x, w, l=0, tile: dict | None = None):
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 
-    t = {**tile_for(x.shape[0]), **(tile or {})}
+    t = {**tile_for(x.shape[0], (tile or {}).get("split", SKINNY_TILE["split"])), **(tile or {})}
     W = w if w.ndim == 3 else w[None]
     _, K, N = W.shape
     M = x.shape[0]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|paths|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|paths|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -95,6 +95,16 @@ split)   # the kernel of few rows with its rows cut into blocks (judge_jax.skinn
     --json "$OUT/judge_split.json" 2>&1 | tee "$OUT/judge_split.log" | grep -v "^ *per round" | tail -40
   OMP_NUM_THREADS=8 timeout ${CROSS_TIMEOUT:-240} python3 scripts/gpu_judge_crosscheck.py --judges rows/scan --rows-bits 3 \
     --tokens 80 --json "$OUT/judge_crosscheck_split.json" 2>&1 | tee "$OUT/judge_crosscheck_split.log" | tail -6 ;;
+split2)  # the 16-row tiling for row blocks of 64 and less (skinny.tile_for); then, paired A B C A B C in one process,
+         # the default against exact rows (rows_bits 3) and exact rows with TF32x3 products in the Pallas attention
+         # (tile dot_x3=1), each round traced; then the cross-check of the last
+  timeout ${SKINNY_TIMEOUT:-120} python3 scripts/gpu_skinny_mm.py --rows 80,96 --judge-tiles --budget-s 0 \
+    --repeats 15 --json "$OUT/skinny_split2.json" 2>&1 | tee "$OUT/skinny_split2.log" | tail -8
+  V='--variant "" --variant rows_bits=3 --variant rows_bits=3,tile=dot_x3=1'
+  eval timeout ${JUDGE_TIMEOUT:-330} python3 scripts/gpu_judge_time.py --trace /tmp/judge_trace $V $V \
+    --json "$OUT/judge_split2.json" 2>&1 | tee "$OUT/judge_split2.log" | grep "^variant\|^  block\|^  loop\|device busy"
+  OMP_NUM_THREADS=8 timeout ${CROSS_TIMEOUT:-150} python3 scripts/gpu_judge_crosscheck.py --judges rows/scan/auto/dot_x3=1 \
+    --rows-bits 3 --tokens 80 --json "$OUT/judge_crosscheck_split2.json" 2>&1 | tee "$OUT/judge_crosscheck_split2.log" | tail -3 ;;
 paths)   # issue 46: the correct paths and a band fault at ouro-1.4b, the precision verdict alone
   timeout ${PATHS_TIMEOUT:-420} python3 scripts/precision_paths.py --preset ouro-1.4b --reference jax --no-drift \
     --variants ${PATHS:-triton0,fuse0,eager,attn_out_bits.1=4.4} --json "$OUT/precision_paths_ouro.json" \
