@@ -317,7 +317,7 @@ class JaxBackend:
         ctx_bits: int = 4,
         dot: str = "auto",
         attn: str = "auto",
-        rows_bits: int = 1,
+        rows_bits: int = 3,
         **session_defaults,
     ):
         self.mesh, self.defaults = mesh, session_defaults

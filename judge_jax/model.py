@@ -136,7 +136,7 @@ class JaxLoopedModel:
         dot: str = "auto",
         merge: bool = True,
         attn: str = "auto",
-        rows_bits: int = 1,
+        rows_bits: int = 3,
     ):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
         gate is ignored. mesh: a jax.sharding.Mesh with axis "tp" (sharding.py) or None.
@@ -159,7 +159,9 @@ class JaxLoopedModel:
         measured and cross-checked at ouro-1.4b on the H200), else "xla" (on a CPU the kernel
         runs interpreted: slow).
         rows_bits: significant bits of a large model's rows-per-group bucket (1: a power of two,
-        fewer programs; 2: a verification group of 5 rows pads to 6, not 8).
+        fewer programs; 3, the default: a verification group of 5 rows stays 5, so 16 groups are 80
+        rows, which the kernel of few rows takes as blocks of 64 + 16, not padded to 128; H200,
+        2026-12-03, `gpu_run.sh split2`: the block round's device time 81.6 -> 77.2 ms).
         merge: with no mesh, q/k/v as one [H, q+2kv] matrix and gate/up as one
         [H, 2I] per layer (two wide products instead of five narrow ones).
         norm_offset: a test seam only (1.0 = the wrong `1 + w` RMSNorm).

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         help="the judge's layer loop (JaxLoopedModel unroll: auto = a scan on a GPU)",
     )
     p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
-    p.add_argument("--rows-bits", type=int, default=1, help="significant bits of the rows-per-group bucket")
+    p.add_argument("--rows-bits", type=int, default=3, help="significant bits of the rows-per-group bucket")
     p.add_argument("--dot", default="auto", help="the weight products' algorithm (judge_jax.layers.DOTS)")
     p.add_argument("--attn", default="auto", choices=ATTENTION, help="the recurrent call's attention (JaxLoopedModel)")
     p.add_argument(
