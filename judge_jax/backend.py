@@ -27,7 +27,7 @@ from .kvplanes import DeviceKV
 from .model import JaxLoopedModel
 
 
-KV_FETCH = ("async", "thread", "round")
+KV_FETCH = ("async", "thread", "round", "pinned")
 
 
 class _Token:
@@ -62,7 +62,10 @@ class _RoundModel:
     round's at flush, one copy; "thread" gathers each call's rows right after it and hands
     them to the session's fetch thread (one worker), which waits for them and copies them to
     the host while the main thread goes on with the round (on the H200 no faster than "async":
-    the thread's copies and the main thread's head calls contend, docs/results.md).
+    the thread's copies and the main thread's head calls contend, docs/results.md); "pinned"
+    enqueues each call's gathered rows, right after the call, for a copy into pinned host memory
+    (`jax.device_put` to the `pinned_host` memory kind: no host wait, a copy at DMA speed; an
+    option to time on the H200, not a default).
 
     Why the copies start at a head call: `copy_to_host_async` holds the host until its array
     is computed. Started right after each call (as before 2026-12-01), it held the host for
@@ -140,6 +143,8 @@ class _RoundModel:
             logged = [(rid, pos, depth, call) for rid, pos, depth in rows]
             if self.kv_fetch == "async":  # its copy starts at the next head call (_kick)
                 self.pending.append((got, logged))
+            elif self.kv_fetch == "pinned":  # copied into pinned host memory now, behind the call
+                self.pending.append((self.jm.to_pinned_host(got), logged))
             elif self.kv_fetch == "thread":  # waited for and copied by the fetch thread
                 self.pending.append((self.fetcher.submit(self.jm.fetch_kv, got, True), logged))
             else:
@@ -197,7 +202,7 @@ class JaxSession:
         kv_fetch: str = "async",
     ):
         """prefill_chunk: prompt positions per prefill call (bounds memory and program shapes);
-        kv_fetch: how the trace's KV writes come back ("async" / "thread" per call, "round":
+        kv_fetch: how the trace's KV writes come back ("async" / "thread" / "pinned" per call, "round":
         once a round; _RoundModel)."""
         assert prefill_chunk >= 1
         if kv_fetch not in KV_FETCH:

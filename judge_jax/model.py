@@ -367,12 +367,20 @@ class JaxLoopedModel:
         idx[:, :n] = np.asarray(rows, np.int32).T[[0, 2, 1]]
         return idx
 
+    def to_pinned_host(self, dev_n):
+        """kv_rows' result with its copy into pinned host memory enqueued (no host wait): the
+        same (array, n), the array in the `pinned_host` memory kind of its devices."""
+        dev, n = dev_n
+        self._count(d2h=1, d2h_bytes=int(dev.size) * dev.dtype.itemsize)
+        return jax.device_put(dev, dev.sharding.with_memory_kind("pinned_host")), n
+
     def fetch_kv(self, dev_n, rows_first: bool = False) -> np.ndarray:
         """kv_rows' result on the host at the model's true shapes: [2, L, n, nkv, hd] (a view),
         or with rows_first [2, n, L, nkv, hd] as gathered."""
         dev, n = dev_n
         t0 = time.perf_counter()
-        out = self._get(dev)
+        pinned = getattr(dev.sharding, "memory_kind", None) == "pinned_host"  # counted by to_pinned_host
+        out = np.asarray(dev) if pinned else self._get(dev)
         if self.probe is not None:
             self.probe.append(("kv_fetch_to_host", n, time.perf_counter() - t0, 0.0))
         out = self.layout.unpad_kv(out[:, :n, : self.cfg.num_layers])

@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--kv-fetch",
         default="async",
-        choices=("async", "thread", "round", "both"),
+        choices=("async", "thread", "round", "pinned", "both"),
         help="how the trace's KV writes come back (judge_jax.backend._RoundModel); both: time each",
     )
     p.add_argument(

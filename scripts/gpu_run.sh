@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|paths|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|paths|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -105,6 +105,11 @@ split2)  # the 16-row tiling for row blocks of 64 and less (skinny.tile_for); th
     --json "$OUT/judge_split2.json" 2>&1 | tee "$OUT/judge_split2.log" | grep "^variant\|^  block\|^  loop\|device busy"
   OMP_NUM_THREADS=8 timeout ${CROSS_TIMEOUT:-150} python3 scripts/gpu_judge_crosscheck.py --judges rows/scan/auto/dot_x3=1 \
     --rows-bits 3 --tokens 80 --json "$OUT/judge_crosscheck_split2.json" 2>&1 | tee "$OUT/judge_crosscheck_split2.log" | tail -3 ;;
+pinned)  # the KV rows copied into pinned host memory right after each call (kv_fetch=pinned) against the
+         # default (copies started at the next head call), A B A B in one process, each round traced
+  V='--variant "" --variant kv_fetch=pinned'
+  eval timeout ${JUDGE_TIMEOUT:-330} python3 scripts/gpu_judge_time.py --trace /tmp/judge_trace $V $V \
+    --json "$OUT/judge_pinned.json" 2>&1 | tee "$OUT/judge_pinned.log" | grep "^variant\|^  block\|^  loop\|device busy\|Error" ;;
 paths)   # issue 46: the correct paths and a band fault at ouro-1.4b, the precision verdict alone
   timeout ${PATHS_TIMEOUT:-420} python3 scripts/precision_paths.py --preset ouro-1.4b --reference jax --no-drift \
     --variants ${PATHS:-triton0,fuse0,eager,attn_out_bits.1=4.4} --json "$OUT/precision_paths_ouro.json" \

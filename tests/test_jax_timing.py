@@ -41,7 +41,7 @@ def session(tiny, mode="block", kv_fetch="async", C=3, n=9):
     return s
 
 
-@pytest.mark.parametrize("kv_fetch", ["async", "thread", "round"])
+@pytest.mark.parametrize("kv_fetch", ["async", "thread", "round", "pinned"])
 def test_what_crosses_per_round(tiny, kv_fetch):
     """Per round (K=4, d=2, D=4: 12 calls, 5 head calls): up, one index vector per call and per
     head call (the call's vector names the K/V rows it gathers too; "round": one more, its
@@ -72,13 +72,15 @@ def test_what_crosses_per_round(tiny, kv_fetch):
         ("loop", {"kv_fetch": "round"}),
         ("block", {"kv_fetch": "thread"}),
         ("loop", {"kv_fetch": "thread", "rows_bits": 2}),
+        ("block", {"kv_fetch": "pinned"}),
+        ("loop", {"kv_fetch": "pinned", "rows_bits": 1}),
         ("block", {"unroll": False}),
         ("loop", {"unroll": False, "ctx_bits": 1}),
     ],
 )
 def test_other_options_match_reference(tiny, mode, options):
-    """KV writes fetched once per round or by the fetch thread, the stacked-weight scan, and
-    rows padded to 2 significant bits judge like the defaults."""
+    """KV writes fetched once per round, by the fetch thread or through pinned host memory, the
+    stacked-weight scan, and rows padded to 1 or 2 significant bits judge like the defaults."""
     from tests.test_jax_backend import case
 
     ref = run(REFERENCE, tiny, case(), mode).traces
