@@ -57,17 +57,18 @@ class _RoundModel:
     inputs and a head's rows from them. Per call one index vector goes up; per head call the
     logits come back (sampling is on the host). The trace's KV writes are gathered from the
     planes on the device and brought back at `flush`, which puts them in the round's trace:
-    kv_fetch="async" gathers each call's rows right after it and starts their copy to the
-    host at the next head call (they overlap the later calls), "round" gathers the whole
+    kv_fetch="pinned" (the default) gathers each call's rows in the call's program and enqueues,
+    right after the call, their copy into pinned host memory (`jax.device_put` to the
+    `pinned_host` memory kind: no host wait, a copy at DMA speed; on the H200 at ouro-1.4b the
+    block round took 105 ms against 147-154 with "async", the loop round 113-116 against 142-157,
+    docs/results.md); "async" starts their copy to the (pageable) host at the next head call
+    (they overlap the later calls), "round" gathers the whole
     round's at flush, one copy; "thread" gathers each call's rows right after it and hands
     them to the session's fetch thread (one worker), which waits for them and copies them to
     the host while the main thread goes on with the round (on the H200 no faster than "async":
-    the thread's copies and the main thread's head calls contend, docs/results.md); "pinned"
-    enqueues each call's gathered rows, right after the call, for a copy into pinned host memory
-    (`jax.device_put` to the `pinned_host` memory kind: no host wait, a copy at DMA speed; an
-    option to time on the H200, not a default).
+    the thread's copies and the main thread's head calls contend, docs/results.md).
 
-    Why the copies start at a head call: `copy_to_host_async` holds the host until its array
+    Why "async" starts the copies at a head call: `copy_to_host_async` holds the host until its array
     is computed. Started right after each call (as before 2026-12-01), it held the host for
     that call's device time, 12 times a round (65-84 ms of a 195 ms round at ouro-1.4b on the
     H200, cProfile), so the next calls were not enqueued meanwhile. A head call's logits come
@@ -75,7 +76,7 @@ class _RoundModel:
     on the H200 and dropped (docs/results.md, 2026-12-03): the head's logits queued ahead of
     these copies, and each call's copy started once the next call is enqueued."""
 
-    def __init__(self, jm: JaxLoopedModel, kv: DeviceKV, record: bool = True, kv_fetch: str = "async", fetcher=None):
+    def __init__(self, jm: JaxLoopedModel, kv: DeviceKV, record: bool = True, kv_fetch: str = "pinned", fetcher=None):
         if kv_fetch not in KV_FETCH:
             raise OracleError(f"kv_fetch {kv_fetch!r}: expected one of {', '.join(KV_FETCH)}")
         if kv_fetch == "thread" and fetcher is None:
@@ -199,7 +200,7 @@ class JaxSession:
         max_requests: int = 8,
         max_len: int = 64,
         prefill_chunk: int = 512,
-        kv_fetch: str = "async",
+        kv_fetch: str = "pinned",
     ):
         """prefill_chunk: prompt positions per prefill call (bounds memory and program shapes);
         kv_fetch: how the trace's KV writes come back ("async" / "thread" / "pinned" per call, "round":
@@ -323,10 +324,18 @@ class JaxBackend:
         dot: str = "auto",
         attn: str = "auto",
         rows_bits: int = 3,
+        logits_fetch: str = "pageable",
         **session_defaults,
     ):
         self.mesh, self.defaults = mesh, session_defaults
-        self.model_options = {"unroll": unroll, "ctx_bits": ctx_bits, "dot": dot, "attn": attn, "rows_bits": rows_bits}
+        self.model_options = {
+            "unroll": unroll,
+            "ctx_bits": ctx_bits,
+            "dot": dot,
+            "attn": attn,
+            "rows_bits": rows_bits,
+            "logits_fetch": logits_fetch,
+        }
         self._models = weakref.WeakKeyDictionary()  # reference model -> its JAX model (weights on device)
         self._lock = threading.Lock()  # judge threads: one JAX model per reference model
 
@@ -359,6 +368,6 @@ class JaxBackend:
 
 def make_jax_backend(mesh=None, **options) -> JaxBackend:
     """options: session defaults (max_requests, max_len, prefill_chunk, kv_fetch) and the
-    model's unroll / ctx_bits / dot / attn / rows_bits (JaxLoopedModel); mesh: a jax.sharding.Mesh with
+    model's unroll / ctx_bits / dot / attn / rows_bits / logits_fetch (JaxLoopedModel); mesh: a jax.sharding.Mesh with
     axis "tp"."""
     return JaxBackend(mesh, **options)

@@ -44,6 +44,7 @@ from .layout import Layout
 
 LAYER_LOOPS = {"auto": None, "scan": False, "unroll": True}  # names of JaxLoopedModel's `unroll`
 ATTENTION = ("auto", "xla", "pallas")  # JaxLoopedModel's `attn`
+LOGITS_FETCH = ("pageable", "pinned")  # JaxLoopedModel's `logits_fetch`
 
 
 def pow2(n: int, floor: int = 1) -> int:
@@ -137,6 +138,7 @@ class JaxLoopedModel:
         merge: bool = True,
         attn: str = "auto",
         rows_bits: int = 3,
+        logits_fetch: str = "pageable",
     ):
         """weights: FP32 arrays by HF name (e.g. oracle's LoopedModel.weights); the early-exit
         gate is ignored. mesh: a jax.sharding.Mesh with axis "tp" (sharding.py) or None.
@@ -162,6 +164,8 @@ class JaxLoopedModel:
         fewer programs; 3, the default: a verification group of 5 rows stays 5, so 16 groups are 80
         rows, which the kernel of few rows takes as blocks of 64 + 16, not padded to 128; H200,
         2026-12-03, `gpu_run.sh split2`: the block round's device time 81.6 -> 77.2 ms).
+        logits_fetch: how a head's logits come back to the host for sampling: "pageable"
+        (jax.device_get) or "pinned" (a copy into pinned host memory first: an option to time).
         merge: with no mesh, q/k/v as one [H, q+2kv] matrix and gate/up as one
         [H, 2I] per layer (two wide products instead of five narrow ones).
         norm_offset: a test seam only (1.0 = the wrong `1 + w` RMSNorm).
@@ -184,6 +188,8 @@ class JaxLoopedModel:
             raise OracleError(f"attention {attn!r} reads unsharded planes: with a mesh, attention 'xla'")
         if not (isinstance(rows_bits, int) and 1 <= rows_bits <= 8):
             raise OracleError(f"rows_bits {rows_bits!r}: expected an integer in 1..8")
+        if logits_fetch not in LOGITS_FETCH:
+            raise OracleError(f"logits_fetch {logits_fetch!r}: expected one of {', '.join(LOGITS_FETCH)}")
         if not (isinstance(ctx_bits, int) and 1 <= ctx_bits <= 16):
             raise OracleError(f"ctx_bits {ctx_bits!r}: expected an integer in 1..16")
         tile = () if attn == "xla" else tuple(sorted(layers.planes_tile().items()))  # a jit key: read once here
@@ -204,7 +210,7 @@ class JaxLoopedModel:
             host["layers"] = [
                 {k: np.ascontiguousarray(v[l]) for k, v in stacked.items()} for l in range(cfg.num_layers)
             ]
-        self.unroll, self.ctx_bits, self.rows_bits = unroll, ctx_bits, rows_bits
+        self.unroll, self.ctx_bits, self.rows_bits, self.logits_fetch = unroll, ctx_bits, rows_bits, logits_fetch
         if mesh is None:
             self.params = jax.device_put(host)
         else:
@@ -352,6 +358,10 @@ class JaxLoopedModel:
         out = self._step("head", n, t0, _head, self.params["lm_head"], kv.pool, self._put(s), dims=self._head_dims)
         if before_wait is not None:
             before_wait()
+        if self.logits_fetch == "pinned":  # through pinned host memory (DMA), then a host view
+            self._count(d2h=1, d2h_bytes=int(out.size) * out.dtype.itemsize)
+            out = np.asarray(jax.device_put(out, out.sharding.with_memory_kind("pinned_host")))
+            return out[:n, : self.cfg.vocab_size]
         return self._get(out)[:n, : self.cfg.vocab_size]
 
     def kv_rows(self, kv, rows):

@@ -55,6 +55,9 @@ def main(argv=None) -> int:
     p.add_argument(
         "--rows-bits", type=int, help="significant bits of the judge's rows-per-group bucket (default: the judge's)"
     )
+    p.add_argument(
+        "--kv-fetch", help="how the judge's KV writes come back (judge_jax.backend.KV_FETCH; default: the judge's)"
+    )
     p.add_argument("--tol", type=float, default=1e-5)
     p.add_argument("--json", help="write the result here")
     a = p.parse_args(argv)
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
     ref = {mode: run_scenario(REFERENCE, model, sc, mode).traces for mode in ("block", "loop")}
     tile_env = os.environ.get("JUDGE_JAX_PLANES_TILE")
     res = {"preset": a.preset, "device": str(jax.devices()[0].device_kind), "tol": a.tol, "judges": {}}
-    res["rows_bits"], res["tokens"], res["prompt"] = a.rows_bits, a.tokens, a.prompt
+    res["rows_bits"], res["tokens"], res["prompt"], res["kv_fetch"] = a.rows_bits, a.tokens, a.prompt, a.kv_fetch
     ok = True
     for name in judges:
         dot, loop, attn, tile = parts(name)
@@ -106,7 +109,8 @@ def main(argv=None) -> int:
         cache_free = max(rel_err(got[j][t], want[j][t]) for j in range(4) for t in range(len(tokens)))
         made = {"attn": jm.dims.attn, "attn_tile": dict(jm.dims.attn_tile), "unroll": jm.unroll}
         del jm
-        judge = make_jax_backend(dot=dot, unroll=loops[loop], attn=attn, **rb)
+        kf = {} if a.kv_fetch is None else {"kv_fetch": a.kv_fetch}
+        judge = make_jax_backend(dot=dot, unroll=loops[loop], attn=attn, **rb, **kf)
         rounds = {}
         for mode in ("block", "loop"):
             rep = compare_runs(ref[mode], run_scenario(judge, model, sc, mode).traces, "float32")

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_tests.judge_timing import time_judge_round  # noqa: E402
 from judge_jax.backend import make_jax_backend  # noqa: E402
-from judge_jax.model import ATTENTION, LAYER_LOOPS  # noqa: E402
+from judge_jax.model import ATTENTION, LAYER_LOOPS, LOGITS_FETCH  # noqa: E402
 from oracle.config import preset  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.model import LoopedModel, random_weights  # noqa: E402
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, help="override the preset's vocabulary size")
     p.add_argument(
         "--kv-fetch",
-        default="async",
+        default="pinned",
         choices=("async", "thread", "round", "pinned", "both"),
         help="how the trace's KV writes come back (judge_jax.backend._RoundModel); both: time each",
     )
@@ -70,6 +70,12 @@ def main(argv=None) -> int:
     )
     p.add_argument("--ctx-bits", type=int, default=4, help="significant bits of the attended-context bucket")
     p.add_argument("--rows-bits", type=int, default=3, help="significant bits of the rows-per-group bucket")
+    p.add_argument(
+        "--logits-fetch",
+        default="pageable",
+        choices=LOGITS_FETCH,
+        help="how a head's logits come back (JaxLoopedModel)",
+    )
     p.add_argument("--dot", default="auto", help="the weight products' algorithm (judge_jax.layers.DOTS)")
     p.add_argument("--attn", default="auto", choices=ATTENTION, help="the recurrent call's attention (JaxLoopedModel)")
     p.add_argument(
@@ -78,7 +84,8 @@ def main(argv=None) -> int:
         default=[],
         metavar="KEY=VALUE,...",
         help="time this judge variant too (repeatable; keys dot, rows_bits, ctx_bits, layer_loop, attn, "
-        "kv_fetch, tile (the Pallas attention's tiling, judge_jax.layers.PLANES_TILE: tile=bt=32:dot_x3=1); "
+        "kv_fetch, logits_fetch, tile (the Pallas attention's tiling, judge_jax.layers.PLANES_TILE: "
+        "tile=bt=32:dot_x3=1); "
         "the rest from the options above): one model build, variants one after another",
     )
     p.add_argument("--allow-cpu", action="store_true", help="run ouro-1.4b even where JAX has no GPU (hours)")
@@ -155,6 +162,7 @@ def variant(args, text: str) -> dict:
         "layer_loop": args.layer_loop,
         "attn": args.attn,
         "kv_fetch": args.kv_fetch,
+        "logits_fetch": args.logits_fetch,
         "tile": "",
     }
     for item in filter(None, text.split(",")):

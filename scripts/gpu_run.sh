@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|paths|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -60,7 +60,7 @@ procs)   # the logits processors' added work: paired block/loop rounds at C=64 w
       --json > "$OUT/procs_${arm}_$n.json" 2> "$OUT/procs_${arm}_$n.log"; tail -c 400 "$OUT/procs_${arm}_$n.json"; echo
   done ;;
 judge)   # the JAX FP32 judge's round at ouro-1.4b, C=16, context 1024, against its floor (oracle.cost.judge_round_floor)
-  timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py ${JUDGE_ARGS:---kv-fetch async} --json "$OUT/judge_time.json" \
+  timeout ${JUDGE_TIMEOUT:-300} python3 scripts/gpu_judge_time.py ${JUDGE_ARGS:-} --json "$OUT/judge_time.json" \
     2>&1 | tee "$OUT/judge_time.log" | tail -30 ;;
 planes)  # the Pallas attention over the planes: tilings against the XLA gather (attention alone), then the
          # judge's round: the former defaults (HIGHEST, XLA attention), the defaults (TF32x3, Pallas attention),
@@ -110,6 +110,11 @@ pinned)  # the KV rows copied into pinned host memory right after each call (kv_
   V='--variant "" --variant kv_fetch=pinned'
   eval timeout ${JUDGE_TIMEOUT:-330} python3 scripts/gpu_judge_time.py --trace /tmp/judge_trace $V $V \
     --json "$OUT/judge_pinned.json" 2>&1 | tee "$OUT/judge_pinned.log" | grep "^variant\|^  block\|^  loop\|device busy\|Error" ;;
+logits)  # the heads' logits through pinned host memory (logits_fetch=pinned) against the default (jax.device_get),
+         # A B A B in one process, each round traced
+  V='--variant "" --variant logits_fetch=pinned'
+  eval timeout ${JUDGE_TIMEOUT:-330} python3 scripts/gpu_judge_time.py --trace /tmp/judge_trace $V $V \
+    --json "$OUT/judge_logits.json" 2>&1 | tee "$OUT/judge_logits.log" | grep "^variant\|^  block\|^  loop\|device busy\|Error" ;;
 paths)   # issue 46: the correct paths and a band fault at ouro-1.4b, the precision verdict alone
   timeout ${PATHS_TIMEOUT:-420} python3 scripts/precision_paths.py --preset ouro-1.4b --reference jax --no-drift \
     --variants ${PATHS:-triton0,fuse0,eager,attn_out_bits.1=4.4} --json "$OUT/precision_paths_ouro.json" \

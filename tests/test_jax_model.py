@@ -387,3 +387,5 @@ def test_the_default_dot_follows_the_device(monkeypatch):
     assert jm.dims.dot == "rows" and jm._head_dims is jm.dims
     with pytest.raises(OracleError, match="dot algorithm 'rowz': expected auto or one of"):
         JaxLoopedModel(ref.cfg, ref.weights, dot="rowz")
+    with pytest.raises(OracleError, match="logits_fetch 'pinnned': expected one of pageable, pinned"):
+        JaxLoopedModel(ref.cfg, ref.weights, logits_fetch="pinnned")

@@ -72,15 +72,17 @@ def test_what_crosses_per_round(tiny, kv_fetch):
         ("loop", {"kv_fetch": "round"}),
         ("block", {"kv_fetch": "thread"}),
         ("loop", {"kv_fetch": "thread", "rows_bits": 2}),
-        ("block", {"kv_fetch": "pinned"}),
-        ("loop", {"kv_fetch": "pinned", "rows_bits": 1}),
+        ("block", {"kv_fetch": "async"}),
+        ("loop", {"kv_fetch": "async", "rows_bits": 1}),
+        ("block", {"logits_fetch": "pinned"}),
         ("block", {"unroll": False}),
         ("loop", {"unroll": False, "ctx_bits": 1}),
     ],
 )
 def test_other_options_match_reference(tiny, mode, options):
-    """KV writes fetched once per round, by the fetch thread or through pinned host memory, the
-    stacked-weight scan, and rows padded to 1 or 2 significant bits judge like the defaults."""
+    """KV writes fetched once per round, by the fetch thread or copied to pageable host memory at
+    the next head call, the heads' logits through pinned host memory, the stacked-weight scan, and
+    rows padded to 1 or 2 significant bits judge like the defaults."""
     from tests.test_jax_backend import case
 
     ref = run(REFERENCE, tiny, case(), mode).traces
@@ -157,7 +159,7 @@ def test_gpu_judge_time_variants_in_one_process(tmp_path):
     )
     assert p.returncode == 0, p.stderr[-2000:]
     first, second = json.loads(out.read_text())["variants"]
-    assert first["kv_fetch"] == "async" and first["unroll"] is True and "async" in first  # a CPU: unrolled
+    assert first["kv_fetch"] == "pinned" and first["unroll"] is True and "pinned" in first  # a CPU: unrolled
     assert second["rows_bits"] == 2 and second["unroll"] is False and second["thread"]["loop"]["median_ms"] > 0
     bad = subprocess.run(script + ["--variant", "dots=tf32x3"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "'dots=tf32x3' is not KEY=VALUE" in bad.stdout + bad.stderr
