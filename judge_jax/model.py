@@ -359,9 +359,7 @@ class JaxLoopedModel:
         if before_wait is not None:
             before_wait()
         if self.logits_fetch == "pinned":  # through pinned host memory (DMA), then a host view
-            self._count(d2h=1, d2h_bytes=int(out.size) * out.dtype.itemsize)
-            out = np.asarray(jax.device_put(out, out.sharding.with_memory_kind("pinned_host")))
-            return out[:n, : self.cfg.vocab_size]
+            return np.asarray(self.to_pinned_host((out, n))[0])[:n, : self.cfg.vocab_size]
         return self._get(out)[:n, : self.cfg.vocab_size]
 
     def kv_rows(self, kv, rows):
@@ -378,8 +376,9 @@ class JaxLoopedModel:
         return idx
 
     def to_pinned_host(self, dev_n):
-        """kv_rows' result with its copy into pinned host memory enqueued (no host wait): the
-        same (array, n), the array in the `pinned_host` memory kind of its devices."""
+        """(device array, n) -> the same with the array's copy into pinned host memory enqueued (no
+        host wait): the array in the `pinned_host` memory kind of its devices (kv_rows' result, a
+        head's logits)."""
         dev, n = dev_n
         self._count(d2h=1, d2h_bytes=int(dev.size) * dev.dtype.itemsize)
         return jax.device_put(dev, dev.sharding.with_memory_kind("pinned_host")), n

@@ -78,7 +78,8 @@ def skinny_mm(x, w, l=0, tile: dict | None = None):
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 
-    t = {**tile_for(x.shape[0], (tile or {}).get("split", SKINNY_TILE["split"])), **(tile or {})}
+    over = tile or {}
+    t = {**tile_for(x.shape[0], over.get("split", SKINNY_TILE["split"])), **over}
     W = w if w.ndim == 3 else w[None]
     _, K, N = W.shape
     M = x.shape[0]
