@@ -324,7 +324,7 @@ class JaxBackend:
         dot: str = "auto",
         attn: str = "auto",
         rows_bits: int = 3,
-        logits_fetch: str = "pageable",
+        logits_fetch: str = "pinned",
         **session_defaults,
     ):
         self.mesh, self.defaults = mesh, session_defaults

@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     p.add_argument("--rows-bits", type=int, default=3, help="significant bits of the rows-per-group bucket")
     p.add_argument(
         "--logits-fetch",
-        default="pageable",
+        default="pinned",
         choices=LOGITS_FETCH,
         help="how a head's logits come back (JaxLoopedModel)",
     )
