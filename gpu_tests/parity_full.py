@@ -35,6 +35,10 @@ import numpy as np
 
 # JAX would otherwise take 75% of the GPU up front and leave the backend under test too little
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# and with its default (BFC) allocator, six judge threads' freed KV planes left the free memory in
+# fragments: an 18 GiB request failed in jit__head (H200, 2026-12-04, 40859e2); the driver's pool
+# (cudaMallocAsync) does not fragment that way
+os.environ.setdefault("TF_GPU_ALLOCATOR", "cuda_malloc_async")
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.model import pow2  # noqa: E402
