@@ -87,7 +87,8 @@ class _RoundModel:
         self.version: list[int] = []  # per pool row: writes so far
         self.pending: list = []  # (device K/V rows or None, [(rid, pos, depth, call)])
         self.rows: list = []  # device rows (slot, pos, depth) not yet gathered (kv_fetch="round")
-        self.kicked = 0  # pending[:kicked] have their host copies started
+        self.kicked = 0  # pending[:kicked] have their host copies started (kv_fetch="async")
+        self.staged: list[dict] = []  # trace entries of pending[: len(staged)] (kv_fetch="pinned")
 
     def embed(self, tokens) -> list:
         self.jm.check_tokens(tokens)
@@ -105,13 +106,32 @@ class _RoundModel:
         return self.jm.head_rows(self.kv, [self._row(x) for x in h], before_wait=self._kick)
 
     def _kick(self) -> None:
-        """Start the host copies of the KV rows gathered since the last head call."""
+        """Called once a head is enqueued, before the host waits for its logits. "async": start
+        the host copies of the KV rows gathered since the last head call. "pinned": turn the
+        calls whose pinned copies are done into trace entries now, while the device runs the
+        call and head just enqueued, so that flush has only the last calls' rows left (on the
+        H200 flush held the device idle 5-7 ms a round with all of them, docs/results.md)."""
+        if self.kv_fetch == "pinned":
+            while len(self.staged) < len(self.pending) and self.pending[len(self.staged)][0][0].is_ready():
+                dev, ws = self.pending[len(self.staged)]
+                self.staged.append(self._entries(self.jm.fetch_kv(dev, rows_first=True), ws))
+            return
         if self.kv_fetch != "async":
             return
         for dev, _ in self.pending[self.kicked :]:
             if dev is not None:
                 dev[0].copy_to_host_async()
         self.kicked = len(self.pending)
+
+    def _entries(self, kvr: np.ndarray, ws) -> dict:
+        """One call's K/V rows on the host, [2, n, L, nkv, hd] -> {(rid, pos, depth, layer): (call,
+        k, v)}, keyed as finish_round keys kv.log (views, no copy)."""
+        L, n = self.cfg.num_layers, len(ws)
+        ks = list(kvr[0].reshape(n * L, *kvr.shape[3:]))  # row r, layer l at r * L + l (views)
+        vs = list(kvr[1].reshape(n * L, *kvr.shape[3:]))
+        keys = [(rid, pos, depth, l) for rid, pos, depth, _ in ws for l in range(L)]
+        calls = [call for *_, call in ws for _ in range(L)]
+        return dict(zip(keys, zip(calls, ks, vs)))
 
     def recurrent_call(self, rows, h, kv: DeviceKV, call: int, min_rows: int = 1, min_ctx: int = 0) -> list:
         """rows: [(rid, position, depth)]; h: their inputs (handles). Writes are logged (for the
@@ -156,34 +176,25 @@ class _RoundModel:
     def flush(self, trace=None) -> int:
         """Bring the round's KV writes back. With a trace, put them straight into
         trace.kv_writes ((rid, pos, depth, layer) -> (call, k, v), the entries finish_round
-        makes of kv.log, in the same order; 7680 KVWrite objects a round at ouro-1.4b cost
+        makes of kv.log; 7680 KVWrite objects a round at ouro-1.4b cost
         ~25 ms of host time) and return their count, the writes made, for the trace's stats;
         without one, log them in kv.log (KVWrite) as the reference's cache does."""
-        pending, self.pending, self.kicked = self.pending, [], 0
+        pending, staged = self.pending, self.staged
+        self.pending, self.staged, self.kicked = [], [], 0
         if self.kv_fetch == "round" and pending:
-            arrays = [self.jm.fetch_kv(self.jm.kv_rows(self.kv, self.rows), rows_first=True)]
-            logged = [[w for _, ws in pending for w in ws]]
-            self.rows = []
+            got = self.jm.kv_rows(self.kv, self.rows)
+            pending, self.rows = [(got, [w for _, ws in pending for w in ws])], []
         elif self.kv_fetch == "thread":
-            arrays = [fut.result() for fut, _ in pending]
-            logged = [ws for _, ws in pending]
-        else:
-            arrays = [self.jm.fetch_kv(dev, rows_first=True) for dev, _ in pending]
-            logged = [ws for _, ws in pending]
-        L, made = self.cfg.num_layers, 0
-        for kvr, ws in zip(arrays, logged):
-            n = len(ws)
-            ks = list(kvr[0].reshape(n * L, *kvr.shape[3:]))  # row r, layer l at r * L + l (views)
-            vs = list(kvr[1].reshape(n * L, *kvr.shape[3:]))
+            pending = [(fut.result(), ws) for fut, ws in pending]  # on the host already
+        for dev, ws in pending[len(staged) :]:  # those _kick has not turned into entries
+            staged.append(self._entries(dev if isinstance(dev, np.ndarray) else self.jm.fetch_kv(dev, True), ws))
+        made = 0
+        for part in staged:
             if trace is None:
-                for r, (rid, pos, depth, call) in enumerate(ws):
-                    for l in range(L):
-                        self.kv.log.append(KVWrite(rid, pos, depth, l, call, ks[r * L + l], vs[r * L + l]))
+                self.kv.log.extend(KVWrite(*key, *val) for key, val in part.items())
             else:
-                keys = [(rid, pos, depth, l) for rid, pos, depth, _ in ws for l in range(L)]
-                calls = [call for *_, call in ws for _ in range(L)]
-                trace.kv_writes.update(zip(keys, zip(calls, ks, vs)))
-            made += n * L
+                trace.kv_writes.update(part)
+            made += len(part)
         return made
 
 

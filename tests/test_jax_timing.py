@@ -74,14 +74,14 @@ def test_what_crosses_per_round(tiny, kv_fetch):
         ("loop", {"kv_fetch": "thread", "rows_bits": 2}),
         ("block", {"kv_fetch": "async"}),
         ("loop", {"kv_fetch": "async", "rows_bits": 1}),
-        ("block", {"logits_fetch": "pinned"}),
+        ("block", {"logits_fetch": "pageable"}),
         ("block", {"unroll": False}),
         ("loop", {"unroll": False, "ctx_bits": 1}),
     ],
 )
 def test_other_options_match_reference(tiny, mode, options):
     """KV writes fetched once per round, by the fetch thread or copied to pageable host memory at
-    the next head call, the heads' logits through pinned host memory, the stacked-weight scan, and
+    the next head call, the heads' logits through jax.device_get, the stacked-weight scan, and
     rows padded to 1 or 2 significant bits judge like the defaults."""
     from tests.test_jax_backend import case
 
@@ -90,6 +90,33 @@ def test_other_options_match_reference(tiny, mode, options):
     rep = compare_runs(ref, got, "float32")
     assert rep.ok, rep.first_failure()
     assert rep.kv_writes_compared > 0
+
+
+def test_pinned_kv_becomes_trace_entries_while_the_device_works(tiny, monkeypatch):
+    """kv_fetch="pinned": at each head call (before the host waits for its logits) the calls whose
+    pinned copies are done become trace entries, so flush is left only the last ones; the trace's
+    KV writes are the reference's."""
+    from judge_jax import backend as jb
+
+    at_flush = []
+    flush = jb._RoundModel.flush
+    monkeypatch.setattr(
+        jb._RoundModel,
+        "flush",
+        lambda self, trace=None: at_flush.append((len(self.staged), len(self.pending))) or flush(self, trace),
+    )
+    s, ref = session(tiny, kv_fetch="pinned"), REFERENCE.session(tiny, 2, 4, "block")
+    for rid in range(3):
+        ref.add(rid, [(rid + 3 * p) % 64 for p in range(9)], SP(seed=rid))
+    counts = {rid: 5 for rid in range(3)}
+    for _ in range(2):
+        got, want = s.step(counts), ref.step(counts)
+        assert sorted(got.kv_writes) == sorted(want.kv_writes)
+    # 12 calls a round, 4 draft heads and the verification head: the calls before the last
+    # head's are staged by then (on a CPU their copies are done when the next head is enqueued)
+    assert at_flush and all(12 > staged >= 8 and pending == 12 for staged, pending in at_flush), at_flush
+    rep = compare_runs([want], [got], "float32")
+    assert rep.ok and rep.kv_writes_compared == len(want.kv_writes), rep.first_failure()
 
 
 def test_time_judge_round_reports_the_floor(tiny):
