@@ -145,6 +145,21 @@ def time_judge(judge: LoadedBackend, model, C: int = 16, ctx: int = 1024, repeat
     return out
 
 
+# the JAX judge's options --judge-option may set, and how each value is read
+JUDGE_OPTIONS = {"kv_fetch": str, "logits_fetch": str, "rows_bits": int, "ctx_bits": int, "dot": str, "attn": str}
+
+
+def judge_option(text: str) -> tuple[str, object]:
+    """'rows_bits=1' -> ('rows_bits', 1); the judge checks the value itself when made."""
+    key, eq, value = text.partition("=")
+    if not eq or key not in JUDGE_OPTIONS:
+        raise ValueError(f"--judge-option {text!r}: expected KEY=VALUE with KEY one of {', '.join(JUDGE_OPTIONS)}")
+    try:
+        return key, JUDGE_OPTIONS[key](value)
+    except ValueError:
+        raise ValueError(f"--judge-option {text!r}: {key} takes an integer") from None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--preset", default="ouro-1.4b")
@@ -175,6 +190,13 @@ def main(argv=None) -> int:
         help="skip the drift probe's drift and precision verdicts (run by default for a bfloat16 or float16 "
         "backend: the probe's 24 requests through the backend, fitted by the JAX judge's jvp and twin)",
     )
+    p.add_argument(
+        "--judge-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"an option of the JAX judge, for A/B runs (one of {', '.join(JUDGE_OPTIONS)}; repeatable)",
+    )
     p.add_argument("--json", help="write the summary here")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge the JSON summaries of earlier runs and report")
     args = p.parse_args(argv)
@@ -182,11 +204,15 @@ def main(argv=None) -> int:
         p.error("--judge-threads must be >= 0")
     if not args.judge_gib > 0:
         p.error(f"--judge-gib must be > 0, got {args.judge_gib}")
+    try:
+        judge_options = dict(judge_option(text) for text in args.judge_option)
+    except ValueError as e:
+        p.error(str(e))
     if args.merge:
         return merge(args.merge, args.json)
     t0 = time.perf_counter()
     model = build_model(args.preset, seed=args.seed)
-    backend, judge = load_backend(args.backend), as_loaded(make_jax_backend())
+    backend, judge = load_backend(args.backend), as_loaded(make_jax_backend(**judge_options))
     dtype = tolerance_row(backend)
     cases = make_cases(
         args.cases, model.cfg.vocab_size, args.max_prompt, args.max_requests, args.max_cells, args.rounds, args.seed

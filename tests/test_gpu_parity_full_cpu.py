@@ -152,11 +152,18 @@ def test_bad_thread_and_memory_options_are_refused(capsys):
     import pytest
 
     mod = load_script()
-    for bad in (["--judge-threads", "-1"], ["--judge-gib", "0"], ["--judge-gib", "nan"]):
+    bad_options = (["--judge-option", "rows_bits=x"], ["--judge-option", "colour=1"], ["--judge-option", "dot"])
+    for bad in (["--judge-threads", "-1"], ["--judge-gib", "0"], ["--judge-gib", "nan"], *bad_options):
         with pytest.raises(SystemExit) as e:
             mod.main(SMALL + bad)
         assert e.value.code == 2
         assert "--judge-" in capsys.readouterr().err
+
+
+def test_judge_options_are_read_by_kind():
+    mod = load_script()
+    assert mod.judge_option("rows_bits=1") == ("rows_bits", 1)
+    assert mod.judge_option("kv_fetch=async") == ("kv_fetch", "async")
 
 
 def test_the_probe_names_a_drift_fault(tmp_path, capsys):
