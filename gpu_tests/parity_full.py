@@ -91,9 +91,10 @@ def make_cases(n: int, vocab: int, max_prompt: int, max_C: int, max_cells: int, 
 
 class CompileClock:
     """XLA compiles seen by this process since start() (jax.monitoring): count and seconds, all
-    threads. One listener per process, however often main() runs."""
+    threads, and per jitted function (`by_name`: name -> [count, seconds]). One listener per
+    process, however often main() runs."""
 
-    n, s, _lock, _listening = 0, 0.0, None, False
+    n, s, by_name, _lock, _listening = 0, 0.0, {}, None, False
 
     @classmethod
     def start(cls):
@@ -103,14 +104,22 @@ class CompileClock:
         if not cls._listening:
             cls._lock, cls._listening = threading.Lock(), True
             monitoring.register_event_duration_secs_listener(cls._seen)
-        cls.n, cls.s = 0, 0.0
+        cls.n, cls.s, cls.by_name = 0, 0.0, {}
         return cls
 
     @classmethod
-    def _seen(cls, event, secs, **_):
+    def top(cls, k: int = 8) -> dict:
+        """The k jitted functions whose compiles took the most seconds: name -> [count, seconds]."""
+        items = sorted(cls.by_name.items(), key=lambda kv: -kv[1][1])[:k]
+        return {name: [n, round(secs, 1)] for name, (n, secs) in items}
+
+    @classmethod
+    def _seen(cls, event, secs, fun_name="?", **_):
         if event == "/jax/core/compile/backend_compile_duration":
             with cls._lock:
                 cls.n, cls.s = cls.n + 1, cls.s + secs
+                one = cls.by_name.setdefault(fun_name, [0, 0.0])
+                one[0], one[1] = one[0] + 1, one[1] + secs
 
 
 def judge_kv_bytes(judge: LoadedBackend, model, case) -> int:
@@ -269,6 +278,7 @@ def main(argv=None) -> int:
     summary = summarize(v, args.preset, dtype)
     summary["cases_s"] = round(time.perf_counter() - tc, 1)
     summary["compiles"] = {"n": clock.n, "s": round(clock.s, 1), "judge_threads": args.judge_threads}
+    summary["compiles_by_function"] = clock.top()
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
     if timed is not None:
         summary["judge_round_ms_C16_ctx1024"] = timed
@@ -393,6 +403,7 @@ def report(summary: dict, json_path=None) -> int:
         print(f"peak device memory (GiB): {summary['peak_memory_gib']}")
     if "compiles" in summary:
         print(f"cases {summary['cases_s']} s; XLA compiles {summary['compiles']}")
+        print(f"compile seconds by function (the most): {summary.get('compiles_by_function', {})}")
     print(f"{'OK' if ok else 'FAILED'} in {summary['wall_s']} s")
     if json_path:
         Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")

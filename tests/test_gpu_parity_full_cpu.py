@@ -211,3 +211,19 @@ def test_judge_timing_runs_first_and_a_failed_timing_fails_the_run(monkeypatch, 
     assert order == ["timing", "cases"]
     assert rc == 1 and "2 cases (0 failed)" in text, text
     assert "out of device memory" in text and "FAILED: the judge's round timing" in text and "FAILED in" in text
+
+
+def test_the_compile_clock_names_the_functions_compiled():
+    import jax
+    import jax.numpy as jnp
+
+    clock = load_script().CompileClock.start()
+
+    @jax.jit
+    def parity_clock_probe(x):
+        return jnp.sin(x) * 3
+
+    parity_clock_probe(jnp.ones(7)).block_until_ready()
+    top = clock.top()
+    assert clock.n >= 1 and any("parity_clock_probe" in name for name in top), top
+    assert all(n >= 1 and secs >= 0 for n, secs in top.values())
