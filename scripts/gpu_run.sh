@@ -125,6 +125,8 @@ sweep)   # synchronous rounds, then two rounds in flight
       -d 2 -D 4 --tokens ${TOKENS:-32} --repeats ${REPEATS:-7} --context 256 --in-flight $f \
       --out "$OUT/sweep_inflight$f.json" 2>&1 | tee "$OUT/sweep_inflight$f.log" | tail -12
   done ;;
-profile)
-  timeout 200 python3 scripts/gpu_c1_profile.py 1 2>&1 | tee "$OUT/c1_profile.log" ;;
+profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
+  for m in ${ROWS:-1 4 16}; do
+    timeout 200 python3 scripts/gpu_c1_profile.py $m --out "$OUT" 2>&1 | tee "$OUT/c${m}_profile.log"
+  done ;;
 esac; done
