@@ -110,8 +110,8 @@ pinned)  # the KV rows copied into pinned host memory right after each call (kv_
   V='--variant "" --variant kv_fetch=pinned'
   eval timeout ${JUDGE_TIMEOUT:-330} python3 scripts/gpu_judge_time.py --trace /tmp/judge_trace $V $V \
     --json "$OUT/judge_pinned.json" 2>&1 | tee "$OUT/judge_pinned.log" | grep "^variant\|^  block\|^  loop\|device busy\|Error" ;;
-logits)  # the heads' logits through pinned host memory (logits_fetch=pinned) against the default (jax.device_get),
-         # A B A B in one process, each round traced
+logits)  # the heads' logits through jax.device_get (logits_fetch=pageable) against the default (pinned host
+         # memory), A B A B in one process, each round traced
   V='--variant logits_fetch=pageable --variant ""'
   eval timeout ${JUDGE_TIMEOUT:-330} python3 scripts/gpu_judge_time.py --trace /tmp/judge_trace $V $V \
     --json "$OUT/judge_logits.json" 2>&1 | tee "$OUT/judge_logits.log" | grep "^variant\|^  block\|^  loop\|device busy\|Error" ;;
