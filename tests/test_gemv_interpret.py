@@ -178,7 +178,7 @@ def test_residual_norm(dtype, M):
     assert rel(G.residual_norm(h, y, w.layers[0].n_mlp_out, w.norm, EPS), ref) < TOL[dtype]
 
 
-def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None):
+def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None, scale=None):
     """kernels.triton_attention.decode_attention through kernels.model.attend (its loop
     bound `range(0, pos + 1, ...)` does not run in the interpreter under numpy 2)."""
     span = kv.max_len if span is None else span
@@ -187,7 +187,7 @@ def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None):
         kv.v[layer][:, :span].index_select(0, plane),
     )  # [M, span, nkv, hd]
     masked = torch.arange(span)[None, None, :] > pos[:, None, None]  # [M, 1, span]
-    return km.attend(q[:, None], K, V, masked)  # [M, nh*hd]
+    return km.attend(q[:, None], K, V, masked, scale)  # [M, nh*hd]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
