@@ -35,17 +35,20 @@ def test_cases_cover_the_grid():
 
 def test_torch_cpu_against_the_judge(tmp_path, capsys):
     """The judge's runs in threads beside the backend's (the default) and one after each:
-    the same verdict and the same counts."""
+    the same verdict and the same counts; the judge's options are in the summary."""
     summaries = []
-    for threads in ("3", "0"):
+    for threads, option in (("3", []), ("0", ["--judge-option", "rows_bits=2"])):
         out = tmp_path / f"summary{threads}.json"
-        rc = load_script().main(SMALL + ["--backend", "torch-cpu", "--judge-threads", threads, "--json", str(out)])
+        argv = SMALL + ["--backend", "torch-cpu", "--judge-threads", threads, "--json", str(out), *option]
+        rc = load_script().main(argv)
         text = capsys.readouterr().out
         assert rc == 0, text
         s = json.loads(out.read_text())
         assert s["cases"] == 2 and not s["failed"] and s["kv_writes"] > 0 and s["logits"] > 0
         assert s["max_rel_err"]["logits"] <= 1e-5 and "OK in" in text
         assert [t["case"] for t in s["times"]] == [t["case"] for t in (summaries or [s])[0]["times"]]
+        # the parity run's judge buckets rows to powers of two unless --judge-option says otherwise
+        assert s["judge_options"] == {"rows_bits": 2 if option else 1}
         summaries.append(s)
     keys = ("request_rounds", "kv_writes", "logits", "rng_events", "tokens", "max_rel_err", "excused")
     assert {k: summaries[0][k] for k in keys} == {k: summaries[1][k] for k in keys}
