@@ -57,19 +57,13 @@ MAX_ROWS = 16
 def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, int, int, int, bool]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, peel). BLOCK_N counts output columns
     (qkv: column pairs, gate_up: gate/up pairs, so those programs read 2*BLOCK_N weight rows).
-    One row: a register GEMV (BLOCK_M 1). 2..8 rows where a tile table has name + "/B" for
-    B = M rounded up to a power of two: register rows (BLOCK_M B, each row its own FP32 products
-    with the weight tile). Otherwise 2..16 rows: BLOCK_M 16, tensor-core products (tl.dot needs
-    16 in every dimension). peel: the first K tile's weights are loaded before the PDL wait.
-    config[name] (one row), config[name + "/B"] or config[name + "/16"]
+    One row: a register GEMV (BLOCK_M 1). 2..16 rows: BLOCK_M 16, tensor-core products
+    (tl.dot needs 16 in every dimension). peel: the first K tile's weights are loaded before
+    the PDL wait. config[name] (one row) or config[name + "/16"]
     = (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel]]) overrides."""
-    config = config or {}
-    B = 1 << (M - 1).bit_length()  # M rounded up to a power of two
-    reg = f"{name}/{B}"
-    BM = 1 if M == 1 else B if B <= MAX_REGISTER_ROWS and (reg in config or reg in REGISTER_TILES) else 16
-    key = name if BM == 1 else f"{name}/{BM}"
-    table = {1: ONE_ROW_TILES, 16: SMALL_M_TILES}.get(BM, REGISTER_TILES)
-    c = tuple(config[key]) if key in config else table[key if table is REGISTER_TILES else name]
+    BM = 1 if M == 1 else 16
+    key = name if BM == 1 else f"{name}/16"
+    c = tuple(config[key]) if config and key in config else (ONE_ROW_TILES if BM == 1 else SMALL_M_TILES)[name]
     bn, bk, nw, ns, peel = (*c, 3, True)[:5] if len(c) == 3 else (*c, True)[:5]
     return BM, bn, bk, nw, ns, bool(peel)
 
@@ -89,12 +83,6 @@ SMALL_M_TILES = {
     "gate_up": (32, 128, 4, 4, True),
     "down": (16, 256, 2, 4, True),
 }
-
-
-# Register rows (2..MAX_REGISTER_ROWS rows, BLOCK_M a power of two): {name + "/B": tiles}, B = 2, 4, 8.
-# Empty: every call of 2..16 rows takes the tensor-core tiles until the H200 says otherwise.
-MAX_REGISTER_ROWS = 8
-REGISTER_TILES: dict[str, tuple] = {}
 
 
 def _rows(x: torch.Tensor) -> int:

@@ -229,36 +229,6 @@ if triton is not None:
         return _dot_w(acc, x, _w_tile(W, rows, row_mask, k0, K, BLOCK_K), BLOCK_M)
 
     @triton.jit
-    def _dot_x(acc, X, M, k0, K: tl.constexpr, w, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-        """acc [BLOCK_M, BLOCK_N] += X[:, k0:k0+BLOCK_K] (X [M, K] in memory) @ w [BLOCK_N, BLOCK_K].T.
-        2..8 rows (register rows, 1 < BLOCK_M < 16): each row of X loaded as a vector and
-        multiplied by the tile in FP32, its sums put in its row of acc; otherwise _dot_w."""
-        if BLOCK_M > 1 and BLOCK_M < 16:
-            wf = w.to(tl.float32)
-            m = tl.arange(0, BLOCK_M)[:, None]
-            k = k0 + tl.arange(0, BLOCK_K)
-            for i in tl.static_range(BLOCK_M):
-                x_i = tl.load(X + i * K + k, mask=_k_ok(k, K, BLOCK_K) & (i < M), other=0.0).to(tl.float32)
-                acc += tl.where(m == i, tl.sum(wf * x_i[None, :], 1)[None, :], 0.0)
-            return acc
-        return _dot_w(acc, _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K), w, BLOCK_M)
-
-    @triton.jit
-    def _dot_x2(acc_a, acc_b, X, M, k0, K: tl.constexpr, wa, wb, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-        """_dot_x for two tiles of the same input columns (each row of X loaded once)."""
-        if BLOCK_M > 1 and BLOCK_M < 16:
-            wfa, wfb = wa.to(tl.float32), wb.to(tl.float32)
-            m = tl.arange(0, BLOCK_M)[:, None]
-            k = k0 + tl.arange(0, BLOCK_K)
-            for i in tl.static_range(BLOCK_M):
-                x_i = tl.load(X + i * K + k, mask=_k_ok(k, K, BLOCK_K) & (i < M), other=0.0).to(tl.float32)
-                acc_a += tl.where(m == i, tl.sum(wfa * x_i[None, :], 1)[None, :], 0.0)
-                acc_b += tl.where(m == i, tl.sum(wfb * x_i[None, :], 1)[None, :], 0.0)
-            return acc_a, acc_b
-        x = _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K)
-        return _dot_w(acc_a, x, wa, BLOCK_M), _dot_w(acc_b, x, wb, BLOCK_M)
-
-    @triton.jit
     def _x_chunk(X, M, k0, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
         m = tl.arange(0, BLOCK_M)
         k = k0 + tl.arange(0, BLOCK_K)

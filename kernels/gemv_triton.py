@@ -12,8 +12,6 @@ if triton is not None:
         _cast,
         _dot_rows,
         _dot_w,
-        _dot_x,
-        _dot_x2,
         _input_chunk,
         _k_ok,
         _norm_stats,
@@ -61,12 +59,9 @@ if triton is not None:
             w0 = _w_tile(W, n, n < N, 0, K, BLOCK_K)
         pdl_enter(PDL)
         if PEEL:
-            acc = _dot_x(acc, X, M, 0, K, w0, BLOCK_M, BLOCK_K)
+            acc = _dot_w(acc, _x_chunk(X, M, 0, K, BLOCK_M, BLOCK_K), w0, BLOCK_M)
         for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
-            if BLOCK_M > 1 and BLOCK_M < 16:  # register rows
-                acc = _dot_x(acc, X, M, k0, K, _w_tile(W, n, n < N, k0, K, BLOCK_K), BLOCK_M, BLOCK_K)
-            else:
-                acc = _dot_rows(acc, _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K), W, n, n < N, k0, K, BLOCK_M, BLOCK_K)
+            acc = _dot_rows(acc, _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K), W, n, n < N, k0, K, BLOCK_M, BLOCK_K)
         tl.store(
             Out + m[:, None] * N + n[None, :],
             _cast(acc, Out.dtype.element_ty),
@@ -108,7 +103,6 @@ if triton is not None:
         # RoPE's rotate_half partner is computed by the same program
         DT: tl.constexpr = H.dtype.element_ty
         HALF: tl.constexpr = HD // 2
-        REG: tl.constexpr = BLOCK_M > 1 and BLOCK_M < 16  # register rows (2..8), input normed
         pid = tl.program_id(0)
         j = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # pair index
         d = j % HALF
@@ -120,20 +114,14 @@ if triton is not None:
             w_lo, w_hi = _w_tile(W, lo, n_ok, 0, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, 0, K, BLOCK_K)
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
-        if PEEL and REG:
-            acc_lo, acc_hi = _dot_x2(acc_lo, acc_hi, H, M, 0, K, w_lo, w_hi, BLOCK_M, BLOCK_K)
-        elif PEEL:
+        if PEEL:
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, 0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_lo = _dot_w(acc_lo, x, w_lo, BLOCK_M)
             acc_hi = _dot_w(acc_hi, x, w_hi, BLOCK_M)
         for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
-            if REG:  # register rows: the input arrives normed (NORMED)
-                wa, wb = _w_tile(W, lo, n_ok, k0, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, k0, K, BLOCK_K)
-                acc_lo, acc_hi = _dot_x2(acc_lo, acc_hi, H, M, k0, K, wa, wb, BLOCK_M, BLOCK_K)
-            else:
-                x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
-                acc_lo = _dot_rows(acc_lo, x, W, lo, n_ok, k0, K, BLOCK_M, BLOCK_K)
-                acc_hi = _dot_rows(acc_hi, x, W, lo + HALF, n_ok, k0, K, BLOCK_M, BLOCK_K)
+            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
+            acc_lo = _dot_rows(acc_lo, x, W, lo, n_ok, k0, K, BLOCK_M, BLOCK_K)
+            acc_hi = _dot_rows(acc_hi, x, W, lo + HALF, n_ok, k0, K, BLOCK_M, BLOCK_K)
         # RoPE on q and k: (lo, hi) -> (lo*cos - hi*sin, hi*cos + lo*sin), each product rounded
         m = tl.arange(0, BLOCK_M)
         m_ok = m < M
@@ -189,7 +177,6 @@ if triton is not None:
     ):
         # program's columns: gate rows j and up rows I + j of W [2I, K]
         DT: tl.constexpr = H.dtype.element_ty
-        REG: tl.constexpr = BLOCK_M > 1 and BLOCK_M < 16  # register rows (2..8), input normed
         pid = tl.program_id(0)
         j = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         j_ok = j < I
@@ -201,20 +188,14 @@ if triton is not None:
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, STATS_K, NORMED)
         # The same two-accumulator K loop as qkv_rope_kv's (deliberately written out in each
         # kernel: Triton inlines it either way, and each pairs its columns differently).
-        if PEEL and REG:
-            acc_g, acc_u = _dot_x2(acc_g, acc_u, H, M, 0, K, w_g, w_u, BLOCK_M, BLOCK_K)
-        elif PEEL:
+        if PEEL:
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, 0, M, K, pid == 0, True, NORMED, BLOCK_M, BLOCK_K)
             acc_g = _dot_w(acc_g, x, w_g, BLOCK_M)
             acc_u = _dot_w(acc_u, x, w_u, BLOCK_M)
         for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
-            if REG:  # register rows: the input arrives normed (NORMED)
-                wa, wb = _w_tile(W, j, j_ok, k0, K, BLOCK_K), _w_tile(W, I + j, j_ok, k0, K, BLOCK_K)
-                acc_g, acc_u = _dot_x2(acc_g, acc_u, H, M, k0, K, wa, wb, BLOCK_M, BLOCK_K)
-            else:
-                x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, True, NORMED, BLOCK_M, BLOCK_K)
-                acc_g = _dot_rows(acc_g, x, W, j, j_ok, k0, K, BLOCK_M, BLOCK_K)
-                acc_u = _dot_rows(acc_u, x, W, I + j, j_ok, k0, K, BLOCK_M, BLOCK_K)
+            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, True, NORMED, BLOCK_M, BLOCK_K)
+            acc_g = _dot_rows(acc_g, x, W, j, j_ok, k0, K, BLOCK_M, BLOCK_K)
+            acc_u = _dot_rows(acc_u, x, W, I + j, j_ok, k0, K, BLOCK_M, BLOCK_K)
         g, u = _rnd(acc_g, DT), _rnd(acc_u, DT)  # GEMM outputs
         act = _rnd(g / (1.0 + tl.exp(-g)), DT) * u  # F.silu in the model dtype, then * up
         m = tl.arange(0, BLOCK_M)

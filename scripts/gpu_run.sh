@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|register|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -125,9 +125,6 @@ sweep)   # synchronous rounds, then two rounds in flight
       -d 2 -D 4 --tokens ${TOKENS:-32} --repeats ${REPEATS:-7} --context 256 --in-flight $f \
       --out "$OUT/sweep_inflight$f.json" 2>&1 | tee "$OUT/sweep_inflight$f.log" | tail -12
   done ;;
-register) # register rows against tensor-core tiles at M = 2..8: c(M) per variant, paired, and each against the first
-  timeout ${REGISTER_TIMEOUT:-400} python3 scripts/gpu_register_rows.py ${REGISTER_ARGS:-} --json "$OUT/register_rows.json" \
-    2>&1 | tee "$OUT/register_rows.log" | tail -40 ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
   for m in ${ROWS:-1 4 16}; do
     timeout 200 python3 scripts/gpu_c1_profile.py $m --out "$OUT" 2>&1 | tee "$OUT/c${m}_profile.log"

@@ -50,15 +50,6 @@ TILES = {
     "o/16": (16, 32, 4),
     "down/16": (32, 64, 4),
     "gate_up/16": (32, 32, 4),
-    # register rows (2 rows: BLOCK_M 2; 5..8 rows: BLOCK_M 8); 3..4 rows keep the tensor-core tiles
-    "qkv/2": (8, 32, 4),
-    "o/2": (8, 32, 4),
-    "down/2": (8, 64, 4),
-    "gate_up/2": (8, 32, 4),
-    "qkv/8": (4, 64, 2),
-    "o/8": (4, 32, 2),
-    "down/8": (4, 32, 2),
-    "gate_up/8": (4, 64, 2),
 }
 
 
@@ -118,7 +109,7 @@ def weights(dtype, seed=0):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 2, 3, 6, 16])
+@pytest.mark.parametrize("M", [1, 3, 4, 16])
 @pytest.mark.parametrize("name,N,K", [("o", 64, 64), ("down", 64, 96), ("o", 50, 80)])
 def test_gemv(dtype, M, name, N, K):
     x, w = rand(M, K, dtype=dtype, seed=1), rand(N, K, dtype=dtype, seed=2, scale=K**-0.5)
@@ -126,7 +117,7 @@ def test_gemv(dtype, M, name, N, K):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 2, 4, 7, 11, 16])
+@pytest.mark.parametrize("M", [1, 2, 4, 11, 16])
 @pytest.mark.parametrize("first", [True, False])
 def test_qkv_rope_kv(dtype, M, first):
     w = weights(dtype)
@@ -167,7 +158,7 @@ def test_qkv_rope_kv(dtype, M, first):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 2, 4, 5, 16])
+@pytest.mark.parametrize("M", [1, 2, 4, 16])
 def test_gate_up_silu(dtype, M):
     L = weights(dtype).layers[0]
     r, y = rand(M, CFG.hidden_size, dtype=dtype, seed=5), rand(M, CFG.hidden_size, dtype=dtype, seed=6)
@@ -200,7 +191,7 @@ def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None, scale
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 2, 3, 4, 8, 16])
+@pytest.mark.parametrize("M", [1, 2, 3, 4, 16])
 @pytest.mark.parametrize("default_tiles", [False, True])
 def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
     """The gemv path's whole call (both layers, attention over earlier keys) against the
