@@ -101,9 +101,13 @@ class PackedModel:
         self.eps = w.cfg.rms_norm_eps
         self.fault = w.precision_fault  # "" or a precision fault: "fp8_k" | "fp8_v" | "fp8_act"
         self.bits_fault = w.bits_fault  # None or (name, layer or None, bits): a coarser-rounding fault
+        bits_store = self.bits_fault is not None and self.bits_fault[0] in ("k_bits", "v_bits")
+        self.store_fault = self.fault in ("fp8_k", "fp8_v") or bits_store  # _stored has work to do
 
     def _stored(self, l: int, index: torch.Tensor) -> None:
-        """Layer l's KV rows just written at flat `index`, through a deliberate store fault, if any."""
+        """Layer l's KV rows just written at flat `index`, through a deliberate store fault, if any.
+        The GEMV path calls it only with one (self.store_fault): its `index` per layer is two torch
+        launches between the path's dependent launches (docs/results.md, c(M))."""
         kv = self.kv
         if self.fault in ("fp8_k", "fp8_v"):
             fp8_rows(kv.flat_view(kv.k if self.fault == "fp8_k" else kv.v, l), index)
@@ -222,7 +226,8 @@ class PackedModel:
                 tiles,
                 pdl,
             )
-            self._stored(l, plane * kv.max_len + pos)
+            if self.store_fault:
+                self._stored(l, plane * kv.max_len + pos)
             a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl, span, self.w.attn_scale)  # [M, nh*hd]
             a = self._attended(l, a)
             y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)  # [M, H]
