@@ -145,21 +145,21 @@ def test_replay_mode_agreement(preset):
 SCRIPTED = [{0: 5, 1: 5, 2: 5, 3: 5, 4: 5}, {0: 1, 1: 3, 2: 6, 3: 2, 4: 4}, {4: 3, 2: 1}, {0: 6, 3: 6}]
 
 
-def scripted_case(m, seed: int, step: int) -> Case:
-    """Five requests of the KINDS (prompts of 1, 1 + step, .. tokens), d = 2, D = 4, SCRIPTED rounds."""
-    rng = np.random.default_rng(seed)
-    prompts = [list(map(int, rng.integers(0, m.cfg.vocab_size, 1 + step * i))) for i in range(5)]
-    params = [SP(k.temperature, k.top_k, k.top_p, seed=i) for i, k in enumerate(KINDS)]
-    return Case("scripted", prompts, params, SCRIPTED, 2, 4)
-
-
 @pytest.mark.parametrize("preset", ["tiny", "small"])
 @pytest.mark.parametrize("mode", ["block", "loop"])
 def test_graph_and_eager_identical(preset, mode):
     m, bk = model(preset), backend()
     if not graphed(bk):
         pytest.skip(f"backend {bk.name} runs without CUDA graphs")
-    c = scripted_case(m, seed=3, step=3)
+    rng = np.random.default_rng(3)
+    c = Case(
+        "scripted",
+        [list(map(int, rng.integers(0, m.cfg.vocab_size, 1 + 3 * i))) for i in range(5)],
+        [SP(k.temperature, k.top_k, k.top_p, seed=i) for i, k in enumerate(KINDS)],
+        SCRIPTED,
+        2,
+        4,
+    )
     g = run_scenario(bk, m, c, mode)
     e = run_scenario(bk, m, c, mode, graphs="off")
     assert_identical(g, e)
@@ -255,7 +255,15 @@ def test_attention_merged_by_the_last_chunk_program(mode):
     m, bk = model("small"), backend()
     if not str(bk.device).startswith("cuda") or not bk.kernel_options.resolve(bk.device)[2]:
         pytest.skip("the Triton attention is CUDA-only")
-    c = scripted_case(m, seed=4, step=7)
+    rng = np.random.default_rng(4)
+    c = Case(
+        "scripted",
+        [list(map(int, rng.integers(0, m.cfg.vocab_size, 1 + 7 * i))) for i in range(5)],
+        [SP(k.temperature, k.top_k, k.top_p, seed=i) for i, k in enumerate(KINDS)],
+        SCRIPTED,
+        2,
+        4,
+    )
     last = dataclasses.replace(bk.kernel_options, attn_merge="last")
     base = run_scenario(bk, m, c, mode)
     assert_identical(base, run_scenario(bk, m, c, mode, kernel_options=last))
