@@ -244,33 +244,6 @@ def test_capacity_growth_with_graphs():
     judged(judge_run(m, c, "loop", got), got, m)
 
 
-@pytest.mark.parametrize("mode", ["block", "loop"])
-def test_attention_merged_by_the_last_chunk_program(mode):
-    """KernelOptions.attn_merge="last" (a layer's attention in one launch: each (row, head)'s last
-    chunk program merges the chunks through a self-resetting counter) gives the rounds of the
-    default second-launch merge bit for bit, graphed and with every round in flight at once, and
-    leaves the counters at zero."""
-    from kernels import triton_attention as ta
-
-    m, bk = model("small"), backend()
-    if not str(bk.device).startswith("cuda") or not bk.kernel_options.resolve(bk.device)[2]:
-        pytest.skip("the Triton attention is CUDA-only")
-    rng = np.random.default_rng(4)
-    c = Case(
-        "scripted",
-        [list(map(int, rng.integers(0, m.cfg.vocab_size, 1 + 7 * i))) for i in range(5)],
-        [SP(k.temperature, k.top_k, k.top_p, seed=i) for i, k in enumerate(KINDS)],
-        SCRIPTED,
-        2,
-        4,
-    )
-    last = dataclasses.replace(bk.kernel_options, attn_merge="last")
-    base = run_scenario(bk, m, c, mode)
-    assert_identical(base, run_scenario(bk, m, c, mode, kernel_options=last))
-    assert_identical(base, run_scenario(bk, m, c, mode, kernel_options=last, submit_ahead=True))
-    assert ta._COUNTS and not any(bool(buf.any()) for buf in ta._COUNTS.values())
-
-
 def test_c_table_measurement():
     bk = backend()
     device = str(bk.device)

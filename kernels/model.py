@@ -178,7 +178,7 @@ class PackedModel:
             self._stored(l, write)
             if self.triton_attn:  # reads only keys 0..pos per row
                 a = triton_attention.decode_attention(
-                    q.contiguous(), kv, l, plane, pos, span=span, scale=self.w.attn_scale, merge=self.options.attn_merge
+                    q.contiguous(), kv, l, plane, pos, span=span, scale=self.w.attn_scale
                 )
             else:
                 K = kv.k[l][:, :span].index_select(0, gplane)  # [G, span, nkv, hd]
@@ -228,9 +228,7 @@ class PackedModel:
             )
             if self.store_fault:
                 self._stored(l, plane * kv.max_len + pos)
-            a = triton_attention.decode_attention(
-                q, kv, l, plane, pos, pdl, span, self.w.attn_scale, self.options.attn_merge
-            )  # [M, nh*hd]
+            a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl, span, self.w.attn_scale)  # [M, nh*hd]
             a = self._attended(l, a)
             y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)  # [M, H]
             h, act = gemv_kernels.gate_up_silu(

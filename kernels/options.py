@@ -16,8 +16,6 @@ Fields (None: on where available; True: on, False: off) and their variables:
                      {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages[, peel]])}              (a JSON file)
     gemv_max_rows    calls of 1..gemv_max_rows rows take the GEMV path (2..16: the small-M  LOOPSPEC_GEMV_MAX_ROWS
                      tensor-core path of kernels/gemv.py); larger calls cuBLAS + compiled blocks
-    attn_merge       "kernel" | "last": a second launch merges the split attention's chunks, or   LOOPSPEC_ATTN_MERGE
-                     the last chunk program of each (row, head) does (one launch less per layer)
     pdl              programmatic dependent launch of the GEMV-path kernels (each starts while its
                      predecessor drains, streams its first weight tile, then waits for the
                      predecessor's writes); available on CUDA devices of compute capability >= 9   LOOPSPEC_PDL
@@ -35,9 +33,6 @@ from oracle.errors import OracleError
 from oracle.files import read_json
 
 COMPILE_DYNAMIC = ("rows", "all")
-# How the split attention's chunks are merged (kernels/triton_attention.py MERGES): "kernel" until
-# "last" (one launch less per layer, the same values under the interpreter) is timed on the H200.
-ATTN_MERGES = ("kernel", "last")
 ENV = {
     "gemv": "LOOPSPEC_GEMV",
     "fuse": "LOOPSPEC_FUSE",
@@ -47,7 +42,6 @@ ENV = {
     "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS",
     "pdl": "LOOPSPEC_PDL",
     "fault": "LOOPSPEC_FAULT",
-    "attn_merge": "LOOPSPEC_ATTN_MERGE",
 }
 # Deliberate kernel faults, for the judge's own tests (meta_tests/faulty_kernels.py, make gpu-parity):
 # "attn_scale=F" multiplies the softmax logit scale in the attention kernels, "rope_theta=F" the
@@ -70,11 +64,7 @@ BITS_LAYER_REQUIRED = ("attn_out_bits", "o_weight_bits")
 GEMV_MAX_ROWS = 16
 # The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
 SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl"))  # "0" or "1"
-CHOICES = {
-    ENV["compile_dynamic"]: COMPILE_DYNAMIC,
-    ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17)),
-    ENV["attn_merge"]: ATTN_MERGES,
-}
+CHOICES = {ENV["compile_dynamic"]: COMPILE_DYNAMIC, ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17))}
 
 
 def check_env(env=os.environ) -> None:
@@ -115,11 +105,8 @@ class KernelOptions:
     gemv_max_rows: int = GEMV_MAX_ROWS  # calls of up to this many rows take the GEMV path (1..16)
     pdl: bool | None = None  # programmatic dependent launch of the GEMV-path kernels (sm_90+)
     fault: str = ""  # a deliberate fault: "attn_scale=1.01" | "rope_theta=1.01" | "input_layernorm.0=1.01"
-    attn_merge: str = "kernel"  # the split attention's chunk merge: "kernel" (a second launch) | "last"
 
     def __post_init__(self):
-        if self.attn_merge not in ATTN_MERGES:
-            raise OracleError(f"KernelOptions.attn_merge={self.attn_merge!r}: expected one of {', '.join(ATTN_MERGES)}")
         if self.compile_dynamic not in COMPILE_DYNAMIC:
             raise OracleError(
                 f"KernelOptions.compile_dynamic={self.compile_dynamic!r}: expected one of {', '.join(COMPILE_DYNAMIC)}"
@@ -144,7 +131,6 @@ class KernelOptions:
         check_env(env)
         kw = {name: False for name in ("gemv", "fuse", "triton_attn", "pdl") if env.get(ENV[name], "1") == "0"}
         kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
-        kw["attn_merge"] = env.get(ENV["attn_merge"], "kernel")
         if env.get(ENV["gemv_max_rows"]):
             kw["gemv_max_rows"] = int(env[ENV["gemv_max_rows"]])
         kw["fault"] = env.get(ENV["fault"], "")

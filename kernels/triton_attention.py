@@ -42,14 +42,7 @@ if triton is not None:
         CHUNK: tl.constexpr,
         NSPLIT: tl.constexpr,
         PDL: tl.constexpr,
-        Out=None,
-        Count=None,
-        SB: tl.constexpr = 16,
-        LAST: tl.constexpr = False,
     ):
-        # LAST: the last program of a (row, head) to finish its chunk merges the row's chunks itself
-        # (Count: one int32 per (row, head), zero before the launch and again after it), so the
-        # call needs no _attn_merge launch
         r, h, c = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         pdl_enter(PDL)
         pos = tl.load(pos_ptr + r)
@@ -69,37 +62,6 @@ if triton is not None:
             tl.store(Acc + slot * HD + d, tl.sum(p[:, None] * v, 0))  # unnormalized
             tl.store(ML + slot * 2, m)
             tl.store(ML + slot * 2 + 1, tl.sum(p, 0))
-            if LAST:
-                tl.debug_barrier()  # every thread's stores issued before the release below
-                done = tl.atomic_add(Count + r * NH + h, 1, sem="acq_rel", scope="gpu")
-                if done == pos // CHUNK:  # the others' partials are visible (acquire)
-                    _merge_row(Acc, ML, Out, r, h, pos, NH, HD, CHUNK, NSPLIT, SB, ".cg")
-                    tl.store(Count + r * NH + h, 0)  # for the next launch
-
-    @triton.jit
-    def _merge_row(Acc, ML, Out, r, h, pos, NH, HD: tl.constexpr, CHUNK, NSPLIT, SB: tl.constexpr, CACHE: tl.constexpr):
-        # row r, head h: the chunks' partial softmaxes merged in chunk order, normalized, stored
-        n = pos // CHUNK + 1  # chunks with keys
-        base = (r * NH + h) * NSPLIT
-        d = tl.arange(0, HD)
-        m_i = tl.zeros([], tl.float32) - float("inf")
-        l_i = tl.zeros([], tl.float32)
-        acc = tl.zeros([HD], tl.float32)
-        for c0 in range(0, NSPLIT, SB):  # static bound; chunks >= n are masked
-            c = c0 + tl.arange(0, SB)
-            live = (c < n) & (c < NSPLIT)  # a row past the span reads no chunk beyond it
-            m = tl.load(ML + (base + c) * 2, mask=live, other=float("-inf"), cache_modifier=CACHE)  # [SB]
-            m_new = tl.maximum(m_i, tl.max(m, 0))
-            w = tl.where(live, tl.exp(m - m_new), 0.0)
-            alpha = tl.exp(m_i - m_new)
-            l_part = tl.load(ML + (base + c) * 2 + 1, mask=live, other=0.0, cache_modifier=CACHE)
-            l_i = l_i * alpha + tl.sum(w * l_part, 0)
-            part = tl.load(
-                Acc + (base + c)[:, None] * HD + d[None, :], mask=live[:, None], other=0.0, cache_modifier=CACHE
-            )
-            acc = acc * alpha + tl.sum(w[:, None] * part, 0)
-            m_i = m_new
-        tl.store(Out + r * NH * HD + h * HD + d, (acc / l_i).to(Out.dtype.element_ty))
 
     @triton.jit
     def _attn_merge(
@@ -116,7 +78,24 @@ if triton is not None:
     ):
         r, h = tl.program_id(0), tl.program_id(1)
         pdl_enter(PDL)
-        _merge_row(Acc, ML, Out, r, h, tl.load(pos_ptr + r), NH, HD, CHUNK, NSPLIT, SB, "")
+        n = tl.load(pos_ptr + r) // CHUNK + 1  # chunks with keys
+        base = (r * NH + h) * NSPLIT
+        d = tl.arange(0, HD)
+        m_i = tl.zeros([], tl.float32) - float("inf")
+        l_i = tl.zeros([], tl.float32)
+        acc = tl.zeros([HD], tl.float32)
+        for c0 in range(0, NSPLIT, SB):  # static bound; chunks >= n are masked
+            c = c0 + tl.arange(0, SB)
+            live = (c < n) & (c < NSPLIT)  # a row past the span reads no chunk beyond it
+            m = tl.load(ML + (base + c) * 2, mask=live, other=float("-inf"))  # [SB]
+            m_new = tl.maximum(m_i, tl.max(m, 0))
+            w = tl.where(live, tl.exp(m - m_new), 0.0)
+            alpha = tl.exp(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(w * tl.load(ML + (base + c) * 2 + 1, mask=live, other=0.0), 0)
+            part = tl.load(Acc + (base + c)[:, None] * HD + d[None, :], mask=live[:, None], other=0.0)
+            acc = acc * alpha + tl.sum(w[:, None] * part, 0)
+            m_i = m_new
+        tl.store(Out + r * NH * HD + h * HD + d, (acc / l_i).to(Out.dtype.element_ty))
 
 
 # keys per program of _attn_chunk, and its warps for one row / more rows (H200, ouro-1.4b shape,
@@ -148,7 +127,6 @@ def decode_attention(
     pdl: bool = False,
     span: int | None = None,
     scale: float | None = None,
-    merge: str = "kernel",
 ) -> torch.Tensor:
     """q: [M, nh, hd] (RoPE applied); plane, pos: [M]. Keys/values of plane `plane[r]` at
     positions 0..pos[r] of `layer` (already written). Returns [M, nh*hd]. pdl: launched as
@@ -157,15 +135,13 @@ def decode_attention(
     also in every replay of a graph that captured this call (sessions: span_bucket). At M = 2 on
     the H200 a call cost 7% more at capacity 342 than at 257, and a span of 257 gave that back
     (docs/results.md). scale: the softmax logit scale (default
-    hd ** -0.5). merge: "kernel", a second launch merges each (row, head)'s chunks; "last", the
-    last chunk program of each (row, head) to finish merges them (one launch; KernelOptions.attn_merge)."""
+    hd ** -0.5)."""
     M, nh, hd = q.shape
     K, V = kv.k, kv.v  # [L, P, max_len, nkv, hd]
     assert K.is_contiguous() and V.is_contiguous() and q.is_contiguous()
     L, P, T, nkv, _ = K.shape
     span = T if span is None else span
     assert 1 <= span <= T, (span, T)
-    assert merge in MERGES, merge
     out = torch.empty(M, nh * hd, device=q.device, dtype=q.dtype)
     if M:
         nsplit = triton.cdiv(span, CHUNK)  # static per span (graph-safe)
@@ -189,34 +165,10 @@ def decode_attention(
             CHUNK=CHUNK,
             NSPLIT=nsplit,
             PDL=pdl,
-            Out=out,
-            Count=_counters(q.device, M * nh) if merge == "last" else ml,
-            SB=16,
-            LAST=merge == "last",
             num_warps=CHUNK_WARPS[M > 1],
             **launch_options(pdl),
         )
-        if merge == "kernel":
-            _attn_merge[(M, nh)](
-                acc, ml, out, pos, NH=nh, HD=hd, CHUNK=CHUNK, NSPLIT=nsplit, SB=16, PDL=pdl, **launch_options(pdl)
-            )
+        _attn_merge[(M, nh)](
+            acc, ml, out, pos, NH=nh, HD=hd, CHUNK=CHUNK, NSPLIT=nsplit, SB=16, PDL=pdl, **launch_options(pdl)
+        )
     return out
-
-
-MERGES = ("kernel", "last")  # how a (row, head)'s chunks are merged (decode_attention's merge)
-COUNTERS = 1 << 20  # (row, head) pairs one call of merge="last" may have
-_COUNTS: dict = {}  # device -> int32 counters of merge="last", zero between launches
-
-
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """COUNTERS zeroed int32 counters on `device`, one buffer per device for the process's life
-    (graphs keep its address). Every launch on a device runs in one stream's order (the engine's
-    calls and their graphs), and each launch leaves its counters at zero, so one buffer serves
-    them all. Made outside a graph capture (a call's warm-up runs eagerly first)."""
-    assert n <= COUNTERS, (n, COUNTERS)
-    buf = _COUNTS.get(device)
-    if buf is None:
-        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        assert not capturing, "attention counters must be made before a graph capture (run the call once eagerly)"
-        buf = _COUNTS[device] = torch.zeros(COUNTERS, dtype=torch.int32, device=device)
-    return buf

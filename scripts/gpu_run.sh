@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|merge|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -124,13 +124,6 @@ sweep)   # synchronous rounds, then two rounds in flight
     timeout ${SWEEP_TIMEOUT:-280} python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,16,64,128} --k 4 \
       -d 2 -D 4 --tokens ${TOKENS:-32} --repeats ${REPEATS:-7} --context 256 --in-flight $f \
       --out "$OUT/sweep_inflight$f.json" 2>&1 | tee "$OUT/sweep_inflight$f.log" | tail -12
-  done ;;
-merge)   # the split attention's chunk merge, A = "kernel" (a second launch) vs B = "last", c(M) in the order A B A B
-  for arm in kernel last kernel last; do
-    n=$(ls "$OUT"/merge_${arm}_*.json 2>/dev/null | wc -l)
-    LOOPSPEC_ATTN_MERGE=$arm timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b --context 256 -q \
-      --rows ${ROWS:-1,2,4,8,16,32,64} --repeats 100 --out "$OUT/merge_${arm}_$n.json" 2>&1 | tail -3
-    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "$OUT/merge_${arm}_$n.json"
   done ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
   for m in ${ROWS:-1 4 16}; do

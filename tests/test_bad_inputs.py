@@ -376,11 +376,6 @@ CATALOGUE = [
         "LOOPSPEC_COMPILE_DYNAMIC unknown",
         lambda f: (["bench", "rounds"], {"LOOPSPEC_COMPILE_DYNAMIC": "some"}),
     ),
-    (
-        "environment",
-        "LOOPSPEC_ATTN_MERGE unknown",
-        lambda f: (["bench", "c-table"], {"LOOPSPEC_ATTN_MERGE": "fused"}),
-    ),
     ("environment", "LOOPSPEC_PDL not 0/1", lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_PDL": "on"})),
     (
         "environment",

@@ -681,14 +681,6 @@ def test_kernel_options_come_from_the_environment_only_at_the_cli_edge(monkeypat
     assert load_backend("torch-cpu").session(build_model("tiny", seed=0), 1, 2, "loop").engine.model.options == want
     monkeypatch.setenv("LOOPSPEC_PDL", "0")
     assert load_backend("torch-cpu").kernel_options == dataclasses.replace(want, pdl=False)
-    monkeypatch.setenv("LOOPSPEC_ATTN_MERGE", "last")
-    assert load_backend("torch-cpu").kernel_options == dataclasses.replace(want, pdl=False, attn_merge="last")
-    monkeypatch.setenv("LOOPSPEC_ATTN_MERGE", "fused")
-    with pytest.raises(OracleError, match="LOOPSPEC_ATTN_MERGE='fused'"):
-        load_backend("torch-cpu")
-    monkeypatch.delenv("LOOPSPEC_ATTN_MERGE")
-    with pytest.raises(OracleError, match="attn_merge='first'"):
-        KernelOptions(attn_merge="first")
     monkeypatch.setenv("LOOPSPEC_PDL", "on")
     with pytest.raises(OracleError, match="LOOPSPEC_PDL='on'"):
         KernelOptions.from_env()
