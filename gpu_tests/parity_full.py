@@ -159,7 +159,7 @@ JUDGE_OPTIONS = {"kv_fetch": str, "logits_fetch": str, "rows_bits": int, "ctx_bi
 # This run's judge options unless --judge-option says otherwise. Its time is mostly XLA compiles
 # (12 cases of different shapes), so rows are bucketed to powers of two (fewer shapes to compile),
 # not the judge's default of 3 significant bits (fewer padded rows per round): on the H200 at
-# 5d824d9, 243.7 s with 112 compiles (380.8 s summed) against 428.2 s with 126 (862.0 s) at
+# 508a042, 243.7 s with 112 compiles (380.8 s summed) against 428.2 s with 126 (862.0 s) at
 # e859079 on the default (docs/results.md, "make gpu-parity-full").
 PARITY_JUDGE = {"rows_bits": 1}
 
