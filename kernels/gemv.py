@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 
 from .gemv_blocks import available, launch_options, pdl_available, triton  # noqa: F401 (the GEMV paths' API)
+from .options import SPLIT_K
 
 if triton is not None:
     from .gemv_triton import (
@@ -54,18 +55,20 @@ MAX_ROWS = 16
 # tensor-core products) (KernelOptions.gemv_config; measured by a tile sweep: docs/results.md).
 
 
-def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, int, int, int, bool]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, peel). BLOCK_N counts output columns
+def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, int, int, int, bool, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, peel, split). BLOCK_N counts output columns
     (qkv: column pairs, gate_up: gate/up pairs, so those programs read 2*BLOCK_N weight rows).
     One row: a register GEMV (BLOCK_M 1). 2..16 rows: BLOCK_M 16, tensor-core products
     (tl.dot needs 16 in every dimension). peel: the first K tile's weights are loaded before
-    the PDL wait. config[name] (one row) or config[name + "/16"]
-    = (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel]]) overrides."""
+    the PDL wait. split (o and down only): split-K into at most that many FP32 partials (the largest
+    divisor of the number of K tiles), which the next kernel adds up. config[name] (one row) or config[name + "/16"]
+    = (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel[, split]]]) overrides."""
     BM = 1 if M == 1 else 16
     key = name if BM == 1 else f"{name}/16"
     c = tuple(config[key]) if config and key in config else (ONE_ROW_TILES if BM == 1 else SMALL_M_TILES)[name]
-    bn, bk, nw, ns, peel = (*c, 3, True)[:5] if len(c) == 3 else (*c, True)[:5]
-    return BM, bn, bk, nw, ns, bool(peel)
+    bn, bk, nw, ns, peel, split = (*c, *(3, True, 1)[len(c) - 3 :])  # defaults: 3 stages, peel, no split
+    assert split == 1 or name in SPLIT_K, f"split-K is for {', '.join(SPLIT_K)} only, not {key}"
+    return BM, bn, bk, nw, ns, bool(peel), split
 
 
 # (BLOCK_N, BLOCK_K, num_warps, num_stages, peel), tuned on the H200 at the ouro-1.4b shape
@@ -100,11 +103,19 @@ def _stats_k(K: int, BM: int, BK: int) -> int:
 def gemv(
     x: torch.Tensor, w: torch.Tensor, name: str = "o", config: dict | None = None, pdl: bool = False
 ) -> torch.Tensor:
-    """x [M, K] @ w [N, K].T -> [M, N] in x's dtype (`name` picks the tile config)."""
+    """x [M, K] @ w [N, K].T -> [M, N] in x's dtype (`name` picks the tile config); with a
+    split-K tile config (split S >= 2) the S FP32 partial sums [M, S, N], which
+    qkv_rope_kv, gate_up_silu and residual_norm take as their y (`y_parts`)."""
     M, (N, K) = _rows(x), w.shape
-    BM, BN, BK, nw, ns, peel = _config(name, M, config)
-    out = torch.empty(M, N, device=x.device, dtype=x.dtype)
-    _gemv_kernel[(triton.cdiv(N, BN),)](
+    BM, BN, BK, nw, ns, peel, split = _config(name, M, config)
+    tiles = triton.cdiv(K, BK)
+    split = max(s for s in range(1, split + 1) if tiles % s == 0)  # at most `split`, a divisor of the K tiles
+    ks = tiles // split  # K tiles per split
+    if split > 1:
+        out = torch.empty(M, split, N, device=x.device, dtype=torch.float32)
+    else:
+        out = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    _gemv_kernel[(triton.cdiv(N, BN), split)](
         x,
         w,
         out,
@@ -116,11 +127,25 @@ def gemv(
         BLOCK_M=BM,
         BLOCK_N=BN,
         BLOCK_K=BK,
+        SPLIT=split,
+        KS=ks * BK,
         num_warps=nw,
         num_stages=ns,
         **launch_options(pdl),
     )
     return out
+
+
+def y_parts(y: torch.Tensor | None, h: torch.Tensor) -> int:
+    """The HAS_Y of a kernel that reads y beside h [M, H]: 0 without y, 1 for y [M, H] in the
+    model dtype, S for the S split-K partials [M, S, H] of `gemv`."""
+    if y is None:
+        return 0
+    if y.dim() == 3:
+        assert y.shape[0] == h.shape[0] and y.shape[2] == h.shape[1] and y.dtype == torch.float32, y.shape
+        return y.shape[1]
+    assert y.shape == h.shape, (y.shape, h.shape)
+    return 1
 
 
 def qkv_rope_kv(
@@ -142,15 +167,15 @@ def qkv_rope_kv(
     config: dict | None = None,
     pdl: bool = False,
 ):
-    """h [M, H] residual in (with y_prev [M, H] and n_prev [H] of the previous layer, or
+    """h [M, H] residual in (with y_prev [M, H] (or split-K partials, `gemv`) and n_prev [H] of the previous layer, or
     None, None for the first layer): r = h + rms_norm(y_prev, n_prev), x = rms_norm(r, n_in),
     q, k, v = x @ qkv.T; RoPE (cos, sin [max_len, hd] tables, at positions pos [M]) on q, k.
     k, v go to k_layer, v_layer [P, max_len, nkv, hd] at (plane [M], pos [M]).
     Returns q [M, nh, hd] and r [M, H] (h itself for the first layer)."""
     M, H = _rows(h), h.shape[1]
     assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
-    BM, BN, BK, nw, ns, peel = _config("qkv", M, config)
-    has_y = y_prev is not None
+    BM, BN, BK, nw, ns, peel, _ = _config("qkv", M, config)
+    has_y = y_parts(y_prev, h)
     q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
     grid = (triton.cdiv((nh + 2 * nkv) * hd // 2, BN),)
     if BM == 1:  # one row: each program norms its input itself
@@ -176,7 +201,7 @@ def qkv_rope_kv(
         NH=nh,
         NKV=nkv,
         HD=hd,
-        HAS_Y=has_y,
+        HAS_Y=has_y if BM == 1 else min(has_y, 1),  # small M: y already added in by _prenorm
         NORMED=BM > 1,
         PDL=pdl,
         PEEL=peel,
@@ -192,11 +217,11 @@ def qkv_rope_kv(
 
 
 def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | None = None, pdl: bool = False):
-    """r, y [M, H] -> r2 = r + rms_norm(y, n_attn_out) [M, H] and
+    """r, y [M, H] (or y as split-K partials, `gemv`) -> r2 = r + rms_norm(y, n_attn_out) [M, H] and
     act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first)."""
     M, H = _rows(r), r.shape[1]
     I = gate_up.shape[0] // 2
-    BM, BN, BK, nw, ns, peel = _config("gate_up", M, config)
+    BM, BN, BK, nw, ns, peel, _ = _config("gate_up", M, config)
     act = torch.empty(M, I, device=r.device, dtype=r.dtype)
     if BM == 1:  # one row: each program norms its input itself
         r2 = torch.empty_like(r)
@@ -212,6 +237,7 @@ def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | N
         H,
         I,
         eps,
+        HAS_Y=y_parts(y, r),
         NORMED=BM > 1,
         PDL=pdl,
         PEEL=peel,
@@ -241,7 +267,7 @@ def _prenorm(h, y, w_y, w_x, eps: float, pdl: bool):
         x,
         H,
         eps,
-        HAS_Y=y is not None,
+        HAS_Y=y_parts(y, h),
         PDL=pdl,
         BLOCK_K=min(2048, triton.next_power_of_2(H)),
         num_warps=4,
@@ -251,7 +277,8 @@ def _prenorm(h, y, w_y, w_x, eps: float, pdl: bool):
 
 
 def residual_norm(h, y, w_y, w_x, eps: float, pdl: bool = False) -> torch.Tensor:
-    """rms_norm(h + rms_norm(y, w_y), w_x) for h, y [M, H] -> [M, H] (one program)."""
+    """rms_norm(h + rms_norm(y, w_y), w_x) for h, y [M, H] (or y as split-K partials, `gemv`) -> [M, H]
+    (one program)."""
     M, H = _rows(h), h.shape[1]
     out = torch.empty_like(h)
     _residual_norm_kernel[(1,)](
@@ -263,6 +290,7 @@ def residual_norm(h, y, w_y, w_x, eps: float, pdl: bool = False) -> torch.Tensor
         M,
         H,
         eps,
+        HAS_Y=y_parts(y, h),
         PDL=pdl,
         BLOCK_M=triton.next_power_of_2(M),
         BLOCK_K=min(1024, triton.next_power_of_2(H)),

@@ -81,20 +81,35 @@ if triton is not None:
         return ok
 
     @triton.jit
-    def _inv_rms(X, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-        """1 / rms of each row of X [M, K] -> [BLOCK_M] FP32."""
+    def _y_tile(Y, m, k, mask, K, PARTS: tl.constexpr, DT: tl.constexpr):
+        """y [BLOCK_M, BLOCK_K] at rows m, columns k, in FP32: Y [M, K] itself (PARTS 1), or with
+        PARTS = S >= 2 the sum of a split-K product's S FP32 partials, Y [M, S, K], rounded to the
+        model dtype as the product's output is (kernels/gemv.py, `gemv`)."""
+        if PARTS < 2:
+            return tl.load(Y + m[:, None] * K + k[None, :], mask=mask, other=0.0).to(tl.float32)
+        row = Y + m[:, None] * (PARTS * K) + k[None, :]
+        y = tl.load(row, mask=mask, other=0.0)
+        for s in tl.static_range(1, PARTS):
+            y += tl.load(row + s * K, mask=mask, other=0.0)
+        return _rnd(y, DT)
+
+    @triton.jit
+    def _inv_rms(X, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, PARTS: tl.constexpr, DT: tl.constexpr):
+        """1 / rms of each row of X [M, K] (with PARTS >= 2 a split-K product's partials: _y_tile)
+        -> [BLOCK_M] FP32."""
         m = tl.arange(0, BLOCK_M)
         acc = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
         for k0 in range(0, K, BLOCK_K):
             k = k0 + tl.arange(0, BLOCK_K)
             mask = (m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :]
-            x = tl.load(X + m[:, None] * K + k[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = _y_tile(X, m, k, mask, K, PARTS, DT)
             acc += x * x
         return tl.rsqrt(tl.sum(acc, 1) / K + eps)
 
     @triton.jit
     def _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Columns k0..k0+BLOCK_K of r = h + rms_norm(y, wy) (just h without y) -> [BLOCK_M, BLOCK_K]."""
+        """Columns k0..k0+BLOCK_K of r = h + rms_norm(y, wy) (just h without y) -> [BLOCK_M, BLOCK_K].
+        HAS_Y: 0 no y, 1 y [M, K], S >= 2 y as a split-K product's S partials (_y_tile)."""
         m = tl.arange(0, BLOCK_M)
         k = k0 + tl.arange(0, BLOCK_K)
         mask = (m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :]
@@ -102,7 +117,7 @@ if triton is not None:
         r = tl.load(H + off, mask=mask, other=0.0).to(tl.float32)
         if HAS_Y:
             DT: tl.constexpr = H.dtype.element_ty
-            y = tl.load(Y + off, mask=mask, other=0.0).to(tl.float32)
+            y = _y_tile(Y, m, k, mask, K, HAS_Y, DT)
             wy = tl.load(WY + k, mask=_k_ok(k, K, BLOCK_K), other=0.0).to(tl.float32)
             t = _rnd(_rnd(y * inv_y[:, None], DT) * wy[None, :], DT)  # rms_norm(y, wy)
             r = _rnd(r + t, DT)
@@ -127,7 +142,7 @@ if triton is not None:
         if SKIP:
             return inv_y, inv_y
         if HAS_Y:
-            inv_y = _inv_rms(Y, M, K, eps, BLOCK_M, BLOCK_K)
+            inv_y = _inv_rms(Y, M, K, eps, BLOCK_M, BLOCK_K, HAS_Y, H.dtype.element_ty)
         acc = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
         for k0 in range(0, K, BLOCK_K):
             r = _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y, BLOCK_M, BLOCK_K)

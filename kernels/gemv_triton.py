@@ -26,13 +26,17 @@ if triton is not None:
     def _prenorm_kernel(
         H, Y, WY, WX, R, X, K: tl.constexpr, eps, HAS_Y: tl.constexpr, PDL: tl.constexpr, BLOCK_K: tl.constexpr
     ):
-        # one program per row m: r = h + rms_norm(y, wy) (stored if HAS_Y), X = rms_norm(r, wx)
+        # one program per row m: r = h + rms_norm(y, wy) (stored if HAS_Y), X = rms_norm(r, wx);
+        # HAS_Y = S >= 2: y as S split-K partials, Y [M, S, K] (gemv_blocks._y_tile)
         DT: tl.constexpr = H.dtype.element_ty
         off = tl.program_id(0).to(tl.int64) * K
+        y_off = off
+        if HAS_Y > 1:
+            y_off = off * HAS_Y
         pdl_enter(PDL)
-        inv_y, inv_r = _norm_stats(H + off, Y + off, WY, 1, K, eps, HAS_Y, 1, BLOCK_K)
+        inv_y, inv_r = _norm_stats(H + off, Y + y_off, WY, 1, K, eps, HAS_Y, 1, BLOCK_K)
         for k0 in range(0, K, BLOCK_K):
-            x = _normed_chunk(H + off, Y + off, WY, WX, R + off, inv_y, inv_r, k0, 1, K, True, HAS_Y, 1, BLOCK_K)
+            x = _normed_chunk(H + off, Y + y_off, WY, WX, R + off, inv_y, inv_r, k0, 1, K, True, HAS_Y, 1, BLOCK_K)
             k = k0 + tl.arange(0, BLOCK_K)
             tl.store(X + off + k[None, :], x.to(DT), mask=_k_ok(k, K, BLOCK_K)[None, :])
 
@@ -49,24 +53,36 @@ if triton is not None:
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
+        SPLIT: tl.constexpr,
+        KS: tl.constexpr,
     ):
         # Out [M, N] = X [M, K] @ W [N, K].T. PEEL: the first K tile peeled off the loop, its weights
-        # loaded before the PDL wait
+        # loaded before the PDL wait. SPLIT = S >= 2 (split-K): program (n, s) sums K tiles
+        # s*KS.. of K (KS = the K tiles / SPLIT, times BLOCK_K) into Out [M, S, N] in FP32, for the next kernel to
+        # add up (gemv_blocks._y_tile)
+        k_lo = 0
+        if SPLIT > 1:
+            k_lo = tl.program_id(1) * KS
         n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         m = tl.arange(0, BLOCK_M)
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         if PEEL:
-            w0 = _w_tile(W, n, n < N, 0, K, BLOCK_K)
+            w0 = _w_tile(W, n, n < N, k_lo, K, BLOCK_K)
         pdl_enter(PDL)
         if PEEL:
-            acc = _dot_w(acc, _x_chunk(X, M, 0, K, BLOCK_M, BLOCK_K), w0, BLOCK_M)
-        for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
-            acc = _dot_rows(acc, _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K), W, n, n < N, k0, K, BLOCK_M, BLOCK_K)
-        tl.store(
-            Out + m[:, None] * N + n[None, :],
-            _cast(acc, Out.dtype.element_ty),
-            mask=(m[:, None] < M) & (n[None, :] < N),
-        )
+            acc = _dot_w(acc, _x_chunk(X, M, k_lo, K, BLOCK_M, BLOCK_K), w0, BLOCK_M)
+        if SPLIT > 1:  # a trip count known at compile time (software-pipelined)
+            for t in range(PEEL, KS // BLOCK_K):
+                k0 = k_lo + t * BLOCK_K
+                acc = _dot_rows(acc, _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K), W, n, n < N, k0, K, BLOCK_M, BLOCK_K)
+        else:
+            for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
+                acc = _dot_rows(acc, _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K), W, n, n < N, k0, K, BLOCK_M, BLOCK_K)
+        ok = (m[:, None] < M) & (n[None, :] < N)
+        if SPLIT > 1:
+            tl.store(Out + m[:, None] * (SPLIT * N) + tl.program_id(1) * N + n[None, :], acc, mask=ok)
+        else:
+            tl.store(Out + m[:, None] * N + n[None, :], _cast(acc, Out.dtype.element_ty), mask=ok)
 
     @triton.jit
     def _qkv_kernel(
@@ -167,6 +183,7 @@ if triton is not None:
         K: tl.constexpr,
         I,
         eps,
+        HAS_Y: tl.constexpr,
         NORMED: tl.constexpr,
         PDL: tl.constexpr,
         PEEL: tl.constexpr,
@@ -185,15 +202,15 @@ if triton is not None:
         if PEEL:  # the first K tile's weights before the PDL wait
             w_g, w_u = _w_tile(W, j, j_ok, 0, K, BLOCK_K), _w_tile(W, I + j, j_ok, 0, K, BLOCK_K)
         pdl_enter(PDL)
-        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, STATS_K, NORMED)
+        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
         # The same two-accumulator K loop as qkv_rope_kv's (deliberately written out in each
         # kernel: Triton inlines it either way, and each pairs its columns differently).
         if PEEL:
-            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, 0, M, K, pid == 0, True, NORMED, BLOCK_M, BLOCK_K)
+            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, 0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_g = _dot_w(acc_g, x, w_g, BLOCK_M)
             acc_u = _dot_w(acc_u, x, w_u, BLOCK_M)
         for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
-            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, True, NORMED, BLOCK_M, BLOCK_K)
+            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_g = _dot_rows(acc_g, x, W, j, j_ok, k0, K, BLOCK_M, BLOCK_K)
             acc_u = _dot_rows(acc_u, x, W, I + j, j_ok, k0, K, BLOCK_M, BLOCK_K)
         g, u = _rnd(acc_g, DT), _rnd(acc_u, DT)  # GEMM outputs
@@ -203,14 +220,25 @@ if triton is not None:
 
     @triton.jit
     def _residual_norm_kernel(
-        H, Y, WY, WX, Out, M, K: tl.constexpr, eps, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr
+        H,
+        Y,
+        WY,
+        WX,
+        Out,
+        M,
+        K: tl.constexpr,
+        eps,
+        HAS_Y: tl.constexpr,
+        PDL: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_K: tl.constexpr,
     ):
-        # Out = rms_norm(h + rms_norm(y, wy), wx); one program
+        # Out = rms_norm(h + rms_norm(y, wy), wx); one program (HAS_Y: 1, or S split-K partials of y)
         DT: tl.constexpr = H.dtype.element_ty
         pdl_enter(PDL)
-        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, True, BLOCK_M, BLOCK_K)
+        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, BLOCK_K)
         m = tl.arange(0, BLOCK_M)
         for k0 in range(0, K, BLOCK_K):
-            x = _normed_chunk(H, Y, WY, WX, Out, inv_y, inv_r, k0, M, K, False, True, BLOCK_M, BLOCK_K)
+            x = _normed_chunk(H, Y, WY, WX, Out, inv_y, inv_r, k0, M, K, False, HAS_Y, BLOCK_M, BLOCK_K)
             k = k0 + tl.arange(0, BLOCK_K)
             tl.store(Out + m[:, None] * K + k[None, :], x.to(DT), mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :])

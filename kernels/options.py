@@ -13,7 +13,7 @@ Fields (None: on where available; True: on, False: off) and their variables:
     triton_attn      split-KV decode attention (kernels/triton_attention.py); CUDA+Triton  LOOPSPEC_TRITON_ATTN
     compile_dynamic  "rows" | "all": what torch.compile treats as symbolic (with fuse)      LOOPSPEC_COMPILE_DYNAMIC
     gemv_config      GEMV tile overrides                                                    LOOPSPEC_GEMV_CONFIG
-                     {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages[, peel]])}              (a JSON file)
+                     {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages[, peel[, split]]])}     (a JSON file)
     gemv_max_rows    calls of 1..gemv_max_rows rows take the GEMV path (2..16: the small-M  LOOPSPEC_GEMV_MAX_ROWS
                      tensor-core path of kernels/gemv.py); larger calls cuBLAS + compiled blocks
     pdl              programmatic dependent launch of the GEMV-path kernels (each starts while its
@@ -62,6 +62,7 @@ BITS_LAYER_REQUIRED = ("attn_out_bits", "o_weight_bits")
 # small-M path beat cuBLAS + compiled blocks at M = 2, 4, 8 and 16 by 18-23% (docs/results.md, "Kernels
 # at the ouro-1.4b shape").
 GEMV_MAX_ROWS = 16
+SPLIT_K = ("o", "down")  # the products a GEMV tile config may split along K (kernels/gemv.py)
 # The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
 SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl"))  # "0" or "1"
 CHOICES = {ENV["compile_dynamic"]: COMPILE_DYNAMIC, ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17))}
@@ -80,18 +81,20 @@ def check_env(env=os.environ) -> None:
     path = env.get("LOOPSPEC_GEMV_CONFIG")
     if path:
         data = read_json(path, "LOOPSPEC_GEMV_CONFIG=", "gemv config")
-        if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 5 for v in data.values()):
-            raise OracleError(
-                f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> "
-                f"[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))]"
-            )
+        form = "[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel(, split)))]"
+        if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 6 for v in data.values()):
+            raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> {form}")
         for name, tiles in data.items():
             ints = all(isinstance(t, int) and not isinstance(t, bool) for t in tiles)
-            if not ints or any(t < 1 for t in tiles[:4]) or (len(tiles) == 5 and tiles[4] < 0):
+            if not ints or any(t < 1 for t in tiles[:4]) or (len(tiles) >= 5 and tiles[4] < 0) or min(tiles) < 0:
                 raise OracleError(
                     f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has tiles {tiles}; expected "
-                    f"integers [BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel))], each >= 1 "
-                    f"(peel >= 0)"
+                    f"integers {form}, each >= 1 (peel >= 0)"
+                )
+            if len(tiles) == 6 and (tiles[5] < 1 or name.split("/")[0] not in SPLIT_K):
+                raise OracleError(
+                    f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has split {tiles[5]}; split-K (>= 1) is "
+                    f"for {', '.join(SPLIT_K)} only (their next kernel adds the partials up)"
                 )
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -124,6 +124,24 @@ sweep)   # synchronous rounds, then two rounds in flight
     timeout ${SWEEP_TIMEOUT:-280} python3 -m oracle bench sweep --preset ouro-1.4b --batch ${BATCH:-1,4,16,64,128} --k 4 \
       -d 2 -D 4 --tokens ${TOKENS:-32} --repeats ${REPEATS:-7} --context 256 --in-flight $f \
       --out "$OUT/sweep_inflight$f.json" 2>&1 | tee "$OUT/sweep_inflight$f.log" | tail -12
+  done ;;
+splitk)  # split-K of o and down on the small-M path: first `check --backend torch-cuda --preset small` with
+         # split configs (both paths), then c(M) of A = the default tiles against split variants B..E, in the
+         # order A B C D E twice, separate processes (LOOPSPEC_GEMV_CONFIG)
+  mk() { echo "$2" > "$OUT/split_$1.cfg"; }
+  mk check '{"o/16": [16, 32, 2, 4, 1, 4], "down/16": [16, 32, 2, 4, 1, 11], "o": [2, 32, 4, 3, 1, 2], "down": [2, 32, 4, 3, 1, 11]}'
+  mk B '{"o/16": [16, 256, 2, 4, 1, 2], "down/16": [16, 256, 2, 4, 1, 2]}'
+  mk C '{"o/16": [16, 256, 2, 4, 1, 4], "down/16": [16, 128, 2, 4, 1, 4]}'
+  mk D '{"o/16": [16, 256, 2, 4, 1, 8], "down/16": [16, 256, 2, 4, 1, 11]}'
+  mk E '{"o/16": [32, 256, 4, 4, 1, 4], "down/16": [32, 256, 4, 4, 1, 11]}'
+  LOOPSPEC_GEMV_CONFIG="$OUT/split_check.cfg" timeout 200 python3 -m oracle check --backend torch-cuda --preset small \
+    2>&1 | tee "$OUT/split_check_small.log" | tail -4
+  for arm in A B C D E A B C D E; do
+    n=$(ls "$OUT"/split_${arm}_*.json 2>/dev/null | wc -l)
+    cfg=$([ $arm = A ] || echo "$OUT/split_$arm.cfg")
+    LOOPSPEC_GEMV_CONFIG=$cfg timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b --context 256 -q \
+      --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "$OUT/split_${arm}_$n.json" 2>&1 | tail -3
+    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "$OUT/split_${arm}_$n.json"
   done ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
   for m in ${ROWS:-1 4 16}; do

@@ -407,6 +407,19 @@ CATALOGUE = [
     ),
     (
         "environment",
+        "LOOPSPEC_GEMV_CONFIG split-K of qkv",
+        lambda f: (
+            ["bench", "c-table"],
+            {"LOOPSPEC_GEMV_CONFIG": f.text("gk.json", {"qkv/16": [32, 256, 4, 3, 1, 2]})},
+        ),
+    ),
+    (
+        "environment",
+        "LOOPSPEC_GEMV_CONFIG split-K zero",
+        lambda f: (["bench", "c-table"], {"LOOPSPEC_GEMV_CONFIG": f.text("g0.json", {"o/16": [16, 256, 2, 4, 1, 0]})}),
+    ),
+    (
+        "environment",
         "LOOPSPEC_GEMV_CONFIG not JSON",
         lambda f: (["bench", "sweep"], {"LOOPSPEC_GEMV_CONFIG": f.text("g.json", "{")}),
     ),

@@ -51,6 +51,14 @@ TILES = {
     "down/16": (32, 64, 4),
     "gate_up/16": (32, 32, 4),
 }
+# split-K (BLOCK_N, BLOCK_K, warps, stages, peel, split) of o (K=64) and down (K=96) in the
+# recurrent calls, with and without the peel, one and more tiles per split
+SPLIT = TILES | {
+    "o": (32, 16, 4, 3, 1, 2),
+    "down": (32, 32, 4, 3, 0, 3),
+    "o/16": (16, 16, 4, 3, 1, 4),
+    "down/16": (32, 16, 4, 3, 1, 2),
+}
 
 
 def rows(M: int, n_pos: int, n_planes: int, pos0=(5, 0, 11, 7), plane0=(1, 4, 1, 7)):
@@ -117,6 +125,34 @@ def test_gemv(dtype, M, name, N, K):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 4, 16])
+@pytest.mark.parametrize(
+    "name,N,K,BK,S", [("o", 64, 64, 16, 2), ("down", 64, 96, 32, 3), ("o", 50, 80, 32, 3), ("o", 50, 80, 16, 5)]
+)
+def test_gemv_split_k(dtype, M, name, N, K, BK, S):
+    """Split-K: FP32 partial sums over disjoint K ranges (o at K=80, BLOCK_K 32: a partial last tile)."""
+    x, w = rand(M, K, dtype=dtype, seed=1), rand(N, K, dtype=dtype, seed=2, scale=K**-0.5)
+    key = name if M == 1 else name + "/16"
+    parts = G.gemv(x, w, name, {key: (32 if M == 1 else 16, BK, 4, 3, M % 2, S)})
+    assert parts.shape == (M, S, N) and parts.dtype == torch.float32
+    want = x.float() @ w.float().T
+    assert rel(parts.sum(1), want) < 1e-5
+    ks = -(-K // BK) // S * BK  # K columns per split
+    for s in range(S):
+        assert rel(parts[:, s], x[:, s * ks : (s + 1) * ks].float() @ w[:, s * ks : (s + 1) * ks].float().T) < 1e-5
+
+
+def test_split_k_takes_the_largest_divisor_of_the_k_tiles():
+    x, w = torch.ones(4, 96), torch.ones(8, 96)  # 3 K tiles of 32
+    for asked, taken in ((2, 1), (3, 3), (5, 3)):
+        parts = G.gemv(x, w, "o", {"o/16": (16, 32, 4, 3, 1, asked)})
+        assert parts.shape == ((4, 8) if taken == 1 else (4, taken, 8))
+        assert torch.equal(parts if taken == 1 else parts.sum(1), x @ w.T)
+    with pytest.raises(AssertionError, match="split-K is for"):
+        G.gemv(x, w, "qkv", {"qkv/16": (16, 32, 4, 3, 1, 2)})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 2, 4, 11, 16])
 @pytest.mark.parametrize("first", [True, False])
 def test_qkv_rope_kv(dtype, M, first):
@@ -178,6 +214,31 @@ def test_residual_norm(dtype, M):
     assert rel(G.residual_norm(h, y, w.layers[0].n_mlp_out, w.norm, EPS), ref) < TOL[dtype]
 
 
+@pytest.mark.parametrize("M", [1, 3, 16])
+def test_split_k_partials_read_as_their_rounded_sum(M):
+    """Every kernel that takes y takes it as split-K partials [M, S, H] too: the same results as
+    y = (the partials' sum, rounded to BF16), bit for bit."""
+    w, H, dt = weights(torch.bfloat16), CFG.hidden_size, torch.bfloat16
+    L, Lp = w.layers[1], w.layers[0]
+    h = rand(M, H, dtype=dt, seed=11)
+    parts = rand(M, 3, H, dtype=torch.float32, seed=12)
+    y = (parts[:, 0] + parts[:, 1] + parts[:, 2]).to(dt)  # FP32 sums in the partials' order, then BF16
+    a, b = (G.residual_norm(h, yy, Lp.n_mlp_out, w.norm, EPS) for yy in (parts, y))
+    assert torch.equal(a, b)
+    r2s = [G.gate_up_silu(h, yy, L.n_attn_out, L.n_post, L.gate_up, EPS, TILES) for yy in (parts, y)]
+    assert all(torch.equal(a, b) for a, b in zip(*r2s))
+    outs = []
+    for yy in (parts, y):
+        kv = KVPlanes(CFG, 2, 3, 12, "cpu", dt)
+        cos, sin = w.rope_table(kv.max_len)
+        pos, plane = rows(M, kv.max_len, kv.k.shape[1])
+        q, r = G.qkv_rope_kv(
+            h, yy, Lp.n_mlp_out, L.n_in, L.qkv, cos, sin, kv.k[1], kv.v[1], plane, pos, 4, 4, 16, EPS, TILES
+        )
+        outs.append((q, r, kv.k.clone(), kv.v.clone()))
+    assert all(torch.equal(a, b) for a, b in zip(*outs))
+
+
 def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None, scale=None):
     """kernels.triton_attention.decode_attention through kernels.model.attend (its loop
     bound `range(0, pos + 1, ...)` does not run in the interpreter under numpy 2)."""
@@ -192,8 +253,8 @@ def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None, scale
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 2, 3, 4, 16])
-@pytest.mark.parametrize("default_tiles", [False, True])
-def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
+@pytest.mark.parametrize("tiles", ["small", "default", "split"])
+def test_recurrent_call(dtype, M, tiles, monkeypatch):
     """The gemv path's whole call (both layers, attention over earlier keys) against the
     unfused torch path; K/V written by both must agree too."""
     monkeypatch.setattr(km.triton_attention, "decode_attention", torch_decode_attention)
@@ -208,7 +269,11 @@ def test_recurrent_call(dtype, M, default_tiles, monkeypatch):
             w,
             kv,
             KernelOptions(
-                fuse=False, triton_attn=False, gemv=gemv, gemv_max_rows=16, gemv_config={} if default_tiles else TILES
+                fuse=False,
+                triton_attn=False,
+                gemv=gemv,
+                gemv_max_rows=16,
+                gemv_config={"small": TILES, "default": {}, "split": SPLIT}[tiles],
             ),
         )
         h = rand(M, CFG.hidden_size, dtype=dtype, seed=10)

@@ -727,16 +727,20 @@ def test_plan_cache_gives_the_plan_a_fresh_build_gives():
 
 
 def test_gemv_tile_configs_in_every_accepted_form():
-    """LOOPSPEC_GEMV_CONFIG rows are [BLOCK_N, BLOCK_K, warps(, stages(, peel))]: 3 stages and the
-    first-tile peel on where left out; "/16" keys configure the small-M path (2..16 rows)."""
+    """LOOPSPEC_GEMV_CONFIG rows are [BLOCK_N, BLOCK_K, warps(, stages(, peel(, split)))]: 3 stages,
+    the first-tile peel and no split-K where left out; "/16" keys configure the small-M path (2..16
+    rows); split-K only for o and down."""
     from kernels.gemv import ONE_ROW_TILES, SMALL_M_TILES, _config
 
-    assert _config("o", 1) == (1, *ONE_ROW_TILES["o"])
-    assert _config("down", 7) == (16, *SMALL_M_TILES["down"])
-    assert _config("o", 1, {"o": [8, 64, 4]}) == (1, 8, 64, 4, 3, True)
-    assert _config("o", 1, {"o": [8, 64, 4, 2]}) == (1, 8, 64, 4, 2, True)
-    assert _config("o", 2, {"o/16": [16, 64, 4, 2, 0]}) == (16, 16, 64, 4, 2, False)
-    assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"])  # a one-row key: not for 2 rows
+    assert _config("o", 1) == (1, *ONE_ROW_TILES["o"], 1)
+    assert _config("down", 7) == (16, *SMALL_M_TILES["down"], 1)
+    assert _config("o", 1, {"o": [8, 64, 4]}) == (1, 8, 64, 4, 3, True, 1)
+    assert _config("o", 1, {"o": [8, 64, 4, 2]}) == (1, 8, 64, 4, 2, True, 1)
+    assert _config("o", 2, {"o/16": [16, 64, 4, 2, 0]}) == (16, 16, 64, 4, 2, False, 1)
+    assert _config("down", 2, {"down/16": [16, 64, 4, 2, 1, 4]}) == (16, 16, 64, 4, 2, True, 4)
+    assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"], 1)  # a one-row key: not for 2 rows
+    with pytest.raises(AssertionError, match="split-K is for o, down only"):
+        _config("gate_up", 2, {"gate_up/16": [16, 64, 4, 2, 1, 2]})
 
 
 def test_bookkeeping_warmups_leave_requests_and_the_scratch_frontier(model):
