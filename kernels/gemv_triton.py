@@ -72,8 +72,8 @@ if triton is not None:
         if PEEL:
             acc = _dot_w(acc, _x_chunk(X, M, k_lo, K, BLOCK_M, BLOCK_K), w0, BLOCK_M)
         if SPLIT > 1:  # a trip count known at compile time (software-pipelined)
-            for t in range(PEEL, KS // BLOCK_K):
-                k0 = k_lo + t * BLOCK_K
+            for t in range(PEEL * BLOCK_K, KS, BLOCK_K):  # (not range(PEEL, ..): a bool start compiles as -1)
+                k0 = k_lo + t
                 acc = _dot_rows(acc, _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K), W, n, n < N, k0, K, BLOCK_M, BLOCK_K)
         else:
             for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
