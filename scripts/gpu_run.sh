@@ -126,23 +126,39 @@ sweep)   # synchronous rounds, then two rounds in flight
       --out "$OUT/sweep_inflight$f.json" 2>&1 | tee "$OUT/sweep_inflight$f.log" | tail -12
   done ;;
 splitk)  # split-K of o and down on the small-M path: first `check --backend torch-cuda --preset small` with
-         # split configs (both paths), then c(M) of A = the default tiles against split variants B..E, in the
-         # order A B C D E twice, separate processes (LOOPSPEC_GEMV_CONFIG)
-  mk() { echo "$2" > "$OUT/split_$1.cfg"; }
+         # split configs (both paths), then c(M) of A = the default tiles against split variants (ARMS, their
+         # configs below), each arm in turn, twice, separate processes (LOOPSPEC_GEMV_CONFIG); one JSON of all
+  mkdir -p /tmp/splitk
+  mk() { echo "$2" > "/tmp/splitk/$1.cfg"; }
   mk check '{"o/16": [16, 32, 2, 4, 1, 4], "down/16": [16, 32, 2, 4, 1, 11], "o": [2, 32, 4, 3, 1, 2], "down": [2, 32, 4, 3, 1, 11]}'
   mk B '{"o/16": [16, 256, 2, 4, 1, 2], "down/16": [16, 256, 2, 4, 1, 2]}'
   mk C '{"o/16": [16, 256, 2, 4, 1, 4], "down/16": [16, 128, 2, 4, 1, 4]}'
   mk D '{"o/16": [16, 256, 2, 4, 1, 8], "down/16": [16, 256, 2, 4, 1, 11]}'
   mk E '{"o/16": [32, 256, 4, 4, 1, 4], "down/16": [32, 256, 4, 4, 1, 11]}'
-  LOOPSPEC_GEMV_CONFIG="$OUT/split_check.cfg" timeout 200 python3 -m oracle check --backend torch-cuda --preset small \
-    2>&1 | tee "$OUT/split_check_small.log" | tail -4
-  for arm in A B C D E A B C D E; do
-    n=$(ls "$OUT"/split_${arm}_*.json 2>/dev/null | wc -l)
-    cfg=$([ $arm = A ] || echo "$OUT/split_$arm.cfg")
+  mk F '{"o/16": [16, 256, 2, 4, 1, 2]}'
+  mk G '{"down/16": [16, 256, 2, 4, 1, 2]}'
+  mk H '{"o/16": [16, 256, 2, 4, 1, 2], "down/16": [16, 128, 2, 4, 1, 2]}'
+  mk I '{"o/16": [32, 256, 4, 4, 1, 2], "down/16": [16, 256, 2, 4, 1, 2]}'
+  mk J '{"o/16": [16, 256, 2, 4, 1, 2], "down/16": [16, 256, 2, 4, 1, 2], "o": [2, 1024, 4, 3, 1, 2], "down": [2, 2048, 4, 2, 1, 3]}'
+  mk K '{"o/16": [16, 256, 2, 3, 1, 2], "down/16": [16, 256, 2, 3, 1, 2]}'
+  if [ -z "${NO_CHECK:-}" ]; then
+    LOOPSPEC_GEMV_CONFIG=/tmp/splitk/check.cfg timeout 200 python3 -m oracle check --backend torch-cuda --preset small \
+      2>&1 | tee "$OUT/split_check_small.log" | tail -4
+  fi
+  for arm in ${ARMS:-A B C D E} ${ARMS:-A B C D E}; do
+    n=$(ls /tmp/splitk/${arm}_*.json 2>/dev/null | wc -l)
+    cfg=$([ $arm = A ] || echo "/tmp/splitk/$arm.cfg")
     LOOPSPEC_GEMV_CONFIG=$cfg timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b --context 256 -q \
-      --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "$OUT/split_${arm}_$n.json" 2>&1 | tail -3
-    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "$OUT/split_${arm}_$n.json"
-  done ;;
+      --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/splitk/${arm}_$n.json" 2>&1 | tail -3
+    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/splitk/${arm}_$n.json"
+  done
+  python3 - "$OUT/splitk.json" <<'PY'
+import glob, json, os, sys
+runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*_*.json"))}
+cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*.cfg"))}
+json.dump({"configs": cfgs, "runs": runs}, open(sys.argv[1], "w"), indent=1)
+PY
+  ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
   for m in ${ROWS:-1 4 16}; do
     timeout 200 python3 scripts/gpu_c1_profile.py $m --out "$OUT" 2>&1 | tee "$OUT/c${m}_profile.log"
