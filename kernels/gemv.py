@@ -82,9 +82,9 @@ ONE_ROW_TILES = {
 }
 SMALL_M_TILES = {
     "qkv": (32, 256, 4, 3, True),
-    "o": (16, 256, 2, 4, True),
+    "o": (16, 256, 2, 4, True, 2),  # split-K 2: c(2..16) 1-7% less (docs/results.md, 2026-12-04)
     "gate_up": (32, 128, 4, 4, True),
-    "down": (16, 256, 2, 4, True),
+    "down": (16, 256, 2, 4, True, 2),
 }
 
 
