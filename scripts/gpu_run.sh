@@ -141,6 +141,10 @@ splitk)  # split-K of o and down on the small-M path: first `check --backend tor
   mk I '{"o/16": [32, 256, 4, 4, 1, 2], "down/16": [16, 256, 2, 4, 1, 2]}'
   mk J '{"o/16": [16, 256, 2, 4, 1, 2], "down/16": [16, 256, 2, 4, 1, 2], "o": [2, 1024, 4, 3, 1, 2], "down": [2, 2048, 4, 2, 1, 3]}'
   mk K '{"o/16": [16, 256, 2, 3, 1, 2], "down/16": [16, 256, 2, 3, 1, 2]}'
+  mk L '{"qkv/16": [16, 256, 2, 4, 1]}'   # from here on: the split-K default (B) and other tiles of qkv, gate_up
+  mk M '{"qkv/16": [16, 128, 2, 4, 1]}'
+  mk N '{"gate_up/16": [16, 256, 2, 4, 1]}'
+  mk P '{"gate_up/16": [32, 256, 4, 4, 1]}'
   if [ -z "${NO_CHECK:-}" ]; then
     LOOPSPEC_GEMV_CONFIG=/tmp/splitk/check.cfg timeout 200 python3 -m oracle check --backend torch-cuda --preset small \
       2>&1 | tee "$OUT/split_check_small.log" | tail -4
