@@ -21,7 +21,9 @@ few KB from L2) instead of waiting on another kernel; program 0 alone stores the
 residual. 2..16 rows (the small-M path): rows padded to 16, one tensor-core product per
 weight tile, and the norm before qkv and before gate_up is one `_prenorm_kernel` launch
 per call (recomputing 16 rows' statistics in each of hundreds of programs cost more than
-the product: docs/results.md). Rounding follows the
+the product: docs/results.md). There o and down split K in two (SMALL_M_TILES' sixth entry):
+twice the programs, each writing FP32 partial sums [M, 2, N] that the next norm kernel adds
+up and rounds as the product's output (gemv_blocks._y_tile); no launch is added. Rounding follows the
 torch path in the model dtype: every torch op that yields a model-dtype tensor is
 rounded here too (norm before and after the weight, residual adds, GEMM outputs, RoPE
 products and sum, silu, silu * up); the values are carried in FP32 in between.
@@ -38,7 +40,6 @@ from __future__ import annotations
 import torch
 
 from .gemv_blocks import available, launch_options, pdl_available, triton  # noqa: F401 (the GEMV paths' API)
-from .options import SPLIT_K
 
 if triton is not None:
     from .gemv_triton import (
@@ -67,7 +68,6 @@ def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, in
     key = name if BM == 1 else f"{name}/16"
     c = tuple(config[key]) if config and key in config else (ONE_ROW_TILES if BM == 1 else SMALL_M_TILES)[name]
     bn, bk, nw, ns, peel, split = (*c, *(3, True, 1)[len(c) - 3 :])  # defaults: 3 stages, peel, no split
-    assert split == 1 or name in SPLIT_K, f"split-K is for {', '.join(SPLIT_K)} only, not {key}"
     return BM, bn, bk, nw, ns, bool(peel), split
 
 
@@ -108,6 +108,7 @@ def gemv(
     qkv_rope_kv, gate_up_silu and residual_norm take as their y (`y_parts`)."""
     M, (N, K) = _rows(x), w.shape
     BM, BN, BK, nw, ns, peel, split = _config(name, M, config)
+    assert split == 1 or name in ("o", "down"), f"split-K is for o and down only, not {name}"
     tiles = triton.cdiv(K, BK)
     split = max(s for s in range(1, split + 1) if tiles % s == 0)  # at most `split`, a divisor of the K tiles
     ks = tiles // split  # K tiles per split
@@ -174,7 +175,8 @@ def qkv_rope_kv(
     Returns q [M, nh, hd] and r [M, H] (h itself for the first layer)."""
     M, H = _rows(h), h.shape[1]
     assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
-    BM, BN, BK, nw, ns, peel, _ = _config("qkv", M, config)
+    BM, BN, BK, nw, ns, peel, split = _config("qkv", M, config)
+    assert split == 1, "split-K is for o and down only (gemv), not qkv"
     has_y = y_parts(y_prev, h)
     q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
     grid = (triton.cdiv((nh + 2 * nkv) * hd // 2, BN),)
@@ -221,7 +223,8 @@ def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | N
     act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first)."""
     M, H = _rows(r), r.shape[1]
     I = gate_up.shape[0] // 2
-    BM, BN, BK, nw, ns, peel, _ = _config("gate_up", M, config)
+    BM, BN, BK, nw, ns, peel, split = _config("gate_up", M, config)
+    assert split == 1, "split-K is for o and down only (gemv), not gate_up"
     act = torch.empty(M, I, device=r.device, dtype=r.dtype)
     if BM == 1:  # one row: each program norms its input itself
         r2 = torch.empty_like(r)

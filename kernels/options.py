@@ -124,6 +124,9 @@ class KernelOptions:
             if getattr(self, name) not in (None, True, False):
                 raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
         object.__setattr__(self, "gemv_config", {k: tuple(v) for k, v in dict(self.gemv_config).items()})
+        for name, tiles in self.gemv_config.items():
+            if len(tiles) == 6 and tiles[5] != 1 and name.split("/")[0] not in SPLIT_K:
+                raise OracleError(f"KernelOptions.gemv_config[{name!r}]: split-K is for {', '.join(SPLIT_K)} only")
         parse_fault(self.fault)
 
     @classmethod

@@ -148,7 +148,7 @@ def test_split_k_takes_the_largest_divisor_of_the_k_tiles():
         parts = G.gemv(x, w, "o", {"o/16": (16, 32, 4, 3, 1, asked)})
         assert parts.shape == ((4, 8) if taken == 1 else (4, taken, 8))
         assert torch.equal(parts if taken == 1 else parts.sum(1), x @ w.T)
-    with pytest.raises(AssertionError, match="split-K is for"):
+    with pytest.raises(AssertionError, match="split-K is for o and down only"):
         G.gemv(x, w, "qkv", {"qkv/16": (16, 32, 4, 3, 1, 2)})
 
 

@@ -733,14 +733,14 @@ def test_gemv_tile_configs_in_every_accepted_form():
     from kernels.gemv import ONE_ROW_TILES, SMALL_M_TILES, _config
 
     assert _config("o", 1) == (1, *ONE_ROW_TILES["o"], 1)
-    assert _config("down", 7) == (16, *SMALL_M_TILES["down"], 1)
+    assert _config("down", 7) == (16, *SMALL_M_TILES["down"])  # split-K 2 by default
     assert _config("o", 1, {"o": [8, 64, 4]}) == (1, 8, 64, 4, 3, True, 1)
     assert _config("o", 1, {"o": [8, 64, 4, 2]}) == (1, 8, 64, 4, 2, True, 1)
     assert _config("o", 2, {"o/16": [16, 64, 4, 2, 0]}) == (16, 16, 64, 4, 2, False, 1)
     assert _config("down", 2, {"down/16": [16, 64, 4, 2, 1, 4]}) == (16, 16, 64, 4, 2, True, 4)
-    assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"], 1)  # a one-row key: not for 2 rows
-    with pytest.raises(AssertionError, match="split-K is for o, down only"):
-        _config("gate_up", 2, {"gate_up/16": [16, 64, 4, 2, 1, 2]})
+    assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"])  # a one-row key: not for 2 rows
+    with pytest.raises(OracleError, match="split-K is for o, down only"):
+        KernelOptions(gemv_config={"gate_up/16": [16, 64, 4, 2, 1, 2]})
 
 
 def test_bookkeeping_warmups_leave_requests_and_the_scratch_frontier(model):
