@@ -318,6 +318,42 @@ def test_split_k_products_are_judged(preset, monkeypatch):
         judged(run_scenario(bk, m, c, mode, graphs="off"), got, m, both_noisy=True)
 
 
+def test_l2_prefetch_and_early_pdl_trigger_change_no_value():
+    """The L2 prefetch of weight rows (a GEMV tile config's seventh entry) and the PDL trigger at a
+    kernel's start (pdl_trigger="start") are scheduling only: rounds of both modes, graphs on, bit
+    for bit equal to the default kernels' (small preset, both GEMV paths, split-K on o and down)."""
+    bk = backend()
+    if not str(bk.device).startswith("cuda") or not bk.kernel_options.resolve(bk.device)[3]:
+        pytest.skip("PDL and the L2 prefetch need a CUDA device of compute capability >= 9")
+    from kernels.gemv import ONE_ROW_TILES, SMALL_M_TILES
+
+    m = model("small")
+    tiles = {k: (*v[:5], 1) for k, v in ONE_ROW_TILES.items()} | {
+        k + "/16": (*v[:5], 1) for k, v in SMALL_M_TILES.items()
+    }
+    tiles |= {
+        "o/16": (16, 64, 2, 4, 1, 2),
+        "down/16": (16, 64, 2, 4, 1, 2),
+        "o": (2, 64, 4, 3, 1, 2),
+        "down": (2, 64, 4, 3, 1, 2),
+    }
+    base = dataclasses.replace(bk.kernel_options, gemv_config=tiles)
+    c = Case(
+        "prefetch",
+        [[3, 1, 4, 1, 5], [2, 7], [1], [8, 2, 8]],
+        [SP()] * 4,
+        [{0: 3, 1: 2, 2: 4, 3: 1}, {0: 2, 2: 1}],
+        2,
+        4,
+    )
+    for mode in ("block", "loop"):
+        want = run_scenario(bk, m, c, mode, kernel_options=base)
+        for trigger, prefetch in (("wait", 64), ("start", 10**6)):  # part of each row, the whole slice
+            pf = {k: (*v, prefetch) for k, v in tiles.items()}
+            opts = dataclasses.replace(base, gemv_config=pf, pdl_trigger=trigger)
+            assert_identical(want, run_scenario(bk, m, c, mode, kernel_options=opts))
+
+
 @pytest.mark.parametrize("fault", [None, "attn_scale", "rope_theta", "input_norm"])
 def test_drift_verdict_on_the_cuda_kernels(fault):
     """The drift verdict (oracle/judge/drift.py) on the BF16 CUDA kernels at the tiny preset: the

@@ -56,19 +56,21 @@ MAX_ROWS = 16
 # tensor-core products) (KernelOptions.gemv_config; measured by a tile sweep: docs/results.md).
 
 
-def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, int, int, int, bool, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, peel, split). BLOCK_N counts output columns
+def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, int, int, int, bool, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, peel, split, prefetch). BLOCK_N counts output columns
     (qkv: column pairs, gate_up: gate/up pairs, so those programs read 2*BLOCK_N weight rows).
     One row: a register GEMV (BLOCK_M 1). 2..16 rows: BLOCK_M 16, tensor-core products
     (tl.dot needs 16 in every dimension). peel: the first K tile's weights are loaded before
     the PDL wait. split (o and down only): split-K into at most that many FP32 partials (the largest
-    divisor of the number of K tiles), which the next kernel adds up. config[name] (one row) or config[name + "/16"]
-    = (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel[, split]]]) overrides."""
+    divisor of the number of K tiles), which the next kernel adds up. prefetch: K elements of each of
+    the program's weight rows prefetched into L2 before the PDL wait (gemv_blocks._l2_prefetch; 0
+    none). config[name] (one row) or config[name + "/16"]
+    = (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel[, split[, prefetch]]]]) overrides."""
     BM = 1 if M == 1 else 16
     key = name if BM == 1 else f"{name}/16"
     c = tuple(config[key]) if config and key in config else (ONE_ROW_TILES if BM == 1 else SMALL_M_TILES)[name]
-    bn, bk, nw, ns, peel, split = (*c, *(3, True, 1)[len(c) - 3 :])  # defaults: 3 stages, peel, no split
-    return BM, bn, bk, nw, ns, bool(peel), split
+    bn, bk, nw, ns, peel, split, pf = (*c, *(3, True, 1, 0)[len(c) - 3 :])  # defaults: 3 stages, peel, no split
+    return BM, bn, bk, nw, ns, bool(peel), split, pf
 
 
 # (BLOCK_N, BLOCK_K, num_warps, num_stages, peel), tuned on the H200 at the ouro-1.4b shape
@@ -94,6 +96,12 @@ def _rows(x: torch.Tensor) -> int:
     return M
 
 
+def _pf_bytes(prefetch: int, span: int, w: torch.Tensor) -> int:
+    """The PF bytes of a kernel: `prefetch` K elements of a weight row, at most the program's `span`
+    of K, in whole 16-byte units (cp.async.bulk's)."""
+    return min(prefetch, span) * w.element_size() // 16 * 16
+
+
 def _stats_k(K: int, BM: int, BK: int) -> int:
     """Chunk of the norm-statistics loops: the K tile for one row; for 16 rows a wider one
     (the statistics loop runs before the first product, so fewer, wider steps)."""
@@ -107,7 +115,7 @@ def gemv(
     split-K tile config (split S >= 2) the S FP32 partial sums [M, S, N], which
     qkv_rope_kv, gate_up_silu and residual_norm take as their y (`y_parts`)."""
     M, (N, K) = _rows(x), w.shape
-    BM, BN, BK, nw, ns, peel, split = _config(name, M, config)
+    BM, BN, BK, nw, ns, peel, split, pf = _config(name, M, config)
     assert split == 1 or name in ("o", "down"), f"split-K is for o and down only, not {name}"
     tiles = triton.cdiv(K, BK)
     split = max(s for s in range(1, split + 1) if tiles % s == 0)  # at most `split`, a divisor of the K tiles
@@ -130,6 +138,7 @@ def gemv(
         BLOCK_K=BK,
         SPLIT=split,
         KS=ks * BK,
+        PF=_pf_bytes(pf, ks * BK, w),
         num_warps=nw,
         num_stages=ns,
         **launch_options(pdl),
@@ -175,7 +184,7 @@ def qkv_rope_kv(
     Returns q [M, nh, hd] and r [M, H] (h itself for the first layer)."""
     M, H = _rows(h), h.shape[1]
     assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
-    BM, BN, BK, nw, ns, peel, split = _config("qkv", M, config)
+    BM, BN, BK, nw, ns, peel, split, pf = _config("qkv", M, config)
     assert split == 1, "split-K is for o and down only (gemv), not qkv"
     has_y = y_parts(y_prev, h)
     q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
@@ -207,6 +216,7 @@ def qkv_rope_kv(
         NORMED=BM > 1,
         PDL=pdl,
         PEEL=peel,
+        PF=_pf_bytes(pf, H, qkv),
         BLOCK_M=BM,
         BLOCK_N=BN,
         BLOCK_K=BK,
@@ -223,7 +233,7 @@ def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | N
     act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first)."""
     M, H = _rows(r), r.shape[1]
     I = gate_up.shape[0] // 2
-    BM, BN, BK, nw, ns, peel, split = _config("gate_up", M, config)
+    BM, BN, BK, nw, ns, peel, split, pf = _config("gate_up", M, config)
     assert split == 1, "split-K is for o and down only (gemv), not gate_up"
     act = torch.empty(M, I, device=r.device, dtype=r.dtype)
     if BM == 1:  # one row: each program norms its input itself
@@ -244,6 +254,7 @@ def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | N
         NORMED=BM > 1,
         PDL=pdl,
         PEEL=peel,
+        PF=_pf_bytes(pf, H, gate_up),
         BLOCK_M=BM,
         BLOCK_N=BN,
         BLOCK_K=BK,

@@ -51,11 +51,38 @@ if triton is not None:
 
     @triton.jit
     def pdl_enter(PDL: tl.constexpr):
-        """With programmatic dependent launch: wait for the previous kernel's writes, then let
-        the next kernel launch. Call before the first store and before reading activations."""
+        """With programmatic dependent launch (PDL 1): wait for the previous kernel's writes, then
+        let the next kernel launch; PDL 2 lets the next kernel launch first, then waits (its own
+        wait still waits for this kernel, so the order of writes is kept). Call before the first
+        store and before reading activations."""
+        if PDL == 2:
+            gdc_launch_dependents()
         if PDL:
             gdc_wait()
+        if PDL == 1:
             gdc_launch_dependents()
+
+    @triton.jit
+    def _l2_prefetch(W, j0, n_j, k0, K, ROWS: tl.constexpr, HALF: tl.constexpr, HD: tl.constexpr, NBYTES: tl.constexpr):
+        """Before the PDL wait: a bulk L2 prefetch (sm_90 `cp.async.bulk.prefetch.L2`, issued by one
+        thread) of NBYTES of each of the program's ROWS weight rows, from column k0: row
+        (j // HALF) * HD + j % HALF for j = j0.. (j past n_j clamped to the last), so HALF = HD = 1
+        for consecutive rows and HD // 2 for qkv's first halves of a head. Weights are never written
+        by a kernel, so they may stream while the previous kernel runs. A hint: it changes no value;
+        the interpreter skips it (NBYTES: a multiple of 16, 0 none)."""
+        if NBYTES > 0 and not _INTERPRETED:
+            for i in tl.static_range(ROWS):
+                j = tl.minimum(j0 + i, n_j - 1)
+                row = (j // HALF) * HD + j % HALF
+                tl.inline_asm_elementwise(
+                    "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;\n\t"
+                    "@p cp.async.bulk.prefetch.L2.global [$1], $2;\n\tmov.u32 $0, 0; }",
+                    "=r,l,r",
+                    [W + row.to(tl.int64) * K + k0, NBYTES + 0 * j],
+                    dtype=tl.int32,
+                    is_pure=False,
+                    pack=1,
+                )
 
     @triton.jit
     def _rnd(x, DT: tl.constexpr):

@@ -14,6 +14,7 @@ if triton is not None:
         _dot_w,
         _input_chunk,
         _k_ok,
+        _l2_prefetch,
         _norm_stats,
         _normed_chunk,
         _rnd,
@@ -55,17 +56,20 @@ if triton is not None:
         BLOCK_K: tl.constexpr,
         SPLIT: tl.constexpr,
         KS: tl.constexpr,
+        PF: tl.constexpr,
     ):
         # Out [M, N] = X [M, K] @ W [N, K].T. PEEL: the first K tile peeled off the loop, its weights
         # loaded before the PDL wait. SPLIT = S >= 2 (split-K): program (n, s) sums K tiles
         # s*KS.. of K (KS = the K tiles / SPLIT, times BLOCK_K) into Out [M, S, N] in FP32, for the next kernel to
-        # add up (gemv_blocks._y_tile)
+        # add up (gemv_blocks._y_tile). PF: bytes of each weight row prefetched into L2 before the
+        # PDL wait (gemv_blocks._l2_prefetch)
         k_lo = 0
         if SPLIT > 1:
             k_lo = tl.program_id(1) * KS
         n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         m = tl.arange(0, BLOCK_M)
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        _l2_prefetch(W, tl.program_id(0) * BLOCK_N, N, k_lo, K, BLOCK_N, 1, 1, PF)
         if PEEL:
             w0 = _w_tile(W, n, n < N, k_lo, K, BLOCK_K)
         pdl_enter(PDL)
@@ -110,6 +114,7 @@ if triton is not None:
         NORMED: tl.constexpr,
         PDL: tl.constexpr,
         PEEL: tl.constexpr,
+        PF: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
@@ -126,6 +131,8 @@ if triton is not None:
         n_ok = j < (NH + 2 * NKV) * HALF
         acc_lo = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_hi = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        _l2_prefetch(W, pid * BLOCK_N, (NH + 2 * NKV) * HALF, 0, K, BLOCK_N, HALF, HD, PF)
+        _l2_prefetch(W + HALF * K, pid * BLOCK_N, (NH + 2 * NKV) * HALF, 0, K, BLOCK_N, HALF, HD, PF)
         if PEEL:  # the first K tile's weights before the PDL wait
             w_lo, w_hi = _w_tile(W, lo, n_ok, 0, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, 0, K, BLOCK_K)
         pdl_enter(PDL)
@@ -187,6 +194,7 @@ if triton is not None:
         NORMED: tl.constexpr,
         PDL: tl.constexpr,
         PEEL: tl.constexpr,
+        PF: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
@@ -199,6 +207,8 @@ if triton is not None:
         j_ok = j < I
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        _l2_prefetch(W, pid * BLOCK_N, I, 0, K, BLOCK_N, 1, 1, PF)
+        _l2_prefetch(W + I * K, pid * BLOCK_N, I, 0, K, BLOCK_N, 1, 1, PF)
         if PEEL:  # the first K tile's weights before the PDL wait
             w_g, w_u = _w_tile(W, j, j_ok, 0, K, BLOCK_K), _w_tile(W, I + j, j_ok, 0, K, BLOCK_K)
         pdl_enter(PDL)

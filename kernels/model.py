@@ -96,7 +96,8 @@ class PackedModel:
         """options: the fast paths (default KernelOptions(): each on where available, i.e. on CUDA)."""
         self.w, self.kv, self.cfg = w, kv, w.cfg
         self.options = options = KernelOptions() if options is None else options
-        self.gemv, self.fuse, self.triton_attn, self.pdl = options.resolve(w.device)
+        self.gemv, self.fuse, self.triton_attn, pdl = options.resolve(w.device)
+        self.pdl = (2 if options.pdl_trigger == "start" else 1) if pdl else 0  # the kernels' PDL
         self.cos, self.sin = w.rope_table(kv.max_len)  # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
         self.fault = w.precision_fault  # "" or a precision fault: "fp8_k" | "fp8_v" | "fp8_act"

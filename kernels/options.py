@@ -13,12 +13,16 @@ Fields (None: on where available; True: on, False: off) and their variables:
     triton_attn      split-KV decode attention (kernels/triton_attention.py); CUDA+Triton  LOOPSPEC_TRITON_ATTN
     compile_dynamic  "rows" | "all": what torch.compile treats as symbolic (with fuse)      LOOPSPEC_COMPILE_DYNAMIC
     gemv_config      GEMV tile overrides                                                    LOOPSPEC_GEMV_CONFIG
-                     {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages[, peel[, split]]])}     (a JSON file)
+                     {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages[, peel[, split[,        (a JSON file)
+                     prefetch]]]])}
     gemv_max_rows    calls of 1..gemv_max_rows rows take the GEMV path (2..16: the small-M  LOOPSPEC_GEMV_MAX_ROWS
                      tensor-core path of kernels/gemv.py); larger calls cuBLAS + compiled blocks
     pdl              programmatic dependent launch of the GEMV-path kernels (each starts while its
                      predecessor drains, streams its first weight tile, then waits for the
                      predecessor's writes); available on CUDA devices of compute capability >= 9   LOOPSPEC_PDL
+    pdl_trigger      "wait": a kernel lets its successor launch after its own PDL wait; "start":  LOOPSPEC_PDL_TRIGGER
+                     before it (so a launch may run two kernels ahead; each still waits for its
+                     predecessor's writes)
     fault            a deliberate fault (FAULTS below; "" none), so the judge can be shown to catch it   LOOPSPEC_FAULT
 A switch variable "1" (or unset) leaves the field None, "0" sets it False.
 """
@@ -33,6 +37,7 @@ from oracle.errors import OracleError
 from oracle.files import read_json
 
 COMPILE_DYNAMIC = ("rows", "all")
+PDL_TRIGGERS = ("wait", "start")
 ENV = {
     "gemv": "LOOPSPEC_GEMV",
     "fuse": "LOOPSPEC_FUSE",
@@ -41,6 +46,7 @@ ENV = {
     "gemv_config": "LOOPSPEC_GEMV_CONFIG",
     "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS",
     "pdl": "LOOPSPEC_PDL",
+    "pdl_trigger": "LOOPSPEC_PDL_TRIGGER",
     "fault": "LOOPSPEC_FAULT",
 }
 # Deliberate kernel faults, for the judge's own tests (meta_tests/faulty_kernels.py, make gpu-parity):
@@ -65,7 +71,11 @@ GEMV_MAX_ROWS = 16
 SPLIT_K = ("o", "down")  # the products a GEMV tile config may split along K (kernels/gemv.py)
 # The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
 SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl"))  # "0" or "1"
-CHOICES = {ENV["compile_dynamic"]: COMPILE_DYNAMIC, ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17))}
+CHOICES = {
+    ENV["compile_dynamic"]: COMPILE_DYNAMIC,
+    ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17)),
+    ENV["pdl_trigger"]: PDL_TRIGGERS,
+}
 
 
 def check_env(env=os.environ) -> None:
@@ -81,17 +91,17 @@ def check_env(env=os.environ) -> None:
     path = env.get("LOOPSPEC_GEMV_CONFIG")
     if path:
         data = read_json(path, "LOOPSPEC_GEMV_CONFIG=", "gemv config")
-        form = "[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel(, split)))]"
-        if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 6 for v in data.values()):
+        form = "[BLOCK_N, BLOCK_K, num_warps(, num_stages(, peel(, split(, prefetch))))]"
+        if not isinstance(data, dict) or not all(isinstance(v, list) and 3 <= len(v) <= 7 for v in data.values()):
             raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: expected an object of kernel name -> {form}")
         for name, tiles in data.items():
             ints = all(isinstance(t, int) and not isinstance(t, bool) for t in tiles)
             if not ints or any(t < 1 for t in tiles[:4]) or (len(tiles) >= 5 and tiles[4] < 0) or min(tiles) < 0:
                 raise OracleError(
                     f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has tiles {tiles}; expected "
-                    f"integers {form}, each >= 1 (peel >= 0)"
+                    f"integers {form}, each >= 1 (peel, prefetch >= 0)"
                 )
-            if len(tiles) == 6 and (tiles[5] < 1 or name.split("/")[0] not in SPLIT_K):
+            if len(tiles) >= 6 and (tiles[5] < 1 or (tiles[5] > 1 and name.split("/")[0] not in SPLIT_K)):
                 raise OracleError(
                     f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has split {tiles[5]}; split-K (>= 1) is "
                     f"for {', '.join(SPLIT_K)} only (their next kernel adds the partials up)"
@@ -107,9 +117,14 @@ class KernelOptions:
     gemv_config: dict = field(default_factory=dict)  # GEMV tile overrides per kernel name
     gemv_max_rows: int = GEMV_MAX_ROWS  # calls of up to this many rows take the GEMV path (1..16)
     pdl: bool | None = None  # programmatic dependent launch of the GEMV-path kernels (sm_90+)
+    pdl_trigger: str = "wait"  # a kernel lets its successor launch after its PDL wait, or at its "start"
     fault: str = ""  # a deliberate fault: "attn_scale=1.01" | "rope_theta=1.01" | "input_layernorm.0=1.01"
 
     def __post_init__(self):
+        if self.pdl_trigger not in PDL_TRIGGERS:
+            raise OracleError(
+                f"KernelOptions.pdl_trigger={self.pdl_trigger!r}: expected one of {', '.join(PDL_TRIGGERS)}"
+            )
         if self.compile_dynamic not in COMPILE_DYNAMIC:
             raise OracleError(
                 f"KernelOptions.compile_dynamic={self.compile_dynamic!r}: expected one of {', '.join(COMPILE_DYNAMIC)}"
@@ -125,7 +140,7 @@ class KernelOptions:
                 raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
         object.__setattr__(self, "gemv_config", {k: tuple(v) for k, v in dict(self.gemv_config).items()})
         for name, tiles in self.gemv_config.items():
-            if len(tiles) == 6 and tiles[5] != 1 and name.split("/")[0] not in SPLIT_K:
+            if len(tiles) >= 6 and tiles[5] != 1 and name.split("/")[0] not in SPLIT_K:
                 raise OracleError(f"KernelOptions.gemv_config[{name!r}]: split-K is for {', '.join(SPLIT_K)} only")
         parse_fault(self.fault)
 
@@ -137,6 +152,7 @@ class KernelOptions:
         check_env(env)
         kw = {name: False for name in ("gemv", "fuse", "triton_attn", "pdl") if env.get(ENV[name], "1") == "0"}
         kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
+        kw["pdl_trigger"] = env.get(ENV["pdl_trigger"], "wait")
         if env.get(ENV["gemv_max_rows"]):
             kw["gemv_max_rows"] = int(env[ENV["gemv_max_rows"]])
         kw["fault"] = env.get(ENV["fault"], "")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -161,6 +161,36 @@ import glob, json, os, sys
 runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*_*.json"))}
 cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*.cfg"))}
 json.dump({"configs": cfgs, "runs": runs}, open(sys.argv[1], "w"), indent=1)
+PY
+  ;;
+prefetch)  # the L2 prefetch of each program's weight rows before the PDL wait (tile entry 7) and the PDL
+           # trigger at a kernel's start: first the bitwise gpu test, then c(M) of arms (ARMS) each in turn,
+           # twice, separate processes. A: default; B: whole slice prefetched; C: 1024 K elements (4 tiles of
+           # the small-M path); D: trigger at start; E: D + B; F: B for qkv and gate_up only; one JSON of all
+  mkdir -p /tmp/pf
+  mk() { python3 -c "import json, sys; from kernels.gemv import ONE_ROW_TILES as O, SMALL_M_TILES as S
+t = {**O, **{k + '/16': v for k, v in S.items()}}
+keys = [k for k in t if k.split('/')[0] in sys.argv[2].split(',')]
+json.dump({k: [*map(int, t[k][:5]), t[k][5] if len(t[k]) > 5 else 1, int(sys.argv[1])] for k in keys}, sys.stdout)" "$@"; }
+  mk 1000000 qkv,o,gate_up,down > /tmp/pf/B.cfg; mk 1024 qkv,o,gate_up,down > /tmp/pf/C.cfg
+  mk 1000000 qkv,gate_up > /tmp/pf/F.cfg; cp /tmp/pf/B.cfg /tmp/pf/E.cfg
+  if [ -z "${NO_CHECK:-}" ]; then
+    HYPOTHESIS_PROFILE=ci timeout 200 python3 -m pytest -q -m gpu gpu_tests -k "prefetch or split_k" -p no:cacheprovider \
+      2>&1 | tee "$OUT/prefetch_test.log" | tail -3
+  fi
+  for arm in ${ARMS:-A B C D E} ${ARMS:-A B C D E}; do
+    n=$(ls /tmp/pf/${arm}_*.json 2>/dev/null | wc -l)
+    cfg=$([ -f /tmp/pf/$arm.cfg ] && echo "/tmp/pf/$arm.cfg")
+    trig=$(case $arm in D|E) echo start ;; *) echo wait ;; esac)
+    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PDL_TRIGGER=$trig timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
+      --context 256 -q --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/pf/${arm}_$n.json" 2>&1 | tail -3
+    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/pf/${arm}_$n.json"
+  done
+  python3 - "$OUT/prefetch.json" <<'PY'
+import glob, json, os, sys
+runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*_*.json"))}
+cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*.cfg"))}
+json.dump({"configs": cfgs, "trigger_start": ["D", "E"], "runs": runs}, open(sys.argv[1], "w"), indent=1)
 PY
   ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay

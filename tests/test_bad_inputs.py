@@ -379,6 +379,19 @@ CATALOGUE = [
     ("environment", "LOOPSPEC_PDL not 0/1", lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_PDL": "on"})),
     (
         "environment",
+        "LOOPSPEC_PDL_TRIGGER unknown",
+        lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_PDL_TRIGGER": "early"}),
+    ),
+    (
+        "environment",
+        "LOOPSPEC_GEMV_CONFIG prefetch negative",
+        lambda f: (
+            ["bench", "c-table"],
+            {"LOOPSPEC_GEMV_CONFIG": f.text("gp.json", {"o/16": [16, 256, 2, 4, 1, 2, -8]})},
+        ),
+    ),
+    (
+        "environment",
         "LOOPSPEC_GEMV_MAX_ROWS above 16",
         lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_GEMV_MAX_ROWS": "17"}),
     ),

@@ -727,20 +727,24 @@ def test_plan_cache_gives_the_plan_a_fresh_build_gives():
 
 
 def test_gemv_tile_configs_in_every_accepted_form():
-    """LOOPSPEC_GEMV_CONFIG rows are [BLOCK_N, BLOCK_K, warps(, stages(, peel(, split)))]: 3 stages,
-    the first-tile peel and no split-K where left out; "/16" keys configure the small-M path (2..16
-    rows); split-K only for o and down."""
-    from kernels.gemv import ONE_ROW_TILES, SMALL_M_TILES, _config
+    """LOOPSPEC_GEMV_CONFIG rows are [BLOCK_N, BLOCK_K, warps(, stages(, peel(, split(, prefetch))))]:
+    3 stages, the first-tile peel, no split-K and no L2 prefetch where left out; "/16" keys configure
+    the small-M path (2..16 rows); split-K only for o and down."""
+    from kernels.gemv import ONE_ROW_TILES, SMALL_M_TILES, _config, _pf_bytes
 
-    assert _config("o", 1) == (1, *ONE_ROW_TILES["o"], 1)
-    assert _config("down", 7) == (16, *SMALL_M_TILES["down"])  # split-K 2 by default
-    assert _config("o", 1, {"o": [8, 64, 4]}) == (1, 8, 64, 4, 3, True, 1)
-    assert _config("o", 1, {"o": [8, 64, 4, 2]}) == (1, 8, 64, 4, 2, True, 1)
-    assert _config("o", 2, {"o/16": [16, 64, 4, 2, 0]}) == (16, 16, 64, 4, 2, False, 1)
-    assert _config("down", 2, {"down/16": [16, 64, 4, 2, 1, 4]}) == (16, 16, 64, 4, 2, True, 4)
-    assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"])  # a one-row key: not for 2 rows
+    assert _config("o", 1) == (1, *ONE_ROW_TILES["o"], 1, 0)
+    assert _config("down", 7) == (16, *SMALL_M_TILES["down"], 0)  # split-K 2 by default
+    assert _config("o", 1, {"o": [8, 64, 4]}) == (1, 8, 64, 4, 3, True, 1, 0)
+    assert _config("o", 1, {"o": [8, 64, 4, 2]}) == (1, 8, 64, 4, 2, True, 1, 0)
+    assert _config("o", 2, {"o/16": [16, 64, 4, 2, 0]}) == (16, 16, 64, 4, 2, False, 1, 0)
+    assert _config("down", 2, {"down/16": [16, 64, 4, 2, 1, 4]}) == (16, 16, 64, 4, 2, True, 4, 0)
+    assert _config("qkv", 2, {"qkv/16": [32, 256, 4, 3, 1, 1, 512]}) == (16, 32, 256, 4, 3, True, 1, 512)
+    assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"], 0)  # a one-row key: not for 2 rows
     with pytest.raises(OracleError, match="split-K is for o, down only"):
         KernelOptions(gemv_config={"gate_up/16": [16, 64, 4, 2, 1, 2]})
+    w = torch.zeros(4, 2048, dtype=torch.bfloat16)
+    # prefetch bytes: at most the program's span of K, in whole 16-byte units
+    assert (_pf_bytes(0, 1024, w), _pf_bytes(100, 1024, w), _pf_bytes(4096, 1024, w)) == (0, 192, 2048)
 
 
 def test_bookkeeping_warmups_leave_requests_and_the_scratch_frontier(model):
