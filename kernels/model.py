@@ -229,7 +229,9 @@ class PackedModel:
             )
             if self.store_fault:
                 self._stored(l, plane * kv.max_len + pos)
-            a = triton_attention.decode_attention(q, kv, l, plane, pos, pdl, span, self.w.attn_scale)  # [M, nh*hd]
+            a = triton_attention.decode_attention(
+                q, kv, l, plane, pos, pdl, span, self.w.attn_scale, self.options.attn_early_kv
+            )  # [M, nh*hd]
             a = self._attended(l, a)
             y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)  # [M, H]
             h, act = gemv_kernels.gate_up_silu(

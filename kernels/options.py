@@ -20,6 +20,8 @@ Fields (None: on where available; True: on, False: off) and their variables:
     pdl              programmatic dependent launch of the GEMV-path kernels (each starts while its
                      predecessor drains, streams its first weight tile, then waits for the
                      predecessor's writes); available on CUDA devices of compute capability >= 9   LOOPSPEC_PDL
+    attn_early_kv    with pdl: attention chunks below every key a call writes on a row's plane   LOOPSPEC_ATTN_EARLY_KV
+                     loaded before the PDL wait (kernels/triton_attention.py); "0" or "1"
     pdl_trigger      "wait": a kernel lets its successor launch after its own PDL wait; "start":  LOOPSPEC_PDL_TRIGGER
                      before it (so a launch may run two kernels ahead; each still waits for its
                      predecessor's writes)
@@ -47,6 +49,7 @@ ENV = {
     "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS",
     "pdl": "LOOPSPEC_PDL",
     "pdl_trigger": "LOOPSPEC_PDL_TRIGGER",
+    "attn_early_kv": "LOOPSPEC_ATTN_EARLY_KV",
     "fault": "LOOPSPEC_FAULT",
 }
 # Deliberate kernel faults, for the judge's own tests (meta_tests/faulty_kernels.py, make gpu-parity):
@@ -75,6 +78,7 @@ CHOICES = {
     ENV["compile_dynamic"]: COMPILE_DYNAMIC,
     ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17)),
     ENV["pdl_trigger"]: PDL_TRIGGERS,
+    ENV["attn_early_kv"]: ("0", "1"),
 }
 
 
@@ -118,6 +122,7 @@ class KernelOptions:
     gemv_max_rows: int = GEMV_MAX_ROWS  # calls of up to this many rows take the GEMV path (1..16)
     pdl: bool | None = None  # programmatic dependent launch of the GEMV-path kernels (sm_90+)
     pdl_trigger: str = "wait"  # a kernel lets its successor launch after its PDL wait, or at its "start"
+    attn_early_kv: bool = False  # attention chunks before the call's own keys loaded before the PDL wait
     fault: str = ""  # a deliberate fault: "attn_scale=1.01" | "rope_theta=1.01" | "input_layernorm.0=1.01"
 
     def __post_init__(self):
@@ -135,6 +140,8 @@ class KernelOptions:
             or not 1 <= self.gemv_max_rows <= 16
         ):
             raise OracleError(f"KernelOptions.gemv_max_rows={self.gemv_max_rows!r}: expected an integer in 1..16")
+        if self.attn_early_kv not in (True, False):
+            raise OracleError(f"KernelOptions.attn_early_kv={self.attn_early_kv!r}: expected True or False")
         for name in ("gemv", "fuse", "triton_attn", "pdl"):
             if getattr(self, name) not in (None, True, False):
                 raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
@@ -153,6 +160,7 @@ class KernelOptions:
         kw = {name: False for name in ("gemv", "fuse", "triton_attn", "pdl") if env.get(ENV[name], "1") == "0"}
         kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
         kw["pdl_trigger"] = env.get(ENV["pdl_trigger"], "wait")
+        kw["attn_early_kv"] = env.get(ENV["attn_early_kv"], "0") == "1"
         if env.get(ENV["gemv_max_rows"]):
             kw["gemv_max_rows"] = int(env[ENV["gemv_max_rows"]])
         kw["fault"] = env.get(ENV["fault"], "")

@@ -42,24 +42,43 @@ if triton is not None:
         CHUNK: tl.constexpr,
         NSPLIT: tl.constexpr,
         PDL: tl.constexpr,
+        EARLY: tl.constexpr,
     ):
+        # EARLY (with PDL): a chunk wholly below every position this call writes on the row's
+        # plane (the qkv kernel before it writes one key per row) is loaded before the PDL wait,
+        # while that kernel runs; its keys were written by a kernel that finished before this one
+        # could launch. Positions and planes are written before the call's first kernel.
         r, h, c = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        pdl_enter(PDL)
         pos = tl.load(pos_ptr + r)
+        plane = tl.load(plane_ptr + r).to(tl.int64)
+        d = tl.arange(0, HD)
+        t = c * CHUNK + tl.arange(0, CHUNK)
+        mask = t <= pos
+        off = layer_off + plane * stride_plane + (h // GROUP) * HD + t[:, None].to(tl.int64) * stride_t + d[None, :]
+        early = False
+        if EARLY:
+            rr = tl.arange(0, 16)
+            rr_ok = rr < tl.num_programs(0)
+            same = (tl.load(plane_ptr + rr, mask=rr_ok, other=-1).to(tl.int64) == plane) & rr_ok
+            lo = tl.min(tl.where(same, tl.load(pos_ptr + rr, mask=rr_ok, other=0), 2**30), 0)  # first key written
+            early = (c + 1) * CHUNK <= lo
+        k = tl.zeros([CHUNK, HD], Kc.dtype.element_ty)
+        v = tl.zeros([CHUNK, HD], Vc.dtype.element_ty)
+        if early:
+            k = tl.load(Kc + off)
+            v = tl.load(Vc + off)
+        pdl_enter(PDL)
         if c * CHUNK <= pos:  # chunks past the row's position: no keys
-            plane = tl.load(plane_ptr + r).to(tl.int64)
-            d = tl.arange(0, HD)
+            if not early:
+                k = tl.load(Kc + off, mask=mask[:, None], other=0.0)
+                v = tl.load(Vc + off, mask=mask[:, None], other=0.0)
             q = tl.load(Q + r * NH * HD + h * HD + d).to(tl.float32)
-            t = c * CHUNK + tl.arange(0, CHUNK)
-            mask = t <= pos
-            off = layer_off + plane * stride_plane + (h // GROUP) * HD + t[:, None].to(tl.int64) * stride_t + d[None, :]
-            k = tl.load(Kc + off, mask=mask[:, None], other=0.0).to(tl.float32)
-            s = tl.where(mask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))  # [CHUNK]
+            s = tl.where(mask, tl.sum(k.to(tl.float32) * q[None, :], 1) * scale, float("-inf"))  # [CHUNK]
             m = tl.max(s, 0)
             p = tl.exp(s - m)
-            v = tl.load(Vc + off, mask=mask[:, None], other=0.0).to(tl.float32)
+            vf = v.to(tl.float32)
             slot = (r * NH + h) * NSPLIT + c
-            tl.store(Acc + slot * HD + d, tl.sum(p[:, None] * v, 0))  # unnormalized
+            tl.store(Acc + slot * HD + d, tl.sum(p[:, None] * vf, 0))  # unnormalized
             tl.store(ML + slot * 2, m)
             tl.store(ML + slot * 2 + 1, tl.sum(p, 0))
 
@@ -127,6 +146,7 @@ def decode_attention(
     pdl: bool = False,
     span: int | None = None,
     scale: float | None = None,
+    early_kv: bool = False,
 ) -> torch.Tensor:
     """q: [M, nh, hd] (RoPE applied); plane, pos: [M]. Keys/values of plane `plane[r]` at
     positions 0..pos[r] of `layer` (already written). Returns [M, nh*hd]. pdl: launched as
@@ -135,7 +155,8 @@ def decode_attention(
     also in every replay of a graph that captured this call (sessions: span_bucket). At M = 2 on
     the H200 a call cost 7% more at capacity 342 than at 257, and a span of 257 gave that back
     (docs/results.md). scale: the softmax logit scale (default
-    hd ** -0.5)."""
+    hd ** -0.5). early_kv (M <= 16): chunks below every key the call writes on a row's plane are
+    loaded before the PDL wait (with pdl: while the kernel before, qkv, runs; the same values)."""
     M, nh, hd = q.shape
     K, V = kv.k, kv.v  # [L, P, max_len, nkv, hd]
     assert K.is_contiguous() and V.is_contiguous() and q.is_contiguous()
@@ -165,6 +186,7 @@ def decode_attention(
             CHUNK=CHUNK,
             NSPLIT=nsplit,
             PDL=pdl,
+            EARLY=early_kv and M <= 16,
             num_warps=CHUNK_WARPS[M > 1],
             **launch_options(pdl),
         )

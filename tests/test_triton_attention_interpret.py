@@ -41,6 +41,9 @@ def check(max_len: int) -> None:
         # a grid over the positions only (span = max pos + 1 < capacity) gives the same values
         span = int(pos.max()) + 1
         torch.testing.assert_close(ta.decode_attention(q, kv, layer, plane, pos, span=span), got, rtol=0, atol=0)
+        # chunks below the call's own keys on each plane loaded early (rows share planes): the same values
+        early = ta.decode_attention(q, kv, layer, plane, pos, span=span, early_kv=True)
+        torch.testing.assert_close(early, got, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("max_len", [64, 150, 1100])
