@@ -318,11 +318,12 @@ def test_split_k_products_are_judged(preset, monkeypatch):
         judged(run_scenario(bk, m, c, mode, graphs="off"), got, m, both_noisy=True)
 
 
-def test_l2_prefetch_early_pdl_trigger_and_early_kv_change_no_value():
+def test_l2_prefetch_early_pdl_trigger_and_early_keys_change_no_value():
     """The L2 prefetch of weight rows (a GEMV tile config's seventh entry), the PDL trigger at a
     kernel's start (pdl_trigger="start") and attention's older keys loaded before the PDL wait
-    (attn_early_kv) are scheduling only: rounds of both modes, graphs on, bit for bit equal to the
-    default kernels' (small preset, both GEMV paths, split-K on o and down)."""
+    (attn_early_rows; by default in one-row calls) are scheduling only: rounds of both modes, graphs
+    on, bit for bit equal to the default kernels' (small preset, both GEMV paths, split-K on o and
+    down)."""
     bk = backend()
     if not str(bk.device).startswith("cuda") or not bk.kernel_options.resolve(bk.device)[3]:
         pytest.skip("PDL and the L2 prefetch need a CUDA device of compute capability >= 9")
@@ -353,8 +354,9 @@ def test_l2_prefetch_early_pdl_trigger_and_early_kv_change_no_value():
             pf = {k: (*v, prefetch) for k, v in tiles.items()}
             opts = dataclasses.replace(base, gemv_config=pf, pdl_trigger=trigger)
             assert_identical(want, run_scenario(bk, m, c, mode, kernel_options=opts))
-        early = dataclasses.replace(base, attn_early_kv=True)  # attention's older keys before the PDL wait
-        assert_identical(want, run_scenario(bk, m, c, mode, kernel_options=early))
+        for rows in (0, 16):  # attention's older keys before the PDL wait: in no call, in every call
+            early = dataclasses.replace(base, attn_early_rows=rows)
+            assert_identical(want, run_scenario(bk, m, c, mode, kernel_options=early))
 
 
 @pytest.mark.parametrize("fault", [None, "attn_scale", "rope_theta", "input_norm"])

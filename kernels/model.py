@@ -230,7 +230,7 @@ class PackedModel:
             if self.store_fault:
                 self._stored(l, plane * kv.max_len + pos)
             a = triton_attention.decode_attention(
-                q, kv, l, plane, pos, pdl, span, self.w.attn_scale, self.options.attn_early_kv
+                q, kv, l, plane, pos, pdl, span, self.w.attn_scale, q.shape[0] <= self.options.attn_early_rows
             )  # [M, nh*hd]
             a = self._attended(l, a)
             y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)  # [M, H]

@@ -20,8 +20,9 @@ Fields (None: on where available; True: on, False: off) and their variables:
     pdl              programmatic dependent launch of the GEMV-path kernels (each starts while its
                      predecessor drains, streams its first weight tile, then waits for the
                      predecessor's writes); available on CUDA devices of compute capability >= 9   LOOPSPEC_PDL
-    attn_early_kv    with pdl: attention chunks below every key a call writes on a row's plane   LOOPSPEC_ATTN_EARLY_KV
-                     loaded before the PDL wait (kernels/triton_attention.py); "0" or "1"
+    attn_early_rows  calls of up to this many rows (0..16) load the attention chunks     LOOPSPEC_ATTN_EARLY_ROWS
+                     below every key the call writes on a row's plane before the PDL wait
+                     (kernels/triton_attention.py); default 1, measured (ATTN_EARLY_ROWS)
     pdl_trigger      "wait": a kernel lets its successor launch after its own PDL wait; "start":  LOOPSPEC_PDL_TRIGGER
                      before it (so a launch may run two kernels ahead; each still waits for its
                      predecessor's writes)
@@ -49,7 +50,7 @@ ENV = {
     "gemv_max_rows": "LOOPSPEC_GEMV_MAX_ROWS",
     "pdl": "LOOPSPEC_PDL",
     "pdl_trigger": "LOOPSPEC_PDL_TRIGGER",
-    "attn_early_kv": "LOOPSPEC_ATTN_EARLY_KV",
+    "attn_early_rows": "LOOPSPEC_ATTN_EARLY_ROWS",
     "fault": "LOOPSPEC_FAULT",
 }
 # Deliberate kernel faults, for the judge's own tests (meta_tests/faulty_kernels.py, make gpu-parity):
@@ -71,6 +72,9 @@ BITS_LAYER_REQUIRED = ("attn_out_bits", "o_weight_bits")
 # small-M path beat cuBLAS + compiled blocks at M = 2, 4, 8 and 16 by 18-23% (docs/results.md, "Kernels
 # at the ouro-1.4b shape").
 GEMV_MAX_ROWS = 16
+# Attention's older keys loaded before the PDL wait, in calls of up to this many rows: c(1) 3.2-4.8%
+# less on the H200 at ouro-1.4b, c(2) 0.2-1% less, c(4..16) 4-10% more (docs/results.md, 2026-12-04).
+ATTN_EARLY_ROWS = 1
 SPLIT_K = ("o", "down")  # the products a GEMV tile config may split along K (kernels/gemv.py)
 # The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
 SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl"))  # "0" or "1"
@@ -78,7 +82,7 @@ CHOICES = {
     ENV["compile_dynamic"]: COMPILE_DYNAMIC,
     ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17)),
     ENV["pdl_trigger"]: PDL_TRIGGERS,
-    ENV["attn_early_kv"]: ("0", "1"),
+    ENV["attn_early_rows"]: tuple(str(m) for m in range(0, 17)),
 }
 
 
@@ -122,7 +126,7 @@ class KernelOptions:
     gemv_max_rows: int = GEMV_MAX_ROWS  # calls of up to this many rows take the GEMV path (1..16)
     pdl: bool | None = None  # programmatic dependent launch of the GEMV-path kernels (sm_90+)
     pdl_trigger: str = "wait"  # a kernel lets its successor launch after its PDL wait, or at its "start"
-    attn_early_kv: bool = False  # attention chunks before the call's own keys loaded before the PDL wait
+    attn_early_rows: int = ATTN_EARLY_ROWS  # calls of <= this many rows load attention's older keys before the PDL wait
     fault: str = ""  # a deliberate fault: "attn_scale=1.01" | "rope_theta=1.01" | "input_layernorm.0=1.01"
 
     def __post_init__(self):
@@ -140,8 +144,9 @@ class KernelOptions:
             or not 1 <= self.gemv_max_rows <= 16
         ):
             raise OracleError(f"KernelOptions.gemv_max_rows={self.gemv_max_rows!r}: expected an integer in 1..16")
-        if self.attn_early_kv not in (True, False):
-            raise OracleError(f"KernelOptions.attn_early_kv={self.attn_early_kv!r}: expected True or False")
+        rows = self.attn_early_rows
+        if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows <= 16:
+            raise OracleError(f"KernelOptions.attn_early_rows={rows!r}: expected an integer in 0..16")
         for name in ("gemv", "fuse", "triton_attn", "pdl"):
             if getattr(self, name) not in (None, True, False):
                 raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
@@ -160,7 +165,8 @@ class KernelOptions:
         kw = {name: False for name in ("gemv", "fuse", "triton_attn", "pdl") if env.get(ENV[name], "1") == "0"}
         kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
         kw["pdl_trigger"] = env.get(ENV["pdl_trigger"], "wait")
-        kw["attn_early_kv"] = env.get(ENV["attn_early_kv"], "0") == "1"
+        if env.get(ENV["attn_early_rows"]):
+            kw["attn_early_rows"] = int(env[ENV["attn_early_rows"]])
         if env.get(ENV["gemv_max_rows"]):
             kw["gemv_max_rows"] = int(env[ENV["gemv_max_rows"]])
         kw["fault"] = env.get(ENV["fault"], "")
