@@ -321,7 +321,7 @@ def test_split_k_products_are_judged(preset, monkeypatch):
 def test_l2_prefetch_early_pdl_trigger_and_early_keys_change_no_value():
     """The L2 prefetch of weight rows (a GEMV tile config's seventh entry), the PDL trigger at a
     kernel's start (pdl_trigger="start") and attention's older keys loaded before the PDL wait
-    (attn_early_rows; by default in one-row calls) are scheduling only: rounds of both modes, graphs
+    (attn_early_rows; by default in calls of 1 and 2 rows) are scheduling only: rounds of both modes, graphs
     on, bit for bit equal to the default kernels' (small preset, both GEMV paths, split-K on o and
     down)."""
     bk = backend()

@@ -22,7 +22,7 @@ Fields (None: on where available; True: on, False: off) and their variables:
                      predecessor's writes); available on CUDA devices of compute capability >= 9   LOOPSPEC_PDL
     attn_early_rows  calls of up to this many rows (0..16) load the attention chunks     LOOPSPEC_ATTN_EARLY_ROWS
                      below every key the call writes on a row's plane before the PDL wait
-                     (kernels/triton_attention.py); default 1, measured (ATTN_EARLY_ROWS)
+                     (kernels/triton_attention.py); default 2, measured (ATTN_EARLY_ROWS)
     pdl_trigger      "wait": a kernel lets its successor launch after its own PDL wait; "start":  LOOPSPEC_PDL_TRIGGER
                      before it (so a launch may run two kernels ahead; each still waits for its
                      predecessor's writes)
@@ -72,9 +72,9 @@ BITS_LAYER_REQUIRED = ("attn_out_bits", "o_weight_bits")
 # small-M path beat cuBLAS + compiled blocks at M = 2, 4, 8 and 16 by 18-23% (docs/results.md, "Kernels
 # at the ouro-1.4b shape").
 GEMV_MAX_ROWS = 16
-# Attention's older keys loaded before the PDL wait, in calls of up to this many rows: c(1) 3.2-4.8%
-# less on the H200 at ouro-1.4b, c(2) 0.2-1% less, c(4..16) 4-10% more (docs/results.md, 2026-12-04).
-ATTN_EARLY_ROWS = 1
+# Attention's older keys loaded before the PDL wait, in calls of up to this many rows: paired on the
+# H200 at ouro-1.4b, c(1) 3.2-4.8% less, c(2) 0.2-1.0% less, c(4..16) 4-10% more (docs/results.md, 2026-12-04).
+ATTN_EARLY_ROWS = 2
 SPLIT_K = ("o", "down")  # the products a GEMV tile config may split along K (kernels/gemv.py)
 # The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
 SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl"))  # "0" or "1"
