@@ -52,8 +52,8 @@ settings.register_profile(
 settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=True, database=None)
 # ci for a backend whose rounds are slow on the host at hand (a user's engine behind a slow
 # link, say): the same properties, derandomized, a quarter of the examples (every test's
-# harness.examples(n) scales with max_examples). make test no longer needs it: torch-cpu-bf16
-# runs the full ci profile in about 54 s on 2 cores.
+# harness.examples(n) scales with max_examples). make test runs the JAX backend with it (its
+# XLA compiles per drawn shape: 50 s against 106 s under ci on 2 cores, 2026-12-04).
 settings.register_profile("ci-slow-backend", parent=settings.get_profile("ci"), max_examples=CI_EXAMPLES // 4)
 settings.register_profile(
     "ci-first-failure", parent=settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate]
