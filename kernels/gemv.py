@@ -31,8 +31,11 @@ products and sum, silu, silu * up); the values are carried in FP32 in between.
 Programmatic dependent launch (pdl=True, sm_90+): each kernel is launched while its
 predecessor still runs; it first loads its first weight tile (weights are never written by
 a kernel), then `griddepcontrol.wait`s for the predecessor's writes, then lets its own
-successor launch. Every store and every read of an activation, position or KV plane comes
-after the wait, so the order of writes is the order of launches.
+successor launch (KernelOptions.pdl_trigger="start": before its wait). Every store and every
+read of an activation comes after the wait, so the order of writes is the order of launches;
+attention's chunks of keys written before the call may be read before it (kernels/triton_attention.py).
+Measured and left off (docs/results.md): an L2 prefetch of the program's weight rows before the
+wait (a tile config's seventh entry) and the trigger at the start.
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ if triton is not None:
     )
 
 MAX_ROWS = 16
-# Tile overrides arrive as `config`, {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel]])} for
-# one-row calls and {name + "/16": ...} for the small-M path (2..16 rows, padded to 16 for
-# tensor-core products) (KernelOptions.gemv_config; measured by a tile sweep: docs/results.md).
+# Tile overrides arrive as `config`,
+# {name: (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel[, split[, prefetch]]]])} for one-row calls
+# and {name + "/16": ...} for the small-M path (2..16 rows, padded to 16 for tensor-core products)
+# (KernelOptions.gemv_config; measured by a tile sweep: docs/results.md).
 
 
 def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, int, int, int, bool, int, int]:
@@ -73,7 +77,7 @@ def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, in
     return BM, bn, bk, nw, ns, bool(peel), split, pf
 
 
-# (BLOCK_N, BLOCK_K, num_warps, num_stages, peel), tuned on the H200 at the ouro-1.4b shape
+# (BLOCK_N, BLOCK_K, num_warps, num_stages, peel[, split]), tuned on the H200 at the ouro-1.4b shape
 # (docs/results.md): one row, and the small-M path (2..16 rows,
 # 16 in every dimension at least)
 ONE_ROW_TILES = {
