@@ -318,6 +318,23 @@ def test_split_k_products_are_judged(preset, monkeypatch):
         judged(run_scenario(bk, m, c, mode, graphs="off"), got, m, both_noisy=True)
 
 
+def test_one_row_prenorm_is_judged():
+    """KernelOptions.one_row_prenorm (one-row calls norm qkv's and gate_up's input in one kernel
+    each): rounds of both modes judged against the reference and against the default kernels."""
+    bk = backend()
+    if not str(bk.device).startswith("cuda") or not bk.kernel_options.resolve(bk.device)[0]:
+        pytest.skip("the gemv path is CUDA-only and on by default")
+    m = model("small")
+    opts = dataclasses.replace(bk.kernel_options, one_row_prenorm=True)
+    c = Case(
+        "prenorm", [[3, 1, 4, 1, 5], [2, 7], [1], [8, 2, 8]], [SP()] * 4, [{0: 3, 1: 2, 2: 4, 3: 1}, {0: 2, 2: 1}], 2, 4
+    )
+    for mode in ("block", "loop"):
+        got = run_scenario(bk, m, c, mode, kernel_options=opts)
+        judged(judge_run(m, c, mode, got), got, m)
+        judged(run_scenario(bk, m, c, mode), got, m, both_noisy=True)
+
+
 def test_l2_prefetch_early_pdl_trigger_and_early_keys_change_no_value():
     """The L2 prefetch of weight rows (a GEMV tile config's seventh entry), the PDL trigger at a
     kernel's start (pdl_trigger="start") and attention's older keys loaded before the PDL wait

@@ -180,12 +180,14 @@ def qkv_rope_kv(
     eps: float,
     config: dict | None = None,
     pdl: bool = False,
+    prenorm: bool = False,
 ):
     """h [M, H] residual in (with y_prev [M, H] (or split-K partials, `gemv`) and n_prev [H] of the previous layer, or
     None, None for the first layer): r = h + rms_norm(y_prev, n_prev), x = rms_norm(r, n_in),
     q, k, v = x @ qkv.T; RoPE (cos, sin [max_len, hd] tables, at positions pos [M]) on q, k.
     k, v go to k_layer, v_layer [P, max_len, nkv, hd] at (plane [M], pos [M]).
-    Returns q [M, nh, hd] and r [M, H] (h itself for the first layer)."""
+    Returns q [M, nh, hd] and r [M, H] (h itself for the first layer). prenorm: a one-row call
+    norms its input in one `_prenorm_kernel` launch too, as 2..16 rows do."""
     M, H = _rows(h), h.shape[1]
     assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
     BM, BN, BK, nw, ns, peel, split, pf = _config("qkv", M, config)
@@ -193,7 +195,8 @@ def qkv_rope_kv(
     has_y = y_parts(y_prev, h)
     q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
     grid = (triton.cdiv((nh + 2 * nkv) * hd // 2, BN),)
-    if BM == 1:  # one row: each program norms its input itself
+    normed = BM > 1 or prenorm
+    if not normed:  # one row: each program norms its input itself
         r = torch.empty_like(h) if has_y else h
         args = (h, y_prev if has_y else h, n_prev if has_y else n_in, n_in, r)
     else:  # small M: normed once per call, not once per program
@@ -216,8 +219,8 @@ def qkv_rope_kv(
         NH=nh,
         NKV=nkv,
         HD=hd,
-        HAS_Y=has_y if BM == 1 else min(has_y, 1),  # small M: y already added in by _prenorm
-        NORMED=BM > 1,
+        HAS_Y=min(has_y, 1) if normed else has_y,  # normed: y already added in by _prenorm
+        NORMED=normed,
         PDL=pdl,
         PEEL=peel,
         PF=_pf_bytes(pf, H, qkv),
@@ -232,15 +235,19 @@ def qkv_rope_kv(
     return q, r
 
 
-def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | None = None, pdl: bool = False):
+def gate_up_silu(
+    r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | None = None, pdl: bool = False, prenorm: bool = False
+):
     """r, y [M, H] (or y as split-K partials, `gemv`) -> r2 = r + rms_norm(y, n_attn_out) [M, H] and
-    act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first)."""
+    act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first).
+    prenorm: as in qkv_rope_kv."""
     M, H = _rows(r), r.shape[1]
     I = gate_up.shape[0] // 2
     BM, BN, BK, nw, ns, peel, split, pf = _config("gate_up", M, config)
     assert split == 1, "split-K is for o and down only (gemv), not gate_up"
     act = torch.empty(M, I, device=r.device, dtype=r.dtype)
-    if BM == 1:  # one row: each program norms its input itself
+    normed = BM > 1 or prenorm
+    if not normed:  # one row: each program norms its input itself
         r2 = torch.empty_like(r)
         args = (r, y, n_attn_out, n_post, r2)
     else:  # small M: normed once per call, not once per program
@@ -255,7 +262,7 @@ def gate_up_silu(r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | N
         I,
         eps,
         HAS_Y=y_parts(y, r),
-        NORMED=BM > 1,
+        NORMED=normed,
         PDL=pdl,
         PEEL=peel,
         PF=_pf_bytes(pf, H, gate_up),

@@ -167,7 +167,8 @@ prefetch)  # the L2 prefetch of each program's weight rows before the PDL wait (
            # trigger at a kernel's start: first the bitwise gpu test, then c(M) of arms (ARMS) each in turn,
            # twice, separate processes. A: default; B: whole slice prefetched; C: 1024 K elements (4 tiles of
            # the small-M path); D: trigger at start; E: D + B; F: B for qkv and gate_up only; G / H: attention's
-           # older keys loaded before the PDL wait at M <= 16 / 2 (LOOPSPEC_ATTN_EARLY_ROWS; the rest: 0); one JSON
+           # older keys loaded before the PDL wait at M <= 16 / 2 (LOOPSPEC_ATTN_EARLY_ROWS; the rest: 0); R: H with
+           # LOOPSPEC_ONE_ROW_PRENORM=1; one JSON
   mkdir -p /tmp/pf
   mk() { python3 -c "import json, sys; from kernels.gemv import ONE_ROW_TILES as O, SMALL_M_TILES as S
 t = {**O, **{k + '/16': v for k, v in S.items()}}
@@ -176,15 +177,16 @@ json.dump({k: [*map(int, t[k][:5]), t[k][5] if len(t[k]) > 5 else 1, int(sys.arg
   mk 1000000 qkv,o,gate_up,down > /tmp/pf/B.cfg; mk 1024 qkv,o,gate_up,down > /tmp/pf/C.cfg
   mk 1000000 qkv,gate_up > /tmp/pf/F.cfg; cp /tmp/pf/B.cfg /tmp/pf/E.cfg
   if [ -z "${NO_CHECK:-}" ]; then
-    HYPOTHESIS_PROFILE=ci timeout 200 python3 -m pytest -q -m gpu gpu_tests -k "prefetch or split_k" -p no:cacheprovider \
+    HYPOTHESIS_PROFILE=ci timeout 200 python3 -m pytest -q -m gpu gpu_tests -k "${TESTS:-prefetch or split_k}" -p no:cacheprovider \
       2>&1 | tee "$OUT/prefetch_test.log" | tail -3
   fi
   for arm in ${ARMS:-A B C D E} ${ARMS:-A B C D E}; do
     n=$(ls /tmp/pf/${arm}_*.json 2>/dev/null | wc -l)
     cfg=$([ -f /tmp/pf/$arm.cfg ] && echo "/tmp/pf/$arm.cfg")
     trig=$(case $arm in D|E) echo start ;; *) echo wait ;; esac)
-    early=$(case $arm in G) echo 16 ;; H) echo 2 ;; *) echo 0 ;; esac)
-    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PDL_TRIGGER=$trig LOOPSPEC_ATTN_EARLY_ROWS=$early timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
+    early=$(case $arm in G) echo 16 ;; H|R) echo 2 ;; *) echo 0 ;; esac)
+    pre=$(case $arm in R) echo 1 ;; *) echo 0 ;; esac)
+    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PDL_TRIGGER=$trig LOOPSPEC_ATTN_EARLY_ROWS=$early LOOPSPEC_ONE_ROW_PRENORM=$pre timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
       --context 256 -q --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/pf/${arm}_$n.json" 2>&1 | tail -3
     python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/pf/${arm}_$n.json"
   done
@@ -192,7 +194,7 @@ json.dump({k: [*map(int, t[k][:5]), t[k][5] if len(t[k]) > 5 else 1, int(sys.arg
 import glob, json, os, sys
 runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*_*.json"))}
 cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*.cfg"))}
-json.dump({"configs": cfgs, "trigger_start": ["D", "E"], "attn_early_rows": {"G": 16, "H": 2, "others": 0}, "runs": runs}, open(sys.argv[1], "w"), indent=1)
+json.dump({"configs": cfgs, "trigger_start": ["D", "E"], "attn_early_rows": {"G": 16, "H": 2, "R": 2, "others": 0}, "one_row_prenorm": ["R"], "runs": runs}, open(sys.argv[1], "w"), indent=1)
 PY
   ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay

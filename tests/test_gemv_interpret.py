@@ -241,9 +241,10 @@ def test_split_k_partials_read_as_their_rounded_sum(M):
     assert all(torch.equal(a, b) for a, b in zip(*outs))
 
 
-def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None, scale=None):
+def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None, scale=None, early_kv=False):
     """kernels.triton_attention.decode_attention through kernels.model.attend (its loop
-    bound `range(0, pos + 1, ...)` does not run in the interpreter under numpy 2)."""
+    bound `range(0, pos + 1, ...)` does not run in the interpreter under numpy 2); early_kv changes
+    only when keys are loaded (tests/test_triton_attention_interpret.py)."""
     span = kv.max_len if span is None else span
     K, V = (
         kv.k[layer][:, :span].index_select(0, plane),
@@ -289,6 +290,30 @@ def test_recurrent_call(dtype, M, tiles, monkeypatch):
         kvs.append((kv.k.clone(), kv.v.clone()))
     assert outs[0].shape == (M, CFG.hidden_size) and outs[0].dtype == dtype
     assert rel(outs[0], outs[1]) < TOL[dtype]
+    for a, b in zip(kvs[0], kvs[1]):
+        assert rel(a, b) < TOL[dtype] / 10
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_row_call_with_its_norms_in_one_kernel(dtype, monkeypatch):
+    """KernelOptions.one_row_prenorm: a one-row call norms qkv's and gate_up's input in one
+    _prenorm_kernel launch each (not in every program); the same call as the default's, within the
+    rounding of the norms' FP32 sums, and the same KV writes."""
+    monkeypatch.setattr(km.triton_attention, "decode_attention", torch_decode_attention)
+    w = weights(dtype)
+    outs, kvs = [], []
+    for prenorm in (False, True):
+        kv = KVPlanes(CFG, 2, 9, 16, "cpu", dtype)
+        g = torch.Generator().manual_seed(9)
+        kv.k.copy_(torch.randn(kv.k.shape, generator=g))
+        kv.v.copy_(torch.randn(kv.v.shape, generator=g))
+        opts = KernelOptions(fuse=False, triton_attn=False, gemv=True, gemv_config=TILES, one_row_prenorm=prenorm)
+        m = km.PackedModel(w, kv, opts)
+        h = rand(1, CFG.hidden_size, dtype=dtype, seed=10)
+        plane, pos = torch.tensor([5]), torch.tensor([9])
+        outs.append(m.recurrent_call(h, pos, plane, torch.arange(1), plane, 1))
+        kvs.append((kv.k.clone(), kv.v.clone()))
+    assert rel(outs[0], outs[1]) < TOL[dtype] / 10
     for a, b in zip(kvs[0], kvs[1]):
         assert rel(a, b) < TOL[dtype] / 10
 
