@@ -379,6 +379,11 @@ CATALOGUE = [
     ("environment", "LOOPSPEC_PDL not 0/1", lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_PDL": "on"})),
     (
         "environment",
+        "LOOPSPEC_ONE_ROW_PRENORM not 0/1",
+        lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_ONE_ROW_PRENORM": "yes"}),
+    ),
+    (
+        "environment",
         "LOOPSPEC_ATTN_EARLY_ROWS 17",
         lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_ATTN_EARLY_ROWS": "17"}),
     ),
