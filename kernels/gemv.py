@@ -142,7 +142,7 @@ def gemv(
         BLOCK_K=BK,
         SPLIT=split,
         KS=ks * BK,
-        PF=_pf_bytes(pf, ks * BK, w),
+        PF=_pf_bytes(pf, K - (split - 1) * ks * BK, w),  # at most the last part's K: no prefetch past a row
         num_warps=nw,
         num_stages=ns,
         **launch_options(pdl),
