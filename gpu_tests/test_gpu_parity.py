@@ -281,10 +281,12 @@ def test_one_row_calls_take_the_gemv_path(preset, monkeypatch):
 
 @pytest.mark.parametrize("preset", ["tiny", "small"])
 def test_split_k_products_are_judged(preset, monkeypatch):
-    """o and down split along K (a GEMV tile config's sixth entry) on both GEMV paths, the partials
-    added up by the kernel after each: rounds of both modes judged against the reference and
-    against the same session's unsplit tiles. (The default tiles split at the ouro-1.4b shape only:
-    at tiny and small o and down have one K tile of 256, so this test asks for 16-wide tiles.)"""
+    """Every product split along K (a GEMV tile config's sixth entry) on both GEMV paths: o's and
+    down's partials added up by the kernel after each, qkv's and gate_up's by each column block's
+    last program to arrive, which runs the epilogue (gemv_blocks._arrive). Rounds of both modes,
+    eager and graphed, judged against the reference and against the same session's unsplit tiles;
+    the arrival counters are left at zero. (At tiny and small the products have one or a few K
+    tiles of 256, so this test asks for narrow K tiles.)"""
     import kernels.gemv as kg
 
     bk = backend()
@@ -296,6 +298,10 @@ def test_split_k_products_are_judged(preset, monkeypatch):
         "down/16": (16, 16, 2, 4, 1, 4),
         "o": (2, 16, 4, 3, 1, 2),
         "down": (2, 16, 4, 3, 1, 2),
+        "qkv/16": (32, 32, 4, 3, 1, 4),
+        "gate_up/16": (32, 32, 4, 3, 0, 2),
+        "qkv": (2, 32, 4, 2, 1, 2),
+        "gate_up": (2, 32, 4, 2, 1, 3),
     }
     split = dataclasses.replace(bk.kernel_options, gemv_config=tiles)
     parts = []  # (rows, parts) of each o and down product: 1 part where it is not split
@@ -316,6 +322,9 @@ def test_split_k_products_are_judged(preset, monkeypatch):
         assert any(r == 1 and p > 1 for r, p in parts) and any(r > 1 and p > 1 for r, p in parts), parts
         judged(judge_run(m, c, mode, got), got, m)
         judged(run_scenario(bk, m, c, mode, graphs="off"), got, m, both_noisy=True)
+        graphed = run_scenario(bk, m, c, mode, kernel_options=split, submit_ahead=True)
+        judged(judge_run(m, c, mode, graphed), graphed, m)
+    assert kg._COUNTS and not any(bool(b.any()) for b in kg._COUNTS.values())
 
 
 def test_one_row_prenorm_is_judged():

@@ -106,6 +106,45 @@ def _pf_bytes(prefetch: int, span: int, w: torch.Tensor) -> int:
     return min(prefetch, span) * w.element_size() // 16 * 16
 
 
+def _split(K: int, BK: int, split: int) -> tuple[int, int]:
+    """(S, KS): split-K into S parts of KS columns (whole K tiles; the last part may hang over
+    K, masked), S the largest divisor of the K tiles that is at most `split`; (1, K's tiles)
+    without split."""
+    tiles = triton.cdiv(K, BK)
+    s = max(s for s in range(1, split + 1) if tiles % s == 0)
+    return s, tiles // s * BK
+
+
+COUNTERS = 1 << 15  # column blocks one split-K launch of qkv or gate_up may have
+_COUNTS: dict = {}  # device -> int32 arrival counters of qkv's and gate_up's split-K, zero between launches
+
+
+def _counters(device: torch.device, name: str, n: int) -> torch.Tensor:
+    """n zeroed int32 arrival counters of `name`'s split-K launches (gemv_blocks._arrive): one
+    buffer per device for the process's life (graphs keep its address), qkv's half apart from
+    gate_up's. Launches on a device run in one stream's order (the engine's calls and their
+    graphs), each waiting for the one before (PDL included), and each leaves its counters at zero.
+    Made outside a graph capture (a call's warm-up runs eagerly first)."""
+    assert n <= COUNTERS, (n, COUNTERS)
+    device = torch.device(device)
+    buf = _COUNTS.get(device)
+    if buf is None:
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        assert not capturing, "split-K counters must be made before a graph capture (run the call once eagerly)"
+        buf = _COUNTS[device] = torch.zeros(2 * COUNTERS, dtype=torch.int32, device=device)
+    return buf[COUNTERS:] if name == "gate_up" else buf[:COUNTERS]
+
+
+def _split_args(name: str, K: int, BM: int, BK: int, split: int, n_blocks: int, n_cols: int, like) -> dict:
+    """The split-K keywords of qkv's or gate_up's kernel: FP32 partials WS [S, BM, n_cols] and the
+    arrival counters, with the epilogue run by each column block's last program (S >= 2)."""
+    S, KS = _split(K, BK, split)
+    if S == 1:
+        return {"SPLIT": 1, "KS": KS}
+    ws = torch.empty(S, BM, n_cols, device=like.device, dtype=torch.float32)
+    return {"WS": ws, "Count": _counters(like.device, name, n_blocks), "SPLIT": S, "KS": KS}
+
+
 def _stats_k(K: int, BM: int, BK: int) -> int:
     """Chunk of the norm-statistics loops: the K tile for one row; for 16 rows a wider one
     (the statistics loop runs before the first product, so fewer, wider steps)."""
@@ -120,10 +159,7 @@ def gemv(
     qkv_rope_kv, gate_up_silu and residual_norm take as their y (`y_parts`)."""
     M, (N, K) = _rows(x), w.shape
     BM, BN, BK, nw, ns, peel, split, pf = _config(name, M, config)
-    assert split == 1 or name in ("o", "down"), f"split-K is for o and down only, not {name}"
-    tiles = triton.cdiv(K, BK)
-    split = max(s for s in range(1, split + 1) if tiles % s == 0)  # at most `split`, a divisor of the K tiles
-    ks = tiles // split  # K tiles per split
+    split, ks = _split(K, BK, split)
     if split > 1:
         out = torch.empty(M, split, N, device=x.device, dtype=torch.float32)
     else:
@@ -141,8 +177,8 @@ def gemv(
         BLOCK_N=BN,
         BLOCK_K=BK,
         SPLIT=split,
-        KS=ks * BK,
-        PF=_pf_bytes(pf, K - (split - 1) * ks * BK, w),  # at most the last part's K: no prefetch past a row
+        KS=ks,
+        PF=_pf_bytes(pf, K - (split - 1) * ks, w),  # at most the last part's K: no prefetch past a row
         num_warps=nw,
         num_stages=ns,
         **launch_options(pdl),
@@ -191,7 +227,6 @@ def qkv_rope_kv(
     M, H = _rows(h), h.shape[1]
     assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
     BM, BN, BK, nw, ns, peel, split, pf = _config("qkv", M, config)
-    assert split == 1, "split-K is for o and down only (gemv), not qkv"
     has_y = y_parts(y_prev, h)
     q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
     grid = (triton.cdiv((nh + 2 * nkv) * hd // 2, BN),)
@@ -202,7 +237,8 @@ def qkv_rope_kv(
     else:  # small M: normed once per call, not once per program
         x, r = _prenorm(h, y_prev, n_prev, n_in, eps, pdl)
         args = (x, x, n_in, n_in, r)
-    _qkv_kernel[grid](
+    sp = _split_args("qkv", H, BM, BK, split, grid[0], qkv.shape[0], h)
+    _qkv_kernel[(grid[0], sp["SPLIT"])](
         *args,
         qkv,
         q,
@@ -223,11 +259,12 @@ def qkv_rope_kv(
         NORMED=normed,
         PDL=pdl,
         PEEL=peel,
-        PF=_pf_bytes(pf, H, qkv),
+        PF=_pf_bytes(pf, H - (sp["SPLIT"] - 1) * sp["KS"], qkv),
         BLOCK_M=BM,
         BLOCK_N=BN,
         BLOCK_K=BK,
         STATS_K=_stats_k(H, BM, BK),
+        **sp,
         num_warps=nw,
         num_stages=ns,
         **launch_options(pdl),
@@ -244,7 +281,6 @@ def gate_up_silu(
     M, H = _rows(r), r.shape[1]
     I = gate_up.shape[0] // 2
     BM, BN, BK, nw, ns, peel, split, pf = _config("gate_up", M, config)
-    assert split == 1, "split-K is for o and down only (gemv), not gate_up"
     act = torch.empty(M, I, device=r.device, dtype=r.dtype)
     normed = BM > 1 or prenorm
     if not normed:  # one row: each program norms its input itself
@@ -253,7 +289,9 @@ def gate_up_silu(
     else:  # small M: normed once per call, not once per program
         x, r2 = _prenorm(r, y, n_attn_out, n_post, eps, pdl)
         args = (x, x, n_post, n_post, r2)
-    _gate_up_kernel[(triton.cdiv(I, BN),)](
+    n_blocks = triton.cdiv(I, BN)
+    sp = _split_args("gate_up", H, BM, BK, split, n_blocks, 2 * I, r)
+    _gate_up_kernel[(n_blocks, sp["SPLIT"])](
         *args,
         gate_up,
         act,
@@ -265,11 +303,12 @@ def gate_up_silu(
         NORMED=normed,
         PDL=pdl,
         PEEL=peel,
-        PF=_pf_bytes(pf, H, gate_up),
+        PF=_pf_bytes(pf, H - (sp["SPLIT"] - 1) * sp["KS"], gate_up),
         BLOCK_M=BM,
         BLOCK_N=BN,
         BLOCK_K=BK,
         STATS_K=_stats_k(H, BM, BK),
+        **sp,
         num_warps=nw,
         num_stages=ns,
         **launch_options(pdl),

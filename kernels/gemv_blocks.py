@@ -276,3 +276,28 @@ if triton is not None:
         k = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(X + m[:, None] * K + k[None, :], mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :], other=0.0)
         return x.to(tl.float32)
+
+    @triton.jit
+    def _arrive(WS, Count, acc_a, acc_b, col_a, col_b, ok, NC, BLOCK_M: tl.constexpr, SPLIT: tl.constexpr):
+        """Split-K with the epilogue in the finishing program: store this program's FP32 partials
+        acc_a, acc_b [BLOCK_M, BLOCK_N] at columns col_a, col_b of part s = program_id(1) of
+        WS [SPLIT, BLOCK_M, NC], then count the arrival at Count (one int32 per column block, zero
+        before the launch). True for the block's last program to arrive: the acquire makes every
+        part's partials visible to it; it resets the counter."""
+        m = tl.arange(0, BLOCK_M)[:, None]
+        row = WS + tl.program_id(1) * (BLOCK_M * NC) + m * NC
+        tl.store(row + col_a[None, :], acc_a, mask=ok[None, :])
+        tl.store(row + col_b[None, :], acc_b, mask=ok[None, :])
+        tl.debug_barrier()  # every thread's stores issued before the release below
+        return tl.atomic_add(Count, 1, sem="acq_rel", scope="gpu") == SPLIT - 1
+
+    @triton.jit
+    def _part_sum(WS, col, ok, NC, BLOCK_M: tl.constexpr, SPLIT: tl.constexpr):
+        """Columns col of WS [SPLIT, BLOCK_M, NC] summed over the parts in part order (the same
+        sum whichever program arrives last) -> [BLOCK_M, BLOCK_N] FP32; loads from L2 (.cg)."""
+        m = tl.arange(0, BLOCK_M)[:, None]
+        p = WS + m * NC + col[None, :]
+        y = tl.load(p, mask=ok[None, :], other=0.0, cache_modifier=".cg")
+        for s in tl.static_range(1, SPLIT):
+            y += tl.load(p + s * (BLOCK_M * NC), mask=ok[None, :], other=0.0, cache_modifier=".cg")
+        return y

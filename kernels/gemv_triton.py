@@ -11,12 +11,14 @@ if triton is not None:
     from .gemv_blocks import (
         _cast,
         _dot_rows,
+        _arrive,
         _dot_w,
         _input_chunk,
         _k_ok,
         _l2_prefetch,
         _norm_stats,
         _normed_chunk,
+        _part_sum,
         _rnd,
         _w_tile,
         _x_chunk,
@@ -119,32 +121,76 @@ if triton is not None:
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
         STATS_K: tl.constexpr,
+        WS=None,
+        Count=None,
+        SPLIT: tl.constexpr = 1,
+        KS: tl.constexpr = 0,  # K columns per program (K without split), a multiple of BLOCK_K
     ):
         # program's columns: pairs (c, c + HD/2) of one head, c = head*HD + d, d < HD/2, so
-        # RoPE's rotate_half partner is computed by the same program
-        DT: tl.constexpr = H.dtype.element_ty
+        # RoPE's rotate_half partner is computed by the same program. SPLIT = S >= 2 (split-K,
+        # normed input only): program (pid, s) sums K columns s*KS.. into FP32 partials
+        # WS [S, BLOCK_M, N]; the last of a column block's S programs to finish adds them up
+        # (gemv_blocks._arrive, _part_sum) and runs the epilogue
         HALF: tl.constexpr = HD // 2
         pid = tl.program_id(0)
         j = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # pair index
         d = j % HALF
         lo = (j // HALF) * HD + d  # qkv output column, first half
         n_ok = j < (NH + 2 * NKV) * HALF
+        k_lo = 0
+        if SPLIT > 1:
+            k_lo = tl.program_id(1) * KS
         acc_lo = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_hi = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        _l2_prefetch(W, pid * BLOCK_N, (NH + 2 * NKV) * HALF, 0, K, BLOCK_N, HALF, HD, PF)
-        _l2_prefetch(W + HALF * K, pid * BLOCK_N, (NH + 2 * NKV) * HALF, 0, K, BLOCK_N, HALF, HD, PF)
+        _l2_prefetch(W, pid * BLOCK_N, (NH + 2 * NKV) * HALF, k_lo, K, BLOCK_N, HALF, HD, PF)
+        _l2_prefetch(W + HALF * K, pid * BLOCK_N, (NH + 2 * NKV) * HALF, k_lo, K, BLOCK_N, HALF, HD, PF)
         if PEEL:  # the first K tile's weights before the PDL wait
-            w_lo, w_hi = _w_tile(W, lo, n_ok, 0, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, 0, K, BLOCK_K)
+            w_lo, w_hi = _w_tile(W, lo, n_ok, k_lo, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, k_lo, K, BLOCK_K)
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
         if PEEL:
-            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, 0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
+            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k_lo, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_lo = _dot_w(acc_lo, x, w_lo, BLOCK_M)
             acc_hi = _dot_w(acc_hi, x, w_hi, BLOCK_M)
-        for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
+        for t in range(PEEL * BLOCK_K, KS, BLOCK_K):  # KS: K columns per program (K without split)
+            k0 = k_lo + t
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_lo = _dot_rows(acc_lo, x, W, lo, n_ok, k0, K, BLOCK_M, BLOCK_K)
             acc_hi = _dot_rows(acc_hi, x, W, lo + HALF, n_ok, k0, K, BLOCK_M, BLOCK_K)
+        if SPLIT > 1:
+            NC: tl.constexpr = (NH + 2 * NKV) * HD
+            if _arrive(WS, Count + pid, acc_lo, acc_hi, lo, lo + HALF, n_ok, NC, BLOCK_M, SPLIT):
+                acc_lo = _part_sum(WS, lo, n_ok, NC, BLOCK_M, SPLIT)
+                acc_hi = _part_sum(WS, lo + HALF, n_ok, NC, BLOCK_M, SPLIT)
+                tl.store(Count + pid, 0)  # for the next launch
+                _qkv_out(acc_lo, acc_hi, lo, d, n_ok, Q, Kc, Vc, Cos, Sin, pos_ptr, plane_ptr, M, max_len, NH, NKV, HD)
+        else:
+            _qkv_out(acc_lo, acc_hi, lo, d, n_ok, Q, Kc, Vc, Cos, Sin, pos_ptr, plane_ptr, M, max_len, NH, NKV, HD)
+
+    @triton.jit
+    def _qkv_out(
+        acc_lo,
+        acc_hi,
+        lo,
+        d,
+        n_ok,
+        Q,
+        Kc,
+        Vc,
+        Cos,
+        Sin,
+        pos_ptr,
+        plane_ptr,
+        M,
+        max_len,
+        NH: tl.constexpr,
+        NKV: tl.constexpr,
+        HD: tl.constexpr,
+    ):
+        # qkv's epilogue: the column pairs' sums acc_lo, acc_hi [BLOCK_M, BLOCK_N] (FP32)
+        DT: tl.constexpr = Q.dtype.element_ty
+        BLOCK_M: tl.constexpr = acc_lo.shape[0]
+        HALF: tl.constexpr = HD // 2
         # RoPE on q and k: (lo, hi) -> (lo*cos - hi*sin, hi*cos + lo*sin), each product rounded
         m = tl.arange(0, BLOCK_M)
         m_ok = m < M
@@ -199,30 +245,51 @@ if triton is not None:
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
         STATS_K: tl.constexpr,
+        WS=None,
+        Count=None,
+        SPLIT: tl.constexpr = 1,
+        KS: tl.constexpr = 0,  # K columns per program (K without split), a multiple of BLOCK_K
     ):
-        # program's columns: gate rows j and up rows I + j of W [2I, K]
-        DT: tl.constexpr = H.dtype.element_ty
+        # program's columns: gate rows j and up rows I + j of W [2I, K]; SPLIT as in _qkv_kernel
+        # (partials WS [S, BLOCK_M, 2I])
         pid = tl.program_id(0)
         j = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         j_ok = j < I
+        k_lo = 0
+        if SPLIT > 1:
+            k_lo = tl.program_id(1) * KS
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        _l2_prefetch(W, pid * BLOCK_N, I, 0, K, BLOCK_N, 1, 1, PF)
-        _l2_prefetch(W + I * K, pid * BLOCK_N, I, 0, K, BLOCK_N, 1, 1, PF)
+        _l2_prefetch(W, pid * BLOCK_N, I, k_lo, K, BLOCK_N, 1, 1, PF)
+        _l2_prefetch(W + I * K, pid * BLOCK_N, I, k_lo, K, BLOCK_N, 1, 1, PF)
         if PEEL:  # the first K tile's weights before the PDL wait
-            w_g, w_u = _w_tile(W, j, j_ok, 0, K, BLOCK_K), _w_tile(W, I + j, j_ok, 0, K, BLOCK_K)
+            w_g, w_u = _w_tile(W, j, j_ok, k_lo, K, BLOCK_K), _w_tile(W, I + j, j_ok, k_lo, K, BLOCK_K)
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
         # The same two-accumulator K loop as qkv_rope_kv's (deliberately written out in each
         # kernel: Triton inlines it either way, and each pairs its columns differently).
         if PEEL:
-            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, 0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
+            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k_lo, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_g = _dot_w(acc_g, x, w_g, BLOCK_M)
             acc_u = _dot_w(acc_u, x, w_u, BLOCK_M)
-        for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
+        for t in range(PEEL * BLOCK_K, KS, BLOCK_K):
+            k0 = k_lo + t
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_g = _dot_rows(acc_g, x, W, j, j_ok, k0, K, BLOCK_M, BLOCK_K)
             acc_u = _dot_rows(acc_u, x, W, I + j, j_ok, k0, K, BLOCK_M, BLOCK_K)
+        if SPLIT > 1:
+            if _arrive(WS, Count + pid, acc_g, acc_u, j, I + j, j_ok, 2 * I, BLOCK_M, SPLIT):
+                acc_g = _part_sum(WS, j, j_ok, 2 * I, BLOCK_M, SPLIT)
+                acc_u = _part_sum(WS, I + j, j_ok, 2 * I, BLOCK_M, SPLIT)
+                tl.store(Count + pid, 0)  # for the next launch
+                _silu_out(acc_g, acc_u, j, j_ok, Act, M, I, BLOCK_M)
+        else:
+            _silu_out(acc_g, acc_u, j, j_ok, Act, M, I, BLOCK_M)
+
+    @triton.jit
+    def _silu_out(acc_g, acc_u, j, j_ok, Act, M, I, BLOCK_M: tl.constexpr):
+        # gate_up's epilogue: act = silu(g) * u from the sums acc_g, acc_u [BLOCK_M, BLOCK_N] (FP32)
+        DT: tl.constexpr = Act.dtype.element_ty
         g, u = _rnd(acc_g, DT), _rnd(acc_u, DT)  # GEMM outputs
         act = _rnd(g / (1.0 + tl.exp(-g)), DT) * u  # F.silu in the model dtype, then * up
         m = tl.arange(0, BLOCK_M)

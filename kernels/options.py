@@ -79,7 +79,9 @@ GEMV_MAX_ROWS = 16
 # Attention's older keys loaded before the PDL wait, in calls of up to this many rows: paired on the
 # H200 at ouro-1.4b, c(1) 3.2-4.8% less, c(2) 0.2-1.0% less, c(4..16) 4-10% more (docs/results.md, 2026-12-04).
 ATTN_EARLY_ROWS = 2
-SPLIT_K = ("o", "down")  # the products a GEMV tile config may split along K (kernels/gemv.py)
+# the GEMV paths' products: a tile config's keys are these (one row) and name + "/16" (2..16 rows)
+GEMV_KERNELS = ("qkv", "o", "gate_up", "down")
+GEMV_KEYS = (*GEMV_KERNELS, *(f"{k}/16" for k in GEMV_KERNELS))
 # The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
 SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl"))  # "0" or "1"
 CHOICES = {
@@ -114,10 +116,11 @@ def check_env(env=os.environ) -> None:
                     f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has tiles {tiles}; expected "
                     f"integers {form}, each >= 1 (peel, prefetch >= 0)"
                 )
-            if len(tiles) >= 6 and (tiles[5] < 1 or (tiles[5] > 1 and name.split("/")[0] not in SPLIT_K)):
+            if len(tiles) >= 6 and tiles[5] < 1:
+                raise OracleError(f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has split {tiles[5]}; expected >= 1")
+            if name not in GEMV_KEYS:
                 raise OracleError(
-                    f"LOOPSPEC_GEMV_CONFIG={path}: kernel {name!r} has split {tiles[5]}; split-K (>= 1) is "
-                    f"for {', '.join(SPLIT_K)} only (their next kernel adds the partials up)"
+                    f"LOOPSPEC_GEMV_CONFIG={path}: unknown kernel {name!r}; expected one of {', '.join(GEMV_KEYS)}"
                 )
 
 
@@ -159,9 +162,10 @@ class KernelOptions:
             if getattr(self, name) not in (None, True, False):
                 raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
         object.__setattr__(self, "gemv_config", {k: tuple(v) for k, v in dict(self.gemv_config).items()})
-        for name, tiles in self.gemv_config.items():
-            if len(tiles) >= 6 and tiles[5] != 1 and name.split("/")[0] not in SPLIT_K:
-                raise OracleError(f"KernelOptions.gemv_config[{name!r}]: split-K is for {', '.join(SPLIT_K)} only")
+        for name in self.gemv_config:
+            if name not in GEMV_KEYS:
+                known = ", ".join(GEMV_KEYS)
+                raise OracleError(f"KernelOptions.gemv_config: unknown kernel {name!r}; expected one of {known}")
         parse_fault(self.fault)
 
     @classmethod

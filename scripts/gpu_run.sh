@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|splitqg|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -195,6 +195,38 @@ import glob, json, os, sys
 runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*_*.json"))}
 cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*.cfg"))}
 json.dump({"configs": cfgs, "trigger_start": ["D", "E"], "attn_early_rows": {"G": 16, "H": 2, "R": 2, "others": 0}, "one_row_prenorm": ["R"], "runs": runs}, open(sys.argv[1], "w"), indent=1)
+PY
+  ;;
+splitqg)  # split-K of qkv and gate_up, the epilogue run by each column block's last program to arrive: first
+          # the gpu test (TESTS), then c(M) of arms (ARMS) each in turn, twice, separate processes, one JSON.
+          # A: default; B / C: qkv/16 split 2 / 4; D: gate_up/16 split 2; E: B + D; F: qkv/16 at BLOCK_N 64
+          # split 4; G: gate_up/16 at BLOCK_N 64 split 4; H: one-row qkv and gate_up at BLOCK_K 1024 split 2
+  mkdir -p /tmp/sq
+  python3 - <<'PY'
+import json
+q2, q4, g2 = [32, 256, 4, 3, 1, 2], [32, 256, 4, 3, 1, 4], [32, 128, 4, 4, 1, 2]
+arms = {"B": {"qkv/16": q2}, "C": {"qkv/16": q4}, "D": {"gate_up/16": g2}, "E": {"qkv/16": q2, "gate_up/16": g2},
+        "F": {"qkv/16": [64, 256, 4, 3, 1, 4]}, "G": {"gate_up/16": [64, 128, 4, 4, 1, 4]},
+        "H": {"qkv": [2, 1024, 4, 2, 1, 2], "gate_up": [2, 1024, 4, 2, 1, 2]}}
+for arm, cfg in arms.items():
+    json.dump(cfg, open(f"/tmp/sq/{arm}.cfg", "w"))
+PY
+  if [ -z "${NO_CHECK:-}" ]; then
+    HYPOTHESIS_PROFILE=ci timeout 240 python3 -m pytest -q -m gpu gpu_tests -k "${TESTS:-split_k}" -p no:cacheprovider \
+      2>&1 | tee "$OUT/splitqg_test.log" | tail -3
+  fi
+  for arm in ${ARMS:-A B C D E F G H} ${ARMS:-A B C D E F G H}; do
+    n=$(ls /tmp/sq/${arm}_*.json 2>/dev/null | wc -l)
+    cfg=$([ -f /tmp/sq/$arm.cfg ] && echo "/tmp/sq/$arm.cfg")
+    LOOPSPEC_GEMV_CONFIG=$cfg timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
+      --context 256 -q --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/sq/${arm}_$n.json" 2>&1 | tail -3
+    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/sq/${arm}_$n.json"
+  done
+  python3 - "$OUT/splitqg.json" <<'PY'
+import glob, json, os, sys
+runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/sq/*_*.json"))}
+cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/sq/*.cfg"))}
+json.dump({"configs": cfgs, "runs": runs}, open(sys.argv[1], "w"), indent=1)
 PY
   ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay

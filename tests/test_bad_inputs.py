@@ -430,10 +430,10 @@ CATALOGUE = [
     ),
     (
         "environment",
-        "LOOPSPEC_GEMV_CONFIG split-K of qkv",
+        "LOOPSPEC_GEMV_CONFIG unknown kernel",
         lambda f: (
             ["bench", "c-table"],
-            {"LOOPSPEC_GEMV_CONFIG": f.text("gk.json", {"qkv/16": [32, 256, 4, 3, 1, 2]})},
+            {"LOOPSPEC_GEMV_CONFIG": f.text("gk.json", {"qkv/8": [32, 256, 4, 3, 1, 2]})},
         ),
     ),
     (

@@ -51,13 +51,19 @@ TILES = {
     "down/16": (32, 64, 4),
     "gate_up/16": (32, 32, 4),
 }
-# split-K (BLOCK_N, BLOCK_K, warps, stages, peel, split) of o (K=64) and down (K=96) in the
-# recurrent calls, with and without the peel, one and more tiles per split
+# split-K (BLOCK_N, BLOCK_K, warps, stages, peel, split) of every product (qkv, o and gate_up at
+# K=64, down at K=96) in the recurrent calls, with and without the peel, one and more tiles per
+# split (one-row qkv asks for 3 of its 4 K tiles: 2 parts); qkv's and gate_up's epilogues run in
+# each column block's last program to arrive (gemv_blocks._arrive)
 SPLIT = TILES | {
     "o": (32, 16, 4, 3, 1, 2),
     "down": (32, 32, 4, 3, 0, 3),
     "o/16": (16, 16, 4, 3, 1, 4),
     "down/16": (32, 16, 4, 3, 1, 2),
+    "qkv": (64, 16, 4, 3, 0, 3),
+    "gate_up": (64, 32, 4, 3, 1, 2),
+    "qkv/16": (16, 16, 4, 3, 1, 4),
+    "gate_up/16": (32, 16, 4, 3, 0, 2),
 }
 
 
@@ -148,8 +154,6 @@ def test_split_k_takes_the_largest_divisor_of_the_k_tiles():
         parts = G.gemv(x, w, "o", {"o/16": (16, 32, 4, 3, 1, asked)})
         assert parts.shape == ((4, 8) if taken == 1 else (4, taken, 8))
         assert torch.equal(parts if taken == 1 else parts.sum(1), x @ w.T)
-    with pytest.raises(AssertionError, match="split-K is for o and down only"):
-        G.gemv(x, w, "qkv", {"qkv/16": (16, 32, 4, 3, 1, 2)})
     # the seventh entry, an L2 prefetch (a hint; skipped by the interpreter): the same products
     assert torch.equal(G.gemv(x, w, "o", {"o/16": (16, 32, 4, 3, 1, 3, 64)}).sum(1), x @ w.T)
 
@@ -290,6 +294,8 @@ def test_recurrent_call(dtype, M, tiles, monkeypatch):
         kvs.append((kv.k.clone(), kv.v.clone()))
     assert outs[0].shape == (M, CFG.hidden_size) and outs[0].dtype == dtype
     assert rel(outs[0], outs[1]) < TOL[dtype]
+    if tiles == "split":  # qkv's and gate_up's arrival counters were used, and left at zero
+        assert G._COUNTS and not any(bool(b.any()) for b in G._COUNTS.values())
     for a, b in zip(kvs[0], kvs[1]):
         assert rel(a, b) < TOL[dtype] / 10
 

@@ -740,8 +740,9 @@ def test_gemv_tile_configs_in_every_accepted_form():
     assert _config("down", 2, {"down/16": [16, 64, 4, 2, 1, 4]}) == (16, 16, 64, 4, 2, True, 4, 0)
     assert _config("qkv", 2, {"qkv/16": [32, 256, 4, 3, 1, 1, 512]}) == (16, 32, 256, 4, 3, True, 1, 512)
     assert _config("o", 2, {"o": [8, 64, 4, 2, 0]}) == (16, *SMALL_M_TILES["o"], 0)  # a one-row key: not for 2 rows
-    with pytest.raises(OracleError, match="split-K is for o, down only"):
-        KernelOptions(gemv_config={"gate_up/16": [16, 64, 4, 2, 1, 2]})
+    assert KernelOptions(gemv_config={"gate_up/16": [16, 64, 4, 2, 1, 2]}).gemv_config["gate_up/16"][5] == 2
+    with pytest.raises(OracleError, match="unknown kernel 'gate_up/8'"):
+        KernelOptions(gemv_config={"gate_up/8": [16, 64, 4, 2, 1, 2]})
     w = torch.zeros(4, 2048, dtype=torch.bfloat16)
     # prefetch bytes: at most the program's span of K, in whole 16-byte units
     assert (_pf_bytes(0, 1024, w), _pf_bytes(100, 1024, w), _pf_bytes(4096, 1024, w)) == (0, 192, 2048)
