@@ -298,10 +298,10 @@ def test_split_k_products_are_judged(preset, monkeypatch):
         "down/16": (16, 16, 2, 4, 1, 4),
         "o": (2, 16, 4, 3, 1, 2),
         "down": (2, 16, 4, 3, 1, 2),
-        "qkv/16": (32, 32, 4, 3, 1, 4),
-        "gate_up/16": (32, 32, 4, 3, 0, 2),
-        "qkv": (2, 32, 4, 2, 1, 2),
-        "gate_up": (2, 32, 4, 2, 1, 3),
+        "qkv/16": (32, 16, 4, 3, 1, 4),
+        "gate_up/16": (32, 16, 4, 3, 0, 2),
+        "qkv": (2, 16, 4, 2, 1, 2),
+        "gate_up": (2, 16, 4, 2, 1, 3),
     }
     split = dataclasses.replace(bk.kernel_options, gemv_config=tiles)
     parts = []  # (rows, parts) of each o and down product: 1 part where it is not split
@@ -327,14 +327,16 @@ def test_split_k_products_are_judged(preset, monkeypatch):
     assert kg._COUNTS and not any(bool(b.any()) for b in kg._COUNTS.values())
 
 
-def test_one_row_prenorm_is_judged():
-    """KernelOptions.one_row_prenorm (one-row calls norm qkv's and gate_up's input in one kernel
-    each): rounds of both modes judged against the reference and against the default kernels."""
+@pytest.mark.parametrize("norm_rows", [0, 16])
+def test_program_norm_rows_is_judged(norm_rows):
+    """KernelOptions.program_norm_rows: every call norms qkv's and gate_up's input in one kernel
+    each (0), or every call of up to 16 rows in every program (16): rounds of both modes judged
+    against the reference and against the default kernels."""
     bk = backend()
     if not str(bk.device).startswith("cuda") or not bk.kernel_options.resolve(bk.device)[0]:
         pytest.skip("the gemv path is CUDA-only and on by default")
     m = model("small")
-    opts = dataclasses.replace(bk.kernel_options, one_row_prenorm=True)
+    opts = dataclasses.replace(bk.kernel_options, program_norm_rows=norm_rows)
     c = Case(
         "prenorm", [[3, 1, 4, 1, 5], [2, 7], [1], [8, 2, 8]], [SP()] * 4, [{0: 3, 1: 2, 2: 4, 3: 1}, {0: 2, 2: 1}], 2, 4
     )

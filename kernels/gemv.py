@@ -21,8 +21,10 @@ few KB from L2) instead of waiting on another kernel; program 0 alone stores the
 residual. 2..16 rows (the small-M path): rows padded to 16, one tensor-core product per
 weight tile, and the norm before qkv and before gate_up is one `_prenorm_kernel` launch
 per call (recomputing 16 rows' statistics in each of hundreds of programs cost more than
-the product: docs/results.md). There o and down split K in two (SMALL_M_TILES' sixth entry):
-twice the programs, each writing FP32 partial sums [M, 2, N] that the next norm kernel adds
+the product: docs/results.md). KernelOptions.program_norm_rows moves that line (the
+launchers' `program_norm_rows`: calls of up to that many rows norm in every program).
+There o and down split K in two (SMALL_M_TILES' sixth entry): twice the programs, each
+writing FP32 partial sums [M, 2, N] that the next norm kernel adds
 up and rounds as the product's output (gemv_blocks._y_tile); no launch is added. Rounding follows the
 torch path in the model dtype: every torch op that yields a model-dtype tensor is
 rounded here too (norm before and after the weight, residual adds, GEMM outputs, RoPE
@@ -216,25 +218,26 @@ def qkv_rope_kv(
     eps: float,
     config: dict | None = None,
     pdl: bool = False,
-    prenorm: bool = False,
+    program_norm_rows: int = 1,
 ):
     """h [M, H] residual in (with y_prev [M, H] (or split-K partials, `gemv`) and n_prev [H] of the previous layer, or
     None, None for the first layer): r = h + rms_norm(y_prev, n_prev), x = rms_norm(r, n_in),
     q, k, v = x @ qkv.T; RoPE (cos, sin [max_len, hd] tables, at positions pos [M]) on q, k.
     k, v go to k_layer, v_layer [P, max_len, nkv, hd] at (plane [M], pos [M]).
-    Returns q [M, nh, hd] and r [M, H] (h itself for the first layer). prenorm: a one-row call
-    norms its input in one `_prenorm_kernel` launch too, as 2..16 rows do."""
+    Returns q [M, nh, hd] and r [M, H] (h itself for the first layer). A call of up to
+    program_norm_rows rows norms its input in every program; a larger one in one `_prenorm_kernel`
+    launch first."""
     M, H = _rows(h), h.shape[1]
     assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
     BM, BN, BK, nw, ns, peel, split, pf = _config("qkv", M, config)
     has_y = y_parts(y_prev, h)
     q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
     grid = (triton.cdiv((nh + 2 * nkv) * hd // 2, BN),)
-    normed = BM > 1 or prenorm
-    if not normed:  # one row: each program norms its input itself
+    normed = M > program_norm_rows
+    if not normed:  # each program norms its input itself
         r = torch.empty_like(h) if has_y else h
         args = (h, y_prev if has_y else h, n_prev if has_y else n_in, n_in, r)
-    else:  # small M: normed once per call, not once per program
+    else:  # normed once per call, not once per program
         x, r = _prenorm(h, y_prev, n_prev, n_in, eps, pdl)
         args = (x, x, n_in, n_in, r)
     sp = _split_args("qkv", H, BM, BK, split, grid[0], qkv.shape[0], h)
@@ -273,20 +276,28 @@ def qkv_rope_kv(
 
 
 def gate_up_silu(
-    r, y, n_attn_out, n_post, gate_up, eps: float, config: dict | None = None, pdl: bool = False, prenorm: bool = False
+    r,
+    y,
+    n_attn_out,
+    n_post,
+    gate_up,
+    eps: float,
+    config: dict | None = None,
+    pdl: bool = False,
+    program_norm_rows: int = 1,
 ):
     """r, y [M, H] (or y as split-K partials, `gemv`) -> r2 = r + rms_norm(y, n_attn_out) [M, H] and
     act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first).
-    prenorm: as in qkv_rope_kv."""
+    program_norm_rows: as in qkv_rope_kv."""
     M, H = _rows(r), r.shape[1]
     I = gate_up.shape[0] // 2
     BM, BN, BK, nw, ns, peel, split, pf = _config("gate_up", M, config)
     act = torch.empty(M, I, device=r.device, dtype=r.dtype)
-    normed = BM > 1 or prenorm
-    if not normed:  # one row: each program norms its input itself
+    normed = M > program_norm_rows
+    if not normed:  # each program norms its input itself
         r2 = torch.empty_like(r)
         args = (r, y, n_attn_out, n_post, r2)
-    else:  # small M: normed once per call, not once per program
+    else:  # normed once per call, not once per program
         x, r2 = _prenorm(r, y, n_attn_out, n_post, eps, pdl)
         args = (x, x, n_post, n_post, r2)
     n_blocks = triton.cdiv(I, BN)

@@ -226,7 +226,7 @@ class PackedModel:
                 eps,
                 tiles,
                 pdl,
-                self.options.one_row_prenorm,
+                self.options.program_norm_rows,
             )
             if self.store_fault:
                 self._stored(l, plane * kv.max_len + pos)
@@ -236,7 +236,7 @@ class PackedModel:
             a = self._attended(l, a)
             y = gemv_kernels.gemv(a, L.o, "o", tiles, pdl)  # [M, H]
             h, act = gemv_kernels.gate_up_silu(
-                r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles, pdl, self.options.one_row_prenorm
+                r, y, L.n_attn_out, L.n_post, L.gate_up, eps, tiles, pdl, self.options.program_norm_rows
             )  # [M, H], [M, I]
             act = fp8(act) if self.fault == "fp8_act" else act
             y2, n_prev = gemv_kernels.gemv(act, L.down, "down", tiles, pdl), L.n_mlp_out  # [M, H]

@@ -23,9 +23,9 @@ Fields (None: on where available; True: on, False: off) and their variables:
     attn_early_rows  calls of up to this many rows (0..16) load the attention chunks     LOOPSPEC_ATTN_EARLY_ROWS
                      below every key the call writes on a row's plane before the PDL wait
                      (kernels/triton_attention.py); default 2, measured (ATTN_EARLY_ROWS)
-    one_row_prenorm  one-row calls norm the input of qkv and gate_up in one launch each LOOPSPEC_ONE_ROW_PRENORM
-                     (`_prenorm_kernel`, as 2..16 rows do), not in every program; "0" or
-                     "1", default 0
+    program_norm_rows calls of up to this many rows (0..16) norm the input of qkv and     LOOPSPEC_PROGRAM_NORM_ROWS
+                     gate_up in every program; larger calls in one `_prenorm_kernel` launch
+                     each; default 1, measured (PROGRAM_NORM_ROWS)
     pdl_trigger      "wait": a kernel lets its successor launch after its own PDL wait; "start":  LOOPSPEC_PDL_TRIGGER
                      before it (so a launch may run two kernels ahead; each still waits for its
                      predecessor's writes)
@@ -54,7 +54,7 @@ ENV = {
     "pdl": "LOOPSPEC_PDL",
     "pdl_trigger": "LOOPSPEC_PDL_TRIGGER",
     "attn_early_rows": "LOOPSPEC_ATTN_EARLY_ROWS",
-    "one_row_prenorm": "LOOPSPEC_ONE_ROW_PRENORM",
+    "program_norm_rows": "LOOPSPEC_PROGRAM_NORM_ROWS",
     "fault": "LOOPSPEC_FAULT",
 }
 # Deliberate kernel faults, for the judge's own tests (meta_tests/faulty_kernels.py, make gpu-parity):
@@ -79,6 +79,10 @@ GEMV_MAX_ROWS = 16
 # Attention's older keys loaded before the PDL wait, in calls of up to this many rows: paired on the
 # H200 at ouro-1.4b, c(1) 3.2-4.8% less, c(2) 0.2-1.0% less, c(4..16) 4-10% more (docs/results.md, 2026-12-04).
 ATTN_EARLY_ROWS = 2
+# Calls of up to this many rows norm qkv's and gate_up's input in every program (each recomputes its
+# rows' statistics), larger ones in one _prenorm_kernel launch each: one row in one launch took
+# 0.7-1.6% more (H200, ouro-1.4b; docs/results.md, 2026-12-04).
+PROGRAM_NORM_ROWS = 1
 # the GEMV paths' products: a tile config's keys are these (one row) and name + "/16" (2..16 rows)
 GEMV_KERNELS = ("qkv", "o", "gate_up", "down")
 GEMV_KEYS = (*GEMV_KERNELS, *(f"{k}/16" for k in GEMV_KERNELS))
@@ -89,7 +93,7 @@ CHOICES = {
     ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17)),
     ENV["pdl_trigger"]: PDL_TRIGGERS,
     ENV["attn_early_rows"]: tuple(str(m) for m in range(0, 17)),
-    ENV["one_row_prenorm"]: ("0", "1"),
+    ENV["program_norm_rows"]: tuple(str(m) for m in range(0, 17)),
 }
 
 
@@ -134,7 +138,7 @@ class KernelOptions:
     gemv_max_rows: int = GEMV_MAX_ROWS  # calls of up to this many rows take the GEMV path (1..16)
     pdl: bool | None = None  # programmatic dependent launch of the GEMV-path kernels (sm_90+)
     pdl_trigger: str = "wait"  # a kernel lets its successor launch after its PDL wait, or at its "start"
-    one_row_prenorm: bool = False  # one-row calls norm qkv's and gate_up's input in one kernel, not per program
+    program_norm_rows: int = PROGRAM_NORM_ROWS  # calls of <= this many rows norm qkv's, gate_up's input per program
     attn_early_rows: int = ATTN_EARLY_ROWS  # calls of <= this many rows load attention's older keys before the PDL wait
     fault: str = ""  # a deliberate fault: "attn_scale=1.01" | "rope_theta=1.01" | "input_layernorm.0=1.01"
 
@@ -153,11 +157,10 @@ class KernelOptions:
             or not 1 <= self.gemv_max_rows <= 16
         ):
             raise OracleError(f"KernelOptions.gemv_max_rows={self.gemv_max_rows!r}: expected an integer in 1..16")
-        if self.one_row_prenorm not in (True, False):
-            raise OracleError(f"KernelOptions.one_row_prenorm={self.one_row_prenorm!r}: expected True or False")
-        rows = self.attn_early_rows
-        if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows <= 16:
-            raise OracleError(f"KernelOptions.attn_early_rows={rows!r}: expected an integer in 0..16")
+        for name in ("attn_early_rows", "program_norm_rows"):
+            rows = getattr(self, name)
+            if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows <= 16:
+                raise OracleError(f"KernelOptions.{name}={rows!r}: expected an integer in 0..16")
         for name in ("gemv", "fuse", "triton_attn", "pdl"):
             if getattr(self, name) not in (None, True, False):
                 raise OracleError(f"KernelOptions.{name}={getattr(self, name)!r}: expected None, True or False")
@@ -177,9 +180,9 @@ class KernelOptions:
         kw = {name: False for name in ("gemv", "fuse", "triton_attn", "pdl") if env.get(ENV[name], "1") == "0"}
         kw["compile_dynamic"] = env.get(ENV["compile_dynamic"], "rows")
         kw["pdl_trigger"] = env.get(ENV["pdl_trigger"], "wait")
-        kw["one_row_prenorm"] = env.get(ENV["one_row_prenorm"], "0") == "1"
-        if env.get(ENV["attn_early_rows"]):
-            kw["attn_early_rows"] = int(env[ENV["attn_early_rows"]])
+        for name in ("attn_early_rows", "program_norm_rows"):
+            if env.get(ENV[name]):
+                kw[name] = int(env[ENV[name]])
         if env.get(ENV["gemv_max_rows"]):
             kw["gemv_max_rows"] = int(env[ENV["gemv_max_rows"]])
         kw["fault"] = env.get(ENV["fault"], "")

@@ -160,7 +160,8 @@ splitk)  # split-K of o and down on the small-M path: first `check --backend tor
 import glob, json, os, sys
 runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*_*.json"))}
 cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*.cfg"))}
-json.dump({"configs": cfgs, "runs": runs}, open(sys.argv[1], "w"), indent=1)
+json.dump({"configs": cfgs, "program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1}, "runs": runs},
+          open(sys.argv[1], "w"), indent=1)
 PY
   ;;
 prefetch)  # the L2 prefetch of each program's weight rows before the PDL wait (tile entry 7) and the PDL
@@ -168,7 +169,7 @@ prefetch)  # the L2 prefetch of each program's weight rows before the PDL wait (
            # twice, separate processes. A: default; B: whole slice prefetched; C: 1024 K elements (4 tiles of
            # the small-M path); D: trigger at start; E: D + B; F: B for qkv and gate_up only; G / H: attention's
            # older keys loaded before the PDL wait at M <= 16 / 2 (LOOPSPEC_ATTN_EARLY_ROWS; the rest: 0); R: H with
-           # LOOPSPEC_ONE_ROW_PRENORM=1; one JSON
+           # LOOPSPEC_PROGRAM_NORM_ROWS=0; one JSON
   mkdir -p /tmp/pf
   mk() { python3 -c "import json, sys; from kernels.gemv import ONE_ROW_TILES as O, SMALL_M_TILES as S
 t = {**O, **{k + '/16': v for k, v in S.items()}}
@@ -185,8 +186,8 @@ json.dump({k: [*map(int, t[k][:5]), t[k][5] if len(t[k]) > 5 else 1, int(sys.arg
     cfg=$([ -f /tmp/pf/$arm.cfg ] && echo "/tmp/pf/$arm.cfg")
     trig=$(case $arm in D|E) echo start ;; *) echo wait ;; esac)
     early=$(case $arm in G) echo 16 ;; H|R) echo 2 ;; *) echo 0 ;; esac)
-    pre=$(case $arm in R) echo 1 ;; *) echo 0 ;; esac)
-    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PDL_TRIGGER=$trig LOOPSPEC_ATTN_EARLY_ROWS=$early LOOPSPEC_ONE_ROW_PRENORM=$pre timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
+    pre=$(case $arm in R) echo 0 ;; *) echo 1 ;; esac)
+    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PDL_TRIGGER=$trig LOOPSPEC_ATTN_EARLY_ROWS=$early LOOPSPEC_PROGRAM_NORM_ROWS=$pre timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
       --context 256 -q --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/pf/${arm}_$n.json" 2>&1 | tail -3
     python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/pf/${arm}_$n.json"
   done
@@ -194,13 +195,15 @@ json.dump({k: [*map(int, t[k][:5]), t[k][5] if len(t[k]) > 5 else 1, int(sys.arg
 import glob, json, os, sys
 runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*_*.json"))}
 cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*.cfg"))}
-json.dump({"configs": cfgs, "trigger_start": ["D", "E"], "attn_early_rows": {"G": 16, "H": 2, "R": 2, "others": 0}, "one_row_prenorm": ["R"], "runs": runs}, open(sys.argv[1], "w"), indent=1)
+json.dump({"configs": cfgs, "trigger_start": ["D", "E"], "attn_early_rows": {"G": 16, "H": 2, "R": 2, "others": 0}, "program_norm_rows": {"R": 0, "others": 1}, "runs": runs}, open(sys.argv[1], "w"), indent=1)
 PY
   ;;
 splitqg)  # split-K of qkv and gate_up, the epilogue run by each column block's last program to arrive: first
           # the gpu test (TESTS), then c(M) of arms (ARMS) each in turn, twice, separate processes, one JSON.
           # A: default; B / C: qkv/16 split 2 / 4; D: gate_up/16 split 2; E: B + D; F: qkv/16 at BLOCK_N 64
-          # split 4; G: gate_up/16 at BLOCK_N 64 split 4; H: one-row qkv and gate_up at BLOCK_K 1024 split 2
+          # split 4; G: gate_up/16 at BLOCK_N 64 split 4; H: one-row qkv and gate_up at BLOCK_K 1024 split 2;
+          # P / Q / S: calls of up to 2 / 4 / 16 rows norm qkv's and gate_up's input in every program
+          # (LOOPSPEC_PROGRAM_NORM_ROWS; the rest: 1)
   mkdir -p /tmp/sq
   python3 - <<'PY'
 import json
@@ -212,13 +215,14 @@ for arm, cfg in arms.items():
     json.dump(cfg, open(f"/tmp/sq/{arm}.cfg", "w"))
 PY
   if [ -z "${NO_CHECK:-}" ]; then
-    HYPOTHESIS_PROFILE=ci timeout 240 python3 -m pytest -q -m gpu gpu_tests -k "${TESTS:-split_k}" -p no:cacheprovider \
+    HYPOTHESIS_PROFILE=ci timeout 240 python3 -m pytest -q -m gpu gpu_tests -k "${TESTS:-split_k or program_norm_rows}" -p no:cacheprovider \
       2>&1 | tee "$OUT/splitqg_test.log" | tail -3
   fi
   for arm in ${ARMS:-A B C D E F G H} ${ARMS:-A B C D E F G H}; do
     n=$(ls /tmp/sq/${arm}_*.json 2>/dev/null | wc -l)
     cfg=$([ -f /tmp/sq/$arm.cfg ] && echo "/tmp/sq/$arm.cfg")
-    LOOPSPEC_GEMV_CONFIG=$cfg timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
+    nrows=$(case $arm in P) echo 2 ;; Q) echo 4 ;; S) echo 16 ;; *) echo 1 ;; esac)
+    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PROGRAM_NORM_ROWS=$nrows timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
       --context 256 -q --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/sq/${arm}_$n.json" 2>&1 | tail -3
     python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/sq/${arm}_$n.json"
   done
@@ -226,7 +230,8 @@ PY
 import glob, json, os, sys
 runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/sq/*_*.json"))}
 cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/sq/*.cfg"))}
-json.dump({"configs": cfgs, "runs": runs}, open(sys.argv[1], "w"), indent=1)
+json.dump({"configs": cfgs, "program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1}, "runs": runs},
+          open(sys.argv[1], "w"), indent=1)
 PY
   ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay

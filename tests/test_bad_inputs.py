@@ -379,8 +379,8 @@ CATALOGUE = [
     ("environment", "LOOPSPEC_PDL not 0/1", lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_PDL": "on"})),
     (
         "environment",
-        "LOOPSPEC_ONE_ROW_PRENORM not 0/1",
-        lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_ONE_ROW_PRENORM": "yes"}),
+        "LOOPSPEC_PROGRAM_NORM_ROWS not 0..16",
+        lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_PROGRAM_NORM_ROWS": "-1"}),
     ),
     (
         "environment",

@@ -301,23 +301,24 @@ def test_recurrent_call(dtype, M, tiles, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_one_row_call_with_its_norms_in_one_kernel(dtype, monkeypatch):
-    """KernelOptions.one_row_prenorm: a one-row call norms qkv's and gate_up's input in one
-    _prenorm_kernel launch each (not in every program); the same call as the default's, within the
-    rounding of the norms' FP32 sums, and the same KV writes."""
+@pytest.mark.parametrize("M", [1, 4])
+def test_calls_norm_in_every_program_or_in_one_kernel(dtype, M, monkeypatch):
+    """KernelOptions.program_norm_rows: a call of up to that many rows norms qkv's and gate_up's
+    input in every program, a larger one in one _prenorm_kernel launch each; the same call either
+    way, within the rounding of the norms' FP32 sums, and the same KV writes."""
     monkeypatch.setattr(km.triton_attention, "decode_attention", torch_decode_attention)
     w = weights(dtype)
     outs, kvs = [], []
-    for prenorm in (False, True):
+    for norm_rows in (0, 16):
         kv = KVPlanes(CFG, 2, 9, 16, "cpu", dtype)
         g = torch.Generator().manual_seed(9)
         kv.k.copy_(torch.randn(kv.k.shape, generator=g))
         kv.v.copy_(torch.randn(kv.v.shape, generator=g))
-        opts = KernelOptions(fuse=False, triton_attn=False, gemv=True, gemv_config=TILES, one_row_prenorm=prenorm)
+        opts = KernelOptions(fuse=False, triton_attn=False, gemv=True, gemv_config=TILES, program_norm_rows=norm_rows)
         m = km.PackedModel(w, kv, opts)
-        h = rand(1, CFG.hidden_size, dtype=dtype, seed=10)
-        plane, pos = torch.tensor([5]), torch.tensor([9])
-        outs.append(m.recurrent_call(h, pos, plane, torch.arange(1), plane, 1))
+        h = rand(M, CFG.hidden_size, dtype=dtype, seed=10)
+        plane, pos = torch.tensor([5, 2, 0, 7][:M]), torch.tensor([9, 3, 15, 0][:M])
+        outs.append(m.recurrent_call(h, pos, plane, torch.arange(M), plane, 1))
         kvs.append((kv.k.clone(), kv.v.clone()))
     assert rel(outs[0], outs[1]) < TOL[dtype] / 10
     for a, b in zip(kvs[0], kvs[1]):
