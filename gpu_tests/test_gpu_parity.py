@@ -348,10 +348,10 @@ def test_program_norm_rows_is_judged(norm_rows):
 
 def test_l2_prefetch_early_pdl_trigger_and_early_keys_change_no_value():
     """The L2 prefetch of weight rows (a GEMV tile config's seventh entry), the PDL trigger at a
-    kernel's start (pdl_trigger="start") and attention's older keys loaded before the PDL wait
-    (attn_early_rows; by default in calls of 1 and 2 rows) are scheduling only: rounds of both modes, graphs
-    on, bit for bit equal to the default kernels' (small preset, both GEMV paths, split-K on o and
-    down)."""
+    kernel's start or after a product's K loop (pdl_trigger="start", "late") and attention's older
+    keys loaded before the PDL wait (attn_early_rows; by default in calls of 1 and 2 rows) are
+    scheduling only: rounds of both modes, graphs on, bit for bit equal to the default kernels'
+    (small preset, both GEMV paths, split-K on o and down)."""
     bk = backend()
     if not str(bk.device).startswith("cuda") or not bk.kernel_options.resolve(bk.device)[3]:
         pytest.skip("PDL and the L2 prefetch need a CUDA device of compute capability >= 9")
@@ -378,7 +378,7 @@ def test_l2_prefetch_early_pdl_trigger_and_early_keys_change_no_value():
     )
     for mode in ("block", "loop"):
         want = run_scenario(bk, m, c, mode, kernel_options=base)
-        for trigger, prefetch in (("wait", 64), ("start", 10**6)):  # part of each row, the whole slice
+        for trigger, prefetch in (("wait", 64), ("start", 10**6), ("late", 0)):  # part of a row, all, none
             pf = {k: (*v, prefetch) for k, v in tiles.items()}
             opts = dataclasses.replace(base, gemv_config=pf, pdl_trigger=trigger)
             assert_identical(want, run_scenario(bk, m, c, mode, kernel_options=opts))

@@ -33,7 +33,8 @@ products and sum, silu, silu * up); the values are carried in FP32 in between.
 Programmatic dependent launch (pdl=True, sm_90+): each kernel is launched while its
 predecessor still runs; it first loads its first weight tile (weights are never written by
 a kernel), then `griddepcontrol.wait`s for the predecessor's writes, then lets its own
-successor launch (KernelOptions.pdl_trigger="start": before its wait). Every store and every
+successor launch (KernelOptions.pdl_trigger="start": before its wait; "late": the four products
+after their K loop, gemv_blocks.pdl_late). Every store and every
 read of an activation comes after the wait, so the order of writes is the order of launches;
 attention's chunks of keys written before the call may be read before it (kernels/triton_attention.py).
 Measured and left off (docs/results.md): an L2 prefetch of the program's weight rows before the

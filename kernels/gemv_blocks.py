@@ -50,16 +50,23 @@ if triton is not None:
     _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
     @triton.jit
-    def pdl_enter(PDL: tl.constexpr):
+    def pdl_enter(PDL: tl.constexpr, LATE: tl.constexpr = False):
         """With programmatic dependent launch (PDL 1): wait for the previous kernel's writes, then
         let the next kernel launch; PDL 2 lets the next kernel launch first, then waits (its own
-        wait still waits for this kernel, so the order of writes is kept). Call before the first
-        store and before reading activations."""
+        wait still waits for this kernel, so the order of writes is kept); PDL 3 as 1, except in
+        a kernel that passes LATE, which lets the next kernel launch at pdl_late (after its main
+        loop). Call before the first store and before reading activations."""
         if PDL == 2:
             gdc_launch_dependents()
         if PDL:
             gdc_wait()
-        if PDL == 1:
+        if PDL == 1 or (PDL == 3 and not LATE):
+            gdc_launch_dependents()
+
+    @triton.jit
+    def pdl_late(PDL: tl.constexpr):
+        """PDL 3: let the next kernel launch now (a product kernel's main loop is done)."""
+        if PDL == 3:
             gdc_launch_dependents()
 
     @triton.jit

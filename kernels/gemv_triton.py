@@ -23,6 +23,7 @@ if triton is not None:
         _w_tile,
         _x_chunk,
         pdl_enter,
+        pdl_late,
     )
 
     @triton.jit
@@ -74,7 +75,7 @@ if triton is not None:
         _l2_prefetch(W, tl.program_id(0) * BLOCK_N, N, k_lo, K, BLOCK_N, 1, 1, PF)
         if PEEL:
             w0 = _w_tile(W, n, n < N, k_lo, K, BLOCK_K)
-        pdl_enter(PDL)
+        pdl_enter(PDL, True)
         if PEEL:
             acc = _dot_w(acc, _x_chunk(X, M, k_lo, K, BLOCK_M, BLOCK_K), w0, BLOCK_M)
         if SPLIT > 1:  # a trip count known at compile time (software-pipelined)
@@ -84,6 +85,7 @@ if triton is not None:
         else:
             for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
                 acc = _dot_rows(acc, _x_chunk(X, M, k0, K, BLOCK_M, BLOCK_K), W, n, n < N, k0, K, BLOCK_M, BLOCK_K)
+        pdl_late(PDL)
         ok = (m[:, None] < M) & (n[None, :] < N)
         if SPLIT > 1:
             tl.store(Out + m[:, None] * (SPLIT * N) + tl.program_id(1) * N + n[None, :], acc, mask=ok)
@@ -146,7 +148,7 @@ if triton is not None:
         _l2_prefetch(W + HALF * K, pid * BLOCK_N, (NH + 2 * NKV) * HALF, k_lo, K, BLOCK_N, HALF, HD, PF)
         if PEEL:  # the first K tile's weights before the PDL wait
             w_lo, w_hi = _w_tile(W, lo, n_ok, k_lo, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, k_lo, K, BLOCK_K)
-        pdl_enter(PDL)
+        pdl_enter(PDL, True)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
         if PEEL:
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k_lo, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
@@ -157,6 +159,7 @@ if triton is not None:
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_lo = _dot_rows(acc_lo, x, W, lo, n_ok, k0, K, BLOCK_M, BLOCK_K)
             acc_hi = _dot_rows(acc_hi, x, W, lo + HALF, n_ok, k0, K, BLOCK_M, BLOCK_K)
+        pdl_late(PDL)
         if SPLIT > 1:
             NC: tl.constexpr = (NH + 2 * NKV) * HD
             if _arrive(WS, Count + pid, acc_lo, acc_hi, lo, lo + HALF, n_ok, NC, BLOCK_M, SPLIT):
@@ -264,7 +267,7 @@ if triton is not None:
         _l2_prefetch(W + I * K, pid * BLOCK_N, I, k_lo, K, BLOCK_N, 1, 1, PF)
         if PEEL:  # the first K tile's weights before the PDL wait
             w_g, w_u = _w_tile(W, j, j_ok, k_lo, K, BLOCK_K), _w_tile(W, I + j, j_ok, k_lo, K, BLOCK_K)
-        pdl_enter(PDL)
+        pdl_enter(PDL, True)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
         # The same two-accumulator K loop as qkv_rope_kv's (deliberately written out in each
         # kernel: Triton inlines it either way, and each pairs its columns differently).
@@ -277,6 +280,7 @@ if triton is not None:
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
             acc_g = _dot_rows(acc_g, x, W, j, j_ok, k0, K, BLOCK_M, BLOCK_K)
             acc_u = _dot_rows(acc_u, x, W, I + j, j_ok, k0, K, BLOCK_M, BLOCK_K)
+        pdl_late(PDL)
         if SPLIT > 1:
             if _arrive(WS, Count + pid, acc_g, acc_u, j, I + j, j_ok, 2 * I, BLOCK_M, SPLIT):
                 acc_g = _part_sum(WS, j, j_ok, 2 * I, BLOCK_M, SPLIT)

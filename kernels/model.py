@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from . import gemv as gemv_kernels, triton_attention
 from .kvplanes import KVPlanes
-from .options import KernelOptions
+from .options import PDL_MODES, KernelOptions
 from .rounding import round_bits
 from .weights import TorchWeights
 
@@ -97,7 +97,7 @@ class PackedModel:
         self.w, self.kv, self.cfg = w, kv, w.cfg
         self.options = options = KernelOptions() if options is None else options
         self.gemv, self.fuse, self.triton_attn, pdl = options.resolve(w.device)
-        self.pdl = (2 if options.pdl_trigger == "start" else 1) if pdl else 0  # the kernels' PDL
+        self.pdl = PDL_MODES[options.pdl_trigger] if pdl else 0  # the kernels' PDL (gemv_blocks.pdl_enter)
         self.cos, self.sin = w.rope_table(kv.max_len)  # [max_len, hd] each
         self.eps = w.cfg.rms_norm_eps
         self.fault = w.precision_fault  # "" or a precision fault: "fp8_k" | "fp8_v" | "fp8_act"

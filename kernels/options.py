@@ -28,7 +28,8 @@ Fields (None: on where available; True: on, False: off) and their variables:
                      each; default 1, measured (PROGRAM_NORM_ROWS)
     pdl_trigger      "wait": a kernel lets its successor launch after its own PDL wait; "start":  LOOPSPEC_PDL_TRIGGER
                      before it (so a launch may run two kernels ahead; each still waits for its
-                     predecessor's writes)
+                     predecessor's writes); "late": the four products after their K loop, the
+                     other kernels after their wait
     fault            a deliberate fault (FAULTS below; "" none), so the judge can be shown to catch it   LOOPSPEC_FAULT
 A switch variable "1" (or unset) leaves the field None, "0" sets it False.
 """
@@ -43,7 +44,8 @@ from oracle.errors import OracleError
 from oracle.files import read_json
 
 COMPILE_DYNAMIC = ("rows", "all")
-PDL_TRIGGERS = ("wait", "start")
+PDL_TRIGGERS = ("wait", "start", "late")
+PDL_MODES = {"wait": 1, "start": 2, "late": 3}  # the kernels' PDL constexpr (kernels/gemv_blocks.py pdl_enter)
 ENV = {
     "gemv": "LOOPSPEC_GEMV",
     "fuse": "LOOPSPEC_FUSE",

@@ -160,7 +160,8 @@ splitk)  # split-K of o and down on the small-M path: first `check --backend tor
 import glob, json, os, sys
 runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*_*.json"))}
 cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*.cfg"))}
-json.dump({"configs": cfgs, "program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1}, "runs": runs},
+json.dump({"configs": cfgs, "program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1},
+           "pdl_trigger": {"T": "late", "others": "wait"}, "runs": runs},
           open(sys.argv[1], "w"), indent=1)
 PY
   ;;
@@ -203,7 +204,7 @@ splitqg)  # split-K of qkv and gate_up, the epilogue run by each column block's 
           # A: default; B / C: qkv/16 split 2 / 4; D: gate_up/16 split 2; E: B + D; F: qkv/16 at BLOCK_N 64
           # split 4; G: gate_up/16 at BLOCK_N 64 split 4; H: one-row qkv and gate_up at BLOCK_K 1024 split 2;
           # P / Q / S: calls of up to 2 / 4 / 16 rows norm qkv's and gate_up's input in every program
-          # (LOOPSPEC_PROGRAM_NORM_ROWS; the rest: 1)
+          # (LOOPSPEC_PROGRAM_NORM_ROWS; the rest: 1); T: LOOPSPEC_PDL_TRIGGER=late (the rest: wait)
   mkdir -p /tmp/sq
   python3 - <<'PY'
 import json
@@ -222,7 +223,8 @@ PY
     n=$(ls /tmp/sq/${arm}_*.json 2>/dev/null | wc -l)
     cfg=$([ -f /tmp/sq/$arm.cfg ] && echo "/tmp/sq/$arm.cfg")
     nrows=$(case $arm in P) echo 2 ;; Q) echo 4 ;; S) echo 16 ;; *) echo 1 ;; esac)
-    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PROGRAM_NORM_ROWS=$nrows timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
+    trig=$(case $arm in T) echo late ;; *) echo wait ;; esac)
+    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PROGRAM_NORM_ROWS=$nrows LOOPSPEC_PDL_TRIGGER=$trig timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
       --context 256 -q --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/sq/${arm}_$n.json" 2>&1 | tail -3
     python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/sq/${arm}_$n.json"
   done
@@ -230,7 +232,8 @@ PY
 import glob, json, os, sys
 runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/sq/*_*.json"))}
 cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/sq/*.cfg"))}
-json.dump({"configs": cfgs, "program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1}, "runs": runs},
+json.dump({"configs": cfgs, "program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1},
+           "pdl_trigger": {"T": "late", "others": "wait"}, "runs": runs},
           open(sys.argv[1], "w"), indent=1)
 PY
   ;;
