@@ -204,14 +204,19 @@ splitqg)  # split-K of qkv and gate_up, the epilogue run by each column block's 
           # A: default; B / C: qkv/16 split 2 / 4; D: gate_up/16 split 2; E: B + D; F: qkv/16 at BLOCK_N 64
           # split 4; G: gate_up/16 at BLOCK_N 64 split 4; H: one-row qkv and gate_up at BLOCK_K 1024 split 2;
           # P / Q / S: calls of up to 2 / 4 / 16 rows norm qkv's and gate_up's input in every program
-          # (LOOPSPEC_PROGRAM_NORM_ROWS; the rest: 1); T: LOOPSPEC_PDL_TRIGGER=late (the rest: wait)
+          # (LOOPSPEC_PROGRAM_NORM_ROWS; the rest: 1); T: LOOPSPEC_PDL_TRIGGER=late (the rest: wait);
+          # one-row tiles: I / J: qkv at BLOCK_N 4 / 8 warps; K / L: gate_up the same; N: o and down at
+          # BLOCK_N 4; U: qkv and gate_up at BLOCK_N 1
   mkdir -p /tmp/sq
   python3 - <<'PY'
 import json
 q2, q4, g2 = [32, 256, 4, 3, 1, 2], [32, 256, 4, 3, 1, 4], [32, 128, 4, 4, 1, 2]
 arms = {"B": {"qkv/16": q2}, "C": {"qkv/16": q4}, "D": {"gate_up/16": g2}, "E": {"qkv/16": q2, "gate_up/16": g2},
         "F": {"qkv/16": [64, 256, 4, 3, 1, 4]}, "G": {"gate_up/16": [64, 128, 4, 4, 1, 4]},
-        "H": {"qkv": [2, 1024, 4, 2, 1, 2], "gate_up": [2, 1024, 4, 2, 1, 2]}}
+        "H": {"qkv": [2, 1024, 4, 2, 1, 2], "gate_up": [2, 1024, 4, 2, 1, 2]},
+        "I": {"qkv": [4, 2048, 4, 2, 1]}, "J": {"qkv": [2, 2048, 8, 2, 1]}, "K": {"gate_up": [4, 2048, 4, 2, 1]},
+        "L": {"gate_up": [2, 2048, 8, 2, 1]}, "N": {"o": [4, 1024, 4, 3, 1], "down": [4, 2048, 4, 2, 1]},
+        "U": {"qkv": [1, 2048, 4, 2, 1], "gate_up": [1, 2048, 4, 2, 1]}}
 for arm, cfg in arms.items():
     json.dump(cfg, open(f"/tmp/sq/{arm}.cfg", "w"))
 PY
