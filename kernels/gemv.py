@@ -68,8 +68,9 @@ def _config(name: str, M: int, config: dict | None = None) -> tuple[int, int, in
     (qkv: column pairs, gate_up: gate/up pairs, so those programs read 2*BLOCK_N weight rows).
     One row: a register GEMV (BLOCK_M 1). 2..16 rows: BLOCK_M 16, tensor-core products
     (tl.dot needs 16 in every dimension). peel: the first K tile's weights are loaded before
-    the PDL wait. split (o and down only): split-K into at most that many FP32 partials (the largest
-    divisor of the number of K tiles), which the next kernel adds up. prefetch: K elements of each of
+    the PDL wait. split: split-K into at most that many FP32 partials (the largest divisor of the
+    number of K tiles), which the next kernel adds up (o, down) or each column block's last
+    program to finish (qkv, gate_up: gemv_blocks._arrive). prefetch: K elements of each of
     the program's weight rows prefetched into L2 before the PDL wait (gemv_blocks._l2_prefetch; 0
     none). config[name] (one row) or config[name + "/16"]
     = (BLOCK_N, BLOCK_K, num_warps[, num_stages[, peel[, split[, prefetch]]]]) overrides."""

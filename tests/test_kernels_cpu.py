@@ -729,7 +729,7 @@ def test_plan_cache_gives_the_plan_a_fresh_build_gives():
 def test_gemv_tile_configs_in_every_accepted_form():
     """LOOPSPEC_GEMV_CONFIG rows are [BLOCK_N, BLOCK_K, warps(, stages(, peel(, split(, prefetch))))]:
     3 stages, the first-tile peel, no split-K and no L2 prefetch where left out; "/16" keys configure
-    the small-M path (2..16 rows); split-K only for o and down."""
+    the small-M path (2..16 rows); split-K for every product; an unknown kernel name is refused."""
     from kernels.gemv import ONE_ROW_TILES, SMALL_M_TILES, _config, _pf_bytes
 
     assert _config("o", 1) == (1, *ONE_ROW_TILES["o"], 1, 0)
