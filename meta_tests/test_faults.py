@@ -59,7 +59,8 @@ and each fails `check --backend` on the processor case (PROCESSOR_CASES: the iss
 processor flags with stop tokens) in both precisions, where the correct backends pass.
 
 The correct-but-inexact backend (make_noisy_fp32: batch-variant 1e-7 noise, device-RNG
-replay path) must pass: test_correct_inexact_backend_passes (no false alarms).
+replay path) must pass: test_correct_inexact_backend_passes (no false alarms), on half of each
+property's example budget (FALSE_ALARM_SCALE).
 """
 
 from __future__ import annotations
@@ -208,10 +209,18 @@ CORRECT_BACKENDS = [
 ]
 
 
+# The false-alarm runs take half of each property's example budget (a profile setting: 160 s of the
+# reference suite's test time at the full budget on 2 cores, 2026-12-04). The rates these runs sample
+# are measured at scale elsewhere: the FP32 row over 2000 drawn models and the BF16 row's false alarms
+# (`scripts/bf16_false_alarm_rate.py`, oracle/tolerances.py, docs/results.md); the full budget runs
+# correct inexact backends through every property in `make test`'s torch-cpu and torch-cpu-bf16 runs.
+FALSE_ALARM_SCALE = 0.5
+
+
 @pytest.mark.parametrize("factory,precision", CORRECT_BACKENDS, ids=[f"{f[5:]}-{p}" for f, p in CORRECT_BACKENDS])
 @pytest.mark.parametrize("prop", CORRECT, ids=[_id(p) for p in CORRECT])
 def test_correct_inexact_backend_passes(prop, factory, precision):
-    o = check(backend(factory, precision), f"meta_tests.faulty:{factory}", prop)
+    o = check(backend(factory, precision), f"meta_tests.faulty:{factory}", prop, FALSE_ALARM_SCALE)
     assert not o.caught, f"false alarm: correct backend {factory} [{precision}] fails {prop}: {o.message}"
 
 
