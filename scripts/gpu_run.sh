@@ -10,6 +10,27 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 steps=${*:-parity floor sweep}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())' | tee -a "$OUT/gpu.txt"
+# c(M) of arms: ARMS (default $2) each in turn, twice, separate processes; arm X runs with
+# LOOPSPEC_GEMV_CONFIG=$1/X.cfg where that file exists, and with the variables `arm_env X` prints.
+# One JSON ($3) of every config and run, with the object $4 merged in. Used by splitk, prefetch, splitqg.
+arm_env() { :; }
+c_arms() {
+  local dir=$1 arms=${ARMS:-$2} arm n cfg
+  for arm in $arms $arms; do
+    n=$(ls "$dir"/${arm}_*.json 2>/dev/null | wc -l)
+    cfg=$([ -f "$dir/$arm.cfg" ] && echo "$dir/$arm.cfg")
+    env LOOPSPEC_GEMV_CONFIG=$cfg $(arm_env $arm) timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
+      --context 256 -q --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "$dir/${arm}_$n.json" 2>&1 | tail -3
+    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "$dir/${arm}_$n.json"
+  done
+  python3 - "$dir" "$3" "$4" <<'PY'
+import glob, json, os, sys
+d, out, meta = sys.argv[1:]
+runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob(f"{d}/*_*.json"))}
+cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob(f"{d}/*.cfg"))}
+json.dump({"configs": cfgs, **json.loads(meta), "runs": runs}, open(out, "w"), indent=1)
+PY
+}
 for s in $steps; do case $s in
 check)
   for preset in tiny small; do
@@ -149,21 +170,8 @@ splitk)  # split-K of o and down on the small-M path: first `check --backend tor
     LOOPSPEC_GEMV_CONFIG=/tmp/splitk/check.cfg timeout 200 python3 -m oracle check --backend torch-cuda --preset small \
       2>&1 | tee "$OUT/split_check_small.log" | tail -4
   fi
-  for arm in ${ARMS:-A B C D E} ${ARMS:-A B C D E}; do
-    n=$(ls /tmp/splitk/${arm}_*.json 2>/dev/null | wc -l)
-    cfg=$([ $arm = A ] || echo "/tmp/splitk/$arm.cfg")
-    LOOPSPEC_GEMV_CONFIG=$cfg timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b --context 256 -q \
-      --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/splitk/${arm}_$n.json" 2>&1 | tail -3
-    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/splitk/${arm}_$n.json"
-  done
-  python3 - "$OUT/splitk.json" <<'PY'
-import glob, json, os, sys
-runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*_*.json"))}
-cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/splitk/*.cfg"))}
-json.dump({"configs": cfgs, "program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1},
-           "pdl_trigger": {"T": "late", "others": "wait"}, "runs": runs},
-          open(sys.argv[1], "w"), indent=1)
-PY
+  arm_env() { :; }
+  c_arms /tmp/splitk "A B C D E" "$OUT/splitk.json" '{}'
   ;;
 prefetch)  # the L2 prefetch of each program's weight rows before the PDL wait (tile entry 7) and the PDL
            # trigger at a kernel's start: first the bitwise gpu test, then c(M) of arms (ARMS) each in turn,
@@ -182,22 +190,12 @@ json.dump({k: [*map(int, t[k][:5]), t[k][5] if len(t[k]) > 5 else 1, int(sys.arg
     HYPOTHESIS_PROFILE=ci timeout 200 python3 -m pytest -q -m gpu gpu_tests -k "${TESTS:-prefetch or split_k}" -p no:cacheprovider \
       2>&1 | tee "$OUT/prefetch_test.log" | tail -3
   fi
-  for arm in ${ARMS:-A B C D E} ${ARMS:-A B C D E}; do
-    n=$(ls /tmp/pf/${arm}_*.json 2>/dev/null | wc -l)
-    cfg=$([ -f /tmp/pf/$arm.cfg ] && echo "/tmp/pf/$arm.cfg")
-    trig=$(case $arm in D|E) echo start ;; *) echo wait ;; esac)
-    early=$(case $arm in G) echo 16 ;; H|R) echo 2 ;; *) echo 0 ;; esac)
-    pre=$(case $arm in R) echo 0 ;; *) echo 1 ;; esac)
-    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PDL_TRIGGER=$trig LOOPSPEC_ATTN_EARLY_ROWS=$early LOOPSPEC_PROGRAM_NORM_ROWS=$pre timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
-      --context 256 -q --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/pf/${arm}_$n.json" 2>&1 | tail -3
-    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/pf/${arm}_$n.json"
-  done
-  python3 - "$OUT/prefetch.json" <<'PY'
-import glob, json, os, sys
-runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*_*.json"))}
-cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/pf/*.cfg"))}
-json.dump({"configs": cfgs, "trigger_start": ["D", "E"], "attn_early_rows": {"G": 16, "H": 2, "R": 2, "others": 0}, "program_norm_rows": {"R": 0, "others": 1}, "runs": runs}, open(sys.argv[1], "w"), indent=1)
-PY
+  arm_env() {
+    echo LOOPSPEC_PDL_TRIGGER=$(case $1 in D|E) echo start ;; *) echo wait ;; esac)
+    echo LOOPSPEC_ATTN_EARLY_ROWS=$(case $1 in G) echo 16 ;; H|R) echo 2 ;; *) echo 0 ;; esac)
+    echo LOOPSPEC_PROGRAM_NORM_ROWS=$(case $1 in R) echo 0 ;; *) echo 1 ;; esac)
+  }
+  c_arms /tmp/pf "A B C D E" "$OUT/prefetch.json" '{"trigger_start": ["D", "E"], "attn_early_rows": {"G": 16, "H": 2, "R": 2, "others": 0}, "program_norm_rows": {"R": 0, "others": 1}}'
   ;;
 splitqg)  # split-K of qkv and gate_up, the epilogue run by each column block's last program to arrive: first
           # the gpu test (TESTS), then c(M) of arms (ARMS) each in turn, twice, separate processes, one JSON.
@@ -224,23 +222,11 @@ PY
     HYPOTHESIS_PROFILE=ci timeout 240 python3 -m pytest -q -m gpu gpu_tests -k "${TESTS:-split_k or program_norm_rows}" -p no:cacheprovider \
       2>&1 | tee "$OUT/splitqg_test.log" | tail -3
   fi
-  for arm in ${ARMS:-A B C D E F G H} ${ARMS:-A B C D E F G H}; do
-    n=$(ls /tmp/sq/${arm}_*.json 2>/dev/null | wc -l)
-    cfg=$([ -f /tmp/sq/$arm.cfg ] && echo "/tmp/sq/$arm.cfg")
-    nrows=$(case $arm in P) echo 2 ;; Q) echo 4 ;; S) echo 16 ;; *) echo 1 ;; esac)
-    trig=$(case $arm in T) echo late ;; *) echo wait ;; esac)
-    LOOPSPEC_GEMV_CONFIG=$cfg LOOPSPEC_PROGRAM_NORM_ROWS=$nrows LOOPSPEC_PDL_TRIGGER=$trig timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b \
-      --context 256 -q --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out "/tmp/sq/${arm}_$n.json" 2>&1 | tail -3
-    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" "/tmp/sq/${arm}_$n.json"
-  done
-  python3 - "$OUT/splitqg.json" <<'PY'
-import glob, json, os, sys
-runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/sq/*_*.json"))}
-cfgs = {os.path.basename(f)[:-4]: json.load(open(f)) for f in sorted(glob.glob("/tmp/sq/*.cfg"))}
-json.dump({"configs": cfgs, "program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1},
-           "pdl_trigger": {"T": "late", "others": "wait"}, "runs": runs},
-          open(sys.argv[1], "w"), indent=1)
-PY
+  arm_env() {
+    echo LOOPSPEC_PROGRAM_NORM_ROWS=$(case $1 in P) echo 2 ;; Q) echo 4 ;; S) echo 16 ;; *) echo 1 ;; esac)
+    echo LOOPSPEC_PDL_TRIGGER=$(case $1 in T) echo late ;; *) echo wait ;; esac)
+  }
+  c_arms /tmp/sq "A B C D E F G H" "$OUT/splitqg.json" '{"program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1}, "pdl_trigger": {"T": "late", "others": "wait"}}'
   ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
   for m in ${ROWS:-1 4 16}; do
