@@ -18,7 +18,7 @@ install:
 # thread per worker: conftest.py).
 test:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto meta_tests tests property_tests
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto tests property_tests meta_tests
 	ORACLE_BACKEND=torch-cpu HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests
 	ORACLE_BACKEND=torch-cpu-bf16 HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests
 	ORACLE_BACKEND=jax HYPOTHESIS_PROFILE=ci-slow-backend $(PY) -m pytest -q -n auto property_tests
@@ -29,7 +29,7 @@ test-parallel: test
 
 # The first pytest line of `make test` without xdist, with Hypothesis statistics (one process).
 test-serial:
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --hypothesis-show-statistics meta_tests tests property_tests
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --hypothesis-show-statistics tests property_tests meta_tests
 
 check:
 	$(PY) -m oracle check
