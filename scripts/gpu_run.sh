@@ -204,7 +204,7 @@ splitqg)  # split-K of qkv and gate_up, the epilogue run by each column block's 
           # P / Q / S: calls of up to 2 / 4 / 16 rows norm qkv's and gate_up's input in every program
           # (LOOPSPEC_PROGRAM_NORM_ROWS; the rest: 1); T: LOOPSPEC_PDL_TRIGGER=late (the rest: wait);
           # one-row tiles: I / J: qkv at BLOCK_N 4 / 8 warps; K / L: gate_up the same; N: o and down at
-          # BLOCK_N 4; U: qkv and gate_up at BLOCK_N 1
+          # BLOCK_N 4; U: qkv and gate_up at BLOCK_N 1; V: LOOPSPEC_PDL=0 (no programmatic dependent launch)
   mkdir -p /tmp/sq
   python3 - <<'PY'
 import json
@@ -225,8 +225,9 @@ PY
   arm_env() {
     echo LOOPSPEC_PROGRAM_NORM_ROWS=$(case $1 in P) echo 2 ;; Q) echo 4 ;; S) echo 16 ;; *) echo 1 ;; esac)
     echo LOOPSPEC_PDL_TRIGGER=$(case $1 in T) echo late ;; *) echo wait ;; esac)
+    echo LOOPSPEC_PDL=$(case $1 in V) echo 0 ;; *) echo 1 ;; esac)
   }
-  c_arms /tmp/sq "A B C D E F G H" "$OUT/splitqg.json" '{"program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1}, "pdl_trigger": {"T": "late", "others": "wait"}}'
+  c_arms /tmp/sq "A B C D E F G H" "$OUT/splitqg.json" '{"program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1}, "pdl_trigger": {"T": "late", "others": "wait"}, "pdl": {"V": 0, "others": 1}}'
   ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
   for m in ${ROWS:-1 4 16}; do
