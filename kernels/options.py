@@ -14,7 +14,8 @@ Fields (None: on where available; True: on, False: off) and their variables:
     compile_dynamic  "rows" | "all": what torch.compile treats as symbolic (with fuse)      LOOPSPEC_COMPILE_DYNAMIC
     gemv_config      GEMV tile overrides                                                    LOOPSPEC_GEMV_CONFIG
                      {kernel: (BLOCK_N, BLOCK_K, num_warps[, stages[, peel[, split[,        (a JSON file)
-                     prefetch]]]])}
+                     prefetch]]]])}, kernel one of GEMV_KEYS (qkv, o, gate_up, down; "/16"
+                     for 2..16 rows)
     gemv_max_rows    calls of 1..gemv_max_rows rows take the GEMV path (2..16: the small-M  LOOPSPEC_GEMV_MAX_ROWS
                      tensor-core path of kernels/gemv.py); larger calls cuBLAS + compiled blocks
     pdl              programmatic dependent launch of the GEMV-path kernels (each starts while its
@@ -83,7 +84,7 @@ GEMV_MAX_ROWS = 16
 ATTN_EARLY_ROWS = 2
 # Calls of up to this many rows norm qkv's and gate_up's input in every program (each recomputes its
 # rows' statistics), larger ones in one _prenorm_kernel launch each: one row in one launch took
-# 0.7-1.6% more (H200, ouro-1.4b; docs/results.md, 2026-12-04).
+# 0.7-1.6% more, 2..16 rows in every program 2.5-2.8x (H200, ouro-1.4b; docs/results.md, 2026-12-04).
 PROGRAM_NORM_ROWS = 1
 # the GEMV paths' products: a tile config's keys are these (one row) and name + "/16" (2..16 rows)
 GEMV_KERNELS = ("qkv", "o", "gate_up", "down")
