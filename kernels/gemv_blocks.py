@@ -299,6 +299,15 @@ if triton is not None:
         return tl.atomic_add(Count, 1, sem="acq_rel", scope="gpu") == SPLIT - 1
 
     @triton.jit
+    def _gather(WS, Count, col_a, col_b, ok, NC, BLOCK_M: tl.constexpr, SPLIT: tl.constexpr):
+        """In the program _arrive found last: the parts' sums at columns col_a and col_b
+        (_part_sum), the counter reset to zero for the next launch."""
+        a = _part_sum(WS, col_a, ok, NC, BLOCK_M, SPLIT)
+        b = _part_sum(WS, col_b, ok, NC, BLOCK_M, SPLIT)
+        tl.store(Count, 0)
+        return a, b
+
+    @triton.jit
     def _part_sum(WS, col, ok, NC, BLOCK_M: tl.constexpr, SPLIT: tl.constexpr):
         """Columns col of WS [SPLIT, BLOCK_M, NC] summed over the parts in part order (the same
         sum whichever program arrives last) -> [BLOCK_M, BLOCK_N] FP32; loads from L2 (.cg)."""

@@ -13,12 +13,12 @@ if triton is not None:
         _dot_rows,
         _arrive,
         _dot_w,
+        _gather,
         _input_chunk,
         _k_ok,
         _l2_prefetch,
         _norm_stats,
         _normed_chunk,
-        _part_sum,
         _rnd,
         _w_tile,
         _x_chunk,
@@ -75,7 +75,7 @@ if triton is not None:
         _l2_prefetch(W, tl.program_id(0) * BLOCK_N, N, k_lo, K, BLOCK_N, 1, 1, PF)
         if PEEL:
             w0 = _w_tile(W, n, n < N, k_lo, K, BLOCK_K)
-        pdl_enter(PDL, True)
+        pdl_enter(PDL, LATE=True)
         if PEEL:
             acc = _dot_w(acc, _x_chunk(X, M, k_lo, K, BLOCK_M, BLOCK_K), w0, BLOCK_M)
         if SPLIT > 1:  # a trip count known at compile time (software-pipelined)
@@ -129,10 +129,10 @@ if triton is not None:
         KS: tl.constexpr = 0,  # K columns per program (K without split), a multiple of BLOCK_K
     ):
         # program's columns: pairs (c, c + HD/2) of one head, c = head*HD + d, d < HD/2, so
-        # RoPE's rotate_half partner is computed by the same program. SPLIT = S >= 2 (split-K,
-        # normed input only): program (pid, s) sums K columns s*KS.. into FP32 partials
-        # WS [S, BLOCK_M, N]; the last of a column block's S programs to finish adds them up
-        # (gemv_blocks._arrive, _part_sum) and runs the epilogue
+        # RoPE's rotate_half partner is computed by the same program. SPLIT = S >= 2 (split-K):
+        # program (pid, s) sums K columns s*KS.. into FP32 partials WS [S, BLOCK_M, N]; the last
+        # of a column block's S programs to finish adds them up (gemv_blocks._arrive, _gather)
+        # and runs the epilogue
         HALF: tl.constexpr = HD // 2
         pid = tl.program_id(0)
         j = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # pair index
@@ -148,7 +148,7 @@ if triton is not None:
         _l2_prefetch(W + HALF * K, pid * BLOCK_N, (NH + 2 * NKV) * HALF, k_lo, K, BLOCK_N, HALF, HD, PF)
         if PEEL:  # the first K tile's weights before the PDL wait
             w_lo, w_hi = _w_tile(W, lo, n_ok, k_lo, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, k_lo, K, BLOCK_K)
-        pdl_enter(PDL, True)
+        pdl_enter(PDL, LATE=True)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
         if PEEL:
             x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k_lo, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
@@ -163,9 +163,7 @@ if triton is not None:
         if SPLIT > 1:
             NC: tl.constexpr = (NH + 2 * NKV) * HD
             if _arrive(WS, Count + pid, acc_lo, acc_hi, lo, lo + HALF, n_ok, NC, BLOCK_M, SPLIT):
-                acc_lo = _part_sum(WS, lo, n_ok, NC, BLOCK_M, SPLIT)
-                acc_hi = _part_sum(WS, lo + HALF, n_ok, NC, BLOCK_M, SPLIT)
-                tl.store(Count + pid, 0)  # for the next launch
+                acc_lo, acc_hi = _gather(WS, Count + pid, lo, lo + HALF, n_ok, NC, BLOCK_M, SPLIT)
                 _qkv_out(acc_lo, acc_hi, lo, d, n_ok, Q, Kc, Vc, Cos, Sin, pos_ptr, plane_ptr, M, max_len, NH, NKV, HD)
         else:
             _qkv_out(acc_lo, acc_hi, lo, d, n_ok, Q, Kc, Vc, Cos, Sin, pos_ptr, plane_ptr, M, max_len, NH, NKV, HD)
@@ -267,7 +265,7 @@ if triton is not None:
         _l2_prefetch(W + I * K, pid * BLOCK_N, I, k_lo, K, BLOCK_N, 1, 1, PF)
         if PEEL:  # the first K tile's weights before the PDL wait
             w_g, w_u = _w_tile(W, j, j_ok, k_lo, K, BLOCK_K), _w_tile(W, I + j, j_ok, k_lo, K, BLOCK_K)
-        pdl_enter(PDL, True)
+        pdl_enter(PDL, LATE=True)
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
         # The same two-accumulator K loop as qkv_rope_kv's (deliberately written out in each
         # kernel: Triton inlines it either way, and each pairs its columns differently).
@@ -283,9 +281,7 @@ if triton is not None:
         pdl_late(PDL)
         if SPLIT > 1:
             if _arrive(WS, Count + pid, acc_g, acc_u, j, I + j, j_ok, 2 * I, BLOCK_M, SPLIT):
-                acc_g = _part_sum(WS, j, j_ok, 2 * I, BLOCK_M, SPLIT)
-                acc_u = _part_sum(WS, I + j, j_ok, 2 * I, BLOCK_M, SPLIT)
-                tl.store(Count + pid, 0)  # for the next launch
+                acc_g, acc_u = _gather(WS, Count + pid, j, I + j, j_ok, 2 * I, BLOCK_M, SPLIT)
                 _silu_out(acc_g, acc_u, j, j_ok, Act, M, I, BLOCK_M)
         else:
             _silu_out(acc_g, acc_u, j, j_ok, Act, M, I, BLOCK_M)
