@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|splitqg|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|splitqg|layerprobe|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -229,6 +229,9 @@ PY
   }
   c_arms /tmp/sq "A B C D E F G H" "$OUT/splitqg.json" '{"program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1}, "pdl_trigger": {"T": "late", "others": "wait"}, "pdl": {"V": 0, "others": 1}}'
   ;;
+layerprobe)  # four launches per layer vs one persistent launch per layer or per call: scripts/gpu_layer_probe.py
+  timeout ${PROBE_TIMEOUT:-300} python3 scripts/gpu_layer_probe.py --rows ${ROWS:-2,8} --arms ${PARMS:-launch,launch_nopdl,layer1,layer2,call1,call2} \
+    --tiles "${TILES:-}" --json "$OUT/layer_probe${TAG:-}.json" 2>&1 | tee "$OUT/layer_probe${TAG:-}.log" ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
   for m in ${ROWS:-1 4 16}; do
     timeout 200 python3 scripts/gpu_c1_profile.py $m --out "$OUT" 2>&1 | tee "$OUT/c${m}_profile.log"

@@ -1,0 +1,366 @@
+"""A probe, not an engine path: can one persistent launch per layer (or per call) stream the four
+weight products of a layer (qkv -> o -> gate_up -> down) faster than four launches?
+
+Every arm runs the same tile code (`_task`): a program's task is BLOCK_N output columns of one
+product over one split-K part, 2..16 rows padded to 16, one tensor-core product per weight tile,
+FP32 partials [S, 16, N] out. The next product's input is the sum of those partials rounded to
+BF16 (gate_up -> down: silu(gate) * up of the rounded sums). No norms, RoPE or attention: o's
+input is qkv's first `hidden` columns. Arms:
+  launch      four kernels per layer, one task per program, PDL between them;
+  layer       one kernel per layer, G programs loop over each product's tasks, a grid barrier
+              between products (atomic counter), PDL between layers;
+  call        one kernel for all layers, a barrier between every two products.
+Outputs of arms with the same tiles are compared bit for bit (their sums run in the same order),
+and with a torch chain of the same roundings. A barrier that waits too long gives up and raises a
+flag (reported, the arm's figures void), so too many programs for the device cannot hang the run.
+
+  python3 scripts/gpu_layer_probe.py --rows 2,8 --arms launch,layer1,layer2,call1 --json out.json
+Under TRITON_INTERPRET=1 (CPU) it checks the arms' values at a small shape (`--check`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+if not INTERPRET:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+else:  # the interpreter has no grid dependency control
+    gdc_wait = gdc_launch_dependents = None
+
+SPIN = tl.constexpr(1 << 16)  # polls of a barrier before it gives up
+INTERPRET_DOT = tl.constexpr(INTERPRET)
+
+
+@triton.jit
+def _pdl(PDL: tl.constexpr):
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
+@triton.jit
+def _bf(x):
+    # FP32 -> BF16 -> FP32, to nearest even (by hand under the interpreter, whose cast truncates)
+    if INTERPRET_DOT:
+        b = x.to(tl.uint32, bitcast=True)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+        return b.to(tl.float32, bitcast=True)
+    return x.to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _x_tile(X, k, N_IN, S: tl.constexpr, ACT: tl.constexpr, OFF):
+    """The input's columns k [BLOCK_K] for 16 rows -> [16, BLOCK_K] FP32 of BF16 values: the sum of
+    S FP32 partials X [S, 16, N_IN] rounded (ACT: silu(columns k) * columns OFF + k, each rounded).
+    Loaded from L2 (.cg): other programs of a persistent kernel wrote them."""
+    m = tl.arange(0, 16)[:, None]
+    p = X + m * N_IN + k[None, :]
+    x = tl.load(p, cache_modifier=".cg")
+    for s in tl.static_range(1, S):
+        x += tl.load(p + s * 16 * N_IN, cache_modifier=".cg")
+    x = _bf(x)
+    if ACT:
+        u = tl.load(p + OFF, cache_modifier=".cg")
+        for s in tl.static_range(1, S):
+            u += tl.load(p + OFF + s * 16 * N_IN, cache_modifier=".cg")
+        x = _bf(_bf(x / (1.0 + tl.exp(-x))) * _bf(u))
+    return x
+
+
+@triton.jit
+def _task(
+    t, X, W, Out, N_IN, S_IN: tl.constexpr, ACT: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """Task t of Out [SPLIT, 16, N] = input [16, K] @ W [N, K].T: columns of block t // SPLIT, K part
+    t % SPLIT. The input is _x_tile's (ACT: gate columns 0..K-1, up columns K..2K-1)."""
+    KS: tl.constexpr = K // SPLIT
+    nb = t // SPLIT
+    s = t % SPLIT
+    n = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([16, BLOCK_N], tl.float32)
+    for k0 in range(0, KS, BLOCK_K):
+        k = s * KS + k0 + tl.arange(0, BLOCK_K)
+        x = _x_tile(X, k, N_IN, S_IN, ACT, K)
+        w = tl.load(W + n.to(tl.int64)[:, None] * K + k[None, :])
+        if INTERPRET_DOT:
+            acc += tl.dot(x, tl.trans(w.to(tl.float32)), input_precision="tf32")
+        else:
+            acc += tl.dot(x.to(tl.bfloat16), tl.trans(w))
+    m = tl.arange(0, 16)[:, None]
+    tl.store(Out + s * 16 * N + m * N + n[None, :], acc)
+
+
+@triton.jit
+def _phase_kernel(
+    X, W, Out, N_IN, S_IN: tl.constexpr, ACT: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+):
+    _pdl(PDL)
+    _task(tl.program_id(0), X, W, Out, N_IN, S_IN, ACT, N, K, SPLIT, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def _sync(Bar, G: tl.constexpr, Flag):
+    """Grid barrier: every one of the G programs arrives (release), then waits for all (acquire)."""
+    tl.debug_barrier()
+    tl.atomic_add(Bar, 1, sem="release", scope="gpu")
+    v = tl.atomic_add(Bar, 0, sem="acquire", scope="gpu")
+    n = 0
+    while (v < G) & (n < SPIN):
+        v = tl.atomic_add(Bar, 0, sem="acquire", scope="gpu")
+        n += 1
+    if n >= SPIN:
+        tl.atomic_max(Flag, 1)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _phase(pid, G: tl.constexpr, X, W, Out, N_IN, S_IN: tl.constexpr, ACT: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+           SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    NT: tl.constexpr = (N // BLOCK_N) * SPLIT
+    for j in range(0, (NT + G - 1) // G):
+        t = pid + j * G
+        if t < NT:
+            _task(t, X, W, Out, N_IN, S_IN, ACT, N, K, SPLIT, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def _layers_kernel(
+    D, Q, O, A, Wq, Wo, Wg, Wd, Bar, Flag, layer0, n_layers: tl.constexpr, G: tl.constexpr,
+    H: tl.constexpr, NQ: tl.constexpr, I: tl.constexpr,
+    SQ: tl.constexpr, SO: tl.constexpr, SG: tl.constexpr, SD: tl.constexpr,
+    BQ: tl.constexpr, BO: tl.constexpr, BG: tl.constexpr, BD: tl.constexpr,
+    KQ: tl.constexpr, KO: tl.constexpr, KG: tl.constexpr, KD: tl.constexpr, PDL: tl.constexpr,
+):
+    """Layers layer0.. of n_layers: D [SD, 16, H] in and out; a barrier between two products."""
+    pid = tl.program_id(0)
+    _pdl(PDL)
+    for i in range(n_layers):
+        L = (layer0 + i).to(tl.int64)
+        b = Bar + i * 4
+        if i > 0:
+            _sync(b - 1, G, Flag)
+        _phase(pid, G, D, Wq + L * NQ * H, Q, H, SD, False, NQ, H, SQ, BQ, KQ)
+        _sync(b, G, Flag)
+        _phase(pid, G, Q, Wo + L * H * H, O, NQ, SQ, False, H, H, SO, BO, KO)
+        _sync(b + 1, G, Flag)
+        _phase(pid, G, O, Wg + L * 2 * I * H, A, H, SO, False, 2 * I, H, SG, BG, KG)
+        _sync(b + 2, G, Flag)
+        _phase(pid, G, A, Wd + L * H * I, D, 2 * I, SG, True, H, I, SD, BD, KD)
+
+
+class Probe:
+    """Buffers and weights of `layers` layers at hidden H, qkv width NQ, intermediate I."""
+
+    def __init__(self, H, NQ, I, layers, device, seed=0):
+        g = torch.Generator(device=device).manual_seed(seed)
+
+        def w(n, k):  # [layers, n, k], scaled so activations stay O(1)
+            return (torch.randn(layers, n, k, generator=g, device=device) / k**0.5).to(torch.bfloat16)
+
+        self.H, self.NQ, self.I, self.layers, self.device = H, NQ, I, layers, device
+        self.Wq, self.Wo, self.Wg, self.Wd = w(NQ, H), w(H, H), w(2 * I, H), w(H, I)
+        self.weight_bytes = sum(t.numel() * 2 for t in (self.Wq, self.Wo, self.Wg, self.Wd)) // layers
+        self.x0 = torch.randn(16, H, generator=g, device=device).to(torch.bfloat16).float()
+
+    def buffers(self, tiles, M):
+        """D, Q, O, A, the zero-padded input X0 [SD, 16, H] (rows >= M zero), barrier counters."""
+        SQ, SO, SG, SD = (tiles[p][3] for p in ("qkv", "o", "gate_up", "down"))
+        f = dict(dtype=torch.float32, device=self.device)
+        x0 = torch.zeros(SD, 16, self.H, **f)
+        x0[0, :M] = self.x0[:M]
+        return dict(
+            D=torch.zeros(SD, 16, self.H, **f), Q=torch.zeros(SQ, 16, self.NQ, **f),
+            O=torch.zeros(SO, 16, self.H, **f), A=torch.zeros(SG, 16, 2 * self.I, **f), X0=x0,
+            Bar=torch.zeros(4 * self.layers, dtype=torch.int32, device=self.device),
+            Flag=torch.zeros(1, dtype=torch.int32, device=self.device),
+        )
+
+
+def products(p: Probe):
+    # (name, N, K, N_IN of the input, input's producer, ACT)
+    H, NQ, I = p.H, p.NQ, p.I
+    return [("qkv", NQ, H, H, "down", False), ("o", H, H, NQ, "qkv", False),
+            ("gate_up", 2 * I, H, H, "o", False), ("down", H, I, 2 * I, "gate_up", True)]
+
+
+def call(p: Probe, arm: dict, tiles: dict, buf: dict):
+    """One call: D <- X0, counters zeroed, then the arm's launches over all layers."""
+    buf["D"].copy_(buf["X0"])
+    kind, pdl = arm["kind"], arm.get("pdl", not INTERPRET)
+    out = {"qkv": buf["Q"], "o": buf["O"], "gate_up": buf["A"], "down": buf["D"]}
+    W = {"qkv": p.Wq, "o": p.Wo, "gate_up": p.Wg, "down": p.Wd}
+    if kind == "launch":
+        for L in range(p.layers):
+            for name, N, K, n_in, src, act in products(p):
+                bn, bk, nw, split, ns = tiles[name]
+                _phase_kernel[(N // bn * split,)](
+                    out[src], W[name][L], out[name], n_in, tiles[src][3], act, N, K, split, bn, bk,
+                    pdl, num_warps=nw, num_stages=ns, **({"launch_pdl": True} if pdl else {}))
+        return
+    buf["Bar"].zero_()
+    G, per = arm["programs"], (1 if kind == "layer" else p.layers)
+    t = tiles
+    kw = dict(num_warps=arm.get("warps", 4), num_stages=arm.get("stages", 3), **({"launch_pdl": True} if pdl else {}))
+    for L in range(0, p.layers, per):
+        _layers_kernel[(G,)](
+            buf["D"], buf["Q"], buf["O"], buf["A"], p.Wq, p.Wo, p.Wg, p.Wd, buf["Bar"][4 * L:], buf["Flag"], L, per, G,
+            p.H, p.NQ, p.I, t["qkv"][3], t["o"][3], t["gate_up"][3], t["down"][3],
+            t["qkv"][0], t["o"][0], t["gate_up"][0], t["down"][0],
+            t["qkv"][1], t["o"][1], t["gate_up"][1], t["down"][1], pdl, **kw)
+
+
+def torch_chain(p: Probe, M: int) -> torch.Tensor:
+    """The same products and roundings in torch (FP32 sums of BF16 values), rows 0..M-1."""
+    bf = lambda t: t.to(torch.bfloat16).float()  # noqa: E731
+    x = p.x0[:M]
+    for L in range(p.layers):
+        q = bf(x) @ p.Wq[L].float().T
+        o = bf(q[:, : p.H]) @ p.Wo[L].float().T
+        gu = bf(o) @ p.Wg[L].float().T
+        g, u = bf(gu[:, : p.I]), bf(gu[:, p.I:])
+        x = bf(bf(g / (1 + torch.exp(-g))) * u) @ p.Wd[L].float().T
+    return x
+
+
+def result(buf, M):
+    return buf["D"].sum(0)[:M]
+
+
+def check(p: Probe, arms: dict, tiles: dict, M: int) -> dict:
+    """Every arm's output against the torch chain (relative) and against the first arm (bitwise)."""
+    ref = torch_chain(p, M)
+    outs, rep = {}, {}
+    for name, arm in arms.items():
+        buf = p.buffers(tiles, M)
+        call(p, arm, tiles, buf)
+        if p.device.type == "cuda":
+            torch.cuda.synchronize()
+        outs[name] = result(buf, M).clone()
+        rel = ((outs[name] - ref).norm() / ref.norm()).item()
+        same = torch.equal(outs[name], next(iter(outs.values())))
+        rep[name] = dict(rel_vs_torch=rel, bitwise_vs_first=same, barrier_timeout=bool(buf["Flag"].item()))
+    return rep
+
+
+TILES = {  # name: (BLOCK_N, BLOCK_K, num_warps, split, num_stages)
+    "qkv": (32, 256, 4, 1, 3), "o": (16, 256, 2, 2, 4), "gate_up": (32, 128, 4, 1, 4), "down": (16, 256, 2, 2, 4),
+}
+
+
+def time_arms(p, arms, tiles, M, reps, rounds):
+    """Median us per layer of each arm: CUDA graphs of `reps` calls, arms in turn, `rounds` times."""
+    graphs, bufs = {}, {}
+    for name, arm in arms.items():
+        bufs[name] = buf = p.buffers(tiles, M)
+        call(p, arm, tiles, buf)  # compile, warm
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(reps):
+                call(p, arm, tiles, buf)
+        graphs[name] = g
+    ms = {n: [] for n in arms}
+    for _ in range(rounds):
+        for name, g in graphs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            ms[name].append(a.elapsed_time(b) / reps)
+    per_layer = {n: 1000 * statistics.median(v) / p.layers for n, v in ms.items()}
+    first = next(iter(arms))
+    ratio = {n: [x / y for x, y in zip(v, ms[first])] for n, v in ms.items()}
+    return dict(
+        us_per_layer=per_layer,
+        ratio_vs_first={n: [min(r), statistics.median(r), max(r)] for n, r in ratio.items()},
+        timeouts={n: bool(b["Flag"].item()) for n, b in bufs.items()},
+    )
+
+
+def copy_bw(device) -> float:
+    a = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(10):
+        b.copy_(a)
+    e1.record()
+    e1.synchronize()
+    return 2 * 10 * a.numel() / (e0.elapsed_time(e1) / 1000)  # bytes read + written per second
+
+
+ARMS = {
+    "launch": dict(kind="launch"),
+    "launch_nopdl": dict(kind="launch", pdl=False),
+    "layer1": dict(kind="layer", programs=132), "layer2": dict(kind="layer", programs=264),
+    "layer1w8": dict(kind="layer", programs=132, warps=8),
+    "call1": dict(kind="call", programs=132), "call2": dict(kind="call", programs=264),
+}
+
+
+def parse_tiles(spec: str) -> dict:
+    """'qkv=32,256,4,1,3;o=...' over TILES."""
+    tiles = dict(TILES)
+    for part in filter(None, spec.split(";")):
+        name, vals = part.split("=")
+        tiles[name] = tuple(int(v) for v in vals.split(","))
+    return tiles
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="2")
+    ap.add_argument("--arms", default="launch,layer1,layer2,call1")
+    ap.add_argument("--tiles", default="", help="overrides, 'qkv=BN,BK,warps,split,stages;...'")
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--check", action="store_true", help="a small shape's values only (CPU interpreter)")
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    tiles = parse_tiles(a.tiles)
+    if a.check:  # small shape, one program per persistent launch (the interpreter runs programs in turn)
+        p = Probe(64, 192, 128, 2, torch.device("cpu"))
+        tiles = {"qkv": (16, 32, 1, 1, 1), "o": (16, 32, 1, 2, 1), "gate_up": (16, 32, 1, 2, 1), "down": (16, 32, 1, 2, 1)}
+        arms = {"launch": dict(kind="launch"), "layer": dict(kind="layer", programs=1), "call": dict(kind="call", programs=1)}
+        rep = {M: check(p, arms, tiles, M) for M in (1, 3)}
+        print(json.dumps(rep, indent=1))
+        bad = [(M, n) for M, r in rep.items() for n, v in r.items() if not v["bitwise_vs_first"] or v["rel_vs_torch"] > 1e-5]
+        sys.exit(1 if bad else 0)
+    dev = torch.device("cuda")
+    p = Probe(2048, 6144, 5632, a.layers, dev)
+    bw = copy_bw(dev) / 2
+    floor_us = p.weight_bytes / bw * 1e6
+    arms = {n: ARMS[n] for n in a.arms.split(",")}
+    out = dict(tiles=tiles, arms=arms, copy_read_TBps=bw / 1e12, weight_bytes_per_layer=p.weight_bytes,
+               floor_us_per_layer=floor_us, rows={})
+    print(f"copy {bw / 1e12:.2f} TB/s each way; weight floor {floor_us:.2f} us per layer", flush=True)
+    for M in (int(r) for r in a.rows.split(",")):
+        chk = check(p, arms, tiles, M)
+        t = time_arms(p, arms, tiles, M, a.reps, a.rounds)
+        out["rows"][M] = dict(check=chk, **t)
+        for n in arms:
+            print(f"M={M} {n:14s} {t['us_per_layer'][n]:7.2f} us/layer ({t['us_per_layer'][n] / floor_us:.2f}x floor) "
+                  f"ratio {t['ratio_vs_first'][n][1]:.3f} [{t['ratio_vs_first'][n][0]:.3f}, {t['ratio_vs_first'][n][2]:.3f}] "
+                  f"rel {chk[n]['rel_vs_torch']:.1e} same {chk[n]['bitwise_vs_first']} timeout {t['timeouts'][n] or chk[n]['barrier_timeout']}",
+                  flush=True)
+        if a.json:
+            json.dump(out, open(a.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
