@@ -230,7 +230,7 @@ PY
   c_arms /tmp/sq "A B C D E F G H" "$OUT/splitqg.json" '{"program_norm_rows": {"P": 2, "Q": 4, "S": 16, "others": 1}, "pdl_trigger": {"T": "late", "others": "wait"}, "pdl": {"V": 0, "others": 1}}'
   ;;
 layerprobe)  # four launches per layer vs one persistent launch per layer or per call: scripts/gpu_layer_probe.py
-  timeout ${PROBE_TIMEOUT:-300} python3 scripts/gpu_layer_probe.py --rows ${ROWS:-2,8} --arms ${PARMS:-launch,launch_nopdl,layer1,layer2,call1,call2} \
+  timeout ${PROBE_TIMEOUT:-300} python3 scripts/gpu_layer_probe.py --rows ${ROWS:-2,8} --arms ${PARMS:-prod,launch,layer1,layer2,call1,call2} \
     --tiles "${TILES:-}" --json "$OUT/layer_probe${TAG:-}.json" 2>&1 | tee "$OUT/layer_probe${TAG:-}.log" ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
   for m in ${ROWS:-1 4 16}; do
