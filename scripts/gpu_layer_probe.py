@@ -74,16 +74,25 @@ def _task(
     PAIR: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    w0a,
+    w0b,
+    PEEL: tl.constexpr,
 ):
     """Task t: columns t*BLOCK_N.. of Out [16, N] (BF16, rows < M stored) = X [16, K] @ W [N, K].T
     rounded, X's rows XS apart (rows >= M neither loaded nor stored). PAIR: W [2N, K] holds gate
     rows 0..N-1 and up rows N..2N-1, Out = silu(gate) * up. Activations load from L2 (.cg): in a
-    persistent kernel other programs wrote them, maybe over lines this SM's L1 holds."""
+    persistent kernel other programs wrote them, maybe over lines this SM's L1 holds. PEEL (0 or 1):
+    the first K tile's weights are w0a, w0b (_w0), loaded before the wait for the input."""
     n = t * BLOCK_N + tl.arange(0, BLOCK_N)
     m = tl.arange(0, 16)[:, None]
     acc = tl.zeros([16, BLOCK_N], tl.float32)
     acc2 = tl.zeros([16, BLOCK_N], tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    if PEEL:
+        x = tl.load(X + m * XS + tl.arange(0, BLOCK_K)[None, :], mask=m < M, other=0.0, cache_modifier=".cg")
+        acc = _dot(acc, x, w0a)
+        if PAIR:
+            acc2 = _dot(acc2, x, w0b)
+    for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(X + m * XS + k[None, :], mask=m < M, other=0.0, cache_modifier=".cg")
         acc = _dot(acc, x, tl.load(W + n.to(tl.int64)[:, None] * K + k[None, :]))
@@ -93,6 +102,30 @@ def _task(
     if PAIR:
         y = _bf(_bf(y / (1.0 + tl.exp(-y))) * _bf(acc2))
     tl.store(Out + m * N + n[None, :], y.to(tl.bfloat16), mask=m < M)
+
+
+@triton.jit
+def _w0(
+    t,
+    W,
+    N: tl.constexpr,
+    K: tl.constexpr,
+    PAIR: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PEEL: tl.constexpr,
+):
+    """Task t's first K tile of weights (gate rows, up rows): loaded with PEEL, zeros without."""
+    n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok = (n < N)[:, None]
+    p = W + n.to(tl.int64)[:, None] * K + tl.arange(0, BLOCK_K)[None, :]
+    a = tl.zeros([BLOCK_N, BLOCK_K], W.dtype.element_ty)
+    b = a
+    if PEEL:
+        a = tl.load(p, mask=ok, other=0.0)
+        if PAIR:
+            b = tl.load(p + N * K, mask=ok, other=0.0)
+    return a, b
 
 
 @triton.jit
@@ -116,9 +149,11 @@ def _phase_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
+    PEEL: tl.constexpr,
 ):
+    a, b = _w0(tl.program_id(0), W, N, K, PAIR, BLOCK_N, BLOCK_K, PEEL)
     _pdl(PDL)
-    _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K)
+    _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, a, b, PEEL)
 
 
 @triton.jit
@@ -150,12 +185,18 @@ def _phase(
     PAIR: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    w0a,
+    w0b,
+    PEEL: tl.constexpr,
 ):
+    """The product's tasks pid, pid + G, ..; the first with its peeled tile (_w0)."""
     NT: tl.constexpr = N // BLOCK_N
-    for j in range(0, (NT + G - 1) // G):
+    if pid < NT:
+        _task(pid, X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, w0a, w0b, PEEL)
+    for j in range(1, (NT + G - 1) // G):
         t = pid + j * G
         if t < NT:
-            _task(t, X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K)
+            _task(t, X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, w0a, w0b, 0)
 
 
 @triton.jit
@@ -186,22 +227,30 @@ def _layers_kernel(
     KG: tl.constexpr,
     KD: tl.constexpr,
     PDL: tl.constexpr,
+    PEEL: tl.constexpr,
 ):
-    """Layers layer0.. of n_layers: X [16, H] in and out; a barrier between two products."""
+    """Layers layer0.. of n_layers: X [16, H] in and out; a barrier between two products, each
+    product's first weight tile loaded before it (PEEL)."""
     pid = tl.program_id(0)
-    _pdl(PDL)
     for i in range(n_layers):
         L = (layer0 + i).to(tl.int64)
         b = Bar + i * 4
+        wq, wo, wg, wd = Wq + L * NQ * H, Wo + L * H * H, Wg + L * 2 * I * H, Wd + L * H * I
+        qa, qb = _w0(pid, wq, NQ, H, False, BQ, KQ, PEEL)
         if i > 0:
             _sync(b - 1, G, Flag)
-        _phase(pid, G, X, H, Wq + L * NQ * H, Q, M, NQ, H, False, BQ, KQ)
+        else:
+            _pdl(PDL)
+        _phase(pid, G, X, H, wq, Q, M, NQ, H, False, BQ, KQ, qa, qb, PEEL)
+        oa, ob = _w0(pid, wo, H, H, False, BO, KO, PEEL)
         _sync(b, G, Flag)
-        _phase(pid, G, Q, NQ, Wo + L * H * H, O, M, H, H, False, BO, KO)  # o's input: q's first H columns
+        _phase(pid, G, Q, NQ, wo, O, M, H, H, False, BO, KO, oa, ob, PEEL)  # o's input: q's first H columns
+        ga, gb = _w0(pid, wg, I, H, True, BG, KG, PEEL)
         _sync(b + 1, G, Flag)
-        _phase(pid, G, O, H, Wg + L * 2 * I * H, A, M, I, H, True, BG, KG)
+        _phase(pid, G, O, H, wg, A, M, I, H, True, BG, KG, ga, gb, PEEL)
+        da, db = _w0(pid, wd, H, I, False, BD, KD, PEEL)
         _sync(b + 2, G, Flag)
-        _phase(pid, G, A, I, Wd + L * H * I, X, M, H, I, False, BD, KD)
+        _phase(pid, G, A, I, wd, X, M, H, I, False, BD, KD, da, db, PEEL)
 
 
 class Probe:
@@ -248,7 +297,8 @@ def products(p: Probe):
 def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
     """One call: X <- X0, counters zeroed, then the arm's launches over all layers."""
     buf["X"].copy_(buf["X0"])
-    kind, pdl = arm["kind"], arm.get("pdl", not INTERPRET)
+    kind, pdl, peel = arm["kind"], arm.get("pdl", not INTERPRET), arm.get("peel", 1)
+    tiles = {**tiles, **arm.get("tiles", {})}
     launch = {"launch_pdl": True} if pdl else {}
     if kind == "prod":  # the engine's product kernel (kernels/gemv.py) at its tiles, on stand-in inputs
         from kernels.gemv import SMALL_M_TILES, gemv
@@ -263,7 +313,21 @@ def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
             for name, w, N, K, src, xs, dst, pair in products(p):
                 bn, bk, nw, ns = tiles[name]
                 _phase_kernel[(N // bn,)](
-                    buf[src], xs, w[L], buf[dst], M, N, K, pair, bn, bk, pdl, num_warps=nw, num_stages=ns, **launch
+                    buf[src],
+                    xs,
+                    w[L],
+                    buf[dst],
+                    M,
+                    N,
+                    K,
+                    pair,
+                    bn,
+                    bk,
+                    pdl,
+                    peel,
+                    num_warps=nw,
+                    num_stages=ns,
+                    **launch,
                 )
         return
     buf["Bar"].zero_()
@@ -296,6 +360,7 @@ def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
             t["gate_up"][1],
             t["down"][1],
             pdl,
+            peel,
             num_warps=arm.get("warps", 4),
             num_stages=arm.get("stages", 3),
             **launch,
@@ -393,14 +458,20 @@ def copy_bw(device) -> float:
     return 2 * 10 * a.numel() / (e0.elapsed_time(e1) / 1000)  # bytes read + written per second (as `floor`)
 
 
+BALANCED = {"qkv": (16, 256, 4, 3), "gate_up": (16, 256, 4, 3)}  # 384 / 352 tasks: whole waves of 132 programs
 ARMS = {
     "prod": dict(kind="prod"),
     "launch": dict(kind="launch"),
+    "launch_nopeel": dict(kind="launch", peel=0),
     "launch_nopdl": dict(kind="launch", pdl=False),
     "layer1": dict(kind="layer", programs=132),
+    "layer1_nopeel": dict(kind="layer", programs=132, peel=0),
     "layer2": dict(kind="layer", programs=264),
+    "layer1b": dict(kind="layer", programs=132, tiles=BALANCED),
+    "layer1b4": dict(kind="layer", programs=132, tiles=BALANCED, stages=4),
     "layer1w8": dict(kind="layer", programs=132, warps=8),
     "call1": dict(kind="call", programs=132),
+    "call1b": dict(kind="call", programs=132, tiles=BALANCED),
     "call2": dict(kind="call", programs=264),
 }
 
@@ -431,7 +502,9 @@ def main(argv=None):
         tiles = {n: (16, 32, 1, 1) for n in TILES}
         arms = {
             "launch": dict(kind="launch"),
+            "launch_nopeel": dict(kind="launch", peel=0),
             "layer": dict(kind="layer", programs=1),
+            "layer_nopeel": dict(kind="layer", programs=1, peel=0),
             "call": dict(kind="call", programs=1),
         }
         rep = {M: check(p, arms, tiles, M) for M in (1, 3)}
