@@ -475,6 +475,15 @@ ARMS = {
     "call1": dict(kind="call", programs=132),
     "call1b": dict(kind="call", programs=132, tiles=BALANCED),
     "call2": dict(kind="call", programs=264),
+    # the launch arm's tiles swept: K tiles of 512, wider blocks, 5 stages, 8 warps
+    "launch_k512": dict(kind="launch", tiles={n: (t[0], 512, t[2], 3) for n, t in TILES.items()}),
+    "launch_wide": dict(
+        kind="launch",
+        tiles={"qkv": (128, 256, 4, 3), "gate_up": (64, 128, 4, 3), "o": (32, 256, 4, 4), "down": (32, 256, 4, 4)},
+    ),
+    "launch_s5": dict(kind="launch", tiles={n: (*t[:3], 5) for n, t in TILES.items()}),
+    "launch_w8": dict(kind="launch", tiles={n: (t[0], t[1], 8, t[3]) for n, t in TILES.items()}),
+    "launch_narrow": dict(kind="launch", tiles={"qkv": (32, 256, 4, 3), "gate_up": (16, 256, 4, 3)}),
 }
 
 
