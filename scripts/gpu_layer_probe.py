@@ -77,6 +77,7 @@ def _task(
     w0a,
     w0b,
     PEEL: tl.constexpr,
+    CG: tl.constexpr = True,
 ):
     """Task t: columns t*BLOCK_N.. of Out [16, N] (BF16, rows < M stored) = X [16, K] @ W [N, K].T
     rounded, X's rows XS apart (rows >= M neither loaded nor stored). PAIR: W [2N, K] holds gate
@@ -88,13 +89,13 @@ def _task(
     acc = tl.zeros([16, BLOCK_N], tl.float32)
     acc2 = tl.zeros([16, BLOCK_N], tl.float32)
     if PEEL:
-        x = tl.load(X + m * XS + tl.arange(0, BLOCK_K)[None, :], mask=m < M, other=0.0, cache_modifier=".cg")
+        x = _x(X + m * XS + tl.arange(0, BLOCK_K)[None, :], m < M, CG)
         acc = _dot(acc, x, w0a)
         if PAIR:
             acc2 = _dot(acc2, x, w0b)
     for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(X + m * XS + k[None, :], mask=m < M, other=0.0, cache_modifier=".cg")
+        x = _x(X + m * XS + k[None, :], m < M, CG)
         acc = _dot(acc, x, tl.load(W + n.to(tl.int64)[:, None] * K + k[None, :]))
         if PAIR:
             acc2 = _dot(acc2, x, tl.load(W + (N + n).to(tl.int64)[:, None] * K + k[None, :]))
@@ -102,6 +103,13 @@ def _task(
     if PAIR:
         y = _bf(_bf(y / (1.0 + tl.exp(-y))) * _bf(acc2))
     tl.store(Out + m * N + n[None, :], y.to(tl.bfloat16), mask=m < M)
+
+
+@triton.jit
+def _x(p, ok, CG: tl.constexpr):
+    if CG:
+        return tl.load(p, mask=ok, other=0.0, cache_modifier=".cg")
+    return tl.load(p, mask=ok, other=0.0)
 
 
 @triton.jit
@@ -150,10 +158,11 @@ def _phase_kernel(
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
     PEEL: tl.constexpr,
+    CG: tl.constexpr,
 ):
     a, b = _w0(tl.program_id(0), W, N, K, PAIR, BLOCK_N, BLOCK_K, PEEL)
     _pdl(PDL)
-    _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, a, b, PEEL)
+    _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, a, b, PEEL, CG)
 
 
 @triton.jit
@@ -326,6 +335,7 @@ def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
                     bk,
                     pdl,
                     peel,
+                    arm.get("cg", True),
                     num_warps=nw,
                     num_stages=ns,
                     **launch,
@@ -465,6 +475,7 @@ ARMS = {
     "prod_nosplit": dict(kind="prod", no_split=True),
     "launch": dict(kind="launch"),
     "launch_nopeel": dict(kind="launch", peel=0),
+    "launch_ca": dict(kind="launch", cg=False),  # activations through L1 as well
     "launch_nopdl": dict(kind="launch", pdl=False),
     "layer1": dict(kind="layer", programs=132),
     "layer1_nopeel": dict(kind="layer", programs=132, peel=0),
@@ -514,6 +525,7 @@ def main(argv=None):
         arms = {
             "launch": dict(kind="launch"),
             "launch_nopeel": dict(kind="launch", peel=0),
+            "launch_ca": dict(kind="launch", cg=False),
             "layer": dict(kind="layer", programs=1),
             "layer_nopeel": dict(kind="layer", programs=1, peel=0),
             "call": dict(kind="call", programs=1),

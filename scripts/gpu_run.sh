@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|splitqg|layerprobe|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|splitqg|layerprobe|abbase|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -232,6 +232,25 @@ PY
 layerprobe)  # four launches per layer vs one persistent launch per layer or per call: scripts/gpu_layer_probe.py
   timeout ${PROBE_TIMEOUT:-300} python3 scripts/gpu_layer_probe.py --rows ${ROWS:-2,8} --arms ${PARMS:-prod,launch,layer1,layer2,call1,call2} \
     --tiles "${TILES:-}" --json "$OUT/layer_probe${TAG:-}.json" 2>&1 | tee "$OUT/layer_probe${TAG:-}.log" ;;
+abbase)  # c(M) of the packages in AB_BASE (arm A: an earlier commit's tree, `git archive`d there, untracked) against
+         # this tree's (arm B), in turn, twice (AB_ROUNDS), separate processes; one JSON, $OUT/ab${TAG}.json
+  rm -rf /tmp/ab; mkdir -p /tmp/ab
+  for r in $(seq ${AB_ROUNDS:-2}); do for arm in A B; do
+    dir=$([ $arm = A ] && echo "${AB_BASE:-ab_base}" || echo .)
+    (cd "$dir" && PYTHONPATH=$PWD timeout 150 python3 -m oracle bench c-table --preset ouro-1.4b --context 256 -q \
+      --rows ${ROWS:-1,2,4,8,16} --repeats 100 --out /tmp/ab/${arm}_$r.json 2>&1 | tail -3)
+    python3 -c "import json,sys; print('$arm', json.load(open(sys.argv[1]))['c_ms'])" /tmp/ab/${arm}_$r.json
+  done; done
+  python3 - "$OUT/ab${TAG:-}.json" <<'PY'
+import glob, json, os, sys
+runs = {os.path.basename(f)[:-5]: json.load(open(f)) for f in sorted(glob.glob("/tmp/ab/*_*.json"))}
+json.dump({"runs": runs}, open(sys.argv[1], "w"), indent=1)
+for r in sorted({k.split("_")[1] for k in runs}):
+    a, b = runs.get(f"A_{r}", {}).get("c_ms"), runs.get(f"B_{r}", {}).get("c_ms")
+    if a and b:
+        print("round", r, "B/A", {m: round(b[m] / a[m], 4) for m in a if m in b})
+PY
+  ;;
 profile) # device time per kernel of one eager recurrent call of M rows (ROWS, default 1 4 16), against its graph replay
   for m in ${ROWS:-1 4 16}; do
     timeout 200 python3 scripts/gpu_c1_profile.py $m --out "$OUT" 2>&1 | tee "$OUT/c${m}_profile.log"
