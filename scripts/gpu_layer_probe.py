@@ -29,237 +29,232 @@ import statistics
 import sys
 
 import torch
-import triton
+
+try:  # the kernels need Triton; --help does not
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import triton.language as tl
-
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-if not INTERPRET:
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-else:  # the interpreter has no grid dependency control
-    gdc_wait = gdc_launch_dependents = None
 
-SPIN = tl.constexpr(1 << 16)  # polls of a barrier before it gives up
-INTERPRET_DOT = tl.constexpr(INTERPRET)
+if triton is not None:
+    if not INTERPRET:
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    else:  # the interpreter has no grid dependency control
+        gdc_wait = gdc_launch_dependents = None
 
+    SPIN = tl.constexpr(1 << 16)  # polls of a barrier before it gives up
+    INTERPRET_DOT = tl.constexpr(INTERPRET)
 
-@triton.jit
-def _pdl(PDL: tl.constexpr):
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    @triton.jit
+    def _pdl(PDL: tl.constexpr):
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
 
+    @triton.jit
+    def _bf(x):
+        # FP32 -> BF16 -> FP32, to nearest even (by hand under the interpreter, whose cast truncates)
+        if INTERPRET_DOT:
+            b = x.to(tl.uint32, bitcast=True)
+            b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+            return b.to(tl.float32, bitcast=True)
+        return x.to(tl.bfloat16).to(tl.float32)
 
-@triton.jit
-def _bf(x):
-    # FP32 -> BF16 -> FP32, to nearest even (by hand under the interpreter, whose cast truncates)
-    if INTERPRET_DOT:
-        b = x.to(tl.uint32, bitcast=True)
-        b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
-        return b.to(tl.float32, bitcast=True)
-    return x.to(tl.bfloat16).to(tl.float32)
-
-
-@triton.jit
-def _task(
-    t,
-    X,
-    XS: tl.constexpr,
-    W,
-    Out,
-    M,
-    N: tl.constexpr,
-    K: tl.constexpr,
-    PAIR: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    w0a,
-    w0b,
-    PEEL: tl.constexpr,
-    CG: tl.constexpr = True,
-):
-    """Task t: columns t*BLOCK_N.. of Out [16, N] (BF16, rows < M stored) = X [16, K] @ W [N, K].T
-    rounded, X's rows XS apart (rows >= M neither loaded nor stored). PAIR: W [2N, K] holds gate
-    rows 0..N-1 and up rows N..2N-1, Out = silu(gate) * up. Activations load from L2 (.cg): in a
-    persistent kernel other programs wrote them, maybe over lines this SM's L1 holds. PEEL (0 or 1):
-    the first K tile's weights are w0a, w0b (_w0), loaded before the wait for the input."""
-    n = t * BLOCK_N + tl.arange(0, BLOCK_N)
-    m = tl.arange(0, 16)[:, None]
-    acc = tl.zeros([16, BLOCK_N], tl.float32)
-    acc2 = tl.zeros([16, BLOCK_N], tl.float32)
-    if PEEL:
-        x = _x(X + m * XS + tl.arange(0, BLOCK_K)[None, :], m < M, CG)
-        acc = _dot(acc, x, w0a)
+    @triton.jit
+    def _task(
+        t,
+        X,
+        XS: tl.constexpr,
+        W,
+        Out,
+        M,
+        N: tl.constexpr,
+        K: tl.constexpr,
+        PAIR: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        w0a,
+        w0b,
+        PEEL: tl.constexpr,
+        CG: tl.constexpr = True,
+    ):
+        """Task t: columns t*BLOCK_N.. of Out [16, N] (BF16, rows < M stored) = X [16, K] @ W [N, K].T
+        rounded, X's rows XS apart (rows >= M neither loaded nor stored). PAIR: W [2N, K] holds gate
+        rows 0..N-1 and up rows N..2N-1, Out = silu(gate) * up. Activations load from L2 (.cg): in a
+        persistent kernel other programs wrote them, maybe over lines this SM's L1 holds. PEEL (0 or 1):
+        the first K tile's weights are w0a, w0b (_w0), loaded before the wait for the input."""
+        n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        m = tl.arange(0, 16)[:, None]
+        acc = tl.zeros([16, BLOCK_N], tl.float32)
+        acc2 = tl.zeros([16, BLOCK_N], tl.float32)
+        if PEEL:
+            x = _x(X + m * XS + tl.arange(0, BLOCK_K)[None, :], m < M, CG)
+            acc = _dot(acc, x, w0a)
+            if PAIR:
+                acc2 = _dot(acc2, x, w0b)
+        for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            x = _x(X + m * XS + k[None, :], m < M, CG)
+            acc = _dot(acc, x, tl.load(W + n.to(tl.int64)[:, None] * K + k[None, :]))
+            if PAIR:
+                acc2 = _dot(acc2, x, tl.load(W + (N + n).to(tl.int64)[:, None] * K + k[None, :]))
+        y = _bf(acc)
         if PAIR:
-            acc2 = _dot(acc2, x, w0b)
-    for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
-        k = k0 + tl.arange(0, BLOCK_K)
-        x = _x(X + m * XS + k[None, :], m < M, CG)
-        acc = _dot(acc, x, tl.load(W + n.to(tl.int64)[:, None] * K + k[None, :]))
-        if PAIR:
-            acc2 = _dot(acc2, x, tl.load(W + (N + n).to(tl.int64)[:, None] * K + k[None, :]))
-    y = _bf(acc)
-    if PAIR:
-        y = _bf(_bf(y / (1.0 + tl.exp(-y))) * _bf(acc2))
-    tl.store(Out + m * N + n[None, :], y.to(tl.bfloat16), mask=m < M)
+            y = _bf(_bf(y / (1.0 + tl.exp(-y))) * _bf(acc2))
+        tl.store(Out + m * N + n[None, :], y.to(tl.bfloat16), mask=m < M)
 
+    @triton.jit
+    def _x(p, ok, CG: tl.constexpr):
+        if CG:
+            return tl.load(p, mask=ok, other=0.0, cache_modifier=".cg")
+        return tl.load(p, mask=ok, other=0.0)
 
-@triton.jit
-def _x(p, ok, CG: tl.constexpr):
-    if CG:
-        return tl.load(p, mask=ok, other=0.0, cache_modifier=".cg")
-    return tl.load(p, mask=ok, other=0.0)
+    @triton.jit
+    def _w0(
+        t,
+        W,
+        N: tl.constexpr,
+        K: tl.constexpr,
+        PAIR: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        PEEL: tl.constexpr,
+    ):
+        """Task t's first K tile of weights (gate rows, up rows): loaded with PEEL, zeros without."""
+        n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        ok = (n < N)[:, None]
+        p = W + n.to(tl.int64)[:, None] * K + tl.arange(0, BLOCK_K)[None, :]
+        a = tl.zeros([BLOCK_N, BLOCK_K], W.dtype.element_ty)
+        b = a
+        if PEEL:
+            a = tl.load(p, mask=ok, other=0.0)
+            if PAIR:
+                b = tl.load(p + N * K, mask=ok, other=0.0)
+        return a, b
 
+    @triton.jit
+    def _dot(acc, x, w):
+        # acc [16, BLOCK_N] += x [16, BLOCK_K] @ w [BLOCK_N, BLOCK_K].T, BF16 values, FP32 sums
+        if INTERPRET_DOT:  # the interpreter's BF16 dot is wrong; TF32 products of BF16 values are exact
+            return acc + tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="tf32")
+        return acc + tl.dot(x, tl.trans(w))
 
-@triton.jit
-def _w0(
-    t,
-    W,
-    N: tl.constexpr,
-    K: tl.constexpr,
-    PAIR: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    PEEL: tl.constexpr,
-):
-    """Task t's first K tile of weights (gate rows, up rows): loaded with PEEL, zeros without."""
-    n = t * BLOCK_N + tl.arange(0, BLOCK_N)
-    ok = (n < N)[:, None]
-    p = W + n.to(tl.int64)[:, None] * K + tl.arange(0, BLOCK_K)[None, :]
-    a = tl.zeros([BLOCK_N, BLOCK_K], W.dtype.element_ty)
-    b = a
-    if PEEL:
-        a = tl.load(p, mask=ok, other=0.0)
-        if PAIR:
-            b = tl.load(p + N * K, mask=ok, other=0.0)
-    return a, b
+    @triton.jit
+    def _phase_kernel(
+        X,
+        XS: tl.constexpr,
+        W,
+        Out,
+        M,
+        N: tl.constexpr,
+        K: tl.constexpr,
+        PAIR: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        PDL: tl.constexpr,
+        PEEL: tl.constexpr,
+        CG: tl.constexpr,
+    ):
+        a, b = _w0(tl.program_id(0), W, N, K, PAIR, BLOCK_N, BLOCK_K, PEEL)
+        _pdl(PDL)
+        _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, a, b, PEEL, CG)
 
-
-@triton.jit
-def _dot(acc, x, w):
-    # acc [16, BLOCK_N] += x [16, BLOCK_K] @ w [BLOCK_N, BLOCK_K].T, BF16 values, FP32 sums
-    if INTERPRET_DOT:  # the interpreter's BF16 dot is wrong; TF32 products of BF16 values are exact
-        return acc + tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="tf32")
-    return acc + tl.dot(x, tl.trans(w))
-
-
-@triton.jit
-def _phase_kernel(
-    X,
-    XS: tl.constexpr,
-    W,
-    Out,
-    M,
-    N: tl.constexpr,
-    K: tl.constexpr,
-    PAIR: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    PDL: tl.constexpr,
-    PEEL: tl.constexpr,
-    CG: tl.constexpr,
-):
-    a, b = _w0(tl.program_id(0), W, N, K, PAIR, BLOCK_N, BLOCK_K, PEEL)
-    _pdl(PDL)
-    _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, a, b, PEEL, CG)
-
-
-@triton.jit
-def _sync(Bar, G: tl.constexpr, Flag):
-    """Grid barrier: every one of the G programs arrives (release), then waits for all (acquire)."""
-    tl.debug_barrier()
-    tl.atomic_add(Bar, 1, sem="release", scope="gpu")
-    v = tl.atomic_add(Bar, 0, sem="acquire", scope="gpu")
-    n = 0
-    while (v < G) & (n < SPIN):
+    @triton.jit
+    def _sync(Bar, G: tl.constexpr, Flag):
+        """Grid barrier: every one of the G programs arrives (release), then waits for all (acquire)."""
+        tl.debug_barrier()
+        tl.atomic_add(Bar, 1, sem="release", scope="gpu")
         v = tl.atomic_add(Bar, 0, sem="acquire", scope="gpu")
-        n += 1
-    if n >= SPIN:
-        tl.atomic_max(Flag, 1)
-    tl.debug_barrier()
+        n = 0
+        while (v < G) & (n < SPIN):
+            v = tl.atomic_add(Bar, 0, sem="acquire", scope="gpu")
+            n += 1
+        if n >= SPIN:
+            tl.atomic_max(Flag, 1)
+        tl.debug_barrier()
 
+    @triton.jit
+    def _phase(
+        pid,
+        G: tl.constexpr,
+        X,
+        XS: tl.constexpr,
+        W,
+        Out,
+        M,
+        N: tl.constexpr,
+        K: tl.constexpr,
+        PAIR: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        w0a,
+        w0b,
+        PEEL: tl.constexpr,
+    ):
+        """The product's tasks pid, pid + G, ..; the first with its peeled tile (_w0)."""
+        NT: tl.constexpr = N // BLOCK_N
+        if pid < NT:
+            _task(pid, X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, w0a, w0b, PEEL)
+        for j in range(1, (NT + G - 1) // G):
+            t = pid + j * G
+            if t < NT:
+                _task(t, X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, w0a, w0b, 0)
 
-@triton.jit
-def _phase(
-    pid,
-    G: tl.constexpr,
-    X,
-    XS: tl.constexpr,
-    W,
-    Out,
-    M,
-    N: tl.constexpr,
-    K: tl.constexpr,
-    PAIR: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    w0a,
-    w0b,
-    PEEL: tl.constexpr,
-):
-    """The product's tasks pid, pid + G, ..; the first with its peeled tile (_w0)."""
-    NT: tl.constexpr = N // BLOCK_N
-    if pid < NT:
-        _task(pid, X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, w0a, w0b, PEEL)
-    for j in range(1, (NT + G - 1) // G):
-        t = pid + j * G
-        if t < NT:
-            _task(t, X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, w0a, w0b, 0)
-
-
-@triton.jit
-def _layers_kernel(
-    X,
-    Q,
-    O,
-    A,
-    Wq,
-    Wo,
-    Wg,
-    Wd,
-    Bar,
-    Flag,
-    M,
-    layer0,
-    n_layers: tl.constexpr,
-    G: tl.constexpr,
-    H: tl.constexpr,
-    NQ: tl.constexpr,
-    I: tl.constexpr,
-    BQ: tl.constexpr,
-    BO: tl.constexpr,
-    BG: tl.constexpr,
-    BD: tl.constexpr,
-    KQ: tl.constexpr,
-    KO: tl.constexpr,
-    KG: tl.constexpr,
-    KD: tl.constexpr,
-    PDL: tl.constexpr,
-    PEEL: tl.constexpr,
-):
-    """Layers layer0.. of n_layers: X [16, H] in and out; a barrier between two products, each
-    product's first weight tile loaded before it (PEEL)."""
-    pid = tl.program_id(0)
-    for i in range(n_layers):
-        L = (layer0 + i).to(tl.int64)
-        b = Bar + i * 4
-        wq, wo, wg, wd = Wq + L * NQ * H, Wo + L * H * H, Wg + L * 2 * I * H, Wd + L * H * I
-        qa, qb = _w0(pid, wq, NQ, H, False, BQ, KQ, PEEL)
-        if i > 0:
-            _sync(b - 1, G, Flag)
-        else:
-            _pdl(PDL)
-        _phase(pid, G, X, H, wq, Q, M, NQ, H, False, BQ, KQ, qa, qb, PEEL)
-        oa, ob = _w0(pid, wo, H, H, False, BO, KO, PEEL)
-        _sync(b, G, Flag)
-        _phase(pid, G, Q, NQ, wo, O, M, H, H, False, BO, KO, oa, ob, PEEL)  # o's input: q's first H columns
-        ga, gb = _w0(pid, wg, I, H, True, BG, KG, PEEL)
-        _sync(b + 1, G, Flag)
-        _phase(pid, G, O, H, wg, A, M, I, H, True, BG, KG, ga, gb, PEEL)
-        da, db = _w0(pid, wd, H, I, False, BD, KD, PEEL)
-        _sync(b + 2, G, Flag)
-        _phase(pid, G, A, I, wd, X, M, H, I, False, BD, KD, da, db, PEEL)
+    @triton.jit
+    def _layers_kernel(
+        X,
+        Q,
+        O,
+        A,
+        Wq,
+        Wo,
+        Wg,
+        Wd,
+        Bar,
+        Flag,
+        M,
+        layer0,
+        n_layers: tl.constexpr,
+        G: tl.constexpr,
+        H: tl.constexpr,
+        NQ: tl.constexpr,
+        I: tl.constexpr,
+        BQ: tl.constexpr,
+        BO: tl.constexpr,
+        BG: tl.constexpr,
+        BD: tl.constexpr,
+        KQ: tl.constexpr,
+        KO: tl.constexpr,
+        KG: tl.constexpr,
+        KD: tl.constexpr,
+        PDL: tl.constexpr,
+        PEEL: tl.constexpr,
+    ):
+        """Layers layer0.. of n_layers: X [16, H] in and out; a barrier between two products, each
+        product's first weight tile loaded before it (PEEL)."""
+        pid = tl.program_id(0)
+        for i in range(n_layers):
+            L = (layer0 + i).to(tl.int64)
+            b = Bar + i * 4
+            wq, wo, wg, wd = Wq + L * NQ * H, Wo + L * H * H, Wg + L * 2 * I * H, Wd + L * H * I
+            qa, qb = _w0(pid, wq, NQ, H, False, BQ, KQ, PEEL)
+            if i > 0:
+                _sync(b - 1, G, Flag)
+            else:
+                _pdl(PDL)
+            _phase(pid, G, X, H, wq, Q, M, NQ, H, False, BQ, KQ, qa, qb, PEEL)
+            oa, ob = _w0(pid, wo, H, H, False, BO, KO, PEEL)
+            _sync(b, G, Flag)
+            _phase(pid, G, Q, NQ, wo, O, M, H, H, False, BO, KO, oa, ob, PEEL)  # o's input: q's first H columns
+            ga, gb = _w0(pid, wg, I, H, True, BG, KG, PEEL)
+            _sync(b + 1, G, Flag)
+            _phase(pid, G, O, H, wg, A, M, I, H, True, BG, KG, ga, gb, PEEL)
+            da, db = _w0(pid, wd, H, I, False, BD, KD, PEEL)
+            _sync(b + 2, G, Flag)
+            _phase(pid, G, A, I, wd, X, M, H, I, False, BD, KD, da, db, PEEL)
 
 
 class Probe:
@@ -518,6 +513,8 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true", help="a small shape's values only (CPU interpreter)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    if triton is None:
+        sys.exit("gpu_layer_probe: Triton is not installed (its kernels are Triton kernels)")
     tiles = parse_tiles(a.tiles)
     if a.check:  # small shape, one program per persistent launch (the interpreter runs programs in turn)
         p = Probe(64, 192, 128, 2, torch.device("cpu"))
@@ -566,11 +563,11 @@ def main(argv=None):
         t = time_arms(p, arms, tiles, M, a.reps, a.rounds)
         out["rows"][M] = dict(check=chk, **t)
         for n in arms:
+            c, (lo, med, hi) = chk.get(n, {}), t["ratio_vs_first"][n]
             print(
                 f"M={M} {n:14s} {t['us_per_layer'][n]:7.2f} us/layer ({t['us_per_layer'][n] / floor_us:.2f}x floor) "
-                f"ratio {t['ratio_vs_first'][n][1]:.3f} [{t['ratio_vs_first'][n][0]:.3f}, {t['ratio_vs_first'][n][2]:.3f}] "
-                f"rel {chk.get(n, {}).get('rel_vs_torch', float('nan')):.1e} same {chk.get(n, {}).get('bitwise_vs_first')} "
-                f"timeout {t['timeouts'][n] or chk.get(n, {}).get('barrier_timeout')}",
+                f"ratio {med:.3f} [{lo:.3f}, {hi:.3f}] rel {c.get('rel_vs_torch', float('nan')):.1e} "
+                f"same {c.get('bitwise_vs_first')} timeout {t['timeouts'][n] or c.get('barrier_timeout')}",
                 flush=True,
             )
         if a.json:
