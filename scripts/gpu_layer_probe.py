@@ -163,6 +163,50 @@ if triton is not None:
         _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, a, b, PEEL, CG)
 
     @triton.jit
+    def _stream(W, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, b):
+        """Read weight rows b*BLOCK_N.. of W [., K] whole, as a product's program does, and sum them
+        (the `read` arms: the bytes of the products without their products)."""
+        n = b * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            acc += tl.load(W + n.to(tl.int64)[:, None] * K + (k0 + tl.arange(0, BLOCK_K))[None, :]).to(tl.float32)
+        return tl.sum(tl.sum(acc, 1), 0)
+
+    @triton.jit
+    def _read_kernel(
+        Wq,
+        Wo,
+        Wg,
+        Wd,
+        Out,
+        layer0,
+        H: tl.constexpr,
+        NQ: tl.constexpr,
+        I: tl.constexpr,
+        ONLY: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
+        """One program per BN weight rows of one layer's four matrices (ONLY 0..3: of that matrix
+        alone), layer layer0 + program_id(1); the sum of its rows to Out (never read)."""
+        _pdl(PDL)
+        L = (layer0 + tl.program_id(1)).to(tl.int64)
+        b = tl.program_id(0)
+        P0: tl.constexpr = NQ // BN if ONLY < 0 or ONLY == 0 else 0
+        P1: tl.constexpr = P0 + (H // BN if ONLY < 0 or ONLY == 1 else 0)
+        P2: tl.constexpr = P1 + (2 * I // BN if ONLY < 0 or ONLY == 2 else 0)
+        if b < P0:
+            v = _stream(Wq + L * NQ * H, H, BN, BK, b)
+        elif b < P1:
+            v = _stream(Wo + L * H * H, H, BN, BK, b - P0)
+        elif b < P2:
+            v = _stream(Wg + L * 2 * I * H, H, BN, BK, b - P1)
+        else:
+            v = _stream(Wd + L * H * I, I, BN, BK, b - P2)
+        tl.store(Out + L * 65536 + b, v)
+
+    @triton.jit
     def _sync(Bar, G: tl.constexpr, Flag):
         """Grid barrier: every one of the G programs arrives (release), then waits for all (acquire)."""
         tl.debug_barrier()
@@ -284,6 +328,7 @@ class Probe:
             X0=x0,
             Bar=torch.zeros(4 * self.layers, dtype=torch.int32, device=self.device),
             Flag=torch.zeros(1, dtype=torch.int32, device=self.device),
+            R=torch.zeros(self.layers * 65536, dtype=torch.float32, device=self.device),
         )
 
 
@@ -312,6 +357,32 @@ def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
         for L in range(p.layers):
             for name, w, _, K, *_ in products(p):
                 gemv(buf["X"][:M] if K == p.H else buf["A"][:M], w[L], name, cfg, pdl=pdl)
+        return
+    if kind == "read":  # the weights streamed and summed: four launches a layer, one a layer, or one a call
+        bn, bk, per = arm.get("bn", 16), arm.get("bk", 256), arm["per"]
+        H, NQ, I = p.H, p.NQ, p.I
+        rows = {0: NQ, 1: H, 2: 2 * I, 3: H}
+        for L in range(0, p.layers, 1 if per in ("product", "layer") else p.layers):
+            for only in range(4) if per == "product" else (-1,):
+                n = rows[only] // bn if only >= 0 else sum(rows.values()) // bn
+                _read_kernel[(n, 1 if per in ("product", "layer") else p.layers)](
+                    p.Wq,
+                    p.Wo,
+                    p.Wg,
+                    p.Wd,
+                    buf["R"],
+                    L,
+                    H,
+                    NQ,
+                    I,
+                    only,
+                    bn,
+                    bk,
+                    pdl,
+                    num_warps=4,
+                    num_stages=arm.get("stages", 3),
+                    **launch,
+                )
         return
     if kind == "launch":
         for L in range(p.layers):
@@ -398,7 +469,7 @@ def check(p: Probe, arms: dict, tiles: dict, M: int) -> dict:
     ref = torch_chain(p, M)
     outs, rep = {}, {}
     for name, arm in arms.items():
-        if arm["kind"] == "prod":  # values not chained: timing only
+        if arm["kind"] in ("prod", "read"):  # values not chained: timing only
             continue
         buf = p.buffers(M)
         call(p, arm, tiles, buf, M)
@@ -469,6 +540,14 @@ ARMS = {
     "prod": dict(kind="prod"),
     "prod_nosplit": dict(kind="prod", no_split=True),
     "launch": dict(kind="launch"),
+    # the weights streamed without products: four launches a layer (BLOCK_N 16 rows, 128-704
+    # programs), one launch a layer (1,344 programs), one launch a call (24 x 1,344)
+    "read_product": dict(kind="read", per="product"),
+    "read_layer": dict(kind="read", per="layer"),
+    "read_call": dict(kind="read", per="call"),
+    "read_product64": dict(kind="read", per="product", bn=64),
+    "read_product_k1024": dict(kind="read", per="product", bk=1024),
+    "read_call_k1024": dict(kind="read", per="call", bk=1024),
     "launch_nopeel": dict(kind="launch", peel=0),
     "launch_ca": dict(kind="launch", cg=False),  # activations through L1 as well
     "launch_nopdl": dict(kind="launch", pdl=False),
