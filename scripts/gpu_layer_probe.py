@@ -40,6 +40,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 if triton is not None:
+    from kernels.gemv_blocks import _l2_prefetch
+
     if not INTERPRET:
         from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
     else:  # the interpreter has no grid dependency control
@@ -207,6 +209,17 @@ if triton is not None:
         tl.store(Out + L * 65536 + b, v)
 
     @triton.jit
+    def _pf(pid, W, N: tl.constexpr, K: tl.constexpr, PAIR: tl.constexpr, BLOCK_N: tl.constexpr, PF: tl.constexpr):
+        """Task pid's weight rows (and its up rows) into L2: PF bytes of each from column 0, -1 the
+        whole row (kernels/gemv_blocks._l2_prefetch; the interpreter skips it)."""
+        NB: tl.constexpr = K * 2 if PF < 0 else PF
+        if PF != 0:
+            if pid * BLOCK_N < N:
+                _l2_prefetch(W, pid * BLOCK_N, N, 0, K, BLOCK_N, 1, 1, NB)
+                if PAIR:
+                    _l2_prefetch(W + N * K, pid * BLOCK_N, N, 0, K, BLOCK_N, 1, 1, NB)
+
+    @triton.jit
     def _sync(Bar, G: tl.constexpr, Flag):
         """Grid barrier: every one of the G programs arrives (release), then waits for all (acquire)."""
         tl.debug_barrier()
@@ -276,27 +289,33 @@ if triton is not None:
         KD: tl.constexpr,
         PDL: tl.constexpr,
         PEEL: tl.constexpr,
+        PF: tl.constexpr = 0,
     ):
         """Layers layer0.. of n_layers: X [16, H] in and out; a barrier between two products, each
-        product's first weight tile loaded before it (PEEL)."""
+        product's first weight tile loaded before it (PEEL), the weight rows of the program's first
+        task of it prefetched into L2 before it (PF bytes of each row; -1 whole rows)."""
         pid = tl.program_id(0)
         for i in range(n_layers):
             L = (layer0 + i).to(tl.int64)
             b = Bar + i * 4
             wq, wo, wg, wd = Wq + L * NQ * H, Wo + L * H * H, Wg + L * 2 * I * H, Wd + L * H * I
             qa, qb = _w0(pid, wq, NQ, H, False, BQ, KQ, PEEL)
+            _pf(pid, wq, NQ, H, False, BQ, PF)
             if i > 0:
                 _sync(b - 1, G, Flag)
             else:
                 _pdl(PDL)
             _phase(pid, G, X, H, wq, Q, M, NQ, H, False, BQ, KQ, qa, qb, PEEL)
             oa, ob = _w0(pid, wo, H, H, False, BO, KO, PEEL)
+            _pf(pid, wo, H, H, False, BO, PF)
             _sync(b, G, Flag)
             _phase(pid, G, Q, NQ, wo, O, M, H, H, False, BO, KO, oa, ob, PEEL)  # o's input: q's first H columns
             ga, gb = _w0(pid, wg, I, H, True, BG, KG, PEEL)
+            _pf(pid, wg, I, H, True, BG, PF)
             _sync(b + 1, G, Flag)
             _phase(pid, G, O, H, wg, A, M, I, H, True, BG, KG, ga, gb, PEEL)
             da, db = _w0(pid, wd, H, I, False, BD, KD, PEEL)
+            _pf(pid, wd, H, I, False, BD, PF)
             _sync(b + 2, G, Flag)
             _phase(pid, G, A, I, wd, X, M, H, I, False, BD, KD, da, db, PEEL)
 
@@ -438,6 +457,7 @@ def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
             t["down"][1],
             pdl,
             peel,
+            arm.get("pf", 0),
             num_warps=arm.get("warps", 4),
             num_stages=arm.get("stages", 3),
             **launch,
@@ -559,6 +579,12 @@ ARMS = {
     "layer1w8": dict(kind="layer", programs=132, warps=8),
     "call1": dict(kind="call", programs=132),
     "call1b": dict(kind="call", programs=132, tiles=BALANCED),
+    # before each barrier, the rows of the program's first task of the next product into L2
+    "layer1_pf": dict(kind="layer", programs=132, peel=0, pf=-1),
+    "layer1_pf1k": dict(kind="layer", programs=132, peel=0, pf=1024),
+    "layer2_pf": dict(kind="layer", programs=264, peel=0, pf=-1),
+    "call1_pf": dict(kind="call", programs=132, peel=0, pf=-1),
+    "call2_pf": dict(kind="call", programs=264, peel=0, pf=-1),
     "call2": dict(kind="call", programs=264),
     # the launch arm's tiles swept: K tiles of 512, wider blocks, 5 stages, 8 warps
     "launch_k512": dict(kind="launch", tiles={n: (t[0], 512, t[2], 2) for n, t in TILES.items()}),
@@ -604,6 +630,7 @@ def main(argv=None):
             "launch_ca": dict(kind="launch", cg=False),
             "layer": dict(kind="layer", programs=1),
             "layer_nopeel": dict(kind="layer", programs=1, peel=0),
+            "layer_pf": dict(kind="layer", programs=1, peel=0, pf=-1),
             "call": dict(kind="call", programs=1),
         }
         rep = {M: check(p, arms, tiles, M) for M in (1, 3)}
