@@ -209,6 +209,50 @@ if triton is not None:
         tl.store(Out + L * 65536 + b, v)
 
     @triton.jit
+    def _chunk(W, K: tl.constexpr, RB: tl.constexpr, KC: tl.constexpr, BK: tl.constexpr, b):
+        """Task b of W [., K] cut into RB rows x KC columns (row block b // (K / KC)): read and summed."""
+        r = (b // (K // KC)) * RB + tl.arange(0, RB)
+        c0 = (b % (K // KC)) * KC
+        acc = tl.zeros([RB, BK], tl.float32)
+        for k0 in range(0, KC, BK):
+            acc += tl.load(W + r.to(tl.int64)[:, None] * K + (c0 + k0 + tl.arange(0, BK))[None, :]).to(tl.float32)
+        return tl.sum(tl.sum(acc, 1), 0)
+
+    @triton.jit
+    def _read_even_kernel(
+        Wq,
+        Wo,
+        Wg,
+        Wd,
+        Out,
+        layer0,
+        H: tl.constexpr,
+        NQ: tl.constexpr,
+        I: tl.constexpr,
+        ONLY: tl.constexpr,
+        RB: tl.constexpr,
+        KC: tl.constexpr,
+        BK: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
+        """As _read_kernel, in tasks of equal size: RB rows x KC columns of any of the four matrices."""
+        _pdl(PDL)
+        L = (layer0 + tl.program_id(1)).to(tl.int64)
+        b = tl.program_id(0)
+        P0: tl.constexpr = (NQ // RB) * (H // KC) if ONLY < 0 or ONLY == 0 else 0
+        P1: tl.constexpr = P0 + ((H // RB) * (H // KC) if ONLY < 0 or ONLY == 1 else 0)
+        P2: tl.constexpr = P1 + ((2 * I // RB) * (H // KC) if ONLY < 0 or ONLY == 2 else 0)
+        if b < P0:
+            v = _chunk(Wq + L * NQ * H, H, RB, KC, BK, b)
+        elif b < P1:
+            v = _chunk(Wo + L * H * H, H, RB, KC, BK, b - P0)
+        elif b < P2:
+            v = _chunk(Wg + L * 2 * I * H, H, RB, KC, BK, b - P1)
+        else:
+            v = _chunk(Wd + L * H * I, I, RB, KC, BK, b - P2)
+        tl.store(Out + L * 65536 + b, v)
+
+    @triton.jit
     def _pf(pid, W, N: tl.constexpr, K: tl.constexpr, PAIR: tl.constexpr, BLOCK_N: tl.constexpr, PF: tl.constexpr):
         """Task pid's weight rows (and its up rows) into L2: PF bytes of each from column 0, -1 the
         whole row (kernels/gemv_blocks._l2_prefetch; the interpreter skips it)."""
@@ -381,27 +425,20 @@ def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
         bn, bk, per = arm.get("bn", 16), arm.get("bk", 256), arm["per"]
         H, NQ, I = p.H, p.NQ, p.I
         rows = {0: NQ, 1: H, 2: 2 * I, 3: H}
+        even = arm.get("even")  # (RB, KC): tasks of RB rows x KC columns, all the same size
         for L in range(0, p.layers, 1 if per in ("product", "layer") else p.layers):
             for only in range(4) if per == "product" else (-1,):
+                grid_l = 1 if per in ("product", "layer") else p.layers
+                kw = dict(num_warps=4, num_stages=arm.get("stages", 3), **launch)
+                if even:
+                    tasks = {o: rows[o] // even[0] * ((I if o == 3 else H) // even[1]) for o in range(4)}
+                    n = tasks[only] if only >= 0 else sum(tasks.values())
+                    _read_even_kernel[(n, grid_l)](
+                        p.Wq, p.Wo, p.Wg, p.Wd, buf["R"], L, H, NQ, I, only, even[0], even[1], bk, pdl, **kw
+                    )
+                    continue
                 n = rows[only] // bn if only >= 0 else sum(rows.values()) // bn
-                _read_kernel[(n, 1 if per in ("product", "layer") else p.layers)](
-                    p.Wq,
-                    p.Wo,
-                    p.Wg,
-                    p.Wd,
-                    buf["R"],
-                    L,
-                    H,
-                    NQ,
-                    I,
-                    only,
-                    bn,
-                    bk,
-                    pdl,
-                    num_warps=4,
-                    num_stages=arm.get("stages", 3),
-                    **launch,
-                )
+                _read_kernel[(n, grid_l)](p.Wq, p.Wo, p.Wg, p.Wd, buf["R"], L, H, NQ, I, only, bn, bk, pdl, **kw)
         return
     if kind == "launch":
         for L in range(p.layers):
@@ -568,6 +605,11 @@ ARMS = {
     "read_product64": dict(kind="read", per="product", bn=64),
     "read_product_k1024": dict(kind="read", per="product", bk=1024),
     "read_call_k1024": dict(kind="read", per="call", bk=1024),
+    # tasks of equal size, 64 rows x 512 columns (1,568 a layer), read in K tiles of 128
+    "read_product_even": dict(kind="read", per="product", even=(64, 512), bk=128),
+    "read_layer_even": dict(kind="read", per="layer", even=(64, 512), bk=128),
+    "read_call_even": dict(kind="read", per="call", even=(64, 512), bk=128),
+    "read_layer_even_k256": dict(kind="read", per="layer", even=(32, 1024), bk=256),
     "launch_nopeel": dict(kind="launch", peel=0),
     "launch_ca": dict(kind="launch", cg=False),  # activations through L1 as well
     "launch_nopdl": dict(kind="launch", pdl=False),
