@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|splitqg|layerprobe|abbase|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|splitqg|layerprobe|smalltiles|abbase|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -232,6 +232,23 @@ PY
 layerprobe)  # four launches per layer vs one persistent launch per layer or per call: scripts/gpu_layer_probe.py
   timeout ${PROBE_TIMEOUT:-300} python3 scripts/gpu_layer_probe.py --rows ${ROWS:-2,8} --arms ${PARMS:-prod,launch,layer1,layer2,call1,call2} \
     --tiles "${TILES:-}" --json "$OUT/layer_probe${TAG:-}.json" 2>&1 | tee "$OUT/layer_probe${TAG:-}.log" ;;
+smalltiles)  # c(M) with small-M tiles of little shared memory (many programs resident on an SM), arms each in turn,
+             # twice, separate processes (c_arms). A: default; B: all four products at BLOCK_N 16, BLOCK_K 128,
+             # 2 warps, 2 stages (o, down split-K 2 as now); C: B for qkv and gate_up only; D: B at BLOCK_K 256;
+             # E: B at 4 warps; F: B with qkv and gate_up split-K 2; G: qkv 16/256/4 warps/2 stages, gate_up 16/128/4/3
+  mkdir -p /tmp/st
+  python3 - <<'PY'
+import json
+s = [16, 128, 2, 2, 1]
+small = {"qkv/16": s, "gate_up/16": s, "o/16": s + [2], "down/16": s + [2]}
+arms = {"B": small, "C": {"qkv/16": s, "gate_up/16": s},
+        "D": {k: [16, 256, *v[2:]] for k, v in small.items()}, "E": {k: [16, 128, 4, *v[3:]] for k, v in small.items()},
+        "F": {**small, "qkv/16": s + [2], "gate_up/16": s + [2]},
+        "G": {"qkv/16": [16, 256, 4, 2, 1], "gate_up/16": [16, 128, 4, 3, 1]}}
+for arm, cfg in arms.items():
+    json.dump(cfg, open(f"/tmp/st/{arm}.cfg", "w"))
+PY
+  ROWS=${ROWS:-2,4,8,16} c_arms /tmp/st "A B C D E F G" "$OUT/smalltiles${TAG:-}.json" '{"step": "smalltiles"}' ;;
 abbase)  # c(M) of the packages in AB_BASE (arm A: an earlier commit's tree, `git archive`d there, untracked) against
          # this tree's (arm B), in turn, twice (AB_ROUNDS), separate processes; one JSON, $OUT/ab${TAG}.json
   rm -rf /tmp/ab; mkdir -p /tmp/ab
