@@ -82,22 +82,25 @@ if triton is not None:
         w0b,
         PEEL: tl.constexpr,
         CG: tl.constexpr = True,
+        PK: tl.constexpr = 0,
     ):
         """Task t: columns t*BLOCK_N.. of Out [16, N] (BF16, rows < M stored) = X [16, K] @ W [N, K].T
         rounded, X's rows XS apart (rows >= M neither loaded nor stored). PAIR: W [2N, K] holds gate
         rows 0..N-1 and up rows N..2N-1, Out = silu(gate) * up. Activations load from L2 (.cg): in a
         persistent kernel other programs wrote them, maybe over lines this SM's L1 holds. PEEL (0 or 1):
-        the first K tile's weights are w0a, w0b (_w0), loaded before the wait for the input."""
+        the first K tile's weights are w0a, w0b (_w0), loaded before the wait for the input; PK: its
+        width (a multiple of BLOCK_K; 0: BLOCK_K)."""
+        P: tl.constexpr = BLOCK_K if PK == 0 else PK
         n = t * BLOCK_N + tl.arange(0, BLOCK_N)
         m = tl.arange(0, 16)[:, None]
         acc = tl.zeros([16, BLOCK_N], tl.float32)
         acc2 = tl.zeros([16, BLOCK_N], tl.float32)
         if PEEL:
-            x = _x(X + m * XS + tl.arange(0, BLOCK_K)[None, :], m < M, CG)
-            acc = _dot(acc, x, w0a)
+            x0 = _x(X + m * XS + tl.arange(0, P)[None, :], m < M, CG)
+            acc = _dot(acc, x0, w0a)
             if PAIR:
-                acc2 = _dot(acc2, x, w0b)
-        for k0 in range(PEEL * BLOCK_K, K, BLOCK_K):
+                acc2 = _dot(acc2, x0, w0b)
+        for k0 in range(PEEL * P, K, BLOCK_K):
             k = k0 + tl.arange(0, BLOCK_K)
             x = _x(X + m * XS + k[None, :], m < M, CG)
             acc = _dot(acc, x, tl.load(W + n.to(tl.int64)[:, None] * K + k[None, :]))
@@ -125,7 +128,7 @@ if triton is not None:
         BLOCK_K: tl.constexpr,
         PEEL: tl.constexpr,
     ):
-        """Task t's first K tile of weights (gate rows, up rows): loaded with PEEL, zeros without."""
+        """Task t's first BLOCK_K columns of weights (gate rows, up rows): loaded with PEEL, zeros without."""
         n = t * BLOCK_N + tl.arange(0, BLOCK_N)
         ok = (n < N)[:, None]
         p = W + n.to(tl.int64)[:, None] * K + tl.arange(0, BLOCK_K)[None, :]
@@ -159,10 +162,12 @@ if triton is not None:
         PDL: tl.constexpr,
         PEEL: tl.constexpr,
         CG: tl.constexpr,
+        PK: tl.constexpr = 0,
     ):
-        a, b = _w0(tl.program_id(0), W, N, K, PAIR, BLOCK_N, BLOCK_K, PEEL)
+        # PK: the peeled columns, loaded before the PDL wait (0: one K tile)
+        a, b = _w0(tl.program_id(0), W, N, K, PAIR, BLOCK_N, BLOCK_K if PK == 0 else PK, PEEL)
         _pdl(PDL)
-        _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, a, b, PEEL, CG)
+        _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, a, b, PEEL, CG, PK)
 
     @triton.jit
     def _stream(W, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, b):
@@ -443,7 +448,7 @@ def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
     if kind == "launch":
         for L in range(p.layers):
             for name, w, N, K, src, xs, dst, pair in products(p):
-                bn, bk, nw, ns = tiles[name]
+                bn, bk, nw, ns, *pk = tiles[name]  # pk: the peeled columns (default one K tile)
                 _phase_kernel[(N // bn,)](
                     buf[src],
                     xs,
@@ -458,6 +463,7 @@ def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
                     pdl,
                     peel,
                     arm.get("cg", True),
+                    pk[0] if pk else 0,
                     num_warps=nw,
                     num_stages=ns,
                     **launch,
@@ -612,6 +618,12 @@ ARMS = {
     "read_layer_even_k256": dict(kind="read", per="layer", even=(32, 1024), bk=256),
     "launch_nopeel": dict(kind="launch", peel=0),
     "launch_ca": dict(kind="launch", cg=False),  # activations through L1 as well
+    # more of each program's weights loaded before the PDL wait: 1024 or 2048 columns of o and down,
+    # 512 or 1024 of all four
+    "launch_pk_od1024": dict(kind="launch", tiles={n: (*TILES[n], 1024) for n in ("o", "down")}),
+    "launch_pk_od2048": dict(kind="launch", tiles={n: (*TILES[n], 2048) for n in ("o", "down")}),
+    "launch_pk_all512": dict(kind="launch", tiles={n: (*t, 512) for n, t in TILES.items()}),
+    "launch_pk_all1024": dict(kind="launch", tiles={n: (*t, 1024) for n, t in TILES.items()}),
     "launch_nopdl": dict(kind="launch", pdl=False),
     "layer1": dict(kind="layer", programs=132),
     "layer1_nopeel": dict(kind="layer", programs=132, peel=0),
@@ -670,6 +682,7 @@ def main(argv=None):
             "launch": dict(kind="launch"),
             "launch_nopeel": dict(kind="launch", peel=0),
             "launch_ca": dict(kind="launch", cg=False),
+            "launch_pk": dict(kind="launch", tiles={n: (16, 32, 1, 1, 64) for n in TILES}),
             "layer": dict(kind="layer", programs=1),
             "layer_nopeel": dict(kind="layer", programs=1, peel=0),
             "layer_pf": dict(kind="layer", programs=1, peel=0, pf=-1),

@@ -23,5 +23,5 @@ def test_the_probe_arms_agree_bit_for_bit_and_with_torch():
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads(run.stdout)
     arms = {arm for rows in report.values() for arm in rows}
-    assert {"launch", "launch_nopeel", "launch_ca", "layer", "layer_nopeel", "call"} <= arms
+    assert {"launch", "launch_nopeel", "launch_ca", "launch_pk", "layer", "layer_nopeel", "layer_pf", "call"} <= arms
     assert all(v["bitwise_vs_first"] and v["rel_vs_torch"] <= 1e-5 for rows in report.values() for v in rows.values())
