@@ -170,52 +170,9 @@ if triton is not None:
         _task(tl.program_id(0), X, XS, W, Out, M, N, K, PAIR, BLOCK_N, BLOCK_K, a, b, PEEL, CG, PK)
 
     @triton.jit
-    def _stream(W, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, b):
-        """Read weight rows b*BLOCK_N.. of W [., K] whole, as a product's program does, and sum them
-        (the `read` arms: the bytes of the products without their products)."""
-        n = b * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            acc += tl.load(W + n.to(tl.int64)[:, None] * K + (k0 + tl.arange(0, BLOCK_K))[None, :]).to(tl.float32)
-        return tl.sum(tl.sum(acc, 1), 0)
-
-    @triton.jit
-    def _read_kernel(
-        Wq,
-        Wo,
-        Wg,
-        Wd,
-        Out,
-        layer0,
-        H: tl.constexpr,
-        NQ: tl.constexpr,
-        I: tl.constexpr,
-        ONLY: tl.constexpr,
-        BN: tl.constexpr,
-        BK: tl.constexpr,
-        PDL: tl.constexpr,
-    ):
-        """One program per BN weight rows of one layer's four matrices (ONLY 0..3: of that matrix
-        alone), layer layer0 + program_id(1); the sum of its rows to Out (never read)."""
-        _pdl(PDL)
-        L = (layer0 + tl.program_id(1)).to(tl.int64)
-        b = tl.program_id(0)
-        P0: tl.constexpr = NQ // BN if ONLY < 0 or ONLY == 0 else 0
-        P1: tl.constexpr = P0 + (H // BN if ONLY < 0 or ONLY == 1 else 0)
-        P2: tl.constexpr = P1 + (2 * I // BN if ONLY < 0 or ONLY == 2 else 0)
-        if b < P0:
-            v = _stream(Wq + L * NQ * H, H, BN, BK, b)
-        elif b < P1:
-            v = _stream(Wo + L * H * H, H, BN, BK, b - P0)
-        elif b < P2:
-            v = _stream(Wg + L * 2 * I * H, H, BN, BK, b - P1)
-        else:
-            v = _stream(Wd + L * H * I, I, BN, BK, b - P2)
-        tl.store(Out + L * 65536 + b, v)
-
-    @triton.jit
     def _chunk(W, K: tl.constexpr, RB: tl.constexpr, KC: tl.constexpr, BK: tl.constexpr, b):
-        """Task b of W [., K] cut into RB rows x KC columns (row block b // (K / KC)): read and summed."""
+        """Task b of W [., K] cut into RB rows x KC columns (row block b // (K / KC)): read as a product's
+        program reads its weights, and summed (the `read` arms: the products' bytes without the products)."""
         r = (b // (K // KC)) * RB + tl.arange(0, RB)
         c0 = (b % (K // KC)) * KC
         acc = tl.zeros([RB, BK], tl.float32)
@@ -224,7 +181,7 @@ if triton is not None:
         return tl.sum(tl.sum(acc, 1), 0)
 
     @triton.jit
-    def _read_even_kernel(
+    def _read_kernel(
         Wq,
         Wo,
         Wg,
@@ -240,21 +197,24 @@ if triton is not None:
         BK: tl.constexpr,
         PDL: tl.constexpr,
     ):
-        """As _read_kernel, in tasks of equal size: RB rows x KC columns of any of the four matrices."""
+        """One program per task of RB rows x KC columns (KC 0: whole rows) of one layer's four matrices
+        (ONLY 0..3: of that matrix alone), layer layer0 + program_id(1); its sum to Out (never read)."""
         _pdl(PDL)
         L = (layer0 + tl.program_id(1)).to(tl.int64)
         b = tl.program_id(0)
-        P0: tl.constexpr = (NQ // RB) * (H // KC) if ONLY < 0 or ONLY == 0 else 0
-        P1: tl.constexpr = P0 + ((H // RB) * (H // KC) if ONLY < 0 or ONLY == 1 else 0)
-        P2: tl.constexpr = P1 + ((2 * I // RB) * (H // KC) if ONLY < 0 or ONLY == 2 else 0)
+        KH: tl.constexpr = H if KC == 0 else KC  # a task's columns of the matrices H wide
+        KI: tl.constexpr = I if KC == 0 else KC  # and of down's, I wide
+        P0: tl.constexpr = (NQ // RB) * (H // KH) if ONLY < 0 or ONLY == 0 else 0
+        P1: tl.constexpr = P0 + ((H // RB) * (H // KH) if ONLY < 0 or ONLY == 1 else 0)
+        P2: tl.constexpr = P1 + ((2 * I // RB) * (H // KH) if ONLY < 0 or ONLY == 2 else 0)
         if b < P0:
-            v = _chunk(Wq + L * NQ * H, H, RB, KC, BK, b)
+            v = _chunk(Wq + L * NQ * H, H, RB, KH, BK, b)
         elif b < P1:
-            v = _chunk(Wo + L * H * H, H, RB, KC, BK, b - P0)
+            v = _chunk(Wo + L * H * H, H, RB, KH, BK, b - P0)
         elif b < P2:
-            v = _chunk(Wg + L * 2 * I * H, H, RB, KC, BK, b - P1)
+            v = _chunk(Wg + L * 2 * I * H, H, RB, KH, BK, b - P1)
         else:
-            v = _chunk(Wd + L * H * I, I, RB, KC, BK, b - P2)
+            v = _chunk(Wd + L * H * I, I, RB, KI, BK, b - P2)
         tl.store(Out + L * 65536 + b, v)
 
     @triton.jit
@@ -430,20 +390,30 @@ def call(p: Probe, arm: dict, tiles: dict, buf: dict, M: int):
         bn, bk, per = arm.get("bn", 16), arm.get("bk", 256), arm["per"]
         H, NQ, I = p.H, p.NQ, p.I
         rows = {0: NQ, 1: H, 2: 2 * I, 3: H}
-        even = arm.get("even")  # (RB, KC): tasks of RB rows x KC columns, all the same size
+        rb, kc = arm.get("even", (bn, 0))  # tasks of rb rows x kc columns (kc 0: whole rows, uneven)
+        tasks = {o: rows[o] // rb * (((I if o == 3 else H) // kc) if kc else 1) for o in range(4)}
         for L in range(0, p.layers, 1 if per in ("product", "layer") else p.layers):
             for only in range(4) if per == "product" else (-1,):
-                grid_l = 1 if per in ("product", "layer") else p.layers
-                kw = dict(num_warps=4, num_stages=arm.get("stages", 3), **launch)
-                if even:
-                    tasks = {o: rows[o] // even[0] * ((I if o == 3 else H) // even[1]) for o in range(4)}
-                    n = tasks[only] if only >= 0 else sum(tasks.values())
-                    _read_even_kernel[(n, grid_l)](
-                        p.Wq, p.Wo, p.Wg, p.Wd, buf["R"], L, H, NQ, I, only, even[0], even[1], bk, pdl, **kw
-                    )
-                    continue
-                n = rows[only] // bn if only >= 0 else sum(rows.values()) // bn
-                _read_kernel[(n, grid_l)](p.Wq, p.Wo, p.Wg, p.Wd, buf["R"], L, H, NQ, I, only, bn, bk, pdl, **kw)
+                n = tasks[only] if only >= 0 else sum(tasks.values())
+                _read_kernel[(n, 1 if per in ("product", "layer") else p.layers)](
+                    p.Wq,
+                    p.Wo,
+                    p.Wg,
+                    p.Wd,
+                    buf["R"],
+                    L,
+                    H,
+                    NQ,
+                    I,
+                    only,
+                    rb,
+                    kc,
+                    bk,
+                    pdl,
+                    num_warps=4,
+                    num_stages=arm.get("stages", 3),
+                    **launch,
+                )
         return
     if kind == "launch":
         for L in range(p.layers):

@@ -25,3 +25,24 @@ def test_the_probe_arms_agree_bit_for_bit_and_with_torch():
     arms = {arm for rows in report.values() for arm in rows}
     assert {"launch", "launch_nopeel", "launch_ca", "launch_pk", "layer", "layer_nopeel", "layer_pf", "call"} <= arms
     assert all(v["bitwise_vs_first"] and v["rel_vs_torch"] <= 1e-5 for rows in report.values() for v in rows.values())
+
+
+def test_the_read_arms_read_every_weight_once():
+    """The `read` arms (timing only) over one launch a layer or a call, whole rows or even tasks: the
+    sums their programs store add up to the sum of each layer's four weight matrices."""
+    code = """
+import sys, torch
+sys.path.insert(0, "scripts")
+import gpu_layer_probe as g
+p = g.Probe(64, 192, 128, 2, torch.device("cpu"))
+want = torch.stack([sum(w[L].float().sum() for w in (p.Wq, p.Wo, p.Wg, p.Wd)) for L in range(2)])
+for arm in ({"per": "layer", "bk": 32}, {"per": "call", "bk": 32}, {"per": "call", "even": (16, 32), "bk": 32}):
+    buf = p.buffers(2)
+    g.call(p, {"kind": "read", **arm}, {}, buf, 2)
+    got = buf["R"].view(2, 65536).sum(1)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-3), (arm, got, want)
+print("ok")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout[-2000:] + run.stderr[-2000:]
