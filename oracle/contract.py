@@ -97,6 +97,12 @@ OPTIONAL_BACKEND = {
         "backend is the judge (judge_jax)",
         callable,
     ),
+    "batch_invariant": (
+        "a row's values do not depend on which other rows share its call (row count, ragged depths, "
+        "place in the call): the verdict then adds the exactness tier, class [invariance] (block = loop "
+        '= plain decoding = alone, bitwise; docs/DESIGN.md, "Batch invariance")',
+        lambda v: isinstance(v, bool),
+    ),
 }
 # Optional hooks of a session: name -> what it means.
 OPTIONAL_SESSION = {
@@ -104,6 +110,9 @@ OPTIONAL_SESSION = {
     "collect": "collect(handle) -> RoundTrace: the round submit started (with submit)",
     "kv_frontiers": "kv_frontiers(rid) -> set of ints: the KV frontiers of the request's planes (the KV rollback "
     "checks of the property suite; skipped without it)",
+    "capture": "capture(rid, position, depth) arms the capture of that row's intermediates in every later call "
+    "that computes it (None, None, None disarms); captured() -> [oracle.capture.Captured] in execution order, "
+    "then cleared (the localizer, oracle/judge/localize.py; without it the localizer stops at the row and layer)",
 }
 SAMPLING_INTERFACE = ("filtered_probs", "categorical", "accepts", "residual")  # what the property suite calls
 SESSION_METHODS = ("add", "step", "remove", "tokens")
@@ -194,6 +203,7 @@ class Capabilities:
     sampling: Any = None  # its own sampler (SAMPLING_INTERFACE); None: it has none (oracle.sampling's)
     drift_stats_fn: Callable | None = None  # drift_stats_fn(model, dtype, basis=None) as the judge's side
     precision_energy_fn: Callable | None = None  # precision_energy_fn(model, dtype) as the judge's side
+    batch_invariant: bool = False  # the exactness tier applies (bitwise block = loop = plain = alone)
 
     @classmethod
     def read(cls, backend) -> "Capabilities":
@@ -206,6 +216,7 @@ class Capabilities:
             sampling=hook["sampling"],
             drift_stats_fn=hook["drift_stats_fn"],
             precision_energy_fn=hook["precision_energy_fn"],
+            batch_invariant=hook["batch_invariant"] is True,
         )
 
 
@@ -215,6 +226,7 @@ class SessionCapabilities:
 
     submit_collect: bool = False  # submit(counts) -> handle and collect(handle) -> RoundTrace
     kv_frontiers: Callable | None = None  # kv_frontiers(rid) -> set of ints
+    capture: bool = False  # capture(rid, position, depth) and captured(): the localizer's hooks
 
 
 def tolerance_row(backend) -> str:
@@ -236,6 +248,7 @@ def session_capabilities(session) -> SessionCapabilities:
     return SessionCapabilities(
         submit_collect=has["submit"] and has["collect"],
         kv_frontiers=session.kv_frontiers if has["kv_frontiers"] else None,
+        capture=has["capture"] and callable(getattr(session, "captured", None)),
     )
 
 
