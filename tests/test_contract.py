@@ -122,7 +122,7 @@ def test_the_capabilities_name_every_optional_hook():
     import dataclasses
 
     assert set(OPTIONAL_BACKEND) == {f.name for f in dataclasses.fields(Capabilities)}
-    assert set(OPTIONAL_SESSION) == {"submit", "collect", "kv_frontiers"}
+    assert set(OPTIONAL_SESSION) == {"submit", "collect", "kv_frontiers", "capture"}
 
 
 def test_capabilities_of_a_backend_made_directly():
