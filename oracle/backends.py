@@ -118,6 +118,11 @@ class BackendCallFailed(Exception):
     a backend raises."""
 
 
+class WrongReturn(BackendCallFailed):
+    """A session call returned what the contract does not allow ("step() returned str, expected
+    RoundTrace"): the backend's error, named as such (oracle/judge/runner.py `returned`)."""
+
+
 class JudgeFailed(BaseException):
     """The judge's side (`check --reference`) raised: not the backend's failure, so it passes
     the `except Exception` that turns a backend's exceptions into failed checks; `check`
@@ -177,8 +182,8 @@ class CallGuard:
             return value
         if isinstance(value, SystemExit):
             self._fail(f"{what} called sys.exit({value.code!r})")
-        if isinstance(value, KeyboardInterrupt):
-            raise value
+        if isinstance(value, KeyboardInterrupt):  # raised on this worker thread: the backend's, not a Ctrl-C
+            self._fail(f"{what} raised KeyboardInterrupt{': ' + str(value) if str(value) else ''}")
         if self.judge:
             raise JudgeFailed(f"{what} raised {type(value).__name__}: {value}") from value
         raise value

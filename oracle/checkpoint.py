@@ -18,6 +18,7 @@ import numpy as np
 
 from .config import ModelConfig, preset
 from .errors import OracleError
+from .atomic import replacing
 from .files import check_regular, read_json
 from .model import LoopedModel, check_weights, random_weights, weight_shapes
 
@@ -43,20 +44,21 @@ def save_checkpoint(
     if taken and not overwrite:
         raise OracleError(f"--save {folder}: already holds {', '.join(taken)}; choose a new folder")
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(cfg.to_hf(), indent=2) + "\n")
     names = list(weights)
-    if shards == 1:
-        save_file({n: np.ascontiguousarray(weights[n]) for n in names}, str(folder / "model.safetensors"))
-        return folder
-    weight_map = {}
-    for s in range(shards):
-        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-        part = names[s::shards]
-        save_file({n: np.ascontiguousarray(weights[n]) for n in part}, str(folder / fname))
-        weight_map |= {n: fname for n in part}
-    (folder / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
-    )
+    parts = {"model.safetensors": names} if shards == 1 else {}
+    for s in range(shards if shards > 1 else 0):
+        parts[f"model-{s + 1:05d}-of-{shards:05d}.safetensors"] = names[s::shards]
+    texts = {"config.json": json.dumps(cfg.to_hf(), indent=2) + "\n"}
+    if shards > 1:
+        weight_map = {n: fname for fname, part in parts.items() for n in part}
+        texts["model.safetensors.index.json"] = json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
+    files = [*parts, *texts]  # config.json last: a folder without it is no checkpoint
+    with replacing(*(folder / f for f in files)) as temps:  # every file whole, or none (oracle/files.py)
+        tmp = dict(zip(files, temps))
+        for fname, part in parts.items():
+            save_file({n: np.ascontiguousarray(weights[n]) for n in part}, tmp[fname])
+        for fname, text in texts.items():
+            Path(tmp[fname]).write_text(text)
     return folder
 
 

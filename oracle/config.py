@@ -84,6 +84,7 @@ class ModelConfig:
             v = hf.get(key, 1.0)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise OracleError(f"config.json: {key} must be a number, got {v!r}")
+        _refuse_unmodelled(hf)
         heads = hf["num_attention_heads"]
         return ModelConfig(
             vocab_size=hf["vocab_size"],
@@ -91,12 +92,41 @@ class ModelConfig:
             intermediate_size=hf["intermediate_size"],
             num_layers=hf["num_hidden_layers"],
             num_heads=heads,
-            num_kv_heads=hf.get("num_key_value_heads", heads),
+            num_kv_heads=hf.get("num_key_value_heads", OURO_DEFAULTS["num_key_value_heads"]),
             head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
-            rope_theta=float(hf.get("rope_theta", 1e6)),
+            rope_theta=float(hf.get("rope_theta", OURO_DEFAULTS["rope_theta"])),
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             total_loops=int(hf.get("total_ut_steps", 4)),
         )
+
+
+# What a config.json without the key means: the defaults of Ouro's own OuroConfig (the
+# configuration_ouro.py shipped with ByteDance/Ouro-1.4B, Qwen2-style: num_key_value_heads=32,
+# rope_theta=10000.0, rope_scaling=None, use_sliding_window=False), read 2026-12-05 in a public vLLM
+# port of it whose defaults are "aligned with the official Ouro configuration". An absent
+# num_key_value_heads is 32 there, not the head count.
+OURO_DEFAULTS = {"num_key_value_heads": 32, "rope_theta": 10000.0}
+
+
+def _refuse_unmodelled(hf: dict) -> None:
+    """Keys that change the model in ways the reference does not compute (RoPE scaling, sliding
+    windows): refused, never read without them."""
+    if hf.get("rope_scaling") is not None:
+        raise OracleError(
+            f"config.json: rope_scaling {hf['rope_scaling']!r} is not modelled (the reference computes plain RoPE; "
+            "give null or leave the key out)"
+        )
+    if hf.get("use_sliding_window", False):
+        raise OracleError(
+            "config.json: use_sliding_window is true; the reference attends over the whole context (no sliding window)"
+        )
+    types = hf.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or any(t != "full_attention" for t in types):
+            raise OracleError(
+                f"config.json: layer_types {str(types)[:80]} names other than full_attention; the reference "
+                "computes full attention in every layer"
+            )
 
 
 PRESETS: dict[str, ModelConfig] = {

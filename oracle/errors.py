@@ -6,6 +6,12 @@ class OracleError(ValueError):
     """Bad input or a violated contract; the message names the problem."""
 
 
+class Refused(BaseException):
+    """Bad input found once the work has begun (a plug-in's session that breaks the contract, found at
+    the first session() call): one line, exit 2, as an OracleError. A BaseException, so that the
+    judge's `except Exception` (where a backend's error is a failed check) lets it through."""
+
+
 def printable(text) -> str:
     """Control characters escaped as Python writes them (a newline as \\n, ESC as \\x1b): a
     user-given name printed this way cannot break a line or colour the terminal."""

@@ -9,6 +9,11 @@ parsed. Each refusal is one OracleError line naming the file and what is wrong w
     check_regular(path, label, kind) -> size in bytes (for files a library opens by path)
     read_bytes / read_text / read_json(path, label, kind)
 
+And every file it writes: `check_output(path, option, inputs)` before the work (a name in a folder
+that takes a file, not a special file, not an input), then oracle/atomic.py's `replacing(*paths)`:
+temporary files beside the paths, renamed onto them at the end, removed on failure (docs/cli_inputs.md, "Files the
+oracle writes").
+
 `label` names the file in messages ("trace file", "c-table"; the path follows it); `kind` is
 a key of LIMITS: the file's size limit and what the limit is for.
 """
@@ -19,6 +24,7 @@ import json
 import os
 import re
 import stat
+import tempfile
 
 import numpy as np
 
@@ -164,3 +170,58 @@ def parse_json(data: bytes, name: str, max_depth: int = MAX_JSON_DEPTH):
 def read_json(path, label: str, kind: str, max_depth: int = MAX_JSON_DEPTH):
     """The file's JSON value: a regular file within its kind's limit, nested at most max_depth."""
     return parse_json(read_bytes(path, label, kind), _label(label, path), max_depth)
+
+
+# ---- files the oracle writes (issue 62): checked before the work, written whole or not at all ----
+
+
+def check_output(path, option: str, inputs=(), also=()) -> None:
+    """An output file named by `option` (`--out`), checked before any work: a name, not a folder or
+    a special file (a device, a pipe: /dev/full), in a folder that exists and takes a new file (tried:
+    a probe file made and removed, so /proc and read-only folders are refused), and none of the
+    command's `inputs` (`trace cut a.json --out a.json`). also: files written beside it (the trace's
+    NPZ), checked the same way. Each refusal is one OracleError line starting with the option and path."""
+    path = os.fspath(path)
+    name = printable(f"{option} {path}")
+    if path.strip() == "":
+        raise OracleError(f"{option}: empty file name")
+    for out in (path, *map(os.fspath, also)):
+        if os.path.isdir(out):
+            raise OracleError(f"{name}: {printable(out)} is a folder; give a file name")
+        if os.path.lexists(out) and os.path.exists(out):
+            mode = os.stat(out).st_mode
+            if not stat.S_ISREG(mode):
+                raise OracleError(f"{name}: {printable(out)} is {_kind_of(mode)}, not a regular file")
+        for given in inputs:
+            if _same(out, given):
+                raise OracleError(
+                    f"{name}: {printable(out)} is an input of the command ({printable(given)}); give another name"
+                )
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise OracleError(f"{name}: folder {printable(os.path.dirname(path) or '.')} does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".oracle-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OracleError(f"{name}: cannot write in {printable(folder)} ({e.strerror or e})") from None
+
+
+def _same(a, b) -> bool:
+    """Whether paths a and b name one file (the same path, a link to it, or a hard link)."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def write_text(path, text: str) -> None:
+    """text written to path whole (oracle/atomic.py `replacing`)."""
+    from .atomic import replacing
+
+    with replacing(path) as (tmp,):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)

@@ -39,6 +39,7 @@ import time
 import weakref
 from multiprocessing.connection import wait
 
+from . import cancel
 from .backends import NAMED, BackendCallFailed, OutOfProcess, load_backend, note_plugin_file
 from .contract import (
     OPTIONAL_BACKEND,
@@ -48,8 +49,10 @@ from .contract import (
     Capabilities,
     LoadedBackend,
     contract_problems,
+    session_problems,
 )
-from .errors import OracleError
+from .errors import OracleError, Refused
+from .plugin_output import Relay
 
 # The NAMED (in-tree) backends stay in this process: they are the project's own code, and their
 # options and hooks are read here (docs/DESIGN.md section 13 gives the measured overhead).
@@ -66,6 +69,11 @@ class BackendDied(BackendCallFailed):
 
 class Raised(Exception):
     """Stand-in for an exception whose class this process does not import (the plug-in's own)."""
+
+
+# exceptions of the plug-in that would read as this process's own (a KeyboardInterrupt as the user's
+# Ctrl-C): a stand-in of the same name, an Exception, so that the call fails as the backend's
+STAND_IN = ("KeyboardInterrupt", "GeneratorExit")
 
 
 def load(spec: str | None = None, timeout: float | None = None) -> LoadedBackend:
@@ -126,6 +134,8 @@ class IsolatedBackend(OutOfProcess):
         self._ops: list = []  # housekeeping sent before the next call: drops, threads, shared objects
         self._shared: dict = {}  # id(obj) -> (obj, key): objects the child holds by identity (the model)
         self._threads = None  # the thread count the child has
+        self._relay = None  # the child's stdout and stderr (plugin_output.Relay)
+        self._sent = ""  # the signal the child sent this process (cancel.SENDERS), if it did
 
     def __repr__(self) -> str:
         return f"IsolatedBackend({self.target!r}, pid {getattr(self._proc, 'pid', None)})"
@@ -159,12 +169,22 @@ class IsolatedBackend(OutOfProcess):
         preload = {key: obj for obj, key in self._shared.values()}
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # nothing buffered here is written twice by a forked child
+        relay = Relay() if ctx.get_start_method() == "fork" else None  # the child's output (spawn: not captured)
         proc = ctx.Process(
             target=_serve,
-            args=(theirs, self.spec, self.target, preload, _THREADS[0] if _THREADS else None),
+            args=(theirs, self.spec, self.target, preload, _THREADS[0] if _THREADS else None, relay),
             name=f"oracle backend {self.spec}",
         )
-        proc.start()
+        try:
+            proc.start()
+        except BaseException:
+            if relay is not None:
+                relay.close_unused()
+            raise
+        _own_group(proc.pid)
+        if relay is not None:
+            relay.parent()
+        self._relay, self._sent = relay, ""
         theirs.close()
         self._proc, self._conn, self._gen, self._dead, self._ops = proc, mine, self._gen + 1, "", []
         self._threads = _THREADS[0] if _THREADS else None  # what the child was started with
@@ -203,16 +223,16 @@ class IsolatedBackend(OutOfProcess):
         if proc.exitcode is None:
             proc.kill()
             proc.join()
+        _kill_group(proc.pid)  # the plug-in's own processes, left by a child that died alone
+        if self._relay is not None:
+            self._relay.wait(0.5)  # its last lines, and the count of those not shown
         return proc.exitcode
 
     def kill(self) -> None:
         """Kill the child now (a call past --timeout); the blocked call then sees it die."""
         proc = self._proc
         if proc is not None and self._owner == os.getpid() and proc.exitcode is None:
-            try:
-                os.kill(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
+            _kill_group(proc.pid)
 
     def close(self, kill: bool = False) -> None:
         """End the child (kill=True: at once) and reap it; only in the process that started it."""
@@ -259,7 +279,8 @@ class IsolatedBackend(OutOfProcess):
                 reply = conn.recv_bytes()
             except (EOFError, OSError):
                 code = self._reap()
-                self._dead = f"{describe(code)} during {what}"
+                self._dead = self._sent or describe(code)
+                self._dead += f" during {what}"
                 raise BackendDied(f"the backend's process {self._dead}") from None
             try:
                 kind, value = self._loads(reply)
@@ -271,13 +292,19 @@ class IsolatedBackend(OutOfProcess):
                 return _unpack(value)
             if kind == "ref":
                 return self._remote(value)
+            if kind == "contract":  # the session session() returned breaks the contract
+                more = f" (and {len(value) - 1} more: {'; '.join(value[1:])})" if len(value) > 1 else ""
+                raise Refused(
+                    f"backend {self.spec!r}: the session {self.target}().session() returned breaks the backend "
+                    f"contract (oracle/contract.py): {value[0]}{more}"
+                )
             raise self._error(value)
 
     def _error(self, value: tuple) -> BaseException:
         """The child's exception: itself where this process can unpickle it without importing
         the plug-in, else a stand-in (Raised) with its class's name and its text."""
         exc, module, qualname, text = value
-        if exc is not None:
+        if exc is not None and qualname not in STAND_IN:
             try:
                 return self._loads(exc)
             except Exception:  # noqa: BLE001 -- the plug-in's own class: the stand-in below
@@ -422,9 +449,13 @@ class _Unpickler(pickle.Unpickler):
 # ---- the child ----
 
 
-def _serve(conn, spec: str, target: str, preload: dict, threads: int | None) -> None:
+def _serve(conn, spec: str, target: str, preload: dict, threads: int | None, relay: Relay | None = None) -> None:
     """The child: load the plug-in, send what the contract reads, then answer calls until the
-    parent closes the pipe."""
+    parent closes the pipe. Its output goes to the relay (plugin_output.py); it leads a process
+    group of its own, which the parent kills whole."""
+    if relay is not None:
+        relay.child()
+    _own_group(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _die_with_parent()
     import gc
@@ -488,6 +519,10 @@ def _serve(conn, spec: str, target: str, preload: dict, threads: int | None) -> 
                 value = (obj if name is None else getattr(obj, name))(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001 -- SystemExit included: the parent's guard names it
             send("error", e)
+            continue
+        problems = session_problems(value) if oid == 0 and name == "session" else []
+        if problems:  # checked at every session(), before its first call
+            send("contract", problems)
             continue
         if by_ref or callable(value) and name == "__getattr__":
             send("ref", _keep(objects, value))
@@ -603,6 +638,45 @@ def _apply_threads(n: int) -> None:
     threadpool_limits(n, user_api="blas")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(n)
+
+
+def _own_group(pid: int) -> None:
+    """pid (0: this process) leads a new process group; the parent and the child both ask, so
+    the group exists before either goes on."""
+    try:
+        os.setpgid(pid, pid)
+    except (OSError, AttributeError):  # the child already did, or it has ended; no process groups here
+        pass
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL to the process group pid leads (the plug-in's process and every process it started)
+    and to pid itself, in case it never made the group."""
+    for kill in (getattr(os, "killpg", None), os.kill):
+        try:
+            if kill is not None:
+                kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _sent_by_plugin(pid: int, signo: int) -> bool:
+    """cancel.SENDERS's hook: when pid is a plug-in's process of this process (or of its group),
+    that plug-in is killed and its call in flight fails as the backend's."""
+    try:
+        group = os.getpgid(pid)
+    except OSError:
+        group = None
+    for bk in list(_LIVE.values()):
+        proc = bk._proc
+        if proc is not None and proc.pid in (pid, group):
+            bk._sent = f"sent {signal.Signals(signo).name} to the oracle's process (a plug-in does not end the run)"
+            _kill_group(proc.pid)
+            return True
+    return False
+
+
+cancel.SENDERS.append(_sent_by_plugin)
 
 
 def _die_with_parent() -> None:

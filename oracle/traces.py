@@ -266,16 +266,25 @@ def save_traces(
     for n, t in enumerate(traces):
         arrays |= t.arrays(f"r{n}_")
     npz = npz_path(path)
-    with open(npz, "wb") as f:  # np.savez would append .npz to a str path
-        np.savez_compressed(f, **arrays)
-    path.write_text(
+    from .atomic import replacing
+
+    with replacing(npz, path) as (npz_tmp, json_tmp):  # both whole, or neither (a failed write leaves nothing)
+        with open(npz_tmp, "wb") as f:  # np.savez would append .npz to a str path
+            np.savez_compressed(f, **arrays)
+        npz_info = {"file": npz.name, "sha256": sha256_of(npz_tmp)}
+        Path(json_tmp).write_text(_trace_json(model, params, npz_info, meta, traces))
+
+
+def _trace_json(model: dict, params: dict, npz: dict, meta, traces) -> str:
+    """A trace file's JSON text; npz: its NPZ's name and SHA-256."""
+    return (
         json.dumps(
             {
                 "format": FORMAT,
                 "schema_version": SCHEMA_VERSION,
                 "model": model,
                 "params": [[r, p] for r, p in params.items()],
-                "npz": {"file": npz.name, "sha256": sha256_of(npz)},
+                "npz": npz,
                 "meta": meta or {},
                 "rounds": [t.to_json() for t in traces],
             }

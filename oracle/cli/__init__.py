@@ -23,7 +23,7 @@ import tempfile
 import time
 import traceback
 
-from ..errors import OracleError, one_line
+from ..errors import OracleError, Refused, one_line
 
 # command -> "module:register". Commands resolve by name, like backends (oracle/backends.py), so
 # the oracle imports nothing of the engines it judges (`bench` lives in its own package, which
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
         if getattr(args, "preflight", None):  # a command's checks of its options, before any work
             args.preflight(args)
         return int(args.func(args) or 0)
-    except OracleError as e:
+    except (OracleError, Refused) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:  # a file named by the user: missing, a directory, unreadable

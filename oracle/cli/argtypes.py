@@ -120,15 +120,12 @@ def token_words(text: str) -> list[tuple[int, ...]]:
 # ---- output files ----
 
 
-def check_out_path(path: str, option: str = "--out") -> None:
-    """An output file path: not a directory, in a folder that exists."""
-    p = Path(path)
-    if path.strip() == "":
-        raise OracleError(f"{option}: empty file name")
-    if p.is_dir():
-        raise OracleError(f"{option} {path}: is a directory; give a file name")
-    if not p.parent.is_dir():
-        raise OracleError(f"{option} {path}: folder {p.parent} does not exist")
+def check_out_path(path: str, option: str = "--out", inputs=(), also=()) -> None:
+    """An output file path, before any work (files.check_output): a file name in a folder that
+    exists and takes a file, not a special file (/dev/full), none of the command's inputs."""
+    from ..files import check_output
+
+    check_output(path, option, inputs, also)
 
 
 def check_report_dir(path: str, option: str = "--report") -> None:
@@ -181,9 +178,10 @@ def write_report_last(ok: bool, directory: str, write, to_stderr: bool = False) 
 
 def write_out(path: str, text: str, summary: str, option: str = "--out") -> None:
     """Write the result to a file and print one summary line instead of the result."""
+    from ..files import write_text
+
     check_out_path(path, option)
-    with open(path, "w") as f:
-        f.write(text if text.endswith("\n") else text + "\n")
+    write_text(path, text if text.endswith("\n") else text + "\n")  # whole or not at all
     print(f"{summary}; wrote {printable(path)}")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from . import limits
-from .argtypes import command_parser, csv_ints, int_at_least
+from .argtypes import check_report_dir, command_parser, csv_ints, int_at_least
 from ..errors import OracleError, printable
 from ..checkpoint import build_model
 from ..progress import warn
@@ -35,6 +35,7 @@ def check_model_args(args) -> None:
             raise OracleError(f"--save {args.save}: already exists; give a new (or empty) folder")
         if not target.parent.is_dir():
             raise OracleError(f"--save {args.save}: folder {target.parent} does not exist")
+        check_report_dir(args.save, "--save")  # a folder that takes files (/proc does not), tried before the work
     if args.checkpoint is not None:
         from ..checkpoint import read_config, weight_files
 

@@ -59,11 +59,11 @@ def check_record_args(args) -> None:
     options (oracle/cli/round_args.py)."""
     check_timeout(args)
     check_threads(args)
+    check_out_path(args.out, "--out", also=[args.out + ".npz"])  # before any work (files.check_output)
     check_round_args(args)
 
 
 def record(args) -> int:
-    check_out_path(args.out, "--out")
     bk = REFERENCE if args.backend is None else isolated.load(args.backend)  # before the model is built
     case = custom_case(args)
     model = build_model(args.preset, args.seed, args.checkpoint)

@@ -95,7 +95,7 @@ def cut_round(t: RoundTrace, rid) -> RoundTrace:
 
 
 def cut(args, load) -> int:
-    check_out_path(args.out, "--out")
+    check_out_path(args.out, "--out", inputs=[args.a, args.a + ".npz"], also=[args.out + ".npz"])
     f = load(args.a)
     rounds = [t for t in f.traces if t.round == args.round]
     if not rounds:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from .cache_free import cache_free_check
 from .calibration import HOST_HIDDEN
 from .compare import compare_runs, typical_norms
+from ..backends import WrongReturn
 from ..contract import tolerance_row
 from ..errors import OracleError
 from .forwards import Forwards, of
@@ -143,7 +144,8 @@ def judge_backend(
                 raise
             runs.pop(mode, None)
             rep = Report(reproduce=reproduce)
-            rep.fail("backend", f"{label}: the backend raised {type(e).__name__}: {e}")
+            why = f"the backend's {e}" if isinstance(e, WrongReturn) else f"the backend raised {type(e).__name__}: {e}"
+            rep.fail("backend", f"{label}: {why}")
             rep.finish()
         out.append((label, rep))
     judged = Deferred(_judgments, model, out, runs, ref, dtype, reproduce, case, judge, fwd, malformed_modes)

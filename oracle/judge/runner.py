@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import load_backend
+from ..backends import WrongReturn, load_backend
 from ..contract import LoadedBackend, capabilities
 
 REFERENCE = load_backend("reference")  # the judge's default side (oracle/reference_backend.py)
@@ -59,7 +59,7 @@ def run_scenario(
     for op, arg in list(sc.ops) + [("flush", None)]:
         if op != "step" and pending:
             for handle in pending:
-                out.traces.append(s.collect(handle))
+                out.traces.append(returned(s.collect(handle), "collect()"))
                 finished |= set(out.traces[-1].finished)
                 if after_step is not None:
                     after_step(s, out.traces[-1])
@@ -76,7 +76,7 @@ def run_scenario(
             if submit_ahead:
                 pending.append(s.submit(counts))
                 continue
-            tr = s.step(counts)
+            tr = returned(s.step(counts), "step()")
             finished |= set(tr.finished)
             out.traces.append(tr)
             if after_step is not None:
@@ -84,13 +84,27 @@ def run_scenario(
         elif op == "flush":
             pass
         elif op == "remove":
-            out.tokens[arg] = list(s.remove(arg))
+            out.tokens[arg] = list(returned(s.remove(arg), "remove()"))
         else:
             raise ValueError(f"unknown scenario op {op!r}")
     for op, arg in sc.ops:
         if op == "add" and arg not in out.tokens:
-            out.tokens[arg] = list(s.tokens(arg))
+            out.tokens[arg] = list(returned(s.tokens(arg), "tokens()"))
     return out
+
+
+def returned(value, call: str):
+    """value, when a session's `call` may return it (step() and collect(): a RoundTrace; remove()
+    and tokens(): a sequence of token ids); else WrongReturn naming the call and the type."""
+    from ..traces import RoundTrace
+
+    if call in ("step()", "collect()"):
+        ok, want = isinstance(value, RoundTrace), "RoundTrace"
+    else:
+        ok, want = isinstance(value, (list, tuple, np.ndarray)), "a list of token ids"
+    if not ok:
+        raise WrongReturn(f"{call} returned {type(value).__name__}, expected {want} (oracle/contract.py)")
+    return value
 
 
 def replay_lists(other: ScenarioRun, sc) -> dict:
