@@ -219,10 +219,22 @@ def _check_no_repeat_ngram(p, vocab=None) -> dict:
     return {"no_repeat_ngram": int(n)}
 
 
+# A sampled request's temperature T: logits divided by it stay finite float32 (max 3.4e38) for logits
+# up to 3e8 in size, and a logit of 1e-8 stays nonzero (smallest normal 1.2e-38). Beyond this range the
+# scaled logits overflow (T = 1e-38: "zero total mass") or vanish; as --repetition-penalty's range.
+TEMPERATURE_RANGE = (1e-30, 1e30)
+
+
 def _check_temperature(p, vocab=None) -> dict:
     t = p.temperature
     if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
         raise OracleError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+    lo, hi = TEMPERATURE_RANGE
+    if t != 0 and not lo <= t <= hi:
+        raise OracleError(
+            f"temperature {t:g} is outside [{lo:g}, {hi:g}] (or 0 = greedy): the logits divided by it would "
+            "overflow float32 (max 3.4e38) or vanish"
+        )
     return {}
 
 

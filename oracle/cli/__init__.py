@@ -191,16 +191,45 @@ def exit_now(code: int) -> None:
             module.stop_all()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: started with the stream closed
+                stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more to say
             pass
     os._exit(code)
+
+
+# NumPy's floating-point warnings ("overflow encountered in divide"): the oracle checks the values it
+# computes itself (non-finite logits are refused, a judge's side that overflows fails in one line), so
+# these would only repeat it on stderr, in words that name no option (issue 62)
+NUMERIC_WARNINGS = r"(overflow|underflow|invalid value|divide by zero) encountered"
+
+
+def prepare_streams() -> str | None:
+    """stdout and stderr write any name in any encoding (`PYTHONIOENCODING=ascii` and a file named
+    trace_\u00fc.json: written as trace_\\xfc.json, never a UnicodeEncodeError), and NumPy's
+    floating-point warnings are not shown; the error when stdout is closed (`>&-`), else None."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=NUMERIC_WARNINGS, category=RuntimeWarning)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a TextIOWrapper, or closed
+            pass
+    if sys.stdout is None:
+        return "stdout is closed: the command has nowhere to print its result (give it a file or > /dev/null)"
+    return None
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
         argv = ["check"]  # the main job
+    closed = prepare_streams()
+    if closed:
+        if sys.stderr is not None:
+            print(f"error: {closed}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         parser = build_parser(argv)
         # Python 3.11's argparse drops a value of "--" (`--seed=--`) and stores [] untyped

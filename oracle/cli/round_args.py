@@ -20,7 +20,7 @@ from ..config import ModelConfig, preset
 from ..errors import OracleError
 from ..progress import warn
 from ..rng_trace import check_policy
-from ..sampling import CHAIN, SamplingParams
+from ..sampling import CHAIN, TEMPERATURE_RANGE, SamplingParams
 from ..schedule import validate
 
 
@@ -247,6 +247,11 @@ def check_round_args(args) -> None:
             raise OracleError(f"{flag}: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
     if args.temperature is not None and args.temperature < 0:
         raise OracleError(f"--temperature {args.temperature}: must be >= 0 (0 = greedy)")
+    if args.temperature and not TEMPERATURE_RANGE[0] <= args.temperature <= TEMPERATURE_RANGE[1]:  # issue 62
+        raise OracleError(
+            f"--temperature {args.temperature:g}: must be 0 (greedy) or in [{TEMPERATURE_RANGE[0]:g}, "
+            f"{TEMPERATURE_RANGE[1]:g}]: the logits divided by it would overflow float32 (max 3.4e38) or vanish"
+        )
     if len(set(args.banned_tokens or ())) >= cfg.vocab_size:
         raise OracleError(
             f"--banned-tokens masks all {cfg.vocab_size} tokens of the vocabulary: no token is left to draft or verify"
