@@ -178,9 +178,31 @@ def estimate_judge_seconds(cfg: ModelConfig, rounds: list[dict], d: int, D: int,
     return seconds
 
 
-def refuse_slow(seconds: float, what: str) -> None:
-    if seconds > MAX_SECONDS:
-        raise OracleError(f"this run would take about {seconds:.0f} s (limit {MAX_SECONDS:.0f} s: {what}); {ALLOW}")
+def busy_factor() -> tuple[float, str]:
+    """(how many times longer CPU work takes here than on the idle machine the estimates were fit
+    on, the words for it): the 1-minute load average over the usable cores, at least 1. Issue 62:
+    `check --preset ouro-1.4b --counts 2 --rounds 1` (estimated 69 s idle) took 166 s at load 6 on 2
+    cores; the factor there is 3."""
+    import os
+
+    from .environment import usable_cores
+
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return 1.0, ""
+    cores = usable_cores()
+    factor = max(1.0, load / cores)
+    return factor, (f" at load {load:.1f} on {cores} cores" if factor > 1 else "")
+
+
+def refuse_slow(seconds: float, what: str, cpu: bool = True) -> None:
+    """Refuse a run estimated past MAX_SECONDS; cpu: CPU work, slowed by the machine's load (busy_factor)."""
+    factor, where = busy_factor() if cpu else (1.0, "")
+    if seconds * factor > MAX_SECONDS:
+        raise OracleError(
+            f"this run would take about {seconds * factor:.0f} s{where} (limit {MAX_SECONDS:.0f} s: {what}); {ALLOW}"
+        )
 
 
 def check_work(
@@ -203,7 +225,8 @@ def check_work(
     if prompt_len > MAX_PROMPT_LEN:
         refuse("--prompt-len", prompt_len, MAX_PROMPT_LEN)
     plan = [dict(enumerate(counts))] * rounds
-    if check and judge_on_gpu(reference):
+    gpu = check and judge_on_gpu(reference)
+    if gpu:
         seconds = estimate_judge_seconds(cfg, plan, d, D, prompt_len)
     else:
         seconds = estimate_seconds(cfg, plan, D, prompt_len, check)
@@ -211,6 +234,7 @@ def check_work(
         seconds,
         f"counts {','.join(map(str, counts))}, D={D}, {rounds} rounds, prompt length "
         f"{prompt_len}, {cfg.num_layers} layers x hidden {cfg.hidden_size}",
+        cpu=not gpu,
     )
 
 
@@ -218,11 +242,13 @@ def check_cases_work(cfg: ModelConfig, cases, allow_large: bool = False, check: 
     """Built-in cases (prompts of at most 8 tokens) on this model."""
     if allow_large:
         return
-    if check and judge_on_gpu(reference):
+    gpu = check and judge_on_gpu(reference)
+    if gpu:
         seconds = sum(estimate_judge_seconds(cfg, c.rounds, c.d, c.D, 8) for c in cases)
     else:
         seconds = sum(estimate_seconds(cfg, c.rounds, c.D, 8, check) for c in cases)
-    refuse_slow(seconds, f"{len(cases)} built-in case(s) on {cfg.num_layers} layers x hidden {cfg.hidden_size}")
+    what = f"{len(cases)} built-in case(s) on {cfg.num_layers} layers x hidden {cfg.hidden_size}"
+    refuse_slow(seconds, what, cpu=not gpu)
 
 
 TINY_SHAPE = ModelConfig(

@@ -1,11 +1,16 @@
 """`check`'s progress on stderr: the phases of the verdict as they start (the executor's on_phase).
-On a terminal one line, rewritten in place, with the phase, its detail and the seconds so far;
-otherwise one line per phase (a case's own step only on a terminal); nothing with --quiet."""
+On a terminal one line, rewritten in place, with the phase, its detail and the seconds so far.
+Otherwise (a pipe, a log file) one line per phase and per case (`case: 3/9 NAME`), and a step within
+one (`case: 1/1 NAME: loop round`, a shrink candidate) when STEP_S seconds passed since the last
+line: a long case on the CPU shows its steps as they pass, a fast run prints a line a case. Nothing
+with --quiet."""
 
 from __future__ import annotations
 
 import sys
 import time
+
+STEP_S = 2.0  # piped: a step within a phase or case is printed once this long passed since the last line
 
 
 class Progress:
@@ -14,7 +19,9 @@ class Progress:
         self.quiet = quiet
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.t0 = time.perf_counter()
-        self.last = None  # the last phase printed
+        self.last = None  # the last phase printed, with its case: (name, detail before ": ")
+        self.detail = ""  # the last detail heard
+        self.printed = self.t0  # when the last line was printed (piped)
         self.width = 0  # the terminal line's length, to clear it
 
     @classmethod
@@ -24,15 +31,19 @@ class Progress:
     def phase(self, name: str, detail: str = "") -> None:
         if self.quiet:
             return
-        line = f"check: {name}" + (f": {detail}" if detail else "") + f" ({time.perf_counter() - self.t0:.1f} s)"
+        now = time.perf_counter()
+        line = f"check: {name}" + (f": {detail}" if detail else "") + f" ({now - self.t0:.1f} s)"
+        key = (name, detail.split(": ", 1)[0])  # a case's steps share their case's key
         if self.tty:
             self.stream.write("\r" + line.ljust(self.width)[:200])
             self.width = min(len(line), 200)
-        elif name != self.last:
+        elif key != self.last or (detail != self.detail and now - self.printed >= STEP_S):
             self.stream.write(line + "\n")
+            self.printed = now
         else:
+            self.detail = detail
             return
-        self.last = name
+        self.last, self.detail = key, detail
         self.stream.flush()
 
     def done(self) -> None:

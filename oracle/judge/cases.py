@@ -112,6 +112,7 @@ def judge_backend(
     later: bool = False,
     runs_out: dict | None = None,
     fwd: Forwards | None = None,
+    step=None,
 ):
     """[(label, Report)]: backend block vs judge block, backend loop vs judge loop, and backend
     block vs backend loop. catch=True: a backend that raises is a failed check. ref: the
@@ -121,14 +122,17 @@ def judge_backend(
     runs_out: receives the backend's runs by mode. fwd: the run's forwards, for every twin bound
     made here (None: one made for this case). Each run is checked for malformed output at once
     (malformed.side_problem): a malformed run is a failed `malformed` check, and nothing of it
-    reaches a twin or a comparison."""
+    reaches a twin or a comparison. step(what): told as each step starts (progress)."""
+    step = step or (lambda what: None)
     out, runs, malformed_modes = [], ({} if runs_out is None else runs_out), set()
     dtype = tolerance_row(bk)
     fwd = of(model, fwd) if judge is None else fwd  # no twin against a judge backend
     if ref is None and judge is None and draws_host_stream(bk):
+        step("the reference's block and loop runs")
         ref = ReferenceSide(model, sc, dtype, fwd=fwd)
     for mode in MODES:  # with a ReferenceSide: both runs, then both judged
         label = f"{case} [{mode}]" if case else mode
+        step(f"the backend's {mode} run")
         try:
             got = runs[mode] = run_scenario(bk, model, sc, mode)
             why = side_problem(got.traces, model.cfg)
@@ -212,11 +216,14 @@ def frontier_check(session) -> Check:
     return Check("kv_frontier", True)
 
 
-def check_case(model, case: Case) -> Report:
+def check_case(model, case: Case, step=None) -> Report:
     """Block and loop on the reference, bit for bit, plus each run's schedule and KV frontiers
-    and the cache-free recompute of the block run's logits. A mode that raises fails."""
+    and the cache-free recompute of the block run's logits. A mode that raises fails. step(what):
+    told as each step starts (progress)."""
+    step = step or (lambda what: None)
     runs = {}
     for mode in MODES:
+        step(f"{mode} round")
         try:
             runs[mode] = run_scenario(REFERENCE, model, case, mode)
         except (OracleError, AssertionError, IndexError, KeyError) as e:
@@ -230,10 +237,12 @@ def check_case(model, case: Case) -> Report:
                 )
             )
             return rep
+    step("compare")
     rep = compare_runs(runs["block"].traces, runs["loop"].traces, "exact", case.reproduce)
     for r in runs.values():
         rep.checks.append(schedule_check(r.traces))
         rep.checks.append(frontier_check(r.session))
+    step("cache-free recompute")
     rep.checks.append(cache_free_check(model, runs["block"].traces)[0])
     return rep
 

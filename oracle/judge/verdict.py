@@ -231,7 +231,8 @@ def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, 
         if case.policy not in bk.policies:
             v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
             continue
-        ex.phase("case", f"{len(pending) + 1}/{len(todo)} {case.name}")
+        at = f"{len(pending) + 1}/{len(todo)} {case.name}"
+        ex.phase("case", at)
         runs: dict = {}
         reproduce = case.reproduce + suffix if case.reproduce else ""  # the property suite prints its own
         pending.append(
@@ -249,6 +250,7 @@ def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, 
                     later=bool(sides),
                     runs_out=runs,
                     fwd=fwd,
+                    step=lambda what, at=at: ex.phase("case", f"{at}: {what}"),
                 ),
                 runs,
             )
@@ -562,8 +564,9 @@ def _reference(plan: Plan, ex: Executor) -> Verdict:
     frontiers and the cache-free recompute (cases.check_case)."""
     v = Verdict("reference", "float32", True, "reference", plan.model.cfg.num_layers)
     for n, case in enumerate(plan.cases):
-        ex.phase("case", f"{n + 1}/{len(plan.cases)} {case.name}")
-        rep = _cases.check_case(plan.model, case)
+        at = f"{n + 1}/{len(plan.cases)} {case.name}"
+        ex.phase("case", at)
+        rep = _cases.check_case(plan.model, case, lambda what, at=at: ex.phase("case", f"{at}: {what}"))
         v.add(case.name, rep)
         v.cases.append(
             {
