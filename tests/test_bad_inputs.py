@@ -962,6 +962,61 @@ CATALOGUE = [
         lambda f: ["model", "--preset", "tiny", "--save", f.path("s"), "--loops", "2"],
     ),
     ("bench", "rounds min-tokens (not an option of bench)", lambda f: ["bench", "rounds", "--min-tokens", "2"]),
+    # ---- issue 62: output paths checked before the work, values whose float32 leaves range, keys not modelled ----
+    (
+        "usage",
+        "trace cut over its input",
+        lambda f: ["trace", "cut", f.trace("in.json"), "--round", "0", "--out", f.path("in.json")],
+    ),
+    (
+        "usage",
+        "trace cut over its input's NPZ",
+        lambda f: ["trace", "cut", f.trace("in2.json"), "--round", "0", "--out", f.path("in2.json.npz")],
+    ),
+    (
+        "usage",
+        "trace cut out under /proc",
+        lambda f: ["trace", "cut", str(f.good_trace), "--round", "0", "--out", "/proc/x.json"],
+    ),
+    ("usage", "trace record out /dev/full", lambda f: ["trace", "record", "--counts", "2", "--out", "/dev/full"]),
+    (
+        "usage",
+        "trace record NPZ a folder",
+        lambda f: ["trace", "record", "--out", f.path("t.json"), *([] if os.makedirs(f.path("t.json.npz")) else [])],
+    ),
+    ("usage", "bench c-table out under /proc", lambda f: ["bench", "c-table", "--out", "/proc/ct.json"]),
+    ("usage", "bench sweep out under /proc", lambda f: ["bench", "sweep", "--out", "/proc/s.json"]),
+    ("model", "save under /proc", lambda f: ["model", "--preset", "tiny", "--save", "/proc/ckpt"]),
+    ("values", "temperature 1e-38 (scaled logits overflow float32)", lambda f: [*CHECK, "--temperature", "1e-38"]),
+    ("values", "temperature 1e308 (scaled logits vanish)", lambda f: [*CHECK, "--temperature", "1e308"]),
+    (
+        "values",
+        "temperature 1e-38 with a backend",
+        lambda f: [*CHECK, "--temperature", "1e-38", "--backend", "torch-cpu"],
+    ),
+    (
+        "checkpoint",
+        "rope_scaling set",
+        lambda f: [
+            *CHECK,
+            "--checkpoint",
+            f.config("rs", lambda c: c.update(rope_scaling={"type": "linear", "factor": 2.0})),
+        ],
+    ),
+    (
+        "checkpoint",
+        "use_sliding_window true",
+        lambda f: [*CHECK, "--checkpoint", f.config("sw", lambda c: c.update(use_sliding_window=True))],
+    ),
+    (
+        "checkpoint",
+        "sliding layer_types",
+        lambda f: [
+            *CHECK,
+            "--checkpoint",
+            f.config("lt", lambda c: c.update(layer_types=["full_attention", "sliding_attention"])),
+        ],
+    ),
 ]
 
 PLUGIN = "examples.plugin_backend:make_backend"

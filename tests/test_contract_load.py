@@ -22,6 +22,8 @@ from oracle.judge.scenario import make_case
 from oracle.reference_backend import ReferenceBackend
 from oracle.sampling import SamplingParams as SP
 
+pytestmark = pytest.mark.time_limit(120)  # runs plug-ins: a hang fails here, not the suite (conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--counts", "2,1", "--rounds", "1"]
 

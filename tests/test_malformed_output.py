@@ -14,6 +14,8 @@ import pytest
 
 from oracle.cli import main
 
+pytestmark = pytest.mark.time_limit(120)  # runs plug-ins: a hang fails here, not the suite (conftest.py)
+
 PLUGIN = """
 import numpy as np
 from examples.plugin_backend import PluginBackend, PluginSession

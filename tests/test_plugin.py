@@ -16,6 +16,8 @@ import pytest
 
 from oracle.cli import main
 
+pytestmark = pytest.mark.time_limit(120)  # runs plug-ins: a hang fails here, not the suite (conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--counts", "2,1", "--rounds", "1"]
 
