@@ -57,6 +57,7 @@ from .plugin_output import Relay
 # The NAMED (in-tree) backends stay in this process: they are the project's own code, and their
 # options and hooks are read here (docs/DESIGN.md section 13 gives the measured overhead).
 ISOLATE_NAMED = False
+STOP_GRACE_S = 0.5  # stop_all: how long a child may take to end once its pipe is closed
 BY_REF = ("session", "submit")  # calls whose result stays in the child (a session, a round in flight)
 METHODS = tuple(dict.fromkeys(SESSION_METHODS + tuple(OPTIONAL_SESSION) + SAMPLING_INTERFACE))
 _LIVE = weakref.WeakValueDictionary()  # id -> IsolatedBackend with a child of this process
@@ -93,9 +94,11 @@ def set_threads(n: int) -> None:
 
 
 def stop_all() -> None:
-    """Kill and reap every child of this process (the CLI's exit, cli.exit_now; atexit)."""
+    """End and reap every child of this process (the CLI's exit, cli.exit_now; atexit): each is
+    told first (its pipe closed: it flushes its C stdio buffers, whose lines the relay shows) and
+    killed STOP_GRACE_S later if it has not ended (a call in flight)."""
     for bk in list(_LIVE.values()):
-        bk.close(kill=True)
+        bk.close(grace=STOP_GRACE_S)
 
 
 atexit.register(stop_all)
@@ -234,11 +237,16 @@ class IsolatedBackend(OutOfProcess):
         if proc is not None and self._owner == os.getpid() and proc.exitcode is None:
             _kill_group(proc.pid)
 
-    def close(self, kill: bool = False) -> None:
-        """End the child (kill=True: at once) and reap it; only in the process that started it."""
+    def close(self, kill: bool = False, grace: float | None = None) -> None:
+        """End the child (kill=True: at once; grace: its pipe closed, then killed after that many
+        seconds) and reap it; only in the process that started it."""
         if getattr(self, "_owner", None) != os.getpid() or getattr(self, "_proc", None) is None:
             return
-        if kill:
+        if grace is not None and self._conn is not None:
+            self._conn.close()
+            self._conn = None
+            self._proc.join(grace)
+        if kill or grace is not None:
             self.kill()
         try:
             self._reap()
@@ -497,7 +505,8 @@ def _serve(conn, spec: str, target: str, preload: dict, threads: int | None, rel
     while True:
         try:
             data = conn.recv_bytes()
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # the parent closed the pipe: C stdio's lines out, then end
+            _flush_c_stdio()
             return
         try:
             ops, oid, name, args, kwargs, by_ref = _ChildUnpickler(io.BytesIO(data), objects, shared).load()
@@ -638,6 +647,16 @@ def _apply_threads(n: int) -> None:
     threadpool_limits(n, user_api="blas")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(n)
+
+
+def _flush_c_stdio() -> None:
+    """Whatever the plug-in's C code left in its stdio buffers (printf to a pipe is buffered)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
 
 
 def _own_group(pid: int) -> None:

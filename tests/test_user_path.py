@@ -1,0 +1,390 @@
+"""Issue 62, the user's path without surprises: a plug-in that prints, raises KeyboardInterrupt, signals
+the oracle or returns the wrong type; a run cancelled by SIGTERM or SIGHUP; outputs written whole; a
+closed stdout, an ASCII-only terminal; a session that breaks the contract; piped progress; the time
+estimate on a busy machine; checkpoint keys the reference does not model. Every run of the CLI in a
+child process has its own time limit (subprocess timeout), and the module a time limit per test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oracle.cli import main
+
+pytestmark = pytest.mark.time_limit(120)  # runs plug-ins: a hang fails here, not the suite (conftest.py)
+
+REPO = Path(__file__).resolve().parents[1]
+CHECK = ["check", "--counts", "2,1", "--rounds", "1", "--no-shrink"]
+
+WRAP = """
+import os, signal, subprocess, sys, ctypes
+from examples.plugin_backend import PluginBackend, PluginSession
+{top}
+
+class S(PluginSession):
+    def step(self, counts):
+{step}
+        return self.inner.step(counts)
+
+
+class B(PluginBackend):
+    def session(self, *args, **kwargs):
+        s = super().session(*args, **kwargs)
+        return S(s.inner, s.perturb)
+
+
+def make():
+    return B(None)
+"""
+
+
+def plugin(tmp_path: Path, name: str, step: str, top: str = "") -> str:
+    """A plug-in module NAME.py in tmp_path whose session's step() runs `step` first (an indented block)."""
+    body = "\n".join("        " + line for line in step.strip().splitlines())
+    (tmp_path / f"{name}.py").write_text(WRAP.format(top=top, step=body))
+    return f"{name}:make"
+
+
+def oracle(argv, tmp_path, timeout=60, **kw):
+    """python -m oracle ARGV in a child process, the plug-ins of tmp_path importable."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ORACLE_BACKEND",)}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(tmp_path)])
+    env.update(kw.pop("env", {}))
+    return subprocess.run(
+        [sys.executable, "-m", "oracle", *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
+
+
+def run_main(argv, capsys, monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("ORACLE_BACKEND", raising=False)
+    capsys.readouterr()
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ---- 1. a plug-in cannot corrupt the oracle's output ----
+
+
+def test_a_printing_plugin_leaves_stdout_json_and_its_lines_on_stderr_prefixed_and_bounded(tmp_path):
+    spec = plugin(
+        tmp_path,
+        "loud_plugin",
+        'print("hello from step()")\n'
+        'os.write(1, b"a raw write to fd 1\\n")\n'
+        'ctypes.CDLL(None).puts(b"a C write")\n'
+        'for n in range(100):\n    print("line", n, file=sys.stderr)',
+        top='print("banner at import")',
+    )
+    run = oracle([*CHECK, "--backend", spec, "--json", "--quiet"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    json.loads(run.stdout)  # one JSON object: nothing of the plug-in's in it
+    check = subprocess.run([sys.executable, "-m", "json.tool"], input=run.stdout, capture_output=True, text=True)
+    assert check.returncode == 0
+    lines = run.stderr.splitlines()
+    mine = [x for x in lines if x.startswith("plug-in: ")]
+    assert mine == lines, run.stderr  # every line of stderr is the plug-in's, prefixed
+    for text in ("banner at import", "hello from step()", "a raw write to fd 1", "a C write", "line 0"):
+        assert f"plug-in: {text}" in lines, text
+    from oracle.plugin_output import MAX_LINES
+
+    assert len(mine) <= MAX_LINES + 2  # the cap, and one note per plug-in process
+    notes = [x for x in mine if x.startswith("plug-in: ... ") and x.endswith("more lines not shown")]
+    assert (
+        len(notes) == 1 and int(notes[0].split()[2]) + len(mine) - 1 == 1 + 2 * 103
+    )  # every line counted: banner, 2 x (3 + 100)
+
+
+def test_a_keyboard_interrupt_inside_the_plugin_is_its_failure(tmp_path, capsys, monkeypatch):
+    spec = plugin(tmp_path, "kbint_plugin", 'raise KeyboardInterrupt("the plug-in\'s own")')
+    rc, out, err = run_main([*CHECK, "--backend", spec, "--quiet"], capsys, monkeypatch, tmp_path)
+    assert rc == 1, (out, err)
+    assert "FAIL [backend]" in out and "raised KeyboardInterrupt: the plug-in's own" in out
+
+
+def test_a_plugin_that_sends_sigterm_to_the_oracle_fails_as_the_backend(tmp_path):
+    spec = plugin(tmp_path, "term_plugin", "os.kill(os.getppid(), signal.SIGTERM)\nimport time\ntime.sleep(30)")
+    run = oracle([*CHECK, "--backend", spec, "--quiet"], tmp_path)
+    assert run.returncode == 1, (run.stdout, run.stderr)
+    assert "FAIL [backend]" in run.stdout and "sent SIGTERM to the oracle's process" in run.stdout
+    assert "interrupted" not in run.stderr
+
+
+def test_a_step_returning_a_str_is_named_as_the_plugins_error(tmp_path, capsys, monkeypatch):
+    (tmp_path / "str_plugin.py").write_text(
+        WRAP.format(top="", step="        self.inner.step(counts)\n        return 'a str'")
+    )
+    rc, out, err = run_main([*CHECK, "--backend", "str_plugin:make", "--quiet"], capsys, monkeypatch, tmp_path)
+    assert rc == 1 and "the backend's step() returned str, expected RoundTrace" in out, (out, err)
+    assert "AttributeError" not in out
+
+
+# ---- 2. cancellation leaves nothing running ----
+
+
+def _descendants(root: int) -> set[int]:
+    """Every process below root, read from /proc (parent pids)."""
+    parent = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        kids = {c for c, pp in parent.items() if pp == p} - found
+        found |= kids
+        todo += kids
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")  # a zombie runs nothing
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="lists processes through /proc")
+@pytest.mark.parametrize("signo,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_or_sighup_during_a_spinning_plugin_leaves_no_process(signo, code, tmp_path):
+    mark = tmp_path / "spinning"
+    spec = plugin(
+        tmp_path,
+        "spin_plugin",
+        'p = subprocess.Popen([sys.executable, "-c", "while True: pass"])\n'
+        f'open({str(mark)!r}, "w").write(str(p.pid))\n'
+        "while True:\n    pass",
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ORACLE_BACKEND"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(tmp_path)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oracle", *CHECK, "--backend", spec, "--quiet"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mark.exists(), "the plug-in never spun"
+        run = _descendants(proc.pid)
+        assert int(mark.read_text()) in run and len(run) >= 2  # the plug-in's process and its own
+        proc.send_signal(signo)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == code, (proc.returncode, err)
+    assert err.strip() == f"error: interrupted by {signal.Signals(signo).name}", err
+    time.sleep(2)
+    left = [pid for pid in run if _running(pid)]
+    assert left == [], f"still running 2 s later: {left}"
+
+
+def test_a_cancelled_run_removes_its_temporary_files(tmp_path):
+    from oracle import atomic, cancel
+
+    with atomic.replacing(tmp_path / "out.json", tmp_path / "out.json.npz") as temps:
+        assert all(Path(t).exists() for t in temps)
+        cancel.remove_temporary()  # what a SIGTERM does before it exits
+        assert not any(Path(t).exists() for t in temps)
+        Path(temps[0]).write_text("x")  # the block may finish; its renames fail
+        Path(temps[1]).write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "out.json.npz"]
+
+
+# ---- 3. outputs checked before the work, written whole or not at all ----
+
+
+def test_trace_cut_onto_its_input_leaves_the_input_as_it_was(tmp_path, capsys, monkeypatch):
+    a = tmp_path / "a.json"
+    assert main(["trace", "record", "--counts", "2,1", "--rounds", "2", "--out", str(a)]) == 0
+    before = a.read_bytes(), Path(f"{a}.npz").read_bytes()
+    rc, out, err = run_main(["trace", "cut", str(a), "--round", "0", "--out", str(a)], capsys, monkeypatch, tmp_path)
+    assert rc == 2 and err.startswith(f"error: --out {a}: ") and "is an input of the command" in err
+    assert (a.read_bytes(), Path(f"{a}.npz").read_bytes()) == before
+
+
+def test_a_failed_trace_write_leaves_nothing(tmp_path, capsys, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", disk_full)
+    out = tmp_path / "t.json"
+    rc, _, err = run_main(["trace", "record", "--counts", "2,1", "--out", str(out)], capsys, monkeypatch, tmp_path)
+    assert rc == 2 and "No space left on device" in err
+    assert list(tmp_path.glob("*t.json*")) == []  # no JSON, no NPZ, no temporary file
+
+
+def test_a_saved_checkpoint_and_a_trace_are_written_with_the_usual_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert main(["model", "--preset", "tiny", "--save", str(tmp_path / "ck")]) == 0
+        assert main(["trace", "record", "--counts", "2", "--out", str(tmp_path / "t.json")]) == 0
+    finally:
+        os.umask(old)
+    for p in [*(tmp_path / "ck").iterdir(), tmp_path / "t.json", tmp_path / "t.json.npz"]:
+        assert p.stat().st_mode & 0o777 == 0o644, p
+    assert not [p for p in tmp_path.rglob(".*") if p.is_file()]  # no temporary file left
+
+
+# ---- 4. bad values, encodings, a closed stdout ----
+
+
+def test_names_in_any_encoding_and_a_closed_stdout(tmp_path):
+    a = tmp_path / "trace_\u00fc_\u65e5\u672c.json"
+    assert main(["trace", "record", "--counts", "2,1", "--rounds", "2", "--out", str(a)]) == 0
+    ascii_env = {"PYTHONIOENCODING": "ascii"}
+    cut = oracle(["trace", "cut", a.name, "--round", "0", "--out", "c\u00e9.json"], tmp_path, env=ascii_env)
+    assert cut.returncode == 0 and "trace_\\xfc_\\u65e5\\u672c.json" in cut.stdout, cut.stderr
+    missing = oracle(["trace", "diff", a.name, "b\u00e9.json"], tmp_path, env=ascii_env)
+    assert missing.returncode == 2 and missing.stderr == "error: trace file b\\xe9.json does not exist\n"
+    closed = oracle([*CHECK], tmp_path, preexec_fn=lambda: os.close(1))
+    assert (
+        closed.returncode == 2
+        and closed.stderr.startswith("error: stdout is closed")
+        and "Traceback" not in closed.stderr
+    )
+    assert len(closed.stderr.splitlines()) == 1
+
+
+def test_a_temperature_at_the_edge_of_the_range_runs_without_numeric_warnings(tmp_path):
+    run = oracle(["check", "--counts", "2,1", "--rounds", "1", "--temperature", "1e30", "--quiet"], tmp_path)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+# ---- 5. the session's contract at load ----
+
+
+def test_a_session_whose_add_takes_no_depths_is_refused_before_any_case(tmp_path, capsys, monkeypatch):
+    (tmp_path / "nodepths_plugin.py").write_text(
+        WRAP.format(top="", step="        pass").replace(
+            "class B(PluginBackend):",
+            "    def add(self, rid, prompt, params, replay=None):\n"
+            "        return self.inner.add(rid, prompt, params, replay=replay)\n\n\nclass B(PluginBackend):",
+        )
+    )
+    rc, out, err = run_main([*CHECK, "--backend", "nodepths_plugin:make", "--quiet"], capsys, monkeypatch, tmp_path)
+    assert rc == 2 and out == "", (out, err)
+    assert err.count("\n") == 1 and "session.add does not take the runner's arguments" in err and "depths" in err
+
+
+def test_a_plugin_call_that_hangs_fails_its_test_at_the_time_limit(tmp_path):
+    """The guard itself: a test whose plug-in hangs (no --timeout) fails in seconds under pytest."""
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('root_conftest', {str(REPO / 'conftest.py')!r})\n"
+        "mod = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(mod)\n"
+        "time_limit, pytest_configure = mod.time_limit, mod.pytest_configure\n"
+    )
+    plugin(tmp_path, "hang_plugin", "import time\ntime.sleep(3600)")
+    (tmp_path / "test_hang.py").write_text(
+        "import pytest\nfrom oracle.cli import main\n\n\n@pytest.mark.time_limit(2)\ndef test_hang():\n"
+        f"    main({[*CHECK, '--backend', 'hang_plugin:make', '--quiet']!r})\n"
+    )
+    t0 = time.monotonic()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_hang.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert run.returncode == 1 and "ran past its time limit of 2 s" in run.stdout, run.stdout[-2000:]
+    assert time.monotonic() - t0 < 60
+
+
+# ---- 6. progress that moves; the estimate on a busy machine ----
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_piped_progress_prints_a_line_per_case_and_a_long_cases_steps(monkeypatch):
+    import io
+
+    from oracle.cli import progress as progress_mod
+
+    clock = Clock()
+    monkeypatch.setattr(progress_mod.time, "perf_counter", clock)
+    out = io.StringIO()
+    p = progress_mod.Progress(out)
+    for n in range(9):  # fast cases: a line each, their steps not
+        p.phase("case", f"{n + 1}/9 c{n}")
+        for step in ("block round", "loop round", "compare"):
+            clock.t += 0.01
+            p.phase("case", f"{n + 1}/9 c{n}: {step}")
+    assert [x.split(" (")[0] for x in out.getvalue().splitlines()] == [f"check: case: {n + 1}/9 c{n}" for n in range(9)]
+    out.truncate(0), out.seek(0)
+    p.phase("case", "1/1 ouro")
+    for step in ("block round", "loop round", "cache-free recompute"):
+        clock.t += 40  # a long case: each step shows as it starts
+        p.phase("case", f"1/1 ouro: {step}")
+    assert len(out.getvalue().splitlines()) == 4 and "ouro: cache-free recompute (" in out.getvalue()
+
+
+def test_the_estimate_counts_the_machines_load(monkeypatch, capsys):
+    from oracle.cli import environment, limits
+    from oracle.config import preset
+
+    monkeypatch.setattr(environment, "usable_cores", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    limits.check_work(preset("ouro-1.4b"), [2], 4, 1, 8)  # about 69 s idle: under the limit
+    monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 6.0, 6.0))
+    with pytest.raises(Exception, match=r"about \d+ s at load 6.0 on 2 cores .*--allow-large"):
+        limits.check_work(preset("ouro-1.4b"), [2], 4, 1, 8)
+    rc = main(["check", "--preset", "ouro-1.4b", "--counts", "2", "--rounds", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: this run would take about") and "at load 6.0 on 2 cores" in err
+
+
+# ---- 7. checkpoints: keys not modelled refused, absent keys as Ouro's OuroConfig ----
+
+
+def test_absent_config_keys_take_ouros_defaults():
+    from oracle.config import ModelConfig
+
+    base = {"vocab_size": 64, "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 1}
+    cfg = ModelConfig.from_hf({**base, "num_attention_heads": 32})
+    assert cfg.rope_theta == 10000.0 and cfg.num_kv_heads == 32
+    with pytest.raises(Exception, match="num_heads 4 is not a multiple of num_kv_heads 32"):
+        ModelConfig.from_hf({**base, "num_attention_heads": 4})
+    for key, value in (
+        ("rope_scaling", {"type": "yarn"}),
+        ("use_sliding_window", True),
+        ("layer_types", ["sliding_attention"]),
+    ):
+        with pytest.raises(Exception, match=f"config.json: {key}"):
+            ModelConfig.from_hf({**base, "num_attention_heads": 32, key: value})
+    assert ModelConfig.from_hf({**base, "num_attention_heads": 32, "rope_scaling": None, "use_sliding_window": False})
