@@ -42,7 +42,7 @@ HELP = {
     "schedule": "print the block and loop schedules of one round",
     "model": "run a prompt through every loop (no KV cache); load or save checkpoints",
     "cost": "predict block vs loop round time from a c-table",
-    "trace": "record round traces or diff two trace files",
+    "trace": "record round traces, diff two trace files, or cut one to a round and a request",
     "bench": "c(M) tables and paired block-vs-loop round benchmarks (torch backend)",
 }
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3

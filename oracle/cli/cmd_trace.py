@@ -1,5 +1,5 @@
-"""`python -m oracle trace record|diff`: record a generation run's round traces (JSON +
-NPZ) and diff two trace files, RNG events first.
+"""`python -m oracle trace record|diff|cut`: record a generation run's round traces (JSON +
+NPZ), diff two trace files, RNG events first, and cut one to a round and a request (trace_cut.py).
 
 A recorded trace's meta holds `reproduce`: the exact `trace record` command that writes the
 same trace again (model, seed, every round option, mode, backend and output file), and the
@@ -286,8 +286,8 @@ def register(sub) -> None:
     p = command_parser(
         sub,
         "trace",
-        "Record the round traces of a generation run (JSON + NPZ), or diff two "
-        "trace files (exit 1 when they differ, 2 when a file is not a valid trace).",
+        "Record the round traces of a generation run (JSON + NPZ), diff two trace files (exit 1 when "
+        "they differ, 2 when a file is not a valid trace), or cut one to a round and a request.",
     )
     tsub = p.add_subparsers(dest="trace_command", metavar="record|diff|cut", required=True)
     r = tsub.add_parser(
