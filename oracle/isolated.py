@@ -52,7 +52,7 @@ from .contract import (
     session_problems,
 )
 from .errors import OracleError, Refused
-from .plugin_output import Relay
+from .plugin_output import Relay, flush_c_stdio, kill_group, own_group
 
 # The NAMED (in-tree) backends stay in this process: they are the project's own code, and their
 # options and hooks are read here (docs/DESIGN.md section 13 gives the measured overhead).
@@ -184,7 +184,7 @@ class IsolatedBackend(OutOfProcess):
             if relay is not None:
                 relay.close_unused()
             raise
-        _own_group(proc.pid)
+        own_group(proc.pid)
         if relay is not None:
             relay.parent()
         self._relay, self._sent = relay, ""
@@ -204,7 +204,8 @@ class IsolatedBackend(OutOfProcess):
             except (EOFError, OSError):
                 code = self._reap()
                 where = f"while {stage}" if stage.startswith("importing") else f"in {stage}"
-                raise OracleError(f"backend {self.spec!r}: the backend's process {describe(code)} {where}") from None
+                why = self._sent or describe(code)  # a signal it sent the oracle (cancel.SENDERS), or how it died
+                raise OracleError(f"backend {self.spec!r}: the backend's process {why} {where}") from None
             if kind == "stage":
                 stage = value
             elif kind == "loaded":
@@ -226,7 +227,7 @@ class IsolatedBackend(OutOfProcess):
         if proc.exitcode is None:
             proc.kill()
             proc.join()
-        _kill_group(proc.pid)  # the plug-in's own processes, left by a child that died alone
+        kill_group(proc.pid)  # the plug-in's own processes, left by a child that died alone
         if self._relay is not None:
             self._relay.wait(0.5)  # its last lines, and the count of those not shown
         return proc.exitcode
@@ -235,7 +236,7 @@ class IsolatedBackend(OutOfProcess):
         """Kill the child now (a call past --timeout); the blocked call then sees it die."""
         proc = self._proc
         if proc is not None and self._owner == os.getpid() and proc.exitcode is None:
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
 
     def close(self, kill: bool = False, grace: float | None = None) -> None:
         """End the child (kill=True: at once; grace: its pipe closed, then killed after that many
@@ -463,7 +464,7 @@ def _serve(conn, spec: str, target: str, preload: dict, threads: int | None, rel
     group of its own, which the parent kills whole."""
     if relay is not None:
         relay.child()
-    _own_group(0)
+    own_group(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _die_with_parent()
     import gc
@@ -506,7 +507,7 @@ def _serve(conn, spec: str, target: str, preload: dict, threads: int | None, rel
         try:
             data = conn.recv_bytes()
         except (EOFError, OSError):  # the parent closed the pipe: C stdio's lines out, then end
-            _flush_c_stdio()
+            flush_c_stdio()
             return
         try:
             ops, oid, name, args, kwargs, by_ref = _ChildUnpickler(io.BytesIO(data), objects, shared).load()
@@ -649,36 +650,6 @@ def _apply_threads(n: int) -> None:
         sys.modules["torch"].set_num_threads(n)
 
 
-def _flush_c_stdio() -> None:
-    """Whatever the plug-in's C code left in its stdio buffers (printf to a pipe is buffered)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).fflush(None)
-    except (OSError, AttributeError):
-        pass
-
-
-def _own_group(pid: int) -> None:
-    """pid (0: this process) leads a new process group; the parent and the child both ask, so
-    the group exists before either goes on."""
-    try:
-        os.setpgid(pid, pid)
-    except (OSError, AttributeError):  # the child already did, or it has ended; no process groups here
-        pass
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL to the process group pid leads (the plug-in's process and every process it started)
-    and to pid itself, in case it never made the group."""
-    for kill in (getattr(os, "killpg", None), os.kill):
-        try:
-            if kill is not None:
-                kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
 def _sent_by_plugin(pid: int, signo: int) -> bool:
     """cancel.SENDERS's hook: when pid is a plug-in's process of this process (or of its group),
     that plug-in is killed and its call in flight fails as the backend's."""
@@ -690,7 +661,7 @@ def _sent_by_plugin(pid: int, signo: int) -> bool:
         proc = bk._proc
         if proc is not None and proc.pid in (pid, group):
             bk._sent = f"sent {signal.Signals(signo).name} to the oracle's process (a plug-in does not end the run)"
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             return True
     return False
 

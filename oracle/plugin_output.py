@@ -1,4 +1,4 @@
-"""What a plug-in process prints (issue 62): never on the oracle's stdout.
+"""A plug-in's process (issue 62): what it prints, never on the oracle's stdout; its process group.
 
 A plug-in's process (oracle/isolated.py) writes its stdout and stderr, at the file-descriptor level
 (Python's print, C's printf, a warning at import), into one pipe. A daemon thread of the oracle reads
@@ -11,12 +11,16 @@ rest are counted and named in one `plug-in: ... N more lines not shown` line whe
     relay.child()              # in the plug-in's process: fds 1 and 2 into the pipe
     relay.parent()             # in the oracle: the copying thread
     relay.wait(0.5)            # once the process is reaped: the count of the lines not shown
+
+The plug-in's process leads a process group of its own (own_group, asked by both sides), which the
+oracle kills whole (kill_group): the processes the plug-in started end with it.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import signal
 import sys
 import threading
 
@@ -91,3 +95,33 @@ def _say(line: str) -> None:
         print(line.encode(enc, "backslashreplace").decode(enc), file=sys.stderr, flush=True)
     except (OSError, ValueError, LookupError):  # a closed stderr: nothing to show it on
         pass
+
+
+def flush_c_stdio() -> None:
+    """Whatever the plug-in's C code left in its stdio buffers (printf to a pipe is buffered)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+def own_group(pid: int) -> None:
+    """pid (0: this process) leads a new process group; the parent and the child both ask, so
+    the group exists before either goes on."""
+    try:
+        os.setpgid(pid, pid)
+    except (OSError, AttributeError):  # the child already did, or it has ended; no process groups here
+        pass
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL to the process group pid leads (the plug-in's process and every process it started)
+    and to pid itself, in case it never made the group."""
+    for kill in (getattr(os, "killpg", None), os.kill):
+        try:
+            if kill is not None:
+                kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
