@@ -348,10 +348,13 @@ def test_piped_progress_prints_a_line_per_case_and_a_long_cases_steps(monkeypatc
     assert [x.split(" (")[0] for x in out.getvalue().splitlines()] == [f"check: case: {n + 1}/9 c{n}" for n in range(9)]
     out.truncate(0), out.seek(0)
     p.phase("case", "1/1 ouro")
-    for step in ("block round", "loop round", "cache-free recompute"):
-        clock.t += 40  # a long case: each step shows as it starts
+    for step, took in (("block round", 0.5), ("loop round", 40), ("compare", 40), ("cache-free recompute", 0.5)):
+        clock.t += took  # a long case: each step shows as it starts, once the case has run STEP_S
         p.phase("case", f"1/1 ouro: {step}")
-    assert len(out.getvalue().splitlines()) == 4 and "ouro: cache-free recompute (" in out.getvalue()
+    lines = out.getvalue().splitlines()
+    assert [x.split(" (")[0] for x in lines] == ["check: case: 1/1 ouro"] + [
+        f"check: case: 1/1 ouro: {s}" for s in ("loop round", "compare", "cache-free recompute")
+    ]
 
 
 def test_the_estimate_counts_the_machines_load(monkeypatch, capsys):

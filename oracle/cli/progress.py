@@ -1,16 +1,16 @@
 """`check`'s progress on stderr: the phases of the verdict as they start (the executor's on_phase).
 On a terminal one line, rewritten in place, with the phase, its detail and the seconds so far.
-Otherwise (a pipe, a log file) one line per phase and per case (`case: 3/9 NAME`), and a step within
-one (`case: 1/1 NAME: loop round`, a shrink candidate) when STEP_S seconds passed since the last
-line: a long case on the CPU shows its steps as they pass, a fast run prints a line a case. Nothing
-with --quiet."""
+Otherwise (a pipe, a log file) one line per phase and per case (`case: 3/9 NAME`), and each step
+within one (`case: 1/1 NAME: loop round`, a shrink candidate) once the phase or case has run STEP_S
+seconds: a long case on the CPU shows its steps as they pass, a fast run prints a line a case.
+Nothing with --quiet."""
 
 from __future__ import annotations
 
 import sys
 import time
 
-STEP_S = 2.0  # piped: a step within a phase or case is printed once this long passed since the last line
+STEP_S = 2.0  # piped: the steps of a phase or case are printed once it has run this long
 
 
 class Progress:
@@ -21,7 +21,7 @@ class Progress:
         self.t0 = time.perf_counter()
         self.last = None  # the last phase printed, with its case: (name, detail before ": ")
         self.detail = ""  # the last detail heard
-        self.printed = self.t0  # when the last line was printed (piped)
+        self.began = self.t0  # when the phase or case of the last line began (piped)
         self.width = 0  # the terminal line's length, to clear it
 
     @classmethod
@@ -37,9 +37,9 @@ class Progress:
         if self.tty:
             self.stream.write("\r" + line.ljust(self.width)[:200])
             self.width = min(len(line), 200)
-        elif key != self.last or (detail != self.detail and now - self.printed >= STEP_S):
+        elif key != self.last or (detail != self.detail and now - self.began >= STEP_S):
             self.stream.write(line + "\n")
-            self.printed = now
+            self.began = now if key != self.last else self.began
         else:
             self.detail = detail
             return
