@@ -22,7 +22,13 @@ proxy (the drift probe's child, for a `fork_safe` backend) never uses its parent
 a child of its own. The model a session is made for is sent once (fork: inherited) and reused by
 identity, so a backend's per-model caches hold. Results are unpickled without importing the
 plug-in's own package in this process; an exception of a class defined there comes back as a
-stand-in of the same name and message.
+stand-in of the same name and message (a KeyboardInterrupt too: the user's Ctrl-C is this process's).
+
+Issue 62: the child's stdout and stderr go to a pipe whose lines this process shows on its stderr,
+prefixed and bounded (oracle/plugin_output.py); the child leads a process group of its own, killed
+whole; a signal it sends this process is its failure (oracle/cancel.py SENDERS, `_sent_by_plugin`);
+every session() it returns is checked against contract.session_problems in the child before its
+first call (errors.Refused, exit 2).
 """
 
 from __future__ import annotations
