@@ -181,7 +181,7 @@ class IsolatedBackend(OutOfProcess):
         relay = Relay() if ctx.get_start_method() == "fork" else None  # the child's output (spawn: not captured)
         proc = ctx.Process(
             target=_serve,
-            args=(theirs, self.spec, self.target, preload, _THREADS[0] if _THREADS else None, relay),
+            args=(theirs, self.spec, self.target, preload, _THREADS[0] if _THREADS else None, relay, mine),
             name=f"oracle backend {self.spec}",
         )
         try:
@@ -464,12 +464,14 @@ class _Unpickler(pickle.Unpickler):
 # ---- the child ----
 
 
-def _serve(conn, spec: str, target: str, preload: dict, threads: int | None, relay: Relay | None = None) -> None:
+def _serve(conn, spec, target, preload: dict, threads: int | None, relay: Relay | None = None, parent_end=None) -> None:
     """The child: load the plug-in, send what the contract reads, then answer calls until the
     parent closes the pipe. Its output goes to the relay (plugin_output.py); it leads a process
     group of its own, which the parent kills whole."""
     if relay is not None:
         relay.child()
+    if parent_end is not None:  # the parent's end, inherited: closed, so the parent closing its own is EOF here
+        parent_end.close()
     own_group(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _die_with_parent()
