@@ -25,7 +25,7 @@ first and the claim fails there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -237,26 +237,24 @@ def compare_kept(spec: ScenarioRun, plain: ScenarioRun, rid: int, labels=("spec"
 
 
 # ---- the three claims' second runs ----
-def alone_case(case: Case, model, rid: int) -> Case:
-    """The case with request rid alone: its prompt, params and rounds, the others removed."""
-    rounds = [{rid: c[rid]} for c in case.rounds if rid in c]
-    return replace(
-        case,
-        name=f"{case.name} [request {rid} alone]",
-        params=case.params_for(model),
-        rounds=rounds,
-        derive=None,
-        derived=[],
-    )
+def derived_case(sc, model, name: str, rounds: list) -> Case:
+    """A Case of scenario sc's requests (any scenario the runner takes) with other rounds."""
+    depths = None if sc.depths is None else [tuple(x) for x in sc.depths]
+    params = list(sc.params_for(model))
+    return Case(f"{sc.name} [{name}]", [list(p) for p in sc.prompts], params, rounds, sc.d, sc.D, sc.policy, "", depths)
 
 
-def plain_case(case: Case, model, spec: ScenarioRun, rid: int) -> tuple[Case, dict]:
+def alone_case(case, model, rid: int) -> Case:
+    """The case with request rid alone: its prompt, params and rounds, the others gone."""
+    return derived_case(case, model, f"request {rid} alone", [{rid: c[rid]} for c in case.rounds if rid in c])
+
+
+def plain_case(case, model, spec: ScenarioRun, rid: int) -> tuple[Case, dict]:
     """Plain decoding of rid, fed the spec run's committed tokens: (the case, {rid: uniforms to replay})."""
     params = case.params_for(model)
     tokens, prompt = spec.tokens[rid], list(case.prompts[rid])
-    rounds = [{rid: 1} for _ in range(len(tokens) - len(prompt))]
-    c = replace(case, name=f"{case.name} [request {rid} plain]", params=params, rounds=rounds, derive=None, derived=[])
-    greedy = params[rid].temperature == 0
+    c = derived_case(case, model, f"request {rid} plain", [{rid: 1} for _ in range(len(tokens) - len(prompt))])
+    greedy = params[rid].greedy
     return c, {rid: [] if greedy else _forcing_uniforms(spec, rid, params[rid], tokens, len(prompt))}
 
 
