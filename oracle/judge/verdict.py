@@ -222,7 +222,8 @@ def exactness_tier(v: Verdict, bk, model, plan: Plan, ex: Executor) -> None:
     backend ran in both modes: one check "invariance" per case, failed with the first place and
     operation where a claim's two runs part; v.info["invariance"] counts the values compared."""
     info = v.info.setdefault("invariance", {"values": 0, "claims": dict.fromkeys(_invariance.CLAIMS, True)})
-    for case in plan.cases:
+    cases = plan.cases or list({id(c): c for c, _ in plan.pairs}.values())
+    for case in cases:
         runs = v.runs.get(case.name, {})
         if set(runs) != {"block", "loop"} or any(r is None or not r.traces for r in runs.values()):
             continue
@@ -583,7 +584,7 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
                     "done_at_s": round(time.perf_counter() - t0, 1),
                 }
             )
-            v.runs[case.name] = {mode: got}
+            v.runs.setdefault(case.name, {})[mode] = got
             v.add(case.name, rep)
             if ex.on_case is not None:
                 ex.on_case(case, mode, rep, tb, tj)
@@ -592,6 +593,8 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
             for f in futures:
                 f.cancel()
             pool.shutdown(wait=True)
+    if capabilities(backend).batch_invariant:  # on the cases the pairs ran in both modes
+        exactness_tier(v, backend, model, plan, ex)
     _finish_probe(v, pending)
     return v
 
