@@ -26,16 +26,27 @@ from .runner import run_scenario
 def localize(bk, model, part: Part, sides, **options) -> str:
     """The first differing operation of part's row between the two sides, in a line; "" where the
     part is a decision or an RNG event (no row to capture). sides: ((case, mode, replay), (case,
-    mode, replay)), the recipes of the part's two runs."""
+    mode, replay)), the recipes of the part's two runs. Where the row's first operation (layer 0's
+    input norm) already differs at a depth above 0, its input came from the depth below: that row is
+    localized in turn, and the earliest operation found is named."""
     if part.depth is None:
         return ""
-    got = []
-    for (case, mode, replay), rnd in zip(sides, part.rounds):
-        rec = captured(bk, model, case, mode, replay, (part.rid, part.position, part.depth), rnd, **options)
-        if rec is None:
-            return f"none named: the backend offers no capture, so the localizer stops at {part.place()}"
-        got.append(rec)
-    return first_operation(got[0], got[1], part.depth, part.labels)
+    line, depth = "", part.depth
+    while depth >= 0:
+        got = []
+        for (case, mode, replay), rnd in zip(sides, part.rounds):
+            rec = captured(bk, model, case, mode, replay, (part.rid, part.position, depth), rnd, **options)
+            if rec is None:
+                return f"none named: the backend offers no capture, so the localizer stops at {part.place()}"
+            got.append(rec)
+        pair = first_pair(*got)
+        if pair is None and line:  # the depth below agrees: the input norm itself differs
+            return line
+        line = _line(*pair, depth, part.labels) if pair is not None else _no_pair(*got, part.labels)
+        if pair is None or (pair[0].op, pair[0].layer) != ("norm_in", 0):
+            return line
+        depth -= 1
+    return line
 
 
 def captured(bk, model, case, mode: str, replay, row: tuple, rnd: int, **options) -> list | None:
@@ -57,16 +68,26 @@ def captured(bk, model, case, mode: str, replay, row: tuple, rnd: int, **options
     return box["rounds"][rnd] if 0 <= rnd < len(box["rounds"]) else []
 
 
-def first_operation(a: list, b: list, depth: int, labels=("A", "B")) -> str:
-    """The first operation, in the model's order, whose bits differ between two captures of one row."""
+def first_pair(a: list, b: list):
+    """The first records, in the model's order, of one operation whose bits differ between two
+    captures of one row: (a's, b's), or None."""
     ka, kb = {(c.op, c.layer): c for c in a}, {(c.op, c.layer): c for c in b}
-    common = sorted(set(ka) & set(kb), key=lambda k: (k[1], OPS.index(k[0])))
+    for key in sorted(set(ka) & set(kb), key=lambda k: (k[1], OPS.index(k[0]))):
+        if not same_bits(ka[key].value, kb[key].value):
+            return ka[key], kb[key]
+    return None
+
+
+def first_operation(a: list, b: list, depth: int, labels=("A", "B")) -> str:
+    """The first operation whose bits differ between two captures of one row, in a line."""
+    pair = first_pair(a, b)
+    return _line(*pair, depth, labels) if pair is not None else _no_pair(a, b, labels)
+
+
+def _no_pair(a: list, b: list, labels) -> str:
+    common = {(c.op, c.layer) for c in a} & {(c.op, c.layer) for c in b}
     if not common:
         return f"none named: {labels[0]} captured {len(a)} operations of the row, {labels[1]} {len(b)}, none in common"
-    for key in common:
-        x, y = ka[key], kb[key]
-        if not same_bits(x.value, y.value):
-            return _line(x, y, depth, labels)
     return (
         f"none named: the {len(common)} captured operations of the row agree bit for bit, so the difference "
         "enters outside them"
