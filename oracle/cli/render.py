@@ -34,8 +34,25 @@ def backend_text(v, judge_name: str = "") -> list[str]:
         f"decision explained by the backend's own logits: {'yes' if explained else 'NO'}"
     )
     lines += v.probe_lines()
+    lines += invariance_lines(v.info.get("invariance"))
     lines.append(f"  {'OK' if v.ok else 'FAILED'} in {round(v.seconds, 2)} s")
     return lines
+
+
+def invariance_lines(info: dict | None) -> list[str]:
+    """The exactness tier in one line (a batch-invariant backend's; oracle/judge/invariance.py)."""
+    if not info:
+        return []
+    claims = info["claims"]
+    if all(claims.values()):
+        return [f"  exactness: block = loop = plain decoding = alone, bitwise: {info['values']:,} values"]
+    held = [c for c, ok in claims.items() if ok]
+    broken = [c for c, ok in claims.items() if not ok]
+    return [
+        f"  exactness: NOT bitwise: {', '.join(broken)} failed"
+        + (f" ({', '.join(held)} held)" if held else "")
+        + f"; {info['values']:,} values compared"
+    ]
 
 
 def reference_text(v, model_name: str) -> list[str]:

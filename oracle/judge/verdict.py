@@ -22,11 +22,13 @@ import numpy as np
 
 from . import cases as _cases
 from . import drift as _drift
+from . import invariance as _invariance
 from . import precision as _precision
 from . import worker as _worker
 from .calibration import HOST_HIDDEN
 from .compare import compare_runs
 from .forwards import SIGMA, Forwards, of
+from .localize import localize
 from .malformed import malformed_rounds, side_problem  # noqa: F401 (malformed_rounds: trace record)
 from .noise import twin_bounds
 from .plan import Executor, Plan
@@ -207,10 +209,51 @@ def _backend(plan: Plan, ex: Executor) -> Verdict:
         v.runs[case.name] = runs
         for label, rep in reports:
             v.add(label, rep)
+    if capabilities(backend).batch_invariant:
+        exactness_tier(v, guarded, model, plan, ex)
     if pending is not None:
         ex.phase("fit", "the drift and precision verdicts")
     _finish_probe(v, pending)
     return v
+
+
+def exactness_tier(v: Verdict, bk, model, plan: Plan, ex: Executor) -> None:
+    """The exactness tier of a batch-invariant backend (oracle/judge/invariance.py) on every case the
+    backend ran in both modes: one check "invariance" per case, failed with the first place and
+    operation where a claim's two runs part; v.info["invariance"] counts the values compared."""
+    info = v.info.setdefault("invariance", {"values": 0, "claims": dict.fromkeys(_invariance.CLAIMS, True)})
+    cases = plan.cases or list({id(c): c for c, _ in plan.pairs}.values())
+    for case in cases:
+        runs = v.runs.get(case.name, {})
+        if set(runs) != {"block", "loop"} or any(r is None or not r.traces for r in runs.values()):
+            continue
+        ex.phase("exactness", f"{case.name}: block = loop = plain decoding = alone, bitwise")
+        where = lambda part, sides: localize(bk, model, part, sides)
+        try:
+            results = _invariance.claims(bk, model, case, runs, where)
+        except Exception as e:  # noqa: BLE001 -- judged: the backend raised in the tier's runs
+            if not plan.catch:
+                raise
+            v.checks.append(
+                {
+                    "name": f"{case.name}: invariance",
+                    "ok": False,
+                    "detail": f"{case.name}: the backend raised {type(e).__name__}: {e}",
+                }
+            )
+            continue
+        bad = [r for r in results if not r.ok]
+        reproduce = case.reproduce + plan.suffix if case.reproduce else ""
+        tail = f" (reproduce: {reproduce})" if reproduce else ""
+        v.checks += [
+            {"name": f"{case.name}: invariance", "ok": False, "detail": _invariance.failure_line(case.name, r) + tail}
+            for r in bad
+        ] or [{"name": f"{case.name}: invariance", "ok": True, "detail": ""}]
+        info["values"] += sum(r.values for r in results)
+        for r in results:
+            info["claims"][r.claim] &= r.ok
+        if bad:
+            v.cases = [dict(c, ok=False) if c["name"] == case.name else c for c in v.cases]
 
 
 def _verdict(backend, judge, model) -> Verdict:
@@ -543,7 +586,7 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
                     "done_at_s": round(time.perf_counter() - t0, 1),
                 }
             )
-            v.runs[case.name] = {mode: got}
+            v.runs.setdefault(case.name, {})[mode] = got
             v.add(case.name, rep)
             if ex.on_case is not None:
                 ex.on_case(case, mode, rep, tb, tj)
@@ -552,6 +595,8 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
             for f in futures:
                 f.cancel()
             pool.shutdown(wait=True)
+    if capabilities(backend).batch_invariant:  # on the cases the pairs ran in both modes
+        exactness_tier(v, backend, model, plan, ex)
     _finish_probe(v, pending)
     return v
 
