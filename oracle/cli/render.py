@@ -5,6 +5,8 @@ here judges."""
 
 from __future__ import annotations
 
+from ..judge.report import Failure, describe
+
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
@@ -19,7 +21,7 @@ def backend_text(v, judge_name: str = "") -> list[str]:
         f"{judge_name}, tolerance row {v.tolerance_row!r}"
     )
     lines = [head] + [f"  [{'PASS' if c['ok'] else 'FAIL'}] {c['name']}" for c in v.cases]
-    lines += [f"  FAIL [{c['name'].rsplit(': ', 1)[-1]}] {c['detail']}" for c in v.failed]
+    lines += folded(v.failed)
     lines += [f"  skipped: {s}" for s in v.skipped]
     lines += [f"  excused: {d}" for d in v.excused[:10]]
     if len(v.excused) > 10:
@@ -35,6 +37,29 @@ def backend_text(v, judge_name: str = "") -> list[str]:
     )
     lines += v.probe_lines()
     lines.append(f"  {'OK' if v.ok else 'FAILED'} in {round(v.seconds, 2)} s")
+    return lines
+
+
+def folded(failed: list) -> list[str]:
+    """`FAIL [class] ...` lines, one per class: its first failure's text, how many more checks failed
+    alike and in which cases and comparisons, then its reproduce line (repeated failures of one
+    kind, a KV bug seen in every case and mode, read as one)."""
+    groups: dict = {}
+    for c in failed:
+        groups.setdefault(c["name"].rsplit(": ", 1)[-1], []).append(c)
+    lines = []
+    for cls, checks in groups.items():
+        first = checks[0].get("failure")
+        text, repro = (checks[0]["detail"], "") if first is None else (describe(Failure.from_json(first), False), "")
+        if first is not None and first.get("reproduce"):
+            repro = f" (reproduce: {first['reproduce']})"
+        if len(checks) > 1:
+            recs = [c.get("failure") or {} for c in checks]
+            cases = {r.get("case") for r in recs if r.get("case")}
+            modes = list(dict.fromkeys(r.get("mode") for r in recs if r.get("mode")))
+            where = ", ".join(([plural(len(cases), "case")] if cases else []) + modes)
+            text += f" [+{len(checks) - 1} more alike{': ' + where if where else ''}]"
+        lines.append(f"  FAIL [{cls}] {text}{repro}")
     return lines
 
 
