@@ -91,7 +91,7 @@ def write_report(v, directory: str) -> str:
     """The HTML rendering: DIR/index.html with its plots (html_report; matplotlib). Returns the page's path."""
     from .html_report import write_report as write
 
-    return write(v.to_json(), directory)
+    return write({**v.to_json(), "maps": v.error_maps()}, directory)
 
 
 # trace diff: a check whose counter stayed 0 compared nothing (e.g. after the rounds' token counts differed)

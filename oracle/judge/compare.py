@@ -356,7 +356,7 @@ def compare_runs(
     if dtype not in TOLERANCES:
         raise OracleError(f"no tolerance row for dtype {dtype!r} (known: {', '.join(TOLERANCES)})")
     tol, exact = TOLERANCES[dtype], dtype == "exact"
-    rep = Report(reproduce=reproduce)
+    rep = Report(reproduce=reproduce, case=case, mode=mode)
     base = {"case": case, "mode": mode, "sides": tuple(sides)}
     got_side, want_side = sides
     stopped: set = set()  # requests past a divergence

@@ -147,6 +147,8 @@ class Report:
     request_rounds: int = 0
     max_rel_err: dict = field(default_factory=lambda: {"kv": 0.0, "logits": 0.0})
     divergences: list = field(default_factory=list)  # excused token divergences (Failure, excused)
+    case: str = ""  # the comparison's case and mode (compare_runs's), for the maps
+    mode: str = ""
     records: list = field(default_factory=list)  # every failure's record, MAX_RECORDS per check
     # the per-value errors the report's pictures draw: (depth, layer, position) -> [error, bound] of KV
     # writes (the largest over rounds and requests; inf: a write one side lacks) and (check, offset) ->

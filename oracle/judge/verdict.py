@@ -121,21 +121,27 @@ class Verdict:
         ]
 
     def error_maps(self, limit: int = 12) -> list[dict]:
-        """The per-value errors of the comparisons the report draws (the failed ones first, at most
-        `limit`): {label, ok, kv: [[depth, layer, position, error, bound]], logits: [[check, offset,
-        error, bound]]}; inf (a write one side lacks) as the string "inf"."""
-        reps = sorted(self.reports, key=lambda lr: lr[1].ok)[:limit]
+        """What the report's pictures draw, per comparison: {label, ok, kv: [[depth, layer, position,
+        error, bound]], logits: [[check, offset, error, bound]], tokens: [the token failures' records]};
+        the errors for the failed comparisons (at most `limit`; none failed: the first), the token
+        records for all. A write one side lacks has error "inf"."""
+        failed = [label for label, rep in self.reports if not rep.ok][:limit] or [lr[0] for lr in self.reports[:1]]
         plain = lambda x: float(x) if np.isfinite(x) else "inf"
-        return [
-            {
-                "label": label,
-                "ok": rep.ok,
-                "kv": [[*k, plain(e), b] for k, (e, b) in sorted(rep.kv_errors.items())],
-                "logits": [[*k, plain(e), b] for k, (e, b) in sorted(rep.logits_errors.items())],
-            }
-            for label, rep in reps
-            if rep.kv_errors or rep.logits_errors
-        ]
+        out = []
+        for label, rep in self.reports:
+            drawn = label in failed
+            out.append(
+                {
+                    "label": label,
+                    "case": rep.case,
+                    "mode": rep.mode,
+                    "ok": rep.ok,
+                    "kv": [[*k, plain(e), b] for k, (e, b) in sorted(rep.kv_errors.items())] if drawn else [],
+                    "logits": [[*k, plain(e), b] for k, (e, b) in sorted(rep.logits_errors.items())] if drawn else [],
+                    "tokens": [f.to_json() for f in rep.records if f.cls == "tokens"],
+                }
+            )
+        return out
 
     def to_json(self) -> dict:
         out = {
