@@ -180,7 +180,7 @@ def test_passing_verdict_and_missing_sections_still_render(tmp_path):
     assert "OK: torch-cpu-bf16 (fp8_k)" in page
     assert "No drift report in this verdict." in page and "No precision report in this verdict." in page
     assert "No token diverged" in page and "<img" not in page
-    assert "No KV errors to draw." in page and "No logits errors to draw." in page
+    assert "No KV write differs." in page and "No logits vector differs." in page
     assert not (out / "drift.png").exists() and not (out / "precision.png").exists()
     # a bare verdict (only the keys a Verdict always has) renders too
     bare = html_report.write_report({"ok": False, "backend": "x", "dtype": "float32"}, str(tmp_path / "bare"))

@@ -34,8 +34,9 @@ def _inf(x) -> float:
 
 def panels(verdict: dict, kind: str) -> list[dict]:
     """The comparisons to draw for `kind` ("kv" or "logits"): those of the first failing case that
-    hold errors of that kind (the first comparison where none failed), at most MAX_PANELS."""
-    maps = [m for m in verdict.get("maps") or [] if m.get(kind)]
+    hold errors of that kind (the first comparison where none failed), at most MAX_PANELS; none
+    where every value of that kind is equal bit for bit (an all-white picture says nothing)."""
+    maps = [m for m in verdict.get("maps") or [] if any(_inf(cell[-2]) > 0 for cell in m.get(kind) or [])]
     bad = [m for m in maps if not m.get("ok", True)]
     if not bad:
         return maps[:1]

@@ -97,11 +97,12 @@ def _counters(verdict: dict) -> dict:
 
 
 def _text(f: dict) -> str:
-    """A failure record's text without its place's case and mode (the card names them) nor its
-    reproduce line (the card shows it apart): report.describe of the record."""
+    """A failure record's text without its place's case and mode (the card names them; with "keep":
+    with them) nor its reproduce line (the card shows it apart): report.describe of the record."""
     from ..judge.report import Failure, describe
 
-    return describe(Failure.from_json({**f, "case": "", "mode": ""}), reproduce=False)
+    keep = f.get("keep")  # the whole place: the card names no case
+    return describe(Failure.from_json(f if keep else {**f, "case": "", "mode": ""}), reproduce=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,9 +163,13 @@ def _page(v: dict, plots: dict) -> str:
     out += _shrunk_section(v.get("shrunk"))
     out += _summary(v, failed)
     out += _failed_section(failed)
-    out += _errors_section("KV writes: error per depth, layer and position", plots.get("kv"), "No KV errors to draw.")
-    out += _errors_section("Logits: error per offset", plots.get("logits"), "No logits errors to draw.")
-    out += _divergence_section(v, plots.get("divergences"))
+    sections = {
+        "kv": _errors_section("KV writes: error by depth, layer and position", plots.get("kv"), "No KV write differs."),
+        "logits": _errors_section("Logits: error by offset", plots.get("logits"), "No logits vector differs."),
+        "tokens": _divergence_section(v, plots.get("divergences")),
+    }
+    for part in _order(failed):
+        out += sections[part]
     out += _precision_section(v, plots.get("precision"))
     out += _drift_section(v, plots.get("drift"))
     out += _cases_section(v)
@@ -199,28 +204,35 @@ def _summary(v: dict, failed: list) -> list[str]:
 
 
 def _merged_failures(failed: list) -> list[dict]:
-    """The failed checks with the runs of one case that failed alike (block and loop, say) as one:
-    {name, detail, reproduce, checks} in the order of their first check. Alike: the same class and
-    the same text past the case and mode, read from the records (report.describe)."""
-    out, seen = [], {}
+    """The failed checks folded per class, as the text folds them (render.folded): {name, detail,
+    reproduce} per class, in the order of its first check. One case: "CASE [block, loop]: class"
+    and the first failure's place past the case; more: "class: N checks in M cases [modes]" and the
+    first failure's whole place. Read from the records (report.describe), never from the text."""
+    groups: dict = {}
+    out = []
     for c in failed:
-        f = c.get("failure")
-        cls = str(c.get("name", "?")).rsplit(": ", 1)[-1]
-        if f is None:  # a check without a record (the drift probe's): its own card
+        if c.get("failure") is None:  # a check without a record (the drift probe's): its own card
             out.append({"name": str(c.get("name", "?")), "detail": str(c.get("detail", "")), "reproduce": ""})
             continue
-        detail, reproduce = _text(f), f.get("reproduce") or ""
-        key = (f.get("case"), cls, detail, reproduce)
-        if key in seen:
-            seen[key]["modes"].append(f.get("mode") or "")
+        cls = str(c.get("name", "?")).rsplit(": ", 1)[-1]
+        if cls not in groups:
+            groups[cls] = []
+            out.append({"cls": cls})
+        groups[cls].append(c["failure"])
+    for card in out:
+        recs = groups.get(card.pop("cls", None))
+        if recs is None:
             continue
-        seen[key] = {"case": f.get("case") or "", "cls": cls, "modes": [f.get("mode") or ""], "detail": detail}
-        seen[key]["reproduce"] = reproduce
-        out.append(seen[key])
-    for m in out:
-        if "cls" in m:
-            modes = ", ".join(x for x in m["modes"] if x)
-            m["name"] = f"{m['case']}{f' [{modes}]' if modes else ''}: {m['cls']}" if m["case"] or modes else m["cls"]
+        f, cases = recs[0], list(dict.fromkeys(r.get("case") or "" for r in recs))
+        modes = ", ".join(dict.fromkeys(r.get("mode") for r in recs if r.get("mode")))
+        cls = recs[0]["cls"]
+        if len(cases) == 1:
+            card["name"] = f"{cases[0]} [{modes}]: {cls}" if modes else (f"{cases[0]}: {cls}" if cases[0] else cls)
+            card["detail"] = _text(f)
+        else:
+            card["name"] = f"{cls}: {len(recs)} checks in {len(cases)} cases [{modes}]"
+            card["detail"] = "first: " + _text({**f, "keep": True})
+        card["reproduce"] = f.get("reproduce") or ""
     return out
 
 
@@ -323,6 +335,14 @@ def _drift_section(v: dict, png: str | None) -> list[str]:
     if drift.get("invisible"):
         out.append(f"<p class='small muted'>Not observable by the probe: {_e(', '.join(drift['invisible']))}.</p>")
     return out
+
+
+def _order(failed: list) -> list[str]:
+    """The comparisons' pictures in the order of the first failure of their class: the picture that
+    locates the first failure comes first."""
+    part = {"kv_writes": "kv", "draft_logits": "logits", "verify_logits": "logits", "tokens": "tokens"}
+    names = [part.get(str(c.get("name", "")).rsplit(": ", 1)[-1]) for c in failed]
+    return list(dict.fromkeys([n for n in names if n] + ["kv", "logits", "tokens"]))
 
 
 def _errors_section(title: str, png: str | None, none: str) -> list[str]:
