@@ -108,7 +108,7 @@ def values(f: Failure) -> str:
         if f.at:
             out += f"; largest difference at {f.at}: {got_side} {_num(f.got)} vs {want_side} {_num(f.want)}"
         return out
-    if f.got is None and f.want is None:
+    if f.got is None or f.want is None:  # one side's value alone (a backend's exception class) is not shown
         return ""
     return f"{got_side} {_num(f.got)} vs {want_side} {_num(f.want)}"
 
