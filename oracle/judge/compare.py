@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decisions import contradicted_decision, first_divergence, trace_problem, unexplained_decision
-from .report import CHECKS, Check, Failure, Report, rel_err  # noqa: F401 (CHECKS, Check: oracle.judge.compare's API)
+from .report import CHECKS, Check, Failure, Report, largest_difference, rel_err, whose  # noqa: F401 (CHECKS, Check: oracle.judge.compare's API)
 from ..errors import OracleError
 from ..rng_trace import first_difference
 from ..schedule import schedule_violation
@@ -76,33 +76,6 @@ def _differ(rep, kind, ref, got, bound, exact, floor=0.0) -> tuple[bool, float]:
     same = all(np.array_equal(x, y) for x, y in zip(ref, got)) if exact and shapes else err <= bound
     rep.max_rel_err[kind] = max(rep.max_rel_err[kind], err)
     return not same, err
-
-
-def largest_difference(names, ref, got) -> dict:
-    """{at, got, want} of the largest difference over the elements of the arrays (named, e.g. k and
-    v of a KV write: at "k[0, 3]", else "index 17"; NaN and unmatched inf count as the largest); {}
-    where shapes differ. The fields of a Failure."""
-    best = None
-    for nm, r, g in zip(names, ref, got):
-        r, g = np.asarray(r, np.float64), np.asarray(g, np.float64)
-        if r.shape != g.shape or not r.size:
-            return {}
-        with np.errstate(invalid="ignore"):
-            d = np.where(r == g, 0.0, np.abs(g - r))
-        d = np.where(np.isnan(d), np.inf, d)
-        n = int(np.argmax(d))
-        if best is None or d.flat[n] > best[0]:
-            idx = np.unravel_index(n, d.shape)
-            where = ", ".join(map(str, idx))
-            best = (d.flat[n], f"{nm}[{where}]" if nm else f"index {where}", g.flat[n], r.flat[n])
-    return {} if best is None else {"at": best[1], "got": float(best[2]), "want": float(best[3])}
-
-
-def whose(side: str) -> str:
-    """A side's name as an owner: "the backend's", "the loop run's", "B's"."""
-    if side in ("backend", "reference"):
-        return f"the {side}'s"
-    return f"the {side} run's" if side in ("block", "loop") else f"{side}'s"
 
 
 def _events_before(events, div):

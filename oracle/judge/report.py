@@ -1,10 +1,11 @@
 """What a comparison reports: `Failure` (one failed value, as a record: its class, its place, the
 two sides' values, the error and its bound), `Check` (one named property, held or not, with its
-first failure), `Report` (a comparison's checks, counters and per-value error maps) and
-`rel_err`, the relative error every numeric check measures. `describe(failure)` is the one
-rendering of a failure as text: a check's `detail` is made by it, and every renderer (text,
-JSON, HTML) reads the record's fields, never the text. A leaf, so that the verdicts built beside
-the judge (oracle/judge/cache_free.py) need not import it (oracle/judge/compare.py)."""
+first failure), `Report` (a comparison's checks, counters and per-value errors), `rel_err` (the
+relative error every numeric check measures), `largest_difference` (where it is largest) and
+`error_maps` (the per-value errors the report's pictures draw). `describe(failure)` is the one
+rendering of a failure as text: a check's `detail` is made by it, and every renderer (text, JSON,
+HTML) reads the record's fields, never the text. A leaf, so that the verdicts built beside the
+judge (oracle/judge/cache_free.py) need not import it (oracle/judge/compare.py)."""
 
 from __future__ import annotations
 
@@ -188,6 +189,29 @@ class Report:
         return self
 
 
+def error_maps(reports: list, limit: int = 12) -> list[dict]:
+    """What the report's pictures draw, per comparison of [(label, Report)]: {label, case, mode, ok,
+    kv: [[depth, layer, position, error, bound]], logits: [[check, offset, error, bound]], tokens:
+    [the token failures' records]}; the errors for the failed comparisons (at most `limit`; none
+    failed: the first), the token records for all. A write one side lacks has error "inf"."""
+    drawn = [label for label, rep in reports if not rep.ok][:limit] or [lr[0] for lr in reports[:1]]
+    out = []
+    for label, rep in reports:
+        cells = lambda table: [[*k, _plain(e), b] for k, (e, b) in sorted(table.items())] if label in drawn else []
+        out.append(
+            {
+                "label": label,
+                "case": rep.case,
+                "mode": rep.mode,
+                "ok": rep.ok,
+                "kv": cells(rep.kv_errors),
+                "logits": cells(rep.logits_errors),
+                "tokens": [f.to_json() for f in rep.records if f.cls == "tokens"],
+            }
+        )
+    return out
+
+
 def rel_err(a, b, floor: float = 0.0) -> float:
     """||a - b|| / max(||b||, floor) over finite entries; -inf (a masked logit) must sit at the
     same places. floor: the typical norm of such vectors, so that a vector that came out
@@ -200,3 +224,30 @@ def rel_err(a, b, floor: float = 0.0) -> float:
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         return float("inf")
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), floor, 1e-30))
+
+
+def largest_difference(names, ref, got) -> dict:
+    """{at, got, want} of the largest difference over the elements of the arrays (named, e.g. k and
+    v of a KV write: at "k[0, 3]", else "index 17"; NaN and unmatched inf count as the largest); {}
+    where shapes differ. The fields of a Failure."""
+    best = None
+    for nm, r, g in zip(names, ref, got):
+        r, g = np.asarray(r, np.float64), np.asarray(g, np.float64)
+        if r.shape != g.shape or not r.size:
+            return {}
+        with np.errstate(invalid="ignore"):
+            d = np.where(r == g, 0.0, np.abs(g - r))
+        d = np.where(np.isnan(d), np.inf, d)
+        n = int(np.argmax(d))
+        if best is None or d.flat[n] > best[0]:
+            idx = np.unravel_index(n, d.shape)
+            where = ", ".join(map(str, idx))
+            best = (d.flat[n], f"{nm}[{where}]" if nm else f"index {where}", g.flat[n], r.flat[n])
+    return {} if best is None else {"at": best[1], "got": float(best[2]), "want": float(best[3])}
+
+
+def whose(side: str) -> str:
+    """A side's name as an owner: "the backend's", "the loop run's", "B's"."""
+    if side in ("backend", "reference"):
+        return f"the {side}'s"
+    return f"the {side} run's" if side in ("block", "loop") else f"{side}'s"

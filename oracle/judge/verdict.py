@@ -30,7 +30,7 @@ from .forwards import SIGMA, Forwards, of
 from .malformed import malformed_rounds, side_problem  # noqa: F401 (malformed_rounds: trace record)
 from .noise import twin_bounds
 from .plan import Executor, Plan
-from .report import describe
+from .report import describe, error_maps
 from .runner import draws_host_stream, judge_run, run_scenario
 from ..backends import GuardedBackend
 from ..contract import capabilities, tolerance_row
@@ -121,27 +121,8 @@ class Verdict:
         ]
 
     def error_maps(self, limit: int = 12) -> list[dict]:
-        """What the report's pictures draw, per comparison: {label, ok, kv: [[depth, layer, position,
-        error, bound]], logits: [[check, offset, error, bound]], tokens: [the token failures' records]};
-        the errors for the failed comparisons (at most `limit`; none failed: the first), the token
-        records for all. A write one side lacks has error "inf"."""
-        failed = [label for label, rep in self.reports if not rep.ok][:limit] or [lr[0] for lr in self.reports[:1]]
-        plain = lambda x: float(x) if np.isfinite(x) else "inf"
-        out = []
-        for label, rep in self.reports:
-            drawn = label in failed
-            out.append(
-                {
-                    "label": label,
-                    "case": rep.case,
-                    "mode": rep.mode,
-                    "ok": rep.ok,
-                    "kv": [[*k, plain(e), b] for k, (e, b) in sorted(rep.kv_errors.items())] if drawn else [],
-                    "logits": [[*k, plain(e), b] for k, (e, b) in sorted(rep.logits_errors.items())] if drawn else [],
-                    "tokens": [f.to_json() for f in rep.records if f.cls == "tokens"],
-                }
-            )
-        return out
+        """What the report's pictures draw (report.error_maps over this verdict's comparisons)."""
+        return error_maps(self.reports, limit)
 
     def to_json(self) -> dict:
         out = {
