@@ -224,6 +224,11 @@ def test_block_and_loop_failing_alike_are_one_card():
         "drift probe: precision",
     ]
     assert merged[0]["detail"].startswith("round 2 request 3: final token")
+    other = copy.deepcopy(loop)
+    other["failure"]["case"] = "uniform"
+    merged = html_report._merged_failures(html_report._failed({"checks": v["checks"] + [loop, other]}))
+    assert merged[0]["name"] == "tokens: 3 checks in 2 cases [block, loop]"  # one card per class, as the text
+    assert merged[0]["detail"].startswith(f"first: {CASE} [block]: round 2 request 3: final token")
 
 
 def test_without_matplotlib_one_line_says_how_to_install(tmp_path, monkeypatch):

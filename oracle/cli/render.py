@@ -105,13 +105,13 @@ COUNTED = {
 ORDER = ["rng_events", "kv_writes", "draft_logits", "verify_logits", "tokens", "stats"]
 
 
-def _diff_checks(v) -> list[tuple[str, bool, bool, str]]:
-    """(name, ok, compared, detail) of trace diff's checks, RNG events first."""
+def _diff_checks(v) -> list[tuple[str, bool, bool, str, dict | None]]:
+    """(name, ok, compared, detail, failure record) of trace diff's checks, RNG events first."""
     out = []
     for c in v.checks:
         name = c["name"].rsplit(": ", 1)[-1]
         made = not (c["ok"] and name in COUNTED and v.counters[COUNTED[name]] == 0)
-        out.append((name, c["ok"], made, c["detail"]))
+        out.append((name, c["ok"], made, c["detail"], c.get("failure")))
     return sorted(out, key=lambda c: ORDER.index(c[0]) if c[0] in ORDER else len(ORDER))
 
 
@@ -120,7 +120,9 @@ def diff_json(v, why: str = "") -> dict:
         "ok": v.ok,
         "tolerance_row": v.dtype,
         "bounds": v.info["bounds"] + (f" ({why})" if why else ""),
-        "checks": [{"name": n, "ok": ok, "compared": made, "detail": d} for n, ok, made, d in _diff_checks(v)],
+        "checks": [
+            {"name": n, "ok": ok, "compared": made, "detail": d, "failure": f} for n, ok, made, d, f in _diff_checks(v)
+        ],
         **{k: v.counters[k] for k in ("kv_writes_compared", "logits_compared", "rng_events_compared")},
     }
 
@@ -133,7 +135,7 @@ def diff_text(v, why: str = "", recorded: bool = True) -> list[str]:
         + (" (recorded with B)" if recorded else "")
         + ("" if row == "exact" else f", by the {v.info['bounds']}" + (f" ({why})" if why else ""))
     ]
-    for name, ok, made, detail in _diff_checks(v):
+    for name, ok, made, detail, _ in _diff_checks(v):
         if not made:
             lines.append(f"--   {name}: not compared (nothing of it was reached)")
         else:
