@@ -52,6 +52,9 @@ def verdict() -> dict:
     groups = [
         {
             "group": f"{kind}, depth {d}, layer {layer}",
+            "kind": kind,
+            "depth": d,
+            "layer": layer,
             "energy": e,
             "se_log": 0.03,
             "z": z,
@@ -63,8 +66,26 @@ def verdict() -> dict:
         for layer in range(2)
     ]
     groups += [
-        {"group": "draft logits, depth 1", "energy": 2.7, "se_log": 0.04, "z": 5.5, "values": 374, "bits": 7.3},
-        {"group": "verification logits, depth 2", "energy": 1.1, "se_log": 0.04, "z": -9.0, "values": 392, "bits": 7.9},
+        {
+            "group": "draft logits, depth 1",
+            "kind": "draft logits",
+            "depth": 1,
+            "energy": 2.7,
+            "se_log": 0.04,
+            "z": 5.5,
+            "values": 374,
+            "bits": 7.3,
+        },
+        {
+            "group": "verification logits, depth 2",
+            "kind": "verification logits",
+            "depth": 2,
+            "energy": 1.1,
+            "se_log": 0.04,
+            "z": -9.0,
+            "values": 392,
+            "bits": 7.9,
+        },
     ]
     est = [
         {

@@ -6,10 +6,8 @@ and returns a figure, or None where the verdict has nothing to draw."""
 from __future__ import annotations
 
 import math
-import re
 import textwrap
 
-GROUP = re.compile(r"^(?P<kind>.*?), depth (?P<depth>\d+)(?:, layer (?P<layer>\d+))?$")
 RED, GREEN, GREY, BLUE = "#c62828", "#2e7d32", "#9e9e9e", "#1565c0"
 
 
@@ -20,13 +18,12 @@ def precision_plot(Figure, verdict: dict):
     groups = prec.get("groups") or []
     cells, rows, depths = {}, [], set()
     for g in groups:
-        m = GROUP.match(str(g.get("group", "")))
-        if not m:
+        if g.get("kind") is None or g.get("depth") is None:
             continue
-        row = m["kind"] + (f" · layer {m['layer']}" if m["layer"] is not None else "")
+        row = g["kind"] + (f" · layer {g['layer']}" if g.get("layer") is not None else "")
         if row not in rows:
             rows.append(row)
-        d = int(m["depth"])
+        d = int(g["depth"])
         depths.add(d)
         cells[(row, d)] = g
     if not cells:
