@@ -28,7 +28,6 @@ CHECKS = (
 
 
 MAX_RECORDS = 64  # failure records a comparison keeps per check (its counter counts them all)
-PLACE = ("round", "request", "offset", "position", "depth", "layer")
 
 
 @dataclass(slots=True)
@@ -151,6 +150,7 @@ class Report:
     case: str = ""  # the comparison's case and mode (compare_runs's), for the maps
     mode: str = ""
     records: list = field(default_factory=list)  # every failure's record, MAX_RECORDS per check
+    kept: dict = field(default_factory=dict)  # check -> records kept of it
     # the per-value errors the report's pictures draw: (depth, layer, position) -> [error, bound] of KV
     # writes (the largest over rounds and requests; inf: a write one side lacks) and (check, offset) ->
     # [error, bound] of logits
@@ -168,7 +168,8 @@ class Report:
         """Record a failure; each check keeps its first one (the first real difference)."""
         self.failures += 1
         f.reproduce = f.reproduce or self.reproduce
-        if sum(r.cls == f.cls for r in self.records) < MAX_RECORDS:
+        if self.kept.get(f.cls, 0) < MAX_RECORDS:
+            self.kept[f.cls] = self.kept.get(f.cls, 0) + 1
             self.records.append(f)
         if not any(c.name == f.cls for c in self.checks):
             self.checks.append(Check(f.cls, False, describe(f), f))
