@@ -127,9 +127,11 @@ def logits_plot(Figure, verdict: dict):
             for o, _, b in pts:
                 if b:
                     ax.plot([o + dx - width / 2, o + dx + width / 2], [b, b], color=RED, linewidth=1.5)
-    ax.axhline(floor, color=GREY, linewidth=1.0)
+    ys = [max(_inf(e), floor) for m in shown for _, _, e, _ in m["logits"]]
+    if min(ys) <= floor:  # some vector equal bit for bit: the line it is drawn on
+        ax.axhline(floor, color=GREY, linewidth=1.0)
     ax.set_yscale("log")
-    ax.set_ylim(bottom=floor / 10, top=max(ax.get_ylim()[1], floor * 1e3))
+    ax.set_ylim(bottom=min(ys) / 10, top=max(ax.get_ylim()[1], min(ys) * 1e3))
     ax.set_xticks(sorted(offsets))
     ax.set_xlabel("offset in the round", fontsize=9)
     ax.set_ylabel("relative error", fontsize=9)
