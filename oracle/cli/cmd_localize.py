@@ -76,7 +76,8 @@ def _json(case: str, r) -> dict:
         "ok": r.ok,
         "values": r.values,
         "first": place,
-        "operation": r.localized,
+        "operation": r.operation,
+        "localized": r.localized,
         "requests_parting": len(r.parts),
     }
 

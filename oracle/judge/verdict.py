@@ -257,11 +257,11 @@ def exactness_tier(v: Verdict, bk, model, plan: Plan, ex: Executor) -> None:
             continue
         bad = [r for r in results if not r.ok]
         reproduce = case.reproduce + plan.suffix if case.reproduce else ""
-        tail = f" (reproduce: {reproduce})" if reproduce else ""
+        records = [_invariance.failure(case.name, r, reproduce) for r in bad]
         v.checks += [
-            {"name": f"{case.name}: invariance", "ok": False, "detail": _invariance.failure_line(case.name, r) + tail}
-            for r in bad
-        ] or [{"name": f"{case.name}: invariance", "ok": True, "detail": ""}]
+            {"name": f"{case.name}: invariance", "ok": False, "detail": describe(f), "failure": f.to_json()}
+            for f in records
+        ] or [{"name": f"{case.name}: invariance", "ok": True, "detail": "", "failure": None}]
         info["values"] += sum(r.values for r in results)
         for r in results:
             info["claims"][r.claim] &= r.ok
