@@ -90,4 +90,4 @@ def test_drawn_scenarios_judge_the_tier_both_ways(spec, caught):
     out = catch.check(load_backend(spec), spec, "test_round_props::test_block_and_loop_rounds_agree", scale=0.25)
     assert out.caught == caught, out.message
     if caught:
-        assert ": invariance: scenario: " in out.message, out.message
+        assert "scenario: invariance: scenario [" in out.message, out.message
