@@ -28,6 +28,7 @@ from .options import KernelOptions
 from .rows import check_limits, processor_steps
 from .round_buffer import PlanCache, build_plan, plan_indices, processors_variant, sampling_variant
 from .streams import UniformStream
+from .tap import Tap
 from .triton_attention import span_bucket
 
 
@@ -81,6 +82,8 @@ class TorchSession:
         self.grow = grow  # capacity (requests, max_len) doubles on demand; else errors
         per_round = max_draws(max_tokens_per_round - 1)  # uniforms of one round, at most
         self.graphs = GraphRunner(graphs, max_batch_size, max_graphs)
+        self.graph_mode = graphs  # restored when a capture is disarmed
+        self.records: list = []  # what captures recorded, until captured() (kernels/tap.py)
         self.engine = Engine(
             weights, D, max_requests, max_len, max_tokens_per_round, 2 * per_round, self.graphs, kernel_options
         )
@@ -112,6 +115,8 @@ class TorchSession:
             self.engine.grow(2 * (self.engine.kv.n_slots - 1), self.max_len)
         stream = UniformStream(rid, seed=params.seed) if replay is None else UniformStream(rid, replay=replay)
         slot = self.engine.kv.alloc(rid)
+        if self.engine.tap is not None and self.engine.tap.rid == rid:
+            self.engine.tap.slot = slot
         try:
             self.engine.set_params(slot, params, self.cfg.vocab_size)
             if self.debug_poison:
@@ -130,7 +135,42 @@ class TorchSession:
         self._drain(req)
         self.requests.pop(rid)
         self.engine.kv.release(req.slot)
+        if self.engine.tap is not None and self.engine.tap.rid == rid:
+            self.engine.tap.slot = self.engine.tap.flat = None
         return req.tokens
+
+    # ---- the localizer's capture (oracle/contract.py OPTIONAL_SESSION) ----
+    def capture(self, rid, position, depth) -> None:
+        """Arm the capture of row (rid, position, depth) in every later call that computes it (prefill
+        included, so it may be armed before add), and of a head run on it; (None, None, None) disarms.
+        depth: the KV plane's depth 0..D-1. While armed, rounds run without graphs (kernels/tap.py)."""
+        eng = self.engine
+        self._drain_all()
+        if rid is None:
+            eng.tap = eng.model.tap = None
+            self.graphs.mode = self.graph_mode
+            return
+        ok = lambda x: isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+        if not (ok(position) and position >= 0 and ok(depth) and 0 <= depth < self.D):
+            raise OracleError(
+                f"capture({rid!r}, {position!r}, {depth!r}): expected a position >= 0 and a depth in 0..{self.D - 1}"
+            )
+        tap = Tap(rid, int(position), int(depth), self.cfg.num_layers, self.records)
+        tap.slot = self.requests[rid].slot if rid in self.requests else None
+        self.graphs.mode = "off"  # a replayed graph runs no Python: nothing would be recorded
+        eng.tap = eng.model.tap = tap
+
+    def captured(self) -> list:
+        """The records (oracle.capture.Captured) in execution order since the last call (armed or
+        disarmed since), then cleared."""
+        self._drain_all()
+        out = list(self.records)
+        self.records.clear()
+        return out
+
+    def _drain_all(self) -> None:
+        while self.pending:
+            self._finish(self.pending[0])
 
     @_no_autograd
     def tokens(self, rid) -> list[int]:
