@@ -142,27 +142,17 @@ class TorchSession:
     # ---- the localizer's capture (oracle/contract.py OPTIONAL_SESSION) ----
     def capture(self, rid, position, depth) -> None:
         """Arm the capture of row (rid, position, depth) in every later call that computes it (prefill
-        included, so it may be armed before add), and of a head run on it; (None, None, None) disarms.
+        included, so it may be armed before add) and of a head run on it; (None, None, None) disarms.
         depth: the KV plane's depth 0..D-1. While armed, rounds run without graphs (kernels/tap.py)."""
-        eng = self.engine
         self._drain_all()
-        if rid is None:
-            eng.tap = eng.model.tap = None
-            self.graphs.mode = self.graph_mode
-            return
-        ok = lambda x: isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-        if not (ok(position) and position >= 0 and ok(depth) and 0 <= depth < self.D):
-            raise OracleError(
-                f"capture({rid!r}, {position!r}, {depth!r}): expected a position >= 0 and a depth in 0..{self.D - 1}"
-            )
-        tap = Tap(rid, int(position), int(depth), self.cfg.num_layers, self.records)
-        tap.slot = self.requests[rid].slot if rid in self.requests else None
-        self.graphs.mode = "off"  # a replayed graph runs no Python: nothing would be recorded
-        eng.tap = eng.model.tap = tap
+        tap = None if rid is None else Tap.arm(rid, position, depth, self.D, self.cfg.num_layers, self.records)
+        if tap is not None and rid in self.requests:
+            tap.slot = self.requests[rid].slot
+        self.graphs.mode = self.graph_mode if tap is None else "off"  # a graph's replay runs no Python
+        self.engine.tap = self.engine.model.tap = tap
 
     def captured(self) -> list:
-        """The records (oracle.capture.Captured) in execution order since the last call (armed or
-        disarmed since), then cleared."""
+        """What captures recorded (oracle.capture.Captured) in execution order since the last call; cleared."""
         self._drain_all()
         out = list(self.records)
         self.records.clear()

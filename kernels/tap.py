@@ -7,9 +7,11 @@ widened (exact, so its bits are kept), FP32 as it is."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from oracle.capture import Captured
+from oracle.errors import OracleError
 
 
 class Tap:
@@ -20,6 +22,16 @@ class Tap:
         self.slot = None  # the request's KV slot while it is in the session
         self.flat = None  # the round-state row (slot * T + offset) holding the armed row's output
         self.records = records  # appended to: the session's list (TorchSession.captured)
+
+    @classmethod
+    def arm(cls, rid, position, depth, D: int, layers: int, records: list) -> "Tap":
+        """A tap on (rid, position, depth), its arguments checked (OracleError)."""
+        ok = lambda x: isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+        if not (ok(position) and position >= 0 and ok(depth) and 0 <= depth < D):
+            raise OracleError(
+                f"capture({rid!r}, {position!r}, {depth!r}): expected a position >= 0 and a depth in 0..{D - 1}"
+            )
+        return cls(rid, int(position), int(depth), layers, records)
 
     def row(self, plane: torch.Tensor, pos: torch.Tensor, n_slots: int) -> int | None:
         """Where the armed row is in a call of rows (plane, pos) [M], or None."""
