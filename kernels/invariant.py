@@ -1,7 +1,7 @@
-"""The invariant mode (KernelOptions.invariant): a recurrent call and a head in which a row's values
-do not depend on the other rows of its call (their count, depths, positions, the row's place) nor
-on torch's thread count. The model-level function `recurrent_call(model, prims, h, pos, plane)`
-runs the loop on four primitives of one signature:
+"""The invariant mode's primitives (KernelOptions.invariant): a recurrent call and a head in which a
+row's values do not depend on the other rows of its call (their count, depths, positions, the row's
+place) nor on torch's thread count. The model-level function, kernels/model.py
+`invariant_call(model, prims, h, pos, plane)`, runs the loop on four primitives of one signature:
 
     linear(x [M, K], w [N, K]) -> [M, N]          x.dtype, FP32 accumulation
     rms_norm(x [M, H], w [H], eps) -> [M, H]      statistic in FP32, cast, times w (model.rms_norm)
@@ -175,63 +175,3 @@ def prims_for(device: torch.device):
         if e.name not in ("kernels.invariant_triton", "triton"):
             raise
         raise OracleError(f"torch-cuda-inv needs kernels/invariant_triton.py and Triton ({e.name} not found)") from None
-
-
-def recurrent_call(model, prims, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor) -> torch.Tensor:
-    """One loop of the stack and the final norm on `prims` (kernels/model.py PackedModel.recurrent_call's
-    math; its store and attention-output faults too). h: [M, H]; pos, plane: [M] -> [M, H]. K/V of every
-    row are written before any row attends. With model.tap armed on a row of this call, that row's
-    intermediates are recorded (oracle/capture.py); the invariant faults are kernels/invariant_faults.py."""
-    from . import invariant_faults
-    from .model import fp8, rope
-
-    w, kv, eps, cfg = model.w, model.kv, model.eps, model.cfg
-    M, (nh, nkv, hd) = h.shape[0], (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
-    ops = invariant_faults.ops(prims, model.options.fault, M)  # o_proj, attention, post_norm
-    cos, sin = model.cos.index_select(0, pos), model.sin.index_select(0, pos)  # [M, hd]
-    write = plane * kv.max_len + pos  # [M] flat KV index
-    row = None if model.tap is None else model.tap.row(plane, pos, kv.n_slots)
-    for l, L in enumerate(w.layers):
-        rec = recorder(model.tap, row, l, M)
-        n = prims.rms_norm(h, L.n_in, eps)
-        q, k, v = prims.linear(n, L.qkv).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-        q, k, v = rope(q.reshape(M, nh, hd), cos, sin), rope(k.reshape(M, nkv, hd), cos, sin), v.reshape(M, nkv, hd)
-        kv.flat_view(kv.k, l).index_copy_(0, write, k)  # all writes of the call first
-        kv.flat_view(kv.v, l).index_copy_(0, write, v)
-        model._stored(l, write)
-        a = model._attended(l, ops.attention(q, kv.k[l], kv.v[l], plane, pos, w.attn_scale))  # [M, nh*hd]
-        y = ops.o_proj(a, L.o)
-        ao = prims.rms_norm(y, L.n_attn_out, eps)
-        x = h + ao
-        pn = ops.post_norm(x, L.n_post, eps)
-        g, u = prims.linear(pn, L.gate_up).chunk(2, dim=-1)
-        act = prims.silu_mul(g, u)
-        act = fp8(act) if model.fault == "fp8_act" else act
-        d = prims.linear(act, L.down)
-        mo = prims.rms_norm(d, L.n_mlp_out, eps)
-        h = x + mo
-        if rec is not None:
-            rec(norm_in=n, q=q, k=k, v=v)
-            parts = getattr(prims, "attention_parts", None) if ops.probs else None
-            if parts is not None:  # computed again for the row alone: the same bits, the prims being invariant
-                one = slice(row, row + 1)
-                sc, pr = parts(q[one], kv.k[l], kv.v[l], plane[one], pos[one], w.attn_scale)
-                rec(scores=sc, probs=pr)
-            rec(attn=a, o_proj=y, attn_out_norm=ao, residual_attn=x, post_norm=pn, gate=g, up=u, act=act, down=d)
-            rec(mlp_out_norm=mo, residual_mlp=h)
-    out = prims.rms_norm(h, w.norm, eps)
-    if row is not None:
-        model.tap.put("final_norm", cfg.num_layers, M, out[row])
-    return out
-
-
-def recorder(tap, row, layer: int, M: int):
-    """rec(op=tensor, ...): records row `row` of each [M, ...] tensor (a [nh, n] part as it is); None if unarmed."""
-    if row is None:
-        return None
-
-    def rec(**ops):
-        for op, t in ops.items():
-            tap.put(op, layer, M, t if op in ("scores", "probs") else t[row].reshape(-1))
-
-    return rec

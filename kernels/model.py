@@ -2,7 +2,9 @@
 oracle/model.py): one GEMM per projection over all rows of a call, K/V of all rows
 written into their depth planes before any row attends, each row masked to positions
 <= its own. Rows' positions and planes arrive as device tensors; attention reads
-each plane of a call once (rows grouped by plane, as a varlen attention kernel would)."""
+each plane of a call once (rows grouped by plane, as a varlen attention kernel would).
+In the invariant mode (KernelOptions.invariant) every call is `invariant_call` and every head a
+product, on the batch-invariant primitives of kernels/invariant.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from . import gemv as gemv_kernels, invariant, triton_attention
+from . import gemv as gemv_kernels, invariant, invariant_faults, triton_attention
 from .kvplanes import KVPlanes
 from .options import PDL_MODES, KernelOptions
 from .rounding import round_bits
@@ -172,7 +174,7 @@ class PackedModel:
         final norm only on the fused, Triton-attention and GEMV paths."""
         assert span is None or 1 <= span <= self.kv.max_len, (span, self.kv.max_len)
         if self.invariant:
-            return invariant.recurrent_call(self, self.prims, h, pos, plane)
+            return invariant_call(self, self.prims, h, pos, plane)
         row = None if self.tap is None else self.tap.row(plane, pos, self.kv.n_slots)
         if self.gemv and 0 < h.shape[0] <= self.options.gemv_max_rows:
             out = self._gemv_call(h, pos, plane, span)
@@ -203,7 +205,7 @@ class PackedModel:
         eager = row is not None and not (self.fuse or self.triton_attn)  # every operation recorded
         M = h.shape[0]
         for l, L in enumerate(self.w.layers):
-            rec = {"rec": invariant.recorder(self.tap, row, l, M)} if eager else {}
+            rec = {"rec": recorder(self.tap, row, l, M)} if eager else {}
             q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps, **rec)  # [M, heads, hd]
             kv.flat_view(kv.k, l).index_copy_(0, write, k)  # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
@@ -314,3 +316,61 @@ def attend(
         parts |= {"scores": s, "probs": p}
     out = torch.matmul(p, V.permute(0, 2, 1, 3))  # [G, nkv, Qm*gq, hd]
     return out.reshape(G, nkv, Qm, gq, hd).permute(0, 2, 1, 3, 4).reshape(G * Qm, nh * hd)
+
+
+def invariant_call(model, prims, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor) -> torch.Tensor:
+    """The invariant mode's recurrent call: one loop of the stack and the final norm on `prims`
+    (kernels/invariant.py CPU_PRIMS, or CUDA's), PackedModel.recurrent_call's math with its store and
+    attention-output faults. h: [M, H]; pos, plane: [M] -> [M, H]. K/V of every row are written before
+    any row attends. With model.tap armed on a row of this call, that row's intermediates are recorded
+    (oracle/capture.py); the invariance faults are kernels/invariant_faults.py."""
+    w, kv, eps, cfg = model.w, model.kv, model.eps, model.cfg
+    M, (nh, nkv, hd) = h.shape[0], (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    ops = invariant_faults.ops(prims, model.options.fault, M)  # o_proj, attention, post_norm
+    cos, sin = model.cos.index_select(0, pos), model.sin.index_select(0, pos)  # [M, hd]
+    write = plane * kv.max_len + pos  # [M] flat KV index
+    row = None if model.tap is None else model.tap.row(plane, pos, kv.n_slots)
+    for l, L in enumerate(w.layers):
+        rec = recorder(model.tap, row, l, M)
+        n = prims.rms_norm(h, L.n_in, eps)
+        q, k, v = prims.linear(n, L.qkv).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+        q, k, v = rope(q.reshape(M, nh, hd), cos, sin), rope(k.reshape(M, nkv, hd), cos, sin), v.reshape(M, nkv, hd)
+        kv.flat_view(kv.k, l).index_copy_(0, write, k)  # all writes of the call first
+        kv.flat_view(kv.v, l).index_copy_(0, write, v)
+        model._stored(l, write)
+        a = model._attended(l, ops.attention(q, kv.k[l], kv.v[l], plane, pos, w.attn_scale))  # [M, nh*hd]
+        y = ops.o_proj(a, L.o)
+        ao = prims.rms_norm(y, L.n_attn_out, eps)
+        x = h + ao
+        pn = ops.post_norm(x, L.n_post, eps)
+        g, u = prims.linear(pn, L.gate_up).chunk(2, dim=-1)
+        act = prims.silu_mul(g, u)
+        act = fp8(act) if model.fault == "fp8_act" else act
+        d = prims.linear(act, L.down)
+        mo = prims.rms_norm(d, L.n_mlp_out, eps)
+        h = x + mo
+        if rec is not None:
+            rec(norm_in=n, q=q, k=k, v=v)
+            parts = getattr(prims, "attention_parts", None) if ops.probs else None
+            if parts is not None:  # computed again for the row alone: the same bits, the prims being invariant
+                one = slice(row, row + 1)
+                sc, pr = parts(q[one], kv.k[l], kv.v[l], plane[one], pos[one], w.attn_scale)
+                rec(scores=sc, probs=pr)
+            rec(attn=a, o_proj=y, attn_out_norm=ao, residual_attn=x, post_norm=pn, gate=g, up=u, act=act, down=d)
+            rec(mlp_out_norm=mo, residual_mlp=h)
+    out = prims.rms_norm(h, w.norm, eps)
+    if row is not None:
+        model.tap.put("final_norm", cfg.num_layers, M, out[row])
+    return out
+
+
+def recorder(tap, row, layer: int, M: int):
+    """rec(op=tensor, ...): records row `row` of each [M, ...] tensor (a [nh, n] part as it is); None if unarmed."""
+    if row is None:
+        return None
+
+    def rec(**ops):
+        for op, t in ops.items():
+            tap.put(op, layer, M, t if op in ("scores", "probs") else t[row].reshape(-1))
+
+    return rec
