@@ -218,10 +218,10 @@ class PackedModel:
                 K = kv.k[l][:, :span].index_select(0, gplane)  # [G, span, nkv, hd]
                 V = kv.v[l][:, :span].index_select(0, gplane)
                 Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
-                parts = {} if eager else None
-                a = attend(Q, K, V, masked, self.w.attn_scale, parts).index_select(0, qidx)  # [M, nh*hd]
+                parts = {"parts": {}} if eager else {}  # passed only when armed (band_faults.py patches attend)
+                a = attend(Q, K, V, masked, self.w.attn_scale, **parts).index_select(0, qidx)  # [M, nh*hd]
                 if eager:
-                    self._record_parts(parts, int(qidx[row]), nh, int(pos[row]) + 1, rec["rec"])
+                    self._record_parts(parts["parts"], int(qidx[row]), nh, int(pos[row]) + 1, rec["rec"])
             a = self._attended(l, a)
             h = post(
                 h,
