@@ -39,7 +39,6 @@ import torch
 
 from oracle.errors import OracleError
 
-
 CHUNK = 1 << 22  # FP32 elements of one chunk's products (16 MiB)
 
 
@@ -71,7 +70,8 @@ def _exp(x: torch.Tensor) -> torch.Tensor:
 
 
 def _rsqrt(x: torch.Tensor) -> torch.Tensor:
-    return 1.0 / torch.sqrt(x)  # both correctly rounded (torch.rsqrt's body and tail agree today, by choice of ATen)
+    """1 / sqrt(x): a correctly rounded square root, then a correctly rounded division."""
+    return 1.0 / torch.sqrt(x)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

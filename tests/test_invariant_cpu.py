@@ -3,6 +3,7 @@ other rows nor on torch's thread count; the default path's do; the three invaria
 (kernels/invariant_faults.py) break it in their own operation; the session's capture (kernels/tap.py)."""
 
 import dataclasses
+import sys
 
 import numpy as np
 import pytest
@@ -224,6 +225,9 @@ def test_the_invariant_option_backends_and_faults(monkeypatch):
     with pytest.raises(OracleError, match="needs the invariant mode"):
         KernelOptions(fault="inv_splitk")
     assert dataclasses.replace(KernelOptions(invariant=True), fault="inv_norm_block").fault == "inv_norm_block"
+    monkeypatch.setitem(sys.modules, "kernels.invariant_triton", None)  # as if the module were missing
+    with pytest.raises(OracleError, match="torch-cuda-inv needs kernels/invariant_triton.py"):
+        inv.prims_for(torch.device("cuda"))
     if not torch.cuda.is_available():
         with pytest.raises(OracleError, match="torch-cuda-inv: no CUDA device"):
             load_backend("torch-cuda-inv")
