@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU parity tests, c(1) vs the weight-streaming floor, and the
 # block-vs-loop sweep at the ouro-1.4b shape. Results land in $OUT (or ./out).
-#   bash scripts/gpu_run.sh [check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|splitqg|layerprobe|smalltiles|abbase|profile|sweep ...]   (default: parity floor sweep)
+#   bash scripts/gpu_run.sh [invariant|check|parity|full|full2|floor|procs|judge|planes|rows|hostprof|trace|split|split2|pinned|logits|paths|splitk|prefetch|splitqg|layerprobe|smalltiles|abbase|profile|sweep ...]   (default: parity floor sweep)
 #   check: `oracle check --backend torch-cuda` on tiny and small; full: scripts/gpu_parity_full.py
 #   full2: its 12 cases as two halves on two GPUs
 set -uo pipefail
@@ -32,6 +32,26 @@ json.dump({"configs": cfgs, **json.loads(meta), "runs": runs}, open(out, "w"), i
 PY
 }
 for s in $steps; do case $s in
+invariant)  # issue 60: the exactness tier on the invariant kernels (torch-cuda-inv) at tiny, small and ouro-1.4b;
+  # c(M) of the invariant mode against the default, in turn, twice each; the cost model under each table
+  for preset in tiny small; do
+    timeout 300 python3 -m oracle check --backend torch-cuda-inv --preset $preset --json --quiet --no-shrink \
+      > "$OUT/check_torch_cuda_inv_$preset.json" 2> "$OUT/check_torch_cuda_inv_$preset.err"
+    python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], 'ok', v['ok'], v.get('invariance'))" \
+      "$OUT/check_torch_cuda_inv_$preset.json" $preset
+  done
+  timeout ${FULL_TIMEOUT:-400} python3 scripts/gpu_parity_full.py --backend torch-cuda-inv --cases ${CASES:-4} \
+    --json "$OUT/parity_full_inv.json" 2>&1 | tee "$OUT/parity_full_inv.log" | tail -12
+  for arm in default inv default inv; do
+    n=$(ls "$OUT"/ctable_${arm}_*.json 2>/dev/null | wc -l)
+    env LOOPSPEC_INVARIANT=$([ $arm = inv ] && echo 1 || echo 0) timeout 200 python3 -m oracle bench c-table \
+      --preset ouro-1.4b --context 256 -q --rows ${ROWS:-1,2,4,5,8,10,16,20,32,40,64,80,160,320} --repeats 50 \
+      --force --out "$OUT/ctable_${arm}_$n.json" 2>&1 | tail -2
+  done
+  for arm in default inv; do
+    python3 -m oracle cost --ctable "$OUT/ctable_${arm}_0.json" --force --k 4 --batch 1,4,16,64 --json \
+      > "$OUT/cost_$arm.json"; python3 -m oracle cost --ctable "$OUT/ctable_${arm}_0.json" --force --k 4 --batch 1,4,16,64
+  done ;;
 check)
   for preset in tiny small; do
     timeout 300 python3 -m oracle check --backend torch-cuda --preset $preset 2>&1 | tee "$OUT/check_torch_cuda_$preset.log" | tail -4

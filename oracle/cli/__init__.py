@@ -34,6 +34,7 @@ COMMANDS = {
     "model": "oracle.cli.cmd_model:register",
     "cost": "oracle.cli.cmd_cost:register",
     "trace": "oracle.cli.cmd_trace:register",
+    "localize": "oracle.cli.cmd_localize:register",
     "bench": "bench.cli:register",
 }
 # command -> its help line in `python -m oracle --help` (each register() passes the same one)
@@ -43,6 +44,7 @@ HELP = {
     "model": "run a prompt through every loop (no KV cache); load or save checkpoints",
     "cost": "predict block vs loop round time from a c-table",
     "trace": "record round traces or diff two trace files",
+    "localize": "where two runs of one row part, bitwise: the first operation named (any backend)",
     "bench": "c(M) tables and paired block-vs-loop round benchmarks (torch backend)",
 }
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3

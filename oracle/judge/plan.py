@@ -53,6 +53,7 @@ class Plan:
     traces: tuple = ()  # traces: (A's round traces, B's)
     row: str = ""  # traces: the tolerance row B is judged by
     names: tuple = ("A", "B")  # traces: the two sides' names
+    sides: tuple = ("backend", "reference")  # traces: B's and A's names in a failure (trace diff: "B", "A")
     both_noisy: bool = False  # traces: A is a reduced-precision run too (the twin's scale x sqrt(2))
     probe: str = "auto"
     probe_runs: dict | None = None  # probe: the probe's runs by mode, made by the caller

@@ -43,13 +43,17 @@ def run_scenario(
     replay: dict | None = None,
     after_step=None,
     submit_ahead: bool = False,
+    on_session=None,
     **options,
 ) -> ScenarioRun:
     """Every op of `sc` on a fresh session of backend `bk`. replay: rid -> uniforms to consume
     instead of the request's generator. after_step(session, trace): called after each round.
     submit_ahead: consecutive rounds are all submitted before the first is collected (backends
-    with submit/collect). options: the backend's session options (e.g. graphs="off")."""
+    with submit/collect). on_session(session): called before the first op (the localizer arms its
+    capture there). options: the backend's session options (e.g. graphs="off")."""
     s = bk.session(model, sc.d, sc.D, mode, sc.policy, **options)
+    if on_session is not None:
+        on_session(s)
     out = ScenarioRun(bk.name, mode)
     out.session = s
     pending = []  # submitted, not yet collected (submit_ahead)

@@ -22,14 +22,17 @@ import numpy as np
 
 from . import cases as _cases
 from . import drift as _drift
+from . import invariance as _invariance
 from . import precision as _precision
 from . import worker as _worker
 from .calibration import HOST_HIDDEN
 from .compare import compare_runs
 from .forwards import SIGMA, Forwards, of
+from .localize import localize
 from .malformed import malformed_rounds, side_problem  # noqa: F401 (malformed_rounds: trace record)
 from .noise import twin_bounds
 from .plan import Executor, Plan
+from .report import describe, error_maps
 from .runner import draws_host_stream, judge_run, run_scenario
 from ..backends import GuardedBackend
 from ..contract import capabilities, tolerance_row
@@ -47,11 +50,12 @@ class Verdict:
     exact: bool
     judge: str  # "reference" or the judge backend's name
     layers: int
-    checks: list = field(default_factory=list)  # {"name", "ok", "detail"}, every check made
+    checks: list = field(default_factory=list)  # {"name", "ok", "detail", "failure"}, every check made
     cases: list = field(default_factory=list)  # {"name", "ok"} per case judged
     counters: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     max_rel_err: dict = field(default_factory=lambda: {"kv": 0.0, "logits": 0.0})
     excused: list = field(default_factory=list)  # excused near-tie divergences, one line each
+    excused_records: list = field(default_factory=list)  # the same, as report.Failure records
     skipped: list = field(default_factory=list)  # cases the backend's policies do not cover
     drift: object = None  # drift.DriftReport or None
     precision: object = None  # precision.PrecisionReport or None
@@ -81,7 +85,7 @@ class Verdict:
         bad = [c for c in self.checks if not c["ok"]]
         if not bad and not self.compared:  # a failed check already says why nothing was compared
             why = "; ".join(self.skipped) or "no request-round was compared"
-            bad.append({"name": "nothing compared", "ok": False, "detail": f"nothing compared: {why}"})
+            bad.append({"name": "nothing compared", "ok": False, "detail": f"nothing compared: {why}", "failure": None})
         return bad
 
     @property
@@ -112,8 +116,15 @@ class Verdict:
             self.counters[k] += getattr(rep, k)
         for k in ("kv", "logits"):
             self.max_rel_err[k] = max(self.max_rel_err[k], rep.max_rel_err[k])
-        self.excused += rep.divergences
-        self.checks += [{"name": f"{label}: {c.name}", "ok": c.ok, "detail": c.detail} for c in rep.checks]
+        self.excused += [describe(f) for f in rep.divergences]
+        self.excused_records += rep.divergences
+        self.checks += [
+            {"name": f"{label}: {c.name}", "ok": c.ok, "detail": c.detail, "failure": _record(c)} for c in rep.checks
+        ]
+
+    def error_maps(self, limit: int = 12) -> list[dict]:
+        """What the report's pictures draw (report.error_maps over this verdict's comparisons)."""
+        return error_maps(self.reports, limit)
 
     def to_json(self) -> dict:
         out = {
@@ -124,11 +135,15 @@ class Verdict:
             "judge": self.judge,
             "tolerance_row": self.tolerance_row,
             "layers": self.layers,
+            "threads": None,  # check --backend's (with the two below): one schema with and without it
+            "threads_from": None,
+            "timeout_s": None,
             **self.info,
             "checks": self.checks + [c for c in self.failed if c["name"] == "nothing compared"],
             "cases": self.cases,
             **self.counters,
             "excused_divergences": self.excused,
+            "excused_records": [f.to_json() for f in self.excused_records],
             "max_rel_err": self.max_rel_err,
             "skipped": self.skipped,
             "seconds": round(self.seconds, 2),
@@ -207,10 +222,51 @@ def _backend(plan: Plan, ex: Executor) -> Verdict:
         v.runs[case.name] = runs
         for label, rep in reports:
             v.add(label, rep)
+    if capabilities(backend).batch_invariant:
+        exactness_tier(v, guarded, model, plan, ex)
     if pending is not None:
         ex.phase("fit", "the drift and precision verdicts")
     _finish_probe(v, pending)
     return v
+
+
+def exactness_tier(v: Verdict, bk, model, plan: Plan, ex: Executor) -> None:
+    """The exactness tier of a batch-invariant backend (oracle/judge/invariance.py) on every case the
+    backend ran in both modes: one check "invariance" per case, failed with the first place and
+    operation where a claim's two runs part; v.info["invariance"] counts the values compared."""
+    info = v.info.setdefault("invariance", {"values": 0, "claims": dict.fromkeys(_invariance.CLAIMS, True)})
+    cases = plan.cases or list({id(c): c for c, _ in plan.pairs}.values())
+    for case in cases:
+        runs = v.runs.get(case.name, {})
+        if set(runs) != {"block", "loop"} or any(r is None or not r.traces for r in runs.values()):
+            continue
+        ex.phase("exactness", f"{case.name}: block = loop = plain decoding = alone, bitwise")
+        where = lambda part, sides: localize(bk, model, part, sides)
+        try:
+            results = _invariance.claims(bk, model, case, runs, where)
+        except Exception as e:  # noqa: BLE001 -- judged: the backend raised in the tier's runs
+            if not plan.catch:
+                raise
+            v.checks.append(
+                {
+                    "name": f"{case.name}: invariance",
+                    "ok": False,
+                    "detail": f"{case.name}: the backend raised {type(e).__name__}: {e}",
+                }
+            )
+            continue
+        bad = [r for r in results if not r.ok]
+        reproduce = case.reproduce + plan.suffix if case.reproduce else ""
+        tail = f" (reproduce: {reproduce})" if reproduce else ""
+        v.checks += [
+            {"name": f"{case.name}: invariance", "ok": False, "detail": _invariance.failure_line(case.name, r) + tail}
+            for r in bad
+        ] or [{"name": f"{case.name}: invariance", "ok": True, "detail": ""}]
+        info["values"] += sum(r.values for r in results)
+        for r in results:
+            info["claims"][r.claim] &= r.ok
+        if bad:
+            v.cases = [dict(c, ok=False) if c["name"] == case.name else c for c in v.cases]
 
 
 def _verdict(backend, judge, model) -> Verdict:
@@ -444,9 +500,10 @@ def probe_checks(rep, prec, error: str) -> list[dict]:
     """The probe's checks: "drift probe: drift" (or the probe's error) and "drift probe: precision"."""
     if error:
         name = "drift probe: malformed" if ": the backend raised " not in error else "drift probe: drift"
-        return [{"name": name, "ok": False, "detail": error}]
-    out = [] if rep is None else [{"name": "drift probe: drift", "ok": rep.ok, "detail": rep.failure}]
-    return out + ([] if prec is None else [{"name": "drift probe: precision", "ok": prec.ok, "detail": prec.failure}])
+        return [{"name": name, "ok": False, "detail": error, "failure": None}]
+    out = [] if rep is None else [("drift probe: drift", rep)]
+    out += [] if prec is None else [("drift probe: precision", prec)]
+    return [{"name": name, "ok": r.ok, "detail": r.failure, "failure": None} for name, r in out]
 
 
 # ---- one mode per case, the judge's side in threads (scripts/gpu_parity_full.py) ----
@@ -527,10 +584,10 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
             if why:
                 if futures is not None:
                     futures[i].cancel()
-                rep, tj = _cases.malformed(case.name, why, plan.reproduce), 0.0
+                rep, tj = _cases.malformed(case.name, why, plan.reproduce, mode), 0.0
             else:
                 ref, tj = futures[i].result() if ahead else side(case, mode, replay_from=got)
-                rep = compare_runs(ref.traces, got.traces, dtype, plan.reproduce, case.name)
+                rep = compare_runs(ref.traces, got.traces, dtype, plan.reproduce, case.name, mode=mode)
             v.cases.append(
                 {
                     "name": case.name,
@@ -541,7 +598,7 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
                     "done_at_s": round(time.perf_counter() - t0, 1),
                 }
             )
-            v.runs[case.name] = {mode: got}
+            v.runs.setdefault(case.name, {})[mode] = got
             v.add(case.name, rep)
             if ex.on_case is not None:
                 ex.on_case(case, mode, rep, tb, tj)
@@ -550,6 +607,8 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
             for f in futures:
                 f.cancel()
             pool.shutdown(wait=True)
+    if capabilities(backend).batch_invariant:  # on the cases the pairs ran in both modes
+        exactness_tier(v, backend, model, plan, ex)
     _finish_probe(v, pending)
     return v
 
@@ -607,7 +666,7 @@ def _traces(plan: Plan, ex: Executor) -> Verdict:
         bounds = twin_bounds(model, a, row_)
     if bounds is not None and plan.both_noisy:
         bounds.scale = 2**0.5  # both sides carry the precision's noise
-    rep = compare_runs(a, b, row_, plan.reproduce, bounds=bounds)
+    rep = compare_runs(a, b, row_, plan.reproduce, bounds=bounds, sides=plan.sides)
     v.add("traces", rep)
     v.cases[-1]["ok"] = rep.ok
     v.info["bounds"] = "noise twin" if twin else ("exact" if row_ == "exact" else "fixed row")
@@ -620,6 +679,10 @@ def _vocab(traces) -> int | None:
         for lg in list(t.verify_logits.values())[:1]:
             return len(np.asarray(lg).reshape(-1))
     return None
+
+
+def _record(check) -> dict | None:
+    return None if check.failure is None else check.failure.to_json()
 
 
 _KINDS = {"reference": _reference, "backend": _backend, "pairs": _pairs, "traces": _traces, "probe": _probe_only}

@@ -1,0 +1,98 @@
+"""`python -m oracle localize --backend NAME [round options]`: where two runs of one row part, on any
+backend (invariant or not). It runs the backend's block and loop rounds of each case (the built-in
+cases, `--case NAME`, or the round options' case), then the exactness tier's claims
+(oracle/judge/invariance.py: block = loop, spec = plain decoding, alone = batched), each bitwise,
+and names for each claim that fails its first place and, where the backend offers capture, its first
+differing operation (oracle/judge/localize.py). Exit 0: every claim holds bitwise; 1: a claim parts
+(named); 2: bad usage or input."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from .. import isolated
+from ..errors import printable
+from ..judge import invariance
+from ..judge.localize import localize
+from ..judge.runner import run_scenario
+from .argtypes import add_threads_option, command_parser
+from .cmd_check import model_and_cases
+from .environment import set_threads
+from .round_args import add_round_options, check_round_args
+
+CLAIMS = {"block-loop": "block = loop", "spec-plain": "spec = plain", "alone": "alone = batched"}
+
+
+def run(args) -> int:
+    t0 = time.perf_counter()
+    backend = isolated.load(args.backend)
+    model, cases = model_and_cases(args)
+    set_threads(args, model.cfg.hidden_size)
+    want = set(CLAIMS.values()) if args.claim == "all" else {CLAIMS[args.claim]}
+    out = []
+    for case in cases:
+        runs = {mode: run_scenario(backend, model, case, mode) for mode in ("block", "loop")}
+        results = invariance.claims(backend, model, case, runs, lambda p, s: localize(backend, model, p, s))
+        out += [(case.name, r) for r in results if r.claim in want]
+    ok = all(r.ok for _, r in out)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": ok,
+                    "backend": backend.name,
+                    "seconds": round(time.perf_counter() - t0, 2),
+                    "claims": [_json(name, r) for name, r in out],
+                }
+            )
+        )
+    else:
+        print(printable(f"loopspec-oracle localize: backend {backend.name} ({backend.dtype}), bitwise"))
+        for name, r in out:
+            text = invariance.failure_line(name, r) if not r.ok else f"{name}: {r.claim}: bitwise equal"
+            print(printable(f"  [{'SAME' if r.ok else 'PART'}] {text} ({r.values:,} values)"))
+        print(f"  {'bitwise equal' if ok else 'the runs part'} in {round(time.perf_counter() - t0, 2)} s")
+    return 0 if ok else 1
+
+
+def _json(case: str, r) -> dict:
+    first = min(r.parts, key=invariance.Part.key) if r.parts else None
+    place = None
+    if first is not None:
+        place = {
+            "request": first.rid,
+            "rounds": list(first.rounds),
+            "position": first.position,
+            "depth": first.depth,
+            "layer": first.layer,
+            "what": first.what,
+            "detail": first.detail,
+            "sides": list(first.labels),
+        }
+    return {
+        "case": case,
+        "claim": r.claim,
+        "ok": r.ok,
+        "values": r.values,
+        "first": place,
+        "operation": r.localized,
+        "requests_parting": len(r.parts),
+    }
+
+
+def register(sub) -> None:
+    p = command_parser(
+        sub,
+        "localize",
+        "Run a backend's block and loop rounds and the exactness tier's claims (block = loop, spec = plain "
+        "decoding, alone = batched), bitwise, on any backend; for a claim that fails, name the first place "
+        "and, where the backend offers capture, the first operation whose bits differ. Exit 0 all claims "
+        "hold bitwise, 1 a claim parts (named), 2 bad usage or input.",
+    )
+    add_round_options(p)
+    p.add_argument("--backend", required=True, help="the backend (a named one or package.module:factory)")
+    p.add_argument("--claim", choices=["all", *CLAIMS], default="all", help="which claim to check")
+    add_threads_option(p, "torch intra-op threads (and NumPy's BLAS threads), as check --threads")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run, preflight=check_round_args)
