@@ -282,7 +282,7 @@ def register(sub) -> None:
         default=None,
         metavar="SPEC",
         help="record this backend's traces (torch-cpu | torch-cpu-bf16 | torch-cuda | jax | "
-        "package.module:factory; default: the reference)",
+        "package.module:factory, or batch-invariant torch-cpu-bf16-inv | torch-cuda-inv; default: the reference)",
     )
     add_timeout_option(r, "with --backend: seconds each backend call may take (default: 300)")
     add_threads_option(
