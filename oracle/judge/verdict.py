@@ -71,6 +71,8 @@ class Verdict:
 
     @property
     def compared(self) -> bool:
+        if self.kind == "invariance":  # the tier's values are what it compares
+            return bool(self.info.get("invariance", {}).get("values"))
         if self.kind == "probe":  # the probe's verdicts are what it compares
             return self.drift is not None or any(c["name"].startswith("drift probe") for c in self.checks)
         return (
@@ -263,6 +265,9 @@ def exactness_tier(v: Verdict, bk, model, plan: Plan, ex: Executor) -> None:
             for f in records
         ] or [{"name": f"{case.name}: invariance", "ok": True, "detail": "", "failure": None}]
         info["values"] += sum(r.values for r in results)
+        info.setdefault("results", []).extend(
+            {"case": case.name, "claim": r.claim, "ok": r.ok, "values": r.values} for r in results
+        )
         for r in results:
             info["claims"][r.claim] &= r.ok
         if bad:
@@ -685,4 +690,27 @@ def _record(check) -> dict | None:
     return None if check.failure is None else check.failure.to_json()
 
 
-_KINDS = {"reference": _reference, "backend": _backend, "pairs": _pairs, "traces": _traces, "probe": _probe_only}
+def _tier_only(plan: Plan, ex: Executor) -> Verdict:
+    """The exactness tier's claims alone, on any backend (`localize`): the backend's block and loop
+    runs of each case, then the claims, bitwise, each failure localized."""
+    bk, model = plan.backend, plan.model
+    v = _verdict(bk, None, model)
+    for n, case in enumerate(plan.cases):
+        if case.policy not in bk.policies:
+            v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
+            continue
+        ex.phase("case", f"{n + 1}/{len(plan.cases)} {case.name}: block and loop")
+        v.runs[case.name] = {mode: run_scenario(bk, model, case, mode) for mode in ("block", "loop")}
+        v.cases.append({"name": case.name, "ok": True})
+    exactness_tier(v, bk, model, plan, ex)
+    return v
+
+
+_KINDS = {
+    "reference": _reference,
+    "backend": _backend,
+    "pairs": _pairs,
+    "traces": _traces,
+    "probe": _probe_only,
+    "invariance": _tier_only,
+}
