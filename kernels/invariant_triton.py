@@ -214,10 +214,8 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return _linear(x, w)
 
 
-def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, block: int = RMS_BLOCK) -> torch.Tensor:
-    """x [M, H], w [H] -> [M, H] in w's dtype: (xf * rsqrt(mean(xf^2) + eps)).to(w.dtype) * w,
-    one program per row over chunks of min(block, H rounded up to a power of 2) (H's, not M's;
-    tests pass other blocks)."""
+def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, block: int) -> torch.Tensor:
+    """rms_norm over chunks of min(block, H rounded up to a power of 2) (tests pass other blocks)."""
     _need_triton()
     M, H = x.shape
     assert w.shape == (H,), (x.shape, w.shape)
@@ -227,6 +225,13 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, block: int = RMS_BLOC
         bh = min(block, triton.next_power_of_2(H))
         _rms_norm_kernel[(M,)](x, w.contiguous(), out, H, eps, bh, num_warps=4)
     return out
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [M, H], w [H] -> [M, H] in w's dtype: (xf * rsqrt(mean(xf^2) + eps)).to(w.dtype) * w,
+    one program per row over chunks of RMS_BLOCK (or H rounded up to a power of 2 where
+    smaller: H's, never M's)."""
+    return _rms_norm(x, w, eps, RMS_BLOCK)
 
 
 def silu_mul(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -240,10 +245,15 @@ def silu_mul(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def attention(q, k, v, plane, pos, scale: float, chunk: int = CHUNK) -> torch.Tensor:
+def attention(q, k, v, plane, pos, scale: float) -> torch.Tensor:
     """q [M, nh, hd] (RoPE applied); k, v [P, S, nkv, hd] (one layer's KV planes, kv.k[l]);
     plane, pos [M] long: row r attends to keys 0..pos[r] of plane plane[r] -> [M, nh*hd] in
-    q's dtype. Scores and softmax in FP32, split into chunks of `chunk` keys (tests pass others)."""
+    q's dtype. Scores and softmax in FP32, keys split into chunks of CHUNK."""
+    return _attention(q, k, v, plane, pos, scale, CHUNK)
+
+
+def _attention(q, k, v, plane, pos, scale: float, chunk: int) -> torch.Tensor:
+    """attention with keys split into chunks of `chunk` (tests pass others)."""
     _need_triton()
     M, nh, hd = q.shape
     P, S, nkv, hd2 = k.shape

@@ -1,12 +1,17 @@
 """A cheaper Triton interpreter for the interpreter tests (speed only, the same values).
 
-triton 3.7's interpreter patches triton.language anew (inspect.getmembers over five modules)
-on every call of a @triton.jit helper inside a kernel: a quarter of the CPU time of
-tests/test_gemv_interpret.py. `install()` keeps the first patch of each helper per launch and
-skips the repeats; the launch's own patch and its restore at the end are untouched. Where
-the interpreter's internals are not as expected, it does nothing."""
+Two costs of triton 3.7's interpreter that buy nothing:
+- it patches triton.language anew (inspect.getmembers over five modules) on every call of a
+  @triton.jit helper inside a kernel. `install()` keeps the first patch of each helper per
+  launch and skips the repeats; the launch's own patch and its restore are untouched.
+- with sanitize_overflow on, every 32-bit integer add, sub and mul is redone in int64 and
+  compared with the type's bounds for a device_assert that, without debug, returns at once
+  (triton/language/semantic.py). Off, as where debug is off on the GPU: no check is lost.
+Where the interpreter's internals are not as expected, it does nothing."""
 
 from __future__ import annotations
+
+import dataclasses
 
 
 def install() -> bool:
@@ -42,4 +47,8 @@ def install() -> bool:
 
     launch._patched_once = True
     grid.__call__, fn.__call__ = launch, helper
+    builder = getattr(interp, "interpreter_builder", None)
+    opts = getattr(builder, "options", None)
+    if dataclasses.is_dataclass(opts) and hasattr(opts, "sanitize_overflow") and not getattr(opts, "debug", True):
+        builder.options = dataclasses.replace(opts, sanitize_overflow=False)
     return True

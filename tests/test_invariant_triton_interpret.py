@@ -192,14 +192,14 @@ def test_an_m_dependent_block_k_is_caught():
 
 def test_an_m_dependent_attention_split_is_caught():
     k, v, probe, draw = attention_case(FP32, 4, seed=20)
-    fn = lambda q, pl, ps: it.attention(q, k, v, pl, ps, 0.35, chunk=16 if q.shape[0] >= 5 else it.CHUNK)
+    fn = lambda q, pl, ps: it._attention(q, k, v, pl, ps, 0.35, 16 if q.shape[0] >= 5 else it.CHUNK)
     with pytest.raises(AssertionError, match=r"of M = 5 against M = 1"):
         assert_rows_invariant(fn, probe, draw, Ms=(2, 5))
 
 
 def test_an_m_dependent_norm_block_is_caught():
     w, x = 1 + rand(1500, seed=4, scale=0.3), rand(1, 1500, seed=5, scale=3.0)
-    fn = lambda x: it.rms_norm(x, w, EPS, block=64 if x.shape[0] >= 16 else it.RMS_BLOCK)
+    fn = lambda x: it._rms_norm(x, w, EPS, 64 if x.shape[0] >= 16 else it.RMS_BLOCK)
     with pytest.raises(AssertionError, match=r"of M = 16 against M = 1"):
         assert_rows_invariant(fn, [x], rows_of(((1500,), FP32), seed=6), Ms=(2, 16))
 
@@ -280,3 +280,17 @@ def test_without_triton_a_primitive_names_the_missing_package(monkeypatch):
     monkeypatch.setattr(it, "triton", None)
     with pytest.raises(OracleError, match="need triton"):
         it.PRIMS.linear(torch.zeros(1, 4), torch.zeros(2, 4))
+
+
+def test_the_primitives_have_the_signatures_of_the_invariant_call():
+    """kernels/invariant.py calls PRIMS.linear(x, w), .rms_norm(x, w, eps), .silu_mul(g, u) and
+    .attention(q, k, v, plane, pos, scale) on CUDA."""
+    import inspect
+
+    want = {
+        "linear": ["x", "w"],
+        "rms_norm": ["x", "w", "eps"],
+        "silu_mul": ["g", "u"],
+        "attention": ["q", "k", "v", "plane", "pos", "scale"],
+    }
+    assert {name: list(inspect.signature(getattr(it.PRIMS, name)).parameters) for name in want} == want
