@@ -139,6 +139,7 @@ def torch_attention(q, k, v, plane, pos, scale):
     M, nh, hd = q.shape
     group = nh // k.shape[2]
     out = []
+    plane, pos = plane.tolist(), pos.tolist()
     for r in range(M):
         kk = k[plane[r], : pos[r] + 1].double().repeat_interleave(group, 1)  # [t, nh, hd]
         vv = v[plane[r], : pos[r] + 1].double().repeat_interleave(group, 1)
@@ -236,15 +237,19 @@ def recurrent_call(prims, w, kv, h, pos, plane):
 
 
 def test_a_recurrent_call_gives_a_row_the_same_bits_alone_and_among_80():
+    check_recurrent_call("cpu")
+
+
+def check_recurrent_call(device) -> None:
     """tiny in BF16, 3 depths x 13 slots of 48 positions (earlier keys random): the probe row
-    (depth 1, slot 2, position 37: two chunks of keys) alone, then at place 37 of 80 rows at mixed depths and
-    positions (none writes a key the probe reads). Its output and its KV writes keep their
-    bits; the output agrees with the same composition in plain torch."""
-    w = TorchWeights.random(TINY, "cpu", BF16, seed=0)
+    (depth 1, slot 2, position 37: two chunks of keys) alone, then at place 37 of 80 rows at
+    mixed depths and positions (none writes a key the probe reads). Its output and its KV
+    writes keep their bits; the output agrees with the same composition in plain torch."""
+    w = TorchWeights.random(TINY, device, BF16, seed=0)
     for i, L in enumerate(w.layers):
         for j, name in enumerate(("n_in", "n_attn_out", "n_post", "n_mlp_out")):
-            setattr(L, name, 1 + rand(TINY.hidden_size, dtype=BF16, seed=30 + 4 * i + j, scale=0.3))
-    kv0 = KVPlanes(TINY, 3, 12, 48, "cpu", BF16)
+            setattr(L, name, 1 + rand(TINY.hidden_size, dtype=BF16, seed=30 + 4 * i + j, scale=0.3).to(device))
+    kv0 = KVPlanes(TINY, 3, 12, 48, device, BF16)
     kv0.k.copy_(rand(*kv0.k.shape, seed=40)), kv0.v.copy_(rand(*kv0.v.shape, seed=41))
     probe_plane, probe_pos = kv0.plane(2, 1), 37
     g = torch.Generator().manual_seed(42)
@@ -255,21 +260,22 @@ def test_a_recurrent_call_gives_a_row_the_same_bits_alone_and_among_80():
             pairs.add((pl, ps))
     others = sorted(pairs - {(probe_plane, probe_pos)})
     pairs = others[:37] + [(probe_plane, probe_pos)] + others[37:]
-    plane, pos = torch.tensor([p for p, _ in pairs]), torch.tensor([t for _, t in pairs])
-    h = rand(80, TINY.hidden_size, dtype=BF16, seed=43)
+    plane = torch.tensor([p for p, _ in pairs], device=device)
+    pos = torch.tensor([t for _, t in pairs], device=device)
+    h = rand(80, TINY.hidden_size, dtype=BF16, seed=43).to(device)
     runs = []
     for rows in (slice(37, 38), slice(0, 80)):
         kv = copy(kv0)
         out = recurrent_call(it.PRIMS, w, kv, h[rows], pos[rows], plane[rows])
         runs.append((out[37 - rows.start], kv.k[:, probe_plane, probe_pos], kv.v[:, probe_plane, probe_pos]))
     for what, a, b in zip(("output", "K writes", "V writes"), *runs):
-        same_bits(b, a, f"the probe's {what} among 80 rows against alone")
+        same_bits(b.cpu(), a.cpu(), f"the probe's {what} among 80 rows against alone")
     ref = recurrent_call(TorchPrims, w, copy(kv0), h[37:38], pos[37:38], plane[37:38])
     torch.testing.assert_close(runs[0][0][None].float(), ref.float(), rtol=0.05, atol=0.05)
 
 
 def copy(kv: KVPlanes) -> KVPlanes:
-    new = KVPlanes(TINY, kv.D, kv.n_slots - 1, kv.max_len, "cpu", kv.k.dtype)
+    new = KVPlanes(TINY, kv.D, kv.n_slots - 1, kv.max_len, kv.k.device, kv.k.dtype)
     new.k.copy_(kv.k), new.v.copy_(kv.v)
     return new
 
