@@ -13,8 +13,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pytest
 
-# TRITON_INTERPRET must be set before the process's first `import triton` (tests/test_gemv_interpret.py)
-FRESH = "triton" not in sys.modules
+# Triton (3.7) interprets a kernel where TRITON_INTERPRET=1 when it is decorated: here, where neither
+# kernels/invariant_triton.py nor the helpers it shares (kernels/gemv_blocks.py) were imported yet
+# (or those were imported interpreted, as tests/test_gemv_interpret.py does), else in a fresh process
+_blocks = sys.modules.get("kernels.gemv_blocks")
+FRESH = "kernels.invariant_triton" not in sys.modules and (
+    _blocks is None or bool(getattr(getattr(_blocks, "_INTERPRETED", None), "value", False))
+)
+_was = os.environ.get("TRITON_INTERPRET")
 if FRESH:
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton")
@@ -29,8 +35,8 @@ from kernels.weights import TorchWeights
 from oracle.config import preset
 from tests import interpreter_speed
 
-if FRESH:
-    del os.environ["TRITON_INTERPRET"]
+if FRESH and _was is None:
+    del os.environ["TRITON_INTERPRET"]  # kernels are decorated; the fixture sets it per test
 INTERPRETED = isinstance(it._linear_kernel, InterpretedFunction)
 interpreter_speed.install()
 
