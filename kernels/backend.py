@@ -1,18 +1,20 @@
 """make_torch_backend(device, kernel_options=): the torch rounds as an oracle backend
 (oracle/backends.py). FP32 on CPU, BF16 with CUDA graphs on CUDA. The registry factories
-(make_torch_cpu, make_torch_cpu_bf16, make_torch_cuda: `--backend NAME`, ORACLE_BACKEND) take
-their KernelOptions from the LOOPSPEC_* variables (KernelOptions.from_env); make_torch_backend
-does not read the environment."""
+(make_torch_cpu, make_torch_cpu_bf16, make_torch_cuda, and the batch-invariant
+make_torch_cpu_bf16_inv, make_torch_cuda_inv: `--backend NAME`, ORACLE_BACKEND) take their
+KernelOptions from the LOOPSPEC_* variables (KernelOptions.from_env; the _inv ones with
+invariant=True); make_torch_backend does not read the environment."""
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
 import torch
 
 from oracle.errors import OracleError
 
-from . import host_sampling
+from . import host_sampling, invariant
 from .options import KernelOptions
 from .session import TorchSession
 from .weights import TorchWeights
@@ -36,7 +38,7 @@ class TorchBackend:
     ):
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
-            raise OracleError("backend torch-cuda: no CUDA device is available")
+            raise OracleError(f"backend {name or 'torch-cuda'}: no CUDA device is available")
         self.device = dev
         self.dtype = dtype or ("bfloat16" if dev.type == "cuda" else "float32")
         self.name = name or f"torch-{dev.type}"
@@ -45,6 +47,10 @@ class TorchBackend:
         graphs = "cuda" if dev.type == "cuda" else "off"
         self.kernel_options = KernelOptions() if kernel_options is None else kernel_options
         self.kernel_options.resolve(dev)  # refuses a path this device cannot take
+        if self.kernel_options.invariant:
+            invariant.prims_for(dev)  # refuses a device without invariant primitives
+        # a row's values do not depend on its call's other rows (the verdict's exactness tier)
+        self.batch_invariant = self.kernel_options.invariant
         self.defaults = {"graphs": graphs, "kernel_options": self.kernel_options} | session_defaults
         self._weights = weakref.WeakKeyDictionary()  # reference model -> converted weights
 
@@ -90,3 +96,18 @@ def make_torch_cpu_bf16() -> TorchBackend:
 def make_torch_cuda() -> TorchBackend:
     """ORACLE_BACKEND=torch-cuda: BF16 with CUDA graphs."""
     return TorchBackend("cuda", kernel_options=KernelOptions.from_env())
+
+
+def make_torch_cpu_bf16_inv() -> TorchBackend:
+    """ORACLE_BACKEND=torch-cpu-bf16-inv: torch-cpu-bf16 in the invariant mode (kernels/invariant.py):
+    batch-invariant, so the verdict adds its exactness tier."""
+    opts = dataclasses.replace(KernelOptions.from_env(), invariant=True)
+    return TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16-inv", kernel_options=opts)
+
+
+def make_torch_cuda_inv() -> TorchBackend:
+    """ORACLE_BACKEND=torch-cuda-inv: torch-cuda in the invariant mode (kernels/invariant_triton.py)."""
+    if not torch.cuda.is_available():
+        raise OracleError("backend torch-cuda-inv: no CUDA device is available")
+    opts = dataclasses.replace(KernelOptions.from_env(), invariant=True)
+    return TorchBackend("cuda", name="torch-cuda-inv", kernel_options=opts)

@@ -73,6 +73,7 @@ class Engine:
         self.kv = KVPlanes(weights.cfg, D, max_requests, max_len, self.device, weights.dtype)
         self.model = PackedModel(weights, self.kv, options)
         self.procs = False  # processor buffers allocated (_proc_buffers)
+        self.tap = None  # the armed row of a capture (kernels/tap.py; TorchSession.capture)
         self.skip = chain_fault(options.fault) if options is not None else None  # a deliberate fault, or None
         for name, t in self._buffers(self.kv.n_slots).items():
             setattr(self, name, t)
@@ -134,6 +135,7 @@ class Engine:
             setattr(self, name, t)
         self.kv = self.kv.grown(max_requests, max_len)
         self.model = PackedModel(self.weights, self.kv, self.options)
+        self.model.tap = self.tap
         self.graphs.reset()
 
     # ---- per-request setup ----
@@ -185,6 +187,8 @@ class Engine:
         emb = self.model.embed(self.tok.view(-1).index_select(0, flat))  # depth-0 rows
         h = torch.where((plane < self.kv.n_slots)[:, None], emb, self.hid.index_select(0, flat))
         self.hid.index_copy_(0, flat, self.model.recurrent_call(h, pos, plane, qidx, gplane, Qm, span))
+        if self.tap is not None:
+            self.tap.follow(flat, plane, pos, self.kv.n_slots)
 
     def _probs(self, logits, slot, sampling: str):
         if sampling == "plain":
@@ -244,6 +248,8 @@ class Engine:
         steps: the processor steps of the round (RoundPlan.processors)."""
         flat, slot, off = meta.view(3, Mh)
         raw = self.model.head(self.hid.index_select(0, flat))  # [Mh, V]
+        if self.tap is not None:
+            self.tap.head(flat, raw)
         self.dlog.index_copy_(0, flat, raw)  # traced unmasked
         logits, bad = self._processed(raw, slot, off, steps, "draft")
         self.dbad.index_copy_(0, flat, bad)
@@ -259,6 +265,8 @@ class Engine:
     def verify_step(self, meta: torch.Tensor, N: int, sampling: str, steps: tuple = ()) -> None:
         flat, slot = meta.view(2, N)
         raw = self.model.head(self.hid.index_select(0, flat))  # [N, V]
+        if self.tap is not None:
+            self.tap.head(flat, raw)
         self.vlog.index_copy_(0, flat, raw)  # traced unmasked
         logits, bad = self._processed(raw, slot, flat - slot * self.Tcap, steps)  # offset o = flat - slot*T
         self.vbad.index_copy_(0, flat, bad)

@@ -2,7 +2,9 @@
 oracle/model.py): one GEMM per projection over all rows of a call, K/V of all rows
 written into their depth planes before any row attends, each row masked to positions
 <= its own. Rows' positions and planes arrive as device tensors; attention reads
-each plane of a call once (rows grouped by plane, as a varlen attention kernel would)."""
+each plane of a call once (rows grouped by plane, as a varlen attention kernel would).
+In the invariant mode (KernelOptions.invariant) every call is `invariant_call` and every head a
+product, on the batch-invariant primitives of kernels/invariant.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from . import gemv as gemv_kernels, triton_attention
+from . import gemv as gemv_kernels, invariant, invariant_faults, triton_attention
 from .kvplanes import KVPlanes
 from .options import PDL_MODES, KernelOptions
 from .rounding import round_bits
@@ -31,22 +33,36 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos[:, None, :] + rot * sin[:, None, :]
 
 
-def pre_attn(h, n_in, qkv, cos, sin, nh: int, nkv: int, hd: int, eps: float):
-    """Norm, fused q/k/v projection, RoPE. h: [M, H] -> q [M, nh, hd], k, v [M, nkv, hd]."""
+def pre_attn(h, n_in, qkv, cos, sin, nh: int, nkv: int, hd: int, eps: float, *, rec=None):
+    """Norm, fused q/k/v projection, RoPE. h: [M, H] -> q [M, nh, hd], k, v [M, nkv, hd].
+    rec: None, or rec(op=tensor, ...) records the armed row's intermediates (kernels/tap.py)."""
     M = h.shape[0]
-    q, k, v = (rms_norm(h, n_in, eps) @ qkv.T).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-    return rope(q.reshape(M, nh, hd), cos, sin), rope(k.reshape(M, nkv, hd), cos, sin), v.reshape(M, nkv, hd)
+    n = rms_norm(h, n_in, eps)
+    q, k, v = (n @ qkv.T).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+    q, k, v = rope(q.reshape(M, nh, hd), cos, sin), rope(k.reshape(M, nkv, hd), cos, sin), v.reshape(M, nkv, hd)
+    if rec is not None:
+        rec(norm_in=n, q=q, k=k, v=v)
+    return q, k, v
 
 
-def post_attn(h, a, o, n_attn_out, n_post, gate_up, down, n_mlp_out, eps: float, act_fp8: bool = False):
+def post_attn(h, a, o, n_attn_out, n_post, gate_up, down, n_mlp_out, eps: float, act_fp8: bool = False, *, rec=None):
     """Output projection, sandwich norms and the SwiGLU MLP. h, a: [M, H] -> [M, H].
-    act_fp8: the "fp8_act" precision fault (the activation rounded through FP8 e4m3)."""
-    x = h + rms_norm(a @ o.T, n_attn_out, eps)
-    g, u = (rms_norm(x, n_post, eps) @ gate_up.T).chunk(2, dim=-1)
+    act_fp8: the "fp8_act" precision fault (the activation rounded through FP8 e4m3). rec: as pre_attn's."""
+    y = a @ o.T
+    ao = rms_norm(y, n_attn_out, eps)
+    x = h + ao
+    pn = rms_norm(x, n_post, eps)
+    g, u = (pn @ gate_up.T).chunk(2, dim=-1)
     act = F.silu(g) * u
     if act_fp8:
         act = fp8(act)
-    return x + rms_norm(act @ down.T, n_mlp_out, eps)
+    d = act @ down.T
+    mo = rms_norm(d, n_mlp_out, eps)
+    out = x + mo
+    if rec is not None:
+        rec(attn=a, o_proj=y, attn_out_norm=ao, residual_attn=x, post_norm=pn, gate=g, up=u, act=act, down=d)
+        rec(mlp_out_norm=mo, residual_mlp=out)
+    return out
 
 
 def fp8(x: torch.Tensor) -> torch.Tensor:
@@ -104,6 +120,9 @@ class PackedModel:
         self.bits_fault = w.bits_fault  # None or (name, layer or None, bits): a coarser-rounding fault
         bits_store = self.bits_fault is not None and self.bits_fault[0] in ("k_bits", "v_bits")
         self.store_fault = self.fault in ("fp8_k", "fp8_v") or bits_store  # _stored has work to do
+        self.invariant = options.invariant  # every call and head on kernels/invariant.py's primitives
+        self.prims = invariant.prims_for(w.device) if options.invariant else None
+        self.tap = None  # the armed row of a capture (kernels/tap.py), set by the engine
 
     def _stored(self, l: int, index: torch.Tensor) -> None:
         """Layer l's KV rows just written at flat `index`, through a deliberate store fault, if any.
@@ -128,6 +147,8 @@ class PackedModel:
         return self.w.embed.index_select(0, tokens)  # [M, H]
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
+        if self.invariant:
+            return self.prims.linear(h, self.w.lm_head).float()
         return (h @ self.w.lm_head.T).float()  # logits: [M, V] FP32
 
     def recurrent_call(
@@ -147,10 +168,19 @@ class PackedModel:
         are read once however many of the call's rows attend to it. Returns [M, H].
         span: every pos < span, a promise (attention reads keys 0..span-1; a graph captured
         with it must keep it). Default: the KV capacity on CUDA, pos.max() + 1 on the CPU.
-        Calls of <= options.gemv_max_rows rows go through _gemv_call when self.gemv is on."""
+        Calls of <= options.gemv_max_rows rows go through _gemv_call when self.gemv is on; every call
+        through kernels/invariant.py in the invariant mode. With self.tap armed on one of the rows,
+        its intermediates are recorded (kernels/tap.py): every operation on this eager path, the
+        final norm only on the fused, Triton-attention and GEMV paths."""
         assert span is None or 1 <= span <= self.kv.max_len, (span, self.kv.max_len)
+        if self.invariant:
+            return invariant_call(self, self.prims, h, pos, plane)
+        row = None if self.tap is None else self.tap.row(plane, pos, self.kv.n_slots)
         if self.gemv and 0 < h.shape[0] <= self.options.gemv_max_rows:
-            return self._gemv_call(h, pos, plane, span)
+            out = self._gemv_call(h, pos, plane, span)
+            if row is not None:
+                self.tap.put("final_norm", self.cfg.num_layers, h.shape[0], out[row])
+            return out
         cfg, kv, eps = self.cfg, self.kv, self.eps
         pad = self.fuse and h.shape[0] == 1  # torch.compile's M=1 graph is slow (docs/results.md, history):
         if pad:  # add a dummy row at position 0 of the scratch plane
@@ -172,8 +202,11 @@ class PackedModel:
             qpos = pos.new_zeros(G * Qm).index_copy_(0, qidx, pos).view(G, Qm)  # padding: position 0
             masked = torch.arange(span, device=h.device)[None, None, :] > qpos[:, :, None]  # [G, Qm, span]
         pre, post = _fused(self.options.compile_dynamic) if self.fuse else (pre_attn, post_attn)
+        eager = row is not None and not (self.fuse or self.triton_attn)  # every operation recorded
+        M = h.shape[0]
         for l, L in enumerate(self.w.layers):
-            q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps)  # [M, heads, hd]
+            rec = {"rec": recorder(self.tap, row, l, M)} if eager else {}
+            q, k, v = pre(h, L.n_in, L.qkv, cos, sin, nh, nkv, hd, eps, **rec)  # [M, heads, hd]
             kv.flat_view(kv.k, l).index_copy_(0, write, k)  # all writes of the call first
             kv.flat_view(kv.v, l).index_copy_(0, write, v)
             self._stored(l, write)
@@ -185,7 +218,10 @@ class PackedModel:
                 K = kv.k[l][:, :span].index_select(0, gplane)  # [G, span, nkv, hd]
                 V = kv.v[l][:, :span].index_select(0, gplane)
                 Q = q.new_zeros(G * Qm, nh, hd).index_copy_(0, qidx, q).view(G, Qm, nh, hd)
-                a = attend(Q, K, V, masked, self.w.attn_scale).index_select(0, qidx)  # [M, nh*hd]
+                parts = {"parts": {}} if eager else {}  # passed only when armed (band_faults.py patches attend)
+                a = attend(Q, K, V, masked, self.w.attn_scale, **parts).index_select(0, qidx)  # [M, nh*hd]
+                if eager:
+                    self._record_parts(parts["parts"], int(qidx[row]), nh, int(pos[row]) + 1, rec["rec"])
             a = self._attended(l, a)
             h = post(
                 h,
@@ -198,8 +234,23 @@ class PackedModel:
                 L.n_mlp_out,
                 eps,
                 *((True,) if self.fault == "fp8_act" else ()),
+                **rec,
             )
-        return rms_norm(h[:1] if pad else h, self.w.norm, eps)
+        out = rms_norm(h[:1] if pad else h, self.w.norm, eps)
+        if row is not None:
+            self.tap.put("final_norm", self.cfg.num_layers, M - pad, out[row])
+        return out
+
+    @staticmethod
+    def _record_parts(parts: dict, slot: int, nh: int, n: int, rec) -> None:
+        """The armed row's scores and probabilities over its n visible keys, from attend's `parts`
+        ([G, nkv, Qm*gq, span] each); slot: its query slot g*Qm + i."""
+        s, p = parts["scores"], parts["probs"]
+        G, nkv, rows, span = s.shape
+        gq = nh // nkv
+        g, i = divmod(slot, rows // gq)
+        heads = slice(i * gq, (i + 1) * gq)
+        rec(scores=s[g, :, heads, :n].reshape(nh, n), probs=p[g, :, heads, :n].reshape(nh, n))
 
     def _gemv_call(self, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor, span: int | None) -> torch.Tensor:
         """recurrent_call for M <= gemv.MAX_ROWS rows (no padding) through kernels/gemv.py: per layer one
@@ -244,10 +295,16 @@ class PackedModel:
 
 
 def attend(
-    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, masked: torch.Tensor, scale: float | None = None
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    masked: torch.Tensor,
+    scale: float | None = None,
+    parts: dict | None = None,
 ) -> torch.Tensor:
     """Q: [G, Qm, nh, hd]; K, V: [G, span, nkv, hd]; masked: [G, Qm, span] (True = not
-    visible) -> [G*Qm, nh*hd]. Scores and softmax in FP32; scale: default hd ** -0.5."""
+    visible) -> [G*Qm, nh*hd]. Scores and softmax in FP32; scale: default hd ** -0.5.
+    parts: a dict to receive "scores" (FP32) and "probs" (V.dtype), [G, nkv, Qm*gq, span] each."""
     G, Qm, nh, hd = Q.shape
     span, nkv = K.shape[1], K.shape[2]
     gq = nh // nkv  # query heads per KV head
@@ -255,5 +312,65 @@ def attend(
     s = torch.matmul(q, K.permute(0, 2, 3, 1)).float() * (hd**-0.5 if scale is None else scale)  # [G, nkv, Qm*gq, span]
     m = masked[:, :, None, :].expand(G, Qm, gq, span).reshape(G, 1, Qm * gq, span)
     p = torch.softmax(s.masked_fill(m, float("-inf")), dim=-1).to(V.dtype)
+    if parts is not None:
+        parts |= {"scores": s, "probs": p}
     out = torch.matmul(p, V.permute(0, 2, 1, 3))  # [G, nkv, Qm*gq, hd]
     return out.reshape(G, nkv, Qm, gq, hd).permute(0, 2, 1, 3, 4).reshape(G * Qm, nh * hd)
+
+
+def invariant_call(model, prims, h: torch.Tensor, pos: torch.Tensor, plane: torch.Tensor) -> torch.Tensor:
+    """The invariant mode's recurrent call: one loop of the stack and the final norm on `prims`
+    (kernels/invariant.py CPU_PRIMS, or CUDA's), PackedModel.recurrent_call's math with its store and
+    attention-output faults. h: [M, H]; pos, plane: [M] -> [M, H]. K/V of every row are written before
+    any row attends. With model.tap armed on a row of this call, that row's intermediates are recorded
+    (oracle/capture.py); the invariance faults are kernels/invariant_faults.py."""
+    w, kv, eps, cfg = model.w, model.kv, model.eps, model.cfg
+    M, (nh, nkv, hd) = h.shape[0], (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    ops = invariant_faults.ops(prims, model.options.fault, M)  # o_proj, attention, post_norm
+    cos, sin = model.cos.index_select(0, pos), model.sin.index_select(0, pos)  # [M, hd]
+    write = plane * kv.max_len + pos  # [M] flat KV index
+    row = None if model.tap is None else model.tap.row(plane, pos, kv.n_slots)
+    for l, L in enumerate(w.layers):
+        rec = recorder(model.tap, row, l, M)
+        n = prims.rms_norm(h, L.n_in, eps)
+        q, k, v = prims.linear(n, L.qkv).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+        q, k, v = rope(q.reshape(M, nh, hd), cos, sin), rope(k.reshape(M, nkv, hd), cos, sin), v.reshape(M, nkv, hd)
+        kv.flat_view(kv.k, l).index_copy_(0, write, k)  # all writes of the call first
+        kv.flat_view(kv.v, l).index_copy_(0, write, v)
+        model._stored(l, write)
+        a = model._attended(l, ops.attention(q, kv.k[l], kv.v[l], plane, pos, w.attn_scale))  # [M, nh*hd]
+        y = ops.o_proj(a, L.o)
+        ao = prims.rms_norm(y, L.n_attn_out, eps)
+        x = h + ao
+        pn = ops.post_norm(x, L.n_post, eps)
+        g, u = prims.linear(pn, L.gate_up).chunk(2, dim=-1)
+        act = prims.silu_mul(g, u)
+        act = fp8(act) if model.fault == "fp8_act" else act
+        d = prims.linear(act, L.down)
+        mo = prims.rms_norm(d, L.n_mlp_out, eps)
+        h = x + mo
+        if rec is not None:
+            rec(norm_in=n, q=q, k=k, v=v)
+            parts = getattr(prims, "attention_parts", None) if ops.probs else None
+            if parts is not None:  # computed again for the row alone: the same bits, the prims being invariant
+                one = slice(row, row + 1)
+                sc, pr = parts(q[one], kv.k[l], kv.v[l], plane[one], pos[one], w.attn_scale)
+                rec(scores=sc, probs=pr)
+            rec(attn=a, o_proj=y, attn_out_norm=ao, residual_attn=x, post_norm=pn, gate=g, up=u, act=act, down=d)
+            rec(mlp_out_norm=mo, residual_mlp=h)
+    out = prims.rms_norm(h, w.norm, eps)
+    if row is not None:
+        model.tap.put("final_norm", cfg.num_layers, M, out[row])
+    return out
+
+
+def recorder(tap, row, layer: int, M: int):
+    """rec(op=tensor, ...): records row `row` of each [M, ...] tensor (a [nh, n] part as it is); None if unarmed."""
+    if row is None:
+        return None
+
+    def rec(**ops):
+        for op, t in ops.items():
+            tap.put(op, layer, M, t if op in ("scores", "probs") else t[row].reshape(-1))
+
+    return rec

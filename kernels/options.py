@@ -32,7 +32,12 @@ Fields (None: on where available; True: on, False: off) and their variables:
                      predecessor's writes); "late": the four products after their K loop, the
                      other kernels after their wait
     fault            a deliberate fault (FAULTS below; "" none), so the judge can be shown to catch it   LOOPSPEC_FAULT
-A switch variable "1" (or unset) leaves the field None, "0" sets it False.
+    invariant        False (default) | True: every recurrent call and head on the batch-invariant   LOOPSPEC_INVARIANT
+                     primitives of kernels/invariant.py (a row's bits do not depend on the other
+                     rows of its call nor on the thread count; the backend declares batch_invariant);
+                     the fast paths above are then not taken
+A switch variable "1" (or unset) leaves the field None, "0" sets it False; LOOPSPEC_INVARIANT "1"
+sets invariant True, "0" or unset leaves it False.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ ENV = {
     "attn_early_rows": "LOOPSPEC_ATTN_EARLY_ROWS",
     "program_norm_rows": "LOOPSPEC_PROGRAM_NORM_ROWS",
     "fault": "LOOPSPEC_FAULT",
+    "invariant": "LOOPSPEC_INVARIANT",
 }
 # Deliberate kernel faults, for the judge's own tests (meta_tests/faulty_kernels.py, make gpu-parity):
 # "attn_scale=F" multiplies the softmax logit scale in the attention kernels, "rope_theta=F" the
@@ -75,6 +81,13 @@ PRECISION_FAULTS = ("fp8_k", "fp8_v", "fp8_act", "fp8_gate_up")
 # The kernel band faults of meta_tests/band_faults.py (issue 46): error energies 1.5-1.9x the twin's.
 BITS_FAULTS = ("k_bits", "v_bits", "attn_out_bits", "o_weight_bits")
 BITS_LAYER_REQUIRED = ("attn_out_bits", "o_weight_bits")
+# Batch-invariance faults (kernels/invariant_faults.py), only with invariant=True: in calls of more
+# than 2 rows "inv_splitk" splits o_proj's K in two halves with bfloat16 partials, "inv_attn_split"
+# splits each row's keys in two chunks combined by a running max/sum (split-KV decode), and
+# "inv_norm_block" sums post_attention_layernorm's squares in blocks of hidden/4 stored in bfloat16.
+# A row's bits then depend on its call's row count: the exactness tier must catch each and the
+# localizer name its operation (meta_tests/faulty_kernels.py INVARIANT_OPS).
+INVARIANT_FAULTS = ("inv_splitk", "inv_attn_split", "inv_norm_block")
 # The handover between the GEMV paths and cuBLAS, chosen by measurement on the H200: the
 # small-M path beat cuBLAS + compiled blocks at M = 2, 4, 8 and 16 by 18-23% (docs/results.md, "Kernels
 # at the ouro-1.4b shape").
@@ -90,7 +103,7 @@ PROGRAM_NORM_ROWS = 1
 GEMV_KERNELS = ("qkv", "o", "gate_up", "down")
 GEMV_KEYS = (*GEMV_KERNELS, *(f"{k}/16" for k in GEMV_KERNELS))
 # The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
-SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl"))  # "0" or "1"
+SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl", "invariant"))  # "0" or "1"
 CHOICES = {
     ENV["compile_dynamic"]: COMPILE_DYNAMIC,
     ENV["gemv_max_rows"]: tuple(str(m) for m in range(1, 17)),
@@ -144,6 +157,7 @@ class KernelOptions:
     program_norm_rows: int = PROGRAM_NORM_ROWS  # calls of <= this many rows norm qkv's, gate_up's input per program
     attn_early_rows: int = ATTN_EARLY_ROWS  # calls of <= this many rows load attention's older keys before the PDL wait
     fault: str = ""  # a deliberate fault: "attn_scale=1.01" | "rope_theta=1.01" | "input_layernorm.0=1.01"
+    invariant: bool = False  # every call and head on kernels/invariant.py's batch-invariant primitives
 
     def __post_init__(self):
         if self.pdl_trigger not in PDL_TRIGGERS:
@@ -172,6 +186,12 @@ class KernelOptions:
             if name not in GEMV_KEYS:
                 known = ", ".join(GEMV_KEYS)
                 raise OracleError(f"KernelOptions.gemv_config: unknown kernel {name!r}; expected one of {known}")
+        if not isinstance(self.invariant, bool):
+            raise OracleError(f"KernelOptions.invariant={self.invariant!r}: expected True or False")
+        if self.fault in INVARIANT_FAULTS and not self.invariant:
+            raise OracleError(
+                f"kernel fault {self.fault!r} needs the invariant mode (KernelOptions.invariant, LOOPSPEC_INVARIANT=1)"
+            )
         parse_fault(self.fault)
 
     @classmethod
@@ -189,6 +209,7 @@ class KernelOptions:
         if env.get(ENV["gemv_max_rows"]):
             kw["gemv_max_rows"] = int(env[ENV["gemv_max_rows"]])
         kw["fault"] = env.get(ENV["fault"], "")
+        kw["invariant"] = env.get(ENV["invariant"], "0") == "1"
         path = env.get(ENV["gemv_config"])
         if path:
             with open(path) as f:
@@ -246,7 +267,7 @@ def parse_fault(fault: str) -> tuple[str, int | None, float | None] | None:
     """ "name[.layer]=factor" -> (name, layer, factor); a bits fault "name[.layer]=B" -> (name, layer,
     B); a precision fault "fp8_k" | "fp8_v" | "fp8_act"
     | "fp8_gate_up.L" -> (name, layer, None); "" -> None. A malformed fault is refused."""
-    if not fault or chain_fault(fault):  # a sampling-chain fault: no weight or precision fault
+    if not fault or fault in INVARIANT_FAULTS or chain_fault(fault):  # no weight or precision fault
         return None
     name, _, layer = fault.partition(".")
     if name in PRECISION_FAULTS:
@@ -280,6 +301,6 @@ def parse_fault(fault: str) -> tuple[str, int | None, float | None] | None:
         raise OracleError(
             f"kernel fault {fault!r}: expected attn_scale=F, rope_theta=F or input_layernorm.L=F "
             "(F > 0, L a layer), fp8_k, fp8_v, fp8_act, fp8_gate_up.L, or k_bits[.L]=B, v_bits[.L]=B, "
-            "attn_out_bits.L=B, o_weight_bits.L=B"
+            "attn_out_bits.L=B, o_weight_bits.L=B, or (invariant) inv_splitk, inv_attn_split, inv_norm_block"
         )
     return name, li, f

@@ -28,6 +28,7 @@ from .options import KernelOptions
 from .rows import check_limits, processor_steps
 from .round_buffer import PlanCache, build_plan, plan_indices, processors_variant, sampling_variant
 from .streams import UniformStream
+from .tap import Tap
 from .triton_attention import span_bucket
 
 
@@ -81,6 +82,8 @@ class TorchSession:
         self.grow = grow  # capacity (requests, max_len) doubles on demand; else errors
         per_round = max_draws(max_tokens_per_round - 1)  # uniforms of one round, at most
         self.graphs = GraphRunner(graphs, max_batch_size, max_graphs)
+        self.graph_mode = graphs  # restored when a capture is disarmed
+        self.records: list = []  # what captures recorded, until captured() (kernels/tap.py)
         self.engine = Engine(
             weights, D, max_requests, max_len, max_tokens_per_round, 2 * per_round, self.graphs, kernel_options
         )
@@ -112,6 +115,8 @@ class TorchSession:
             self.engine.grow(2 * (self.engine.kv.n_slots - 1), self.max_len)
         stream = UniformStream(rid, seed=params.seed) if replay is None else UniformStream(rid, replay=replay)
         slot = self.engine.kv.alloc(rid)
+        if self.engine.tap is not None and self.engine.tap.rid == rid:
+            self.engine.tap.slot = slot
         try:
             self.engine.set_params(slot, params, self.cfg.vocab_size)
             if self.debug_poison:
@@ -130,7 +135,32 @@ class TorchSession:
         self._drain(req)
         self.requests.pop(rid)
         self.engine.kv.release(req.slot)
+        if self.engine.tap is not None and self.engine.tap.rid == rid:
+            self.engine.tap.slot = self.engine.tap.flat = None
         return req.tokens
+
+    # ---- the localizer's capture (oracle/contract.py OPTIONAL_SESSION) ----
+    def capture(self, rid, position, depth) -> None:
+        """Arm the capture of row (rid, position, depth) in every later call that computes it (prefill
+        included, so it may be armed before add) and of a head run on it; (None, None, None) disarms.
+        depth: the KV plane's depth 0..D-1. While armed, rounds run without graphs (kernels/tap.py)."""
+        self._drain_all()
+        tap = None if rid is None else Tap.arm(rid, position, depth, self.D, self.cfg.num_layers, self.records)
+        if tap is not None and rid in self.requests:
+            tap.slot = self.requests[rid].slot
+        self.graphs.mode = self.graph_mode if tap is None else "off"  # a graph's replay runs no Python
+        self.engine.tap = self.engine.model.tap = tap
+
+    def captured(self) -> list:
+        """What captures recorded (oracle.capture.Captured) in execution order since the last call; cleared."""
+        self._drain_all()
+        out = list(self.records)
+        self.records.clear()
+        return out
+
+    def _drain_all(self) -> None:
+        while self.pending:
+            self._finish(self.pending[0])
 
     @_no_autograd
     def tokens(self, rid) -> list[int]:

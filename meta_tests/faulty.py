@@ -532,6 +532,44 @@ class SkipsOneKVWrite(FaultyBackend):
         return tr
 
 
+class LoopOnlyWrongToken(DivergenceWithoutNearTie):
+    """The loop round alone emits the least likely token as a greedy request's final one: a token bug
+    of one mode (the block round is correct), which the report's divergence plot must show as such."""
+
+    fault = "loop_only_wrong_token"
+
+    def phases(self, mode: str) -> Phases:
+        p = super().phases(mode)
+        return p if mode == "loop" else dataclasses.replace(p, accept=phases.accept)
+
+
+class _ScaledKV(_KVProxy):
+    """KV whose K writes of one (depth, layer) are scaled: a wrong value, written where it belongs."""
+
+    def __init__(self, kv, depth: int, layer: int, scale: float):
+        super().__init__(kv)
+        self._at, self._scale = (depth, layer), np.float32(scale)
+
+    def write(self, request, position, depth, layer, k, v, call):
+        k = k * self._scale if (depth, layer) == self._at else k
+        self._kv.write(request, position, depth, layer, k, v, call)
+
+
+class KVScaledOneLayer(FaultyBackend):
+    """A float32 plug-in (exact = False) whose K writes at depth 1, layer 1 are 0.1% too large in both
+    modes: a KV value bug inside the float32 row's tolerance nowhere but there (a report's heatmap)."""
+
+    fault = "kv_scaled_one_layer"
+    exact, dtype = False, "float32"
+
+    def run_call(self, st, rows):
+        kv, st.kv = st.kv, _ScaledKV(st.kv, 1, 1, 1.001)
+        try:
+            phases.run_call(st, rows)
+        finally:
+            st.kv = kv
+
+
 class ExactFalse(FaultyBackend):
     """NOT a fault: the reference itself, declaring exact = False (float32 row)."""
 
@@ -553,6 +591,18 @@ def make_divergence_without_near_tie():
 
 def make_skips_one_kv_write():
     return SkipsOneKVWrite()
+
+
+# the report's two pictured faults (tests/test_html_report.py, docs/report_*.png), not in FAULTS: the
+# property suite's matrix catches their kinds already (divergence_without_near_tie, skips_one_kv_write)
+
+
+def make_loop_only_wrong_token():
+    return LoopOnlyWrongToken()
+
+
+def make_kv_scaled_one_layer():
+    return KVScaledOneLayer()
 
 
 def make_exact_false():

@@ -38,9 +38,10 @@ def test_a_backend_that_breaks_its_declaration_fails_with_the_place_named(capsys
     bad = [c for c in out["checks"] if not c["ok"]]
     # only the tier sees a 1-ULP fault: the twin verdict's float32 row holds
     assert bad and all(c["name"] == f"{CASE}: invariance" for c in bad), bad
-    assert {c["detail"].split(": ")[1] for c in bad} == set(invariance.CLAIMS)
+    assert {c["failure"]["mode"] for c in bad} == set(invariance.CLAIMS)
     first = bad[0]["detail"]
-    assert "block and loop part at request 1, round 0, position 2, depth 1, layer 0: KV write k[1]" in first, first
+    want = "[block = loop]: round 0 request 1: block and loop part at position 2, depth 1, layer 0: KV write k[1]"
+    assert want in first, first
     assert "the localizer stops at request 1, round 0, position 2, depth 1, layer 0" in first, first
 
 
@@ -89,4 +90,4 @@ def test_drawn_scenarios_judge_the_tier_both_ways(spec, caught):
     out = catch.check(load_backend(spec), spec, "test_round_props::test_block_and_loop_rounds_agree", scale=0.25)
     assert out.caught == caught, out.message
     if caught:
-        assert ": invariance: scenario: " in out.message, out.message
+        assert "scenario: invariance: scenario [" in out.message, out.message

@@ -53,6 +53,8 @@ NAMED = {
     "torch-cpu": "kernels.backend:make_torch_cpu",
     "torch-cpu-bf16": "kernels.backend:make_torch_cpu_bf16",
     "torch-cuda": "kernels.backend:make_torch_cuda",
+    "torch-cpu-bf16-inv": "kernels.backend:make_torch_cpu_bf16_inv",  # batch-invariant (kernels/invariant.py)
+    "torch-cuda-inv": "kernels.backend:make_torch_cuda_inv",
     "jax": "judge_jax.backend:make_jax_backend",
 }
 

@@ -10,7 +10,8 @@ Profiles (pick with HYPOTHESIS_PROFILE=dev|ci|nightly or --hypothesis-profile=..
              and the size caps of property_tests/strategies.py at their full ranges
 
 Backend under test: ORACLE_BACKEND (or --oracle-backend) = reference | torch-cpu | torch-cuda |
-package.module:factory, loaded by oracle.backends.load_backend().
+torch-cpu-bf16-inv | torch-cuda-inv (batch-invariant) | package.module:factory, loaded by
+oracle.backends.load_backend().
 
 Documented command (statistics show examples per property and the event() coverage of
 rejection positions):

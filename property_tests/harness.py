@@ -151,14 +151,6 @@ def reference_run(sc: Scenario, mode: str, replay_from: ScenarioRun | None = Non
     return runner.judge_run(seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay_from)
 
 
-def failure_line(v) -> str:
-    """A failed verdict's first failure, with how many more checks failed."""
-    bad = v.failed
-    more = f" (+{len(bad) - 1} more failed checks: {', '.join(c['name'] for c in bad[1:4])})" if len(bad) > 1 else ""
-    name, detail = bad[0]["name"].rsplit(": ", 1)[-1], bad[0]["detail"]
-    return f"{detail if detail.startswith(name) else f'{name}: {detail}'}{more}"
-
-
 def assert_runs_match(
     ref: ScenarioRun, other: ScenarioRun, dtype: str, nodeid: str = "", model=None, both_noisy: bool = False
 ):
@@ -171,7 +163,7 @@ def assert_runs_match(
     )
     v = judge(plan, INLINE)
     if not v.ok:
-        raise AssertionError(f"{what}: {failure_line(v)}")
+        raise AssertionError(f"{what}: {v.first_failure()}")
     for a, b in zip(ref.traces, other.traces):  # the commit cut, where the decisions agree
         for rid in a.requests:
             if a.emitted.get(rid) == b.emitted.get(rid) and (a.kept(rid), a.finished.get(rid)) != (
@@ -235,11 +227,11 @@ def check_equivalence(sc: Scenario, bk: LoadedBackend | None = None, reports: li
     if not v.ok:
         bad = v.failed
         what = next((w for tag, w in WHAT.items() if bad[0]["name"].startswith(f"{sc.name} [{tag}]")), "")
-        raise AssertionError(f"{bk.name} ({dtype_of(bk)}) {what}: {failure_line(v)}")
+        raise AssertionError(f"{bk.name} ({dtype_of(bk)}) {what}: {v.first_failure()}")
     if probe_for(sc, bk) if probe is None else probe:
         p = probe_verdict(bk, sc)
         if not p.ok:
-            raise AssertionError(f"{bk.name} ({dtype_of(bk)}) on the drawn model: {failure_line(p)}")
+            raise AssertionError(f"{bk.name} ({dtype_of(bk)}) on the drawn model: {p.first_failure()}")
     return v.runs[sc.name]
 
 

@@ -76,7 +76,7 @@ def test_probe_verdicts_pass(which):
     model = MODELS[which]()
     with harness.threads_for(model):
         v = judge(probe_plan(bk, model, probe_reproduce=harness.reproduce_line(MODULE)), INLINE)
-    assert not v.failed or v.drift is not None, f"{bk.name}, {which} model {model.cfg}: {harness.failure_line(v)}"
+    assert not v.failed or v.drift is not None, f"{bk.name}, {which} model {model.cfg}: {v.first_failure()}"
     rep, prec = v.drift, v.precision
     failed = [f"drift verdict: {rep.failure}"] if not rep.ok else []
     if prec is None:

@@ -153,7 +153,7 @@ class RoundLifecycle(RuleBasedStateMachine):
             # bounds, as every other judgement of the suite (the fixed row's false alarms:
             # docs/results.md, "Calibration of the bfloat16 row")
             v = judge(traces_plan(ref_sub, [harness.subset(tr, live)], dtype, self.model), INLINE)
-            assert v.ok, f"{self.bk.name} vs reference: {harness.failure_line(v)}"
+            assert v.ok, f"{self.bk.name} vs reference: {v.first_failure()}"
         for rid in live:
             self.events[rid].extend(e for e in ref_tr.rng_events if e.request == rid)
             if tr.emitted[rid] != ref_tr.emitted[rid]:  # an excused divergence (inexact backends)

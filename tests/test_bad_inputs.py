@@ -397,6 +397,16 @@ CATALOGUE = [
     ),
     (
         "environment",
+        "LOOPSPEC_INVARIANT not 0/1",
+        lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_INVARIANT": "yes"}),
+    ),
+    (
+        "environment",
+        "invariance fault without the invariant mode",
+        lambda f: (["check", "--backend", "torch-cpu-bf16"], {"LOOPSPEC_FAULT": "inv_splitk"}),
+    ),
+    (
+        "environment",
         "LOOPSPEC_PDL_TRIGGER unknown",
         lambda f: (["check", "--backend", "torch-cpu"], {"LOOPSPEC_PDL_TRIGGER": "early"}),
     ),

@@ -27,10 +27,12 @@ from kernels.kvplanes import KVPlanes
 from kernels.options import KernelOptions
 from kernels.weights import TorchWeights
 from oracle.config import ModelConfig
+from tests import interpreter_speed
 
 if FRESH:
     del os.environ["TRITON_INTERPRET"]  # kernels are decorated; set again per test (lazy imports)
 INTERPRETED = isinstance(G._gemv_kernel, InterpretedFunction)
+interpreter_speed.install()  # the same values, half the interpreter's CPU time
 
 CFG = ModelConfig(
     vocab_size=32, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=16

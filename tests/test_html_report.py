@@ -1,8 +1,9 @@
-"""oracle/judge/html_report.py: `check --report DIR`'s page of a `check --backend` verdict.
+"""oracle/cli/html_report.py: `check --report DIR`'s page of a `check --backend` verdict.
 
-The verdicts are built by hand in the shape `check --backend NAME --json` prints (a failed
-precision check with its reproduce line, a failed token check, excused divergences, drift
-estimates with one past the threshold, precision groups per kind, depth and layer)."""
+The verdicts are built by hand in the shape `check --backend NAME --json` prints, with the maps
+Verdict.error_maps adds for the page (a failed precision check with its reproduce line, a failed
+token check and its record, an excused divergence's record, drift estimates with one past the
+threshold, precision groups per kind, depth and layer, KV and logits errors per value)."""
 
 from __future__ import annotations
 
@@ -14,28 +15,46 @@ import os
 import pytest
 
 from oracle.errors import OracleError
-from oracle.cli import html_report
+from oracle.cli import html_errors, html_report
+from oracle.judge.report import Failure, describe
 
 REPRO = "python -m oracle check --preset tiny --seed 0 --backend meta_tests.faulty_kernels:make_fp8_k_bf16"
 PREC_FAIL = (
     "K writes, depth 0, layer 0: error energy 32.59x the bfloat16 twin's (z = 92.0): about 5.5 "
     f"significant bits where bfloat16 has 8 (reproduce: {REPRO})"
 )
-TOKEN_FAIL = (
-    "ragged (5,3,1) d=2 D=4 [block]: round 2 request 3: final token (offset 1): backend 33 vs reference 12 "
-    f"(reference margin 0.5 ) (reproduce: {REPRO} --case 'ragged (5,3,1) d=2 D=4')"
-)
-EXCUSED = (
-    "uniform (5,5,5,5) d=2 D=4, 6 rounds [loop]: round 1 request 2: acceptance of the draft at offset 0: "
-    "accepted backend 0 vs reference 2, reference margin 0.00182; its decision margin 0.00231 is 0.17 noise "
-    "scales of the twin <= 10; request 2 is compared up to offset 2 and not after"
-)
+CASE = "ragged (5,3,1) d=2 D=4"
+TOKEN = Failure(
+    "tokens", "final token (offset 1)", CASE, "block", 2, 3, 1, got=33, want=12, margin=0.5,
+    note="reference margin 0.5", reproduce=f"{REPRO} --case '{CASE}'",
+)  # fmt: skip
+EXCUSED = Failure(
+    "tokens", "acceptance of the draft at offset 0", "uniform (5,5,5,5) d=2 D=4, 6 rounds", "loop", 1, 2, 0,
+    got=0, want=2, margin=0.00182, error=0.17, bound=10.0, excused=True,
+    note="reference margin 0.00182; its decision margin 0.00231 is 0.17 noise scales of the twin <= 10; "
+    "request 2 is compared up to offset 2 and not after",
+)  # fmt: skip
+
+
+def maps() -> list[dict]:
+    """Verdict.error_maps of the failed case: a K write bug at depth 1, layer 1 (block and loop runs)."""
+    kv = [[d, layer, p, (3e-3 if (d, layer) == (1, 1) else 2e-6), 1e-5 * 1.5**d] for d in range(3) for layer in range(2)
+          for p in range(3, 9)]  # fmt: skip
+    logits = [[c, o, 4e-5 * (o + 1), 3.4e-5] for c in ("draft_logits", "verify_logits") for o in range(4)]
+    return [
+        {"label": f"{CASE} [{mode}]", "case": CASE, "mode": mode, "ok": False, "kv": kv, "logits": logits,
+         "tokens": [TOKEN.to_json()] if mode == "block" else []}
+        for mode in ("block", "loop")
+    ]  # fmt: skip
 
 
 def verdict() -> dict:
     groups = [
         {
             "group": f"{kind}, depth {d}, layer {layer}",
+            "kind": kind,
+            "depth": d,
+            "layer": layer,
             "energy": e,
             "se_log": 0.03,
             "z": z,
@@ -47,8 +66,26 @@ def verdict() -> dict:
         for layer in range(2)
     ]
     groups += [
-        {"group": "draft logits, depth 1", "energy": 2.7, "se_log": 0.04, "z": 5.5, "values": 374, "bits": 7.3},
-        {"group": "verification logits, depth 2", "energy": 1.1, "se_log": 0.04, "z": -9.0, "values": 392, "bits": 7.9},
+        {
+            "group": "draft logits, depth 1",
+            "kind": "draft logits",
+            "depth": 1,
+            "energy": 2.7,
+            "se_log": 0.04,
+            "z": 5.5,
+            "values": 374,
+            "bits": 7.3,
+        },
+        {
+            "group": "verification logits, depth 2",
+            "kind": "verification logits",
+            "depth": 2,
+            "energy": 1.1,
+            "se_log": 0.04,
+            "z": -9.0,
+            "values": 392,
+            "bits": 7.9,
+        },
     ]
     est = [
         {
@@ -86,8 +123,8 @@ def verdict() -> dict:
         "tolerance_row": "bfloat16",
         "layers": 2,
         "checks": [
-            {"name": "ragged (5,3,1) d=2 D=4 [block]: rounds", "ok": True, "detail": ""},
-            {"name": "ragged (5,3,1) d=2 D=4 [block]: tokens", "ok": False, "detail": TOKEN_FAIL},
+            {"name": "ragged (5,3,1) d=2 D=4 [block]: rounds", "ok": True, "detail": "", "failure": None},
+            {"name": f"{CASE} [block]: tokens", "ok": False, "detail": describe(TOKEN), "failure": TOKEN.to_json()},
             {"name": "drift probe: drift", "ok": False, "detail": "attention logit scale 1.0087 ± 0.0005"},
             {"name": "drift probe: precision", "ok": False, "detail": PREC_FAIL},
         ],
@@ -100,7 +137,9 @@ def verdict() -> dict:
         "rng_events_compared": 965,
         "tokens_compared": 523,
         "request_rounds": 318,
-        "excused_divergences": [EXCUSED],
+        "excused_divergences": [describe(EXCUSED)],
+        "excused_records": [EXCUSED.to_json()],
+        "maps": maps(),
         "max_rel_err": {"kv": 0.08, "logits": 0.09},
         "skipped": [],
         "seconds": 14.8,
@@ -138,20 +177,20 @@ def test_page_holds_the_verdict_the_failures_and_the_plots(tmp_path):
     # the failed checks come first, before the plots, each with its detail and reproduce line
     assert page.index("Failed checks") < page.index("<img")
     assert "drift probe: precision" in page and "error energy 32.59x the bfloat16 twin&#x27;s" in page
-    assert f"<pre>{REPRO}</pre>" in page
-    assert "ragged (5,3,1) d=2 D=4 [block]: tokens" in page and "backend 33 vs reference 12" in page
-    assert "accepted backend 0 vs reference 2" in page  # the excused divergence is listed
+    assert f"<pre>{REPRO} --case &#x27;{CASE}&#x27;</pre>" in page  # a record's reproduce line, apart
+    assert f"{CASE} [block]: tokens" in page and "backend 33 vs reference 12" in page
+    assert "acceptance of the draft at offset 0: backend 0 vs reference 2" in page  # the excused one is listed
     assert "layer 0 o_proj output scale" in page  # what the probe cannot observe
-    for name in ("precision", "drift", "divergences"):
+    for name in ("kv", "logits", "divergences", "precision", "drift"):  # a picture per failure class
         png = tmp_path / "out" / f"{name}.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert page.count("data:image/png;base64,") == 3  # the page alone is the report
+    assert page.count("data:image/png;base64,") == 5  # the page alone is the report
 
 
 def test_passing_verdict_and_missing_sections_still_render(tmp_path):
     pytest.importorskip("matplotlib")
     v = verdict()
-    v.update(ok=True, excused_divergences=[])
+    v.update(ok=True, excused_divergences=[], excused_records=[], maps=[])
     v["checks"] = [c for c in v["checks"] if c["ok"]]
     for key in ("drift", "precision", "max_rel_err", "cases", "seconds"):
         del v[key]
@@ -162,28 +201,43 @@ def test_passing_verdict_and_missing_sections_still_render(tmp_path):
     assert "OK: torch-cpu-bf16 (fp8_k)" in page
     assert "No drift report in this verdict." in page and "No precision report in this verdict." in page
     assert "No token diverged" in page and "<img" not in page
+    assert "No KV write differs." in page and "No logits vector differs." in page
     assert not (out / "drift.png").exists() and not (out / "precision.png").exists()
     # a bare verdict (only the keys a Verdict always has) renders too
     bare = html_report.write_report({"ok": False, "backend": "x", "dtype": "float32"}, str(tmp_path / "bare"))
     assert "FAILED: x" in open(bare, encoding="utf-8").read()
 
 
-def test_divergences_are_read_from_the_lines():
-    rows = html_report._divergences(verdict())
+def test_divergences_are_read_from_the_records():
+    rows = html_errors.divergences(verdict())
     excused, failed = [r for r in rows if r["excused"]], [r for r in rows if not r["excused"]]
-    assert [(r["round"], r["request"], r["got"], r["want"], r["margin"], r["scales"]) for r in excused] == [
-        ("1", "2", "0", "2", 0.00182, 0.17)
+    assert [(r["round"], r["request"], r["got"], r["want"], r["margin"], r["error"]) for r in excused] == [
+        (1, 2, 0, 2, 0.00182, 0.17)
     ]
-    assert [(r["case"], r["round"], r["got"], r["want"], r["margin"]) for r in failed] == [
-        ("ragged (5,3,1) d=2 D=4 [block]", "2", "33", "12", 0.5)
+    assert [(r["case"], r["mode"], r["round"], r["got"], r["want"], r["sides"]) for r in failed] == [
+        (CASE, "block", 2, 33, 12, ["backend", "reference"])
     ]
+
+
+def test_the_kv_picture_draws_the_comparisons_of_the_failing_case():
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    v = verdict()
+    assert [m["mode"] for m in html_errors.panels(v, "kv")] == ["block", "loop"]
+    fig = html_errors.kv_plot(Figure, v)
+    grid = fig.axes[0].images[0].get_array()  # rows (depth, layer), columns position: error / tolerance
+    assert grid.shape == (6, 6) and int(grid.argmax()) // 6 == 3  # the row of depth 1, layer 1
+    v["maps"] = []
+    assert html_errors.kv_plot(Figure, v) is None and html_errors.logits_plot(Figure, v) is None
 
 
 def test_block_and_loop_failing_alike_are_one_card():
     v = verdict()
     loop = copy.deepcopy(v["checks"][1])
     loop["name"] = loop["name"].replace("[block]", "[loop]")
-    loop["detail"] = loop["detail"].replace("[block]", "[loop]")
+    loop["failure"]["mode"] = "loop"
+    loop["detail"] = "the text is not read: the record is"
     merged = html_report._merged_failures(html_report._failed({"checks": v["checks"] + [loop]}))
     assert [m["name"] for m in merged] == [
         "ragged (5,3,1) d=2 D=4 [block, loop]: tokens",
@@ -191,6 +245,11 @@ def test_block_and_loop_failing_alike_are_one_card():
         "drift probe: precision",
     ]
     assert merged[0]["detail"].startswith("round 2 request 3: final token")
+    other = copy.deepcopy(loop)
+    other["failure"]["case"] = "uniform"
+    merged = html_report._merged_failures(html_report._failed({"checks": v["checks"] + [loop, other]}))
+    assert merged[0]["name"] == "tokens: 3 checks in 2 cases [block, loop]"  # one card per class, as the text
+    assert merged[0]["detail"].startswith(f"first: {CASE} [block]: round 2 request 3: final token")
 
 
 def test_without_matplotlib_one_line_says_how_to_install(tmp_path, monkeypatch):

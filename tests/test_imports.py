@@ -285,8 +285,10 @@ def test_the_rooms_import_downwards_only():
 # The judge's face to the CLI: the one verdict, the scenario (a case and its reproduce line) and
 # the runner (a scenario's rounds on one backend: `trace record`, the catalogue's plain runs).
 # and the plan (what a verdict compares, and the executor: oracle/judge/plan.py).
-# and the shrinker (a failing verdict's smallest case, judged by the one verdict: issue 44).
+# and the shrinker (a failing verdict's smallest case, judged by the one verdict: issue 44),
+# and the report (a failure's record and its one text, `describe`, which every renderer reads: issue 61).
 JUDGE_FACE = {
+    "oracle.judge.report",
     "oracle.judge.verdict",
     "oracle.judge.scenario",
     "oracle.judge.runner",

@@ -15,11 +15,19 @@ pytest.importorskip("triton")
 REPO = Path(__file__).resolve().parents[1]
 
 
+# `python scripts/gpu_layer_probe.py --check` on the interpreter of tests/interpreter_speed.py (the same values)
+PROBE = """
+import runpy, sys
+from tests import interpreter_speed
+interpreter_speed.install()
+sys.argv = ["scripts/gpu_layer_probe.py", "--check"]
+runpy.run_path("scripts/gpu_layer_probe.py", run_name="__main__")
+"""
+
+
 def test_the_probe_arms_agree_bit_for_bit_and_with_torch():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run(
-        [sys.executable, "scripts/gpu_layer_probe.py", "--check"], cwd=REPO, env=env, capture_output=True, text=True
-    )
+    run = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads(run.stdout)
     arms = {arm for rows in report.values() for arm in rows}
@@ -32,6 +40,8 @@ def test_the_read_arms_read_every_weight_once():
     sums their programs store add up to the sum of each layer's four weight matrices."""
     code = """
 import sys, torch
+from tests import interpreter_speed
+interpreter_speed.install()
 sys.path.insert(0, "scripts")
 import gpu_layer_probe as g
 p = g.Probe(64, 192, 128, 2, torch.device("cpu"))

@@ -19,6 +19,7 @@ from oracle.cli import main
 from oracle.cli import case_json
 from oracle.cli.catalogue import default_cases
 from oracle.judge import shrink
+from oracle.judge.report import Failure, describe
 from oracle.judge.scenario import Case
 from oracle.sampling import SamplingParams
 
@@ -215,9 +216,16 @@ def test_a_failure_class_and_what_must_match():
     assert shrink.failure_class("drift probe: precision") == "precision"
     t = shrink.Target("c [block]: backend", "backend", "the backend raised OracleError: x", big_case(), "OracleError")
     v = type("V", (), {})()
-    v.failed = [{"name": "shrunk [loop]: backend", "ok": False, "detail": "c [loop]: the backend raised KeyError: 3"}]
+
+    def raised(name, text):  # a failed backend check as the verdict holds it: its text and its record
+        f = Failure("backend", f"the backend raised {name}: {text}", "c", "loop", got=name)
+        return {"name": "shrunk [loop]: backend", "ok": False, "detail": describe(f), "failure": f.to_json()}
+
+    v.failed = [raised("KeyError", "3")]
     assert shrink.holds(v, t) is None  # another exception is another failure
-    v.failed[0]["detail"] = "c [loop]: the backend raised OracleError: y"
+    v.failed = [raised("OracleError", "y")]
+    assert shrink.holds(v, t) is v.failed[0]
+    v.failed[0]["detail"] = "the backend raised KeyError: the text is not read"  # the record is
     assert shrink.holds(v, t) is v.failed[0]
 
 

@@ -174,7 +174,8 @@ def register(sub) -> None:
         "--backend",
         default=None,
         help="judge a backend's rounds against the reference "
-        "(torch-cpu | torch-cpu-bf16 | torch-cuda | jax | package.module:factory)",
+        "(torch-cpu | torch-cpu-bf16 | torch-cuda | jax | package.module:factory; batch-invariant: "
+        "torch-cpu-bf16-inv | torch-cuda-inv)",
     )
     p.add_argument(
         "--reference",

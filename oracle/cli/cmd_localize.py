@@ -13,12 +13,12 @@ import time
 
 from .. import isolated
 from ..errors import printable
-from ..judge import invariance
-from ..judge.localize import localize
-from ..judge.runner import run_scenario
+from ..judge.plan import Executor, invariance_plan
+from ..judge.verdict import judge
 from .argtypes import add_threads_option, command_parser
 from .cmd_check import model_and_cases
 from .environment import set_threads
+from .progress import Progress
 from .round_args import add_round_options, check_round_args
 
 CLAIMS = {"block-loop": "block = loop", "spec-plain": "spec = plain", "alone": "alone = batched"}
@@ -29,56 +29,36 @@ def run(args) -> int:
     backend = isolated.load(args.backend)
     model, cases = model_and_cases(args)
     set_threads(args, model.cfg.hidden_size)
+    progress = Progress.for_args(args)
+    try:
+        v = judge(invariance_plan(backend, model, cases), Executor(on_phase=progress.phase))
+    finally:
+        progress.done()
     want = set(CLAIMS.values()) if args.claim == "all" else {CLAIMS[args.claim]}
-    out = []
-    for case in cases:
-        runs = {mode: run_scenario(backend, model, case, mode) for mode in ("block", "loop")}
-        results = invariance.claims(backend, model, case, runs, lambda p, s: localize(backend, model, p, s))
-        out += [(case.name, r) for r in results if r.claim in want]
-    ok = all(r.ok for _, r in out)
+    results = [r for r in v.info.get("invariance", {}).get("results", []) if r["claim"] in want]
+    failures = {(c["failure"]["case"], c["failure"]["mode"]): c for c in v.checks if not c["ok"] and c.get("failure")}
+    ok = bool(results) and all(r["ok"] for r in results)
     if args.json:
+        out = [r | {"failure": failures.get((r["case"], r["claim"]), {}).get("failure")} for r in results]
         print(
             json.dumps(
                 {
                     "ok": ok,
                     "backend": backend.name,
                     "seconds": round(time.perf_counter() - t0, 2),
-                    "claims": [_json(name, r) for name, r in out],
+                    "claims": out,
+                    "skipped": v.skipped,
                 }
             )
         )
     else:
         print(printable(f"loopspec-oracle localize: backend {backend.name} ({backend.dtype}), bitwise"))
-        for name, r in out:
-            text = invariance.failure_line(name, r) if not r.ok else f"{name}: {r.claim}: bitwise equal"
-            print(printable(f"  [{'SAME' if r.ok else 'PART'}] {text} ({r.values:,} values)"))
+        for r in results:
+            c = failures.get((r["case"], r["claim"]))
+            text = c["detail"] if c is not None else f"{r['case']}: {r['claim']}: bitwise equal"
+            print(printable(f"  [{'SAME' if r['ok'] else 'PART'}] {text} ({r['values']:,} values)"))
         print(f"  {'bitwise equal' if ok else 'the runs part'} in {round(time.perf_counter() - t0, 2)} s")
     return 0 if ok else 1
-
-
-def _json(case: str, r) -> dict:
-    first = min(r.parts, key=invariance.Part.key) if r.parts else None
-    place = None
-    if first is not None:
-        place = {
-            "request": first.rid,
-            "rounds": list(first.rounds),
-            "position": first.position,
-            "depth": first.depth,
-            "layer": first.layer,
-            "what": first.what,
-            "detail": first.detail,
-            "sides": list(first.labels),
-        }
-    return {
-        "case": case,
-        "claim": r.claim,
-        "ok": r.ok,
-        "values": r.values,
-        "first": place,
-        "operation": r.localized,
-        "requests_parting": len(r.parts),
-    }
 
 
 def register(sub) -> None:
@@ -95,4 +75,5 @@ def register(sub) -> None:
     p.add_argument("--claim", choices=["all", *CLAIMS], default="all", help="which claim to check")
     add_threads_option(p, "torch intra-op threads (and NumPy's BLAS threads), as check --threads")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="print no progress lines on stderr")
     p.set_defaults(func=run, preflight=check_round_args)

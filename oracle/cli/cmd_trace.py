@@ -9,7 +9,6 @@ by B's recorded row unless --tolerance is given."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from dataclasses import asdict
 from pathlib import Path
@@ -245,41 +244,20 @@ def diff(args) -> int:
     row = args.tolerance or recorded_row(args.b, meta_b)
     # a reduced-precision row: judged by the noise twin of the model the traces name, as check --backend
     model, why = traced_model(fa, args.a) if row in verdict.SIGMA else (None, "")
-    plan = traces_plan(a, b, row, model, reproduce=diff_reproduce(args, meta_a, row), names=(args.a, args.b))
+    plan = traces_plan(
+        a, b, row, model, reproduce=diff_reproduce(args, meta_a, row), names=(args.a, args.b), sides=("B", "A")
+    )
     v = verdict.judge(plan)
     if args.json:
         out = diff_json(v, why)
-        for c in out["checks"]:
-            c["detail"] = relabel(c["detail"])
         out["cut"] = trace_cut.cut_lines(v, args.a, args.b, a)  # issue 44: the smallest pair, for a bug report
         print(json.dumps(out))
     else:
         lines = diff_text(v, why, recorded=not args.tolerance)
         head = lines[0].replace(f"{args.b} judged against {args.a}", f"B {args.b} judged against A {args.a}", 1)
         cut = [] if v.ok else trace_cut.cut_lines(v, args.a, args.b, a)  # issue 44: the smallest pair
-        print("\n".join(printable(line) for line in [head, *map(relabel, lines[1:]), *cut]))
+        print("\n".join(printable(line) for line in [head, *lines[1:], *cut]))
     return 0 if v.ok else 1
-
-
-# the judge's words for its two sides, as trace diff names them: A (the first file) and B
-SIDES = (
-    (re.compile(r"\bbackend (\S+) vs reference (\S+)"), r"B \1 vs A \2"),
-    (re.compile(r"\bthe backend's\b"), "B's"),
-    (re.compile(r"\bthe reference's\b"), "A's"),
-    (re.compile(r"\bin the reference\b"), "in A"),
-    (re.compile(r"\bthe backend\b"), "B"),
-    (re.compile(r"\bbackend round\b"), "B round"),
-    (re.compile(r"\(backend: "), "(B: "),
-    (re.compile(r"; reference: "), "; A: "),
-)
-
-
-def relabel(detail: str) -> str:
-    """A check's detail with the judge's 'backend' and 'reference' named as trace diff's B and A
-    ('largest difference at index 17: B 1.71 vs A 1.21')."""
-    for pattern, words in SIDES:
-        detail = pattern.sub(words, detail)
-    return detail
 
 
 def register(sub) -> None:
@@ -304,7 +282,7 @@ def register(sub) -> None:
         default=None,
         metavar="SPEC",
         help="record this backend's traces (torch-cpu | torch-cpu-bf16 | torch-cuda | jax | "
-        "package.module:factory; default: the reference)",
+        "package.module:factory, or batch-invariant torch-cpu-bf16-inv | torch-cuda-inv; default: the reference)",
     )
     add_timeout_option(r, "with --backend: seconds each backend call may take (default: 300)")
     add_threads_option(

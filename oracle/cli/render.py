@@ -5,6 +5,8 @@ here judges."""
 
 from __future__ import annotations
 
+from ..judge.report import Failure, describe
+
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
@@ -19,7 +21,7 @@ def backend_text(v, judge_name: str = "") -> list[str]:
         f"{judge_name}, tolerance row {v.tolerance_row!r}"
     )
     lines = [head] + [f"  [{'PASS' if c['ok'] else 'FAIL'}] {c['name']}" for c in v.cases]
-    lines += [f"  FAIL [{c['name'].rsplit(': ', 1)[-1]}] {c['detail']}" for c in v.failed]
+    lines += folded(v.failed)
     lines += [f"  skipped: {s}" for s in v.skipped]
     lines += [f"  excused: {d}" for d in v.excused[:10]]
     if len(v.excused) > 10:
@@ -55,6 +57,29 @@ def invariance_lines(info: dict | None) -> list[str]:
     ]
 
 
+def folded(failed: list) -> list[str]:
+    """`FAIL [class] ...` lines, one per class: its first failure's text, how many more checks failed
+    alike and in which cases and comparisons, then its reproduce line (repeated failures of one
+    kind, a KV bug seen in every case and mode, read as one)."""
+    groups: dict = {}
+    for c in failed:
+        groups.setdefault(c["name"].rsplit(": ", 1)[-1], []).append(c)
+    lines = []
+    for cls, checks in groups.items():
+        first = checks[0].get("failure")
+        text, repro = (checks[0]["detail"], "") if first is None else (describe(Failure.from_json(first), False), "")
+        if first is not None and first.get("reproduce"):
+            repro = f" (reproduce: {first['reproduce']})"
+        if len(checks) > 1:
+            recs = [c.get("failure") or {} for c in checks]
+            cases = {r.get("case") for r in recs if r.get("case")}
+            modes = list(dict.fromkeys(r.get("mode") for r in recs if r.get("mode")))
+            where = ", ".join(([plural(len(cases), "case")] if cases else []) + modes)
+            text += f" [+{len(checks) - 1} more alike{': ' + where if where else ''}]"
+        lines.append(f"  FAIL [{cls}] {text}{repro}")
+    return lines
+
+
 def reference_text(v, model_name: str) -> list[str]:
     """`check`'s text without --backend: block vs loop on the reference, case by case."""
     lines = [f"loopspec-oracle check: block round vs loop round on the reference ({model_name}, FP32)"]
@@ -83,7 +108,7 @@ def write_report(v, directory: str) -> str:
     """The HTML rendering: DIR/index.html with its plots (html_report; matplotlib). Returns the page's path."""
     from .html_report import write_report as write
 
-    return write(v.to_json(), directory)
+    return write({**v.to_json(), "maps": v.error_maps()}, directory)
 
 
 # trace diff: a check whose counter stayed 0 compared nothing (e.g. after the rounds' token counts differed)
@@ -97,13 +122,13 @@ COUNTED = {
 ORDER = ["rng_events", "kv_writes", "draft_logits", "verify_logits", "tokens", "stats"]
 
 
-def _diff_checks(v) -> list[tuple[str, bool, bool, str]]:
-    """(name, ok, compared, detail) of trace diff's checks, RNG events first."""
+def _diff_checks(v) -> list[tuple[str, bool, bool, str, dict | None]]:
+    """(name, ok, compared, detail, failure record) of trace diff's checks, RNG events first."""
     out = []
     for c in v.checks:
         name = c["name"].rsplit(": ", 1)[-1]
         made = not (c["ok"] and name in COUNTED and v.counters[COUNTED[name]] == 0)
-        out.append((name, c["ok"], made, c["detail"]))
+        out.append((name, c["ok"], made, c["detail"], c.get("failure")))
     return sorted(out, key=lambda c: ORDER.index(c[0]) if c[0] in ORDER else len(ORDER))
 
 
@@ -112,7 +137,9 @@ def diff_json(v, why: str = "") -> dict:
         "ok": v.ok,
         "tolerance_row": v.dtype,
         "bounds": v.info["bounds"] + (f" ({why})" if why else ""),
-        "checks": [{"name": n, "ok": ok, "compared": made, "detail": d} for n, ok, made, d in _diff_checks(v)],
+        "checks": [
+            {"name": n, "ok": ok, "compared": made, "detail": d, "failure": f} for n, ok, made, d, f in _diff_checks(v)
+        ],
         **{k: v.counters[k] for k in ("kv_writes_compared", "logits_compared", "rng_events_compared")},
     }
 
@@ -125,7 +152,7 @@ def diff_text(v, why: str = "", recorded: bool = True) -> list[str]:
         + (" (recorded with B)" if recorded else "")
         + ("" if row == "exact" else f", by the {v.info['bounds']}" + (f" ({why})" if why else ""))
     ]
-    for name, ok, made, detail in _diff_checks(v):
+    for name, ok, made, detail, _ in _diff_checks(v):
         if not made:
             lines.append(f"--   {name}: not compared (nothing of it was reached)")
         else:

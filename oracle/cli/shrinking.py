@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from . import case_json
 from .argtypes import int_at_least, positive_seconds
 from ..errors import OracleError
+from ..judge.report import Failure, describe
 from ..judge.scenario import command
 
 # seconds the search may take by default: with a tiny-model failure (a check of about 10-40 s on
@@ -203,12 +204,20 @@ def _with_fault(line: str) -> str:
 def _detail(check: dict | None) -> str:
     if check is None:
         return ""
-    return f"[{check['name'].rsplit(': ', 1)[-1]}] " + _REPRODUCE.sub("", check["detail"])
+    return f"[{check['name'].rsplit(': ', 1)[-1]}] " + _text(check["detail"], check.get("failure"))
+
+
+def _text(detail: str, failure: dict | None) -> str:
+    """A failure's text without its reproduce line: its record's (report.describe), else the probe's
+    line less its reproduce suffix."""
+    if failure:
+        return describe(Failure.from_json(failure), reproduce=False)
+    return _REPRODUCE.sub("", detail)
 
 
 def as_json(res, flags: list, prefix: str, suffix: str, budget: float) -> dict:
     t = res.target
-    original_failure = f"[{t.cls}] " + _REPRODUCE.sub("", t.detail)
+    original_failure = f"[{t.cls}] " + _text(t.detail, t.failure)
     if t.probe:
         n0 = res.original_requests
         original = {

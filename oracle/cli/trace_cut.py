@@ -18,7 +18,6 @@ first differing round and request (`cut_lines`).
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 
@@ -151,9 +150,9 @@ def cut_path(path, r: int, i) -> str:
 def first_place(v) -> tuple | None:
     """(round, request or None) of the diff verdict's first failed check that names a round."""
     for c in v.failed:
-        m = re.search(r"round (\d+)(?: request (\d+))?", c["detail"])
-        if m:
-            return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
+        f = c.get("failure") or {}
+        if f.get("round") is not None:
+            return int(f["round"]), f.get("request")
     return None
 
 

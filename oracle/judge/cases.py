@@ -18,13 +18,14 @@ from ..errors import OracleError
 from .forwards import Forwards, of
 from .malformed import side_problem
 from .noise import SIGMA, twin_bounds
-from .report import Check, Report
+from .report import Check, Failure, Report
 from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from .scenario import Case
 from ..schedule import schedule_violation
 from .worker import Inbox, background
 
 MODES = ("block", "loop")
+MODES_VS = "block vs loop"  # the mode of a backend's block run against its loop run
 COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
 
 
@@ -80,24 +81,26 @@ def judge_mode(
 def _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, **options) -> Report:
     why = side_problem(got.traces, model.cfg)
     if why:
-        return malformed(case, why, reproduce)
+        return malformed(case, why, reproduce, mode)
     dtype = tolerance_row(bk)
     ref_run = judge_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge, **options)
     bounds = twin_bounds(model, ref_run.traces, dtype, fwd=fwd) if judge is None else None
-    return compare_runs(ref_run.traces, got.traces, dtype, reproduce, case, bounds=bounds)
+    return compare_runs(ref_run.traces, got.traces, dtype, reproduce, case, bounds=bounds, mode=mode)
 
 
-def malformed(label: str, why: str, reproduce: str = "") -> Report:
+def malformed(case: str, why: str, reproduce: str = "", mode: str = "") -> Report:
     """A comparison that does not run: one side's output is malformed (malformed.side_problem)."""
     rep = Report(reproduce=reproduce)
-    rep.fail("malformed", f"{label}: {why}" if label else why)
+    rep.fail(Failure("malformed", why, case=case, mode=mode))
     return rep
 
 
-def judge_against(ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: str = "", case: str = "") -> Report:
+def judge_against(
+    ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: str = "", case: str = "", mode: str = ""
+) -> Report:
     """A backend's run against the reference's side (its traces and twin bounds)."""
     traces, bounds, norms = ref.result()
-    return compare_runs(traces, got.traces, dtype, reproduce, case, bounds=bounds, ref_norms=norms)
+    return compare_runs(traces, got.traces, dtype, reproduce, case, bounds=bounds, ref_norms=norms, mode=mode)
 
 
 def judge_backend(
@@ -137,10 +140,10 @@ def judge_backend(
             got = runs[mode] = run_scenario(bk, model, sc, mode)
             why = side_problem(got.traces, model.cfg)
             if why:
-                rep = malformed(label, why, reproduce)
+                rep = malformed(case, why, reproduce, mode)
                 malformed_modes.add(mode)
             elif ref is None:
-                rep = _against_judge(bk, model, sc, mode, got, reproduce, label, judge, fwd)
+                rep = _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd)
             else:
                 rep = None  # judged against ref once both runs are made
         except Exception as e:  # noqa: BLE001 -- judged, not aborted
@@ -148,8 +151,9 @@ def judge_backend(
                 raise
             runs.pop(mode, None)
             rep = Report(reproduce=reproduce)
-            why = f"the backend's {e}" if isinstance(e, WrongReturn) else f"the backend raised {type(e).__name__}: {e}"
-            rep.fail("backend", f"{label}: {why}")
+            # got: the exception's class (what the shrinker's candidates must raise too)
+            text = f"the backend's {e}" if isinstance(e, WrongReturn) else f"the backend raised {type(e).__name__}: {e}"
+            rep.fail(Failure("backend", text, case, mode, got=type(e).__name__))
             rep.finish()
         out.append((label, rep))
     judged = Deferred(_judgments, model, out, runs, ref, dtype, reproduce, case, judge, fwd, malformed_modes)
@@ -173,9 +177,9 @@ def _judgments(model, out, runs, ref, dtype, reproduce, case, judge, fwd=None, m
     neither run was malformed at the boundary)."""
     for n, (label, rep) in enumerate(out):
         if rep is None:
-            out[n] = (label, judge_against(ref, runs[MODES[n]], dtype, reproduce, label))
+            out[n] = (label, judge_against(ref, runs[MODES[n]], dtype, reproduce, case, MODES[n]))
     if len(runs) == 2 and not malformed_modes:
-        label = f"{case} [block vs loop]" if case else "block vs loop"
+        label = f"{case} [{MODES_VS}]" if case else MODES_VS
         bounds = (
             None
             if judge is not None
@@ -185,9 +189,8 @@ def _judgments(model, out, runs, ref, dtype, reproduce, case, judge, fwd=None, m
         )
         if bounds is not None:
             bounds.scale = 2**0.5  # both sides carry the precision's noise
-        out.append(
-            (label, compare_runs(runs["block"].traces, runs["loop"].traces, dtype, reproduce, label, bounds=bounds))
-        )
+        b, lp = runs["block"].traces, runs["loop"].traces  # the loop run judged against the block run
+        out.append((label, compare_runs(b, lp, dtype, reproduce, case, bounds, mode=MODES_VS, sides=("loop", "block"))))
     return out
 
 
@@ -238,7 +241,7 @@ def check_case(model, case: Case, step=None) -> Report:
             )
             return rep
     step("compare")
-    rep = compare_runs(runs["block"].traces, runs["loop"].traces, "exact", case.reproduce)
+    rep = compare_runs(runs["block"].traces, runs["loop"].traces, "exact", case.reproduce, sides=("loop", "block"))
     for r in runs.values():
         rep.checks.append(schedule_check(r.traces))
         rep.checks.append(frontier_check(r.session))

@@ -21,8 +21,10 @@ all call it.
   depend on tokens, so they are compared in full; a trace that cannot be a round's output
   (token ids outside the vocabulary, q(x) = 0 drafts, missing logits) is a failed check.
 
-A failed check names case, round, request, offset, depth and layer of the first difference
-and carries the reproduce line.
+A failed check holds its first difference as a record (report.Failure: case, mode, round,
+request, offset, position, depth, layer, the two sides' values, the error and its bound), the
+reproduce line with it. The two sides are named by `sides`: ("backend", "reference") by default,
+("loop", "block") for a backend's block run against its loop run, ("B", "A") for trace diff.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decisions import contradicted_decision, first_divergence, trace_problem, unexplained_decision
-from .report import CHECKS, Check, Report, rel_err  # noqa: F401 (CHECKS, Check: oracle.judge.compare's API)
+from .report import CHECKS, Check, Failure, Report, largest_difference, rel_err, whose  # noqa: F401 (CHECKS, Check: oracle.judge.compare's API)
 from ..errors import OracleError
 from ..rng_trace import first_difference
 from ..schedule import schedule_violation
@@ -76,28 +78,6 @@ def _differ(rep, kind, ref, got, bound, exact, floor=0.0) -> tuple[bool, float]:
     return not same, err
 
 
-def largest_difference(names, ref, got) -> str:
-    """'; largest difference at index 17: backend 0.9311 vs reference 0.4311' over the
-    elements of the arrays (named, e.g. k and v of a KV write; NaN and unmatched inf count as
-    the largest); '' where shapes differ."""
-    best = None
-    for nm, r, g in zip(names, ref, got):
-        r, g = np.asarray(r, np.float64), np.asarray(g, np.float64)
-        if r.shape != g.shape or not r.size:
-            return ""
-        with np.errstate(invalid="ignore"):
-            d = np.where(r == g, 0.0, np.abs(g - r))
-        d = np.where(np.isnan(d), np.inf, d)
-        n = int(np.argmax(d))
-        if best is None or d.flat[n] > best[0]:
-            idx = np.unravel_index(n, d.shape)
-            where = ", ".join(map(str, idx))
-            best = (d.flat[n], f"{nm}[{where}]" if nm else f"index {where}", g.flat[n], r.flat[n])
-    return (
-        "" if best is None else f"; largest difference at {best[1]}: backend {best[2]:.6g} vs reference {best[3]:.6g}"
-    )
-
-
 def _events_before(events, div):
     """The RNG events a request draws whatever its diverged decision: all drafts (their count
     is K under both policies), and the accept uniforms up to the diverged acceptance."""
@@ -124,6 +104,7 @@ class RoundPair:
     same_calls: bool  # both ran the same calls: a KV write's call is compared too
     norms: dict  # typical_norms(ref): the floors of rel_err
     bounds: object = None  # the noise twin's bounds (oracle/judge/noise.py), or None
+    where: dict = field(default_factory=dict)  # the Failure fields every failure here shares (case, mode, sides)
     by_request: dict = field(default_factory=dict)  # id(trace) -> rid -> its KV writes
 
     def writes(self, tr, rid) -> dict:
@@ -136,25 +117,28 @@ class RoundPair:
         return groups.get(rid, {})
 
 
-def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
-    """Request rid (T tokens) of one round pair, its place named `at`; a request whose
-    decisions diverged joins `pair.stopped`."""
+def _judge_request(pair: RoundPair, rid, T: int) -> None:
+    """Request rid (T tokens) of one round pair; a request whose decisions diverged joins
+    `pair.stopped`. Longer than 80 lines: the comparison's order (RNG, KV, logits, tokens) is the
+    contract's, read top to bottom."""
     rep, a, b, tol, exact = pair.rep, pair.ref, pair.got, pair.tol, pair.exact
     stopped, same_calls, norms, bounds = pair.stopped, pair.same_calls, pair.norms, pair.bounds
+    at = dict(pair.where, round=a.round, request=rid)
+    got_side, want_side = at["sides"]
     V = len(next(iter(a.verify_logits.values())))
     bad = trace_problem(b, rid, T, V)
     if bad:
-        rep.fail("malformed", f"{at}: {bad}")
+        rep.fail(Failure("malformed", bad, **at))
         stopped.add(rid)
         return
     if not exact:
         own = unexplained_decision(b, rid, T, tol["self_margin"])
         if own:
-            rep.fail("decisions", f"{at}: {own}")
+            rep.fail(Failure("decisions", own, **at))
     if rid in stopped:
         return
     rep.request_rounds += 1
-    div = first_divergence(a, b, rid, T)
+    div = first_divergence(a, b, rid, T, labels=(want_side, got_side))
     cut = T if div is None else div.cut
     # RNG events first: the order contract (a misplaced draw is the cause of what follows)
     ea = _events_before([e for e in a.rng_events if e.request == rid], None if exact else div)
@@ -162,20 +146,25 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
     diff = first_difference(ea, eb)
     rep.rng_events_compared += min(len(ea), len(eb))
     if diff:
-        rep.fail("rng_events", f"{at}: {diff}")
+        rep.fail(Failure("rng_events", diff, **at))
     rep.tokens_compared += len(a.emitted[rid]) if div is None else div.offset
     # KV writes: every address exactly; values at offsets that ran on identical tokens
     start = len(a.prefix[rid]) - 1
     KA, KB = pair.writes(a, rid), pair.writes(b, rid)
+    kv = lambda k: dict(at, offset=k[1] - start, position=k[1], depth=k[2], layer=k[3])
     name = lambda k: f"KV write of offset {k[1] - start} (position {k[1]}) depth {k[2]} layer {k[3]}"
-    for k in sorted(KA.keys() ^ KB.keys(), key=str)[:1]:
-        rep.fail("kv_writes", f"{at}: {name(k)} is {'missing from' if k in KA else 'extra in'} the backend's trace")
+    odd = sorted(KA.keys() ^ KB.keys(), key=str)
+    for k in odd:  # the map of errors marks every write one side lacks; the check names the first
+        rep.error(rep.kv_errors, (k[2], k[3], k[1]), float("inf"), allowed(tol, "kv", k[2]))
+    for k in odd[:1]:
+        lack = f"{'missing from' if k in KA else 'extra in'} {whose(got_side)} trace"
+        rep.fail(Failure("kv_writes", f"{name(k)} is {lack}", **kv(k)))
     keys = [k for k in sorted(KA.keys() & KB.keys()) if k[1] - start < cut]
     batch = _kv_batch(KA, KB, keys)
     for i, k in enumerate(keys):
         (ca, ka, va), (cb, kb, vb) = KA[k], KB[k]
         if same_calls and ca != cb:
-            rep.fail("kv_writes", f"{at}: {name(k)} made by call {cb}, the reference's by call {ca}")
+            rep.fail(Failure("kv_writes", f"{name(k)} made by call {cb}, {whose(want_side)} by call {ca}", **kv(k)))
         bound, floor = allowed(tol, "kv", k[2]), norms.get(("kv", k[2], k[3]), 0.0)
         if batch is not None and batch[0][i]:  # finite and stacked: this write's errors are computed
             ref_norm, diff, same = batch[1][i], batch[2][i], batch[3][i]
@@ -189,13 +178,10 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
                 bound = bounds.kv_allowed(a.round, k, max(_norm(ka, va), floor)) or bound
             differs, err = _differ(rep, "kv", [ka, va], [kb, vb], bound, exact, floor)
         rep.kv_writes_compared += 1
+        rep.error(rep.kv_errors, (k[2], k[3], k[1]), err, 0.0 if exact else bound)
         if differs:
-            rep.fail(
-                "kv_writes",
-                f"{at}: {name(k)} differs: relative error {err:.3g}"
-                + ("" if exact else f" > tolerance {bound:g}")
-                + largest_difference(("k", "v"), [ka, va], [kb, vb]),
-            )
+            big = largest_difference(("k", "v"), [ka, va], [kb, vb])
+            rep.fail(Failure("kv_writes", f"{name(k)} differs", **kv(k), error=err, bound=bound * (not exact), **big))
     # draft and verification logits (offset o's logits ran on offsets 0..o's tokens)
     d, D = depths_of(a, rid)
     for check, A, B, n, depth in (
@@ -204,7 +190,8 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
     ):
         extra = sorted(k for k in B if k[0] == rid and k not in A)
         if extra:
-            rep.fail(check, f"{at}: extra {check} at offset {extra[0][1]} in the backend's trace")
+            text = f"extra {check} at offset {extra[0][1]} in {whose(got_side)} trace"
+            rep.fail(Failure(check, text, **at, offset=extra[0][1], depth=depth))
         bound = allowed(tol, "logits", depth)
         for o in range(min(n, cut)):
             allow = (
@@ -215,36 +202,46 @@ def _judge_request(pair: RoundPair, rid, T: int, at: str) -> None:
             )
             differs, err = _differ(rep, "logits", [A[(rid, o)]], [B[(rid, o)]], allow, exact, norms.get((check,), 0.0))
             rep.logits_compared += 1
+            rep.error(rep.logits_errors, (check, o), err, 0.0 if exact else allow)
             if differs:
-                rep.fail(
-                    check,
-                    f"{at}: {check} of offset {o} differ: relative error {err:.3g}"
-                    + ("" if exact else f" > tolerance {allow:g}")
-                    + largest_difference(("",), [A[(rid, o)]], [B[(rid, o)]]),
-                )
+                big = largest_difference(("",), [A[(rid, o)]], [B[(rid, o)]])
+                text = f"{check} of offset {o} differ"
+                rep.fail(Failure(check, text, **at, offset=o, depth=depth, error=err, bound=allow * (not exact), **big))
     # the token decision last: a KV or logits difference above is its cause, reported first
     if div is not None:
-        # a reference decision that contradicts its own rule (margin below zero) is never excused
-        own = None if exact else contradicted_decision(a, rid, T, tol["self_margin"])
-        if own:
-            rep.fail("tokens", f"{at}: {own}")
-            stopped.add(rid)
-            return
-        margin = tol["margin"]
-        excused = not exact and div.margin <= margin
-        why = f"reference margin {div.margin:.3g} " + (
-            "" if exact else f"{'<=' if excused else '>'} allowed {margin:.3g}"
+        _judge_divergence(pair, rid, T, div, at)
+
+
+def _judge_divergence(pair: RoundPair, rid, T: int, div, at: dict) -> None:
+    """A request's first differing decision: a failure, or excused as a reference near-tie (by the
+    fixed margin or the noise twin's); the request is compared no further."""
+    rep, a, b, tol, exact, bounds = pair.rep, pair.ref, pair.got, pair.tol, pair.exact, pair.bounds
+    pair.stopped.add(rid)
+    # a reference decision that contradicts its own rule (margin below zero) is never excused
+    own = None if exact else contradicted_decision(a, rid, T, tol["self_margin"])
+    if own:
+        rep.fail(Failure("tokens", own, **at, margin=div.margin))
+        return
+    margin = tol["margin"]
+    off = div.offset + 1 if div.kind == "draft" else div.offset  # the offset whose token differs
+    f = Failure("tokens", div.name, **at, offset=off, got=div.got, want=div.want, margin=div.margin)
+    excused = not exact and div.margin <= margin
+    if not exact:
+        f.bound = margin
+    rule = "" if exact else f" {'<=' if excused else '>'} allowed {margin:.3g}"
+    f.note = f"{f.sides[1]} margin {div.margin:.3g}{rule}"  # the margin of the side judged against
+    twin = bounds.excuse(a, b, rid, T, div) if bounds is not None and not exact else None
+    if twin is not None:  # the noise twin's verdict (oracle/judge/noise.py): z noise scales of its limit
+        excused, f.error, f.bound, part = twin
+        f.note = (
+            f"{f.sides[1]} margin {div.margin:.3g}; its {part} is {f.error:.2g} noise scales of the twin "
+            f"{'<=' if excused else '>'} {f.bound:g}"
         )
-        twin = bounds.excuse(a, b, rid, T, div) if bounds is not None and not exact else None
-        if twin is not None:  # the noise twin's verdict (oracle/judge/noise.py)
-            excused, why = twin
-        if not excused:
-            rep.fail("tokens", f"{at}: {div.what} ({why})")
-        else:
-            rep.divergences.append(
-                f"{at}: {div.what}, {why}; request {rid} is compared up to offset {div.cut - 1} and not after"
-            )
-        stopped.add(rid)
+    if not excused:
+        rep.fail(f)
+    else:
+        f.note += f"; request {rid} is compared up to offset {div.cut - 1} and not after"
+        rep.excuse(f)
 
 
 def _kv_batch(KA, KB, keys):
@@ -283,7 +280,7 @@ def _calls(tr) -> list:
     return [(sorted(map(tuple, c["rows"])), sorted(map(tuple, c.get("draft_head", [])))) for c in tr.calls]
 
 
-def _judge_stats(rep, a, b, where, same_calls, diverged) -> None:
+def _judge_stats(rep, a, b, where: dict, same_calls, diverged) -> None:
     sa, sb = a.stats or {}, b.stats or {}
     shared = len({depths_of(a, r) for r in a.requests}) == 1  # ragged d_i: the modes' call counts differ
     keys = (
@@ -294,18 +291,14 @@ def _judge_stats(rep, a, b, where, same_calls, diverged) -> None:
     keys += [] if diverged else ["accepted"]
     for key in keys:
         if key in sa and key in sb and sa[key] != sb[key]:
-            rep.fail("stats", f"{where}: stats {key} {sb[key]}, the reference's {sa[key]}")
+            rep.fail(Failure("stats", f"stats {key}", **where, got=sb[key], want=sa[key]))
     if "accepted" in sb and sb["accepted"] != sum(b.accepted.values()):
-        rep.fail(
-            "stats",
-            f"{where}: stats accepted {sb['accepted']} != the sum of accepted counts {sum(b.accepted.values())}",
-        )
+        text = f"stats accepted {sb['accepted']} != the sum of accepted counts {sum(b.accepted.values())}"
+        rep.fail(Failure("stats", text, **where))
     if "kv_writes" in sb and sb["kv_writes"] != len(b.kv_writes):
-        rep.fail(
-            "kv_writes",
-            f"{where}: the backend made {sb['kv_writes']} KV writes to {len(b.kv_writes)} "
-            "addresses (a duplicate write)",
-        )
+        n, side = sb["kv_writes"], where["sides"][0]
+        text = f"{side} made {n} KV writes to {len(b.kv_writes)} addresses (a duplicate write)"
+        rep.fail(Failure("kv_writes", text, **where))
 
 
 def _live(tr, stopped) -> list:
@@ -320,20 +313,25 @@ def compare_runs(
     case: str = "",
     bounds=None,
     ref_norms: list | None = None,
+    mode: str = "",
+    sides: tuple = ("backend", "reference"),
 ) -> Report:
     """Judge round traces `other` against `ref` (same requests, rounds and inputs). dtype:
-    "exact" or a row of TOLERANCES (a backend's dtype). case: prefix of every place named.
+    "exact" or a row of TOLERANCES (a backend's dtype). case, mode: the comparison's name, in every
+    failure (case "CASE", mode "loop": "CASE [loop]"); sides: the names of other's side and ref's.
     After a request diverged (reduced precision) its rounds may differ in number and members
     (a stop token one side drew and the other did not): rounds are paired on the requests
     still compared, and a round holding only diverged requests on one side is not paired.
     bounds: the noise twin's per-value bounds and margins of `ref` (oracle/judge/noise.py), which replace
     the fixed row's for the values they cover; None: the row of TOLERANCES. ref_norms:
-    [typical_norms(t) for t in ref], made before (with the reference's side, in the background)."""
+    [typical_norms(t) for t in ref], made before (with the reference's side, in the background).
+    Longer than 80 lines: the pairing of rounds is one loop, read top to bottom."""
     if dtype not in TOLERANCES:
         raise OracleError(f"no tolerance row for dtype {dtype!r} (known: {', '.join(TOLERANCES)})")
     tol, exact = TOLERANCES[dtype], dtype == "exact"
-    rep = Report(reproduce=reproduce)
-    pre = f"{case}: " if case else ""
+    rep = Report(reproduce=reproduce, case=case, mode=mode)
+    base = {"case": case, "mode": mode, "sides": tuple(sides)}
+    got_side, want_side = sides
     stopped: set = set()  # requests past a divergence
     i = j = 0
     while i < len(ref) or j < len(other):
@@ -342,52 +340,51 @@ def compare_runs(
             i += 1  # only diverged requests: nothing to pair
             continue
         if b is not None and stopped and not _live(b, stopped):
-            self_consistent(rep, b, tol, exact, f"{pre}backend round {b.round}")
+            self_consistent(rep, b, tol, exact, dict(base, round=b.round))
             j += 1
             continue
         if a is None or b is None:
-            rep.fail("rounds", f"{pre}{len(ref)} rounds in the reference, {len(other)} in the backend's trace")
+            text = f"{len(ref)} rounds in {whose(want_side)} trace, {len(other)} in {whose(got_side)}"
+            rep.fail(Failure("rounds", text, **base))
             break
-        where = f"{pre}round {a.round}"
+        where = dict(base, round=a.round)
         full = list(a.requests) == list(b.requests) and list(a.token_counts) == list(b.token_counts)
         if not full and (not stopped or _live(a, stopped) != _live(b, stopped)):
-            rep.fail(
-                "rounds",
-                f"{where}: requests or token counts differ (backend: round {b.round}, "
-                f"requests {b.requests}, counts {b.token_counts}; reference: {a.requests}, {a.token_counts})",
+            text = (
+                f"requests or token counts differ ({got_side}: round {b.round}, requests {b.requests}, counts "
+                f"{b.token_counts}; {want_side}: {a.requests}, {a.token_counts})"
             )
+            rep.fail(Failure("rounds", text, **where))
             break
         same_calls = full and a.mode == b.mode and bool(a.calls) and bool(b.calls)
         if same_calls and _calls(a) != _calls(b):
             n = next(
                 (n for n, (x, y) in enumerate(zip(_calls(a), _calls(b))) if x != y), min(len(a.calls), len(b.calls))
             )
-            rep.fail(
-                "schedule",
-                f"{where}: call {n} of the backend's {b.mode} round differs from the reference's "
-                f"({len(b.calls)} calls vs {len(a.calls)})",
-            )
+            text = f"call {n} of {whose(got_side)} {b.mode} round differs from {whose(want_side)}"
+            rep.fail(Failure("schedule", text + f" ({len(b.calls)} calls vs {len(a.calls)})", **where))
         elif full and b.token_counts and not same_calls and b.mode in ("block", "loop"):  # its own plan instead
             try:
                 problem = schedule_violation(b, b.mode)
             except (OracleError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
                 problem = f"its calls cannot be planned ({type(e).__name__}: {e})"
             if problem:
-                rep.fail("schedule", f"{where}: the backend's {b.mode} round departs from its plan: {problem}")
+                text = f"{whose(got_side)} {b.mode} round departs from its plan: {problem}"
+                rep.fail(Failure("schedule", text, **where))
         norms = {} if exact else typical_norms(a) if ref_norms is None else ref_norms[i]
-        pair = RoundPair(rep, a, b, tol, exact, stopped, same_calls, norms, bounds)
+        pair = RoundPair(rep, a, b, tol, exact, stopped, same_calls, norms, bounds, base)
         live = dict(_live(a, stopped)) if not full else dict(zip(a.requests, a.token_counts))
         for rid, T in zip(b.requests, b.token_counts):
-            at = f"{where} request {rid}"
             try:
                 if rid in live:
-                    _judge_request(pair, rid, T, at)
+                    _judge_request(pair, rid, T)
                 elif not exact:  # diverged earlier: its own decisions still
                     own = unexplained_decision(b, rid, T, tol["self_margin"])
                     if own:
-                        rep.fail("decisions", f"{at}: {own}")
+                        rep.fail(Failure("decisions", own, **where, request=rid))
             except (OracleError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
-                rep.fail("malformed", f"{at}: the backend's trace cannot be judged ({type(e).__name__}: {e})")
+                text = f"{whose(got_side)} trace cannot be judged ({type(e).__name__}: {e})"
+                rep.fail(Failure("malformed", text, **where, request=rid))
                 stopped.add(rid)
         if full:
             _judge_stats(rep, a, b, where, same_calls, diverged=bool(stopped & set(a.requests)))
@@ -395,15 +392,15 @@ def compare_runs(
     return rep.finish()
 
 
-def self_consistent(rep, b, tol, exact, where) -> None:
-    """A backend round of requests no longer compared: its decisions must still be explained
-    by its own logits and uniforms."""
+def self_consistent(rep, b, tol, exact, where: dict) -> None:
+    """A backend round of requests no longer compared (past their divergence): its decisions must
+    still be explained by its own logits and uniforms."""
     if exact:
         return
     for rid, T in zip(b.requests, b.token_counts):
         try:
             own = unexplained_decision(b, rid, T, tol["self_margin"])
         except (OracleError, KeyError, IndexError, ValueError, TypeError) as e:
-            own = f"request {rid}: cannot be judged ({type(e).__name__}: {e})"
+            own = f"cannot be judged ({type(e).__name__}: {e})"
         if own:
-            rep.fail("decisions", f"{where} request {rid}: {own}")
+            rep.fail(Failure("decisions", f"past its divergence: {own}", **where, request=rid))

@@ -47,6 +47,9 @@ class Divergence(NamedTuple):
     kind: str  # "draft" | "accept" | "final"
     offset: int  # the offset whose decision differs
     parts: tuple = ()  # the margins whose smallest is `margin`: the decision's own, then each filter's
+    name: str = ""  # the decision, without its values: "draft token of offset 2"
+    got: int | None = None  # b's value (a token id, or an accepted count)
+    want: int | None = None  # a's value
 
 
 def params_of(tr, rid) -> SamplingParams:
@@ -189,9 +192,8 @@ def first_divergence(a, b, rid, T: int, labels=("reference", "backend")) -> Dive
                     filter_margin(lg, params, sn),
                 )
             )
-            return Divergence(
-                n + 1, f"draft token of offset {n + 1}: {lb} {y} vs {la} {x}", min(parts), "draft", n, parts
-            )
+            name = f"draft token of offset {n + 1}"
+            return Divergence(n + 1, f"{name}: {lb} {y} vs {la} {x}", min(parts), "draft", n, parts, name, y, x)
     ar, br = a.accepted[rid], b.accepted[rid]
     if ar != br:
         o = min(ar, br)
@@ -208,9 +210,8 @@ def first_divergence(a, b, rid, T: int, labels=("reference", "backend")) -> Dive
                 filter_margin(lg, params, sn),
                 filter_margin(dl, params, sn),
             )
-        return Divergence(
-            T, f"acceptance of the draft at offset {o}: accepted {lb} {br} vs {la} {ar}", min(parts), "accept", o, parts
-        )
+        name = f"acceptance of the draft at offset {o}"
+        return Divergence(T, f"{name}: accepted {lb} {br} vs {la} {ar}", min(parts), "accept", o, parts, name, br, ar)
     x, y = a.emitted[rid][-1], b.emitted[rid][-1]
     if x != y:
         lg, sn = a.verify_logits[(rid, ar)], seen(ar)
@@ -229,7 +230,8 @@ def first_divergence(a, b, rid, T: int, labels=("reference", "backend")) -> Dive
                 temper(params) * draw_margin(filtered_probs(lg, params, sn), y, _u(a, rid, "bonus", K)),
                 filter_margin(lg, params, sn),
             )
-        return Divergence(T, f"final token (offset {ar}): {lb} {y} vs {la} {x}", min(parts), "final", ar, parts)
+        name = f"final token (offset {ar})"
+        return Divergence(T, f"{name}: {lb} {y} vs {la} {x}", min(parts), "final", ar, parts, name, y, x)
     return None
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import sampling
 from ..processors import Seen
+from .report import Failure, describe
 from .runner import ScenarioRun, run_scenario
 from .scenario import Case
 
@@ -79,7 +80,8 @@ class ClaimResult:
     claim: str
     values: int = 0  # array elements and decisions compared
     parts: list = field(default_factory=list)  # every request's first Part
-    localized: str = ""  # the first operation where the first part's row parts (localize.py)
+    localized: str = ""  # the first operation where the first part's row parts, in a line (localize.py)
+    operation: str | None = None  # that operation, layer and depth ("o_proj, layer 1, depth 2"), or None
 
     @property
     def ok(self) -> bool:
@@ -314,16 +316,38 @@ def claims(bk, model, case: Case, runs: dict, localize_fn=None, **options) -> li
 def _localize(res: ClaimResult, localize_fn, sides_of) -> None:
     if res.parts and localize_fn is not None:
         first = min(res.parts, key=Part.key)
-        res.localized = localize_fn(first, sides_of(first))
+        res.localized, res.operation = localize_fn(first, sides_of(first))
+
+
+def failure(case_name: str, res: ClaimResult, reproduce: str = "") -> Failure:
+    """The failed claim as a record (oracle/judge/report.py): class "invariance", the claim as its mode,
+    the first part's place, what differs, the operation the localizer named."""
+    first = min(res.parts, key=Part.key)
+    a, b = first.labels
+    text = f"{a} and {b} part at position {first.position}"
+    text += "" if first.depth is None else f", depth {first.depth}"
+    text += f", layer {first.layer}" if first.what == "KV write" else ""
+    text += f": {first.what} {first.detail}"
+    if res.localized:
+        text += f"; first differing operation: {res.localized}"
+    more = len(res.parts) - 1
+    text += f" (+{more} more request{'s' if more > 1 else ''} part)" if more else ""
+    return Failure(
+        "invariance",
+        text,
+        case_name,
+        res.claim,
+        first.rounds[0],
+        first.rid,
+        None,
+        first.position,
+        first.depth,
+        first.layer,
+        res.operation,
+        sides=(a, b),
+        reproduce=reproduce,
+    )
 
 
 def failure_line(case_name: str, res: ClaimResult) -> str:
-    """The failed claim in one line: the first part's place and what differs, the operation where
-    the localizer found one, and how many requests part."""
-    first = min(res.parts, key=Part.key)
-    a, b = first.labels
-    line = f"{case_name}: {res.claim}: {a} and {b} part at {first.place()}: {first.what} {first.detail}"
-    if res.localized:
-        line += f"; first differing operation: {res.localized}"
-    more = len(res.parts) - 1
-    return line + (f" (+{more} more request{'s' if more > 1 else ''} part)" if more else "")
+    return describe(failure(case_name, res), reproduce=False)

@@ -23,30 +23,33 @@ from .invariance import Part, bits, same_bits
 from .runner import run_scenario
 
 
-def localize(bk, model, part: Part, sides, **options) -> str:
-    """The first differing operation of part's row between the two sides, in a line; "" where the
-    part is a decision or an RNG event (no row to capture). sides: ((case, mode, replay), (case,
-    mode, replay)), the recipes of the part's two runs. Where the row's first operation (layer 0's
-    input norm) already differs at a depth above 0, its input came from the depth below: that row is
-    localized in turn, and the earliest operation found is named."""
+def localize(bk, model, part: Part, sides, **options) -> tuple[str, str | None]:
+    """(the first differing operation of part's row between the two sides, in a line; that
+    operation with its layer and depth, e.g. "o_proj, layer 1, depth 2", or None where none is
+    named). ("", None) where the part is a decision or an RNG event (no row to capture). sides:
+    ((case, mode, replay), (case, mode, replay)), the recipes of the part's two runs. Where the
+    row's first operation (layer 0's input norm) already differs at a depth above 0, its input
+    came from the depth below: that row is localized in turn, and the earliest operation named."""
     if part.depth is None:
-        return ""
-    line, depth = "", part.depth
+        return "", None
+    line, op, depth = "", None, part.depth
     while depth >= 0:
         got = []
         for (case, mode, replay), rnd in zip(sides, part.rounds):
             rec = captured(bk, model, case, mode, replay, (part.rid, part.position, depth), rnd, **options)
             if rec is None:
-                return f"none named: the backend offers no capture, so the localizer stops at {part.place()}"
+                return f"none named: the backend offers no capture, so the localizer stops at {part.place()}", None
             got.append(rec)
         pair = first_pair(*got)
         if pair is None and line:  # the depth below agrees: the input norm itself differs
-            return line
-        line = _line(*pair, depth, part.labels) if pair is not None else _no_pair(*got, part.labels)
-        if pair is None or (pair[0].op, pair[0].layer) != ("norm_in", 0):
-            return line
+            return line, op
+        if pair is None:
+            return _no_pair(*got, part.labels), None
+        line, op = _line(*pair, depth, part.labels), operation(pair[0], depth)
+        if (pair[0].op, pair[0].layer) != ("norm_in", 0):
+            return line, op
         depth -= 1
-    return line
+    return line, op
 
 
 def captured(bk, model, case, mode: str, replay, row: tuple, rnd: int, **options) -> list | None:
@@ -94,9 +97,13 @@ def _no_pair(a: list, b: list, labels) -> str:
     )
 
 
+def operation(x, depth: int) -> str:
+    """A captured record's operation with its place: "o_proj, layer 1, depth 2" ("head, depth 3")."""
+    return f"{x.op}, depth {depth}" if x.op in END_OPS else f"{x.op}, layer {x.layer}, depth {depth}"
+
+
 def _line(x, y, depth: int, labels) -> str:
-    where = f"{x.op}, depth {depth}" if x.op in END_OPS else f"{x.op}, layer {x.layer}, depth {depth}"
-    head = f"{where}: M = {x.rows} vs M = {y.rows}"
+    head = f"{operation(x, depth)}: M = {x.rows} vs M = {y.rows}"
     va, vb = np.asarray(x.value), np.asarray(y.value)
     if va.shape != vb.shape or va.dtype != vb.dtype:
         return f"{head}, shapes {va.dtype}{list(va.shape)} vs {vb.dtype}{list(vb.shape)}"

@@ -15,6 +15,8 @@ A plan is data: its two sides, its tolerance and its extra checks. Kinds:
     traces     recorded round traces: B against A (`trace diff`, gpu_tests' graph-vs-eager pairs)
     probe      the drift probe alone: its drift and precision verdicts (the probe tests and the
                calibration scripts, which may pass the probe's runs they made)
+    invariance the exactness tier's claims alone (block = loop, spec = plain, alone = batched,
+               bitwise), on any backend, declared invariant or not (`python -m oracle localize`)
 
 Every kind but `reference` and `traces` runs the drift probe where `probe` says: "auto" runs it
 wherever a bfloat16 or float16 backend is judged, "off" never, "on" always (where a precision
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 
 from . import worker as _worker
 
-KINDS = ("reference", "backend", "pairs", "traces", "probe")
+KINDS = ("reference", "backend", "pairs", "traces", "probe", "invariance")
 PROBE = ("auto", "on", "off")
 TOLERANCE = ("auto", "fixed")
 REDUCED = ("bfloat16", "float16")  # the dtypes the drift probe and the noise twin judge
@@ -53,6 +55,7 @@ class Plan:
     traces: tuple = ()  # traces: (A's round traces, B's)
     row: str = ""  # traces: the tolerance row B is judged by
     names: tuple = ("A", "B")  # traces: the two sides' names
+    sides: tuple = ("backend", "reference")  # traces: B's and A's names in a failure (trace diff: "B", "A")
     both_noisy: bool = False  # traces: A is a reduced-precision run too (the twin's scale x sqrt(2))
     probe: str = "auto"
     probe_runs: dict | None = None  # probe: the probe's runs by mode, made by the caller
@@ -95,6 +98,10 @@ def pairs_plan(backend, judge, model, pairs, **kw) -> Plan:
 
 def traces_plan(a, b, row: str, model=None, **kw) -> Plan:
     return Plan("traces", model, traces=(list(a), list(b)), row=row, **kw)
+
+
+def invariance_plan(backend, model, cases, **kw) -> Plan:
+    return Plan("invariance", model, list(cases), backend, probe="off", **kw)
 
 
 def probe_plan(backend, model, runs: dict | None = None, **kw) -> Plan:

@@ -69,6 +69,9 @@ class Group:
     def to_json(self) -> dict:
         return {
             "group": group_label(self.key),
+            "kind": KIND[self.key[0]],  # the group's place as fields (the report's heatmap reads them)
+            "depth": self.key[1],
+            "layer": self.key[2] if len(self.key) > 2 else None,
             "energy": self.energy,
             "se_log": self.se,
             "z": self.t,

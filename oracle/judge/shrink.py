@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import time
 from dataclasses import dataclass, field
 
@@ -76,6 +75,7 @@ class Target:
     case: Case | None = None  # the case that failed (None: the drift probe)
     key: str = ""  # drift: the parameter named; precision: the group named; "" otherwise
     hint: tuple = ()  # (round, request) the original failure names, where it names them
+    failure: dict | None = None  # the original failure's record (report.Failure.to_json), where it has one
 
     @property
     def probe(self) -> bool:
@@ -101,22 +101,31 @@ def precision_key(rep) -> str:
     return group_label(min(bad, key=lambda g: compute_order(g.key)).key) if bad else ""
 
 
-def _key(v, cls: str, detail: str = "") -> str:
+def _key(v, cls: str, check: dict | None = None) -> str:
     """What else the failure names that a candidate's must name too: the drift's parameter, the
-    precision's group, the exception class a backend raised."""
+    precision's group, the exception class a backend raised (its record's `got`)."""
     if cls == "drift":
         return drift_key(v.drift)
     if cls == "precision":
         return precision_key(v.precision)
     if cls == "backend":
-        m = re.search(r"raised (\w+)", detail)
-        return m.group(1) if m else ""
+        return str(_failure(check).get("got") or "")
     return ""
 
 
-def _hint(detail: str) -> tuple:
-    m = re.search(r"round (\d+) request (\d+)", detail) or re.search(r"round (\d+)", detail)
-    return tuple(int(g) for g in m.groups()) if m else ()
+def _failure(check: dict | None) -> dict:
+    return (check or {}).get("failure") or {}
+
+
+def _hint(check: dict | None) -> tuple:
+    """(round, request), (round,) or () of the place the failure's record names."""
+    f = _failure(check)
+    out = ()
+    for k in ("round", "request"):
+        if f.get(k) is None:
+            break
+        out += (int(f[k]),)
+    return out
 
 
 def target_of(v, cases) -> Target | None:
@@ -127,12 +136,12 @@ def target_of(v, cases) -> Target | None:
         return None
     first = bad[0]
     cls = failure_class(first["name"])
-    key = _key(v, cls, first["detail"])
+    key = _key(v, cls, first)
     if first["name"].startswith(PROBE + ": "):
-        return Target(first["name"], cls, first["detail"], None, key, _hint(first["detail"]))
+        return Target(first["name"], cls, first["detail"], None, key, _hint(first), first.get("failure"))
     for case in cases:
         if first["name"].startswith(case.name + " [") or first["name"].startswith(case.name + ": "):
-            return Target(first["name"], cls, first["detail"], case, key, _hint(first["detail"]))
+            return Target(first["name"], cls, first["detail"], case, key, _hint(first), first.get("failure"))
     return None
 
 
@@ -143,7 +152,7 @@ def holds(v, target: Target) -> dict | None:
             continue
         if c["name"].startswith(PROBE + ": ") != target.probe:
             continue
-        if target.key and not set(_key(v, target.cls, c["detail"]).split(" = ")) & set(target.key.split(" = ")):
+        if target.key and not set(_key(v, target.cls, c).split(" = ")) & set(target.key.split(" = ")):
             continue
         return c
     return None
@@ -463,7 +472,7 @@ def shrink_case(target: Target, test, prepare=None, budget: float = 30.0, on_can
                         if search.run(cand):
                             best, hint, changed, progress = (
                                 search.out.case,
-                                _hint(search.out.failure["detail"]),
+                                _hint(search.out.failure),
                                 True,
                                 True,
                             )

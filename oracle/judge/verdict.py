@@ -32,6 +32,7 @@ from .localize import localize
 from .malformed import malformed_rounds, side_problem  # noqa: F401 (malformed_rounds: trace record)
 from .noise import twin_bounds
 from .plan import Executor, Plan
+from .report import describe, error_maps
 from .runner import draws_host_stream, judge_run, run_scenario
 from ..backends import GuardedBackend
 from ..contract import capabilities, tolerance_row
@@ -49,11 +50,12 @@ class Verdict:
     exact: bool
     judge: str  # "reference" or the judge backend's name
     layers: int
-    checks: list = field(default_factory=list)  # {"name", "ok", "detail"}, every check made
+    checks: list = field(default_factory=list)  # {"name", "ok", "detail", "failure"}, every check made
     cases: list = field(default_factory=list)  # {"name", "ok"} per case judged
     counters: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     max_rel_err: dict = field(default_factory=lambda: {"kv": 0.0, "logits": 0.0})
     excused: list = field(default_factory=list)  # excused near-tie divergences, one line each
+    excused_records: list = field(default_factory=list)  # the same, as report.Failure records
     skipped: list = field(default_factory=list)  # cases the backend's policies do not cover
     drift: object = None  # drift.DriftReport or None
     precision: object = None  # precision.PrecisionReport or None
@@ -69,6 +71,8 @@ class Verdict:
 
     @property
     def compared(self) -> bool:
+        if self.kind == "invariance":  # the tier's values are what it compares
+            return bool(self.info.get("invariance", {}).get("values"))
         if self.kind == "probe":  # the probe's verdicts are what it compares
             return self.drift is not None or any(c["name"].startswith("drift probe") for c in self.checks)
         return (
@@ -83,7 +87,7 @@ class Verdict:
         bad = [c for c in self.checks if not c["ok"]]
         if not bad and not self.compared:  # a failed check already says why nothing was compared
             why = "; ".join(self.skipped) or "no request-round was compared"
-            bad.append({"name": "nothing compared", "ok": False, "detail": f"nothing compared: {why}"})
+            bad.append({"name": "nothing compared", "ok": False, "detail": f"nothing compared: {why}", "failure": None})
         return bad
 
     @property
@@ -114,8 +118,15 @@ class Verdict:
             self.counters[k] += getattr(rep, k)
         for k in ("kv", "logits"):
             self.max_rel_err[k] = max(self.max_rel_err[k], rep.max_rel_err[k])
-        self.excused += rep.divergences
-        self.checks += [{"name": f"{label}: {c.name}", "ok": c.ok, "detail": c.detail} for c in rep.checks]
+        self.excused += [describe(f) for f in rep.divergences]
+        self.excused_records += rep.divergences
+        self.checks += [
+            {"name": f"{label}: {c.name}", "ok": c.ok, "detail": c.detail, "failure": _record(c)} for c in rep.checks
+        ]
+
+    def error_maps(self, limit: int = 12) -> list[dict]:
+        """What the report's pictures draw (report.error_maps over this verdict's comparisons)."""
+        return error_maps(self.reports, limit)
 
     def to_json(self) -> dict:
         out = {
@@ -126,11 +137,15 @@ class Verdict:
             "judge": self.judge,
             "tolerance_row": self.tolerance_row,
             "layers": self.layers,
+            "threads": None,  # check --backend's (with the two below): one schema with and without it
+            "threads_from": None,
+            "timeout_s": None,
             **self.info,
             "checks": self.checks + [c for c in self.failed if c["name"] == "nothing compared"],
             "cases": self.cases,
             **self.counters,
             "excused_divergences": self.excused,
+            "excused_records": [f.to_json() for f in self.excused_records],
             "max_rel_err": self.max_rel_err,
             "skipped": self.skipped,
             "seconds": round(self.seconds, 2),
@@ -244,12 +259,15 @@ def exactness_tier(v: Verdict, bk, model, plan: Plan, ex: Executor) -> None:
             continue
         bad = [r for r in results if not r.ok]
         reproduce = case.reproduce + plan.suffix if case.reproduce else ""
-        tail = f" (reproduce: {reproduce})" if reproduce else ""
+        records = [_invariance.failure(case.name, r, reproduce) for r in bad]
         v.checks += [
-            {"name": f"{case.name}: invariance", "ok": False, "detail": _invariance.failure_line(case.name, r) + tail}
-            for r in bad
-        ] or [{"name": f"{case.name}: invariance", "ok": True, "detail": ""}]
+            {"name": f"{case.name}: invariance", "ok": False, "detail": describe(f), "failure": f.to_json()}
+            for f in records
+        ] or [{"name": f"{case.name}: invariance", "ok": True, "detail": "", "failure": None}]
         info["values"] += sum(r.values for r in results)
+        info.setdefault("results", []).extend(
+            {"case": case.name, "claim": r.claim, "ok": r.ok, "values": r.values} for r in results
+        )
         for r in results:
             info["claims"][r.claim] &= r.ok
         if bad:
@@ -489,9 +507,10 @@ def probe_checks(rep, prec, error: str) -> list[dict]:
     """The probe's checks: "drift probe: drift" (or the probe's error) and "drift probe: precision"."""
     if error:
         name = "drift probe: malformed" if ": the backend raised " not in error else "drift probe: drift"
-        return [{"name": name, "ok": False, "detail": error}]
-    out = [] if rep is None else [{"name": "drift probe: drift", "ok": rep.ok, "detail": rep.failure}]
-    return out + ([] if prec is None else [{"name": "drift probe: precision", "ok": prec.ok, "detail": prec.failure}])
+        return [{"name": name, "ok": False, "detail": error, "failure": None}]
+    out = [] if rep is None else [("drift probe: drift", rep)]
+    out += [] if prec is None else [("drift probe: precision", prec)]
+    return [{"name": name, "ok": r.ok, "detail": r.failure, "failure": None} for name, r in out]
 
 
 # ---- one mode per case, the judge's side in threads (scripts/gpu_parity_full.py) ----
@@ -572,10 +591,10 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
             if why:
                 if futures is not None:
                     futures[i].cancel()
-                rep, tj = _cases.malformed(case.name, why, plan.reproduce), 0.0
+                rep, tj = _cases.malformed(case.name, why, plan.reproduce, mode), 0.0
             else:
                 ref, tj = futures[i].result() if ahead else side(case, mode, replay_from=got)
-                rep = compare_runs(ref.traces, got.traces, dtype, plan.reproduce, case.name)
+                rep = compare_runs(ref.traces, got.traces, dtype, plan.reproduce, case.name, mode=mode)
             v.cases.append(
                 {
                     "name": case.name,
@@ -655,7 +674,7 @@ def _traces(plan: Plan, ex: Executor) -> Verdict:
         bounds = twin_bounds(model, a, row_)
     if bounds is not None and plan.both_noisy:
         bounds.scale = 2**0.5  # both sides carry the precision's noise
-    rep = compare_runs(a, b, row_, plan.reproduce, bounds=bounds)
+    rep = compare_runs(a, b, row_, plan.reproduce, bounds=bounds, sides=plan.sides)
     v.add("traces", rep)
     v.cases[-1]["ok"] = rep.ok
     v.info["bounds"] = "noise twin" if twin else ("exact" if row_ == "exact" else "fixed row")
@@ -670,4 +689,31 @@ def _vocab(traces) -> int | None:
     return None
 
 
-_KINDS = {"reference": _reference, "backend": _backend, "pairs": _pairs, "traces": _traces, "probe": _probe_only}
+def _record(check) -> dict | None:
+    return None if check.failure is None else check.failure.to_json()
+
+
+def _tier_only(plan: Plan, ex: Executor) -> Verdict:
+    """The exactness tier's claims alone, on any backend (`localize`): the backend's block and loop
+    runs of each case, then the claims, bitwise, each failure localized."""
+    bk, model = plan.backend, plan.model
+    v = _verdict(bk, None, model)
+    for n, case in enumerate(plan.cases):
+        if case.policy not in bk.policies:
+            v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
+            continue
+        ex.phase("case", f"{n + 1}/{len(plan.cases)} {case.name}: block and loop")
+        v.runs[case.name] = {mode: run_scenario(bk, model, case, mode) for mode in ("block", "loop")}
+        v.cases.append({"name": case.name, "ok": True})
+    exactness_tier(v, bk, model, plan, ex)
+    return v
+
+
+_KINDS = {
+    "reference": _reference,
+    "backend": _backend,
+    "pairs": _pairs,
+    "traces": _traces,
+    "probe": _probe_only,
+    "invariance": _tier_only,
+}
