@@ -89,7 +89,7 @@ PROGRAM_NORM_ROWS = 1
 # the GEMV paths' products: a tile config's keys are these (one row) and name + "/16" (2..16 rows)
 GEMV_KERNELS = ("qkv", "o", "gate_up", "down")
 GEMV_KEYS = (*GEMV_KERNELS, *(f"{k}/16" for k in GEMV_KERNELS))
-# The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
+# The variables' values (checked by check_env before any work: from_env, bench's preflight).
 SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl"))  # "0" or "1"
 CHOICES = {
     ENV["compile_dynamic"]: COMPILE_DYNAMIC,

@@ -3,17 +3,21 @@
 oracle/, kernels/, judge_jax/ or bench/ imports itself back through others (no cycles).
 Inside oracle/ the rooms are layered cli -> judge -> reference: oracle/cli/ may import the
 judge and the reference, oracle/judge/ the reference only, and the reference (every other
-module of oracle/) neither; the longest chain of imports inside oracle/ is bounded (MAX_DEPTH).
+module of oracle/) neither. A constant is read from the module that defines it, never through
+one that imports it (each constant has one name and one home).
 
 The graph is read with `ast` from the source files, so imports inside functions count as
 much as module-level ones, relative and absolute alike. Engines reach the oracle only by
 name: oracle/backends.py (NAMED) and oracle/cli/__init__.py (COMMANDS) hold "module:attr" strings,
-which are not imports; a run of the CLI imports its own command's module only."""
+which are not imports; no other string of oracle/ names a module of kernels/ or judge_jax/ (an
+`importlib.import_module("kernels.x")` would be an import the graph does not see); a run of the
+CLI imports its own command's module only."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +30,6 @@ JUDGED = ("kernels", "judge_jax")  # what the oracle judges: it must not import 
 TOP = {"bench"}  # what nothing of the four packages imports (reached by name)
 ROOMS = ("reference", "judge", "cli")  # oracle/'s rooms, lowest first: a room imports only lower ones
 ENTRY = {"oracle.__main__": "cli"}  # `python -m oracle` is the CLI's entry point
-# The longest chain of imports inside oracle/, in modules (a chain a -> b -> c is 3 deep). The
-# judge's spine is verdict -> cases -> compare -> decisions -> sampling -> errors (6: each edge a use:
-# one case's comparisons, the one comparison, the decisions' margins, the sampling chain, the error
-# type), so a command that calls the verdict is 7: cmd_check -> judge.verdict -> ...; the CLI's
-# other chain is cmd_check -> round_args -> case_json -> limits -> cost -> files -> errors (7). The
-# renderers (oracle/cli/render.py) import no part of the judge. A change that deepens any fails here.
-MAX_DEPTH = 7
 
 
 def module_name(path: Path) -> str:
@@ -239,34 +236,10 @@ def oracle_graph() -> dict[str, set[str]]:
     return {m: {t for t in ts if room(t)} for m, ts in import_graph().items() if room(m)}
 
 
-def depths(graph: dict[str, set[str]]) -> dict[str, int]:
-    """Per module: the number of modules in its longest chain of imports (itself included)."""
-    out: dict[str, int] = {}
-
-    def depth(m):
-        if m not in out:
-            out[m] = 0  # a cycle would read as 0; test_no_import_cycles catches it
-            out[m] = 1 + max((depth(t) for t in graph.get(m, ())), default=0)
-        return out[m]
-
-    for m in sorted(graph):
-        depth(m)
-    return out
-
-
-def chain(graph, d, m) -> list[str]:
-    out = [m]
-    while graph.get(m):
-        m = max(sorted(graph[m]), key=d.get)
-        out.append(m)
-    return out
-
-
-def test_the_rooms_and_the_depth_are_read_right():
+def test_the_rooms_are_read_right():
     assert room("oracle.cli.cmd_check") == "cli" and room("oracle.cli") == "cli"
     assert room("oracle.judge.compare") == "judge" and room("oracle.reference_round") == "reference"
     assert room("oracle.__main__") == "cli" and room("kernels.session") is None
-    assert depths({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"c"}}) == {"a": 3, "b": 2, "c": 1, "d": 2}
 
 
 def test_the_rooms_import_downwards_only():
@@ -308,13 +281,6 @@ def test_the_cli_reaches_the_judge_through_its_face_only():
     assert not bad, "the CLI imports judge internals: " + ", ".join(bad)
 
 
-def test_the_oracle_import_graph_is_shallow():
-    graph = oracle_graph()
-    d = depths(graph)
-    deepest = max(sorted(d), key=d.get)
-    assert d[deepest] <= MAX_DEPTH, f"{d[deepest]} modules deep: " + " -> ".join(chain(graph, d, deepest))
-
-
 def test_the_designated_files_stay_where_they_are():
     """The files the project's design names (DESIGN.md) keep their paths."""
     for name in ("reference_round.py", "loop_round.py", "rng_trace.py"):
@@ -334,3 +300,47 @@ def test_the_kernels_and_the_jax_judge_never_import_the_cli():
         if t == "oracle.cli" or t.startswith("oracle.cli.")
     )
     assert not bad, "an engine imports the CLI: " + ", ".join(bad)
+
+
+JUDGED_NAME = re.compile(r"(kernels|judge_jax)(\.\w+)*")  # a module of what the oracle judges, by name
+
+
+def docstrings(tree) -> set[int]:
+    """id() of every docstring's node: prose, which may name any module."""
+    holders = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, holders) and n.body and isinstance(n.body[0], ast.Expr)
+        if isinstance(n.body[0].value, ast.Constant)
+    }
+
+
+def string_back_arrows(source: str, where: str) -> list[str]:
+    """The strings of a file of oracle/ that name a module of kernels/ or judge_jax/ whole (what
+    importlib.import_module or __import__ would take); a "module:attr" registry string is not one."""
+    tree = ast.parse(source, where)
+    prose = docstrings(tree)
+    return [
+        f"{where}:{n.lineno} {n.value!r}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in prose
+        if JUDGED_NAME.fullmatch(n.value)
+    ]
+
+
+def test_the_oracle_names_no_judged_module_to_import_it():
+    """No importlib back-arrow: oracle/ reaches kernels/ and judge_jax/ through the "module:attr"
+    strings of its registries only."""
+    probe = (
+        '"""kernels.options, named in prose."""\n'
+        'import importlib\nNAMED = {"x": "kernels.backend:make_torch_cpu"}\n'
+        'importlib.import_module("kernels.options").check_env()\n'
+    )
+    assert string_back_arrows(probe, "probe.py") == ["probe.py:4 'kernels.options'"]
+    bad = [
+        hit
+        for p in sorted((ROOT / "oracle").rglob("*.py"))
+        for hit in string_back_arrows(p.read_text(), str(p.relative_to(ROOT)))
+    ]
+    assert not bad, "oracle/ names an engine's module (an import the graph does not see): " + ", ".join(bad)
