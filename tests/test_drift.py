@@ -9,6 +9,7 @@ import pytest
 
 from oracle.judge import drift, drift_model, drift_stats, forwards
 from oracle.checkpoint import build_model
+from oracle.judge import calibration
 
 
 @pytest.fixture(scope="module")
@@ -144,10 +145,10 @@ def test_batched_finite_differences_are_the_per_request_ones(tiny, monkeypatch):
         }
         obs.update({("verify", p, 2): fw["logits"][2][0, p] for p in range(n // 2, n - 1)})
         sets.append((toks, obs))
-    monkeypatch.setattr(forwards, "BATCH_ROWS_T", 0)  # one request per forward
+    monkeypatch.setattr(calibration, "BATCH_ROWS_T", 0)  # one request per forward
     fwd = forwards.Forwards(tiny)
     alone = [drift.request_stats(tiny, t, 3, obs, "bfloat16", fwd) for t, obs in sets]
-    monkeypatch.setattr(forwards, "BATCH_ROWS_T", 10**9)  # every request in one forward
+    monkeypatch.setattr(calibration, "BATCH_ROWS_T", 10**9)  # every request in one forward
     fwd = forwards.Forwards(tiny)
     fwd.batch_forwards([(drift._span(t, obs), 3) for t, obs in sets], "bfloat16")
     assert len(fwd.fd) == len(sets)

@@ -259,7 +259,9 @@ def test_the_rooms_import_downwards_only():
 # the runner (a scenario's rounds on one backend: `trace record`, the catalogue's plain runs).
 # and the plan (what a verdict compares, and the executor: oracle/judge/plan.py).
 # and the shrinker (a failing verdict's smallest case, judged by the one verdict: issue 44).
+# and the calibration constants (their one home; `check` reads HOST_HIDDEN, `trace diff` SIGMA).
 JUDGE_FACE = {
+    "oracle.judge.calibration",
     "oracle.judge.verdict",
     "oracle.judge.scenario",
     "oracle.judge.runner",
@@ -344,3 +346,65 @@ def test_the_oracle_names_no_judged_module_to_import_it():
         for hit in string_back_arrows(p.read_text(), str(p.relative_to(ROOT)))
     ]
     assert not bad, "oracle/ names an engine's module (an import the graph does not see): " + ", ".join(bad)
+
+
+def is_constant(name: str) -> bool:
+    bare = name.lstrip("_")
+    return len(bare) > 1 and bare.isupper()
+
+
+def defined_here(path: Path) -> set[str]:
+    """The names a module binds itself at its top level (assignments, functions, classes), not
+    those it imports."""
+    out = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for t in targets:
+            out |= {e.id for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if isinstance(e, ast.Name)}
+    return out
+
+
+def constants_read_away_from_home(path: Path, known: dict, homes: dict) -> list[str]:
+    """`from m import NAME` and `m.NAME` of an UPPERCASE NAME where module m imports NAME instead of
+    defining it."""
+    mod = module_name(path)
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    alias, bad = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                stem = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+            else:
+                stem = node.module
+            for a in node.names:
+                if f"{stem}.{a.name}" in known:
+                    alias[a.asname or a.name] = f"{stem}.{a.name}"
+                elif stem in known and is_constant(a.name) and a.name not in homes[stem]:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} from {stem} import {a.name}")
+        elif isinstance(node, ast.Import):
+            alias |= {a.asname: a.name for a in node.names if a.asname and a.name in known}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in alias:
+            mod_read = alias[node.value.id]
+            if is_constant(node.attr) and node.attr not in homes[mod_read]:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {mod_read}.{node.attr}")
+    return bad
+
+
+def test_each_constant_has_one_home():
+    """A constant (an UPPERCASE name) is read from the module that defines it, in the packages and
+    in their tests and scripts: no module hands on a constant it imported (calibration.SIGMA, never
+    noise.SIGMA or verdict.SIGMA)."""
+    known = modules()
+    homes = {m: defined_here(p) for m, p in known.items()}
+    assert "SIGMA" in homes["oracle.judge.calibration"] and "SIGMA" not in homes["oracle.judge.noise"]
+    dirs = (*PACKAGES, "tests", "property_tests", "meta_tests", "gpu_tests", "scripts", "examples")
+    files = [p for d in dirs for p in sorted((ROOT / d).rglob("*.py"))]
+    bad = [hit for p in files for hit in constants_read_away_from_home(p, known, homes)]
+    assert not bad, "a constant read through a module that only imports it: " + ", ".join(bad)

@@ -29,6 +29,7 @@ from ..config import preset
 from .round_args import add_round_options, check_round_args, custom_case, is_custom, model_flags, plugin_prefix
 from . import shrinking
 from ..judge import shrink as judge_shrink
+from ..judge.calibration import HOST_HIDDEN
 
 # dtypes a judge's side (--reference) may compute in: the tolerance rows measure a backend
 # against an FP32 judge
@@ -71,7 +72,7 @@ def run(args) -> int:
     if (
         judged
         and args.checkpoint is None
-        and preset(args.preset or "tiny").hidden_size < verdict.HOST_HIDDEN
+        and preset(args.preset or "tiny").hidden_size < HOST_HIDDEN
         and args.reference in (None, "reference")
         and not args.probe_requests  # the drift probe alone: no case runs
     ):

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cache_free import cache_free_check
-from .calibration import HOST_HIDDEN
+from .calibration import HOST_HIDDEN, SIGMA
 from .compare import compare_runs, typical_norms
 from ..contract import tolerance_row
 from ..errors import OracleError
 from .forwards import Forwards, of
 from .malformed import side_problem
-from .noise import SIGMA, twin_bounds
+from .noise import twin_bounds
 from .report import Check, Report
 from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from .scenario import Case

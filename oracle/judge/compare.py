@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decisions import contradicted_decision, first_divergence, trace_problem, unexplained_decision
-from .report import CHECKS, Check, Report, rel_err  # noqa: F401 (CHECKS, Check: oracle.judge.compare's API)
+from .report import Report, rel_err
 from ..errors import OracleError
 from ..rng_trace import first_difference
 from ..schedule import schedule_violation

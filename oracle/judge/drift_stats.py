@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .calibration import FAMILY_ALPHA  # noqa: F401 (drift_stats' API)
+from .calibration import FAMILY_ALPHA
 
 # FAMILY_ALPHA: the family-wise false-alarm rate of one verdict (the probability that a correct
 # implementation fails on some parameter or group, Bonferroni over those tested), one constant for

@@ -41,11 +41,11 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from . import drift as _drift
 from .plan import Executor, backend_plan, probe_plan
 from .precision import compute_order, group_label
 from .scenario import Case
 from ..sampling import CHAIN, SamplingParams
+from .calibration import PROBE_REQUESTS
 
 PROBE = "drift probe"
 MAX_SWEEPS = 3
@@ -479,7 +479,7 @@ def shrink_case(target: Target, test, prepare=None, budget: float = 30.0, on_can
 
 
 def shrink_probe(
-    target: Target, test, n: int = _drift.PROBE_REQUESTS, budget: float = 30.0, cost=None, on_candidate=None
+    target: Target, test, n: int = PROBE_REQUESTS, budget: float = 30.0, cost=None, on_candidate=None
 ) -> Shrunk:
     """The fewest probe requests (at least 2: a standard error over requests) whose probe verdict
     still fails as `target` does: test(k) -> the failed check or None. Halving the interval between
@@ -563,8 +563,8 @@ def shrink(
         spent = (v.drift.seconds if v.drift is not None else 0.0) + (
             v.precision.seconds if v.precision is not None else 0.0
         )
-        cost = (lambda k: spent * k / _drift.PROBE_REQUESTS) if spent else None
-        return shrink_probe(target, test_probe, _drift.PROBE_REQUESTS, budget, cost, on_candidate)
+        cost = (lambda k: spent * k / PROBE_REQUESTS) if spent else None
+        return shrink_probe(target, test_probe, PROBE_REQUESTS, budget, cost, on_candidate)
 
     def test_case(case):
         plan = backend_plan(backend, model, [case], judge=judge, probe="off", suffix=suffix, timeout=timeout)

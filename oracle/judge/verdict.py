@@ -24,9 +24,9 @@ from . import cases as _cases
 from . import drift as _drift
 from . import precision as _precision
 from . import worker as _worker
-from .calibration import HOST_HIDDEN
+from .calibration import COARSE_HIDDEN, HOST_HIDDEN, PROBE_REQUESTS, SIGMA
 from .compare import compare_runs
-from .forwards import SIGMA, Forwards, of
+from .forwards import Forwards, of
 from .malformed import malformed_rounds, side_problem  # noqa: F401 (malformed_rounds: trace record)
 from .noise import twin_bounds
 from .plan import Executor, Plan
@@ -195,7 +195,7 @@ def _backend(plan: Plan, ex: Executor) -> Verdict:
         if early is not None
         else _cases.reference_sides(backend, model, plan.cases, judge, fwd)
     )
-    n = plan.probe_requests or _drift.PROBE_REQUESTS
+    n = plan.probe_requests or PROBE_REQUESTS
     if plan.probes():
         ex.phase("probe", f"{n} requests through the backend, both modes")
     pending = start_drift(guarded, model, plan.probe_reproduce, judge, n, fwd) if plan.probes() else None
@@ -271,7 +271,7 @@ def _probe_only(plan: Plan, ex: Executor) -> Verdict:
     runs made now through the backend."""
     backend, model = plan.backend, plan.model
     v = _verdict(backend, plan.judge, model)
-    n = plan.probe_requests or _drift.PROBE_REQUESTS
+    n = plan.probe_requests or PROBE_REQUESTS
     ex.phase("probe", f"{n} requests through the backend, both modes")
     if plan.probe_runs is None:
         guarded = GuardedBackend(backend, plan.timeout) if plan.timeout is not None else backend
@@ -340,7 +340,7 @@ def _pending(backend, model, reproduce: str = "", judge=None, fwd: Forwards | No
     caps = None if judge is None else capabilities(judge)
     maker = None if caps is None else caps.drift_stats_fn
     if maker is not None:
-        if model.cfg.hidden_size >= _drift.COARSE_HIDDEN:  # per layer would cost one jvp per knob
+        if model.cfg.hidden_size >= COARSE_HIDDEN:  # per layer would cost one jvp per knob
             dirs = _drift.coarse_directions(model.cfg.num_layers)
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
     twin = None if caps is None else caps.precision_energy_fn
@@ -354,7 +354,7 @@ _JUDGE_FITS: list = []  # [((judge, model, dtype), (stats_fn, dirs, energy_fn))]
 
 
 def start_drift(
-    backend, model, reproduce: str = "", judge=None, n: int = _drift.PROBE_REQUESTS, fwd: Forwards | None = None
+    backend, model, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS, fwd: Forwards | None = None
 ) -> PendingDrift | None:
     """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
     fit in the background (worker.background: a forked child for the NumPy fit where the platform
@@ -514,7 +514,7 @@ def _pairs(plan: Plan, ex: Executor) -> Verdict:
     pending = None
     try:
         if plan.probes():  # first: its fit then runs on a thread beside the judge's runs and the cases
-            n = plan.probe_requests or _drift.PROBE_REQUESTS
+            n = plan.probe_requests or PROBE_REQUESTS
             ex.phase("probe", f"{n} requests through the backend, both modes, fitted by the judge beside the cases")
             pending = start_drift(backend, model, plan.probe_reproduce, judge, n)
         for i, (case, mode) in enumerate(pairs):
