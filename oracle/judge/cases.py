@@ -1,7 +1,7 @@
 """The comparisons of one case, built on the one runner (oracle/judge/runner.py): block vs loop on
-the reference (`check_case`) and a backend against the judge (`judge_backend`), which
-oracle/judge/verdict.py's `judge(plan, executor)` calls for every case of a plan; every
-comparison is oracle.judge.compare.compare_runs. The Case type is oracle/judge/scenario.py;
+the reference (`check_case`) and a backend against the judge (`judge_backend`, every case of a
+backend plan: `judge_cases`, which oracle/judge/kinds/backend.py calls); every comparison is
+oracle.judge.compare.compare_runs. The Case type is oracle/judge/scenario.py;
 the built-in cases are oracle/cli/catalogue.py.
 """
 
@@ -24,7 +24,6 @@ from ..schedule import schedule_violation
 from .worker import Inbox, background
 
 MODES = ("block", "loop")
-COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
 
 
 class ReferenceSide:
@@ -34,7 +33,7 @@ class ReferenceSide:
     agree bit for bit (check_case checks it on every built-in case, tests/test_rounds.py on drawn
     ones), so a backend drawing each request's host stream is judged against the one run in either
     mode; the mode-specific part of its traces, the calls, is checked against the backend's own
-    plan (compare_runs). batch: (the job of reference_sides, this scenario's index in it). fwd:
+    plan (compare_runs). batch: (the job of sides, this scenario's index in it). fwd:
     the run's forwards (the twin's; a forked job works on its copy)."""
 
     def __init__(self, model, sc, dtype: str, batch=None, fwd: Forwards | None = None, **options):
@@ -62,18 +61,6 @@ def _reference_side(model, sc, dtype: str, options: dict, traces=None, fwd: Forw
 def _reference_sides(model, cases, dtype: str, fwd: Forwards | None = None) -> list:
     fwd = of(model, fwd)  # one for every case of the job
     return [_reference_side(model, c, dtype, {}, fwd=fwd) for c in cases]
-
-
-def judge_mode(
-    bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None, fwd: Forwards | None = None, **options
-) -> tuple[Report, ScenarioRun]:
-    """The backend's run in one mode against the judge's (default the reference), by the
-    backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
-    options: session options for both sides (e.g. max_requests, max_len to size the KV). fwd: the
-    run's forwards, for the twin bounds (None: made for this call). A malformed run is a failed
-    check before the judge's side or a twin reads it."""
-    got = run_scenario(bk, model, sc, mode, **options)
-    return _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, **options), got
 
 
 def _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, **options) -> Report:
@@ -114,7 +101,7 @@ def judge_backend(
 ):
     """[(label, Report)]: backend block vs judge block, backend loop vs judge loop, and backend
     block vs backend loop. catch=True: a backend that raises is a failed check. ref: the
-    reference's side of sc, made earlier (reference_sides); made here where it applies.
+    reference's side of sc, made earlier (sides); made here where it applies.
     later=True: the backend's runs now, and a handle whose result() makes the comparisons (so a
     caller can run every case's backend runs while the reference's sides are being made).
     runs_out: receives the backend's runs by mode. fwd: the run's forwards, for every twin bound
@@ -243,17 +230,48 @@ def check_case(model, case: Case) -> Report:
 # saved beside a busy process); above it one case at a time.
 
 
-def reference_sides(backend, model, cases, judge=None, fwd: Forwards | None = None) -> dict:
-    """id(case) -> ReferenceSide for every case judge_cases will judge against the reference (a
-    host-stream backend, no --reference judge), all made by one background job started now, so
-    that they are made while the backend runs; {} where none applies or the model is large
-    (judge_backend then makes each in turn). fwd: the run's forwards (the job's twin bounds)."""
-    if judge is not None or not draws_host_stream(backend) or model.cfg.hidden_size >= HOST_HIDDEN:
-        return {}
-    dtype = tolerance_row(backend)
-    todo = [c for c in cases if c.policy in backend.policies]
-    job = background(_reference_sides, model, todo, dtype, fwd)
-    return {id(c): ReferenceSide(model, c, dtype, batch=(job, i)) for i, c in enumerate(todo)}
+def sides(early, backend, model, cases, judge=None) -> tuple[dict, Forwards]:
+    """(id(case) -> ReferenceSide, the run's forwards) for every case judge_cases will judge against
+    the reference (a host-stream backend, no --reference judge), all made by one background job: the
+    one start_sides began before the backend loaded (early: its handle, sent the backend's facts
+    now), else one started now, so that they are made while the backend runs; {} where none applies
+    or the model is large (judge_backend then makes each in turn). The run's forwards (the twin's
+    and the drift fit's): those begun with the early sides, else new."""
+    begun = None if early is None else early.fwd
+    fwd = begun if begun is not None and begun.model is model else Forwards(model)
+    host, dtype = draws_host_stream(backend), tolerance_row(backend)
+    if early is not None:
+        early.fwd = None  # held by this run alone: let go when it returns
+        early.facts.send((dtype, tuple(backend.policies)) if host else None)  # None: the job ends
+        job, todo = early.job, list(enumerate(early.cases))  # the job's list holds every case
+    elif judge is None and host and model.cfg.hidden_size < HOST_HIDDEN:
+        supported = [c for c in cases if c.policy in backend.policies]
+        job, todo = background(_reference_sides, model, supported, dtype, fwd), list(enumerate(supported))
+    else:
+        return {}, fwd
+    if not host:
+        return {}, fwd
+    return {id(c): ReferenceSide(None, c, dtype, batch=(job, i)) for i, c in todo if c.policy in backend.policies}, fwd
+
+
+def judge_cases(v, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd, ex) -> list:
+    """[(case, [(label, Report)], {mode: run})]: every case's backend runs first, then the comparisons;
+    a case whose policy bk does not support is in v.skipped. ex: the plan's executor (its phases)."""
+    pending = []
+    todo = [c for c in cases if c.policy in bk.policies]
+    for case in cases:
+        if case.policy not in bk.policies:
+            v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
+            continue
+        ex.phase("case", f"{len(pending) + 1}/{len(todo)} {case.name}")
+        runs: dict = {}
+        reproduce = case.reproduce + suffix if case.reproduce else ""  # the property suite prints its own
+        ref = sides.get(id(case))
+        reps = judge_backend(bk, model, case, reproduce, case.name, catch, judge, ref, bool(sides), runs, fwd)
+        pending.append((case, reps, runs))
+    if pending:
+        ex.phase("compare", f"{len(pending)} case(s)")
+    return [(case, reps.result() if isinstance(reps, Deferred) else reps, runs) for case, reps, runs in pending]
 
 
 # ---- the reference's sides begun before the backend is loaded ----
@@ -293,21 +311,6 @@ def cancel_sides(ahead: Ahead | None) -> None:
         ahead.facts.cancel()
         if hasattr(ahead.job, "stop"):
             ahead.job.stop()
-
-
-def sides_for(ahead: Ahead, backend) -> dict:
-    """Sends the backend's facts to the job begun by start_sides; id(case) -> ReferenceSide, as
-    reference_sides gives ({} for a backend whose uniforms the reference replays)."""
-    if not draws_host_stream(backend):
-        ahead.facts.send(None)
-        return {}
-    dtype = tolerance_row(backend)
-    ahead.facts.send((dtype, tuple(backend.policies)))
-    return {
-        id(c): ReferenceSide(None, c, dtype, batch=(ahead.job, i))
-        for i, c in enumerate(ahead.cases)
-        if c.policy in backend.policies
-    }
 
 
 def _sides_job(model, cases, facts: Inbox, fwd: Forwards | None = None):

@@ -148,7 +148,7 @@ class Inbox:
     the job (it waits until the value is there). A pipe with a length header, so it serves a
     forked child and the helper thread alike, and a copy of the pipe that another child inherited
     cannot hold a reader back. send() returns at once for a value within the pipe's buffer (the
-    backend's facts of cases.sides_for); a larger one waits for the reader. cancel(): get() raises
+    backend's facts of cases.sides); a larger one waits for the reader. cancel(): get() raises
     instead."""
 
     HEADER = struct.Struct("<q")
