@@ -124,12 +124,6 @@ def capture_graph(fn, dev) -> "torch.cuda.CUDAGraph":
     return graph
 
 
-def median_ms(fn, reps: int = 20, dev="cuda") -> float:
-    """Median ms of fn() on its own (two untimed calls first)."""
-    dev = torch.device(dev)
-    return statistics.median([_time(fn, dev) for _ in range(reps + 2)][2:])
-
-
 def _time(fn, dev) -> float:
     if dev.type == "cuda":
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -1,6 +1,6 @@
 """KernelOptions: which device fast paths the torch backend takes (docs/DESIGN.md section 9).
 
-Passed explicitly: make_torch_backend(..., kernel_options=) -> TorchSession -> Engine ->
+Passed explicitly: TorchBackend(..., kernel_options=) -> TorchSession -> Engine ->
 PackedModel. Nothing reads the environment at import; `KernelOptions.from_env()` turns the
 LOOPSPEC_* variables into options and is called only at the edges a person starts: the
 registry factories make_torch_cpu / make_torch_cpu_bf16 / make_torch_cuda (`--backend NAME`,

@@ -37,10 +37,11 @@ def test_t_distribution_matches_scipy():
         assert drift_stats.t_critical(alpha, dof) == pytest.approx(stats.t.isf(alpha / 2, dof), rel=1e-9)
 
 
-def test_floor_test_is_zero_inside_the_floor():
+def test_interval_test_is_zero_inside_the_interval():
     x = np.array([0.0015, 0.0016, 0.0014, 0.0015])
-    assert drift_stats.beyond_floor(x, 0.002)[2] == 0.0
-    assert drift_stats.beyond_floor(x + 0.01, 0.002)[2] > 50
+    assert drift_stats.beyond_interval(x, -0.002, 0.002)[2] == 0.0
+    assert drift_stats.beyond_interval(x + 0.01, -0.002, 0.002)[2] > 50
+    assert drift_stats.beyond_interval(-x - 0.01, -0.002, 0.002)[2] < -50
 
 
 def synthetic_stats(model, scale_of, n=8, noise=2e-4, seed=0):

@@ -77,15 +77,6 @@ def one_sample_t(x) -> tuple[float, float, float]:
     return mean, se, (mean / se if se > 0 else (0.0 if mean == 0 else math.copysign(float("inf"), mean)))
 
 
-def beyond_floor(x, floor: float) -> tuple[float, float, float]:
-    """(mean, standard error, t) where t tests |mean| <= floor: (|mean| - floor) / se, signed as
-    the mean, 0 inside the floor (the least favourable point of the null is |mean| = floor)."""
-    mean, se, _ = one_sample_t(x)
-    excess = max(0.0, abs(mean) - floor)
-    t = 0.0 if excess == 0 else math.copysign(excess / se if se > 0 else float("inf"), mean)
-    return mean, se, t
-
-
 def beyond_interval(x, lo: float, hi: float) -> tuple[float, float, float]:
     """(mean, standard error, t) where t tests lo <= mean <= hi: the distance of the mean past the
     nearer end over se, signed (0 inside: the least favourable point of the null is that end)."""
