@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from oracle.bench_stats import quartiles
+from .stats import quartiles
 from oracle.config import ModelConfig, preset as get_preset
 
 from kernels.backend import DTYPES

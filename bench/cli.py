@@ -21,7 +21,7 @@ from oracle.cli.argtypes import (
     probability,
     write_out,
 )
-from oracle.bench_stats import paired_summary
+from .stats import paired_summary
 from oracle.config import preset
 from oracle.cli.environment import set_threads
 from oracle.cli.round_args import add_processor_options, processor_fields

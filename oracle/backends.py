@@ -241,4 +241,3 @@ PLUGIN_FILES: dict = {}  # module -> its file, for a plug-in imported in another
 def note_plugin_file(module: str, path: str) -> None:
     """Where a plug-in's module was found, when another process imported it (oracle/isolated.py)."""
     PLUGIN_FILES[module] = path
-
