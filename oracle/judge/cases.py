@@ -21,30 +21,21 @@ from .report import Check, Report
 from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from .scenario import Case
 from ..schedule import schedule_violation
-from .worker import Inbox, background
+from .worker import Inbox, Part, background
 
 MODES = ("block", "loop")
 
 
-class ReferenceSide:
-    """The FP32 reference's run of one scenario and its noise-twin bounds, made once, in the
-    background (worker.background: a forked child where the platform forks, so both overlap the
-    backend's runs), and judged against in both modes. The reference's block and loop rounds
-    agree bit for bit (check_case checks it on every built-in case, tests/test_rounds.py on drawn
-    ones), so a backend drawing each request's host stream is judged against the one run in either
-    mode; the mode-specific part of its traces, the calls, is checked against the backend's own
-    plan (compare_runs). batch: (the job of sides, this scenario's index in it). fwd:
-    the run's forwards (the twin's; a forked job works on its copy)."""
-
-    def __init__(self, model, sc, dtype: str, batch=None, fwd: Forwards | None = None, **options):
-        self.job, self.index = (
-            batch if batch is not None else (background(_reference_side, model, sc, dtype, options, fwd=fwd), None)
-        )
-
-    def result(self):
-        """(the reference's round traces, their twin bounds or None, their typical_norms)."""
-        out = self.job.result()
-        return out if self.index is None else out[self.index]
+# The reference's side of a case: the FP32 reference's run of it and its noise-twin bounds, made
+# once, in the background (worker.background: a forked child where the platform forks, so both
+# overlap the backend's runs), and judged against in both modes: a handle whose result() is
+# (the reference's round traces, their twin bounds or None, their typical_norms). The reference's
+# block and loop rounds agree bit for bit (check_case checks it on every built-in case,
+# tests/test_rounds.py on drawn ones), so a backend drawing each request's host stream is judged
+# against the one run in either mode; the mode-specific part of its traces, the calls, is checked
+# against the backend's own plan (compare_runs). One job makes every case's side (`sides`: each a
+# worker.Part of it), or judge_backend makes one case's; fwd: the run's forwards (the twin's; a
+# forked job works on its copy).
 
 
 def _reference_side(model, sc, dtype: str, options: dict, traces=None, fwd: Forwards | None = None):
@@ -80,7 +71,7 @@ def malformed(label: str, why: str, reproduce: str = "") -> Report:
     return rep
 
 
-def judge_against(ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: str = "", case: str = "") -> Report:
+def judge_against(ref, got: ScenarioRun, dtype: str, reproduce: str = "", case: str = "") -> Report:
     """A backend's run against the reference's side (its traces and twin bounds)."""
     traces, bounds, norms = ref.result()
     return compare_runs(traces, got.traces, dtype, reproduce, case, bounds=bounds, ref_norms=norms)
@@ -94,7 +85,7 @@ def judge_backend(
     case: str = "",
     catch: bool = False,
     judge=None,
-    ref: ReferenceSide | None = None,
+    ref=None,
     later: bool = False,
     runs_out: dict | None = None,
     fwd: Forwards | None = None,
@@ -112,8 +103,8 @@ def judge_backend(
     dtype = tolerance_row(bk)
     fwd = of(model, fwd) if judge is None else fwd  # no twin against a judge backend
     if ref is None and judge is None and draws_host_stream(bk):
-        ref = ReferenceSide(model, sc, dtype, fwd=fwd)
-    for mode in MODES:  # with a ReferenceSide: both runs, then both judged
+        ref = background(_reference_side, model, sc, dtype, {}, fwd=fwd)
+    for mode in MODES:  # with the reference's side: both runs, then both judged
         label = f"{case} [{mode}]" if case else mode
         try:
             got = runs[mode] = run_scenario(bk, model, sc, mode)
@@ -231,7 +222,7 @@ def check_case(model, case: Case) -> Report:
 
 
 def sides(early, backend, model, cases, judge=None) -> tuple[dict, Forwards]:
-    """(id(case) -> ReferenceSide, the run's forwards) for every case judge_cases will judge against
+    """(id(case) -> the reference's side, the run's forwards) for every case judge_cases will judge against
     the reference (a host-stream backend, no --reference judge), all made by one background job: the
     one start_sides began before the backend loaded (early: its handle, sent the backend's facts
     now), else one started now, so that they are made while the backend runs; {} where none applies
@@ -251,7 +242,7 @@ def sides(early, backend, model, cases, judge=None) -> tuple[dict, Forwards]:
         return {}, fwd
     if not host:
         return {}, fwd
-    return {id(c): ReferenceSide(None, c, dtype, batch=(job, i)) for i, c in todo if c.policy in backend.policies}, fwd
+    return {id(c): Part(job, i) for i, c in todo if c.policy in backend.policies}, fwd
 
 
 def judge_cases(v, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd, ex) -> list:

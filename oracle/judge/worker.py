@@ -81,6 +81,18 @@ def background(fn, *args, **kwargs):
     return _POOL[0].submit(fn, *args, **kwargs)
 
 
+class Part:
+    """Item `index` of the list a background job returns: result() is job.result()[index]."""
+
+    __slots__ = ("job", "index")
+
+    def __init__(self, job, index: int):
+        self.job, self.index = job, index
+
+    def result(self):
+        return self.job.result()[self.index]
+
+
 class Child:
     """fn(*args, **kwargs) in a forked child; result() waits for it and returns its value or
     raises its exception."""

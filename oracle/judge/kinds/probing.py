@@ -111,16 +111,15 @@ def start_drift(
     fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy)."""
     if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
         return None
-    pending = pending_for(backend, model, reproduce, judge, fwd)
-    if pending.stats_fn is None and capabilities(backend).fork_safe and _worker.forks():
+    p = pending_for(backend, model, reproduce, judge, fwd)
+    if p.stats_fn is None and capabilities(backend).fork_safe and _worker.forks():
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
-        pending.job = _worker.background(_probe_and_fit, backend, model, n, reproduce, fwd)
-        return pending
-    pending.runs, pending.error, pending.seconds = _probe(backend, model, n)
-    if not pending.error:  # the fit (NumPy, or the JAX judge's jvp and twin) beside what comes next
-        p = pending
-        p.job = _worker.background(_fits, model, p.runs, p.dtype, reproduce, p.stats_fn, p.dirs, p.energy_fn, fwd)
-    return pending
+        job = (_probe_and_fit, backend, model, n, reproduce, fwd)
+    else:  # the probe's runs now; the fit (NumPy, or the JAX judge's jvp and twin) beside what comes next
+        p.runs, p.error, p.seconds = _probe(backend, model, n)
+        job = None if p.error else (_fits, model, p.runs, p.dtype, reproduce, p.stats_fn, p.dirs, p.energy_fn, fwd)
+    p.job = None if job is None else _worker.background(*job)
+    return p
 
 
 def _probe(backend, model, n: int) -> tuple:
