@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from oracle.bench_stats import quartiles
+from .stats import quartiles
 from oracle.config import ModelConfig, preset as get_preset
 
 from kernels.backend import DTYPES
@@ -122,12 +122,6 @@ def capture_graph(fn, dev) -> "torch.cuda.CUDAGraph":
     with torch.cuda.graph(graph):
         fn()
     return graph
-
-
-def median_ms(fn, reps: int = 20, dev="cuda") -> float:
-    """Median ms of fn() on its own (two untimed calls first)."""
-    dev = torch.device(dev)
-    return statistics.median([_time(fn, dev) for _ in range(reps + 2)][2:])
 
 
 def _time(fn, dev) -> float:

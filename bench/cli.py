@@ -21,7 +21,7 @@ from oracle.cli.argtypes import (
     probability,
     write_out,
 )
-from oracle.bench_stats import paired_summary
+from .stats import paired_summary
 from oracle.config import preset
 from oracle.cli.environment import set_threads
 from oracle.cli.round_args import add_processor_options, processor_fields
@@ -91,8 +91,12 @@ MAX_CPU_PARAMS = 50e6  # larger models are benchmarked on CUDA only
 
 
 def check_bench_args(args) -> None:
-    """Every option of bench c-table | rounds | sweep, before torch does any work."""
+    """Every option of bench c-table | rounds | sweep, and the LOOPSPEC_* variables (their owner's
+    check_env), before torch does any work."""
+    from kernels.options import check_env
     from oracle.config import preset
+
+    check_env()
 
     cfg = preset(args.preset)
     if args.device == "cpu" and not args.allow_large and limits.params_per_row(cfg) > MAX_CPU_PARAMS:

@@ -11,7 +11,7 @@ wrapped reference session below with its own: `session()` returns an object with
 
 This one wraps the FP32 reference (oracle.reference_backend.ReferenceBackend) and declares itself
 `dtype = "float32"`, `exact = False`: it is judged by the float32 row of
-oracle.judge.compare.TOLERANCES, the row an FP32 engine of your own gets: relative error 1e-5
+oracle.tolerances.TOLERANCES, the row an FP32 engine of your own gets: relative error 1e-5
 at depth 0, growing 1.5x per loop (`1e-5 * 1.5**depth`: a verification logit at D = 4, depth 3,
 may differ by 3.375e-05, the `tolerance` a failure line prints).
 `make_faulty_backend` is the one-line change that makes it fail: it adds 0.5 to the
@@ -59,7 +59,7 @@ class PluginBackend:
     """What the oracle reads: name, dtype, exact, policies and session()."""
 
     name = "example-plugin"
-    dtype = "float32"  # a row of oracle.judge.compare.TOLERANCES
+    dtype = "float32"  # a row of oracle.tolerances.TOLERANCES
     exact = False  # judged by tolerance, not bit for bit
     policies = ("sequential", "fixed")  # RNG policies it supports
     host_rng = True  # uniforms from each request's seeded PCG64 stream

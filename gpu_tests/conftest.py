@@ -2,7 +2,7 @@
 judge, through the property suite's harness; ORACLE_BACKEND defaults to torch-cuda here).
 
 Tests marked `gpu` are skipped unless a capability probe passes: a CUDA device exists and
-runs a BF16 matmul. Tolerances: the one table, oracle.judge.compare.TOLERANCES, keyed by dtype.
+runs a BF16 matmul. Tolerances: the one table, oracle.tolerances.TOLERANCES, keyed by dtype.
 Run:  make gpu-parity  (GPU_TESTS_ON_CPU=1 for a slow dry run of the logic on the CPU)
 """
 

@@ -45,7 +45,6 @@ from judge_jax.model import pow2  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
 from oracle.contract import LoadedBackend, as_loaded, tolerance_row  # noqa: E402
 from oracle.judge import verdict  # noqa: E402
-from oracle.judge.verdict import Budget  # noqa: E402,F401 (the judge's KV budget; tests)
 from oracle.judge.plan import Executor, pairs_plan  # noqa: E402
 from oracle.judge.scenario import Case  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402

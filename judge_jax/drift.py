@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from oracle.judge import drift_model
-from oracle.judge.drift import GROWTH
+from oracle.judge.calibration import GROWTH
 
 from .model import host_params
 

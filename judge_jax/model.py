@@ -37,7 +37,7 @@ from oracle.config import ModelConfig
 from oracle.errors import OracleError
 
 from . import layers
-from .checkpoint import HF_LAYER, read_checkpoint
+from .checkpoint import HF_LAYER
 from .layers import Dims
 from .layout import Layout
 
@@ -233,11 +233,6 @@ class JaxLoopedModel:
     @classmethod
     def from_reference(cls, model, **kw) -> "JaxLoopedModel":
         return cls(model.cfg, model.weights, **kw)
-
-    @classmethod
-    def from_checkpoint(cls, folder, **kw) -> "JaxLoopedModel":
-        cfg, weights = read_checkpoint(folder)
-        return cls(cfg, weights, **kw)
 
     def session_shapes(self, slots: int, max_len: int) -> tuple[int, int, int]:
         """(slots, max_len, pool rows) of a session's device state asked for slots x max_len: a

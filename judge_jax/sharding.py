@@ -12,7 +12,6 @@ mesh size (checked, named in the error).
 from __future__ import annotations
 
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from oracle.errors import OracleError
@@ -33,15 +32,6 @@ LAYER_SPECS = {
     "n_post": P(),
     "n_mlp_out": P(),
 }
-
-
-def make_mesh(n: int | None = None, devices=None) -> Mesh:
-    """A 1-D mesh with axis "tp" over the first n devices (all by default)."""
-    devices = list(devices if devices is not None else jax.devices())
-    n = n or len(devices)
-    if n > len(devices):
-        raise OracleError(f"a mesh of {n} devices was asked for, but only {len(devices)} are visible")
-    return Mesh(np.array(devices[:n]), (AXIS,))
 
 
 def check_divisible(layout, mesh: Mesh) -> None:

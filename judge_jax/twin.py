@@ -3,7 +3,7 @@ error-energy baseline where the judge's side is the JAX model (the ouro-1.4b sha
 
 The twin is oracle/judge/drift_model.forward's noise model: every weight and every stored
 intermediate multiplied by (1 + sigma * u), u uniform with mean 0 and variance 1, sigma =
-oracle.judge.noise.SIGMA[dtype], SAMPLES forwards per context, each its own draws (here from
+oracle.judge.SIGMA[dtype], SAMPLES forwards per context, each its own draws (here from
 JAX's threefry, seeded by the context; the NumPy twin draws PCG64 streams: the same
 distribution, other values). What comes back is per value, never a twin's values:
 
@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oracle.judge import noise
 
 from .drift import KIND_LOGITS, Shape, _device_params, _rms, _rope, _rope_tables, einsum, mm, pack_observations
+from oracle.judge.calibration import SAMPLES, SEED, SIGMA
 
 SITES = 16  # stored intermediates per layer (keys folded per site)
 
@@ -114,18 +114,18 @@ def _energies(params, tokens, cos, sin, got, pres, key, sigma, loops, shape, sam
     return sums, counts
 
 
-def make_energy_fn(model, dtype: str, device=None, samples: int = noise.SAMPLES):
+def make_energy_fn(model, dtype: str, device=None, samples: int = SAMPLES):
     """energy_fn(tokens, loops, obs) -> {group: (sum r2, values)} for a backend declaring dtype
-    (oracle.judge.noise.SIGMA), on `device` (default: JAX's default device)."""
+    (oracle.judge.SIGMA), on `device` (default: JAX's default device)."""
     cfg = model.cfg
     shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))
     params = _device_params(cfg, model.weights, device)
-    sigma = float(noise.SIGMA[dtype])
+    sigma = float(SIGMA[dtype])
 
     def energy_fn(tokens, loops, obs):
         last, tok, got, pres = pack_observations(cfg, tokens, loops, obs)
         cos0, sin0, _, _ = _rope_tables(len(tok), cfg.head_dim, cfg.rope_theta)
-        seed = zlib.crc32(np.asarray(tokens[:last], np.int64).tobytes()) ^ (noise.SEED & 0x7FFFFFFF)
+        seed = zlib.crc32(np.asarray(tokens[:last], np.int64).tobytes()) ^ (SEED & 0x7FFFFFFF)
         put = lambda x: jax.device_put(x, device)
         sums, counts = _energies(
             params,

@@ -1,9 +1,10 @@
-"""make_torch_backend(device, kernel_options=): the torch rounds as an oracle backend
-(oracle/backends.py). FP32 on CPU, BF16 with CUDA graphs on CUDA. The registry factories
-(make_torch_cpu, make_torch_cpu_bf16, make_torch_cuda, and the batch-invariant
+"""TorchBackend(device, dtype=, name=, kernel_options=, **session defaults): the torch rounds as an
+oracle backend (oracle/backends.py). FP32 on CPU, BF16 with CUDA graphs on CUDA. The registry
+factories (make_torch_cpu, make_torch_cpu_bf16, make_torch_cuda, and the batch-invariant
 make_torch_cpu_bf16_inv, make_torch_cuda_inv: `--backend NAME`, ORACLE_BACKEND) take their
-KernelOptions from the LOOPSPEC_* variables (KernelOptions.from_env; the _inv ones with
-invariant=True); make_torch_backend does not read the environment."""
+KernelOptions from the LOOPSPEC_* variables (KernelOptions.from_env, which refuses a malformed one in
+a line; the _inv ones with invariant=True); TorchBackend itself does not read the environment
+(default KernelOptions(): each fast path on where available)."""
 
 from __future__ import annotations
 
@@ -73,13 +74,6 @@ class TorchBackend:
         return TorchSession(
             self.weights(model), d, D, mode, policy, name=self.name, dtype_name=self.dtype, **(self.defaults | options)
         )
-
-
-def make_torch_backend(device: str = "cpu", kernel_options: KernelOptions | None = None, **options) -> TorchBackend:
-    """device: "cpu" | "cuda" | "cuda:N"; kernel_options: the device fast paths (default
-    KernelOptions(): each on where available); options: dtype and session defaults
-    (max_requests, max_len, max_tokens_per_round, graphs, max_batch_size, max_graphs, trace)."""
-    return TorchBackend(device, kernel_options=kernel_options, **options)
 
 
 def make_torch_cpu() -> TorchBackend:

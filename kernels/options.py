@@ -1,6 +1,6 @@
 """KernelOptions: which device fast paths the torch backend takes (docs/DESIGN.md section 9).
 
-Passed explicitly: make_torch_backend(..., kernel_options=) -> TorchSession -> Engine ->
+Passed explicitly: TorchBackend(..., kernel_options=) -> TorchSession -> Engine ->
 PackedModel. Nothing reads the environment at import; `KernelOptions.from_env()` turns the
 LOOPSPEC_* variables into options and is called only at the edges a person starts: the
 registry factories make_torch_cpu / make_torch_cpu_bf16 / make_torch_cuda (`--backend NAME`,
@@ -102,7 +102,7 @@ PROGRAM_NORM_ROWS = 1
 # the GEMV paths' products: a tile config's keys are these (one row) and name + "/16" (2..16 rows)
 GEMV_KERNELS = ("qkv", "o", "gate_up", "down")
 GEMV_KEYS = (*GEMV_KERNELS, *(f"{k}/16" for k in GEMV_KERNELS))
-# The variables' values (checked by check_env before any work: `oracle.cli` calls it by name).
+# The variables' values (checked by check_env before any work: from_env, bench's preflight).
 SWITCHES = tuple(ENV[n] for n in ("gemv", "fuse", "triton_attn", "pdl", "invariant"))  # "0" or "1"
 CHOICES = {
     ENV["compile_dynamic"]: COMPILE_DYNAMIC,

@@ -24,6 +24,7 @@ from oracle.cli import main
 from oracle.judge import drift, precision
 from oracle.judge.plan import probe_plan
 from oracle.judge.verdict import judge
+from oracle.judge.calibration import PROBE_REQUESTS
 
 torch = pytest.importorskip("torch")
 
@@ -77,7 +78,7 @@ def test_correct_bf16_backend_passes_both_verdicts(tiny, verdicts):
         (kind, j, l) for kind in ("k", "v") for j in range(4) for l in range(L)
     }
     assert {k[0] for k in keys} == {"k", "v", "draft", "verify"}
-    assert prec.requests == drift.PROBE_REQUESTS
+    assert prec.requests == PROBE_REQUESTS
     assert all(g.energy < g.limit for g in prec.groups), [g.line("bfloat16") for g in prec.groups]
 
 

@@ -6,8 +6,9 @@ What a backend is, is oracle/contract.py (`Backend`, `Session`, the optional hoo
 calls the factory within `timeout` seconds, refuses an object that breaks the contract
 (`contract_problems`) and returns it as a `LoadedBackend` (`.caps`), in this process (a plug-in in
 a child process is oracle/isolated.py, built on this module); backend calls under a time limit
-(`GuardedBackend`, `check --timeout`); and the PYTHONPATH a reproduce line needs for a plug-in
-(`import_prefix`). Every backend, the FP32 reference among them
+(`GuardedBackend`, `check --timeout`); and where a plug-in's module was found when another process
+imported it (`PLUGIN_FILES`, for the PYTHONPATH its reproduce line needs: round_args.plugin_prefix).
+Every backend, the FP32 reference among them
 (oracle/reference_backend.py), is reached through its "module:factory" string, so this
 module imports none of them.
 """
@@ -247,29 +248,3 @@ PLUGIN_FILES: dict = {}  # module -> its file, for a plug-in imported in another
 def note_plugin_file(module: str, path: str) -> None:
     """Where a plug-in's module was found, when another process imported it (oracle/isolated.py)."""
     PLUGIN_FILES[module] = path
-
-
-def import_prefix(*specs) -> str:
-    """'PYTHONPATH=DIR ' when a plug-in backend's module was found only through $PYTHONPATH
-    (so a reproduce line run from another shell would not import it); '' otherwise. Call it
-    after load_backend imported the modules."""
-    import shlex
-    import sys
-    from pathlib import Path
-
-    from_env = {Path(p or ".").resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
-    cwd, dirs = Path.cwd().resolve(), []
-    for spec in specs:
-        if not spec or spec in NAMED or ":" not in spec:
-            continue
-        mod_name = spec.partition(":")[0]
-        mod = sys.modules.get(mod_name)
-        file = getattr(mod, "__file__", None) if mod is not None else PLUGIN_FILES.get(mod_name)
-        if not file:
-            continue
-        root = Path(file).resolve().parent
-        for _ in range(mod_name.count(".") + (Path(file).name == "__init__.py")):
-            root = root.parent
-        if root in from_env and root != cwd and str(root) not in dirs:
-            dirs.append(str(root))
-    return f"PYTHONPATH={shlex.quote(os.pathsep.join(dirs))} " if dirs else ""

@@ -230,7 +230,7 @@ class SessionCapabilities:
 
 
 def tolerance_row(backend) -> str:
-    """The backend's row of the judge's tolerance table (oracle.judge.compare.TOLERANCES): "exact"
+    """The backend's row of the judge's tolerance table (oracle.tolerances.TOLERANCES): "exact"
     for a backend that declares itself exact, else its dtype."""
     return "exact" if backend.exact else backend.dtype
 

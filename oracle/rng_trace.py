@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import OracleError
-from .rng_events import POLICIES, PURPOSES, RngEvent, events_from_json, events_to_json  # noqa: F401 (oracle.rng_trace's API)
+from .rng_events import POLICIES, PURPOSES, RngEvent, events_from_json, events_to_json
 
 
 def check_policy(policy: str) -> str:

@@ -93,11 +93,6 @@ class SamplingParams:
         """Whether the processed logits depend on the tokens before them."""
         return any(s.seen and s.is_on(self) for s in CHAIN.steps)
 
-    @property
-    def has_processors(self) -> bool:
-        """Any of the processors of oracle/processors.py is on."""
-        return any(s.kind == "processor" and s.is_on(self) for s in CHAIN.steps)
-
     def to_json(self) -> dict:
         """temperature, top_k, top_p and seed always; the stop cut's fields and each step's
         fields when one of them is not its off value. SamplingParams(**json) reads it back."""

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from oracle.config import ModelConfig
 from oracle.model import LoopedModel, random_weights
-from oracle.rng_trace import POLICIES
+from oracle.rng_events import POLICIES
 from oracle.sampling import CHAIN, SamplingParams
 
 MODES = ("block", "loop")

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import event, given, settings
 
 from oracle.judge.cache_free import cache_free_check
-from oracle.judge.compare import TOLERANCES, allowed
+from oracle.judge.compare import allowed
+from oracle.tolerances import TOLERANCES
 from oracle.kv import KVError
 from oracle.schedule import schedule_violation
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from oracle.bench_stats import bootstrap_median_ci, paired_summary
+from bench.stats import bootstrap_median_ci, paired_summary
 
 
 def test_paired_summary_detects_known_ratio():

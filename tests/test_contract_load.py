@@ -164,7 +164,8 @@ def tiny():
 
 @pytest.mark.parametrize("cls, host", [(DeviceRng, False), (HostRng, True)])
 def test_the_runner_reads_host_rng_from_the_caps(cls, host, tiny, monkeypatch):
-    from oracle.judge.cases import judge_mode
+    from oracle.judge.plan import INLINE, backend_plan
+    from oracle.judge.verdict import judge
 
     bk = cls()
     assert capabilities(bk).host_rng is host and runner.draws_host_stream(bk) is host
@@ -173,9 +174,9 @@ def test_the_runner_reads_host_rng_from_the_caps(cls, host, tiny, monkeypatch):
     real = runner.replay_lists
     monkeypatch.setattr(runner, "replay_lists", lambda other, sc: replayed.append(sc.name) or real(other, sc))
     case = make_case("caps", [{0: 3, 1: 2}] * 2, 1, 3, [SP(1.0, seed=1), SP(0.8, seed=2)], seed=3)
-    rep, _ = judge_mode(bk, tiny, case, "block")
-    assert rep.ok, [c.detail for c in rep.checks if not c.ok]
-    assert replayed == ([] if host else ["caps"])  # host stream: the reference draws its own
+    v = judge(backend_plan(bk, tiny, [case], probe="off"), INLINE)
+    assert v.ok, v.failed
+    assert replayed == ([] if host else ["caps", "caps"])  # host stream: the reference draws its own
 
 
 def test_the_harness_reads_the_caps(tiny):

@@ -9,6 +9,7 @@ import pytest
 
 from oracle.judge import drift, drift_model, drift_stats, forwards
 from oracle.checkpoint import build_model
+from oracle.judge import calibration
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +37,11 @@ def test_t_distribution_matches_scipy():
         assert drift_stats.t_critical(alpha, dof) == pytest.approx(stats.t.isf(alpha / 2, dof), rel=1e-9)
 
 
-def test_floor_test_is_zero_inside_the_floor():
+def test_interval_test_is_zero_inside_the_interval():
     x = np.array([0.0015, 0.0016, 0.0014, 0.0015])
-    assert drift_stats.beyond_floor(x, 0.002)[2] == 0.0
-    assert drift_stats.beyond_floor(x + 0.01, 0.002)[2] > 50
+    assert drift_stats.beyond_interval(x, -0.002, 0.002)[2] == 0.0
+    assert drift_stats.beyond_interval(x + 0.01, -0.002, 0.002)[2] > 50
+    assert drift_stats.beyond_interval(-x - 0.01, -0.002, 0.002)[2] < -50
 
 
 def synthetic_stats(model, scale_of, n=8, noise=2e-4, seed=0):
@@ -144,10 +146,10 @@ def test_batched_finite_differences_are_the_per_request_ones(tiny, monkeypatch):
         }
         obs.update({("verify", p, 2): fw["logits"][2][0, p] for p in range(n // 2, n - 1)})
         sets.append((toks, obs))
-    monkeypatch.setattr(forwards, "BATCH_ROWS_T", 0)  # one request per forward
+    monkeypatch.setattr(calibration, "BATCH_ROWS_T", 0)  # one request per forward
     fwd = forwards.Forwards(tiny)
     alone = [drift.request_stats(tiny, t, 3, obs, "bfloat16", fwd) for t, obs in sets]
-    monkeypatch.setattr(forwards, "BATCH_ROWS_T", 10**9)  # every request in one forward
+    monkeypatch.setattr(calibration, "BATCH_ROWS_T", 10**9)  # every request in one forward
     fwd = forwards.Forwards(tiny)
     fwd.batch_forwards([(drift._span(t, obs), 3) for t, obs in sets], "bfloat16")
     assert len(fwd.fd) == len(sets)

@@ -99,9 +99,9 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
         return _run(backend, model, sc, mode, replay, **kw)
 
     monkeypatch.setattr(mod, "load_backend", lambda spec: device_rng)
-    import oracle.judge.verdict as verdict
+    import oracle.judge.kinds.pairs as pairs
 
-    monkeypatch.setattr(verdict, "run_scenario", fake_run)  # the backend's side (verdict.judge's pairs plan)
+    monkeypatch.setattr(pairs, "run_scenario", fake_run)  # the backend's side (verdict.judge's pairs plan)
     monkeypatch.setattr(runner, "run_scenario", fake_run)  # the judge's side (judge_run)
     assert mod.main(SMALL + ["--backend", "device-rng"]) == 0, capsys.readouterr().out
     assert seen == [False, True, False, True]  # backend first, then the judge in replay mode
@@ -111,8 +111,9 @@ def test_budget_holds_a_run_until_its_kv_fits():
     import threading
     import time
 
-    mod = load_script()
-    b = mod.Budget(10)
+    from oracle.judge.kinds.pairs import Budget
+
+    b = Budget(10)
     b.take(6)
     got = []
     t = threading.Thread(target=lambda: (b.take(6), got.append("second")))

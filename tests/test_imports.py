@@ -3,17 +3,21 @@
 oracle/, kernels/, judge_jax/ or bench/ imports itself back through others (no cycles).
 Inside oracle/ the rooms are layered cli -> judge -> reference: oracle/cli/ may import the
 judge and the reference, oracle/judge/ the reference only, and the reference (every other
-module of oracle/) neither; the longest chain of imports inside oracle/ is bounded (MAX_DEPTH).
+module of oracle/) neither. A constant is read from the module that defines it, never through
+one that imports it (each constant has one name and one home).
 
 The graph is read with `ast` from the source files, so imports inside functions count as
 much as module-level ones, relative and absolute alike. Engines reach the oracle only by
 name: oracle/backends.py (NAMED) and oracle/cli/__init__.py (COMMANDS) hold "module:attr" strings,
-which are not imports; a run of the CLI imports its own command's module only."""
+which are not imports; no other string of oracle/ names a module of kernels/ or judge_jax/ (an
+`importlib.import_module("kernels.x")` would be an import the graph does not see); a run of the
+CLI imports its own command's module only."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +30,6 @@ JUDGED = ("kernels", "judge_jax")  # what the oracle judges: it must not import 
 TOP = {"bench"}  # what nothing of the four packages imports (reached by name)
 ROOMS = ("reference", "judge", "cli")  # oracle/'s rooms, lowest first: a room imports only lower ones
 ENTRY = {"oracle.__main__": "cli"}  # `python -m oracle` is the CLI's entry point
-# The longest chain of imports inside oracle/, in modules (a chain a -> b -> c is 3 deep). The
-# judge's spine is verdict -> cases -> compare -> decisions -> sampling -> errors (6: each edge a use:
-# one case's comparisons, the one comparison, the decisions' margins, the sampling chain, the error
-# type), so a command that calls the verdict is 7: cmd_check -> judge.verdict -> ...; the CLI's
-# other chain is cmd_check -> round_args -> case_json -> limits -> cost -> files -> errors (7). The
-# renderers (oracle/cli/render.py) import no part of the judge. A change that deepens any fails here.
-MAX_DEPTH = 7
 
 
 def module_name(path: Path) -> str:
@@ -239,34 +236,10 @@ def oracle_graph() -> dict[str, set[str]]:
     return {m: {t for t in ts if room(t)} for m, ts in import_graph().items() if room(m)}
 
 
-def depths(graph: dict[str, set[str]]) -> dict[str, int]:
-    """Per module: the number of modules in its longest chain of imports (itself included)."""
-    out: dict[str, int] = {}
-
-    def depth(m):
-        if m not in out:
-            out[m] = 0  # a cycle would read as 0; test_no_import_cycles catches it
-            out[m] = 1 + max((depth(t) for t in graph.get(m, ())), default=0)
-        return out[m]
-
-    for m in sorted(graph):
-        depth(m)
-    return out
-
-
-def chain(graph, d, m) -> list[str]:
-    out = [m]
-    while graph.get(m):
-        m = max(sorted(graph[m]), key=d.get)
-        out.append(m)
-    return out
-
-
-def test_the_rooms_and_the_depth_are_read_right():
+def test_the_rooms_are_read_right():
     assert room("oracle.cli.cmd_check") == "cli" and room("oracle.cli") == "cli"
     assert room("oracle.judge.compare") == "judge" and room("oracle.reference_round") == "reference"
     assert room("oracle.__main__") == "cli" and room("kernels.session") is None
-    assert depths({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"c"}}) == {"a": 3, "b": 2, "c": 1, "d": 2}
 
 
 def test_the_rooms_import_downwards_only():
@@ -286,9 +259,11 @@ def test_the_rooms_import_downwards_only():
 # the runner (a scenario's rounds on one backend: `trace record`, the catalogue's plain runs).
 # and the plan (what a verdict compares, and the executor: oracle/judge/plan.py).
 # and the shrinker (a failing verdict's smallest case, judged by the one verdict: issue 44),
-# and the report (a failure's record and its one text, `describe`, which every renderer reads: issue 61).
+# the report (a failure's record and its one text, `describe`, which every renderer reads: issue 61)
+# and the calibration constants (their one home; `check` reads HOST_HIDDEN, `trace diff` SIGMA).
 JUDGE_FACE = {
     "oracle.judge.report",
+    "oracle.judge.calibration",
     "oracle.judge.verdict",
     "oracle.judge.scenario",
     "oracle.judge.runner",
@@ -310,13 +285,6 @@ def test_the_cli_reaches_the_judge_through_its_face_only():
     assert not bad, "the CLI imports judge internals: " + ", ".join(bad)
 
 
-def test_the_oracle_import_graph_is_shallow():
-    graph = oracle_graph()
-    d = depths(graph)
-    deepest = max(sorted(d), key=d.get)
-    assert d[deepest] <= MAX_DEPTH, f"{d[deepest]} modules deep: " + " -> ".join(chain(graph, d, deepest))
-
-
 def test_the_designated_files_stay_where_they_are():
     """The files the project's design names (DESIGN.md) keep their paths."""
     for name in ("reference_round.py", "loop_round.py", "rng_trace.py"):
@@ -336,3 +304,109 @@ def test_the_kernels_and_the_jax_judge_never_import_the_cli():
         if t == "oracle.cli" or t.startswith("oracle.cli.")
     )
     assert not bad, "an engine imports the CLI: " + ", ".join(bad)
+
+
+JUDGED_NAME = re.compile(r"(kernels|judge_jax)(\.\w+)*")  # a module of what the oracle judges, by name
+
+
+def docstrings(tree) -> set[int]:
+    """id() of every docstring's node: prose, which may name any module."""
+    holders = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, holders) and n.body and isinstance(n.body[0], ast.Expr)
+        if isinstance(n.body[0].value, ast.Constant)
+    }
+
+
+def string_back_arrows(source: str, where: str) -> list[str]:
+    """The strings of a file of oracle/ that name a module of kernels/ or judge_jax/ whole (what
+    importlib.import_module or __import__ would take); a "module:attr" registry string is not one."""
+    tree = ast.parse(source, where)
+    prose = docstrings(tree)
+    return [
+        f"{where}:{n.lineno} {n.value!r}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in prose
+        if JUDGED_NAME.fullmatch(n.value)
+    ]
+
+
+def test_the_oracle_names_no_judged_module_to_import_it():
+    """No importlib back-arrow: oracle/ reaches kernels/ and judge_jax/ through the "module:attr"
+    strings of its registries only."""
+    probe = (
+        '"""kernels.options, named in prose."""\n'
+        'import importlib\nNAMED = {"x": "kernels.backend:make_torch_cpu"}\n'
+        'importlib.import_module("kernels.options").check_env()\n'
+    )
+    assert string_back_arrows(probe, "probe.py") == ["probe.py:4 'kernels.options'"]
+    bad = [
+        hit
+        for p in sorted((ROOT / "oracle").rglob("*.py"))
+        for hit in string_back_arrows(p.read_text(), str(p.relative_to(ROOT)))
+    ]
+    assert not bad, "oracle/ names an engine's module (an import the graph does not see): " + ", ".join(bad)
+
+
+def is_constant(name: str) -> bool:
+    bare = name.lstrip("_")
+    return len(bare) > 1 and bare.isupper()
+
+
+def defined_here(path: Path) -> set[str]:
+    """The names a module binds itself at its top level (assignments, functions, classes), not
+    those it imports."""
+    out = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for t in targets:
+            out |= {e.id for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if isinstance(e, ast.Name)}
+    return out
+
+
+def constants_read_away_from_home(path: Path, known: dict, homes: dict) -> list[str]:
+    """`from m import NAME` and `m.NAME` of an UPPERCASE NAME where module m imports NAME instead of
+    defining it."""
+    mod = module_name(path)
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    alias, bad = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                stem = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+            else:
+                stem = node.module
+            for a in node.names:
+                if f"{stem}.{a.name}" in known:
+                    alias[a.asname or a.name] = f"{stem}.{a.name}"
+                elif stem in known and is_constant(a.name) and a.name not in homes[stem]:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} from {stem} import {a.name}")
+        elif isinstance(node, ast.Import):
+            alias |= {a.asname: a.name for a in node.names if a.asname and a.name in known}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in alias:
+            mod_read = alias[node.value.id]
+            if is_constant(node.attr) and node.attr not in homes[mod_read]:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {mod_read}.{node.attr}")
+    return bad
+
+
+def test_each_constant_has_one_home():
+    """A constant (an UPPERCASE name) is read from the module that defines it, in the packages and
+    in their tests and scripts: no module hands on a constant it imported (calibration.SIGMA, never
+    noise.SIGMA or verdict.SIGMA)."""
+    known = modules()
+    homes = {m: defined_here(p) for m, p in known.items()}
+    assert "SIGMA" in homes["oracle.judge.calibration"] and "SIGMA" not in homes["oracle.judge.noise"]
+    dirs = (*PACKAGES, "tests", "property_tests", "meta_tests", "gpu_tests", "scripts", "examples")
+    files = [p for d in dirs for p in sorted((ROOT / d).rglob("*.py"))]
+    bad = [hit for p in files for hit in constants_read_away_from_home(p, known, homes)]
+    assert not bad, "a constant read through a module that only imports it: " + ", ".join(bad)

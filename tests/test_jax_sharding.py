@@ -23,7 +23,7 @@ from oracle.model import LoopedModel, random_weights
 from oracle.sampling import SamplingParams
 from judge_jax.backend import make_jax_backend
 from judge_jax.model import JaxLoopedModel
-from judge_jax.sharding import make_mesh
+from jax.sharding import Mesh
 
 assert len(jax.devices()) == 4, jax.devices()
 # 4 heads / 4 kv heads / intermediate 96 split over 4 devices; 2 query heads per kv head
@@ -34,7 +34,7 @@ cfg_gqa = ModelConfig(vocab_size=80, hidden_size=64, intermediate_size=128, num_
 out = {"cache_free": 0.0, "rounds": 0.0, "kv": 0.0, "tokens_equal": True, "sharded_params": 0}
 for c in (cfg, cfg_gqa):
     ref = LoopedModel(c, random_weights(c, seed=3))
-    mesh = make_mesh(4)
+    mesh = Mesh(np.array(jax.devices()[:4]), ("tp",))  # a 1-D mesh, axis "tp" (judge_jax/sharding.py)
     one, four = JaxLoopedModel.from_reference(ref), JaxLoopedModel.from_reference(ref, mesh=mesh)
     out["sharded_params"] += sum(len(a.sharding.device_set) == 4 and not a.sharding.is_fully_replicated
                                  for a in jax.tree_util.tree_leaves(four.params))

@@ -89,7 +89,7 @@ def excused_flip(tr, rid):
 
 
 def test_skipped_kv_write_of_one_request_beside_an_excused_divergence(tiny, monkeypatch):
-    import oracle.judge.compare as cmp
+    import oracle.tolerances as cmp
 
     tr = one_round(tiny)
     monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
@@ -105,7 +105,7 @@ def test_skipped_kv_write_of_one_request_beside_an_excused_divergence(tiny, monk
 
 
 def test_other_requests_are_still_compared_after_one_diverges(tiny, monkeypatch):
-    import oracle.judge.compare as cmp
+    import oracle.tolerances as cmp
 
     tr = one_round(tiny)
     monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
@@ -150,7 +150,7 @@ def without(tr, rid):
 def test_rounds_pair_on_requests_still_compared(tiny, monkeypatch):
     """After a request diverged (excused), the two sides may run it in different rounds (it drew
     a stop token on one side only): the judge pairs rounds on the requests it still compares."""
-    import oracle.judge.compare as cmp
+    import oracle.tolerances as cmp
 
     monkeypatch.setitem(cmp.TOLERANCES, "bfloat16", dict(cmp.TOLERANCES["bfloat16"], margin=1.0, logits=1.0))
     ref = two_rounds(tiny)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kernels.backend import make_torch_backend
+from kernels.backend import TorchBackend
 from bench.calls import measure_c_table
 from bench.rounds import make_session, random_weights, run_generation
 from kernels.options import KernelOptions
@@ -46,7 +46,7 @@ MULTI = [
     {4: 2, 0: 4, 2: 1},
     {0: 2, 1: 2, 2: 2, 3: 2, 4: 2},
 ]
-TORCH = make_torch_backend("cpu")
+TORCH = TorchBackend("cpu")
 torch.set_num_threads(1)  # tiny ops: threads only add spin-wait cost on a shared CI machine
 
 
@@ -270,7 +270,7 @@ def test_failed_add_frees_its_slot(model, monkeypatch):
 
 
 def test_nonfinite_logits_raise_at_collection(model):
-    s = make_torch_backend("cpu").session(model, 2, 4, "loop")  # own weights: poisoned below
+    s = TorchBackend("cpu").session(model, 2, 4, "loop")  # own weights: poisoned below
     s.add(0, [1, 2], SP())
     s.engine.model.w.lm_head[3, 0] = float("nan")
     with pytest.raises(OracleError, match="non-finite"):
@@ -660,7 +660,7 @@ COMBOS = [
     "opts", COMBOS, ids=[f"gemv={o.gemv}-attn={o.triton_attn}-fuse={o.fuse}-{o.compile_dynamic}" for o in COMBOS]
 )
 def test_kernel_options_on_the_cpu(model, opts):
-    bk = make_torch_backend("cpu", kernel_options=opts)
+    bk = TorchBackend("cpu", kernel_options=opts)
     rounds = [{0: 3, 1: 1}, {1: 4}, {0: 2, 1: 3}]  # one-row waves too (the padded call when fused)
     ref = start(ReferenceBackend(), model, "loop", "sequential", [0, 1])
     got = start(bk, model, "loop", "sequential", [0, 1])
@@ -675,7 +675,7 @@ def test_kernel_options_come_from_the_environment_only_at_the_cli_edge(monkeypat
     monkeypatch.setenv("LOOPSPEC_FUSE", "0")
     monkeypatch.setenv("LOOPSPEC_COMPILE_DYNAMIC", "all")
     monkeypatch.setenv("LOOPSPEC_GEMV_CONFIG", str(tiles))
-    assert make_torch_backend("cpu").kernel_options == KernelOptions()  # no environment here
+    assert TorchBackend("cpu").kernel_options == KernelOptions()  # no environment here
     want = KernelOptions(fuse=False, compile_dynamic="all", gemv_config={"o": (32, 64, 4)})
     assert load_backend("torch-cpu").kernel_options == want  # the registry factory
     assert load_backend("torch-cpu").session(build_model("tiny", seed=0), 1, 2, "loop").engine.model.options == want
@@ -699,7 +699,7 @@ def test_pdl_is_refused_where_it_cannot_run():
     for on the CPU it is refused by name, and left off (None) it resolves to off."""
     assert KernelOptions().resolve("cpu")[3] is False
     with pytest.raises(OracleError, match="pdl=True needs"):
-        make_torch_backend("cpu", kernel_options=KernelOptions(pdl=True))
+        TorchBackend("cpu", kernel_options=KernelOptions(pdl=True))
 
 
 def test_plan_cache_gives_the_plan_a_fresh_build_gives():
@@ -856,7 +856,7 @@ def assert_proc_state(session):
     requests with processors: the state of the others is not kept)."""
     e = session.engine
     for req in session.requests.values():
-        if not req.params.has_processors:
+        if not processor_steps(req.params):
             continue
         out = req.tokens[len(req.tokens) - req.generated :]
         V = e.counts.shape[1]
@@ -1160,8 +1160,6 @@ def _no_commit(real):  # the output counts, generated count and tail never move
 )
 def test_the_judge_catches_device_processor_faults(model, monkeypatch, method, fault):
     monkeypatch.setattr(Engine, method, fault(getattr(Engine, method)))
-    out = judge(
-        backend_plan(make_torch_backend("cpu"), model, proc_cases(model.cfg.vocab_size)[:1], probe="off")
-    ).to_json()
+    out = judge(backend_plan(TorchBackend("cpu"), model, proc_cases(model.cfg.vocab_size)[:1], probe="off")).to_json()
     bad = [c for c in out["checks"] if not c["ok"]]
     assert bad and not any("raised" in c["detail"] for c in bad), bad  # judged, not crashed

@@ -16,6 +16,8 @@ from oracle.judge.compare import compare_runs
 from oracle.judge.drift_model import round_to
 from oracle.checkpoint import build_model
 from oracle.sampling import SamplingParams as SP
+from oracle.judge.calibration import SAMPLES, SEED
+from oracle.judge import calibration
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +91,9 @@ def test_batched_twin_is_the_twin_per_context(traces, monkeypatch):
     forward per context, to FP32 rounding (forwards.TWIN_PRECISION; a bound is a difference of
     twin and center of ~1e-3 relative, so FP32 rounding moves it by up to ~1e-4 of itself)."""
     model, ref, bounds = traces
-    monkeypatch.setattr(forwards, "TWIN_ROWS_T", 0)  # one context per forward
+    monkeypatch.setattr(calibration, "TWIN_ROWS_T", 0)  # one context per forward
     alone = noise.twin_bounds(model, ref, "bfloat16", fwd=forwards.Forwards(model))
-    monkeypatch.setattr(forwards, "TWIN_ROWS_T", 10**9)  # every context in one forward
+    monkeypatch.setattr(calibration, "TWIN_ROWS_T", 10**9)  # every context in one forward
     batched = noise.twin_bounds(model, ref, "bfloat16", fwd=forwards.Forwards(model))
     assert alone.kv.keys() == batched.kv.keys() == bounds.kv.keys()
     for k, v in alone.kv.items():
@@ -108,7 +110,7 @@ def test_forwards_are_kept_for_the_run_that_holds_them(traces, monkeypatch):
     fwd = forwards.Forwards(model)
     first = noise.twin_bounds(model, ref, "bfloat16", fwd=fwd)
     kept = dict(fwd.twin)
-    assert kept and all(k[2:] == ("bfloat16", noise.SAMPLES, noise.SEED) for k in kept)
+    assert kept and all(k[2:] == ("bfloat16", SAMPLES, SEED) for k in kept)
     made = []
     real = forwards.drift_model.forward
     monkeypatch.setattr(forwards.drift_model, "forward", lambda *a, **k: made.append(1) or real(*a, **k))

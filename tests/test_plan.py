@@ -8,7 +8,7 @@ import pytest
 
 from oracle.backends import load_backend
 from oracle.checkpoint import build_model
-from oracle.judge.plan import INLINE, Plan, backend_plan, probe_plan
+from oracle.judge.plan import INLINE, BackendPlan, Plan, ReferencePlan, backend_plan, probe_plan
 from oracle.judge.scenario import make_case
 from oracle.judge.verdict import judge
 from oracle.sampling import SamplingParams as SP
@@ -53,9 +53,13 @@ def test_a_malformed_run_skips_block_against_loop_only(tiny, monkeypatch):
 
 
 def test_plans_refuse_what_they_cannot_mean(tiny):
-    with pytest.raises(AssertionError, match="plan kind"):
-        Plan("everything", tiny)
-    with pytest.raises(AssertionError, match="needs a backend"):
-        Plan("backend", tiny)
+    with pytest.raises(AssertionError, match="plan kind ''"):
+        judge(Plan(tiny), INLINE)  # the thin base is no kind
+    with pytest.raises(AssertionError, match="a reference plan needs the model"):
+        ReferencePlan(None, [case()])
+    with pytest.raises(AssertionError, match="a backend plan needs a backend"):
+        BackendPlan(tiny)
+    with pytest.raises(AssertionError, match="probe 'sometimes'"):
+        backend_plan(load_backend("reference"), tiny, [case()], probe="sometimes")
     with pytest.raises(AssertionError, match="probe_requests"):
         probe_plan(load_backend("reference"), tiny, probe_requests=1)

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from oracle.errors import OracleError
-from oracle.judge import drift, drift_stats, noise, precision
+from oracle.judge import drift, drift_stats, precision
 from oracle.judge.observations import observations
+from oracle.judge.calibration import DRIFT_FLOOR, FAMILY_ALPHA, RHO, SAMPLES, SIGMA, TWIN_SPREAD
 
 N = 24  # requests, as the drift probe's PROBE_REQUESTS
 
@@ -40,17 +41,17 @@ def test_group_at_rho_passes_and_one_far_above_fails_named():
     rep = precision.verdict(
         energies(
             {
-                ("k", 0, 0): precision.RHO,
+                ("k", 0, 0): RHO,
                 ("v", 0, 0): 1.0,
                 ("draft", 1): 0.5,
-                ("v", 1, 1): 10 * precision.RHO,
+                ("v", 1, 1): 10 * RHO,
                 ("verify", 3): 1.0,
             }
         ),
         "bfloat16",
     )
     by = {g.key: g for g in rep.groups}
-    assert abs(by[("k", 0, 0)].t) < 1e-9 and by[("k", 0, 0)].energy == pytest.approx(precision.RHO)
+    assert abs(by[("k", 0, 0)].t) < 1e-9 and by[("k", 0, 0)].energy == pytest.approx(RHO)
     assert by[("v", 0, 0)].t < 0 and by[("draft", 1)].t < by[("v", 0, 0)].t  # below RHO: one-sided, passes
     assert by[("v", 1, 1)].t > rep.threshold
     assert not rep.ok
@@ -92,7 +93,7 @@ def test_each_kind_is_judged_against_its_own_limit_and_the_headroom_is_reported(
 
 
 def test_every_group_at_rho_passes():
-    rep = precision.verdict(energies({("k", j, l): precision.RHO for j in range(3) for l in range(2)}), "float16")
+    rep = precision.verdict(energies({("k", j, l): RHO for j in range(3) for l in range(2)}), "float16")
     assert rep.ok and rep.failure == ""
     assert all(abs(g.t) < 1e-9 for g in rep.groups)
 
@@ -114,13 +115,13 @@ def test_threshold_is_one_sided_bonferroni_over_the_groups():
     groups = {("k", 0, l): 1.0 for l in range(2)} | {("v", 0, l): 1.0 for l in range(2)} | {("draft", 0): 1.0}
     rep = precision.verdict(energies(groups), "bfloat16")
     m = len(groups)
-    want = drift_stats.t_critical(2 * precision.FAMILY_ALPHA / m, N - 1)
+    want = drift_stats.t_critical(2 * FAMILY_ALPHA / m, N - 1)
     assert rep.threshold == pytest.approx(want, rel=1e-12)
     assert precision.one_sided_threshold(m, N) == pytest.approx(want, rel=1e-12)
     # one-sided: P(T > thr) = FAMILY_ALPHA / m, i.e. half the two-sided tail at thr
-    assert drift_stats.t_two_sided(rep.threshold, N - 1) / 2 == pytest.approx(precision.FAMILY_ALPHA / m, rel=1e-6)
+    assert drift_stats.t_two_sided(rep.threshold, N - 1) / 2 == pytest.approx(FAMILY_ALPHA / m, rel=1e-6)
     stats = pytest.importorskip("scipy.stats")
-    assert rep.threshold == pytest.approx(stats.t.isf(precision.FAMILY_ALPHA / m, N - 1), rel=1e-9)
+    assert rep.threshold == pytest.approx(stats.t.isf(FAMILY_ALPHA / m, N - 1), rel=1e-9)
 
 
 def test_a_group_with_one_sample_is_not_tested():
@@ -139,7 +140,7 @@ def test_t_is_mean_log_energy_over_its_standard_error():
     se = x.std(ddof=1) / math.sqrt(N)
     assert g.energy == pytest.approx(math.exp(x.mean()), rel=1e-12)
     assert g.se == pytest.approx(se, rel=1e-12)
-    assert g.t == pytest.approx((x.mean() - math.log(precision.RHO)) / se, rel=1e-12)
+    assert g.t == pytest.approx((x.mean() - math.log(RHO)) / se, rel=1e-12)
     assert g.values == 7 * N
 
 
@@ -207,20 +208,20 @@ def _allowance(xt):
 @pytest.mark.parametrize("center", [3e-4, -5e-4, 0.0])
 def test_twin_allowance(center):
     rng = np.random.default_rng(1)
-    xt = rng.normal(center, 2e-4, (N, noise.SAMPLES))
+    xt = rng.normal(center, 2e-4, (N, SAMPLES))
     lo, hi = drift.twin_allowance(xt)
     mean, se = _allowance(xt)
-    widen = drift.TWIN_SPREAD * se + drift.DRIFT_FLOOR
-    assert lo < 0 < hi and lo < precision.RHO * mean < hi  # contains 0 and RHO * mean
-    assert lo == pytest.approx(min(0.0, precision.RHO * mean) - widen, rel=1e-12, abs=1e-15)
-    assert hi == pytest.approx(max(0.0, precision.RHO * mean) + widen, rel=1e-12, abs=1e-15)
+    widen = TWIN_SPREAD * se + DRIFT_FLOOR
+    assert lo < 0 < hi and lo < RHO * mean < hi  # contains 0 and RHO * mean
+    assert lo == pytest.approx(min(0.0, RHO * mean) - widen, rel=1e-12, abs=1e-15)
+    assert hi == pytest.approx(max(0.0, RHO * mean) + widen, rel=1e-12, abs=1e-15)
 
 
 def test_twin_allowance_without_spread_is_the_floor_around_the_ends():
-    xt = np.full((N, noise.SAMPLES), 0.002)
+    xt = np.full((N, SAMPLES), 0.002)
     lo, hi = drift.twin_allowance(xt)
-    assert lo == pytest.approx(-drift.DRIFT_FLOOR, abs=1e-12)
-    assert hi == pytest.approx(precision.RHO * 0.002 + drift.DRIFT_FLOOR, abs=1e-12)
+    assert lo == pytest.approx(-DRIFT_FLOOR, abs=1e-12)
+    assert hi == pytest.approx(RHO * 0.002 + DRIFT_FLOOR, abs=1e-12)
 
 
 def test_beyond_interval():
@@ -250,7 +251,7 @@ def perturbed(tiny):
     runs = drift.probe_runs(ReferenceBackend(), tiny, n=6)
     obs = {key: v for key, v in observations(runs.values()).items() if v[2]}
     rng = np.random.default_rng(7)
-    s = 3 * noise.SIGMA["bfloat16"]
+    s = 3 * SIGMA["bfloat16"]
     out = []
     for tokens, loops, o in obs.values():
         o = {
@@ -425,9 +426,9 @@ def test_nothing_observed_or_a_non_finite_value_fails():
 def test_the_drift_floor_is_the_validated_one_up_to_hidden_32_and_shrinks_as_one_over_hidden_above():
     """floor(H): DRIFT_FLOOR where the 2000-model false-alarm run measured it (H = 8..32), then
     DRIFT_FLOOR * 32 / H (calibration.FLOOR_POWER 1), and the twin's allowance widened by exactly that."""
-    assert [drift.drift_floor(h) for h in (8, 16, 32)] == [drift.DRIFT_FLOOR] * 3
-    assert drift.drift_floor(128) == pytest.approx(drift.DRIFT_FLOOR / 4)
-    assert drift.drift_floor(2048) == pytest.approx(drift.DRIFT_FLOOR / 64)
+    assert [drift.drift_floor(h) for h in (8, 16, 32)] == [DRIFT_FLOOR] * 3
+    assert drift.drift_floor(128) == pytest.approx(DRIFT_FLOOR / 4)
+    assert drift.drift_floor(2048) == pytest.approx(DRIFT_FLOOR / 64)
     xt = np.zeros((24, 8))
     assert drift.twin_allowance(xt, drift.drift_floor(128)) == pytest.approx((-0.00025, 0.00025))
 

@@ -7,6 +7,11 @@ from oracle.errors import OracleError
 SP = S.SamplingParams
 
 
+def processors_on(p) -> list:
+    """The processor steps of the chain that are on for p."""
+    return [s.name for s in S.CHAIN.named("processor") if s.is_on(p)]
+
+
 def test_top_k_keeps_ties():
     p = S.filtered_probs(np.array([1, 3, 2, 3, 2, 0], np.float32), SP(1.0, top_k=3))
     assert (p > 0).tolist() == [False, True, True, True, True, False]  # ties at 2 kept
@@ -301,7 +306,7 @@ def test_no_repeat_ngram_counts_the_prompt_and_the_output():
     assert masked(3, Seen((1, 2, 3), (1,))) == []  # (3, 1) never seen before
     assert masked(3, Seen((1, 2), (0, 1, 2))) == [0]
     assert masked(4, Seen((1,), ())) == [] and masked(2, Seen()) == []  # shorter than n - 1
-    assert not SP(no_repeat_ngram=0).has_processors and SP(no_repeat_ngram=3).needs_seen
+    assert not processors_on(SP(no_repeat_ngram=0)) and SP(no_repeat_ngram=3).needs_seen
 
 
 def test_logit_bias_adds_and_takes_a_dict():
@@ -397,12 +402,12 @@ def test_processors_need_seen_and_are_off_by_default():
         SP(bad_words=[(1,)]),
         SP(stop_token_ids=(1,), min_tokens=1),
     ):
-        assert p.needs_seen and p.has_processors
+        assert p.needs_seen and processors_on(p)
         with pytest.raises(OracleError, match="pass seen="):
             S.processed_logits(logits, p)
-    assert SP(logit_bias={1: 1.0}).has_processors and not SP(logit_bias={1: 1.0}).needs_seen
+    assert processors_on(SP(logit_bias={1: 1.0})) == ["logit_bias"] and not SP(logit_bias={1: 1.0}).needs_seen
     off = SP(0.8, top_k=3, stop_token_ids=(1,))
-    assert not off.has_processors
+    assert processors_on(off) == []
     seen = Seen((0, 1), (2, 2, 3), 2, 4)
     assert np.array_equal(S.filtered_probs(logits, off), S.filtered_probs(logits, off, seen))  # the same bits
     assert set(off.to_json()).isdisjoint({"repetition_penalty", "logit_bias", "bad_words", "min_tokens"})

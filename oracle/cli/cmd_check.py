@@ -28,7 +28,7 @@ from ..checkpoint import build_model
 from ..config import preset
 from .round_args import add_round_options, check_round_args, custom_case, is_custom, model_flags, plugin_prefix
 from . import shrinking
-from ..judge import shrink as judge_shrink
+from ..judge.calibration import HOST_HIDDEN
 
 # dtypes a judge's side (--reference) may compute in: the tolerance rows measure a backend
 # against an FP32 judge
@@ -71,7 +71,7 @@ def run(args) -> int:
     if (
         judged
         and args.checkpoint is None
-        and preset(args.preset or "tiny").hidden_size < verdict.HOST_HIDDEN
+        and preset(args.preset or "tiny").hidden_size < HOST_HIDDEN
         and args.reference in (None, "reference")
         and not args.probe_requests  # the drift probe alone: no case runs
     ):
@@ -135,14 +135,13 @@ def check_backend(args, model, cases, t0, backend, judge, early=None) -> int:
         timeout=args.timeout,
     )
     try:
-        # issue 44: the judge's verdict and search, and the lines' model flags, for oracle/cli/shrinking.py
-        ctx = shrinking.Context(model_flags(args), prefix, suffix, verdict.judge, judge_shrink)
+        carried = (model_flags(args), prefix, suffix)  # what the shrunk case's reproduce lines carry
         if args.probe_requests:  # the drift probe alone (a shrunk drift or precision failure's line)
-            v = shrinking.probe_only(args, ctx, model, backend, judge)
+            v = shrinking.probe_only(args, *carried, model, backend, judge)
         else:
             v = verdict.judge(plan, Executor(early=early, on_phase=progress.phase))
         if not v.ok and not args.no_shrink and not args.probe_requests:  # the smallest failing case
-            v.info["shrunk"] = shrinking.shrink_failure(args, ctx, v, model, cases, backend, judge, progress.phase)
+            v.info["shrunk"] = shrinking.shrink_failure(args, *carried, v, model, cases, backend, judge, progress.phase)
     except JudgeFailed as e:
         raise OracleError(f"the reference --reference {args.reference} failed: {e}") from None
     finally:

@@ -41,6 +41,7 @@ from .round_args import (
 from ..tolerances import TOLERANCES
 from ..trace_file import load_trace_file
 from ..traces import model_identity, save_traces, weights_sha256
+from ..judge.calibration import HOST_HIDDEN, SIGMA
 
 
 def record_command(args, out: str) -> str:
@@ -221,7 +222,7 @@ def traced_model(f, path) -> tuple:
     """(the model a trace file names, rebuilt, or None; why not): its preset and seed, or its
     checkpoint folder, holding the recorded weights (weights_sha256), below the twin's size."""
     m = f.model
-    if ModelConfig(**m["config"]).hidden_size >= verdict.HOST_HIDDEN:
+    if ModelConfig(**m["config"]).hidden_size >= HOST_HIDDEN:
         return None, f"hidden size {m['config']['hidden_size']}: the twin is not run on the host"
     if "checkpoint" in m and not Path(m["checkpoint"]).is_dir():
         return None, f"checkpoint {m['checkpoint']} (named by {path}) is not a folder here"
@@ -243,7 +244,7 @@ def diff(args) -> int:
     a, b, meta_a, meta_b = fa.traces, fb.traces, fa.meta, fb.meta
     row = args.tolerance or recorded_row(args.b, meta_b)
     # a reduced-precision row: judged by the noise twin of the model the traces name, as check --backend
-    model, why = traced_model(fa, args.a) if row in verdict.SIGMA else (None, "")
+    model, why = traced_model(fa, args.a) if row in SIGMA else (None, "")
     plan = traces_plan(
         a, b, row, model, reproduce=diff_reproduce(args, meta_a, row), names=(args.a, args.b), sides=("B", "A")
     )

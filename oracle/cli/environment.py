@@ -6,8 +6,9 @@ is refused in one line instead of being ignored or failing deep inside an import
     LOOPSPEC_COMPILE_DYNAMIC   "rows" or "all"
     LOOPSPEC_GEMV_CONFIG       a JSON object file of GEMV tiles
     LOOPSPEC_GEMV_MAX_ROWS     calls of up to this many rows (1..16) take the GEMV path
-    (the defaults of kernels.options.KernelOptions, read by KernelOptions.from_env; their schema
-    and its check, `check_env`, live there)
+    (the defaults of kernels.options.KernelOptions; their schema and its check, `check_env`, live
+    there, and the kernels check them themselves: KernelOptions.from_env in the named torch
+    backends' factories, which `check` loads before any work, and `bench`'s preflight)
     OMP_NUM_THREADS            thread counts 1..the usable cores (as --threads)
 """
 
@@ -20,20 +21,6 @@ import sys
 from ..errors import OracleError
 
 
-def uses_kernels(args) -> bool:
-    """Whether the command will import the torch kernels."""
-    backend = getattr(args, "backend", None)
-    return args.command == "bench" or bool(backend and backend != "reference")
-
-
-def check_kernel_switches(env=os.environ) -> None:
-    """The LOOPSPEC_* variables, checked by their schema's owner (kernels/options.py `check_env`),
-    reached by its "module:attr" name: the oracle does not import the kernels."""
-    import importlib
-
-    importlib.import_module("kernels.options").check_env(env)
-
-
 def check_environment(args, env=os.environ) -> None:
     """Environment variables that would be silently ignored, or are malformed, are refused."""
     backend = env.get("ORACLE_BACKEND", "").strip()
@@ -42,8 +29,6 @@ def check_environment(args, env=os.environ) -> None:
             f"ORACLE_BACKEND={backend} is read by the property suite, not by `check`; "
             f"pass --backend {backend} (or unset ORACLE_BACKEND)"
         )
-    if uses_kernels(args):
-        check_kernel_switches(env)
     check_thread_counts(args, env)
 
 

@@ -3,9 +3,9 @@
 candidate in the form its reproduce line gives it (--case-json's round trip, oracle/cli/case_json.py),
 and its renderings: text lines, the `shrunk` object of --json and of the HTML page.
 
-cmd_check hands in (`Context`) the one verdict (`verdict.judge`), the search (oracle/judge/shrink.py)
-and what its reproduce lines carry: this module imports neither judge module, so the command's import
-chain stays as deep as it was (tests/test_imports.py MAX_DEPTH).
+cmd_check hands in what the reproduce lines carry (`flags`: the model's flags, round_args.model_flags;
+`prefix`: the PYTHONPATH a plug-in needs; `suffix`: --backend X [--reference Y] [--timeout S]); the
+search is oracle/judge/shrink.py, each candidate judged there by the one verdict.
 
 The shrunk case's reproduce line is `python -m oracle check --preset P --seed S --case-json '...'
 --backend X`; a drift or precision failure shrinks to fewer probe requests, whose line is `python -m
@@ -18,12 +18,12 @@ import json
 import os
 import re
 import shlex
-from dataclasses import dataclass
 
 from . import case_json
 from .argtypes import int_at_least, positive_seconds
 from ..errors import OracleError
 from ..judge.report import Failure, describe
+from ..judge import shrink as search
 from ..judge.scenario import command
 
 # seconds the search may take by default: with a tiny-model failure (a check of about 10-40 s on
@@ -55,19 +55,6 @@ NOT_CASE = (
     "round_args_checked",
 )
 _REPRODUCE = re.compile(r" \(reproduce: .*\)$", re.DOTALL)
-
-
-@dataclass(slots=True)
-class Context:
-    """What cmd_check hands in: the lines' model flags (round_args.model_flags), the PYTHONPATH prefix
-    a plug-in needs, the backend's flags (--backend X [--reference Y] [--timeout S]), the one verdict
-    (verdict.judge) and the search's module (oracle.judge.shrink)."""
-
-    flags: list
-    prefix: str
-    suffix: str
-    judge_fn: object
-    search: object
 
 
 def add_options(p) -> None:
@@ -139,7 +126,7 @@ def probe_line(flags: list, k: int, prefix: str, suffix: str) -> str:
     return fault_prefix() + prefix + command(["check", *flags, "--probe-requests", str(k)]) + suffix
 
 
-def probe_only(args, ctx: Context, model, backend, judge):
+def probe_only(args, flags: list, prefix: str, suffix: str, model, backend, judge):
     """`check --backend X --probe-requests N`: the drift probe's two verdicts alone, over N requests
     (oracle/judge/shrink.py probe_verdict: a probe plan over drift.probe_runs)."""
     if backend.exact or backend.dtype not in ("bfloat16", "float16"):
@@ -149,14 +136,13 @@ def probe_only(args, ctx: Context, model, backend, judge):
             f"backends only: drop --probe-requests"
         )
     n = args.probe_requests
-    line = probe_line(ctx.flags, n, ctx.prefix, ctx.suffix)
-    return ctx.search.probe_verdict(backend, model, n, ctx.judge_fn, judge=judge, timeout=args.timeout, reproduce=line)
+    line = probe_line(flags, n, prefix, suffix)
+    return search.probe_verdict(backend, model, n, judge=judge, timeout=args.timeout, reproduce=line)
 
 
-def shrink_failure(args, ctx: Context, v, model, cases, backend, judge, on_phase=None):
+def shrink_failure(args, flags: list, prefix: str, suffix: str, v, model, cases, backend, judge, on_phase=None):
     """The failing verdict v shrunk (None where it names nothing to shrink): the `shrunk` object of
     --json (also v.info["shrunk"], so the HTML page shows it)."""
-    flags, prefix, suffix = ctx.flags, ctx.prefix, ctx.suffix
     head = fault_prefix() + prefix
 
     def prepare(case):
@@ -177,12 +163,11 @@ def shrink_failure(args, ctx: Context, v, model, cases, backend, judge, on_phase
             on_phase("shrink", f"candidate {n}: {what}")
 
     budget = DEFAULT_BUDGET if args.shrink_budget is None else args.shrink_budget
-    res = ctx.search.shrink(
+    res = search.shrink(
         v,
         cases,
         backend,
         model,
-        ctx.judge_fn,
         judge=judge,
         timeout=args.timeout,
         suffix=suffix,

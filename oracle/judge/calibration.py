@@ -1,8 +1,9 @@
 """The one home of the reduced-precision judge's calibration constants (docs/DESIGN.md, "Reduced
 precision"; issue 42 item 6). Each constant is defined here once, with the measurement that set it
 (or the words "a design choice" where none did), its date, and the results file or command. The
-modules that use them import them from here; their old names stay importable from those modules
-(noise.K_VALUE, drift.DRIFT_FLOOR, forwards.SIGMA, ...), the same objects.
+modules that use them, and every reader outside the judge (judge_jax, scripts, tests), import them
+from here: one name, one home (tests/test_imports.py checks that no constant is read through a
+module that only imports it).
 
 This module imports nothing of the judge: any module may import it.
 """

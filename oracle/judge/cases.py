@@ -1,7 +1,7 @@
 """The comparisons of one case, built on the one runner (oracle/judge/runner.py): block vs loop on
-the reference (`check_case`) and a backend against the judge (`judge_backend`), which
-oracle/judge/verdict.py's `judge(plan, executor)` calls for every case of a plan; every
-comparison is oracle.judge.compare.compare_runs. The Case type is oracle/judge/scenario.py;
+the reference (`check_case`) and a backend against the judge (`judge_backend`, every case of a
+backend plan: `judge_cases`, which oracle/judge/kinds/backend.py calls); every comparison is
+oracle.judge.compare.compare_runs. The Case type is oracle/judge/scenario.py;
 the built-in cases are oracle/cli/catalogue.py.
 """
 
@@ -10,44 +10,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cache_free import cache_free_check
-from .calibration import HOST_HIDDEN
+from .calibration import HOST_HIDDEN, SIGMA
 from .compare import compare_runs, typical_norms
 from ..backends import WrongReturn
 from ..contract import tolerance_row
 from ..errors import OracleError
 from .forwards import Forwards, of
 from .malformed import side_problem
-from .noise import SIGMA, twin_bounds
+from .noise import twin_bounds
 from .report import Check, Failure, Report
 from .runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from .scenario import Case
 from ..schedule import schedule_violation
-from .worker import Inbox, background
+from .worker import Inbox, Part, background
 
 MODES = ("block", "loop")
 MODES_VS = "block vs loop"  # the mode of a backend's block run against its loop run
-COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
 
 
-class ReferenceSide:
-    """The FP32 reference's run of one scenario and its noise-twin bounds, made once, in the
-    background (worker.background: a forked child where the platform forks, so both overlap the
-    backend's runs), and judged against in both modes. The reference's block and loop rounds
-    agree bit for bit (check_case checks it on every built-in case, tests/test_rounds.py on drawn
-    ones), so a backend drawing each request's host stream is judged against the one run in either
-    mode; the mode-specific part of its traces, the calls, is checked against the backend's own
-    plan (compare_runs). batch: (the job of reference_sides, this scenario's index in it). fwd:
-    the run's forwards (the twin's; a forked job works on its copy)."""
-
-    def __init__(self, model, sc, dtype: str, batch=None, fwd: Forwards | None = None, **options):
-        self.job, self.index = (
-            batch if batch is not None else (background(_reference_side, model, sc, dtype, options, fwd=fwd), None)
-        )
-
-    def result(self):
-        """(the reference's round traces, their twin bounds or None, their typical_norms)."""
-        out = self.job.result()
-        return out if self.index is None else out[self.index]
+# The reference's side of a case: the FP32 reference's run of it and its noise-twin bounds, made
+# once, in the background (worker.background: a forked child where the platform forks, so both
+# overlap the backend's runs), and judged against in both modes: a handle whose result() is
+# (the reference's round traces, their twin bounds or None, their typical_norms). The reference's
+# block and loop rounds agree bit for bit (check_case checks it on every built-in case,
+# tests/test_rounds.py on drawn ones), so a backend drawing each request's host stream is judged
+# against the one run in either mode; the mode-specific part of its traces, the calls, is checked
+# against the backend's own plan (compare_runs). One job makes every case's side (`sides`: each a
+# worker.Part of it), or judge_backend makes one case's; fwd: the run's forwards (the twin's; a
+# forked job works on its copy).
 
 
 def _reference_side(model, sc, dtype: str, options: dict, traces=None, fwd: Forwards | None = None):
@@ -64,18 +54,6 @@ def _reference_side(model, sc, dtype: str, options: dict, traces=None, fwd: Forw
 def _reference_sides(model, cases, dtype: str, fwd: Forwards | None = None) -> list:
     fwd = of(model, fwd)  # one for every case of the job
     return [_reference_side(model, c, dtype, {}, fwd=fwd) for c in cases]
-
-
-def judge_mode(
-    bk, model, sc, mode: str, reproduce: str = "", case: str = "", judge=None, fwd: Forwards | None = None, **options
-) -> tuple[Report, ScenarioRun]:
-    """The backend's run in one mode against the judge's (default the reference), by the
-    backend's tolerance row; device-RNG backends against the judge replaying their uniforms.
-    options: session options for both sides (e.g. max_requests, max_len to size the KV). fwd: the
-    run's forwards, for the twin bounds (None: made for this call). A malformed run is a failed
-    check before the judge's side or a twin reads it."""
-    got = run_scenario(bk, model, sc, mode, **options)
-    return _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, **options), got
 
 
 def _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, **options) -> Report:
@@ -95,9 +73,7 @@ def malformed(case: str, why: str, reproduce: str = "", mode: str = "") -> Repor
     return rep
 
 
-def judge_against(
-    ref: ReferenceSide, got: ScenarioRun, dtype: str, reproduce: str = "", case: str = "", mode: str = ""
-) -> Report:
+def judge_against(ref, got: ScenarioRun, dtype: str, reproduce: str = "", case: str = "", mode: str = "") -> Report:
     """A backend's run against the reference's side (its traces and twin bounds)."""
     traces, bounds, norms = ref.result()
     return compare_runs(traces, got.traces, dtype, reproduce, case, bounds=bounds, ref_norms=norms, mode=mode)
@@ -111,7 +87,7 @@ def judge_backend(
     case: str = "",
     catch: bool = False,
     judge=None,
-    ref: ReferenceSide | None = None,
+    ref=None,
     later: bool = False,
     runs_out: dict | None = None,
     fwd: Forwards | None = None,
@@ -119,7 +95,7 @@ def judge_backend(
 ):
     """[(label, Report)]: backend block vs judge block, backend loop vs judge loop, and backend
     block vs backend loop. catch=True: a backend that raises is a failed check. ref: the
-    reference's side of sc, made earlier (reference_sides); made here where it applies.
+    reference's side of sc, made earlier (sides); made here where it applies.
     later=True: the backend's runs now, and a handle whose result() makes the comparisons (so a
     caller can run every case's backend runs while the reference's sides are being made).
     runs_out: receives the backend's runs by mode. fwd: the run's forwards, for every twin bound
@@ -132,8 +108,8 @@ def judge_backend(
     fwd = of(model, fwd) if judge is None else fwd  # no twin against a judge backend
     if ref is None and judge is None and draws_host_stream(bk):
         step("the reference's block and loop runs")
-        ref = ReferenceSide(model, sc, dtype, fwd=fwd)
-    for mode in MODES:  # with a ReferenceSide: both runs, then both judged
+        ref = background(_reference_side, model, sc, dtype, {}, fwd=fwd)
+    for mode in MODES:  # with the reference's side: both runs, then both judged
         label = f"{case} [{mode}]" if case else mode
         step(f"the backend's {mode} run")
         try:
@@ -257,17 +233,50 @@ def check_case(model, case: Case, step=None) -> Report:
 # saved beside a busy process); above it one case at a time.
 
 
-def reference_sides(backend, model, cases, judge=None, fwd: Forwards | None = None) -> dict:
-    """id(case) -> ReferenceSide for every case judge_cases will judge against the reference (a
-    host-stream backend, no --reference judge), all made by one background job started now, so
-    that they are made while the backend runs; {} where none applies or the model is large
-    (judge_backend then makes each in turn). fwd: the run's forwards (the job's twin bounds)."""
-    if judge is not None or not draws_host_stream(backend) or model.cfg.hidden_size >= HOST_HIDDEN:
-        return {}
-    dtype = tolerance_row(backend)
-    todo = [c for c in cases if c.policy in backend.policies]
-    job = background(_reference_sides, model, todo, dtype, fwd)
-    return {id(c): ReferenceSide(model, c, dtype, batch=(job, i)) for i, c in enumerate(todo)}
+def sides(early, backend, model, cases, judge=None) -> tuple[dict, Forwards]:
+    """(id(case) -> the reference's side, the run's forwards) for every case judge_cases will judge against
+    the reference (a host-stream backend, no --reference judge), all made by one background job: the
+    one start_sides began before the backend loaded (early: its handle, sent the backend's facts
+    now), else one started now, so that they are made while the backend runs; {} where none applies
+    or the model is large (judge_backend then makes each in turn). The run's forwards (the twin's
+    and the drift fit's): those begun with the early sides, else new."""
+    begun = None if early is None else early.fwd
+    fwd = begun if begun is not None and begun.model is model else Forwards(model)
+    host, dtype = draws_host_stream(backend), tolerance_row(backend)
+    if early is not None:
+        early.fwd = None  # held by this run alone: let go when it returns
+        early.facts.send((dtype, tuple(backend.policies)) if host else None)  # None: the job ends
+        job, todo = early.job, list(enumerate(early.cases))  # the job's list holds every case
+    elif judge is None and host and model.cfg.hidden_size < HOST_HIDDEN:
+        supported = [c for c in cases if c.policy in backend.policies]
+        job, todo = background(_reference_sides, model, supported, dtype, fwd), list(enumerate(supported))
+    else:
+        return {}, fwd
+    if not host:
+        return {}, fwd
+    return {id(c): Part(job, i) for i, c in todo if c.policy in backend.policies}, fwd
+
+
+def judge_cases(v, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd, ex) -> list:
+    """[(case, [(label, Report)], {mode: run})]: every case's backend runs first, then the comparisons;
+    a case whose policy bk does not support is in v.skipped. ex: the plan's executor (its phases)."""
+    pending = []
+    todo = [c for c in cases if c.policy in bk.policies]
+    for case in cases:
+        if case.policy not in bk.policies:
+            v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
+            continue
+        at = f"{len(pending) + 1}/{len(todo)} {case.name}"
+        ex.phase("case", at)
+        runs: dict = {}
+        reproduce = case.reproduce + suffix if case.reproduce else ""  # the property suite prints its own
+        ref = sides.get(id(case))
+        step = lambda what, at=at: ex.phase("case", f"{at}: {what}")  # noqa: E731
+        reps = judge_backend(bk, model, case, reproduce, case.name, catch, judge, ref, bool(sides), runs, fwd, step)
+        pending.append((case, reps, runs))
+    if pending:
+        ex.phase("compare", f"{len(pending)} case(s)")
+    return [(case, reps.result() if isinstance(reps, Deferred) else reps, runs) for case, reps, runs in pending]
 
 
 # ---- the reference's sides begun before the backend is loaded ----
@@ -307,21 +316,6 @@ def cancel_sides(ahead: Ahead | None) -> None:
         ahead.facts.cancel()
         if hasattr(ahead.job, "stop"):
             ahead.job.stop()
-
-
-def sides_for(ahead: Ahead, backend) -> dict:
-    """Sends the backend's facts to the job begun by start_sides; id(case) -> ReferenceSide, as
-    reference_sides gives ({} for a backend whose uniforms the reference replays)."""
-    if not draws_host_stream(backend):
-        ahead.facts.send(None)
-        return {}
-    dtype = tolerance_row(backend)
-    ahead.facts.send((dtype, tuple(backend.policies)))
-    return {
-        id(c): ReferenceSide(None, c, dtype, batch=(ahead.job, i))
-        for i, c in enumerate(ahead.cases)
-        if c.policy in backend.policies
-    }
 
 
 def _sides_job(model, cases, facts: Inbox, fwd: Forwards | None = None):

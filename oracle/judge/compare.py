@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decisions import contradicted_decision, first_divergence, trace_problem, unexplained_decision
-from .report import CHECKS, Check, Failure, Report, largest_difference, rel_err, whose  # noqa: F401 (CHECKS, Check: oracle.judge.compare's API)
+from .report import Failure, Report, largest_difference, rel_err, whose
 from ..errors import OracleError
 from ..rng_trace import first_difference
 from ..schedule import schedule_violation

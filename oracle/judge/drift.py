@@ -23,21 +23,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import drift_model, drift_stats, noise
-from .calibration import (  # noqa: F401 (drift's API: judge_jax, scripts and tests read them here)
+from . import drift_model, drift_stats
+from .calibration import (
     ALIAS,
-    COARSE_HIDDEN,
     DRIFT_FLOOR,
+    FAMILY_ALPHA,
+    FD_STEP,
     FLOOR_HIDDEN,
     FLOOR_POWER,
     GROWTH,
     PROBE_GROUP,
     PROBE_REQUESTS,
+    RHO,
+    SAMPLES,
+    SEED,
+    SIGMA,
     TWIN_SPREAD,
     VISIBLE,
     precision_limits,
 )
-from .forwards import FD_STEP, Forwards, of
+from .forwards import Forwards, of
 from .scenario import make_case
 from .runner import run_scenario as run
 from ..sampling import SamplingParams
@@ -108,14 +113,14 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwar
     P = len(drift_model.params(model.cfg.num_layers))
     span = _span(tokens, obs)
     fw, fr = fwd.forwards(span, loops, dtype)
-    tw = fwd.twins([(span, loops)], dtype, noise.SAMPLES, noise.SEED)[(span, loops)] if dtype in noise.SIGMA else None
+    tw = fwd.twins([(span, loops)], dtype, SAMPLES, SEED)[(span, loops)] if dtype in SIGMA else None
     groups: dict = {}
     for key, got in obs.items():  # value groups (kind, depth[, layer]): positions, values
         g = groups.setdefault((key[0],) + key[2:], ([], []))
         g[0].append(key[1])
         g[1].append(got)
     b, G, bw, n = np.zeros(P), np.zeros((P, P)), np.zeros(P), 0
-    bt = None if tw is None else np.zeros((noise.SAMPLES, P))
+    bt = None if tw is None else np.zeros((SAMPLES, P))
     for gkey, (pos, got) in groups.items():
         if gkey[0] in ("k", "v"):
             val, ref_w = fw[gkey[0]][gkey[1]][gkey[2]], fr[gkey[0]][gkey[1]][gkey[2]]
@@ -142,9 +147,9 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwar
         G += w * (Jf @ Jf.T)
         if twin is not None:  # each twin sample's error against the twin's own center
             et = (np.asarray(twin[1][:, pos], np.float64) - np.asarray(twin[0][:, pos], np.float64)).reshape(
-                noise.SAMPLES, len(pos), -1
+                SAMPLES, len(pos), -1
             )
-            bt += w * (np.where(ok, et, 0.0).reshape(noise.SAMPLES, -1)[:, ok.ravel()] @ Jf.T)
+            bt += w * (np.where(ok, et, 0.0).reshape(SAMPLES, -1)[:, ok.ravel()] @ Jf.T)
         n += ef.size
     return b, G, n, bw, bt
 
@@ -217,7 +222,7 @@ class DriftReport:
             "requests": self.requests,
             "threshold": self.threshold,
             "failure": self.failure,
-            "family_alpha": drift_stats.FAMILY_ALPHA,
+            "family_alpha": FAMILY_ALPHA,
             "values": self.values,
             "seconds": round(self.seconds, 2),
             "invisible": self.invisible,
@@ -239,12 +244,12 @@ def allowance_rho(hidden: int) -> float:
 
 def twin_allowance(xt: np.ndarray, floor: float = DRIFT_FLOOR, rho: float | None = None) -> tuple[float, float]:
     """(lo, hi): the drift rounding alone may give along one direction, from the twin samples'
-    estimates xt [requests, SAMPLES]: between 0 and rho (default noise.RHO) times their mean, widened
+    estimates xt [requests, SAMPLES]: between 0 and rho (default RHO) times their mean, widened
     by TWIN_SPREAD standard errors of that mean (over requests) and by floor (drift_floor of the model)."""
     per = xt.mean(axis=1)
     mean = float(per.mean())
     se = float(per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else abs(mean)
-    ends = (0.0, (noise.RHO if rho is None else rho) * mean)
+    ends = (0.0, (RHO if rho is None else rho) * mean)
     return min(ends) - TWIN_SPREAD * se - floor, max(ends) + TWIN_SPREAD * se + floor
 
 
@@ -254,7 +259,7 @@ def verdict(
     """The drift verdict from per-request (b, G, values, bw[, bt]); dirs: the directions tested
     (default: `directions`, every parameter per layer). With every request's bt (the twin samples'
     J^T W e), each direction's rounding allowance is the twin's (rho: allowance_rho of the model's
-    hidden size; None: noise.RHO) widened by floor (drift_floor of the model's hidden size); else
+    hidden size; None: RHO) widened by floor (drift_floor of the model's hidden size); else
     the flat DRIFT_FLOOR."""
     Gs, bs = np.stack([s[1] for s in stats]), np.stack([s[0] for s in stats])
     bws = np.stack([s[3] for s in stats])
@@ -307,7 +312,7 @@ def verdict(
         rep.failure = (
             f"{worst.line()}: a systematic error, not rounding (weights rounded to the dtype alone give "
             f"{1 + worst.weights:.4f}; |z| > {thr:.2f} over {n} requests, "
-            f"family-wise false-alarm rate {drift_stats.FAMILY_ALPHA:g})"
+            f"family-wise false-alarm rate {FAMILY_ALPHA:g})"
             + (f"; {len(bad) - 1} more directions past the threshold" if len(bad) > 1 else "")
             + (f" (reproduce: {reproduce})" if reproduce else "")
         )

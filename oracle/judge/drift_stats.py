@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .calibration import FAMILY_ALPHA  # noqa: F401 (drift_stats' API)
+from .calibration import FAMILY_ALPHA
 
 # FAMILY_ALPHA: the family-wise false-alarm rate of one verdict (the probability that a correct
 # implementation fails on some parameter or group, Bonferroni over those tested), one constant for
@@ -75,15 +75,6 @@ def one_sample_t(x) -> tuple[float, float, float]:
     mean = float(np.mean(x))
     se = float(np.std(x, ddof=1) / math.sqrt(n)) if n > 1 else float("inf")
     return mean, se, (mean / se if se > 0 else (0.0 if mean == 0 else math.copysign(float("inf"), mean)))
-
-
-def beyond_floor(x, floor: float) -> tuple[float, float, float]:
-    """(mean, standard error, t) where t tests |mean| <= floor: (|mean| - floor) / se, signed as
-    the mean, 0 inside the floor (the least favourable point of the null is |mean| = floor)."""
-    mean, se, _ = one_sample_t(x)
-    excess = max(0.0, abs(mean) - floor)
-    t = 0.0 if excess == 0 else math.copysign(excess / se if se > 0 else float("inf"), mean)
-    return mean, se, t
 
 
 def beyond_interval(x, lo: float, hi: float) -> tuple[float, float, float]:

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import drift_model
-from .calibration import BATCH_ROWS_T, FD_STEP, SIGMA, TWIN_ROWS_T  # noqa: F401 (forwards' API)
+from . import calibration, drift_model
+from .calibration import FD_STEP, SIGMA
 
 # SIGMA (the twin's relative noise per rounding), FD_STEP (the finite differences' relative step,
 # FP64) and BATCH_ROWS_T / TWIN_ROWS_T (rows x positions of one batched forward: finite differences,
 # P + 1 rows per request; twin, `samples` rows per context; contexts batched in order of length,
 # right-padded to the chunk's longest): oracle/judge/calibration.py, with their measurements.
-# BATCH_ROWS_T and TWIN_ROWS_T are read here at each call (tests set forwards.TWIN_ROWS_T).
+# BATCH_ROWS_T and TWIN_ROWS_T are read from calibration at each call (tests set calibration.TWIN_ROWS_T).
 # The twin's forwards run in FP32: its noise (SIGMA, ~1e-3 relative) is four orders of magnitude
 # above FP32 rounding (6e-8), so FP64 would change its bounds by less than one part in 1e4, at
 # twice the cost (docs/results.md, "Time the verdict adds").
@@ -92,7 +92,7 @@ class Forwards:
         scales[1 + np.arange(P), np.arange(P)] += FD_STEP
         rounded = self.rounded(dtype) if todo else None
         for loops, ctx in todo.items():
-            for chunk in _chunks(sorted(ctx, key=len), P + 1, BATCH_ROWS_T):
+            for chunk in _chunks(sorted(ctx, key=len), P + 1, calibration.BATCH_ROWS_T):
                 n = len(chunk)
                 fw = drift_model.forward(
                     model, [list(t) for t in chunk for _ in range(P + 1)], loops, np.tile(scales, (n, 1))
@@ -128,7 +128,7 @@ class Forwards:
         if sum(map(len, todo.values())) + len(self.twin) > TWIN_KEEP:
             self.twin.clear()
         for loops, ctx in todo.items():
-            for chunk in _chunks(sorted(ctx, key=len), samples, TWIN_ROWS_T):
+            for chunk in _chunks(sorted(ctx, key=len), samples, calibration.TWIN_ROWS_T):
                 n = len(chunk)
                 rngs = [np.random.default_rng([seed, len(t), *t]) for t in chunk]
                 center = drift_model.forward(

@@ -22,7 +22,7 @@ import dataclasses
 
 import numpy as np
 
-from .calibration import K_MARGIN, K_VALUE, RHO, SAMPLES, SEED, SIGMA  # noqa: F401 (noise's API)
+from .calibration import K_MARGIN, K_VALUE, SAMPLES, SEED, SIGMA
 from .forwards import Forwards, of
 from ..traces import depths_of
 

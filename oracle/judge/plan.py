@@ -3,7 +3,9 @@ executor)` is the one entry: `check` with and without --backend, `trace diff`, t
 harness, gpu_tests, scripts/gpu_parity_full.py, the probe tests and the calibration scripts all
 build a Plan and call it.
 
-A plan is data: its two sides, its tolerance and its extra checks. Kinds:
+A plan is data: its two sides, its tolerance and its extra checks, one small type per kind (on a
+thin base, `Plan`, which holds the model); the work of each kind is a module of oracle/judge/kinds/.
+Kinds:
 
     reference  the reference's block run against its loop run, bit for bit, with each run's
                schedule, KV frontiers and the cache-free recompute (`check` without --backend)
@@ -18,11 +20,12 @@ A plan is data: its two sides, its tolerance and its extra checks. Kinds:
     invariance the exactness tier's claims alone (block = loop, spec = plain, alone = batched,
                bitwise), on any backend, declared invariant or not (`python -m oracle localize`)
 
-Every kind but `reference` and `traces` runs the drift probe where `probe` says: "auto" runs it
+The three kinds with a backend under test (`Probed`) run the drift probe where `probe` says: "auto" runs it
 wherever a bfloat16 or float16 backend is judged, "off" never, "on" always (where a precision
-applies). The tolerance: "auto" is the noise twin wherever the judge's side is the NumPy reference
-and the row is a reduced precision (bfloat16, float16), else the row's fixed tolerances; "fixed"
-asks for the fixed row.
+applies). A traces plan's tolerance: "auto" is the noise twin where the plan has the model and the
+row is a reduced precision (bfloat16, float16), else the row's fixed tolerances; "fixed" asks for
+the fixed row. (A backend plan's cases are judged by the twin wherever the judge's side is the
+NumPy reference and the row is a reduced precision.)
 
 An executor says where the work runs, and never sees a Verdict: "background" (the reference's sides
 and the fits in a forked child where the platform forks, else a helper thread: oracle/judge/worker.py),
@@ -35,10 +38,10 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from . import worker as _worker
 
-KINDS = ("reference", "backend", "pairs", "traces", "probe", "invariance")
 PROBE = ("auto", "on", "off")
 TOLERANCE = ("auto", "fixed")
 REDUCED = ("bfloat16", "float16")  # the dtypes the drift probe and the noise twin judge
@@ -46,66 +49,115 @@ REDUCED = ("bfloat16", "float16")  # the dtypes the drift probe and the noise tw
 
 @dataclass(slots=True)
 class Plan:
-    kind: str
+    """What every kind holds: the model (a traces plan may have none)."""
+
     model: object = None
-    cases: list = field(default_factory=list)
-    backend: object = None  # the backend under test (backend, pairs, probe)
-    judge: object = None  # the judge's side as a backend; None: the NumPy FP32 reference
-    pairs: list = field(default_factory=list)  # pairs: [(case, mode)]
-    traces: tuple = ()  # traces: (A's round traces, B's)
-    row: str = ""  # traces: the tolerance row B is judged by
-    names: tuple = ("A", "B")  # traces: the two sides' names
-    sides: tuple = ("backend", "reference")  # traces: B's and A's names in a failure (trace diff: "B", "A")
-    both_noisy: bool = False  # traces: A is a reduced-precision run too (the twin's scale x sqrt(2))
-    probe: str = "auto"
-    probe_runs: dict | None = None  # probe: the probe's runs by mode, made by the caller
-    probe_requests: int = 0  # the probe's requests (0: calibration.PROBE_REQUESTS); fewer: a shrunk probe
-    tolerance: str = "auto"
-    suffix: str = ""  # appended to each case's reproduce line
-    reproduce: str = ""  # traces and pairs: the reproduce line
-    probe_reproduce: str = ""
-    timeout: float | None = None  # each backend call's limit (GuardedBackend); None: as given
-    catch: bool = True  # False: a backend exception propagates (the property harness)
-    options: object = None  # pairs: case -> session options of both sides
+    kind: ClassVar[str] = ""
 
     def __post_init__(self):
-        assert self.kind in KINDS, f"plan kind {self.kind!r}, expected one of {KINDS}"
-        assert self.probe in PROBE, f"probe {self.probe!r}, expected one of {PROBE}"
+        assert self.model is not None or self.kind == "traces", f"a {self.kind or 'bare'} plan needs the model"
+
+
+@dataclass(slots=True)
+class ReferencePlan(Plan):
+    cases: list = field(default_factory=list)
+    kind: ClassVar[str] = "reference"
+
+
+@dataclass(slots=True)
+class TracesPlan(Plan):
+    traces: tuple = ()  # (A's round traces, B's)
+    row: str = ""  # the tolerance row B is judged by
+    names: tuple = ("A", "B")  # the two sides' names
+    sides: tuple = ("backend", "reference")  # B's and A's names in a failure (trace diff: "B", "A")
+    both_noisy: bool = False  # A is a reduced-precision run too (the twin's scale x sqrt(2))
+    tolerance: str = "auto"
+    reproduce: str = ""
+    kind: ClassVar[str] = "traces"
+
+    def __post_init__(self):
         assert self.tolerance in TOLERANCE, f"tolerance {self.tolerance!r}, expected one of {TOLERANCE}"
-        assert self.model is not None or self.kind == "traces", f"a {self.kind} plan needs the model"
-        assert self.backend is not None or self.kind in ("reference", "traces"), f"a {self.kind} plan needs a backend"
+
+
+@dataclass(slots=True)
+class Probed(Plan):
+    """A backend under test, and the drift probe's settings (the backend, pairs and probe kinds)."""
+
+    backend: object = None
+    judge: object = None  # the judge's side as a backend; None: the NumPy FP32 reference
+    probe: str = "auto"
+    probe_requests: int = 0  # the probe's requests (0: calibration.PROBE_REQUESTS); fewer: a shrunk probe
+    probe_reproduce: str = ""
+    timeout: float | None = None  # each backend call's limit (GuardedBackend); None: as given
+
+    def __post_init__(self):
+        Plan.__post_init__(self)
+        assert self.backend is not None, f"a {self.kind} plan needs a backend"
+        assert self.probe in PROBE, f"probe {self.probe!r}, expected one of {PROBE}"
         assert self.probe_requests == 0 or self.probe_requests >= 2, f"probe_requests {self.probe_requests}: 0 or >= 2"
 
     def probes(self) -> bool:
         """Whether the drift probe runs: a reduced-precision backend, and the plan asks for it."""
-        if self.kind in ("reference", "traces") or self.probe == "off":
+        if self.probe == "off":
             return False
         bk = self.backend
         return self.kind == "probe" or (not bk.exact and bk.dtype in REDUCED and bool(bk.policies))
 
 
-def reference_plan(model, cases) -> Plan:
-    return Plan("reference", model, list(cases))
+@dataclass(slots=True)
+class BackendPlan(Probed):
+    cases: list = field(default_factory=list)
+    suffix: str = ""  # appended to each case's reproduce line
+    catch: bool = True  # False: a backend exception propagates (the property harness)
+    kind: ClassVar[str] = "backend"
 
 
-def backend_plan(backend, model, cases, **kw) -> Plan:
-    return Plan("backend", model, list(cases), backend, **kw)
+@dataclass(slots=True)
+class PairsPlan(Probed):
+    pairs: list = field(default_factory=list)  # [(case, mode)]
+    reproduce: str = ""
+    options: object = None  # case -> session options of both sides
+    kind: ClassVar[str] = "pairs"
 
 
-def pairs_plan(backend, judge, model, pairs, **kw) -> Plan:
-    return Plan("pairs", model, backend=backend, judge=judge, pairs=list(pairs), **kw)
+@dataclass(slots=True)
+class ProbePlan(Probed):
+    runs: dict | None = None  # the probe's runs by mode, made by the caller
+    probe: str = "on"
+    kind: ClassVar[str] = "probe"
 
 
-def traces_plan(a, b, row: str, model=None, **kw) -> Plan:
-    return Plan("traces", model, traces=(list(a), list(b)), row=row, **kw)
+@dataclass(slots=True)
+class InvariancePlan(Probed):
+    cases: list = field(default_factory=list)
+    suffix: str = ""  # appended to each case's reproduce line
+    catch: bool = True  # False: a backend exception propagates
+    probe: str = "off"
+    kind: ClassVar[str] = "invariance"
 
 
-def invariance_plan(backend, model, cases, **kw) -> Plan:
-    return Plan("invariance", model, list(cases), backend, probe="off", **kw)
+def reference_plan(model, cases) -> ReferencePlan:
+    return ReferencePlan(model, list(cases))
 
 
-def probe_plan(backend, model, runs: dict | None = None, **kw) -> Plan:
-    return Plan("probe", model, backend=backend, probe_runs=runs, probe="on", **kw)
+def backend_plan(backend, model, cases, **kw) -> BackendPlan:
+    return BackendPlan(model, backend, cases=list(cases), **kw)
+
+
+def pairs_plan(backend, judge, model, pairs, **kw) -> PairsPlan:
+    return PairsPlan(model, backend, judge, pairs=list(pairs), **kw)
+
+
+def traces_plan(a, b, row: str, model=None, **kw) -> TracesPlan:
+    return TracesPlan(model, (list(a), list(b)), row, **kw)
+
+
+def invariance_plan(backend, model, cases, **kw) -> InvariancePlan:
+    return InvariancePlan(model, backend, cases=list(cases), **kw)
+
+
+def probe_plan(backend, model, runs: dict | None = None, **kw) -> ProbePlan:
+    return ProbePlan(model, backend, runs=runs, **kw)
 
 
 @dataclass(slots=True)

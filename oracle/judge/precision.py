@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import drift_stats, noise
-from .calibration import FAMILY_ALPHA, RHO, precision_limits  # noqa: F401 (precision's API)
+from . import drift_stats
+from .calibration import FAMILY_ALPHA, RHO, SAMPLES, SEED, SIGMA, precision_limits
 from .forwards import Forwards, of
 from .observations import observations
 
@@ -150,11 +150,11 @@ def numpy_energy_fn(model, dtype: str, contexts=(), fwd: Forwards | None = None)
     `contexts` [(tokens, loops)] made first, in batches)."""
     fwd = of(model, fwd)
     if contexts:
-        fwd.twins(list(dict.fromkeys(contexts)), dtype, noise.SAMPLES, noise.SEED)
+        fwd.twins(list(dict.fromkeys(contexts)), dtype, SAMPLES, SEED)
 
     def energy_fn(tokens, loops, obs):
         span = (tuple(tokens[: max(k[1] for k in obs) + 1]), loops)
-        center, twin = fwd.twins([span], dtype, noise.SAMPLES, noise.SEED)[span]
+        center, twin = fwd.twins([span], dtype, SAMPLES, SEED)[span]
         sums: dict = {}
         for vkey, got in obs.items():
             kind, pos = vkey[0], vkey[1]
@@ -283,7 +283,7 @@ def fit(
     """The precision verdict over the drift probe's runs (None: no twin for this dtype), each kind of
     value group against its limit at the model's hidden size (calibration.precision_limits). fwd:
     the run's forwards (oracle/judge/forwards.py; None: made for this fit)."""
-    if dtype not in noise.SIGMA:
+    if dtype not in SIGMA:
         return None
     t0 = time.perf_counter()
     runs = runs.values() if isinstance(runs, dict) else runs

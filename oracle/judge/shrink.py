@@ -1,10 +1,9 @@
 """A failing check, shrunk (issue 44): the smallest case that still fails in the same way.
 
 Bookkeeping over `Case` objects and calls to the one verdict, nothing else: every candidate is judged
-by `verdict.judge(plan, executor)` (passed in as `judge_fn`, so that this module stays below the
-verdict in the import graph, tests/test_imports.py), a case by
+by `verdict.judge(plan, executor)`, a case by
 
-    judge_fn(backend_plan(backend, model, [candidate], probe="off", ...), Executor("inline"))
+    verdict.judge(backend_plan(backend, model, [candidate], probe="off", ...), INLINE)
 
 and the drift probe by a probe plan of fewer probe requests (`probe_plan(..., probe_requests=n)`:
 the verdict's own probe, n requests). It never compares anything itself.
@@ -40,11 +39,12 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from . import drift as _drift
-from .plan import Executor, backend_plan, probe_plan
+from . import verdict
+from .plan import INLINE, backend_plan, probe_plan
 from .precision import compute_order, group_label
 from .scenario import Case
 from ..sampling import CHAIN, SamplingParams
+from .calibration import PROBE_REQUESTS
 
 PROBE = "drift probe"
 MAX_SWEEPS = 3
@@ -488,7 +488,7 @@ def shrink_case(target: Target, test, prepare=None, budget: float = 30.0, on_can
 
 
 def shrink_probe(
-    target: Target, test, n: int = _drift.PROBE_REQUESTS, budget: float = 30.0, cost=None, on_candidate=None
+    target: Target, test, n: int = PROBE_REQUESTS, budget: float = 30.0, cost=None, on_candidate=None
 ) -> Shrunk:
     """The fewest probe requests (at least 2: a standard error over requests) whose probe verdict
     still fails as `target` does: test(k) -> the failed check or None. Halving the interval between
@@ -526,12 +526,12 @@ def shrink_probe(
     return out
 
 
-def probe_verdict(backend, model, n: int, judge_fn, *, judge=None, timeout=None, reproduce="", fallback=True):
+def probe_verdict(backend, model, n: int, *, judge=None, timeout=None, reproduce="", fallback=True):
     """The drift probe's two verdicts over n probe requests: a probe plan of n requests, judged inline
     (`check --probe-requests N`); where the backend raises in the probe, that is its failed check.
     fallback=False: None where the probe did not run to its fits (not this failure)."""
     plan = probe_plan(backend, model, judge=judge, probe_reproduce=reproduce, probe_requests=n, timeout=timeout)
-    v = judge_fn(plan, Executor("inline"))
+    v = verdict.judge(plan, INLINE)
     if not fallback and v.drift is None:
         return None
     return v
@@ -542,7 +542,6 @@ def shrink(
     cases,
     backend,
     model,
-    judge_fn,
     *,
     judge=None,
     timeout=None,
@@ -553,7 +552,7 @@ def shrink(
     on_candidate=None,
 ) -> Shrunk | None:
     """The failing verdict `v` of `backend` on `cases`, shrunk; None where it names no failure to
-    shrink. judge_fn: verdict.judge. Each candidate case is judged alone, inline, without the probe
+    shrink. Each candidate case is judged alone, inline, without the probe
     (`backend_plan(..., probe="off")`); a drift or precision failure by a probe plan over
     drift.probe_runs(backend, model, k). suffix: the backend's flags, appended to reproduce lines;
     probe_reproduce(k): the line that runs the probe of k requests."""
@@ -564,21 +563,19 @@ def shrink(
 
         def test_probe(k):
             line = probe_reproduce(k) if probe_reproduce is not None else ""
-            got = probe_verdict(
-                backend, model, k, judge_fn, judge=judge, timeout=timeout, reproduce=line, fallback=False
-            )
+            got = probe_verdict(backend, model, k, judge=judge, timeout=timeout, reproduce=line, fallback=False)
             return None if got is None else holds(got, target)
 
         spent = (v.drift.seconds if v.drift is not None else 0.0) + (
             v.precision.seconds if v.precision is not None else 0.0
         )
-        cost = (lambda k: spent * k / _drift.PROBE_REQUESTS) if spent else None
-        return shrink_probe(target, test_probe, _drift.PROBE_REQUESTS, budget, cost, on_candidate)
+        cost = (lambda k: spent * k / PROBE_REQUESTS) if spent else None
+        return shrink_probe(target, test_probe, PROBE_REQUESTS, budget, cost, on_candidate)
 
     def test_case(case):
         plan = backend_plan(backend, model, [case], judge=judge, probe="off", suffix=suffix, timeout=timeout)
         try:
-            return holds(judge_fn(plan, Executor("inline")), target)
+            return holds(verdict.judge(plan, INLINE), target)
         except Exception:  # noqa: BLE001 -- a candidate the judge could not finish is not this failure
             return None
 

@@ -3,12 +3,9 @@
 `Verdict`, a value that every entry renders (oracle/cli/render.py: text, JSON, HTML; the property
 harness as an assertion; gpu_tests and scripts/gpu_parity_full.py as their summaries).
 
-The work of a backend plan: the reference's sides made in the background (oracle/judge/cases.py),
-begun before the backend loaded where the caller started them (`begin`); the drift probe through
-the backend first, its fit and the precision verdict in the background (oracle/judge/drift.py);
-the judge's runs in threads beside the backend's where the judge's side is a backend (pairs); every
-backend run checked for malformed output (oracle/judge/malformed.py) before any twin, fit or
-comparison reads it; the comparisons last (oracle/judge/compare.py, the one comparison).
+`judge` makes the verdict's heading (the two sides, the dtype, the model's loops) and hands it to
+the plan kind's module (oracle/judge/kinds/: reference, backend, pairs, traces, probe, invariance), which fills
+it; the drift probe's scheduling beside the cases is oracle/judge/kinds/probing.py.
 
 A `Verdict`'s `ok` is derived from its checks, never set.
 """
@@ -18,29 +15,30 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from . import cases as _cases
 from . import drift as _drift
-from . import invariance as _invariance
 from . import precision as _precision
-from . import worker as _worker
-from .calibration import HOST_HIDDEN
-from .compare import compare_runs
-from .forwards import SIGMA, Forwards, of
-from .localize import localize
-from .malformed import malformed_rounds, side_problem  # noqa: F401 (malformed_rounds: trace record)
-from .noise import twin_bounds
+from .kinds import backend as _backend
+from .kinds import invariance as _invariance_kind
+from .kinds import pairs as _pairs
+from .kinds import probe as _probe
+from .kinds import reference as _reference
+from .kinds import traces as _traces
+from .malformed import malformed_rounds  # noqa: F401 (trace record's malformed check)
 from .plan import Executor, Plan
 from .report import describe, error_maps
-from .runner import draws_host_stream, judge_run, run_scenario
-from ..backends import GuardedBackend
-from ..contract import capabilities, tolerance_row
+from ..contract import tolerance_row
 
-COUNTERS = _cases.COUNTERS
-
-
-row = tolerance_row  # the backend's row of TOLERANCES: "exact" for an exact backend, else its dtype
+COUNTERS = ("kv_writes_compared", "logits_compared", "rng_events_compared", "tokens_compared", "request_rounds")
+# plan kind -> its work (oracle/judge/kinds/): run(plan, executor, the verdict to fill)
+KINDS = {
+    "reference": _reference.run,
+    "backend": _backend.run,
+    "pairs": _pairs.run,
+    "traces": _traces.run,
+    "probe": _probe.run,
+    "invariance": _invariance_kind.run,
+}
 
 
 @dataclass(slots=True)
@@ -179,541 +177,27 @@ def cancel(handle) -> None:
 
 def judge(plan: Plan, executor: Executor | None = None) -> Verdict:
     """The verdict of a plan (oracle/judge/plan.py), its work run where the executor says."""
+    assert plan.kind in KINDS, f"plan kind {plan.kind!r}, expected one of {tuple(KINDS)}"
     ex = executor or Executor()
     t0 = time.perf_counter()
+    v = _heading(plan)
     with ex.scope():
-        v = _KINDS[plan.kind](plan, ex)
+        KINDS[plan.kind](plan, ex, v)
     v.kind = plan.kind
     v.seconds = time.perf_counter() - t0
     return v
 
 
-def _backend(plan: Plan, ex: Executor) -> Verdict:
-    """The backend on every case whose policy it supports, in both modes, against the judge's side
-    (default: the FP32 reference), plus backend block vs backend loop; the drift probe's two verdicts
-    where the plan probes. The run's forwards (forwards.Forwards: the twin's and the drift fit's) are
-    made once, shared by the cases' twin bounds and the probe's two fits, and let go when it returns."""
-    backend, model, judge, early = plan.backend, plan.model, plan.judge, ex.early
-    v = _verdict(backend, judge, model)
-    guarded = GuardedBackend(backend, plan.timeout) if plan.timeout is not None else backend
-    gjudge = (
-        None
-        if judge is None
-        else (GuardedBackend(judge, plan.timeout, judge=True) if plan.timeout is not None else judge)
-    )
-    # the run's forwards (the twin's and the drift fit's): those begun with the reference's sides, else new
-    begun = None if early is None else early.fwd
-    fwd = begun if begun is not None and begun.model is model else Forwards(model)
-    if early is not None:
-        early.fwd = None  # held by this run alone: let go when it returns
-    ex.phase("cases", f"{len(plan.cases)} case(s), the reference's sides in the background")
-    sides = (
-        _cases.sides_for(early, backend)
-        if early is not None
-        else _cases.reference_sides(backend, model, plan.cases, judge, fwd)
-    )
-    n = plan.probe_requests or _drift.PROBE_REQUESTS
-    if plan.probes():
-        ex.phase("probe", f"{n} requests through the backend, both modes")
-    pending = start_drift(guarded, model, plan.probe_reproduce, judge, n, fwd) if plan.probes() else None
-    # JudgeFailed: the caller's to name
-    judged = _judge_cases(v, guarded, model, plan.cases, plan.suffix, gjudge, sides, plan.catch, fwd, ex)
-    for case, reports, runs in judged:
-        ok = all(rep.ok for _, rep in reports)
-        v.cases.append({"name": case.name, "ok": ok})
-        v.runs[case.name] = runs
-        for label, rep in reports:
-            v.add(label, rep)
-    if capabilities(backend).batch_invariant:
-        exactness_tier(v, guarded, model, plan, ex)
-    if pending is not None:
-        ex.phase("fit", "the drift and precision verdicts")
-    _finish_probe(v, pending)
-    return v
-
-
-def exactness_tier(v: Verdict, bk, model, plan: Plan, ex: Executor) -> None:
-    """The exactness tier of a batch-invariant backend (oracle/judge/invariance.py) on every case the
-    backend ran in both modes: one check "invariance" per case, failed with the first place and
-    operation where a claim's two runs part; v.info["invariance"] counts the values compared."""
-    info = v.info.setdefault("invariance", {"values": 0, "claims": dict.fromkeys(_invariance.CLAIMS, True)})
-    cases = plan.cases or list({id(c): c for c, _ in plan.pairs}.values())
-    for case in cases:
-        runs = v.runs.get(case.name, {})
-        if set(runs) != {"block", "loop"} or any(r is None or not r.traces for r in runs.values()):
-            continue
-        ex.phase("exactness", f"{case.name}: block = loop = plain decoding = alone, bitwise")
-        where = lambda part, sides: localize(bk, model, part, sides)
-        try:
-            results = _invariance.claims(bk, model, case, runs, where)
-        except Exception as e:  # noqa: BLE001 -- judged: the backend raised in the tier's runs
-            if not plan.catch:
-                raise
-            v.checks.append(
-                {
-                    "name": f"{case.name}: invariance",
-                    "ok": False,
-                    "detail": f"{case.name}: the backend raised {type(e).__name__}: {e}",
-                }
-            )
-            continue
-        bad = [r for r in results if not r.ok]
-        reproduce = case.reproduce + plan.suffix if case.reproduce else ""
-        records = [_invariance.failure(case.name, r, reproduce) for r in bad]
-        v.checks += [
-            {"name": f"{case.name}: invariance", "ok": False, "detail": describe(f), "failure": f.to_json()}
-            for f in records
-        ] or [{"name": f"{case.name}: invariance", "ok": True, "detail": "", "failure": None}]
-        info["values"] += sum(r.values for r in results)
-        info.setdefault("results", []).extend(
-            {"case": case.name, "claim": r.claim, "ok": r.ok, "values": r.values} for r in results
-        )
-        for r in results:
-            info["claims"][r.claim] &= r.ok
-        if bad:
-            v.cases = [dict(c, ok=False) if c["name"] == case.name else c for c in v.cases]
-
-
-def _verdict(backend, judge, model) -> Verdict:
-    return Verdict(
-        backend.name,
-        backend.dtype,
-        bool(backend.exact),
-        judge.name if judge is not None else "reference",
-        model.cfg.num_layers,
-    )
-
-
-def _judge_cases(v: Verdict, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd, ex) -> list:
-    """[(case, [(label, Report)], {mode: run})]: every case's backend runs first, then the comparisons."""
-    pending = []
-    todo = [c for c in cases if c.policy in bk.policies]
-    for case in cases:
-        if case.policy not in bk.policies:
-            v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
-            continue
-        at = f"{len(pending) + 1}/{len(todo)} {case.name}"
-        ex.phase("case", at)
-        runs: dict = {}
-        reproduce = case.reproduce + suffix if case.reproduce else ""  # the property suite prints its own
-        pending.append(
-            (
-                case,
-                _cases.judge_backend(
-                    bk,
-                    model,
-                    case,
-                    reproduce,
-                    case.name,
-                    catch=catch,
-                    judge=judge,
-                    ref=sides.get(id(case)),
-                    later=bool(sides),
-                    runs_out=runs,
-                    fwd=fwd,
-                    step=lambda what, at=at: ex.phase("case", f"{at}: {what}"),
-                ),
-                runs,
-            )
-        )
-    if pending:
-        ex.phase("compare", f"{len(pending)} case(s)")
-    return [(case, reps.result() if isinstance(reps, _cases.Deferred) else reps, runs) for case, reps, runs in pending]
-
-
-def _finish_probe(v: Verdict, pending) -> None:
-    """The drift probe's verdicts into v: its reports and a failed check for each verdict that fails
-    (or for the probe, where the backend raised or its output was malformed)."""
-    rep, prec, error = finish_probe(pending)
-    v.checks += probe_checks(rep, prec, error)
-    v.drift, v.precision = rep, prec
-
-
-def _probe_only(plan: Plan, ex: Executor) -> Verdict:
-    """The drift probe's two verdicts alone: on the caller's probe runs (plan.probe_runs), else on
-    runs made now through the backend."""
-    backend, model = plan.backend, plan.model
-    v = _verdict(backend, plan.judge, model)
-    n = plan.probe_requests or _drift.PROBE_REQUESTS
-    ex.phase("probe", f"{n} requests through the backend, both modes")
-    if plan.probe_runs is None:
-        guarded = GuardedBackend(backend, plan.timeout) if plan.timeout is not None else backend
-        pending = start_drift(guarded, model, plan.probe_reproduce, plan.judge, n)
-    else:
-        runs = plan.probe_runs
-        problem = probe_problem(model, runs)
-        pending = _pending(backend, model, plan.probe_reproduce, plan.judge)
-        pending.runs, pending.error = (None, problem) if problem else (runs, "")
-    if pending is None:
-        v.skipped.append(f"no probe verdict applies to {backend.name} ({backend.dtype})")
-    else:
-        ex.phase("fit", "the drift and precision verdicts")
-    _finish_probe(v, pending)
-    return v
-
-
-def _fits(
-    model,
-    runs: dict,
-    dtype: str,
-    reproduce: str = "",
-    stats_fn=None,
-    dirs=None,
-    energy_fn=None,
-    fwd: Forwards | None = None,
-) -> tuple:
-    """(DriftReport, PrecisionReport or None) over the probe's runs: the drift fit, and the error
-    energy against the noise twin (oracle/judge/precision.py; None without a twin: FP32). With the
-    NumPy sensitivities both use the twin's forwards at the backend's tokens, made once (on fwd,
-    the run's forwards; None: made for these two fits); with the JAX judge's (stats_fn), its twin
-    is energy_fn (judge_jax/twin.py)."""
-    fwd = of(model, fwd)
-    prec = _precision.fit(model, runs, dtype, reproduce, energy_fn, fwd) if stats_fn is None or energy_fn else None
-    return _drift.fit(model, runs, dtype, reproduce, stats_fn, dirs, fwd), prec
-
-
-# ---- the drift probe's two verdicts, scheduled beside the cases ----
-
-
-@dataclass
-class PendingDrift:
-    """A drift verdict under way (start_drift): the probe ran; its fit runs in the background."""
-
-    model: object
-    runs: dict | None
-    dtype: str
-    reproduce: str
-    stats_fn: object = None
-    dirs: object = None
-    energy_fn: object = None  # the JAX judge's noise twin (judge_jax/twin.py), or None
-    fwd: object = None  # the run's forwards.Forwards (the NumPy fits'), or None: made for the fits
-    job: object = None  # worker.background's handle of the NumPy fit
-    seconds: float = 0.0  # the probe's runs
-    error: str = ""  # the backend raised during the probe, or its output was malformed
-
-
-def _pending(backend, model, reproduce: str = "", judge=None, fwd: Forwards | None = None) -> PendingDrift:
-    """The fit's inputs for a backend's probe: the JAX judge's sensitivities and twin where the judge
-    offers them (capabilities: drift_stats_fn, precision_energy_fn), else the NumPy fits on fwd."""
-    key = (judge, model, backend.dtype)
-    if judge is not None and _JUDGE_FITS and _JUDGE_FITS[0][0] == key:  # its jitted functions, made once
-        stats_fn, dirs, energy_fn = _JUDGE_FITS[0][1]
-        return PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn, fwd)
-    stats_fn = dirs = None
-    caps = None if judge is None else capabilities(judge)
-    maker = None if caps is None else caps.drift_stats_fn
-    if maker is not None:
-        if model.cfg.hidden_size >= _drift.COARSE_HIDDEN:  # per layer would cost one jvp per knob
-            dirs = _drift.coarse_directions(model.cfg.num_layers)
-        stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
-    twin = None if caps is None else caps.precision_energy_fn
-    energy_fn = twin(model, backend.dtype) if twin is not None and stats_fn is not None else None
-    if stats_fn is not None:
-        _JUDGE_FITS[:] = [(key, (stats_fn, dirs, energy_fn))]  # the last judge's only: a model is large
-    return PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn, fwd)
-
-
-_JUDGE_FITS: list = []  # [((judge, model, dtype), (stats_fn, dirs, energy_fn))]: the last one made
-
-
-def start_drift(
-    backend, model, reproduce: str = "", judge=None, n: int = _drift.PROBE_REQUESTS, fwd: Forwards | None = None
-) -> PendingDrift | None:
-    """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
-    fit in the background (worker.background: a forked child for the NumPy fit where the platform
-    forks, else a thread; with a JAX judge its jvp and twin on a thread), so that it overlaps what the
-    check does next; finish_probe waits for it. None: no drift verdict
-    applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran).
-    fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy)."""
-    if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
-        return None
-    pending = _pending(backend, model, reproduce, judge, fwd)
-    if pending.stats_fn is None and capabilities(backend).fork_safe and _worker.forks():
-        # the probe's runs and the fit in one forked child, beside the cases' runs in this process
-        pending.job = _worker.background(_probe_and_fit, backend, model, n, reproduce, fwd)
-        return pending
-    pending.runs, pending.error, pending.seconds = _probe(backend, model, n)
-    if not pending.error:  # the fit (NumPy, or the JAX judge's jvp and twin) beside what comes next
-        p = pending
-        p.job = _worker.background(_fits, model, p.runs, p.dtype, reproduce, p.stats_fn, p.dirs, p.energy_fn, fwd)
-    return pending
-
-
-def _probe(backend, model, n: int) -> tuple:
-    """(the probe's runs, "", seconds), or (None, the backend's exception or the first malformed
-    round in a line, seconds): a malformed probe is a failed check naming the place, not a fit."""
-    t0 = time.perf_counter()
-    try:
-        runs = _drift.probe_runs(backend, model, n)
-    except Exception as e:  # noqa: BLE001 -- judged: a failed drift check
-        return None, f"drift probe: the backend raised {type(e).__name__}: {e}", time.perf_counter() - t0
-    problem = probe_problem(model, runs)
-    return (None if problem else runs), problem, time.perf_counter() - t0
-
-
-def probe_problem(model, runs: dict) -> str:
-    """The first malformed round of the probe's runs (malformed.side_problem), as a line naming the
-    mode; "" if none."""
-    for mode, run in runs.items():
-        why = side_problem(run.traces, model.cfg)
-        if why:
-            return f"drift probe [{mode}]: {why}"
-    return ""
-
-
-def _probe_and_fit(backend, model, n: int, reproduce: str, fwd: Forwards | None = None):
-    """start_drift's probe and fit in a forked child (on its copy of fwd): ((DriftReport,
-    PrecisionReport) or None, the probe's error)."""
-    backend = backend.fresh() if hasattr(backend, "fresh") else backend  # a guard with its own thread here
-    runs, error, seconds = _probe(backend, model, n)
-    if error:
-        return None, error
-    reps = _fits(model, runs, backend.dtype, reproduce, fwd=fwd)
-    reps[0].seconds += seconds
-    return reps, ""
-
-
-def finish_probe(pending: PendingDrift | None) -> tuple:
-    """(DriftReport or None, PrecisionReport or None, the probe's error or ""): the verdicts of
-    start_drift, waited for."""
-    if pending is None:
-        return None, None, ""
-    if pending.error:
-        return None, None, pending.error
-    reps = (
-        pending.job.result()
-        if pending.job is not None
-        else _fits(
-            pending.model,
-            pending.runs,
-            pending.dtype,
-            pending.reproduce,
-            pending.stats_fn,
-            pending.dirs,
-            pending.energy_fn,
-            pending.fwd,
-        )
-    )
-    if isinstance(reps[1], str):  # _probe_and_fit's: the probe ran in the child
-        reps, error = reps
-        if error:
-            return None, None, error
-    rep, prec = reps
-    rep.seconds += pending.seconds
-    return rep, prec, ""
-
-
-def probe_checks(rep, prec, error: str) -> list[dict]:
-    """The probe's checks: "drift probe: drift" (or the probe's error) and "drift probe: precision"."""
-    if error:
-        name = "drift probe: malformed" if ": the backend raised " not in error else "drift probe: drift"
-        return [{"name": name, "ok": False, "detail": error, "failure": None}]
-    out = [] if rep is None else [("drift probe: drift", rep)]
-    out += [] if prec is None else [("drift probe: precision", prec)]
-    return [{"name": name, "ok": r.ok, "detail": r.failure, "failure": None} for name, r in out]
-
-
-# ---- one mode per case, the judge's side in threads (scripts/gpu_parity_full.py) ----
-
-
-class Budget:
-    """Bytes of device memory held by the judge's runs in flight: a run waits until its KV fits
-    beside the others (or none is in flight)."""
-
-    def __init__(self, total: int):
-        import threading
-
-        self.total, self.used, self.cond = total, 0, threading.Condition()
-
-    def take(self, n: int):
-        with self.cond:
-            self.cond.wait_for(lambda: self.used == 0 or self.used + n <= self.total)
-            self.used += n
-
-    def give(self, n: int):
-        with self.cond:
-            self.used -= n
-            self.cond.notify_all()
-
-
-def _pairs(plan: Plan, ex: Executor) -> Verdict:
-    """The backend's run of each (case, mode) against the judge backend's run of it (no block-vs-loop),
-    and the drift probe's verdicts where the plan probes: its runs through the backend first, its fit
-    (the judge's jvp and twin) on a thread beside the cases, waited for after them. With a backend
-    that draws each request's host stream the judge's runs need nothing of the backend's: they run
-    ex.threads at a time in threads beside the backend's (XLA compiles release the GIL), each waiting
-    until ex.kv_bytes(case) fits in ex.budget_bytes; else the judge replays each backend run's uniforms
-    after it. plan.options(case): session options of both sides."""
-    backend, judge, model = plan.backend, plan.judge, plan.model
-    t0 = time.perf_counter()
-    options = plan.options or (lambda case: {})
-    v = _verdict(backend, judge, model)
-    dtype = row(backend)
-    pairs = [(c, m) for c, m in plan.pairs if c.policy in backend.policies]
-    v.skipped += [
-        f"{c.name} (policy {c.policy} not supported by {backend.name})" for c, m in plan.pairs if (c, m) not in pairs
-    ]
-    ahead = draws_host_stream(backend) and ex.threads > 0
-    budget = Budget(ex.budget_bytes) if ahead and ex.budget_bytes else None
-
-    def side(case, mode, replay_from=None):
-        need = ex.kv_bytes(case) if budget is not None and ex.kv_bytes is not None else 0
-        if budget is not None:
-            budget.take(need)
-        try:
-            t = time.perf_counter()
-            run = judge_run(model, case, mode, replay_from=replay_from, judge=judge, **options(case))
-            run.session = None  # its device KV let go
-            return run, time.perf_counter() - t
-        finally:
-            if budget is not None:
-                budget.give(need)
-
-    pool = futures = None
-    if ahead:
-        from concurrent.futures import ThreadPoolExecutor
-
-        pool = ThreadPoolExecutor(ex.threads, thread_name_prefix="judge")
-        futures = [pool.submit(side, case, mode) for case, mode in pairs]
-    pending = None
-    try:
-        if plan.probes():  # first: its fit then runs on a thread beside the judge's runs and the cases
-            n = plan.probe_requests or _drift.PROBE_REQUESTS
-            ex.phase("probe", f"{n} requests through the backend, both modes, fitted by the judge beside the cases")
-            pending = start_drift(backend, model, plan.probe_reproduce, judge, n)
-        for i, (case, mode) in enumerate(pairs):
-            ex.phase("case", f"{i + 1}/{len(pairs)} {case.name} [{mode}]")
-            t = time.perf_counter()
-            got = run_scenario(backend, model, case, mode, **options(case))
-            got.session = None
-            tb = time.perf_counter() - t
-            why = side_problem(got.traces, model.cfg)
-            if why:
-                if futures is not None:
-                    futures[i].cancel()
-                rep, tj = _cases.malformed(case.name, why, plan.reproduce, mode), 0.0
-            else:
-                ref, tj = futures[i].result() if ahead else side(case, mode, replay_from=got)
-                rep = compare_runs(ref.traces, got.traces, dtype, plan.reproduce, case.name, mode=mode)
-            v.cases.append(
-                {
-                    "name": case.name,
-                    "ok": rep.ok,
-                    "mode": mode,
-                    "backend_s": round(tb, 1),
-                    "judge_s": round(tj, 1),
-                    "done_at_s": round(time.perf_counter() - t0, 1),
-                }
-            )
-            v.runs.setdefault(case.name, {})[mode] = got
-            v.add(case.name, rep)
-            if ex.on_case is not None:
-                ex.on_case(case, mode, rep, tb, tj)
-    finally:
-        if pool is not None:
-            for f in futures:
-                f.cancel()
-            pool.shutdown(wait=True)
-    if capabilities(backend).batch_invariant:  # on the cases the pairs ran in both modes
-        exactness_tier(v, backend, model, plan, ex)
-    _finish_probe(v, pending)
-    return v
-
-
-# ---- block vs loop on the reference (`python -m oracle check` without --backend) ----
-
-
-def _reference(plan: Plan, ex: Executor) -> Verdict:
-    """The reference's block and loop runs of every case, bit for bit, with each run's schedule, KV
-    frontiers and the cache-free recompute (cases.check_case)."""
-    v = Verdict("reference", "float32", True, "reference", plan.model.cfg.num_layers)
-    for n, case in enumerate(plan.cases):
-        at = f"{n + 1}/{len(plan.cases)} {case.name}"
-        ex.phase("case", at)
-        rep = _cases.check_case(plan.model, case, lambda what, at=at: ex.phase("case", f"{at}: {what}"))
-        v.add(case.name, rep)
-        v.cases.append(
-            {
-                "name": case.name,
-                "ok": rep.ok,
-                "d": case.d,
-                "D": case.D,
-                "policy": case.policy,
-                "requests": len(case.prompts),
-                "rounds": len(case.rounds),
-            }
-        )
-    return v
-
-
-# ---- recorded traces (trace diff; gpu_tests' pairs of runs) ----
-
-
-def _traces(plan: Plan, ex: Executor) -> Verdict:
-    """Recorded traces: B (plan.traces[1]) against A by tolerance row plan.row. A reduced-precision row
-    is judged by the noise twin's bounds at A's contexts where the plan has the model (below
-    calibration.HOST_HIDDEN) and asks for no fixed row, as `check --backend` judges; else by the row's
-    fixed tolerances. info["bounds"] says which. Either side malformed is a failed check, before any
-    twin is made from it."""
-    a, b = plan.traces
-    row_, model = plan.row, plan.model
-    v = Verdict(plan.names[1], row_, row_ == "exact", plan.names[0], 0 if model is None else model.cfg.num_layers)
-    cfg = None if model is None else model.cfg
-    vocab = _vocab(a) if cfg is None else None
-    bad = [(name, side_problem(t, cfg, vocab)) for name, t in zip(plan.names, (a, b))]
-    bad = [(name, why) for name, why in bad if why]
-    v.cases.append({"name": "traces", "ok": not bad})
-    if bad:
-        v.add("traces", _cases.malformed(bad[0][0], bad[0][1], plan.reproduce))
-        v.info["bounds"] = "not compared"
-        return v
-    twin = model is not None and plan.tolerance == "auto" and row_ in SIGMA and model.cfg.hidden_size < HOST_HIDDEN
-    bounds = None
-    if twin:
-        ex.phase("twin", "the noise twin's bounds")
-        bounds = twin_bounds(model, a, row_)
-    if bounds is not None and plan.both_noisy:
-        bounds.scale = 2**0.5  # both sides carry the precision's noise
-    rep = compare_runs(a, b, row_, plan.reproduce, bounds=bounds, sides=plan.sides)
-    v.add("traces", rep)
-    v.cases[-1]["ok"] = rep.ok
-    v.info["bounds"] = "noise twin" if twin else ("exact" if row_ == "exact" else "fixed row")
-    return v
-
-
-def _vocab(traces) -> int | None:
-    """The vocabulary size recorded traces imply (the length of a logits vector), or None."""
-    for t in traces:
-        for lg in list(t.verify_logits.values())[:1]:
-            return len(np.asarray(lg).reshape(-1))
-    return None
+def _heading(plan: Plan) -> Verdict:
+    """The verdict of plan before anything is judged: its two sides, dtype and the model's loops."""
+    layers = 0 if plan.model is None else plan.model.cfg.num_layers
+    if plan.kind == "reference":
+        return Verdict("reference", "float32", True, "reference", layers)
+    if plan.kind == "traces":
+        return Verdict(plan.names[1], plan.row, plan.row == "exact", plan.names[0], layers)
+    bk, judge_side = plan.backend, plan.judge
+    return Verdict(bk.name, bk.dtype, bool(bk.exact), "reference" if judge_side is None else judge_side.name, layers)
 
 
 def _record(check) -> dict | None:
     return None if check.failure is None else check.failure.to_json()
-
-
-def _tier_only(plan: Plan, ex: Executor) -> Verdict:
-    """The exactness tier's claims alone, on any backend (`localize`): the backend's block and loop
-    runs of each case, then the claims, bitwise, each failure localized."""
-    bk, model = plan.backend, plan.model
-    v = _verdict(bk, None, model)
-    for n, case in enumerate(plan.cases):
-        if case.policy not in bk.policies:
-            v.skipped.append(f"{case.name} (policy {case.policy} not supported by {bk.name})")
-            continue
-        ex.phase("case", f"{n + 1}/{len(plan.cases)} {case.name}: block and loop")
-        v.runs[case.name] = {mode: run_scenario(bk, model, case, mode) for mode in ("block", "loop")}
-        v.cases.append({"name": case.name, "ok": True})
-    exactness_tier(v, bk, model, plan, ex)
-    return v
-
-
-_KINDS = {
-    "reference": _reference,
-    "backend": _backend,
-    "pairs": _pairs,
-    "traces": _traces,
-    "probe": _probe_only,
-    "invariance": _tier_only,
-}

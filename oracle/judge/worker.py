@@ -81,6 +81,18 @@ def background(fn, *args, **kwargs):
     return _POOL[0].submit(fn, *args, **kwargs)
 
 
+class Part:
+    """Item `index` of the list a background job returns: result() is job.result()[index]."""
+
+    __slots__ = ("job", "index")
+
+    def __init__(self, job, index: int):
+        self.job, self.index = job, index
+
+    def result(self):
+        return self.job.result()[self.index]
+
+
 class Child:
     """fn(*args, **kwargs) in a forked child; result() waits for it and returns its value or
     raises its exception."""
@@ -148,7 +160,7 @@ class Inbox:
     the job (it waits until the value is there). A pipe with a length header, so it serves a
     forked child and the helper thread alike, and a copy of the pipe that another child inherited
     cannot hold a reader back. send() returns at once for a value within the pipe's buffer (the
-    backend's facts of cases.sides_for); a larger one waits for the reader. cancel(): get() raises
+    backend's facts of cases.sides); a larger one waits for the reader. cancel(): get() raises
     instead."""
 
     HEADER = struct.Struct("<q")
