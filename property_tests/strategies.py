@@ -171,14 +171,38 @@ def masks(draw, vocab: int) -> dict:
     return {"banned_token_ids": tuple(banned), "allowed_token_ids": None if allowed is None else tuple(allowed)}
 
 
+# Each filter step of oracle.sampling.CHAIN names its function here (Step.strategy):
+# (draw, vocab) -> its SamplingParams fields, off in part of the draws.
+
+
+def min_p_kwargs(draw, vocab: int) -> dict:
+    return {"min_p": draw(min_ps())}
+
+
+def top_k_kwargs(draw, vocab: int) -> dict:
+    return {"top_k": draw(top_ks(vocab))}
+
+
+def top_p_kwargs(draw, vocab: int) -> dict:
+    return {"top_p": draw(top_ps())}
+
+
+@st.composite
+def filter_kwargs(draw, vocab: int) -> dict:
+    """The fields of every filter of CHAIN (temperature aside), each drawn by its strategy."""
+    out = {}
+    for step in CHAIN.named("filter"):
+        if step.strategy:
+            out |= globals()[step.strategy](draw, vocab)
+    return out
+
+
 @st.composite
 def sampled_params(draw, vocab: int):
     return SamplingParams(
         temperature=draw(temperatures()),
-        top_k=draw(top_ks(vocab)),
-        top_p=draw(top_ps()),
         seed=draw(seeds()),
-        min_p=draw(min_ps()),
+        **draw(filter_kwargs(vocab)),
         **draw(masks(vocab)),
     )
 

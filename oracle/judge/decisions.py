@@ -26,8 +26,10 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import OracleError
+from ..filters import Margins, temper
 from ..traces import seen_in
 from ..sampling import (
+    CHAIN,
     SamplingParams,
     Seen,
     accepts,
@@ -83,39 +85,15 @@ def draw_margin(probs, y: int, u: float) -> float:
 
 
 def filter_margin(logits, params: SamplingParams, seen: Seen | None = None) -> float:
-    """How close the filters' kept set was to changing (inf when no filter cuts): the gap
-    between the last kept and the first dropped token's probability / max p at temperature 1
-    (so top_k=1, or a top-p that keeps one token, is the greedy margin); and for top-p also the
-    distance of the nearest token's preceding mass to p, times `temper`. A draw near such a
-    boundary can land elsewhere in another precision even though its uniform sits far inside a
-    CDF interval."""
-    lg = np.asarray(processed_logits(logits, params, seen), np.float64)
-    r1 = np.sort(np.exp(lg - lg.max()))[::-1]  # temperature 1, descending
-    m = float("inf")
-    kept = len(r1)
-    if params.top_k is not None and params.top_k < kept:
-        kept = params.top_k
-        m = min(m, float((r1[kept - 1] - r1[kept]) / r1[0]))
-    if getattr(params, "min_p", None):  # p >= min_p * max p, after temperature
-        x = lg / params.temperature
-        ratio = np.exp(x - x.max())
-        m = min(m, temper(params) * float(np.min(np.abs(ratio[np.isfinite(x)] - params.min_p))))
-    if params.top_p is not None and params.top_p < 1 and kept > 1:
-        x = lg / params.temperature
-        s = np.sort(np.exp(x - x.max()))[::-1][:kept]
-        s = s / s.sum()
-        before = np.cumsum(s) - s
-        m = min(m, temper(params) * float(np.min(np.abs(before[1:] - params.top_p))))
-        cut = int(np.sum(before <= params.top_p))  # tokens top-p keeps
-        if cut < kept:
-            m = min(m, float((r1[cut - 1] - r1[cut]) / r1[0]))
-    return m
-
-
-def temper(params: SamplingParams) -> float:
-    """Margins measured on tempered probabilities move 1/T times as fast as the logits, so
-    below temperature 1 they are scaled by T to stay comparable with a logit-scale precision."""
-    return min(float(params.temperature), 1.0)
+    """How close the filters' kept set was to changing (inf when no filter cuts): the smallest
+    margin of the filter steps of CHAIN (each `Step.margin`, oracle/filters.py: top_k=1, or a
+    top-p that keeps one token, gives the greedy margin). A draw near such a boundary can land
+    elsewhere in another precision even though its uniform sits far inside a CDF interval."""
+    m = Margins.of(processed_logits(logits, params, seen), params)
+    for step in CHAIN.named("filter"):
+        if step.margin is not None:
+            step.margin(m)
+    return m.best
 
 
 def _u(tr, rid, purpose, offset) -> float:

@@ -1,0 +1,173 @@
+"""The filters of the chain (oracle/sampling.py CHAIN, after the processors; sampled requests
+only), each in four parts that its `Step` names: the FP32 step (logits [V] -> logits [V], a
+dropped token -inf), the check of its SamplingParams fields, its device rows, and its margin.
+
+Device rows: params, V -> {row name: numpy scalar}; kernels/rows.py gathers them per slot and
+kernels/sampler.py runs the filter of the same name on them (an off filter's rows make it the
+identity).
+
+Margins: how near the filter's kept set was to changing, for the judge's first-divergence rule
+(oracle/judge/decisions.py `filter_margin`). `margin(m)` takes a `Margins` and lowers m.best;
+m.kept is the size of the top-k cut, which top-p's margin reads. Each scale follows the greedy
+margin's: a probability gap / max p at temperature 1, or a tempered quantity times `temper`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import OracleError
+
+F32 = np.float32
+INF = float("inf")
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return (e / e.sum()).astype(F32, copy=False)
+
+
+def temper(params) -> float:
+    """Margins measured on tempered probabilities move 1/T times as fast as the logits, so
+    below temperature 1 they are scaled by T to stay comparable with a logit-scale precision."""
+    return min(float(params.temperature), 1.0)
+
+
+@dataclass(slots=True)
+class Margins:
+    """What the filters' margins share. lg: FP64 processed logits [V]; r1: their probabilities
+    at temperature 1, descending, / nothing (max 1); kept: tokens the top-k cut keeps (V
+    without one); best: the smallest margin so far (inf: no filter cuts)."""
+
+    lg: np.ndarray
+    params: object
+    r1: np.ndarray
+    kept: int
+    best: float = INF
+
+    @classmethod
+    def of(cls, lg, params) -> "Margins":
+        lg = np.asarray(lg, np.float64)
+        r1 = np.sort(np.exp(lg - lg.max()))[::-1]
+        return cls(lg, params, r1, len(r1))
+
+    def lower(self, m: float) -> None:
+        self.best = min(self.best, float(m))
+
+    def tempered(self) -> np.ndarray:
+        """FP64 logits at the request's temperature."""
+        return self.lg / self.params.temperature
+
+
+# ---- temperature ----
+
+
+def temperature(x: np.ndarray, params) -> np.ndarray:
+    return x / F32(params.temperature)
+
+
+def check_temperature(p, vocab=None) -> dict:
+    t = p.temperature
+    if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
+        raise OracleError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+    return {}
+
+
+def temperature_rows(p, V) -> dict:
+    return {"temp": F32(1.0 if p.greedy else p.temperature)}
+
+
+# ---- min-p (vLLM): drop tokens with softmax(x) < min_p * max softmax(x) ----
+
+
+def min_p(x: np.ndarray, params) -> np.ndarray:
+    if not params.min_p:
+        return x
+    p = softmax(x)
+    return np.where(p >= F32(params.min_p) * p.max(), x, F32(-np.inf))  # the top token stays
+
+
+def check_min_p(p, vocab=None) -> dict:
+    mp = p.min_p
+    if mp is not None and (isinstance(mp, bool) or not isinstance(mp, (int, float)) or not 0 <= mp <= 1):
+        raise OracleError(f"min_p must be in [0, 1], got {mp!r}")
+    return {}
+
+
+def min_p_margin(m: Margins) -> None:
+    """|p / max p - min_p| of the nearest token, tempered."""
+    if m.params.min_p:
+        x = m.tempered()
+        ratio = np.exp(x - x.max())
+        m.lower(temper(m.params) * np.min(np.abs(ratio[np.isfinite(x)] - m.params.min_p)))
+
+
+# ---- top-k: keep x >= the k-th largest x (ties at the threshold stay) ----
+
+
+def top_k(x: np.ndarray, params) -> np.ndarray:
+    if params.top_k is None or params.top_k >= len(x):
+        return x
+    kth = np.sort(x)[::-1][params.top_k - 1]
+    return np.where(x >= kth, x, F32(-np.inf))  # ties at the threshold stay
+
+
+def check_top_k(p, vocab=None) -> dict:
+    if p.top_k is not None and (isinstance(p.top_k, bool) or not isinstance(p.top_k, int) or p.top_k < 1):
+        raise OracleError(f"top_k must be an integer >= 1, got {p.top_k!r}")
+    return {}
+
+
+def top_k_margin(m: Margins) -> None:
+    """The gap between the k-th and the (k+1)-th probability / max p at temperature 1."""
+    k = m.params.top_k
+    if k is not None and k < m.kept:
+        m.kept = k
+        m.lower((m.r1[k - 1] - m.r1[k]) / m.r1[0])
+
+
+# ---- top-p: in descending order, a token whose mass before it exceeds p is dropped ----
+
+
+def top_p(x: np.ndarray, params) -> np.ndarray:
+    if params.top_p is None or params.top_p >= 1:
+        return x
+    p = softmax(x)
+    ps = p[np.argsort(-p, kind="stable")]
+    before = np.cumsum(ps) - ps  # mass before each sorted token
+    cut = ps[np.count_nonzero(before <= F32(params.top_p)) - 1]  # before[0] == 0: top stays
+    return np.where(p >= cut, x, F32(-np.inf))  # ties with the last kept stay
+
+
+def check_top_p(p, vocab=None) -> dict:
+    if p.top_p is not None and not (isinstance(p.top_p, (int, float)) and 0 < p.top_p <= 1):
+        raise OracleError(f"top_p must be in (0, 1], got {p.top_p!r}")
+    return {}
+
+
+def top_p_margin(m: Margins) -> None:
+    """The distance of the nearest token's preceding mass to p (tempered, among top-k's kept),
+    and the probability gap at the cut / max p at temperature 1."""
+    tp = m.params.top_p
+    if tp is None or tp >= 1 or m.kept <= 1:
+        return
+    x = m.tempered()
+    s = np.sort(np.exp(x - x.max()))[::-1][: m.kept]
+    s = s / s.sum()
+    before = np.cumsum(s) - s
+    m.lower(temper(m.params) * np.min(np.abs(before[1:] - tp)))
+    cut = int(np.sum(before <= tp))  # tokens top-p keeps
+    if cut < m.kept:
+        m.lower((m.r1[cut - 1] - m.r1[cut]) / m.r1[0])
+
+
+def off_at_one(field: str):
+    """Device rows of a mass in (0, 1] where None and 1 are off: +inf (every comparison keeps)."""
+
+    def rows(p, V) -> dict:
+        v = getattr(p, field)
+        return {field: F32(v if v is not None and v < 1 else INF)}
+
+    return rows
