@@ -39,19 +39,22 @@ def temper(params) -> float:
 class Margins:
     """What the filters' margins share. lg: FP64 processed logits [V]; r1: their probabilities
     at temperature 1, descending, / nothing (max 1); kept: tokens the top-k cut keeps (V
-    without one); best: the smallest margin so far (inf: no filter cuts)."""
+    without one); x: the FP32 logits after the filters before the current one (the chain's own
+    steps); best: the smallest margin so far (inf: no filter cuts)."""
 
     lg: np.ndarray
     params: object
     r1: np.ndarray
     kept: int
+    x: np.ndarray
     best: float = INF
 
     @classmethod
-    def of(cls, lg, params) -> "Margins":
-        lg = np.asarray(lg, np.float64)
+    def of(cls, x, params) -> "Margins":
+        """x: the processed FP32 logits [V]."""
+        lg = np.asarray(x, np.float64)
         r1 = np.sort(np.exp(lg - lg.max()))[::-1]
-        return cls(lg, params, r1, len(r1))
+        return cls(lg, params, r1, len(r1), np.asarray(x, F32))
 
     def lower(self, m: float) -> None:
         self.best = min(self.best, float(m))

@@ -93,6 +93,7 @@ def filter_margin(logits, params: SamplingParams, seen: Seen | None = None) -> f
     for step in CHAIN.named("filter"):
         if step.margin is not None:
             step.margin(m)
+        m.x = step.apply(m.x, params)
     return m.best
 
 
