@@ -1,6 +1,7 @@
 """The filters of the chain (oracle/sampling.py CHAIN, after the processors; sampled requests
-only), each in four parts that its `Step` names: the FP32 step (logits [V] -> logits [V], a
-dropped token -inf), the check of its SamplingParams fields, its device rows, and its margin.
+only), each in three parts that its `Step` (oracle/sampling.py, beside the check of its fields)
+names: the FP32 step (logits [V] -> logits [V], a dropped token -inf), its device rows, and its
+margin.
 
 Device rows: params, V -> {row name: numpy scalar}; kernels/rows.py gathers them per slot and
 kernels/sampler.py runs the filter of the same name on them (an off filter's rows make it the
@@ -13,12 +14,10 @@ margin's: a probability gap / max p at temperature 1, or a tempered quantity tim
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import OracleError
 
 F32 = np.float32
 INF = float("inf")
@@ -71,13 +70,6 @@ def temperature(x: np.ndarray, params) -> np.ndarray:
     return x / F32(params.temperature)
 
 
-def check_temperature(p, vocab=None) -> dict:
-    t = p.temperature
-    if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
-        raise OracleError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
-    return {}
-
-
 def temperature_rows(p, V) -> dict:
     return {"temp": F32(1.0 if p.greedy else p.temperature)}
 
@@ -90,13 +82,6 @@ def min_p(x: np.ndarray, params) -> np.ndarray:
         return x
     p = softmax(x)
     return np.where(p >= F32(params.min_p) * p.max(), x, F32(-np.inf))  # the top token stays
-
-
-def check_min_p(p, vocab=None) -> dict:
-    mp = p.min_p
-    if mp is not None and (isinstance(mp, bool) or not isinstance(mp, (int, float)) or not 0 <= mp <= 1):
-        raise OracleError(f"min_p must be in [0, 1], got {mp!r}")
-    return {}
 
 
 def min_p_margin(m: Margins) -> None:
@@ -115,12 +100,6 @@ def top_k(x: np.ndarray, params) -> np.ndarray:
         return x
     kth = np.sort(x)[::-1][params.top_k - 1]
     return np.where(x >= kth, x, F32(-np.inf))  # ties at the threshold stay
-
-
-def check_top_k(p, vocab=None) -> dict:
-    if p.top_k is not None and (isinstance(p.top_k, bool) or not isinstance(p.top_k, int) or p.top_k < 1):
-        raise OracleError(f"top_k must be an integer >= 1, got {p.top_k!r}")
-    return {}
 
 
 def top_k_margin(m: Margins) -> None:
@@ -142,12 +121,6 @@ def top_p(x: np.ndarray, params) -> np.ndarray:
     before = np.cumsum(ps) - ps  # mass before each sorted token
     cut = ps[np.count_nonzero(before <= F32(params.top_p)) - 1]  # before[0] == 0: top stays
     return np.where(p >= cut, x, F32(-np.inf))  # ties with the last kept stay
-
-
-def check_top_p(p, vocab=None) -> dict:
-    if p.top_p is not None and not (isinstance(p.top_p, (int, float)) and 0 < p.top_p <= 1):
-        raise OracleError(f"top_p must be in (0, 1], got {p.top_p!r}")
-    return {}
 
 
 def top_p_margin(m: Margins) -> None:

@@ -220,6 +220,32 @@ def _check_no_repeat_ngram(p, vocab=None) -> dict:
     return {"no_repeat_ngram": int(n)}
 
 
+def _check_temperature(p, vocab=None) -> dict:
+    t = p.temperature
+    if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
+        raise OracleError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+    return {}
+
+
+def _check_min_p(p, vocab=None) -> dict:
+    mp = p.min_p
+    if mp is not None and (isinstance(mp, bool) or not isinstance(mp, (int, float)) or not 0 <= mp <= 1):
+        raise OracleError(f"min_p must be in [0, 1], got {mp!r}")
+    return {}
+
+
+def _check_top_k(p, vocab=None) -> dict:
+    if p.top_k is not None and (isinstance(p.top_k, bool) or not isinstance(p.top_k, int) or p.top_k < 1):
+        raise OracleError(f"top_k must be an integer >= 1, got {p.top_k!r}")
+    return {}
+
+
+def _check_top_p(p, vocab=None) -> dict:
+    if p.top_p is not None and not (isinstance(p.top_p, (int, float)) and 0 < p.top_p <= 1):
+        raise OracleError(f"top_p must be in (0, 1], got {p.top_p!r}")
+    return {}
+
+
 def stop_cut(emitted, params: SamplingParams, generated: int) -> tuple[int, str | None]:
     """How many of a round's emitted tokens are kept, and why the request finishes:
     (kept, "stop" | "length" | None). The decisions (and RNG draws) are made first, as
@@ -398,7 +424,7 @@ STEPS = (
         "filter",
         filters.temperature,
         {"temperature": 0.0},
-        filters.check_temperature,
+        _check_temperature,
         rows=filters.temperature_rows,
         cuts=lambda p, vocab: False,
     ),
@@ -407,7 +433,7 @@ STEPS = (
         "filter",
         filters.min_p,
         {"min_p": None},
-        filters.check_min_p,
+        _check_min_p,
         on=lambda p: bool(p.min_p),
         options=(
             (
@@ -426,7 +452,7 @@ STEPS = (
         "filter",
         filters.top_k,
         {"top_k": None},
-        filters.check_top_k,
+        _check_top_k,
         options=(("top_k", "positive", "TOP_K", "keep the k most likely tokens (default: off)"),),
         strategy="top_k_kwargs",
         rows=lambda p, V: {"top_k": np.int64(min(p.top_k or V, V))},
@@ -438,7 +464,7 @@ STEPS = (
         "filter",
         filters.top_p,
         {"top_p": None},
-        filters.check_top_p,
+        _check_top_p,
         on=lambda p: p.top_p is not None and p.top_p < 1,
         options=(("top_p", "probability", "TOP_P", "nucleus mass in (0, 1] (default: off)"),),
         strategy="top_p_kwargs",
