@@ -144,8 +144,24 @@ def top_p(x: torch.Tensor, r: dict) -> torch.Tensor:
     return x.masked_fill(p < cut, NEG_INF)
 
 
+def typical_p(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """Hugging Face's typical-p: sorted by |-log p - H| ascending, the tokens up to the first
+    whose cumulative mass reaches typical_p, and every token whose score ties the last kept one.
+    r: typical_p [N] (+inf: off; absent: off)."""
+    if "typical_p" not in r:
+        return x
+    V = x.shape[-1]
+    lp = torch.log_softmax(x, dim=-1)
+    p = lp.exp()
+    ent = -torch.where(p > 0, p * lp, 0.0).sum(-1, keepdim=True)  # [N, 1]
+    s = (-lp - ent).abs()  # [N, V]; inf where masked
+    ss, idx = torch.sort(s, dim=-1, stable=True)
+    last = (p.gather(1, idx).cumsum(-1) < r["typical_p"][:, None]).sum(-1).clamp(max=V - 1)
+    return x.masked_fill(s > ss.gather(1, last[:, None]), NEG_INF)
+
+
 # the device step of each filter of oracle.sampling.CHAIN, by name, on its rows (kernels/rows.py)
-FILTERS = {"temperature": temperature, "min_p": min_p, "top_k": top_k, "top_p": top_p}
+FILTERS = {"temperature": temperature, "min_p": min_p, "top_k": top_k, "top_p": top_p, "typical_p": typical_p}
 FILTER_ORDER = tuple(n for n, _ in CHAIN.filters)
 assert set(FILTER_ORDER) == set(FILTERS), f"the device has no filter for {FILTER_ORDER}"
 

@@ -139,6 +139,53 @@ def top_p_margin(m: Margins) -> None:
         m.lower((m.r1[cut - 1] - m.r1[cut]) / m.r1[0])
 
 
+# ---- typical-p (Hugging Face's TypicalLogitsWarper, min_tokens_to_keep=1): with H the entropy
+# of the distribution, sort the tokens by |-log p - H| ascending; keep them up to and including
+# the first whose cumulative mass reaches typical_p, and every token whose score ties the last
+# kept one's (tied tokens, equal p among them, share its fate) ----
+
+
+def _typical_scores(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """FP32 logits [V] -> (p [V], |-log p - H| [V]; inf for masked tokens)."""
+    z = x - x.max()
+    lp = z - np.log(np.sum(np.exp(z)))  # log-softmax; -inf where masked
+    p = np.exp(lp)
+    ent = -np.sum(p * np.where(lp > -np.inf, lp, F32(0)))  # HF's nansum: masked tokens add nothing
+    return p, np.abs(-lp - ent)
+
+
+def typical_p(x: np.ndarray, params) -> np.ndarray:
+    tp = params.typical_p
+    if tp is None or tp >= 1:
+        return x
+    p, s = _typical_scores(x)
+    order = np.argsort(s, kind="stable")
+    last = min(np.count_nonzero(np.cumsum(p[order]) < F32(tp)), len(x) - 1)  # the first to reach tp
+    return np.where(s <= s[order[last]], x, F32(-np.inf))  # ties with the last kept stay
+
+
+def typical_p_margin(m: Margins) -> None:
+    """On the distribution the filters before it leave, in FP64: the distance of the nearest
+    cumulative mass to typical_p, and the score gap between the last kept token and the next,
+    both tempered (scores are in nats of the tempered distribution)."""
+    tp = m.params.typical_p
+    if tp is None or tp >= 1:
+        return
+    x = np.asarray(m.x, np.float64)
+    p, s = _typical_scores(x)
+    live = np.isfinite(s)
+    if live.sum() <= 1:
+        return
+    order = np.argsort(s[live], kind="stable")
+    ps, ss = p[live][order], s[live][order]
+    cum = np.cumsum(ps)
+    m.lower(temper(m.params) * np.min(np.abs(cum[:-1] - tp)))
+    last = min(int(np.count_nonzero(cum < tp)), len(ss) - 1)
+    above = ss[ss > ss[last]]
+    if above.size:
+        m.lower(temper(m.params) * (above[0] - ss[last]))
+
+
 def off_at_one(field: str):
     """Device rows of a mass in (0, 1] where None and 1 are off: +inf (every comparison keeps)."""
 

@@ -16,17 +16,22 @@ of every offset):
   9. top-k: keep x >= the k-th largest x;
   10. top-p: sort the probabilities descending; a token whose mass before it (in that order)
      exceeds p is dropped, the top token always stays;
-  11. softmax.
+  11. typical-p (Hugging Face's): with H the entropy, sort by |-log p - H| ascending and keep
+     the tokens up to the first whose cumulative mass reaches typical_p (at least one); last,
+     as in Hugging Face, where it sees what min-p, top-k and top-p left (its entropy is theirs);
+     it commutes with none of them (both it and top-p cut by cumulative mass);
+  12. softmax.
 Each step carries all that varies by step (`Step`): its fields, checks, options, strategy,
 device rows and margin; everything else reads CHAIN.
-Ties: every token tied with the last survivor of top-k or top-p survives too (top-k keeps
-x >= the k-th value; top-p keeps p_t >= the probability of the last token kept in sorted
-order), as FlashInfer does. Why: tied tokens are indistinguishable to the model, so which of
-them survive must not depend on their ids; with this rule the filtered distribution is the
-same under any relabelling of the vocabulary, and it is the rule a sort-free threshold
-kernel implements. The price: the kept set may be larger than k, or hold more mass than p
-needs. min-p commutes with top-k (both compare x with a threshold below the maximum) but
-not with top-p; it runs before both, as in vLLM.
+Ties: every token tied with the last survivor of top-k, top-p or typical-p survives too
+(top-k keeps x >= the k-th value; top-p keeps p_t >= the probability of the last token kept
+in sorted order, as FlashInfer does; typical-p keeps every score <= the last kept token's, as
+Hugging Face does, and tokens of equal p have equal scores). Why: tied tokens are
+indistinguishable to the model, so which of them survive must not depend on their ids; with
+this rule the filtered distribution is the same under any relabelling of the vocabulary, and
+it is the rule a sort-free threshold kernel implements. The price: the kept set may be larger
+than k, or hold more mass than p needs. min-p commutes with top-k (both compare x with a
+threshold below the maximum) but not with top-p; it runs before both, as in vLLM.
 A categorical draw consumes one uniform: inverse CDF over token ids in FP64.
 """
 
@@ -69,6 +74,7 @@ class SamplingParams:
     bad_words: tuple = ()  # token-id sequences; the last token of one is masked after the others
     min_tokens: int = 0  # stop tokens masked until this many tokens are generated
     no_repeat_ngram: int = 0  # Hugging Face's no_repeat_ngram_size: 0 off; n bans repeating an n-gram
+    typical_p: float | None = None  # Hugging Face's typical_p: None or 1.0 off; in (0, 1]
 
     def __post_init__(self):
         stops = tuple(self.stop_token_ids)
@@ -243,6 +249,13 @@ def _check_top_k(p, vocab=None) -> dict:
 def _check_top_p(p, vocab=None) -> dict:
     if p.top_p is not None and not (isinstance(p.top_p, (int, float)) and 0 < p.top_p <= 1):
         raise OracleError(f"top_p must be in (0, 1], got {p.top_p!r}")
+    return {}
+
+
+def _check_typical_p(p, vocab=None) -> dict:
+    tp = p.typical_p
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, (int, float)) or not 0 < tp <= 1):
+        raise OracleError(f"typical_p must be in (0, 1], got {tp!r}")
     return {}
 
 
@@ -470,6 +483,18 @@ STEPS = (
         strategy="top_p_kwargs",
         rows=filters.off_at_one("top_p"),
         margin=filters.top_p_margin,
+    ),
+    Step(
+        "typical_p",
+        "filter",
+        filters.typical_p,
+        {"typical_p": None},
+        _check_typical_p,
+        on=lambda p: p.typical_p is not None and p.typical_p < 1,
+        options=(("typical_p", "probability", "TYPICAL_P", "Hugging Face's typical-p mass in (0, 1] (default: off)"),),
+        strategy="typical_p_kwargs",
+        rows=filters.off_at_one("typical_p"),
+        margin=filters.typical_p_margin,
     ),
 )
 

@@ -187,6 +187,11 @@ def top_p_kwargs(draw, vocab: int) -> dict:
     return {"top_p": draw(top_ps())}
 
 
+def typical_p_kwargs(draw, vocab: int) -> dict:
+    """Off in half the draws (None, 1.0); a mass that keeps one token; anything in (0.1, 1)."""
+    return {"typical_p": draw(st.sampled_from([None, None, 1.0, 1e-6]) | st.floats(0.1, 1.0))}
+
+
 @st.composite
 def filter_kwargs(draw, vocab: int) -> dict:
     """The fields of every filter of CHAIN (temperature aside), each drawn by its strategy."""
@@ -481,8 +486,8 @@ def single_rounds(**kw):
 def logit_pairs(draw, max_vocab: int = 32):
     """(target logits, draft logits, params) for one offset: random small vocabularies, the
     draft sometimes close to the target, sometimes unrelated; in two thirds of the cases
-    quantised logits (a few levels `step` apart: many exact ties, also at the top-k, top-p
-    and min-p thresholds)."""
+    quantised logits (a few levels `step` apart: many exact ties, also at the top-k, top-p,
+    min-p and typical-p thresholds)."""
     import numpy as np
 
     V = draw(st.integers(2, max_vocab))
