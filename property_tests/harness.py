@@ -1,6 +1,6 @@
 """Running scenarios on the backend under test and on the reference, and comparing them.
 
-The backend under test is `ORACLE_BACKEND` (reference | torch-cpu | torch-cuda |
+The backend under test is `ORACLE_BACKEND` (a name of `oracle.backends.NAMED`, or
 package.module:factory) loaded through `oracle.backends.load_backend()`; meta-tests swap it
 with `use_backend(...)`. The reference is always `oracle.reference_backend.ReferenceBackend()`.
 

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .argtypes import add_threads_option, add_timeout_option, check_out_path, command_parser
-from ..backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend
+from ..backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend, names_help
 from .. import isolated
 from ..contract import tolerance_row
 from ..judge.scenario import command
@@ -303,8 +303,7 @@ def register(sub) -> None:
         "--backend",
         default=None,
         metavar="SPEC",
-        help="record this backend's traces (torch-cpu | torch-cpu-bf16 | torch-cuda | jax | "
-        "package.module:factory; default: the reference)",
+        help=f"record this backend's traces ({names_help()}; default: the reference)",
     )
     add_timeout_option(r, "with --backend: seconds each backend call may take (default: 300)")
     add_threads_option(
