@@ -251,30 +251,9 @@ WHAT = {"block vs loop": "block vs its loop", "block": "block vs reference block
 # ---- per-request views --------------------------------------------------------------------
 
 
-def subset(tr: RoundTrace, rids) -> RoundTrace:
-    """The trace of some requests of a round (in the round's batch order); aggregate stats
-    are dropped since they depend on the whole batch."""
-    keep = [r for r in tr.requests if r in set(rids)]
-    out = RoundTrace(
-        tr.mode, tr.round, tr.policy, tr.d, tr.D, keep, [tr.token_counts[tr.requests.index(r)] for r in keep]
-    )
-    out.prefix = {r: v for r, v in tr.prefix.items() if r in keep}
-    out.depths = {r: v for r, v in tr.depths.items() if r in keep}
-    out.calls = []
-    out.kv_writes = {k: v for k, v in tr.kv_writes.items() if k[0] in keep}
-    out.draft_logits = {k: v for k, v in tr.draft_logits.items() if k[0] in keep}
-    out.verify_logits = {k: v for k, v in tr.verify_logits.items() if k[0] in keep}
-    out.rng_events = [e for e in tr.rng_events if e.request in keep]
-    for name in ("drafts", "accepted", "emitted", "params", "committed", "generated", "finished"):
-        setattr(out, name, {r: v for r, v in getattr(tr, name).items() if r in keep})
-    out.stats = {}
-    out.dtype = tr.dtype
-    return out
-
-
 def only(tr: RoundTrace, rid) -> RoundTrace | None:
     """The trace of one request of a round (None if it was not in the round)."""
-    return subset(tr, [rid]) if rid in tr.requests else None
+    return tr.restrict([rid], batch=False) if rid in tr.requests else None
 
 
 def kv_frontiers(session, rid):

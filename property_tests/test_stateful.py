@@ -148,11 +148,11 @@ class RoundLifecycle(RuleBasedStateMachine):
         assert tr.round == ref_tr.round, f"round counter {tr.round}, the reference's {ref_tr.round}"
         live = [rid for rid in counts if rid not in self.diverged]
         if live:  # a round of only diverged requests (queued before they diverged) has nothing to judge
-            ref_sub, dtype = [harness.subset(ref_tr, live)], harness.dtype_of(self.bk)
+            ref_sub, dtype = [ref_tr.restrict(live, batch=False)], harness.dtype_of(self.bk)
             # the one verdict on this round (a traces plan): reduced precision by the noise twin's
             # bounds, as every other judgement of the suite (the fixed row's false alarms:
             # docs/results.md, "Calibration of the bfloat16 row")
-            v = judge(traces_plan(ref_sub, [harness.subset(tr, live)], dtype, self.model), INLINE)
+            v = judge(traces_plan(ref_sub, [tr.restrict(live, batch=False)], dtype, self.model), INLINE)
             assert v.ok, f"{self.bk.name} vs reference: {harness.failure_line(v)}"
         for rid in live:
             self.events[rid].extend(e for e in ref_tr.rng_events if e.request == rid)
