@@ -38,6 +38,7 @@ import zlib
 import numpy as np
 
 from oracle import sampling as oracle_sampling
+from oracle.judge.scenario import Case
 from oracle.backends import load_backend
 from oracle.cli.environment import choose_threads
 from oracle.contract import Capabilities, LoadedBackend, capabilities, session_capabilities, tolerance_row, unwrap
@@ -49,7 +50,7 @@ from oracle.judge.verdict import judge
 from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
 
-from .strategies import Scenario, seeded_model, profile_name
+from .strategies import seeded_model, profile_name
 
 REFERENCE = ReferenceBackend()
 CI_EXAMPLES = 20  # max_examples of the ci profile (property_tests/conftest.py)
@@ -117,12 +118,12 @@ def host_rng(bk: LoadedBackend) -> bool:
     return caps(bk).host_rng
 
 
-def supported(sc: Scenario, bk: LoadedBackend) -> Scenario:
+def supported(sc: Case, bk: LoadedBackend) -> Case:
     """The scenario with a policy the backend declares (its first one otherwise)."""
     return sc if sc.policy in bk.policies else sc.with_policy(bk.policies[0])
 
 
-def backend_for(sc: Scenario):
+def backend_for(sc: Case):
     """(the backend under test, the scenario with a policy it declares)."""
     bk = backend()
     return bk, supported(sc, bk)
@@ -141,12 +142,12 @@ def reproduce_line(nodeid: str = "") -> str:
 # ---- running a scenario -------------------------------------------------------------------
 
 
-def run(bk: LoadedBackend, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> ScenarioRun:
+def run(bk: LoadedBackend, sc: Case, mode: str, replay: dict | None = None, after_step=None) -> ScenarioRun:
     """Every op of `sc` on a fresh session of `bk` (oracle.judge.runner.run_scenario, the one runner)."""
     return runner.run_scenario(bk, seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay, after_step)
 
 
-def reference_run(sc: Scenario, mode: str, replay_from: ScenarioRun | None = None) -> ScenarioRun:
+def reference_run(sc: Case, mode: str, replay_from: ScenarioRun | None = None) -> ScenarioRun:
     """A reference run; with replay_from, in replay mode consuming that run's uniforms."""
     return runner.judge_run(seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay_from)
 
@@ -203,7 +204,7 @@ PROBE_ONE_IN = 16
 _probed: dict = {}
 
 
-def probe_for(sc: Scenario, bk: LoadedBackend) -> bool:
+def probe_for(sc: Case, bk: LoadedBackend) -> bool:
     """Whether check_equivalence probes sc's model with bk: a bfloat16 or float16 backend, and the
     model's hash picks it."""
     if bk.exact or bk.dtype not in REDUCED or not bk.policies or not PROBE_ONE_IN:
@@ -212,7 +213,7 @@ def probe_for(sc: Scenario, bk: LoadedBackend) -> bool:
     return key % PROBE_ONE_IN == 0
 
 
-def probe_verdict(bk: LoadedBackend, sc: Scenario):
+def probe_verdict(bk: LoadedBackend, sc: Case):
     """The probe's verdict (a probe plan) on sc's model, once per backend and model."""
     key = (backend_spec(), repr(sc.cfg), sc.weight_seed, id(unwrap(bk)))
     if key not in _probed:
@@ -221,7 +222,7 @@ def probe_verdict(bk: LoadedBackend, sc: Scenario):
     return _probed[key]
 
 
-def check_equivalence(sc: Scenario, bk: LoadedBackend | None = None, reports: list | None = None, probe=None) -> dict:
+def check_equivalence(sc: Case, bk: LoadedBackend | None = None, reports: list | None = None, probe=None) -> dict:
     """The one verdict (oracle.judge.verdict.judge) of the backend on sc: backend block vs reference
     block, backend loop vs reference loop, backend block vs backend loop; and where probe_for picks
     the model (probe=None) or probe=True, the drift probe's verdicts on it. Returns the backend's runs

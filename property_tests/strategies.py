@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 
 from hypothesis import settings
 from hypothesis import strategies as st
 
 from oracle.config import ModelConfig
+from oracle.judge.scenario import Case
 from oracle.model import LoopedModel, random_weights
 from oracle.rng_trace import POLICIES
 from oracle.sampling import CHAIN, SamplingParams
@@ -371,50 +371,6 @@ def policies(supported=POLICIES):
 # ---- scenarios: a whole multi-round run, identical for every mode and backend -------------
 
 
-@dataclass(frozen=True)
-class Scenario:
-    """Inputs of a run: the scenario protocol of oracle/judge/runner.py (run by oracle.judge.runner.run_scenario, as
-    oracle.judge.scenario.Case is). ops: ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid).
-    A request joins right before the first round that names it; it may idle in rounds that
-    do not name it and leave (remove) between rounds."""
-
-    cfg: ModelConfig
-    weight_seed: int
-    d: int
-    D: int
-    policy: str
-    prompts: tuple
-    params: tuple
-    ops: tuple
-    depths: tuple | None = None  # (d_i, D_i) per request, D_i <= D; None: every request (d, D)
-
-    @property
-    def rounds(self) -> list[dict]:
-        return [dict(arg) for op, arg in self.ops if op == "step"]
-
-    @property
-    def name(self) -> str:  # the Case protocol's name and reproduce line (the verdict's
-        return "scenario"  # reports; Hypothesis prints the example and its blob)
-
-    @property
-    def reproduce(self) -> str:
-        return ""
-
-    def params_for(self, model) -> tuple:  # the scenario protocol: a drawn scenario's params are its own
-        return self.params
-
-    def with_policy(self, policy: str) -> "Scenario":
-        from dataclasses import replace
-
-        return replace(self, policy=policy)
-
-    def describe(self) -> str:
-        return (
-            f"d={self.d} D={self.D} depths={self.depths} policy={self.policy} layers={self.cfg.num_layers} "
-            f"vocab={self.cfg.vocab_size} rounds={self.rounds}"
-        )
-
-
 @st.composite
 def scenarios(
     draw,
@@ -471,7 +427,7 @@ def scenarios(
                     ops.append(("remove", i))
                     live.remove(i)
                     left.add(i)
-    return Scenario(cfg, weight_seed, d, D, policy, prompt_list, param_list, tuple(ops), depth_list)
+    return Case.from_ops(cfg, weight_seed, d, D, policy, prompt_list, param_list, ops, depth_list)
 
 
 def single_rounds(**kw):

@@ -22,13 +22,14 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
+from oracle.judge.scenario import Case
 from oracle.judge.compare import compare_runs
 from oracle.config import ModelConfig
 from oracle.sampling import SamplingParams
 
 from . import harness
 from .harness import examples
-from .strategies import MODES, Scenario, seeded_model, scenarios
+from .strategies import MODES, seeded_model, scenarios
 from .test_round_props import check_committed_kv
 
 
@@ -78,7 +79,7 @@ def found_cases(kind: str) -> dict:
     return out
 
 
-def forced_scenario(kind: str, a: int, policy: str) -> Scenario:
+def forced_scenario(kind: str, a: int, policy: str) -> Case:
     prompt, params = found_cases(kind)[a]
     fillers = [((5, 9, 1, 30), SamplingParams(temperature=0.8, top_k=12, seed=3)), ((2,), SamplingParams())]
     ops = (
@@ -90,7 +91,7 @@ def forced_scenario(kind: str, a: int, policy: str) -> Scenario:
         ("remove", 1),
         ("step", ((0, 9), (2, 2))),
     )
-    return Scenario(
+    return Case.from_ops(
         SEARCH_CFG,
         0,
         *SEARCH_D,
@@ -154,16 +155,14 @@ def test_search_reaches_every_acceptance_count():
 # ---- batch invariance of a seeded request -------------------------------------------------
 
 
-def alone(sc: Scenario, rid: int = 0) -> Scenario:
-    from dataclasses import replace
-
+def alone(sc: Case, rid: int = 0) -> Case:
     ops = []
     for op, arg in sc.ops:
         if op == "add" and arg == rid:
             ops.append((op, arg))
         elif op == "step":
             ops.append((op, tuple((r, t) for r, t in arg if r == rid)))
-    return replace(sc, ops=tuple(ops))
+    return sc.with_ops(ops)
 
 
 @settings(max_examples=examples(40))
