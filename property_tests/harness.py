@@ -35,7 +35,6 @@ import shlex
 import sys
 import zlib
 
-import numpy as np
 
 from oracle import sampling as oracle_sampling
 from oracle.judge.scenario import Case
@@ -45,9 +44,8 @@ from oracle.contract import Capabilities, LoadedBackend, capabilities, session_c
 from oracle.reference_backend import ReferenceBackend
 from oracle.judge import runner
 from oracle.judge.runner import ScenarioRun
-from oracle.judge.plan import INLINE, REDUCED, backend_plan, probe_plan, traces_plan
+from oracle.judge.plan import INLINE, REDUCED, backend_plan, probe_plan, rules_plan, traces_plan
 from oracle.judge.verdict import judge
-from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
 
 from .strategies import seeded_model, profile_name
@@ -267,98 +265,15 @@ def kv_frontiers(session, rid):
 # ---- RNG policy ---------------------------------------------------------------------------
 
 
-def expected_layout(policy: str, K: int, accepted: int) -> list[tuple]:
-    """(purpose, offset, used) of a sampled request's events in one round (oracle.rng_trace.round_layout)."""
-    return [(d.purpose, d.offset, d.used) for d in round_layout(policy, K, accepted)]
-
-
-def policy_violation(tr: RoundTrace, params: dict, policy: str) -> str | None:
-    """The first way round trace `tr` breaks the RNG policy or the commit rule, or None."""
-    for rid, T in zip(tr.requests, tr.token_counts):
-        K = T - 1
-        ev = [e for e in tr.rng_events if e.request == rid]
-        a = tr.accepted.get(rid)
-        emitted, drafts = tr.emitted.get(rid, []), tr.drafts.get(rid, [])
-        where = f"round {tr.round} request {rid} (K={K}, accepted {a}, policy {policy})"
-        if a is None or not 0 <= a <= K:
-            return f"{where}: accepted count outside 0..K"
-        if len(drafts) != K or len(emitted) != a + 1 or emitted[:a] != drafts[:a]:
-            return f"{where}: drafts {drafts} and emitted {emitted} break the commit rule (a accepted drafts + 1)"
-        V = len(next(iter(tr.verify_logits.values()))) if tr.verify_logits else None
-        for x in drafts + emitted:  # never a -1 placeholder or a wrapped id
-            try:
-                oracle_sampling.check_token(x, V if V is not None else 2**62, "token")
-            except Exception as e:
-                return f"{where}: drafts {drafts} / emitted {emitted}: {e}"
-        problem = commit_violation(tr, rid, params[rid])
-        if problem:
-            return f"{where}: {problem}"
-        if params[rid].greedy:
-            if ev:
-                return f"{where}: greedy request drew {len(ev)} uniform(s), first {ev[0]}"
-            continue
-        got = [(e.purpose, e.offset, e.used) for e in ev]
-        want = expected_layout(policy, K, a)
-        if got != want:
-            n = next((n for n, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
-            return (
-                f"{where}: RNG event #{n} is {got[n] if n < len(got) else 'missing'}, the policy requires "
-                f"{want[n] if n < len(want) else 'nothing more'} (events {got})"
-            )
-        if [e.seq for e in ev] != list(range(len(ev))) or any(e.round != tr.round for e in ev):
-            return (
-                f"{where}: event seq/round numbering {[(e.round, e.seq) for e in ev]} is not 0..n-1 of round {tr.round}"
-            )
-    return None
-
-
-def commit_violation(tr: RoundTrace, rid, params) -> str | None:
-    """The round must commit emitted[:n] with n = oracle.sampling.stop_cut(emitted, ...), and
-    finish the request exactly when the cut says so."""
-    emitted = tr.emitted.get(rid, [])
-    n, why = oracle_sampling.stop_cut(emitted, params, tr.generated.get(rid, 0))
-    if tr.kept(rid) != emitted[:n] or tr.finished.get(rid) != why:
-        return (
-            f"emitted {emitted} with stops {list(params.stop_token_ids)}, max_tokens {params.max_tokens} "
-            f"({tr.generated.get(rid, 0)} generated before): committed {tr.kept(rid)} "
-            f"({tr.finished.get(rid)}), the cut is {emitted[:n]} ({why})"
-        )
-    return None
-
-
-def seeded_stream(seed: int, n: int) -> list[float]:
-    g = np.random.Generator(np.random.PCG64(seed))
-    return [float(g.random()) for _ in range(n)]
-
-
-def stream_violation(events: list, seed: int, rid) -> str | None:
-    """A request's event values since it joined must be its seeded stream, in order."""
-    want = seeded_stream(seed, len(events))
-    for n, (e, u) in enumerate(zip(events, want)):
-        if e.value != u:
-            pos = want.index(e.value) if e.value in want else None
-            return (
-                f"request {rid}: RNG event #{n} ({e.purpose} offset {e.offset}, round {e.round}) has "
-                f"value {e.value!r}, but draw #{n} of PCG64({seed}) is {u!r}"
-                + (f" (that value is draw #{pos}: drawn out of order)" if pos is not None else "")
-            )
-    return None
-
-
 def rng_use_violation(bk, run: ScenarioRun, params: dict, policy: str) -> str | None:
-    """The first way run's RNG use breaks the contract: a round's events outside its policy's
-    layout, or (host-stream backends) a sampled request's events off its seeded stream."""
-    for tr in run.traces:
-        problem = policy_violation(tr, params, policy)
-        if problem:
-            return problem
+    """The first way run's RNG use breaks the contract, by the one verdict (a rules plan:
+    oracle/judge/kind_rules.py): a round's form, stop cut or events outside its policy's layout,
+    or (host-stream backends) a sampled request's events off its seeded stream; None: none."""
+    streams = {}
     if host_rng(bk):
-        for rid in run.tokens:
-            if not params[rid].greedy:
-                problem = stream_violation(run.events(rid), params[rid].seed, rid)
-                if problem:
-                    return problem
-    return None
+        streams = {rid: (params[rid].seed, run.events(rid)) for rid in run.tokens if not params[rid].greedy}
+    v = judge(rules_plan(run.traces, params=params, policy=policy, streams=streams, name=bk.name), INLINE)
+    return None if v.ok else v.first_failure()
 
 
 def accepted_events(tr: RoundTrace, params: dict) -> list[str]:

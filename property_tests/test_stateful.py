@@ -38,7 +38,7 @@ from hypothesis import assume, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from oracle.judge.plan import INLINE, traces_plan
+from oracle.judge.plan import INLINE, rules_plan, traces_plan
 from oracle.judge.verdict import judge
 from oracle.contract import session_capabilities
 
@@ -236,9 +236,9 @@ class RoundLifecycle(RuleBasedStateMachine):
             )
             assert self.ref.kv.frontiers(rid) == {len(want) - 1}
             params = self.active[rid]
-            if not self.replay and not params.greedy:
-                problem = harness.stream_violation(self.events[rid], params.seed, rid)
-                assert problem is None, problem
+            if not self.replay and not params.greedy:  # its seeded stream, by the one verdict (rules plan)
+                v = judge(rules_plan([], streams={rid: (params.seed, self.events[rid])}, name=self.bk.name), INLINE)
+                assert not any(c["name"] == "rng_stream" for c in v.failed), v.first_failure()
 
 
 RoundLifecycle.TestCase.settings = settings(max_examples=examples(120))

@@ -21,7 +21,7 @@ from ..contract import tolerance_row
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
 from ..judge import verdict
-from ..judge.plan import traces_plan
+from ..judge.plan import INLINE, rules_plan, traces_plan
 from .render import diff_json, diff_text
 from . import trace_cut
 from .environment import set_threads
@@ -77,7 +77,8 @@ def record(args) -> int:
             raise
         raise OracleError(f"backend {bk.name} raised {type(e).__name__}: {e}") from None
     row = tolerance_row(bk)
-    bad = verdict.malformed_rounds(traces, model.cfg)
+    v = verdict.judge(rules_plan(traces, model, name=bk.name), INLINE)  # well formed (a rules plan)
+    bad = [c["detail"] for c in v.failed if c["name"] == "malformed"]
     for line in bad:
         print(f"FAIL [malformed] {printable(line)}")
     if bad and not args.keep_malformed:

@@ -15,6 +15,10 @@ A plan is data: its two sides, its tolerance and its extra checks. Kinds:
     traces     recorded round traces: B against A (`trace diff`, gpu_tests' graph-vs-eager pairs)
     probe      the drift probe alone: its drift and precision verdicts (the probe tests and the
                calibration scripts, which may pass the probe's runs they made)
+    rules      one run's round traces against the rules alone (oracle/judge/kind_rules.py): well
+               formed (malformed.malformed_rounds; `trace record`), and where given the stop cut and
+               RNG layout of each request's params and policy, and each request's seeded stream
+               (decisions.policy_problem, stream_problem; the property suite's RNG and stop rules)
 
 Every kind but `reference` and `traces` runs the drift probe where `probe` says: "auto" runs it
 wherever a bfloat16 or float16 backend is judged, "off" never, "on" always (where a precision
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 
 from . import worker as _worker
 
-KINDS = ("reference", "backend", "pairs", "traces", "probe")
+KINDS = ("reference", "backend", "pairs", "traces", "probe", "rules")
 PROBE = ("auto", "on", "off")
 TOLERANCE = ("auto", "fixed")
 REDUCED = ("bfloat16", "float16")  # the dtypes the drift probe and the noise twin judge
@@ -64,18 +68,21 @@ class Plan:
     timeout: float | None = None  # each backend call's limit (GuardedBackend); None: as given
     catch: bool = True  # False: a backend exception propagates (the property harness)
     options: object = None  # pairs: case -> session options of both sides
+    rules: dict = field(default_factory=dict)  # rules: params, policy, streams (rules_plan)
 
     def __post_init__(self):
         assert self.kind in KINDS, f"plan kind {self.kind!r}, expected one of {KINDS}"
         assert self.probe in PROBE, f"probe {self.probe!r}, expected one of {PROBE}"
         assert self.tolerance in TOLERANCE, f"tolerance {self.tolerance!r}, expected one of {TOLERANCE}"
-        assert self.model is not None or self.kind == "traces", f"a {self.kind} plan needs the model"
-        assert self.backend is not None or self.kind in ("reference", "traces"), f"a {self.kind} plan needs a backend"
+        assert self.model is not None or self.kind in ("traces", "rules"), f"a {self.kind} plan needs the model"
+        assert self.backend is not None or self.kind in ("reference", "traces", "rules"), (
+            f"a {self.kind} plan needs a backend"
+        )
         assert self.probe_requests == 0 or self.probe_requests >= 2, f"probe_requests {self.probe_requests}: 0 or >= 2"
 
     def probes(self) -> bool:
         """Whether the drift probe runs: a reduced-precision backend, and the plan asks for it."""
-        if self.kind in ("reference", "traces") or self.probe == "off":
+        if self.kind in ("reference", "traces", "rules") or self.probe == "off":
             return False
         bk = self.backend
         return self.kind == "probe" or (not bk.exact and bk.dtype in REDUCED and bool(bk.policies))
@@ -99,6 +106,14 @@ def traces_plan(a, b, row: str, model=None, **kw) -> Plan:
 
 def probe_plan(backend, model, runs: dict | None = None, **kw) -> Plan:
     return Plan("probe", model, backend=backend, probe_runs=runs, probe="on", **kw)
+
+
+def rules_plan(traces, model=None, params=None, policy=None, streams=None, name="trace") -> Plan:
+    """traces: one run's round traces (model: their model, for the vocabulary and K/V shape;
+    else the logits' length); params {rid: SamplingParams} with policy: the stop cut and RNG layout;
+    streams {rid: (seed, events since it joined)}: the seeded host streams."""
+    rules = {"params": params, "policy": policy, "streams": dict(streams or {})}
+    return Plan("rules", model, traces=(list(traces),), names=(name, name), rules=rules)
 
 
 @dataclass(slots=True)

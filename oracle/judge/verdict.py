@@ -24,10 +24,11 @@ from . import cases as _cases
 from . import drift as _drift
 from . import precision as _precision
 from . import worker as _worker
+from .kind_rules import rules as _rules
 from .calibration import HOST_HIDDEN
 from .compare import compare_runs
 from .forwards import SIGMA, Forwards, of
-from .malformed import malformed_rounds, side_problem  # noqa: F401 (malformed_rounds: trace record)
+from .malformed import side_problem
 from .noise import twin_bounds
 from .plan import Executor, Plan
 from .runner import draws_host_stream, judge_run, run_scenario
@@ -623,3 +624,4 @@ def _vocab(traces) -> int | None:
 
 
 _KINDS = {"reference": _reference, "backend": _backend, "pairs": _pairs, "traces": _traces, "probe": _probe_only}
+_KINDS["rules"] = lambda plan, ex: _rules(plan, Verdict)  # oracle/judge/kind_rules.py

@@ -1,0 +1,38 @@
+"""The `rules` plan kind (oracle/judge/plan.py `rules_plan`): one run's round traces judged against
+the rules that need no second run. Well formed (malformed.malformed_rounds: `trace record` refuses
+to write a malformed recording); with params and a policy, each request's stop cut and RNG layout
+(decisions.policy_problem); with streams, each sampled request's seeded host stream
+(decisions.stream_problem). Each problem is a failed check: "malformed", "rules", "rng_stream"."""
+
+from __future__ import annotations
+
+from .decisions import policy_problem, stream_problem
+from .malformed import malformed_rounds
+
+
+def rules(plan, Verdict):
+    """The verdict of a rules plan; Verdict: verdict.Verdict (passed in: verdict.py imports this
+    module, so this one does not import it)."""
+    traces, r = plan.traces[0], plan.rules
+    cfg = None if plan.model is None else plan.model.cfg
+    v = Verdict(plan.names[1], "float32", True, "rules", 0 if cfg is None else cfg.num_layers)
+    vocab = None if cfg is not None else next((len(lg) for t in traces for lg in t.verify_logits.values()), None)
+    bad = malformed_rounds(traces, cfg, vocab)
+    v.checks += [{"name": "malformed", "ok": False, "detail": line} for line in bad]
+    if not bad and r.get("params") is not None:
+        for tr in traces:
+            problem = policy_problem(tr, r["params"], r["policy"])
+            if problem:
+                v.checks.append({"name": "rules", "ok": False, "detail": problem})
+                break
+    for rid, (seed, events) in r.get("streams", {}).items():
+        problem = stream_problem(events, seed, rid)
+        if problem:
+            v.checks.append({"name": "rng_stream", "ok": False, "detail": problem})
+        v.counters["rng_events_compared"] += len(events)
+    for tr in traces:
+        v.counters["request_rounds"] += len(tr.requests)
+        v.counters["tokens_compared"] += sum(len(e) for e in tr.emitted.values())
+        v.counters["rng_events_compared"] += len(tr.rng_events)
+    v.cases.append({"name": "traces", "ok": not v.checks})
+    return v
