@@ -22,8 +22,9 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
+from oracle.judge.verdict import judge
+from oracle.judge.plan import INLINE, traces_plan
 from oracle.judge.scenario import Case
-from oracle.judge.compare import compare_runs
 from oracle.config import ModelConfig
 from oracle.sampling import SamplingParams
 
@@ -174,11 +175,10 @@ def test_seeded_request_same_alone_and_in_batch(sc, modes):
     a = [harness.only(tr, 0) for tr in solo.traces]
     b = [harness.only(tr, 0) for tr in batch.traces]
     b = [t for t in b if t is not None]
-    rep = compare_runs(a, b, harness.dtype_of(bk))
-    if not rep.ok:
-        c = rep.first_failure()
+    v = judge(traces_plan(a, b, harness.dtype_of(bk), names=("alone", "in a batch")), INLINE)
+    if not v.ok:
         raise AssertionError(
-            f"request 0 alone ({modes[0]}) vs in a batch of {len(sc.prompts)} ({modes[1]}): {c.name}: {c.detail}"
+            f"request 0 alone ({modes[0]}) vs in a batch of {len(sc.prompts)} ({modes[1]}): {v.first_failure()}"
         )
     if bk.exact:
         assert solo.tokens[0] == batch.tokens[0]

@@ -2,12 +2,20 @@
 the rules that need no second run. Well formed (malformed.malformed_rounds: `trace record` refuses
 to write a malformed recording); with params and a policy, each request's stop cut and RNG layout
 (decisions.policy_problem); with streams, each sampled request's seeded host stream
-(decisions.stream_problem). Each problem is a failed check: "malformed", "rules", "rng_stream"."""
+(decisions.stream_problem); with schedule (the mode), each round's calls against its schedule
+(schedule.schedule_violation); with cache_free (a logits tolerance) and the model, every logits
+vector against the cache-free recompute (cache_free.cache_free_check); with events, the run's RNG
+events in order equal to those (rng_trace.first_difference: a run that must draw exactly as
+another did). Each problem is a failed check: "malformed", "rules", "rng_stream", "schedule",
+"cache_free", "rng_events"."""
 
 from __future__ import annotations
 
+from .cache_free import cache_free_check
 from .decisions import policy_problem, stream_problem
 from .malformed import malformed_rounds
+from ..rng_trace import first_difference
+from ..schedule import schedule_violation
 
 
 def rules(plan, Verdict):
@@ -25,6 +33,8 @@ def rules(plan, Verdict):
             if problem:
                 v.checks.append({"name": "rules", "ok": False, "detail": problem})
                 break
+    if not bad:
+        _run_rules(v, plan, traces, r)
     for rid, (seed, events) in r.get("streams", {}).items():
         problem = stream_problem(events, seed, rid)
         if problem:
@@ -36,3 +46,19 @@ def rules(plan, Verdict):
         v.counters["rng_events_compared"] += len(tr.rng_events)
     v.cases.append({"name": "traces", "ok": not v.checks})
     return v
+
+
+def _run_rules(v, plan, traces, r) -> None:
+    """The schedule, cache-free and event-order rules of a well-formed run, into v."""
+    if r.get("schedule") is not None:
+        problem = next((p for p in (schedule_violation(tr, r["schedule"]) for tr in traces) if p), None)
+        if problem:
+            v.checks.append({"name": "schedule", "ok": False, "detail": problem})
+    if r.get("cache_free") is not None:
+        check, n = cache_free_check(plan.model, traces, r["cache_free"])
+        v.checks.append({"name": "cache_free", "ok": check.ok, "detail": check.detail})
+        v.counters["logits_compared"] += n
+    if r.get("events") is not None:
+        diff = first_difference(list(r["events"]), [e for tr in traces for e in tr.rng_events])
+        if diff:
+            v.checks.append({"name": "rng_events", "ok": False, "detail": diff})

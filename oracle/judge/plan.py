@@ -108,11 +108,23 @@ def probe_plan(backend, model, runs: dict | None = None, **kw) -> Plan:
     return Plan("probe", model, backend=backend, probe_runs=runs, probe="on", **kw)
 
 
-def rules_plan(traces, model=None, params=None, policy=None, streams=None, name="trace") -> Plan:
+def rules_plan(
+    traces, model=None, params=None, policy=None, streams=None, schedule=None, cache_free=None, events=None, name="run"
+) -> Plan:
     """traces: one run's round traces (model: their model, for the vocabulary and K/V shape;
     else the logits' length); params {rid: SamplingParams} with policy: the stop cut and RNG layout;
-    streams {rid: (seed, events since it joined)}: the seeded host streams."""
-    rules = {"params": params, "policy": policy, "streams": dict(streams or {})}
+    streams {rid: (seed, events since it joined)}: the seeded host streams; schedule: the run's
+    mode, its calls against the schedule; cache_free: a logits tolerance (with the model); events:
+    the RNG events the run must have drawn, in order (oracle/judge/kind_rules.py)."""
+    assert cache_free is None or model is not None, "the cache-free recompute needs the model"
+    rules = {
+        "params": params,
+        "policy": policy,
+        "streams": dict(streams or {}),
+        "schedule": schedule,
+        "cache_free": cache_free,
+        "events": events,
+    }
     return Plan("rules", model, traces=(list(traces),), names=(name, name), rules=rules)
 
 
