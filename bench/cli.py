@@ -18,13 +18,18 @@ from oracle.cli.argtypes import (
     csv_ints,
     finite_float,
     int_at_least,
-    probability,
     write_out,
 )
 from .stats import paired_summary
 from oracle.config import preset
 from oracle.cli.environment import set_threads
-from oracle.cli.round_args import add_processor_options, processor_fields
+from oracle.cli.round_args import (
+    add_filter_options,
+    add_processor_options,
+    filter_fields,
+    given_filter,
+    processor_fields,
+)
 from oracle.errors import OracleError
 from oracle.progress import add_quiet_option, progress, warn
 from oracle.sampling import SamplingParams
@@ -126,10 +131,10 @@ def check_bench_args(args) -> None:
         if not args.allow_large and max(args.batch) > MAX_BATCH:
             limits.refuse("--batch: concurrency C", max(args.batch), MAX_BATCH)
         limits.check_counts([args.k + 1], args.target_loops, args.allow_large)
-        filters = [f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p)) if v is not None]
-        if args.temperature == 0 and filters:
+        given = given_filter(args)
+        if args.temperature == 0 and given:
             raise OracleError(
-                f"{filters[0]} filters sampled tokens; with --temperature 0 (the default) every "
+                f"{given} filters sampled tokens; with --temperature 0 (the default) every "
                 f"request is greedy and it has no effect: drop it or give a temperature > 0"
             )
         if args.target_loops > cfg.total_loops:
@@ -227,7 +232,7 @@ def cmd_ctable(args) -> int:
 
 
 def _params(args) -> SamplingParams:
-    return SamplingParams(args.temperature, args.top_k, args.top_p, **processor_fields(args))
+    return SamplingParams(args.temperature, **filter_fields(args), **processor_fields(args))
 
 
 def _arm_summary(stats: list[dict]) -> dict:
@@ -313,7 +318,7 @@ def _common(args):
         raise OracleError("--tokens and --context must be >= 1")
     if args.in_flight < 1:
         raise OracleError(f"--in-flight {args.in_flight}: at least one round must be in flight")
-    _params(args)  # temperature, top-k, top-p
+    _params(args)  # temperature and the filters
 
 
 def cmd_rounds(args) -> int:
@@ -431,8 +436,7 @@ def _round_args(p) -> None:
     p.add_argument("--tokens", type=int_at_least(1), default=128, help="generated tokens per request")
     p.add_argument("--repeats", type=int_at_least(2), default=7, help="paired repeats (alternating block/loop)")
     p.add_argument("--temperature", type=finite_float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int_at_least(1), default=None, help="keep the k most likely tokens (default: off)")
-    p.add_argument("--top-p", type=probability, default=None, help="nucleus mass in (0, 1] (default: off)")
+    add_filter_options(p)
     add_processor_options(p, leave_out=("min_tokens",))  # bench's requests have no stop tokens to mask
     p.add_argument(
         "--cuda-graph-max-batch-size",

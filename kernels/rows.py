@@ -2,9 +2,10 @@
 writes them into its [S] / [S, V] buffers, host_sampling builds a one-row batch from them, and
 round_buffer.sampling_variant takes a round's variant from the same flags).
 
-Scalars: greedy, temp (1.0 for greedy rows, whose probabilities go unused), top_k (>= V: off),
-top_p (+inf: off), min_p (0: off), left (max_tokens not yet generated; 2**62: no limit),
-repetition / presence / frequency penalties (1, 0, 0: off), min_tokens.
+Scalars: greedy, left (max_tokens not yet generated; 2**62: no limit), the filters' rows
+(their Step.rows, oracle/filters.py: temp, 1.0 for greedy rows, whose probabilities go unused;
+min_p, 0: off; top_k, >= V: off; top_p, +inf: off), repetition / presence / frequency
+penalties (1, 0, 0: off), min_tokens.
 [V] rows: ban (banned or outside allowed_token_ids), stop (stop token ids), bias (logit_bias,
 -0.0 elsewhere, which adds nothing to any x).
 Bad words, padded to MAX_BAD_WORDS words of at most MAX_BAD_WORD_LEN tokens: bw_pre [NW, TAIL]
@@ -32,12 +33,9 @@ NO_LIMIT = 2**62
 
 
 def filtered(params, vocab: int) -> bool:
-    """A sampled request whose distribution min-p, top-k or top-p cut (the sorting sampler)."""
-    return not params.greedy and (
-        (params.top_k is not None and params.top_k < vocab)
-        or (params.top_p is not None and params.top_p < 1)
-        or bool(params.min_p)
-    )
+    """A sampled request whose distribution a filter of oracle.sampling.CHAIN may cut (min-p,
+    top-k < vocab, top-p, ...: the sorting sampler; `Step.drops`)."""
+    return not params.greedy and any(s.drops(params, vocab) for s in CHAIN.named("filter"))
 
 
 def processor_steps(params) -> tuple:
@@ -86,8 +84,9 @@ def check_limits(params, length: int | None = None) -> None:
             LIMITS[step.name](params, length)
 
 
-# ---- each step's rows: params, V -> {row name: numpy scalar or row}; a step not named here has
-# one scalar row per SamplingParams field, of the field's name (float32 or int64) ----
+# ---- each step's rows: params, V -> {row name: numpy scalar or row}: its Step.rows (the
+# filters: oracle/filters.py), else ROWS; a step named in neither has one scalar row per
+# SamplingParams field, of the field's name (float32 or int64) ----
 
 
 def _mask_rows(params, V) -> dict:
@@ -132,10 +131,6 @@ ROWS = {
         "pres": np.float32(p.presence_penalty),
         "freq": np.float32(p.frequency_penalty),
     },
-    "temperature": lambda p, V: {"temp": np.float32(1.0 if p.greedy else p.temperature)},
-    "min_p": lambda p, V: {"min_p": np.float32(p.min_p or 0.0)},
-    "top_k": lambda p, V: {"top_k": np.int64(min(p.top_k or V, V))},
-    "top_p": lambda p, V: {"top_p": np.float32(p.top_p if p.top_p is not None and p.top_p < 1 else float("inf"))},
 }
 
 
@@ -145,7 +140,7 @@ def _field_rows(step):
     }
 
 
-STEP_ROW_FNS = {s.name: ROWS.get(s.name) or _field_rows(s) for s in CHAIN.steps}
+STEP_ROW_FNS = {s.name: s.rows or ROWS.get(s.name) or _field_rows(s) for s in CHAIN.steps}
 
 
 def sampling_rows(params, vocab: int) -> dict:

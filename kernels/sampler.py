@@ -1,9 +1,9 @@
 """Sampling on the device, row-vectorized with per-row parameters (same definitions as
 oracle/sampling.py). Every function is free of host syncs, so it can sit in a CUDA graph.
 
-Per-row parameters: temp [N] (1.0 for greedy rows, whose probabilities go unused),
-top_k [N] (>= V means off), top_p [N] (+inf means off), min_p [N] (0 means off). Banned and
-not-allowed tokens arrive already masked to -inf (mask).
+Per-row parameters of the filters (`FILTERS`, one function per filter step of
+oracle.sampling.CHAIN, on the rows its Step gives: kernels/rows.py). Banned and not-allowed
+tokens arrive already masked to -inf (mask).
 
 The processors (`processed`: mask, then the steps of oracle.sampling.CHAIN.processors in the
 chain's order) take per-row inputs built by their caller (Engine._proc_rows from the device's
@@ -113,26 +113,67 @@ def processed(logits: torch.Tensor, banned: torch.Tensor, r: dict | None = None,
     return x
 
 
-def filtered_probs(logits: torch.Tensor, r: dict) -> torch.Tensor:
-    """logits: [N, V] FP32 (masked) -> probabilities [N, V] FP32: temperature, min-p
-    (softmax >= min_p * max), top-k (x >= the k-th value), top-p (p >= the probability of the
-    last token whose mass before it is <= p; the top token always stays), softmax. Ties with
-    the last survivor of top-k or top-p survive (oracle/sampling.py). r: the filters' rows
-    (kernels/rows.py FILTER_ROWS), each [N]; min_p may be absent (off)."""
-    temp, top_k, top_p, min_p = r["temp"], r["top_k"], r["top_p"], r.get("min_p")
-    V = logits.shape[-1]
-    x = logits / temp[:, None]
-    if min_p is not None:
-        p = torch.softmax(x, dim=-1)
-        x = x.masked_fill(p < min_p[:, None] * p.max(-1, keepdim=True).values, NEG_INF)
+def temperature(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """r: temp [N] (1.0 for greedy rows, whose probabilities go unused)."""
+    return x / r["temp"][:, None]
+
+
+def min_p(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """softmax >= min_p * max. r: min_p [N] (0: off; absent: off)."""
+    if "min_p" not in r:
+        return x
+    p = torch.softmax(x, dim=-1)
+    return x.masked_fill(p < r["min_p"][:, None] * p.max(-1, keepdim=True).values, NEG_INF)
+
+
+def top_k(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """x >= the k-th value (ties stay). r: top_k [N] (>= V: off)."""
+    V = x.shape[-1]
     srt = torch.sort(x, dim=-1, descending=True).values
-    kth = srt.gather(1, (top_k - 1).clamp(0, V - 1)[:, None])  # [N, 1]
-    x = x.masked_fill(x < kth, NEG_INF)
+    kth = srt.gather(1, (r["top_k"] - 1).clamp(0, V - 1)[:, None])  # [N, 1]
+    return x.masked_fill(x < kth, NEG_INF)
+
+
+def top_p(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """p >= the probability of the last token whose mass before it is <= top_p (the top token
+    always stays; ties with the last kept stay). r: top_p [N] (+inf: off)."""
     p = torch.softmax(x, dim=-1)
     ps = torch.sort(p, dim=-1, descending=True).values
-    kept = ((ps.cumsum(-1) - ps) <= top_p[:, None]).sum(-1)  # mass before each token
+    kept = ((ps.cumsum(-1) - ps) <= r["top_p"][:, None]).sum(-1)  # mass before each token
     cut = ps.gather(1, (kept - 1).clamp(min=0)[:, None])  # [N, 1]
-    return torch.softmax(x.masked_fill(p < cut, NEG_INF), dim=-1)
+    return x.masked_fill(p < cut, NEG_INF)
+
+
+def typical_p(x: torch.Tensor, r: dict) -> torch.Tensor:
+    """Hugging Face's typical-p: sorted by |-log p - H| ascending, the tokens up to the first
+    whose cumulative mass reaches typical_p, and every token whose score ties the last kept one.
+    r: typical_p [N] (+inf: off; absent: off)."""
+    if "typical_p" not in r:
+        return x
+    V = x.shape[-1]
+    lp = torch.log_softmax(x, dim=-1)
+    p = lp.exp()
+    ent = -torch.where(p > 0, p * lp, 0.0).sum(-1, keepdim=True)  # [N, 1]
+    s = (-lp - ent).abs()  # [N, V]; inf where masked
+    ss, idx = torch.sort(s, dim=-1, stable=True)
+    last = (p.gather(1, idx).cumsum(-1) < r["typical_p"][:, None]).sum(-1).clamp(max=V - 1)
+    return x.masked_fill(s > ss.gather(1, last[:, None]), NEG_INF)
+
+
+# the device step of each filter of oracle.sampling.CHAIN, by name, on its rows (kernels/rows.py)
+FILTERS = {"temperature": temperature, "min_p": min_p, "top_k": top_k, "top_p": top_p, "typical_p": typical_p}
+FILTER_ORDER = tuple(n for n, _ in CHAIN.filters)
+assert set(FILTER_ORDER) == set(FILTERS), f"the device has no filter for {FILTER_ORDER}"
+
+
+def filtered_probs(logits: torch.Tensor, r: dict) -> torch.Tensor:
+    """logits: [N, V] FP32 (masked) -> probabilities [N, V] FP32: each filter of
+    oracle.sampling.CHAIN in its order (FILTERS), then softmax. r: the filters' rows
+    (kernels/rows.py FILTER_ROWS), each [N]."""
+    x = logits
+    for name in FILTER_ORDER:
+        x = FILTERS[name](x, r)
+    return torch.softmax(x, dim=-1)
 
 
 def plain_probs(logits: torch.Tensor, temp: torch.Tensor) -> torch.Tensor:

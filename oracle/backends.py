@@ -58,6 +58,22 @@ NAMED = {
     "torch-cuda-inv": "kernels.backend:make_torch_cuda_inv",
     "jax": "judge_jax.backend:make_jax_backend",
 }
+# The Hypothesis profile of `make test`'s property-suite run against a named backend where it
+# is not "ci": None, no such run (the reference: the suite's first run; a GPU backend, whose
+# name holds "cuda": `make gpu-parity`). Every other named backend runs in "ci".
+SUITE_PROFILES = {"reference": None, "jax": "ci-slow-backend"}
+
+
+def suite_runs() -> list[tuple[str, str]]:
+    """(name, Hypothesis profile) of each named backend `make test` runs the property suite
+    against on a CPU machine, in NAMED's order (the Makefile reads `python -m oracle.backends`)."""
+    runs = [(n, SUITE_PROFILES.get(n, None if "cuda" in n else "ci")) for n in NAMED]
+    return [(n, p) for n, p in runs if p is not None]
+
+
+def names_help() -> str:
+    """The backend names for a command's help: 'reference | torch-cpu | ... | package.module:factory'."""
+    return " | ".join([*NAMED, "package.module:factory"])
 
 
 def _within(timeout: float | None, spec: str, target: str):
@@ -248,3 +264,8 @@ PLUGIN_FILES: dict = {}  # module -> its file, for a plug-in imported in another
 def note_plugin_file(module: str, path: str) -> None:
     """Where a plug-in's module was found, when another process imported it (oracle/isolated.py)."""
     PLUGIN_FILES[module] = path
+
+
+if __name__ == "__main__":  # `python -m oracle.backends`: the Makefile's suite runs, one per line
+    for name, profile in suite_runs():
+        print(name, profile)

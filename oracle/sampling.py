@@ -9,24 +9,29 @@ of every offset):
   2. bad_words, 3. min_tokens, 4. logit_bias, 5. penalties (oracle/processors.py, vLLM's
      definitions and order; min_tokens and logit_bias commute), 6. no_repeat_ngram (Hugging
      Face's no_repeat_ngram_size, on the prompt and the output);
-  filters (sampled requests; greedy requests take the argmax of the processed logits)
+  filters (sampled requests; greedy requests take the argmax of the processed logits;
+  oracle/filters.py)
   7. temperature: x / T;
   8. min-p (vLLM's definition): drop tokens with softmax(x) < min_p * max softmax(x);
   9. top-k: keep x >= the k-th largest x;
   10. top-p: sort the probabilities descending; a token whose mass before it (in that order)
      exceeds p is dropped, the top token always stays;
-  11. softmax.
-Each step carries its SamplingParams fields and their off values, when it is on, the check of
-its values, and its command-line options; SamplingParams' checks and JSON, the CLI's processor
-options, the tests' "processors off" and the torch backend's rows are read from CHAIN.
-Ties: every token tied with the last survivor of top-k or top-p survives too (top-k keeps
-x >= the k-th value; top-p keeps p_t >= the probability of the last token kept in sorted
-order), as FlashInfer does. Why: tied tokens are indistinguishable to the model, so which of
-them survive must not depend on their ids; with this rule the filtered distribution is the
-same under any relabelling of the vocabulary, and it is the rule a sort-free threshold
-kernel implements. The price: the kept set may be larger than k, or hold more mass than p
-needs. min-p commutes with top-k (both compare x with a threshold below the maximum) but
-not with top-p; it runs before both, as in vLLM.
+  11. typical-p (Hugging Face's): with H the entropy, sort by |-log p - H| ascending and keep
+     the tokens up to the first whose cumulative mass reaches typical_p (at least one); last,
+     as in Hugging Face, where it sees what min-p, top-k and top-p left (its entropy is theirs);
+     it commutes with none of them (both it and top-p cut by cumulative mass);
+  12. softmax.
+Each step carries all that varies by step (`Step`): its fields, checks, options, strategy,
+device rows and margin; everything else reads CHAIN.
+Ties: every token tied with the last survivor of top-k, top-p or typical-p survives too
+(top-k keeps x >= the k-th value; top-p keeps p_t >= the probability of the last token kept
+in sorted order, as FlashInfer does; typical-p keeps every score <= the last kept token's, as
+Hugging Face does, and tokens of equal p have equal scores). Why: tied tokens are
+indistinguishable to the model, so which of them survive must not depend on their ids; with
+this rule the filtered distribution is the same under any relabelling of the vocabulary, and
+it is the rule a sort-free threshold kernel implements. The price: the kept set may be larger
+than k, or hold more mass than p needs. min-p commutes with top-k (both compare x with a
+threshold below the maximum) but not with top-p; it runs before both, as in vLLM.
 A categorical draw consumes one uniform: inverse CDF over token ids in FP64.
 """
 
@@ -39,8 +44,9 @@ from typing import Callable
 
 import numpy as np
 
-from . import processors
+from . import filters, processors
 from .errors import OracleError
+from .filters import softmax
 from .processors import EMPTY, Seen
 
 F32 = np.float32
@@ -68,6 +74,7 @@ class SamplingParams:
     bad_words: tuple = ()  # token-id sequences; the last token of one is masked after the others
     min_tokens: int = 0  # stop tokens masked until this many tokens are generated
     no_repeat_ngram: int = 0  # Hugging Face's no_repeat_ngram_size: 0 off; n bans repeating an n-gram
+    typical_p: float | None = None  # Hugging Face's typical_p: None or 1.0 off; in (0, 1]
 
     def __post_init__(self):
         stops = tuple(self.stop_token_ids)
@@ -252,6 +259,13 @@ def _check_top_p(p, vocab=None) -> dict:
     return {}
 
 
+def _check_typical_p(p, vocab=None) -> dict:
+    tp = p.typical_p
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, (int, float)) or not 0 < tp <= 1):
+        raise OracleError(f"typical_p must be in (0, 1], got {tp!r}")
+    return {}
+
+
 def stop_cut(emitted, params: SamplingParams, generated: int) -> tuple[int, str | None]:
     """How many of a round's emitted tokens are kept, and why the request finishes:
     (kept, "stop" | "length" | None). The decisions (and RNG draws) are made first, as
@@ -298,40 +312,17 @@ def mask(x: np.ndarray, params: SamplingParams, seen: Seen) -> np.ndarray:
     return x
 
 
-def temperature(x: np.ndarray, params: SamplingParams) -> np.ndarray:
-    return x / F32(params.temperature)
-
-
-def min_p(x: np.ndarray, params: SamplingParams) -> np.ndarray:
-    if not params.min_p:
-        return x
-    p = softmax(x)
-    return np.where(p >= F32(params.min_p) * p.max(), x, F32(-np.inf))  # the top token stays
-
-
-def top_k(x: np.ndarray, params: SamplingParams) -> np.ndarray:
-    if params.top_k is None or params.top_k >= len(x):
-        return x
-    kth = np.sort(x)[::-1][params.top_k - 1]
-    return np.where(x >= kth, x, F32(-np.inf))  # ties at the threshold stay
-
-
-def top_p(x: np.ndarray, params: SamplingParams) -> np.ndarray:
-    if params.top_p is None or params.top_p >= 1:
-        return x
-    p = softmax(x)
-    ps = p[np.argsort(-p, kind="stable")]
-    before = np.cumsum(ps) - ps  # mass before each sorted token
-    cut = ps[np.count_nonzero(before <= F32(params.top_p)) - 1]  # before[0] == 0: top stays
-    return np.where(p >= cut, x, F32(-np.inf))  # ties with the last kept stay
-
-
 @dataclass(frozen=True)
 class Step:
-    """One step of the chain: its SamplingParams fields with their off values (the defaults),
-    when it is on, the check of its values, what it does, and its command-line options.
-    kind: "mask" and "processor" steps take (x, params, seen), "filter" steps (x, params);
-    greedy requests stop after the processors. A step that is off is the identity."""
+    """One step of the chain, everything about it that varies by step: its SamplingParams fields
+    with their off values (the defaults), when it is on, the check of its values, what it does,
+    its command-line options and property-test strategy, and for a filter its device rows and
+    its margin. kind: "mask" and "processor" steps take (x, params, seen), "filter" steps
+    (x, params); greedy requests stop after the processors. A step that is off is the identity.
+    Read from here: SamplingParams' checks and JSON; the CLI's options (oracle/cli/round_args.py)
+    and --case-json's refusals; the shrinker's moves (each field to its off value; a filter's
+    fields off with temperature 0); the judge's margins; the property suite's drawing; the
+    torch backend's rows (kernels/rows.py) and its step of the same name (kernels/sampler.py)."""
 
     name: str
     kind: str  # "mask" | "processor" | "filter"
@@ -342,6 +333,9 @@ class Step:
     seen: bool = False  # it reads the tokens before the logits (Seen)
     options: tuple = ()  # (dest, kind, metavar, help): oracle/cli/round_args.py ARG_TYPES
     strategy: str = ""  # property_tests/strategies.py: the function drawing its values
+    rows: Callable | None = None  # (params, V) -> {row: numpy}; None: kernels/rows.py's
+    margin: Callable | None = None  # filters: lowers a filters.Margins (oracle/filters.py)
+    cuts: Callable | None = None  # filters: (params, vocab) -> bool, it can drop tokens; None: is_on
 
     def given(self, params) -> bool:
         """A field of the step is not its off value (what to_json writes)."""
@@ -349,6 +343,10 @@ class Step:
 
     def is_on(self, params) -> bool:
         return self.on(params) if self.on is not None else self.given(params)
+
+    def drops(self, params, vocab: int) -> bool:
+        """A filter that can drop tokens of this request (the device's sorting sampler)."""
+        return self.cuts(params, vocab) if self.cuts is not None else self.is_on(params)
 
 
 STEPS = (
@@ -441,10 +439,70 @@ STEPS = (
         ),
         strategy="no_repeat_ngram_kwargs",
     ),
-    Step("temperature", "filter", temperature, {"temperature": 0.0}, _check_temperature),
-    Step("min_p", "filter", min_p, {"min_p": None}, _check_min_p, on=lambda p: bool(p.min_p)),
-    Step("top_k", "filter", top_k, {"top_k": None}, _check_top_k),
-    Step("top_p", "filter", top_p, {"top_p": None}, _check_top_p, on=lambda p: p.top_p is not None and p.top_p < 1),
+    Step(
+        "temperature",
+        "filter",
+        filters.temperature,
+        {"temperature": 0.0},
+        _check_temperature,
+        rows=filters.temperature_rows,
+        cuts=lambda p, vocab: False,
+    ),
+    Step(
+        "min_p",
+        "filter",
+        filters.min_p,
+        {"min_p": None},
+        _check_min_p,
+        on=lambda p: bool(p.min_p),
+        options=(
+            (
+                "min_p",
+                "probability",
+                "MIN_P",
+                "min-p filter, vLLM's p >= min_p * max p after temperature (default: off)",
+            ),
+        ),
+        strategy="min_p_kwargs",
+        rows=lambda p, V: {"min_p": F32(p.min_p or 0.0)},
+        margin=filters.min_p_margin,
+    ),
+    Step(
+        "top_k",
+        "filter",
+        filters.top_k,
+        {"top_k": None},
+        _check_top_k,
+        options=(("top_k", "positive", "TOP_K", "keep the k most likely tokens (default: off)"),),
+        strategy="top_k_kwargs",
+        rows=lambda p, V: {"top_k": np.int64(min(p.top_k or V, V))},
+        margin=filters.top_k_margin,
+        cuts=lambda p, vocab: p.top_k is not None and p.top_k < vocab,
+    ),
+    Step(
+        "top_p",
+        "filter",
+        filters.top_p,
+        {"top_p": None},
+        _check_top_p,
+        on=lambda p: p.top_p is not None and p.top_p < 1,
+        options=(("top_p", "probability", "TOP_P", "nucleus mass in (0, 1] (default: off)"),),
+        strategy="top_p_kwargs",
+        rows=filters.off_at_one("top_p"),
+        margin=filters.top_p_margin,
+    ),
+    Step(
+        "typical_p",
+        "filter",
+        filters.typical_p,
+        {"typical_p": None},
+        _check_typical_p,
+        on=lambda p: p.typical_p is not None and p.typical_p < 1,
+        options=(("typical_p", "probability", "TYPICAL_P", "Hugging Face's typical-p mass in (0, 1] (default: off)"),),
+        strategy="typical_p_kwargs",
+        rows=filters.off_at_one("typical_p"),
+        margin=filters.typical_p_margin,
+    ),
 )
 
 
@@ -472,6 +530,12 @@ class Chain:
         """The SamplingParams fields of the steps of one kind at their off values
         (dataclasses.replace(params, **CHAIN.off()): the params without processors)."""
         return {f: v for s in self.named(kind) for f, v in s.off.items()}
+
+    def inert(self, params, vocab: int) -> list:
+        """The fields of the filters (with options) that are on but keep every token of a
+        `vocab`-token vocabulary (top_k >= vocab): given, they would have no effect."""
+        idle = [s for s in self.named("filter") if s.options and s.is_on(params) and not s.drops(params, vocab)]
+        return [f for s in idle for f in s.off]
 
     def replace(self, **steps) -> "Chain":
         names = {s.name for s in self.steps}
@@ -513,11 +577,6 @@ def filtered_probs(
     for _, step in chain.filters:
         x = step(x, params)
     return softmax(x)
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max())
-    return (e / e.sum()).astype(F32, copy=False)
 
 
 def categorical(probs: np.ndarray, u: float) -> int:

@@ -95,6 +95,44 @@ class RoundTrace:
         """(d_i, D_i) per request in batch order."""
         return [tuple(self.depths[r]) if r in self.depths else (self.d, self.D) for r in self.requests]
 
+    def restrict(self, rids, batch: bool = True) -> "RoundTrace":
+        """The trace of some requests of the round (`rids`, kept in batch order): their per-request
+        fields, KV writes, logits and RNG events; with batch, every call with only their rows
+        (a call left without rows stays, so the KV writes' call ids still name theirs) and the
+        stats recomputed over them where a stat is a count of their rows (COUNTED; the others
+        left out); batch=False: no calls and no stats (what depends on how the batch ran)."""
+        keep = [r for r in self.requests if r in set(rids)]
+        counts = [self.token_counts[self.requests.index(r)] for r in keep]
+        out = RoundTrace(self.mode, self.round, self.policy, self.d, self.D, keep, counts, dtype=self.dtype)
+        for name in PER_REQUEST:
+            setattr(out, name, {r: v for r, v in getattr(self, name).items() if r in keep})
+        out.kv_writes = {k: v for k, v in self.kv_writes.items() if k[0] in keep}
+        out.draft_logits = {k: v for k, v in self.draft_logits.items() if k[0] in keep}
+        out.verify_logits = {k: v for k, v in self.verify_logits.items() if k[0] in keep}
+        out.rng_events = [e for e in self.rng_events if e.request in keep]
+        if not batch:
+            return out
+        out.calls = [
+            {
+                **c,
+                "rows": [r for r in c["rows"] if r[0] in keep],
+                "draft_head": [h for h in c["draft_head"] if h[0] in keep],
+            }
+            for c in self.calls
+        ]
+        rows = [len(c["rows"]) for c in out.calls if c["rows"]]
+        own = {
+            "drafted": sum(T - 1 for T in out.token_counts),
+            "accepted": sum(out.accepted.values()),
+            "recurrent_calls": len(rows),
+            "rows_per_call": rows,
+            "draft_head_calls": sum(1 for c in out.calls if c["draft_head"]),
+            "draft_head_rows": sum(len(c["draft_head"]) for c in out.calls),
+            "kv_writes": len(out.kv_writes),
+        }
+        out.stats = {k: own[k] for k in COUNTED if k in (self.stats or {})}
+        return out
+
     # ---- serialization ----
     def to_json(self) -> dict:
         return {
@@ -296,6 +334,16 @@ def _trace_json(model: dict, params: dict, npz: dict, meta, traces) -> str:
 FINISH_REASONS = ("stop", "length")
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # a round's `dtype`: what its values were computed in
 PER_REQUEST = ("prefix", "drafts", "accepted", "emitted", "committed", "generated", "finished", "params", "depths")
+# the stats that count rows of requests (RoundTrace.restrict recomputes them over the kept ones)
+COUNTED = (
+    "drafted",
+    "accepted",
+    "recurrent_calls",
+    "rows_per_call",
+    "draft_head_calls",
+    "draft_head_rows",
+    "kv_writes",
+)
 
 
 def seen_in(tr: RoundTrace, rid, o: int, drafts) -> Seen:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from oracle.judge.scenario import Case
 from oracle.config import ModelConfig, preset
 from oracle.sampling import SamplingParams
 
-from .strategies import MODES, Scenario
+from .strategies import MODES
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
 
@@ -47,10 +48,10 @@ _HIGH_K_OPS = (("add", 0), ("add", 1), ("add", 2), ("add", 3)) + tuple(
 
 
 def _case(cfg, d, D, policy, prompts, params, ops):
-    return Scenario(cfg, 0, d, D, policy, prompts, params, ops)
+    return Case.from_ops(cfg, 0, d, D, policy, prompts, params, ops)
 
 
-CASES: dict[str, Scenario] = {
+CASES: dict[str, Case] = {
     "sequential_mixed_d2_D4": _case(preset("tiny"), 2, 4, "sequential", _MIXED_PROMPTS, _MIXED, _MIXED_OPS),
     "fixed_mixed_d2_D4": _case(preset("tiny"), 2, 4, "fixed", _MIXED_PROMPTS, _MIXED, _MIXED_OPS),
     "sequential_k8_d1_D2": _case(_SMALL, 1, 2, "sequential", _HIGH_K_PROMPTS, _HIGH_K, _HIGH_K_OPS),

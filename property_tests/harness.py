@@ -1,6 +1,6 @@
 """Running scenarios on the backend under test and on the reference, and comparing them.
 
-The backend under test is `ORACLE_BACKEND` (reference | torch-cpu | torch-cuda |
+The backend under test is `ORACLE_BACKEND` (a name of `oracle.backends.NAMED`, or
 package.module:factory) loaded through `oracle.backends.load_backend()`; meta-tests swap it
 with `use_backend(...)`. The reference is always `oracle.reference_backend.ReferenceBackend()`.
 
@@ -35,21 +35,20 @@ import shlex
 import sys
 import zlib
 
-import numpy as np
 
 from oracle import sampling as oracle_sampling
+from oracle.judge.scenario import Case
 from oracle.backends import load_backend
 from oracle.cli.environment import choose_threads
 from oracle.contract import Capabilities, LoadedBackend, capabilities, session_capabilities, tolerance_row, unwrap
 from oracle.reference_backend import ReferenceBackend
 from oracle.judge import runner
 from oracle.judge.runner import ScenarioRun
-from oracle.judge.plan import INLINE, REDUCED, backend_plan, probe_plan, traces_plan
+from oracle.judge.plan import INLINE, REDUCED, backend_plan, probe_plan, rules_plan, traces_plan
 from oracle.judge.verdict import judge
-from oracle.rng_trace import round_layout
 from oracle.traces import RoundTrace
 
-from .strategies import Scenario, seeded_model, profile_name
+from .strategies import seeded_model, profile_name
 
 REFERENCE = ReferenceBackend()
 CI_EXAMPLES = 20  # max_examples of the ci profile (property_tests/conftest.py)
@@ -117,12 +116,12 @@ def host_rng(bk: LoadedBackend) -> bool:
     return caps(bk).host_rng
 
 
-def supported(sc: Scenario, bk: LoadedBackend) -> Scenario:
+def supported(sc: Case, bk: LoadedBackend) -> Case:
     """The scenario with a policy the backend declares (its first one otherwise)."""
     return sc if sc.policy in bk.policies else sc.with_policy(bk.policies[0])
 
 
-def backend_for(sc: Scenario):
+def backend_for(sc: Case):
     """(the backend under test, the scenario with a policy it declares)."""
     bk = backend()
     return bk, supported(sc, bk)
@@ -141,12 +140,12 @@ def reproduce_line(nodeid: str = "") -> str:
 # ---- running a scenario -------------------------------------------------------------------
 
 
-def run(bk: LoadedBackend, sc: Scenario, mode: str, replay: dict | None = None, after_step=None) -> ScenarioRun:
+def run(bk: LoadedBackend, sc: Case, mode: str, replay: dict | None = None, after_step=None) -> ScenarioRun:
     """Every op of `sc` on a fresh session of `bk` (oracle.judge.runner.run_scenario, the one runner)."""
     return runner.run_scenario(bk, seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay, after_step)
 
 
-def reference_run(sc: Scenario, mode: str, replay_from: ScenarioRun | None = None) -> ScenarioRun:
+def reference_run(sc: Case, mode: str, replay_from: ScenarioRun | None = None) -> ScenarioRun:
     """A reference run; with replay_from, in replay mode consuming that run's uniforms."""
     return runner.judge_run(seeded_model(sc.cfg, sc.weight_seed), sc, mode, replay_from)
 
@@ -195,7 +194,7 @@ PROBE_ONE_IN = 16
 _probed: dict = {}
 
 
-def probe_for(sc: Scenario, bk: LoadedBackend) -> bool:
+def probe_for(sc: Case, bk: LoadedBackend) -> bool:
     """Whether check_equivalence probes sc's model with bk: a bfloat16 or float16 backend, and the
     model's hash picks it."""
     if bk.exact or bk.dtype not in REDUCED or not bk.policies or not PROBE_ONE_IN:
@@ -204,7 +203,7 @@ def probe_for(sc: Scenario, bk: LoadedBackend) -> bool:
     return key % PROBE_ONE_IN == 0
 
 
-def probe_verdict(bk: LoadedBackend, sc: Scenario):
+def probe_verdict(bk: LoadedBackend, sc: Case):
     """The probe's verdict (a probe plan) on sc's model, once per backend and model."""
     key = (backend_spec(), repr(sc.cfg), sc.weight_seed, id(unwrap(bk)))
     if key not in _probed:
@@ -213,7 +212,7 @@ def probe_verdict(bk: LoadedBackend, sc: Scenario):
     return _probed[key]
 
 
-def check_equivalence(sc: Scenario, bk: LoadedBackend | None = None, reports: list | None = None, probe=None) -> dict:
+def check_equivalence(sc: Case, bk: LoadedBackend | None = None, reports: list | None = None, probe=None) -> dict:
     """The one verdict (oracle.judge.verdict.judge) of the backend on sc: backend block vs reference
     block, backend loop vs reference loop, backend block vs backend loop; and where probe_for picks
     the model (probe=None) or probe=True, the drift probe's verdicts on it. Returns the backend's runs
@@ -243,30 +242,9 @@ WHAT = {"block vs loop": "block vs its loop", "block": "block vs reference block
 # ---- per-request views --------------------------------------------------------------------
 
 
-def subset(tr: RoundTrace, rids) -> RoundTrace:
-    """The trace of some requests of a round (in the round's batch order); aggregate stats
-    are dropped since they depend on the whole batch."""
-    keep = [r for r in tr.requests if r in set(rids)]
-    out = RoundTrace(
-        tr.mode, tr.round, tr.policy, tr.d, tr.D, keep, [tr.token_counts[tr.requests.index(r)] for r in keep]
-    )
-    out.prefix = {r: v for r, v in tr.prefix.items() if r in keep}
-    out.depths = {r: v for r, v in tr.depths.items() if r in keep}
-    out.calls = []
-    out.kv_writes = {k: v for k, v in tr.kv_writes.items() if k[0] in keep}
-    out.draft_logits = {k: v for k, v in tr.draft_logits.items() if k[0] in keep}
-    out.verify_logits = {k: v for k, v in tr.verify_logits.items() if k[0] in keep}
-    out.rng_events = [e for e in tr.rng_events if e.request in keep]
-    for name in ("drafts", "accepted", "emitted", "params", "committed", "generated", "finished"):
-        setattr(out, name, {r: v for r, v in getattr(tr, name).items() if r in keep})
-    out.stats = {}
-    out.dtype = tr.dtype
-    return out
-
-
 def only(tr: RoundTrace, rid) -> RoundTrace | None:
     """The trace of one request of a round (None if it was not in the round)."""
-    return subset(tr, [rid]) if rid in tr.requests else None
+    return tr.restrict([rid], batch=False) if rid in tr.requests else None
 
 
 def kv_frontiers(session, rid):
@@ -279,98 +257,15 @@ def kv_frontiers(session, rid):
 # ---- RNG policy ---------------------------------------------------------------------------
 
 
-def expected_layout(policy: str, K: int, accepted: int) -> list[tuple]:
-    """(purpose, offset, used) of a sampled request's events in one round (oracle.rng_trace.round_layout)."""
-    return [(d.purpose, d.offset, d.used) for d in round_layout(policy, K, accepted)]
-
-
-def policy_violation(tr: RoundTrace, params: dict, policy: str) -> str | None:
-    """The first way round trace `tr` breaks the RNG policy or the commit rule, or None."""
-    for rid, T in zip(tr.requests, tr.token_counts):
-        K = T - 1
-        ev = [e for e in tr.rng_events if e.request == rid]
-        a = tr.accepted.get(rid)
-        emitted, drafts = tr.emitted.get(rid, []), tr.drafts.get(rid, [])
-        where = f"round {tr.round} request {rid} (K={K}, accepted {a}, policy {policy})"
-        if a is None or not 0 <= a <= K:
-            return f"{where}: accepted count outside 0..K"
-        if len(drafts) != K or len(emitted) != a + 1 or emitted[:a] != drafts[:a]:
-            return f"{where}: drafts {drafts} and emitted {emitted} break the commit rule (a accepted drafts + 1)"
-        V = len(next(iter(tr.verify_logits.values()))) if tr.verify_logits else None
-        for x in drafts + emitted:  # never a -1 placeholder or a wrapped id
-            try:
-                oracle_sampling.check_token(x, V if V is not None else 2**62, "token")
-            except Exception as e:
-                return f"{where}: drafts {drafts} / emitted {emitted}: {e}"
-        problem = commit_violation(tr, rid, params[rid])
-        if problem:
-            return f"{where}: {problem}"
-        if params[rid].greedy:
-            if ev:
-                return f"{where}: greedy request drew {len(ev)} uniform(s), first {ev[0]}"
-            continue
-        got = [(e.purpose, e.offset, e.used) for e in ev]
-        want = expected_layout(policy, K, a)
-        if got != want:
-            n = next((n for n, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
-            return (
-                f"{where}: RNG event #{n} is {got[n] if n < len(got) else 'missing'}, the policy requires "
-                f"{want[n] if n < len(want) else 'nothing more'} (events {got})"
-            )
-        if [e.seq for e in ev] != list(range(len(ev))) or any(e.round != tr.round for e in ev):
-            return (
-                f"{where}: event seq/round numbering {[(e.round, e.seq) for e in ev]} is not 0..n-1 of round {tr.round}"
-            )
-    return None
-
-
-def commit_violation(tr: RoundTrace, rid, params) -> str | None:
-    """The round must commit emitted[:n] with n = oracle.sampling.stop_cut(emitted, ...), and
-    finish the request exactly when the cut says so."""
-    emitted = tr.emitted.get(rid, [])
-    n, why = oracle_sampling.stop_cut(emitted, params, tr.generated.get(rid, 0))
-    if tr.kept(rid) != emitted[:n] or tr.finished.get(rid) != why:
-        return (
-            f"emitted {emitted} with stops {list(params.stop_token_ids)}, max_tokens {params.max_tokens} "
-            f"({tr.generated.get(rid, 0)} generated before): committed {tr.kept(rid)} "
-            f"({tr.finished.get(rid)}), the cut is {emitted[:n]} ({why})"
-        )
-    return None
-
-
-def seeded_stream(seed: int, n: int) -> list[float]:
-    g = np.random.Generator(np.random.PCG64(seed))
-    return [float(g.random()) for _ in range(n)]
-
-
-def stream_violation(events: list, seed: int, rid) -> str | None:
-    """A request's event values since it joined must be its seeded stream, in order."""
-    want = seeded_stream(seed, len(events))
-    for n, (e, u) in enumerate(zip(events, want)):
-        if e.value != u:
-            pos = want.index(e.value) if e.value in want else None
-            return (
-                f"request {rid}: RNG event #{n} ({e.purpose} offset {e.offset}, round {e.round}) has "
-                f"value {e.value!r}, but draw #{n} of PCG64({seed}) is {u!r}"
-                + (f" (that value is draw #{pos}: drawn out of order)" if pos is not None else "")
-            )
-    return None
-
-
 def rng_use_violation(bk, run: ScenarioRun, params: dict, policy: str) -> str | None:
-    """The first way run's RNG use breaks the contract: a round's events outside its policy's
-    layout, or (host-stream backends) a sampled request's events off its seeded stream."""
-    for tr in run.traces:
-        problem = policy_violation(tr, params, policy)
-        if problem:
-            return problem
+    """The first way run's RNG use breaks the contract, by the one verdict (a rules plan:
+    oracle/judge/kinds/rules.py): a round's form, stop cut or events outside its policy's layout,
+    or (host-stream backends) a sampled request's events off its seeded stream; None: none."""
+    streams = {}
     if host_rng(bk):
-        for rid in run.tokens:
-            if not params[rid].greedy:
-                problem = stream_violation(run.events(rid), params[rid].seed, rid)
-                if problem:
-                    return problem
-    return None
+        streams = {rid: (params[rid].seed, run.events(rid)) for rid in run.tokens if not params[rid].greedy}
+    v = judge(rules_plan(run.traces, params=params, policy=policy, streams=streams, name=bk.name), INLINE)
+    return None if v.ok else v.first_failure()
 
 
 def accepted_events(tr: RoundTrace, params: dict) -> list[str]:

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 
 from hypothesis import settings
 from hypothesis import strategies as st
 
 from oracle.config import ModelConfig
+from oracle.judge.scenario import Case
 from oracle.model import LoopedModel, random_weights
 from oracle.rng_events import POLICIES
 from oracle.sampling import CHAIN, SamplingParams
@@ -171,14 +171,43 @@ def masks(draw, vocab: int) -> dict:
     return {"banned_token_ids": tuple(banned), "allowed_token_ids": None if allowed is None else tuple(allowed)}
 
 
+# Each filter step of oracle.sampling.CHAIN names its function here (Step.strategy):
+# (draw, vocab) -> its SamplingParams fields, off in part of the draws.
+
+
+def min_p_kwargs(draw, vocab: int) -> dict:
+    return {"min_p": draw(min_ps())}
+
+
+def top_k_kwargs(draw, vocab: int) -> dict:
+    return {"top_k": draw(top_ks(vocab))}
+
+
+def top_p_kwargs(draw, vocab: int) -> dict:
+    return {"top_p": draw(top_ps())}
+
+
+def typical_p_kwargs(draw, vocab: int) -> dict:
+    """Off in half the draws (None, 1.0); a mass that keeps one token; anything in (0.1, 1)."""
+    return {"typical_p": draw(st.sampled_from([None, None, 1.0, 1e-6]) | st.floats(0.1, 1.0))}
+
+
+@st.composite
+def filter_kwargs(draw, vocab: int) -> dict:
+    """The fields of every filter of CHAIN (temperature aside), each drawn by its strategy."""
+    out = {}
+    for step in CHAIN.named("filter"):
+        if step.strategy:
+            out |= globals()[step.strategy](draw, vocab)
+    return out
+
+
 @st.composite
 def sampled_params(draw, vocab: int):
     return SamplingParams(
         temperature=draw(temperatures()),
-        top_k=draw(top_ks(vocab)),
-        top_p=draw(top_ps()),
         seed=draw(seeds()),
-        min_p=draw(min_ps()),
+        **draw(filter_kwargs(vocab)),
         **draw(masks(vocab)),
     )
 
@@ -342,50 +371,6 @@ def policies(supported=POLICIES):
 # ---- scenarios: a whole multi-round run, identical for every mode and backend -------------
 
 
-@dataclass(frozen=True)
-class Scenario:
-    """Inputs of a run: the scenario protocol of oracle/judge/runner.py (run by oracle.judge.runner.run_scenario, as
-    oracle.judge.scenario.Case is). ops: ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid).
-    A request joins right before the first round that names it; it may idle in rounds that
-    do not name it and leave (remove) between rounds."""
-
-    cfg: ModelConfig
-    weight_seed: int
-    d: int
-    D: int
-    policy: str
-    prompts: tuple
-    params: tuple
-    ops: tuple
-    depths: tuple | None = None  # (d_i, D_i) per request, D_i <= D; None: every request (d, D)
-
-    @property
-    def rounds(self) -> list[dict]:
-        return [dict(arg) for op, arg in self.ops if op == "step"]
-
-    @property
-    def name(self) -> str:  # the Case protocol's name and reproduce line (the verdict's
-        return "scenario"  # reports; Hypothesis prints the example and its blob)
-
-    @property
-    def reproduce(self) -> str:
-        return ""
-
-    def params_for(self, model) -> tuple:  # the scenario protocol: a drawn scenario's params are its own
-        return self.params
-
-    def with_policy(self, policy: str) -> "Scenario":
-        from dataclasses import replace
-
-        return replace(self, policy=policy)
-
-    def describe(self) -> str:
-        return (
-            f"d={self.d} D={self.D} depths={self.depths} policy={self.policy} layers={self.cfg.num_layers} "
-            f"vocab={self.cfg.vocab_size} rounds={self.rounds}"
-        )
-
-
 @st.composite
 def scenarios(
     draw,
@@ -442,7 +427,7 @@ def scenarios(
                     ops.append(("remove", i))
                     live.remove(i)
                     left.add(i)
-    return Scenario(cfg, weight_seed, d, D, policy, prompt_list, param_list, tuple(ops), depth_list)
+    return Case.from_ops(cfg, weight_seed, d, D, policy, prompt_list, param_list, ops, depth_list)
 
 
 def single_rounds(**kw):
@@ -457,8 +442,8 @@ def single_rounds(**kw):
 def logit_pairs(draw, max_vocab: int = 32):
     """(target logits, draft logits, params) for one offset: random small vocabularies, the
     draft sometimes close to the target, sometimes unrelated; in two thirds of the cases
-    quantised logits (a few levels `step` apart: many exact ties, also at the top-k, top-p
-    and min-p thresholds)."""
+    quantised logits (a few levels `step` apart: many exact ties, also at the top-k, top-p,
+    min-p and typical-p thresholds)."""
     import numpy as np
 
     V = draw(st.integers(2, max_vocab))

@@ -8,8 +8,9 @@
       uniforms through the actual functions (categorical for the draft, accepts, residual +
       categorical on rejection) gives the target within (V + 4) / G, for G = 512 and 4096;
     * test_filters_follow_the_spec: filtered_probs against an independent implementation
-      of "mask, temperature, min-p, top-k, top-p on the mass before a token, softmax" where
-      tied logits share their fate (logit_pairs quantises logits in half the cases);
+      of "mask, temperature, min-p, top-k, top-p on the mass before a token, typical-p on the
+      mass of the lower scores, softmax" where tied logits share their fate (logit_pairs
+      quantises logits in half the cases);
     * test_residual_is_a_distribution: the backend's residual sums to 1 and is
       normalize(max(0, p - q)).
 (b) sampled, real rounds of the backend (vocab 24, d=1, D=2, K=1..2, N seeded requests with
@@ -29,6 +30,7 @@ need ~N_WORST samples per configuration; that is nightly-sized and not run in ci
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -137,8 +139,32 @@ def spec_filter(logits, params: SamplingParams):
                 ambiguous[t] = True
             elif above > params.top_p:
                 keep[t] = False
-    ambiguous[np.argmax(x)] = False  # the top token always stays
+    ambiguous[np.argmax(x)] = False  # the top token always stays (min-p, top-k, top-p)
+    if params.typical_p is not None and params.typical_p < 1:
+        keep, ambiguous = _spec_typical(x, keep, ambiguous, params.typical_p)
     return probs(), ambiguous
+
+
+TYPICAL_SCORE_EPS = 1e-4  # typical-p: scores this close may order either way in FP32
+
+
+def _spec_typical(x, keep, ambiguous, mass):
+    """Hugging Face's typical-p restated: with H the entropy of the kept tokens, a token stays
+    iff the mass of the tokens whose score |-log p - H| is strictly smaller than its own is
+    below `mass` (so the lowest score stays, and equal scores share their fate)."""
+    e = np.where(keep, np.exp(x.astype(np.float64) - x[keep].max()), 0.0)
+    pr = e / e.sum()
+    lp = np.log(pr, where=keep, out=np.full(len(x), -np.inf))
+    score = np.where(keep, np.abs(-lp + np.sum(pr[keep] * lp[keep])), np.inf)
+    out, amb = keep.copy(), ambiguous.copy()
+    for t in np.flatnonzero(keep):
+        below = pr[score < score[t]].sum()
+        lo = pr[score < score[t] - TYPICAL_SCORE_EPS].sum()
+        hi = pr[(score < score[t] + TYPICAL_SCORE_EPS) & (x != x[t])].sum()
+        if min(lo, hi) - AMBIGUOUS < mass <= max(lo, hi) + AMBIGUOUS or abs(below - mass) <= AMBIGUOUS:
+            amb[t] = True
+        out[t] = below < mass
+    return out, amb
 
 
 # A tie straddling the top-k threshold, whatever examples this Hypothesis version draws: the
@@ -169,7 +195,8 @@ def test_filters_follow_the_spec(case):
     )
     kept = got > 0
     masked = np.where(want > 0, logits, -np.inf) if (want > 0).any() else logits
-    assert got[int(np.argmax(masked))] > 0, "the top token was filtered out"
+    top = int(np.argmax(masked))
+    assert got[top] > 0 or ambiguous[top], "the spec's top token was filtered out"
     live = np.ones(len(logits), bool)  # not masked by banned/allowed ids
     if params.allowed_token_ids is not None:
         live[:] = False
@@ -232,6 +259,7 @@ CONFIGS = [
     ("t1.0-topk10-topp0.9-K1", dict(temperature=1.0, top_k=10, top_p=0.9), 1),
     ("t2.0-topk>=vocab-K2", dict(temperature=2.0, top_k=40), 2),
     ("t0.5-topp1e-6-K1 (one token)", dict(temperature=0.5, top_p=1e-6), 1),
+    ("t1.5-typical0.9-K1", dict(temperature=1.5, typical_p=0.9), 1),
 ]
 
 
@@ -319,7 +347,7 @@ def target_distribution(config_id: str) -> np.ndarray:
     s = harness.REFERENCE.session(seeded_model(DIST_CFG, 0), *DIST_DEPTHS, "block", "sequential")
     s.add(0, DIST_PROMPT, params)
     tr = s.step({0: 1})
-    return oracle_sampling.filtered_probs(tr.verify_logits[(0, 0)], params).astype(np.float64)
+    return _normalized(oracle_sampling.filtered_probs(tr.verify_logits[(0, 0)], params))  # FP32 sums to 1 +- 1e-7
 
 
 def _config(config_id: str) -> tuple[SamplingParams, int]:
@@ -340,11 +368,7 @@ def first_tokens(bk, config_id: str, n: int) -> np.ndarray:
     s = bk.session(seeded_model(DIST_CFG, 0), *DIST_DEPTHS, mode, bk.policies[0])
     base = 1_000_003 * (1 + [c[0] for c in CONFIGS].index(config_id))
     for i in range(n):
-        s.add(
-            i,
-            DIST_PROMPT,
-            SamplingParams(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=base + i),
-        )
+        s.add(i, DIST_PROMPT, dataclasses.replace(params, seed=base + i))
     tr = s.step({i: K + 1 for i in range(n)})
     return np.bincount([tr.emitted[i][0] for i in range(n)], minlength=DIST_CFG.vocab_size)
 

@@ -22,13 +22,15 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
-from oracle.judge.compare import compare_runs
+from oracle.judge.verdict import judge
+from oracle.judge.plan import INLINE, traces_plan
+from oracle.judge.scenario import Case
 from oracle.config import ModelConfig
 from oracle.sampling import SamplingParams
 
 from . import harness
 from .harness import examples
-from .strategies import MODES, Scenario, seeded_model, scenarios
+from .strategies import MODES, seeded_model, scenarios
 from .test_round_props import check_committed_kv
 
 
@@ -78,7 +80,7 @@ def found_cases(kind: str) -> dict:
     return out
 
 
-def forced_scenario(kind: str, a: int, policy: str) -> Scenario:
+def forced_scenario(kind: str, a: int, policy: str) -> Case:
     prompt, params = found_cases(kind)[a]
     fillers = [((5, 9, 1, 30), SamplingParams(temperature=0.8, top_k=12, seed=3)), ((2,), SamplingParams())]
     ops = (
@@ -90,7 +92,7 @@ def forced_scenario(kind: str, a: int, policy: str) -> Scenario:
         ("remove", 1),
         ("step", ((0, 9), (2, 2))),
     )
-    return Scenario(
+    return Case.from_ops(
         SEARCH_CFG,
         0,
         *SEARCH_D,
@@ -154,16 +156,14 @@ def test_search_reaches_every_acceptance_count():
 # ---- batch invariance of a seeded request -------------------------------------------------
 
 
-def alone(sc: Scenario, rid: int = 0) -> Scenario:
-    from dataclasses import replace
-
+def alone(sc: Case, rid: int = 0) -> Case:
     ops = []
     for op, arg in sc.ops:
         if op == "add" and arg == rid:
             ops.append((op, arg))
         elif op == "step":
             ops.append((op, tuple((r, t) for r, t in arg if r == rid)))
-    return replace(sc, ops=tuple(ops))
+    return sc.with_ops(ops)
 
 
 @settings(max_examples=examples(40))
@@ -175,11 +175,10 @@ def test_seeded_request_same_alone_and_in_batch(sc, modes):
     a = [harness.only(tr, 0) for tr in solo.traces]
     b = [harness.only(tr, 0) for tr in batch.traces]
     b = [t for t in b if t is not None]
-    rep = compare_runs(a, b, harness.dtype_of(bk))
-    if not rep.ok:
-        c = rep.first_failure()
+    v = judge(traces_plan(a, b, harness.dtype_of(bk), names=("alone", "in a batch")), INLINE)
+    if not v.ok:
         raise AssertionError(
-            f"request 0 alone ({modes[0]}) vs in a batch of {len(sc.prompts)} ({modes[1]}): {c.name}: {c.detail}"
+            f"request 0 alone ({modes[0]}) vs in a batch of {len(sc.prompts)} ({modes[1]}): {v.first_failure()}"
         )
     if bk.exact:
         assert solo.tokens[0] == batch.tokens[0]

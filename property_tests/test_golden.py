@@ -14,9 +14,10 @@ import dataclasses
 
 import pytest
 
+from oracle.judge.verdict import judge
+from oracle.judge.plan import INLINE, traces_plan
 from oracle.rng_trace import first_difference, load_events
 
-from oracle.judge.compare import compare_runs
 
 from . import harness
 from .golden_cases import CASES, path, run_events
@@ -37,9 +38,9 @@ def test_rng_order_matches_golden(name, mode):
         # order (the same test under ORACLE_BACKEND=reference checks that bit for bit)
         got_run = harness.run(bk, CASES[name], mode)
         ref = harness.reference_run(CASES[name], mode, replay_from=None if harness.host_rng(bk) else got_run)
-        rep = compare_runs(ref.traces, got_run.traces, bk.dtype)
-        bad = next((c for c in rep.checks if c.name in ("rng_events", "malformed") and not c.ok), None)
-        assert bad is None, f"golden/{name}.json case on {bk.name} {mode}: the RNG order changed: {bad.detail}"
+        v = judge(traces_plan(ref.traces, got_run.traces, bk.dtype), INLINE)
+        bad = next((c for c in v.failed if c["name"].rsplit(": ", 1)[-1] in ("rng_events", "malformed")), None)
+        assert bad is None, f"golden/{name}.json case on {bk.name} {mode}: the RNG order changed: {bad['detail']}"
         ref_order = [dataclasses.replace(e, value=0.0) for e in run_events(harness.REFERENCE, name, mode)]
         assert first_difference([dataclasses.replace(e, value=0.0) for e in golden], ref_order) is None
         return

@@ -43,6 +43,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from oracle import phases as oracle_phases
+from oracle.judge.scenario import Case
 from oracle.judge.decisions import greedy_margin
 from oracle.traces import seen_in
 from oracle.phases import PHASES
@@ -53,7 +54,6 @@ from . import harness
 from .harness import examples
 from .strategies import (
     MODES,
-    Scenario,
     base_params,
     seeded_model,
     cap,
@@ -88,7 +88,7 @@ def processor_request(draw, vocab: int, prompt, kind: str = "any", only: str | N
 
 
 @st.composite
-def processor_scenarios(draw, kind: str = "any", rounds=(2, None), only: str | None = None) -> Scenario:
+def processor_scenarios(draw, kind: str = "any", rounds=(2, None), only: str | None = None) -> Case:
     """1-3 requests with processors on a small model, every request in every round (K_i
     drawn per round), per-request depths in half the runs."""
     cfg = draw(model_configs(vocab=(8, 24)))
@@ -102,26 +102,26 @@ def processor_scenarios(draw, kind: str = "any", rounds=(2, None), only: str | N
     ops = [("add", i) for i in range(n)]
     for _ in range(draw(st.integers(lo, hi or cap("ORACLE_MAX_ROUNDS")))):
         ops.append(("step", tuple((i, draw(token_counts())) for i in range(n))))
-    return Scenario(cfg, draw(weight_seeds()), d, D, draw(policies()), prompt_list, params, tuple(ops), depth_list)
+    return Case.from_ops(cfg, draw(weight_seeds()), d, D, draw(policies()), prompt_list, params, ops, depth_list)
 
 
-def plain_scenario(sc: Scenario, lengths: dict) -> Scenario:
+def plain_scenario(sc: Case, lengths: dict) -> Case:
     """sc with one-token rounds (K = 0): request i in rounds 0..lengths[i]-1."""
     ops = [("add", i) for i in range(len(sc.prompts))]
     for j in range(max(lengths.values(), default=0)):
         members = tuple((i, 1) for i in range(len(sc.prompts)) if lengths[i] > j)
         ops.append(("step", members))
-    return dataclasses.replace(sc, ops=tuple(ops))
+    return sc.with_ops(ops)
 
 
-def planned(sc: Scenario) -> dict:
+def planned(sc: Case) -> dict:
     """rid -> the tokens its rounds would emit with every draft accepted (sum of T_i)."""
     return {
         rid: sum(t for op, arg in sc.ops if op == "step" for r, t in arg if r == rid) for rid in range(len(sc.prompts))
     }
 
 
-def with_recent_words(sc: Scenario, data) -> Scenario:
+def with_recent_words(sc: Case, data) -> Case:
     """sc with, on some requests, words cut from the request's own plain decode (on the
     reference), so that they bite inside rounds (words drawn from the prompt rarely do):
     a bad word of 2-3 consecutive generated tokens (its prefix is generated, often as the
@@ -154,7 +154,7 @@ def with_recent_words(sc: Scenario, data) -> Scenario:
     return dataclasses.replace(sc, params=tuple(params))
 
 
-def generated(run, sc: Scenario, rid: int) -> list[int]:
+def generated(run, sc: Case, rid: int) -> list[int]:
     return run.tokens[rid][len(sc.prompts[rid]) :]
 
 
@@ -176,7 +176,7 @@ def processed_at(bk, run, rid: int, n: int, params):
     return harness.sampling_impl(bk).processed_logits(tr.verify_logits[(rid, o)], params, seen)
 
 
-def bite_events(bk, run, sc: Scenario) -> None:
+def bite_events(bk, run, sc: Case) -> None:
     """Coverage: did the processors change a greedy decision (raw vs processed argmax)?"""
     changed = False
     for rid, p in enumerate(sc.params):
@@ -280,7 +280,7 @@ def force(session, plan: dict) -> bool:
     return True
 
 
-def plain_plan(bk, run, sc: Scenario) -> dict:
+def plain_plan(bk, run, sc: Case) -> dict:
     """rid -> (generated tokens, the distribution (sampled: filtered probs; greedy: processed
     logits) of every position, the uniform of every position) of a one-token-per-step run."""
     S = harness.sampling_impl(bk)

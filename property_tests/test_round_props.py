@@ -17,11 +17,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import event, given, settings
 
-from oracle.judge.cache_free import cache_free_check
+from oracle.judge.plan import INLINE, rules_plan
+from oracle.judge.verdict import judge
 from oracle.judge.compare import allowed
 from oracle.tolerances import TOLERANCES
 from oracle.kv import KVError
-from oracle.schedule import schedule_violation
 
 from . import harness
 from .harness import examples
@@ -42,9 +42,8 @@ def test_rounds_follow_their_schedule(sc):
     bk, sc = harness.backend_for(sc)
     for mode in MODES:
         r = harness.run(bk, sc, mode)
-        for tr in r.traces:
-            problem = schedule_violation(tr, mode)
-            assert problem is None, f"{r.label()}: {problem}"
+        v = judge(rules_plan(r.traces, schedule=mode, name=r.label()), INLINE)
+        assert v.ok, f"{r.label()}: {v.first_failure()}"
 
 
 @settings(max_examples=examples(40))
@@ -56,8 +55,9 @@ def test_logits_match_cache_free_recompute(sc):
     model = seeded_model(sc.cfg, sc.weight_seed)
     for mode in MODES:
         r = harness.run(bk, sc, mode)
-        check, n = cache_free_check(model, r.traces, tol)
-        assert check.ok, f"{r.label()}: {check.detail}"
+        v = judge(rules_plan(r.traces, model, cache_free=tol, name=r.label()), INLINE)
+        assert v.ok, f"{r.label()}: {v.first_failure()}"
+        n = v.counters["logits_compared"]
         event(f"logits vectors compared: {'< 20' if n < 20 else '>= 20'}")
 
 

@@ -38,7 +38,7 @@ from hypothesis import assume, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from oracle.judge.plan import INLINE, traces_plan
+from oracle.judge.plan import INLINE, rules_plan, traces_plan
 from oracle.judge.verdict import judge
 from oracle.contract import session_capabilities
 
@@ -148,11 +148,11 @@ class RoundLifecycle(RuleBasedStateMachine):
         assert tr.round == ref_tr.round, f"round counter {tr.round}, the reference's {ref_tr.round}"
         live = [rid for rid in counts if rid not in self.diverged]
         if live:  # a round of only diverged requests (queued before they diverged) has nothing to judge
-            ref_sub, dtype = [harness.subset(ref_tr, live)], harness.dtype_of(self.bk)
+            ref_sub, dtype = [ref_tr.restrict(live, batch=False)], harness.dtype_of(self.bk)
             # the one verdict on this round (a traces plan): reduced precision by the noise twin's
             # bounds, as every other judgement of the suite (the fixed row's false alarms:
             # docs/results.md, "Calibration of the bfloat16 row")
-            v = judge(traces_plan(ref_sub, [harness.subset(tr, live)], dtype, self.model), INLINE)
+            v = judge(traces_plan(ref_sub, [tr.restrict(live, batch=False)], dtype, self.model), INLINE)
             assert v.ok, f"{self.bk.name} vs reference: {v.first_failure()}"
         for rid in live:
             self.events[rid].extend(e for e in ref_tr.rng_events if e.request == rid)
@@ -236,9 +236,9 @@ class RoundLifecycle(RuleBasedStateMachine):
             )
             assert self.ref.kv.frontiers(rid) == {len(want) - 1}
             params = self.active[rid]
-            if not self.replay and not params.greedy:
-                problem = harness.stream_violation(self.events[rid], params.seed, rid)
-                assert problem is None, problem
+            if not self.replay and not params.greedy:  # its seeded stream, by the one verdict (rules plan)
+                v = judge(rules_plan([], streams={rid: (params.seed, self.events[rid])}, name=self.bk.name), INLINE)
+                assert not any(c["name"] == "rng_stream" for c in v.failed), v.first_failure()
 
 
 RoundLifecycle.TestCase.settings = settings(max_examples=examples(120))

@@ -12,7 +12,7 @@ error (oracle.judge.compare.rel_err) of
   position, every depth), and
 * judged rounds: a scenario of three requests (prompts of --prompt, 5 and 1 tokens, greedy and
   two sampled), two rounds per mode, the JAX backend's traces against the reference's
-  (compare_runs, float32 row): KV writes and logits,
+  (the one verdict: a traces plan, float32 row): KV writes and logits,
 and whether each is within --tol (the 1e-5 of tests/test_jax_model.py). Exits 1 if any is not.
 """
 
@@ -34,7 +34,9 @@ from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.layers import DOTS  # noqa: E402
 from judge_jax.model import ATTENTION, LAYER_LOOPS, JaxLoopedModel  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
-from oracle.judge.compare import compare_runs, rel_err  # noqa: E402
+from oracle.judge.compare import rel_err  # noqa: E402
+from oracle.judge.plan import INLINE, traces_plan  # noqa: E402
+from oracle.judge.verdict import judge as judge_verdict  # noqa: E402
 from oracle.judge.runner import REFERENCE, run_scenario  # noqa: E402
 from oracle.judge.scenario import Case  # noqa: E402
 from oracle.sampling import SamplingParams as SP  # noqa: E402
@@ -113,12 +115,13 @@ def main(argv=None) -> int:
         judge = make_jax_backend(dot=dot, unroll=loops[loop], attn=attn, **rb, **kf)
         rounds = {}
         for mode in ("block", "loop"):
-            rep = compare_runs(ref[mode], run_scenario(judge, model, sc, mode).traces, "float32")
+            got = run_scenario(judge, model, sc, mode).traces
+            v = judge_verdict(traces_plan(ref[mode], got, "float32", names=("reference", name)), INLINE)
             rounds[mode] = {
-                "ok": rep.ok,
-                "kv": float(rep.max_rel_err["kv"]),
-                "logits": float(rep.max_rel_err["logits"]),
-                "first_failure": None if rep.ok else str(rep.first_failure()),
+                "ok": v.ok,
+                "kv": float(v.max_rel_err["kv"]),
+                "logits": float(v.max_rel_err["logits"]),
+                "first_failure": None if v.ok else v.first_failure(),
             }
         if tile_env is None:
             os.environ.pop("JUDGE_JAX_PLANES_TILE", None)

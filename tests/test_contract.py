@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.backends import load_backend
+from oracle.backends import NAMED, load_backend, suite_runs
 from oracle.contract import (
     OPTIONAL_BACKEND,
     OPTIONAL_SESSION,
@@ -39,12 +39,13 @@ def factories(module) -> list[str]:
     ]
 
 
-NEEDS = {"torch-cpu": "torch", "torch-cpu-bf16": "torch", "jax": "jax"}
+# every named backend a CPU machine runs (oracle.backends: the suite's runs and the reference),
+# with the framework its package needs
+FRAMEWORK = {"kernels": "torch", "judge_jax": "jax"}
+NEEDS = {n: FRAMEWORK[t.split(".")[0]] for n, t in NAMED.items() if t.split(".")[0] in FRAMEWORK}
 SPECS = [
     "reference",
-    "torch-cpu",
-    "torch-cpu-bf16",
-    "jax",
+    *(name for name, _ in suite_runs()),
     "examples.plugin_backend:make_backend",
     *factories(faulty),
     *factories(plugins),

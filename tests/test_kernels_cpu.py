@@ -383,7 +383,8 @@ def test_sampler_matches_reference():
             lg = np.round(lg)  # ties, also at the top-k threshold
         t = float(rng.choice([0.5, 1.0, 1.7]))
         k, p = [None, 1, 5, 20, 64, 100][trial % 6], [None, 0.3, 0.9, 1.0, 0.05][trial % 5]
-        params = SP(t, top_k=k, top_p=p)
+        typ = [None, 0.5, None, 0.95, 1.0, 0.2, None][trial % 7]
+        params = SP(t, top_k=k, top_p=p, typical_p=typ)
         want = sampling.filtered_probs(lg, params)
         got = sampler.filtered_probs(
             torch.from_numpy(lg)[None],
@@ -391,6 +392,7 @@ def test_sampler_matches_reference():
                 "temp": torch.tensor([t]),
                 "top_k": torch.tensor([min(k or V, V)]),
                 "top_p": torch.tensor([p if p is not None and p < 1 else float("inf")]),
+                "typical_p": torch.tensor([typ if typ is not None and typ < 1 else float("inf")]),
             },
         )[0].numpy()
         assert np.array_equal(want > 0, got > 0) and np.abs(want - got).max() < 1e-6

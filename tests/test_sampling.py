@@ -64,6 +64,10 @@ def test_degenerate_cases_raise():
         ({"temperature": 1, "top_p": 0.0}, "top_p"),
         ({"temperature": 1, "top_p": 1.5}, "top_p"),
         ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": 1, "typical_p": 0.0}, "typical_p must be in \\(0, 1\\], got 0.0"),
+        ({"temperature": 1, "typical_p": 1.5}, "typical_p must be in \\(0, 1\\], got 1.5"),
+        ({"temperature": 1, "typical_p": True}, "typical_p must be in \\(0, 1\\], got True"),
+        ({"temperature": 1, "typical_p": "0.5"}, "typical_p must be in \\(0, 1\\], got '0.5'"),
     ],
 )
 def test_bad_params(kw, msg):
@@ -147,6 +151,62 @@ def test_top_p_keeps_every_token_tied_with_the_last_survivor():
     assert (p > 0).tolist() == [True, True, True, True, False]
     p = S.filtered_probs(logits[::-1].copy(), SP(1.0, top_p=float(probs[0]) + 1e-3))
     assert (p > 0).tolist() == [False, True, True, True, True]  # not by token id
+
+
+def hf_typical(logits: np.ndarray, mass: float) -> np.ndarray:
+    """Hugging Face's TypicalLogitsWarper (min_tokens_to_keep=1), written out in torch FP64
+    from its definition: the kept mask of one row."""
+    import torch
+
+    scores = torch.from_numpy(logits.astype(np.float64))[None]
+    normalized = torch.log_softmax(scores, dim=-1)
+    ent = -(normalized * normalized.exp()).nansum(-1, keepdim=True)
+    shifted = (-normalized - ent).abs()
+    sorted_scores, idx = torch.sort(shifted, descending=False)
+    cum = scores.gather(-1, idx).softmax(dim=-1).cumsum(dim=-1)
+    last = (cum < mass).sum(dim=1).clamp(max=shifted.shape[-1] - 1)
+    remove = sorted_scores > sorted_scores.gather(1, last.view(-1, 1))
+    remove[..., :1] = False
+    return ~remove.scatter(1, idx, remove)[0].numpy()
+
+
+def test_typical_p_is_hugging_faces():
+    rng = np.random.default_rng(5)
+    checked = 0
+    for trial in range(400):
+        V = int(rng.integers(2, 50))
+        logits = (rng.standard_normal(V) * rng.choice([0.3, 1.0, 3.0])).astype(np.float32)
+        if trial % 4 == 0:
+            logits[rng.integers(0, V, 2)] = -np.inf  # masked tokens (one row stays finite)
+            if not np.isfinite(logits).any():
+                continue
+        mass, T = float(rng.choice([0.05, 0.3, 0.7, 0.9, 0.99])), float(rng.choice([0.6, 1.0, 1.5]))
+        want = hf_typical(logits / np.float32(T), mass)
+        # a cumulative mass this near `mass` may fall on either side in FP32: not compared
+        p = np.exp(np.float64(logits / np.float32(T)) - np.max(logits / np.float32(T)))
+        p /= p.sum()
+        lp = np.log(p, where=p > 0, out=np.full(V, -np.inf))
+        s = np.abs(-lp + np.sum(p[p > 0] * lp[p > 0]))
+        cum = np.cumsum(p[np.argsort(s)])
+        if np.min(np.abs(cum - mass)) < 1e-5:
+            continue
+        got = S.filtered_probs(logits, SP(T, typical_p=mass)) > 0
+        assert np.array_equal(got, want & np.isfinite(logits)), (logits.tolist(), mass, T)
+        checked += 1
+    assert checked > 300
+
+
+def test_typical_p_keeps_tied_tokens_together_and_is_off_at_one():
+    logits = np.array([3.0, 1.0, 1.0, 1.0, 0.0, 2.0], np.float32)
+    # p ~ [.54 .07 .07 .07 .03 .20]: by score 5, 0, then 1-3 tied; 0.8 is reached inside the tie
+    kept = S.filtered_probs(logits, SP(1.0, typical_p=0.8)) > 0
+    assert kept.tolist() == [True, True, True, True, False, True]
+    kept = S.filtered_probs(logits[::-1].copy(), SP(1.0, typical_p=0.8)) > 0
+    assert kept.tolist() == [True, False, True, True, True, True]  # not by token id
+    assert (S.filtered_probs(logits, SP(1.0, typical_p=0.1)) > 0).tolist() == [False] * 5 + [True]
+    for off in (None, 1.0):  # off: the same bits as no filter
+        assert np.array_equal(S.filtered_probs(logits, SP(0.7, typical_p=off)), S.filtered_probs(logits, SP(0.7)))
+    assert SP(**SP(1.0, typical_p=0.4).to_json()) == SP(1.0, typical_p=0.4)
 
 
 def test_stop_cut():
@@ -348,7 +408,7 @@ def test_chain_order():
         "penalties",
         "no_repeat_ngram",
     ]
-    assert [n for n, _ in S.CHAIN.filters] == ["temperature", "min_p", "top_k", "top_p"]
+    assert [n for n, _ in S.CHAIN.filters] == ["temperature", "min_p", "top_k", "top_p", "typical_p"]
     one = np.array([1.0, 0.0], np.float32)
     # bias before penalties: (1 - 2) * 2 = -2, not 1 / 2 - 2 = -1.5
     assert S.processed_logits(one, SP(logit_bias={0: -2.0}, repetition_penalty=2.0), Seen((0,), ()))[0] == -2.0

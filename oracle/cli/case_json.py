@@ -29,7 +29,7 @@ from . import limits
 from ..errors import OracleError
 from ..judge.scenario import Case, command
 from ..rng_trace import check_policy
-from ..sampling import SamplingParams
+from ..sampling import CHAIN, SamplingParams
 from ..schedule import validate
 
 KEYS = ("prompts", "params", "rounds", "d", "D", "depths", "policy")
@@ -209,7 +209,7 @@ def _params(p, i: int, vocab: int, check_penalty=None) -> SamplingParams:
         except OracleError as e:
             _fail(f"{who}: {e}")
     if sp.greedy:
-        given = next((f for f in ("top_k", "top_p", "min_p") if p.get(f) is not None), None)
+        given = next((f for s in CHAIN.named("filter") if s.options for f in s.off if p.get(f) is not None), None)
         if given:
             _fail(
                 f"{who}: {given} filters sampled tokens; with temperature 0 the request is greedy and it has "
@@ -217,8 +217,8 @@ def _params(p, i: int, vocab: int, check_penalty=None) -> SamplingParams:
             )
     if sp.min_tokens and not sp.stop_token_ids:
         _fail(f"{who}: min_tokens {sp.min_tokens} masks the stop tokens; without stop_token_ids it has no effect")
-    if sp.top_k is not None and sp.top_k >= vocab:
-        _fail(f"{who}: top_k {sp.top_k} keeps every token of the {vocab}-token vocabulary: it has no effect")
+    for f in CHAIN.inert(sp, vocab):
+        _fail(f"{who}: {f} {getattr(sp, f)} keeps every token of the {vocab}-token vocabulary: it has no effect")
     masked = set(sp.banned_token_ids) | {w[0] for w in sp.bad_words if len(w) == 1}
     if sp.allowed_token_ids is not None:
         masked |= set(range(vocab)) - set(sp.allowed_token_ids)

@@ -15,7 +15,7 @@ import time
 from .argtypes import add_threads_option, add_timeout_option, check_report_dir, command_parser, write_report_last
 from .catalogue import default_cases
 from .option_rules import check_option_rules, refuse_ineffective, timeout_flags
-from ..backends import PLUGIN_FILES, JudgeFailed, load_backend
+from ..backends import PLUGIN_FILES, JudgeFailed, load_backend, names_help
 from .. import isolated
 from ..judge.scenario import command
 from ..judge import verdict
@@ -172,9 +172,7 @@ def register(sub) -> None:
     p.add_argument(
         "--backend",
         default=None,
-        help="judge a backend's rounds against the reference "
-        "(torch-cpu | torch-cpu-bf16 | torch-cuda | jax | package.module:factory; batch-invariant: "
-        "torch-cpu-bf16-inv | torch-cuda-inv)",
+        help=f"judge a backend's rounds against the reference ({names_help()})",
     )
     p.add_argument(
         "--reference",

@@ -14,13 +14,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .argtypes import add_threads_option, add_timeout_option, check_out_path, command_parser
-from ..backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend
+from ..backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend, names_help
 from .. import isolated
 from ..contract import tolerance_row
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
 from ..judge import verdict
-from ..judge.plan import traces_plan
+from ..judge.plan import INLINE, rules_plan, traces_plan
 from .render import diff_json, diff_text
 from . import trace_cut
 from .environment import set_threads
@@ -77,7 +77,8 @@ def record(args) -> int:
             raise
         raise OracleError(f"backend {bk.name} raised {type(e).__name__}: {e}") from None
     row = tolerance_row(bk)
-    bad = verdict.malformed_rounds(traces, model.cfg)
+    v = verdict.judge(rules_plan(traces, model, name=bk.name), INLINE)  # well formed (a rules plan)
+    bad = [c["detail"] for c in v.failed if c["name"] == "malformed"]
     for line in bad:
         print(f"FAIL [malformed] {printable(line)}")
     if bad and not args.keep_malformed:
@@ -282,8 +283,7 @@ def register(sub) -> None:
         "--backend",
         default=None,
         metavar="SPEC",
-        help="record this backend's traces (torch-cpu | torch-cpu-bf16 | torch-cuda | jax | "
-        "package.module:factory, or batch-invariant torch-cpu-bf16-inv | torch-cuda-inv; default: the reference)",
+        help=f"record this backend's traces ({names_help()}; default: the reference)",
     )
     add_timeout_option(r, "with --backend: seconds each backend call may take (default: 300)")
     add_threads_option(

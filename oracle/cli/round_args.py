@@ -31,13 +31,44 @@ ARG_TYPES = {
     "count": (int_at_least(0), repr),
     "biases": (token_biases, lambda v: ",".join(f"{t}:{b!r}" for t, b in v.items())),
     "words": (token_words, lambda v: "/".join(",".join(map(str, w)) for w in v)),
+    "probability": (probability, repr),
+    "positive": (int_at_least(1), repr),
 }
-# dest, type, metavar, help, format: the processors' options (oracle/processors.py), from oracle.sampling.CHAIN
-PROCESSOR_OPTIONS = tuple(
-    (dest, ARG_TYPES[kind][0], metavar, text, ARG_TYPES[kind][1])
-    for step in CHAIN.named("processor")
-    for dest, kind, metavar, text in step.options
-)
+
+
+def step_options(kind: str) -> tuple:
+    """(dest, type, metavar, help, format) of the options of the chain steps of one kind, in
+    oracle.sampling.CHAIN's order."""
+    return tuple(
+        (dest, ARG_TYPES[k][0], metavar, text, ARG_TYPES[k][1])
+        for step in CHAIN.named(kind)
+        for dest, k, metavar, text in step.options
+    )
+
+
+PROCESSOR_OPTIONS = step_options("processor")  # oracle/processors.py
+FILTER_OPTIONS = step_options("filter")  # oracle/filters.py (temperature has its own option)
+
+
+def flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def add_filter_options(p) -> None:
+    """The filters' options (`check`, `trace record`, `bench rounds|sweep`); their values are
+    SamplingParams fields of the same names, for sampled requests only."""
+    for dest, kind, metavar, text, _ in FILTER_OPTIONS:
+        p.add_argument(flag(dest), type=kind, default=None, metavar=metavar, help=text)
+
+
+def filter_fields(args) -> dict:
+    """The SamplingParams fields the filter options give (those given only)."""
+    return {dest: getattr(args, dest) for dest, *_ in FILTER_OPTIONS if getattr(args, dest, None) is not None}
+
+
+def given_filter(args) -> str | None:
+    """The first filter option given, as its flag, or None."""
+    return next((flag(dest) for dest in filter_fields(args)), None)
 
 
 def add_processor_options(p, leave_out=()) -> None:
@@ -47,7 +78,7 @@ def add_processor_options(p, leave_out=()) -> None:
     for dest, kind, metavar, text, _ in PROCESSOR_OPTIONS:
         if dest in leave_out:
             continue
-        p.add_argument("--" + dest.replace("_", "-"), type=kind, default=None, metavar=metavar, help=text)
+        p.add_argument(flag(dest), type=kind, default=None, metavar=metavar, help=text)
 
 
 def processor_fields(args) -> dict:
@@ -98,8 +129,7 @@ def add_round_options(p) -> None:
         default=None,
         help="0 = greedy (default: a mixed batch, even requests greedy and odd ones at 1.0)",
     )
-    p.add_argument("--top-k", type=int_at_least(1), default=None, help="keep the k most likely tokens (default: off)")
-    p.add_argument("--top-p", type=probability, default=None, help="nucleus mass in (0, 1] (default: off)")
+    add_filter_options(p)
     p.add_argument("--rounds", type=int_at_least(1), default=None, help="rounds of generation (default: 4)")
     p.add_argument("--policy", default=None, choices=("sequential", "fixed"), help="RNG policy (default: sequential)")
     p.add_argument(
@@ -128,12 +158,6 @@ def add_round_options(p) -> None:
         default=None,
         metavar="ID,...",
         help="token ids masked to -inf in draft and verification logits (default: none)",
-    )
-    p.add_argument(
-        "--min-p",
-        type=probability,
-        default=None,
-        help="min-p filter, vLLM's p >= min_p * max p after temperature (default: off)",
     )
     add_processor_options(p)
     p.add_argument(
@@ -167,8 +191,7 @@ DEFAULTS = {"draft_loops": 2, "target_loops": 4, "rounds": 4, "policy": "sequent
 ROUND_SHAPE = (
     "counts",
     "temperature",
-    "top_k",
-    "top_p",
+    *(dest for dest, *_ in FILTER_OPTIONS),
     "prompt_len",
     "draft_loops",
     "target_loops",
@@ -178,7 +201,6 @@ ROUND_SHAPE = (
     "stop_tokens",
     "max_tokens",
     "banned_tokens",
-    "min_p",
     *(dest for dest, *_ in PROCESSOR_OPTIONS),
 )
 DEFAULT_COUNTS = [5, 3, 1]
@@ -241,10 +263,10 @@ def check_round_args(args) -> None:
         args.draft_loops, args.target_loops = min(a for a, _ in args.depths), max(b for _, b in args.depths)
     limits.check_counts(counts, args.target_loops, args.allow_large)
     validate(counts, args.draft_loops, args.target_loops)
-    for flag, ids in (("--stop-tokens", args.stop_tokens), ("--banned-tokens", args.banned_tokens)):
+    for name, ids in (("--stop-tokens", args.stop_tokens), ("--banned-tokens", args.banned_tokens)):
         bad = [t for t in ids or () if not 0 <= t < cfg.vocab_size]
         if bad:
-            raise OracleError(f"{flag}: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
+            raise OracleError(f"{name}: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
     if args.temperature is not None and args.temperature < 0:
         raise OracleError(f"--temperature {args.temperature}: must be >= 0 (0 = greedy)")
     if args.temperature and not TEMPERATURE_RANGE[0] <= args.temperature <= TEMPERATURE_RANGE[1]:  # issue 62
@@ -324,14 +346,7 @@ def refuse_dropped(args, vocab: int) -> None:
             f"generated; without --stop-tokens it has no effect: drop it or give --stop-tokens"
         )
     if args.temperature == 0:
-        given = next(
-            (
-                f
-                for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p), ("--min-p", args.min_p))
-                if v is not None
-            ),
-            None,
-        )
+        given = given_filter(args)
         if given:
             raise OracleError(
                 f"{given} filters sampled tokens; with --temperature 0 every request is greedy and "
@@ -342,10 +357,10 @@ def refuse_dropped(args, vocab: int) -> None:
                 "--policy fixed lays out the uniforms of sampled requests; with --temperature 0 every "
                 "request is greedy and draws none: drop it or give a temperature > 0"
             )
-    if args.top_k is not None and args.top_k >= vocab:
+    for f in CHAIN.inert(SamplingParams(1.0, **filter_fields(args)), vocab):
         raise OracleError(
-            f"--top-k {args.top_k} keeps every token of the {vocab}-token vocabulary: it has no "
-            f"effect; give k < {vocab} or drop it"
+            f"{flag(f)} {getattr(args, f)} keeps every token of the {vocab}-token vocabulary: it has no "
+            f"effect; give a value that drops tokens or drop it"
         )
 
 
@@ -430,22 +445,19 @@ def round_flags(args, counts) -> list[str]:
         else ["-d", str(args.draft_loops), "-D", str(args.target_loops)]
     )
     out += ["--rounds", str(args.rounds), "--policy", args.policy]
-    for flag, value in (
+    for name, value in (
         ("--prompt-len", args.prompt_len),
         ("--temperature", args.temperature),
-        ("--top-k", args.top_k),
-        ("--top-p", args.top_p),
         ("--max-tokens", args.max_tokens),
-        ("--min-p", args.min_p),
     ):
         if value is not None:
-            out += [flag, repr(value)]
-    for dest, _, _, _, fmt in PROCESSOR_OPTIONS:
+            out += [name, repr(value)]
+    for dest, _, _, _, fmt in FILTER_OPTIONS + PROCESSOR_OPTIONS:
         if getattr(args, dest) is not None:
-            out += ["--" + dest.replace("_", "-"), fmt(getattr(args, dest))]
-    for flag, ids in (("--stop-tokens", args.stop_tokens), ("--banned-tokens", args.banned_tokens)):
+            out += [flag(dest), fmt(getattr(args, dest))]
+    for name, ids in (("--stop-tokens", args.stop_tokens), ("--banned-tokens", args.banned_tokens)):
         if ids:
-            out += [flag, ",".join(map(str, ids))]
+            out += [name, ",".join(map(str, ids))]
     if args.allow_large:
         out.append("--allow-large")
     return out
@@ -473,24 +485,17 @@ def custom_case(args):
         "banned_token_ids": tuple(args.banned_tokens or ()),
         **processor_fields(args),
     }
-    filters = {"min_p": args.min_p}
+    filters = filter_fields(args)  # sampled requests only
     if args.temperature is None:  # a mixed batch
         params = [
             SamplingParams(seed=args.seed + i, **stops)
             if i % 2 == 0
-            else SamplingParams(1.0, top_k=args.top_k, top_p=args.top_p, seed=args.seed + i, **stops, **filters)
+            else SamplingParams(1.0, seed=args.seed + i, **stops, **filters)
             for i in range(len(counts))
         ]
     else:
         params = [
-            SamplingParams(
-                args.temperature,
-                args.top_k,
-                args.top_p,
-                seed=args.seed + i,
-                **stops,
-                **(filters if args.temperature else {}),
-            )
+            SamplingParams(args.temperature, seed=args.seed + i, **stops, **(filters if args.temperature else {}))
             for i in range(len(counts))
         ]
     rounds = [{i: t for i, t in enumerate(counts)}] * args.rounds

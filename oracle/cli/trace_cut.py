@@ -26,17 +26,6 @@ from ..errors import OracleError, printable
 from ..judge.scenario import command
 from ..traces import RoundTrace, save_traces
 
-PER_REQUEST = ("prefix", "drafts", "accepted", "emitted", "committed", "generated", "finished", "params", "depths")
-COUNTED = (
-    "drafted",
-    "accepted",
-    "recurrent_calls",
-    "rows_per_call",
-    "draft_head_calls",
-    "draft_head_rows",
-    "kv_writes",
-)
-
 
 def register(tsub, load) -> None:
     """The `cut` subcommand; load(path): the checked trace file (cmd_trace.checked_file)."""
@@ -66,31 +55,7 @@ def cut_round(t: RoundTrace, rid) -> RoundTrace:
         return t
     if rid not in t.requests:
         raise OracleError(f"round {t.round} holds requests {list(t.requests)}, not request {rid}")
-    T = t.token_counts[list(t.requests).index(rid)]
-    out = RoundTrace(t.mode, t.round, t.policy, t.d, t.D, [rid], [T], dtype=t.dtype)
-    for name in PER_REQUEST:
-        src = getattr(t, name)
-        if rid in src:
-            getattr(out, name)[rid] = src[rid]
-    out.calls = [
-        {**c, "rows": [r for r in c["rows"] if r[0] == rid], "draft_head": [h for h in c["draft_head"] if h[0] == rid]}
-        for c in t.calls
-    ]
-    out.kv_writes = {k: v for k, v in t.kv_writes.items() if k[0] == rid}
-    out.draft_logits = {k: v for k, v in t.draft_logits.items() if k[0] == rid}
-    out.verify_logits = {k: v for k, v in t.verify_logits.items() if k[0] == rid}
-    out.rng_events = [e for e in t.rng_events if e.request == rid]
-    own = {
-        "drafted": T - 1,
-        "accepted": out.accepted.get(rid, 0),
-        "recurrent_calls": sum(1 for c in out.calls if c["rows"]),
-        "rows_per_call": [len(c["rows"]) for c in out.calls if c["rows"]],
-        "draft_head_calls": sum(1 for c in out.calls if c["draft_head"]),
-        "draft_head_rows": sum(len(c["draft_head"]) for c in out.calls),
-        "kv_writes": len(out.kv_writes),
-    }
-    out.stats = {k: own[k] for k in COUNTED if k in (t.stats or {})}
-    return out
+    return t.restrict([rid])
 
 
 def cut(args, load) -> int:

@@ -26,8 +26,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import OracleError
+from ..filters import Margins, temper
+from ..rng_trace import round_layout
 from ..traces import seen_in
 from ..sampling import (
+    CHAIN,
     SamplingParams,
     Seen,
     accepts,
@@ -86,39 +89,16 @@ def draw_margin(probs, y: int, u: float) -> float:
 
 
 def filter_margin(logits, params: SamplingParams, seen: Seen | None = None) -> float:
-    """How close the filters' kept set was to changing (inf when no filter cuts): the gap
-    between the last kept and the first dropped token's probability / max p at temperature 1
-    (so top_k=1, or a top-p that keeps one token, is the greedy margin); and for top-p also the
-    distance of the nearest token's preceding mass to p, times `temper`. A draw near such a
-    boundary can land elsewhere in another precision even though its uniform sits far inside a
-    CDF interval."""
-    lg = np.asarray(processed_logits(logits, params, seen), np.float64)
-    r1 = np.sort(np.exp(lg - lg.max()))[::-1]  # temperature 1, descending
-    m = float("inf")
-    kept = len(r1)
-    if params.top_k is not None and params.top_k < kept:
-        kept = params.top_k
-        m = min(m, float((r1[kept - 1] - r1[kept]) / r1[0]))
-    if getattr(params, "min_p", None):  # p >= min_p * max p, after temperature
-        x = lg / params.temperature
-        ratio = np.exp(x - x.max())
-        m = min(m, temper(params) * float(np.min(np.abs(ratio[np.isfinite(x)] - params.min_p))))
-    if params.top_p is not None and params.top_p < 1 and kept > 1:
-        x = lg / params.temperature
-        s = np.sort(np.exp(x - x.max()))[::-1][:kept]
-        s = s / s.sum()
-        before = np.cumsum(s) - s
-        m = min(m, temper(params) * float(np.min(np.abs(before[1:] - params.top_p))))
-        cut = int(np.sum(before <= params.top_p))  # tokens top-p keeps
-        if cut < kept:
-            m = min(m, float((r1[cut - 1] - r1[cut]) / r1[0]))
-    return m
-
-
-def temper(params: SamplingParams) -> float:
-    """Margins measured on tempered probabilities move 1/T times as fast as the logits, so
-    below temperature 1 they are scaled by T to stay comparable with a logit-scale precision."""
-    return min(float(params.temperature), 1.0)
+    """How close the filters' kept set was to changing (inf when no filter cuts): the smallest
+    margin of the filter steps of CHAIN (each `Step.margin`, oracle/filters.py: top_k=1, or a
+    top-p that keeps one token, gives the greedy margin). A draw near such a boundary can land
+    elsewhere in another precision even though its uniform sits far inside a CDF interval."""
+    m = Margins.of(processed_logits(logits, params, seen), params)
+    for step in CHAIN.named("filter"):
+        if step.margin is not None:
+            step.margin(m)
+        m.x = step.apply(m.x, params)
+    return m.best
 
 
 def _u(tr, rid, purpose, offset) -> float:
@@ -132,8 +112,9 @@ def _is_token(x, V: int) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < V
 
 
-def trace_problem(tr, rid, T: int, V: int) -> str | None:
-    """Why request rid's part of round trace tr is not a well-formed round output, or None."""
+def trace_problem(tr, rid, T: int, V: int, params=None) -> str | None:
+    """Why request rid's part of round trace tr is not a well-formed round output, or None.
+    params: the request's SamplingParams (None: those the trace records)."""
     K = T - 1
     drafts, a, emitted = tr.drafts.get(rid), tr.accepted.get(rid), tr.emitted.get(rid)
     if drafts is None or a is None or emitted is None:
@@ -148,17 +129,10 @@ def trace_problem(tr, rid, T: int, V: int) -> str | None:
         return f"accepted count {a!r} is outside 0..{K}"
     if len(emitted) != a + 1 or list(emitted[:a]) != list(drafts[:a]):
         return f"emitted {list(emitted)} is not the {a} accepted drafts {list(drafts[:a])} plus one token"
-    committed = getattr(tr, "committed", {}).get(rid)
-    if committed is not None:
-        params = params_of(tr, rid)
-        kept, why = stop_cut(list(emitted), params, getattr(tr, "generated", {}).get(rid, 0))
-        if list(committed) != list(emitted[:kept]):
-            return (
-                f"committed {list(committed)} is not the emitted tokens {list(emitted)} cut by the stop rule "
-                f"({kept} kept)"
-            )
-        if (why is not None) != (rid in getattr(tr, "finished", {})):
-            return f"finished is {tr.finished.get(rid)!r}, the stop rule says {why!r}"
+    if getattr(tr, "committed", {}).get(rid) is not None:
+        problem = commit_problem(tr, rid, params_of(tr, rid) if params is None else params)
+        if problem:
+            return problem
     for name, logits, n in (("verification", tr.verify_logits, T), ("draft", tr.draft_logits, K)):
         for o in range(n):
             lg = logits.get((rid, o))
@@ -171,6 +145,67 @@ def trace_problem(tr, rid, T: int, V: int) -> str | None:
                 return f"{name} logits of offset {o} have shape {list(lg.shape)}, expected [{V}]"
             if np.isnan(lg).any() or np.isposinf(lg).any() or not np.isfinite(lg).any():
                 return f"{name} logits of offset {o} hold NaN or +inf, or no finite value"
+    return None
+
+
+def commit_problem(tr, rid, params) -> str | None:
+    """The round must commit emitted[:n] with n = sampling.stop_cut(emitted, params, generated),
+    and finish the request exactly when the cut says so (committed missing: all emitted)."""
+    emitted = list(tr.emitted.get(rid, []))
+    generated = getattr(tr, "generated", {}).get(rid, 0)
+    n, why = stop_cut(emitted, params, generated)
+    kept, finished = list(tr.committed.get(rid, emitted)), tr.finished.get(rid)
+    if kept != emitted[:n] or finished != why:
+        return (
+            f"emitted {emitted} with stops {list(params.stop_token_ids)}, max_tokens {params.max_tokens} "
+            f"({generated} generated before): committed {kept} ({finished}), the cut is {emitted[:n]} ({why})"
+        )
+    return None
+
+
+def policy_problem(tr, params: dict, policy: str) -> str | None:
+    """The first request of round trace tr whose part is not a well-formed round output
+    (trace_problem, its stop cut by params[rid]: commit_problem) or whose RNG events are not its
+    policy's layout (a greedy request draws none), or None."""
+    V = len(next(iter(tr.verify_logits.values()))) if tr.verify_logits else 0
+    for rid, T in zip(tr.requests, tr.token_counts):
+        K, a = T - 1, tr.accepted.get(rid)
+        where = f"round {tr.round} request {rid} (K={K}, accepted {a}, policy {policy})"
+        problem = trace_problem(tr, rid, T, V, params[rid]) or commit_problem(tr, rid, params[rid])
+        if problem:
+            return f"{where}: {problem}"
+        ev = [e for e in tr.rng_events if e.request == rid]
+        if params[rid].greedy:
+            if ev:
+                return f"{where}: greedy request drew {len(ev)} uniform(s), first {ev[0]}"
+            continue
+        got = [(e.purpose, e.offset, e.used) for e in ev]
+        want = [(d.purpose, d.offset, d.used) for d in round_layout(policy, K, a)]
+        if got != want:
+            n = next((n for n, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+            return (
+                f"{where}: RNG event #{n} is {got[n] if n < len(got) else 'missing'}, the policy requires "
+                f"{want[n] if n < len(want) else 'nothing more'} (events {got})"
+            )
+        if [e.seq for e in ev] != list(range(len(ev))) or any(e.round != tr.round for e in ev):
+            return (
+                f"{where}: event seq/round numbering {[(e.round, e.seq) for e in ev]} is not 0..n-1 of round {tr.round}"
+            )
+    return None
+
+
+def stream_problem(events: list, seed: int, rid) -> str | None:
+    """A request's event values since it joined must be its seeded stream (PCG64(seed)), in order."""
+    g = np.random.Generator(np.random.PCG64(seed))
+    want = [float(g.random()) for _ in events]
+    for n, (e, u) in enumerate(zip(events, want)):
+        if e.value != u:
+            pos = want.index(e.value) if e.value in want else None
+            return (
+                f"request {rid}: RNG event #{n} ({e.purpose} offset {e.offset}, round {e.round}) has "
+                f"value {e.value!r}, but draw #{n} of PCG64({seed}) is {u!r}"
+                + (f" (that value is draw #{pos}: drawn out of order)" if pos is not None else "")
+            )
     return None
 
 

@@ -19,6 +19,10 @@ Kinds:
                calibration scripts, which may pass the probe's runs they made)
     invariance the exactness tier's claims alone (block = loop, spec = plain, alone = batched,
                bitwise), on any backend, declared invariant or not (`python -m oracle localize`)
+    rules      one run's round traces against the rules alone (oracle/judge/kinds/rules.py): well
+               formed (malformed.malformed_rounds; `trace record`), and where given the stop cut and
+               RNG layout of each request's params and policy, and each request's seeded stream
+               (decisions.policy_problem, stream_problem; the property suite's RNG and stop rules)
 
 The three kinds with a backend under test (`Probed`) run the drift probe where `probe` says: "auto" runs it
 wherever a bfloat16 or float16 backend is judged, "off" never, "on" always (where a precision
@@ -55,7 +59,9 @@ class Plan:
     kind: ClassVar[str] = ""
 
     def __post_init__(self):
-        assert self.model is not None or self.kind == "traces", f"a {self.kind or 'bare'} plan needs the model"
+        assert self.model is not None or self.kind in ("traces", "rules"), (
+            f"a {self.kind or 'bare'} plan needs the model"
+        )
 
 
 @dataclass(slots=True)
@@ -77,6 +83,14 @@ class TracesPlan(Plan):
 
     def __post_init__(self):
         assert self.tolerance in TOLERANCE, f"tolerance {self.tolerance!r}, expected one of {TOLERANCE}"
+
+
+@dataclass(slots=True)
+class RulesPlan(Plan):
+    traces: tuple = ()  # (the run's round traces,)
+    names: tuple = ("run", "run")
+    rules: dict = field(default_factory=dict)  # params, policy, streams, schedule, cache_free, events
+    kind: ClassVar[str] = "rules"
 
 
 @dataclass(slots=True)
@@ -158,6 +172,26 @@ def invariance_plan(backend, model, cases, **kw) -> InvariancePlan:
 
 def probe_plan(backend, model, runs: dict | None = None, **kw) -> ProbePlan:
     return ProbePlan(model, backend, runs=runs, **kw)
+
+
+def rules_plan(
+    traces, model=None, params=None, policy=None, streams=None, schedule=None, cache_free=None, events=None, name="run"
+) -> RulesPlan:
+    """traces: one run's round traces (model: their model, for the vocabulary and K/V shape;
+    else the logits' length); params {rid: SamplingParams} with policy: the stop cut and RNG layout;
+    streams {rid: (seed, events since it joined)}: the seeded host streams; schedule: the run's
+    mode, its calls against the schedule; cache_free: a logits tolerance (with the model); events:
+    the RNG events the run must have drawn, in order (oracle/judge/kinds/rules.py)."""
+    assert cache_free is None or model is not None, "the cache-free recompute needs the model"
+    rules = {
+        "params": params,
+        "policy": policy,
+        "streams": dict(streams or {}),
+        "schedule": schedule,
+        "cache_free": cache_free,
+        "events": events,
+    }
+    return RulesPlan(model, (list(traces),), (name, name), rules)
 
 
 @dataclass(slots=True)

@@ -4,8 +4,8 @@ replay consumes. The verdicts built on it are oracle/judge/cases.py and oracle/j
 
 A scenario is any object with d, D, policy, prompts, params, `params_for(model)` (the params run on
 that model), `depths` (None, or one (d_i, D_i) per request) and `ops`: a sequence of
-("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid). `Case` (oracle/judge/scenario.py)
-and `property_tests.strategies.Scenario` both are one. A backend is what oracle/contract.py says:
+("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid): `Case` (oracle/judge/scenario.py) is
+one, the property suite's drawn scenarios included. A backend is what oracle/contract.py says:
 a LoadedBackend (load_backend), or an object made directly, whose Capabilities `capabilities` reads.
 """
 

@@ -49,8 +49,9 @@ from .calibration import PROBE_REQUESTS
 PROBE = "drift probe"
 MAX_SWEEPS = 3
 # SamplingParams fields the sampling pass turns off one at a time (the mask, the processors, the stop
-# cut, the filters): each step's fields but temperature, which the greedy move sets with its filters
-FILTERS = ("min_p", "top_k", "top_p")
+# cut, the filters): each step's fields but temperature, which the greedy move sets 0 with the
+# filters' fields off (FILTERS: a greedy request with a filter is refused)
+FILTERS = tuple(f for step in CHAIN.named("filter") for f in step.off if f != "temperature")
 OFF = {
     **{f: v for step in CHAIN.steps for f, v in step.off.items() if f != "temperature"},
     "stop_token_ids": (),

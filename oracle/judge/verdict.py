@@ -4,7 +4,7 @@
 harness as an assertion; gpu_tests and scripts/gpu_parity_full.py as their summaries).
 
 `judge` makes the verdict's heading (the two sides, the dtype, the model's loops) and hands it to
-the plan kind's module (oracle/judge/kinds/: reference, backend, pairs, traces, probe, invariance), which fills
+the plan kind's module (oracle/judge/kinds/: reference, backend, pairs, traces, probe, invariance, rules), which fills
 it; the drift probe's scheduling beside the cases is oracle/judge/kinds/probing.py.
 
 A `Verdict`'s `ok` is derived from its checks, never set.
@@ -23,6 +23,7 @@ from .kinds import invariance as _invariance_kind
 from .kinds import pairs as _pairs
 from .kinds import probe as _probe
 from .kinds import reference as _reference
+from .kinds import rules as _rules
 from .kinds import traces as _traces
 from .malformed import malformed_rounds  # noqa: F401 (trace record's malformed check)
 from .plan import Executor, Plan
@@ -38,6 +39,7 @@ KINDS = {
     "traces": _traces.run,
     "probe": _probe.run,
     "invariance": _invariance_kind.run,
+    "rules": _rules.run,
 }
 
 
@@ -195,6 +197,8 @@ def _heading(plan: Plan) -> Verdict:
         return Verdict("reference", "float32", True, "reference", layers)
     if plan.kind == "traces":
         return Verdict(plan.names[1], plan.row, plan.row == "exact", plan.names[0], layers)
+    if plan.kind == "rules":
+        return Verdict(plan.names[1], "float32", True, "rules", layers)
     bk, judge_side = plan.backend, plan.judge
     return Verdict(bk.name, bk.dtype, bool(bk.exact), "reference" if judge_side is None else judge_side.name, layers)
 
