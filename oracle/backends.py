@@ -61,7 +61,7 @@ NAMED = {
 # The Hypothesis profile of `make test`'s property-suite run against a named backend where it
 # is not "ci": None, no such run (the reference: the suite's first run; a GPU backend, whose
 # name holds "cuda": `make gpu-parity`). Every other named backend runs in "ci".
-SUITE_PROFILES = {"reference": None, "jax": "ci-slow-backend"}
+SUITE_PROFILES = {"reference": None, "jax": "ci-slow-backend", "torch-cpu-bf16-inv": "ci-slow-backend"}
 
 
 def suite_runs() -> list[tuple[str, str]]:
