@@ -1,0 +1,110 @@
+"""The torch sampler (kernels/sampler.py) through the sampler contract (oracle/sampler/contract.py):
+`python -m oracle sampler --backend torch` (kernels.sampler_plugin:make_torch_sampler).
+
+One batch runs as the engine's acceptance does (Engine.accept_commit, sequential policy), on
+[R, T, V] tensors (T = the batch's largest K + 1; shorter requests padded): the mask and the
+filters on every offset's target logits (sampler.mask, sampler.filtered_probs with the rows of
+kernels/rows.py), q from the draft probabilities, the draft logits through the same chain, or
+one-hot (n-gram); then sampler.accepts, sampler.residual and sampler.categorical, and
+sampler.greedy for greedy requests. Uniforms: the request's, or K + 1 from numpy PCG64(seed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from oracle.errors import OracleError
+from oracle.rng_trace import final_index, uniform_source
+
+from . import sampler
+from .rows import FILTER_ROWS, sampling_rows
+
+
+def _rows(batch, V: int, T: int) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    """(ban [R*T, V], filter rows {name: [R*T]}, greedy [R]) from each request's params, every
+    offset of a request sharing its row."""
+    cache = {}
+    for req in batch:
+        if req.params not in cache:
+            cache[req.params] = sampling_rows(req.params, V)
+    rows = [cache[req.params] for req in batch]
+    ban = torch.as_tensor(np.stack([r["ban"] for r in rows])).repeat_interleave(T, 0)
+    filt = {k: torch.as_tensor(np.array([r[k] for r in rows])).repeat_interleave(T, 0) for k in FILTER_ROWS}
+    return ban, filt, torch.as_tensor(np.array([bool(r["greedy"]) for r in rows]))
+
+
+def _padded(arrays, R: int, T: int, V: int, fill: float = 0.0) -> torch.Tensor:
+    """[R, T, V] float32 from per-request arrays [n_i, V], n_i <= T (the rest `fill`)."""
+    out = np.full((R, T, V), fill, np.float32)
+    for i, a in enumerate(arrays):
+        if a is not None and len(a):
+            out[i, : len(a)] = a
+    return torch.as_tensor(out)
+
+
+def _uniforms(batch, T: int) -> torch.Tensor:
+    """[R, T] float64: each request's uniforms [K + 1] (given, or from PCG64(seed)), padded."""
+    u = np.full((len(batch), T), 0.5)
+    for i, req in enumerate(batch):
+        if not req.params.greedy:
+            given = req.uniforms
+            u[i, : req.K + 1] = given if given is not None else uniform_source(req.seed)[0].random(req.K + 1)
+    return torch.as_tensor(u)
+
+
+def sample_batch(batch) -> list[list[int]]:
+    """One batch of one vocabulary size (the module docstring)."""
+    R, V = len(batch), batch[0].V
+    T = max(req.K for req in batch) + 1
+    K = torch.tensor([req.K for req in batch])
+    ban, filt, greedy = _rows(batch, V, T)
+    x = sampler.mask(_padded([req.target_logits for req in batch], R, T, V).view(R * T, V), ban)  # [R*T, V]
+    gtok = sampler.greedy(x).view(R, T)
+    p = sampler.filtered_probs(x, filt).view(R, T, V)
+    dl = _padded([req.draft_logits for req in batch], R, T, V)
+    q = sampler.filtered_probs(sampler.mask(dl.view(R * T, V), ban), filt).view(R, T, V)
+    for i, req in enumerate(batch):
+        if req.draft_probs is not None:
+            q[i, : req.K] = torch.as_tensor(req.draft_probs)
+        elif req.draft_logits is None:  # n-gram: one-hot at the draft token
+            q[i, : req.K] = 0
+            q[i, torch.arange(req.K), torch.as_tensor(req.draft_tokens, dtype=torch.long)] = 1
+    drafts = torch.zeros((R, T), dtype=torch.long)  # [R, T]: draft of offset o (the last column unused)
+    for i, req in enumerate(batch):
+        drafts[i, : req.K] = torch.as_tensor(req.draft_tokens, dtype=torch.long)
+    u = _uniforms(batch, T)
+    o = torch.arange(T)
+    pick = lambda t: t.gather(2, drafts[:, :, None])[:, :, 0]  # noqa: E731 -- [R, T]: t at the draft
+    ok = torch.where(greedy[:, None], drafts == gtok, sampler.accepts(u, pick(p), pick(q)))
+    ok = ok | (o[None, :] >= K[:, None])
+    a = torch.minimum(ok.long().cumprod(-1).sum(-1), K)  # accepted drafts
+    rej = a < K
+    rows = torch.arange(R)
+    p_a, q_a = p[rows, a], q[rows, a]
+    res, res_ok = sampler.residual(p_a, q_a)
+    if bool((~greedy & rej & ~res_ok).any()):
+        raise OracleError("residual max(0, p - q) is all zero after a rejection (p == q)")
+    at = final_index("sequential", K, a, torch.minimum) - K  # the final uniform's index
+    drawn = sampler.categorical(torch.where(rej[:, None], res, p_a), u.gather(1, at[:, None])[:, 0])
+    final = torch.where(greedy, gtok[rows, a], drawn)
+    return [drafts[i, : int(a[i])].tolist() + [int(final[i])] for i in range(R)]
+
+
+class TorchSampler:
+    name = "torch"
+    takes_uniforms = True
+    max_batch = 8192
+
+    def sample(self, batch) -> list[list[int]]:
+        by_vocab: dict = {}
+        for n, req in enumerate(batch):
+            by_vocab.setdefault(req.V, []).append(n)
+        out: list = [None] * len(batch)
+        for idx in by_vocab.values():
+            for n, toks in zip(idx, sample_batch([batch[n] for n in idx])):
+                out[n] = toks
+        return out
+
+
+def make_torch_sampler() -> TorchSampler:
+    return TorchSampler()
