@@ -6,7 +6,7 @@ One batch runs as the engine's acceptance does (Engine.accept_commit, sequential
 filters on every offset's target logits (sampler.mask, sampler.filtered_probs with the rows of
 kernels/rows.py), q from the draft probabilities, the draft logits through the same chain, or
 one-hot (n-gram); then sampler.accepts, sampler.residual and sampler.categorical, and
-sampler.greedy for greedy requests. Uniforms: the request's, or K + 1 from numpy PCG64(seed)."""
+sampler.greedy for greedy requests. Uniforms: the request's, or K + 1 hashed from its seed and position (SplitMix64)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from oracle.errors import OracleError
-from oracle.rng_trace import final_index, uniform_source
+from oracle.rng_trace import final_index
 
 from . import sampler
 from .rows import FILTER_ROWS, sampling_rows
@@ -42,52 +42,76 @@ def _padded(arrays, R: int, T: int, V: int, fill: float = 0.0) -> torch.Tensor:
     return torch.as_tensor(out)
 
 
+def _hashed(seeds: np.ndarray, T: int) -> np.ndarray:
+    """[R, T] float64 uniforms in [0, 1), the i-th of a request a SplitMix64 hash of (seed, i):
+    drawn per (seed, position) without a generator per request."""
+    with np.errstate(over="ignore"):
+        z = seeds.astype(np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15) + np.arange(1, T + 1, dtype=np.uint64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
 def _uniforms(batch, T: int) -> torch.Tensor:
-    """[R, T] float64: each request's uniforms [K + 1] (given, or from PCG64(seed)), padded."""
-    u = np.full((len(batch), T), 0.5)
+    """[R, T] float64: each request's uniforms [K + 1] (given; else hashed from its seed), padded."""
+    u = _hashed(np.array([req.seed for req in batch], np.uint64), T)
     for i, req in enumerate(batch):
-        if not req.params.greedy:
-            given = req.uniforms
-            u[i, : req.K + 1] = given if given is not None else uniform_source(req.seed)[0].random(req.K + 1)
+        if req.uniforms is not None:
+            u[i, : req.K + 1] = req.uniforms
     return torch.as_tensor(u)
 
 
-def sample_batch(batch) -> list[list[int]]:
-    """One batch of one vocabulary size (the module docstring)."""
-    R, V = len(batch), batch[0].V
-    T = max(req.K for req in batch) + 1
-    K = torch.tensor([req.K for req in batch])
-    ban, filt, greedy = _rows(batch, V, T)
-    x = sampler.mask(_padded([req.target_logits for req in batch], R, T, V).view(R * T, V), ban)  # [R*T, V]
-    gtok = sampler.greedy(x).view(R, T)
-    p = sampler.filtered_probs(x, filt).view(R, T, V)
-    dl = _padded([req.draft_logits for req in batch], R, T, V)
-    q = sampler.filtered_probs(sampler.mask(dl.view(R * T, V), ban), filt).view(R, T, V)
-    for i, req in enumerate(batch):
+def _dists(uniq, V: int, T: int) -> tuple:
+    """(greedy [U], gtok [U, T], p [U, T, V], q [U, T, V], drafts [U, T], K [U]) of distinct requests."""
+    U = len(uniq)
+    ban, filt, greedy = _rows(uniq, V, T)
+    x = sampler.mask(_padded([req.target_logits for req in uniq], U, T, V).view(U * T, V), ban)  # [U*T, V]
+    gtok = sampler.greedy(x).view(U, T)
+    p = sampler.filtered_probs(x, filt).view(U, T, V)
+    dl = _padded([req.draft_logits for req in uniq], U, T, V)
+    q = sampler.filtered_probs(sampler.mask(dl.view(U * T, V), ban), filt).view(U, T, V)
+    drafts = torch.zeros((U, T), dtype=torch.long)  # [U, T]: draft of offset o (the last column unused)
+    for i, req in enumerate(uniq):
+        drafts[i, : req.K] = torch.as_tensor(req.draft_tokens, dtype=torch.long)
         if req.draft_probs is not None:
             q[i, : req.K] = torch.as_tensor(req.draft_probs)
         elif req.draft_logits is None:  # n-gram: one-hot at the draft token
             q[i, : req.K] = 0
-            q[i, torch.arange(req.K), torch.as_tensor(req.draft_tokens, dtype=torch.long)] = 1
-    drafts = torch.zeros((R, T), dtype=torch.long)  # [R, T]: draft of offset o (the last column unused)
-    for i, req in enumerate(batch):
-        drafts[i, : req.K] = torch.as_tensor(req.draft_tokens, dtype=torch.long)
+            q[i, torch.arange(req.K), drafts[i, : req.K]] = 1
+    return greedy, gtok, p, q, drafts, torch.tensor([req.K for req in uniq])
+
+
+def sample_batch(batch) -> list[list[int]]:
+    """One batch of one vocabulary size (the module docstring). The distributions are computed
+    once per distinct request (copies of a request share their arrays and params)."""
+    R, V = len(batch), batch[0].V
+    T = max(req.K for req in batch) + 1
+    keys: dict = {}
+    key = lambda r: (id(r.target_logits), id(r.draft_logits), id(r.draft_probs), r.draft_tokens, r.params)  # noqa: E731
+    w = [keys.setdefault(key(r), len(keys)) for r in batch]  # each request's distinct request
+    first: dict = {}
+    for n, k in enumerate(w):
+        first.setdefault(k, n)
+    greedy, gtok, p, q, drafts, K = _dists([batch[n] for n in first.values()], V, T)
+    w = torch.tensor(w)
+    p_x, q_x = (t.gather(2, drafts[:, :, None])[:, :, 0][w] for t in (p, q))  # [R, T]: at the draft
+    greedy, K, drafts = greedy[w], K[w], drafts[w]
     u = _uniforms(batch, T)
     o = torch.arange(T)
-    pick = lambda t: t.gather(2, drafts[:, :, None])[:, :, 0]  # noqa: E731 -- [R, T]: t at the draft
-    ok = torch.where(greedy[:, None], drafts == gtok, sampler.accepts(u, pick(p), pick(q)))
+    ok = torch.where(greedy[:, None], drafts == gtok[w], sampler.accepts(u, p_x, q_x))
     ok = ok | (o[None, :] >= K[:, None])
     a = torch.minimum(ok.long().cumprod(-1).sum(-1), K)  # accepted drafts
     rej = a < K
-    rows = torch.arange(R)
-    p_a, q_a = p[rows, a], q[rows, a]
+    p_a, q_a = p[w, a], q[w, a]  # [R, V]
     res, res_ok = sampler.residual(p_a, q_a)
     if bool((~greedy & rej & ~res_ok).any()):
         raise OracleError("residual max(0, p - q) is all zero after a rejection (p == q)")
     at = final_index("sequential", K, a, torch.minimum) - K  # the final uniform's index
     drawn = sampler.categorical(torch.where(rej[:, None], res, p_a), u.gather(1, at[:, None])[:, 0])
-    final = torch.where(greedy, gtok[rows, a], drawn)
-    return [drafts[i, : int(a[i])].tolist() + [int(final[i])] for i in range(R)]
+    final = torch.where(greedy, gtok[w, a], drawn)
+    a, final, drafts = a.tolist(), final.tolist(), drafts.tolist()
+    return [drafts[i][: a[i]] + [final[i]] for i in range(R)]
 
 
 class TorchSampler:

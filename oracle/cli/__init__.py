@@ -35,6 +35,7 @@ COMMANDS = {
     "cost": "oracle.cli.cmd_cost:register",
     "trace": "oracle.cli.cmd_trace:register",
     "bench": "bench.cli:register",
+    "sampler": "oracle.cli.cmd_sampler:register",
 }
 # command -> its help line in `python -m oracle --help` (each register() passes the same one)
 HELP = {
@@ -44,6 +45,7 @@ HELP = {
     "cost": "predict block vs loop round time from a c-table",
     "trace": "record round traces or diff two trace files",
     "bench": "c(M) tables and paired block-vs-loop round benchmarks (torch backend)",
+    "sampler": "judge a speculative rejection sampler alone (module:factory) against exact distributions",
 }
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 

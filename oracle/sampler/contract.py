@@ -200,7 +200,8 @@ def check_output(out, batch: list, who: str) -> list[list[int]]:
     res = []
     for i, (toks, req) in enumerate(zip(out, batch)):
         try:
-            toks = [int(t) for t in toks] if all(isinstance(t, (int, np.integer)) for t in toks) else None
+            if not all(type(t) is int for t in toks):  # the fast path: a list of ints
+                toks = [int(t) for t in toks] if all(isinstance(t, (int, np.integer)) for t in toks) else None
         except TypeError:
             toks = None
         if toks is None or isinstance(out[i], (str, bytes)):
