@@ -134,7 +134,7 @@ def detectable_summary(run: Run) -> str:
         return "no distribution test ran"
     stated = f"TV >= {worst:.3g}" if worst > st.delta * (1 + 1e-6) else f"TV >= {st.delta:g}"
     return (
-        f"each of the {len(tvs)} distribution tests (of more than one outcome) detects a sampler at {stated} from the exact distribution "
-        f"with probability >= {st.power:g}, at family-wise false-alarm rate {st.alpha:g} "
+        f"each of the {len(tvs)} distribution tests (of more than one outcome) detects a sampler at {stated} "
+        f"from the exact distribution with probability >= {st.power:g}, at family-wise false-alarm rate {st.alpha:g} "
         f"(Bonferroni over {st.family}: {st.alpha / st.family:.3g} per test)"
     )
