@@ -34,6 +34,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--budget", type=positive_seconds, default=None, metavar="S", help="stop drawing new cases after S seconds"
     )
+    p.add_argument("--fail-fast", action="store_true", help="stop drawing new cases after the first failing one")
     p.add_argument("--shrink-budget", type=finite_float, default=30.0, metavar="S", help="seconds to shrink a failure")
     p.add_argument("--tv", type=probability, default=0.05, metavar="DELTA", help="TV distance to detect with 99%%")
     p.add_argument("--alpha", type=probability, default=1e-3, metavar="A", help="family-wise false-alarm rate")
@@ -94,7 +95,7 @@ def run_command(args) -> int:
         cases = [draw_case(rng, f"case {n}") for n in range(args.cases)]
     st = Settings(args.exact, args.alpha, args.tv, 0.99, args.max_draws, family_size(cases, args.exact))
     say = _say(args.quiet)
-    r = run(sampler, args.backend, cases, st, args.seed, args.budget, args.shrink_budget, say)
+    r = run(sampler, args.backend, cases, st, args.seed, args.budget, args.shrink_budget, say, args.fail_fast)
     if args.json:
         print(json.dumps(r.to_json(), indent=1))
     else:

@@ -192,16 +192,19 @@ def from_json(text: str, name: str = "case") -> SamplerCase:
 # ---- smaller cases (the shrinker's candidates, most reducing first) ----
 
 
-def _drop_token(req: SamplerRequest, t: int) -> SamplerRequest | None:
-    """The request without vocabulary entry t (ids above it move down), or None."""
-    if t in req.draft_tokens or req.V <= 2:
+def _drop_tokens(req: SamplerRequest, drop) -> SamplerRequest | None:
+    """The request without the vocabulary entries `drop` (the ids above move down), or None
+    when a draft is among them or fewer than 2 would stay."""
+    drop = set(int(t) for t in drop)
+    if drop & set(req.draft_tokens) or req.V - len(drop) < 2 or not drop:
         return None
-    keep = np.arange(req.V) != t
+    keep = np.array([t not in drop for t in range(req.V)])
+    ids = np.cumsum(keep) - 1  # old id -> new id
     p = req.params
-    if p.top_k is not None and p.top_k >= req.V - 1:
+    if p.top_k is not None and p.top_k >= int(keep.sum()):
         p = dataclasses.replace(p, top_k=None)
     out = dataclasses.replace(req, target_logits=req.target_logits[:, keep], params=p)
-    out.draft_tokens = tuple(x - (x > t) for x in req.draft_tokens)
+    out.draft_tokens = tuple(int(ids[x]) for x in req.draft_tokens)
     if req.draft_logits is not None:
         out.draft_logits = req.draft_logits[:, keep]
     if req.draft_probs is not None:
@@ -210,6 +213,14 @@ def _drop_token(req: SamplerRequest, t: int) -> SamplerRequest | None:
             return None
         out.draft_probs = (q / q.sum(1, keepdims=True)).astype(F32)
     return out
+
+
+def _vocab_cuts(req: SamplerRequest) -> list:
+    """Vocabulary cuts, largest first: the least likely half, then quarter, of the tokens that
+    are no draft (by their largest target logit), then (V <= 16) each such token alone."""
+    free = [t for t in np.argsort(req.target_logits.max(0), kind="stable") if t not in req.draft_tokens]
+    cuts = [free[: len(free) // d] for d in (2, 4) if len(free) // d >= 2]
+    return cuts + ([[t] for t in free] if req.V <= 16 else [])
 
 
 def _shorter(req: SamplerRequest) -> SamplerRequest:
@@ -223,7 +234,7 @@ def _shorter(req: SamplerRequest) -> SamplerRequest:
 
 def smaller(case: SamplerCase, focus: int) -> list[SamplerCase]:
     """Candidates, each one step smaller: request `focus` alone; the focus request with one
-    offset less, its params simpler (one filter off; temperature 1), one vocabulary entry less."""
+    offset less, its params simpler (one filter off; temperature 1), a smaller vocabulary."""
     reqs = case.requests
     out = [[reqs[focus]]] if len(reqs) > 1 else []
     r = reqs[focus]
@@ -233,8 +244,8 @@ def smaller(case: SamplerCase, focus: int) -> list[SamplerCase]:
     for field, off in (("top_k", None), ("top_p", None), ("min_p", None), ("temperature", 1.0)):
         if getattr(r.params, field) not in (off,) and not r.params.greedy:
             alt.append(dataclasses.replace(r, params=dataclasses.replace(r.params, **{field: off})))
-    for t in range(r.V - 1, -1, -1):
-        alt.append(_drop_token(r, t))
+    for cut in _vocab_cuts(r):
+        alt.append(_drop_tokens(r, cut))
     for a in alt:
         if a is not None:
             out.append([a] if len(reqs) == 1 else reqs[:focus] + [a] + reqs[focus + 1 :])

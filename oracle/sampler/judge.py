@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cases import SamplerCase
 from .contract import SamplerRequest, check_output
 from .rules import RULES
 from . import stats
@@ -58,7 +57,7 @@ class Test:
 
 @dataclass(slots=True)
 class CaseResult:
-    case: SamplerCase
+    case: object  # cases.SamplerCase
     tests: list = field(default_factory=list)
     draws: int = 0
     seconds: float = 0.0
@@ -74,7 +73,7 @@ class SamplerRaised(Exception):
     """The sampler raised on a case: every request of the case fails with this message."""
 
 
-def _copies(sampler, case: SamplerCase, n: int, rng, uniforms: bool) -> tuple[list, list]:
+def _copies(sampler, case, n: int, rng, uniforms: bool) -> tuple[list, list]:
     """(batch, meta): n copies of the case's requests with fresh seeds (and uniforms)."""
     base = int(rng.integers(2**40))
     batch, meta = [], []
@@ -116,7 +115,7 @@ def _prefix_problem(req, toks) -> str:
     return f"emitted token {toks[bad]} at offset {bad} as accepted, but the draft there is {req.draft_tokens[bad]}"
 
 
-def _plan(case: SamplerCase, st: Settings) -> tuple[int, dict]:
+def _plan(case, st: Settings) -> tuple[int, dict]:
     """(draws, {request: (expected [K+1, V], df)}) for the distribution mode."""
     plans, N = {}, 1
     for i, r in enumerate(case.requests):
@@ -130,7 +129,7 @@ def _plan(case: SamplerCase, st: Settings) -> tuple[int, dict]:
     return min(N, st.max_draws), plans
 
 
-def judge_distribution(sampler, case: SamplerCase, st: Settings, rng, say) -> list:
+def judge_distribution(sampler, case, st: Settings, rng, say) -> list:
     N, plans = _plan(case, st)
     runs = _run(sampler, case, N, rng, False, say)
     tests = []
@@ -173,7 +172,7 @@ def _fit(t: Test, st: Settings) -> None:
         t.message = f"chi-square p = {f.p_value:.3g} < {alpha:.3g} over {n} draws (df {f.df}); {where}"
 
 
-def judge_exact(sampler, case: SamplerCase, st: Settings, rng, say) -> list:
+def judge_exact(sampler, case, st: Settings, rng, say) -> list:
     runs = _run(sampler, case, EXACT_COPIES, rng, True, say)
     tests = [
         Test(i, r.kind, "greedy" if r.params.greedy else "exact", draws=EXACT_COPIES)
@@ -212,7 +211,7 @@ def _exact_message(req, got: list, want: list, dists) -> str:
     return f"{head}; the {'bonus' if a == req.K else 'recovered'} token after {a} accepted drafts differs"
 
 
-def judge_case(sampler, case: SamplerCase, st: Settings, rng, say) -> CaseResult:
+def judge_case(sampler, case, st: Settings, rng, say) -> CaseResult:
     t0 = time.perf_counter()
     res = CaseResult(case)
     refuses = getattr(sampler, "refuses", None)

@@ -1,5 +1,5 @@
 """The sampler judge's output: text lines for the terminal (`text_lines`) and one HTML page
-(`write_report`, `--report DIR`): per case its verdict, reproduce line, and for each
+(`write_report`, `--report DIR`), of a run.Run: per case its verdict, reproduce line, and for each
 distribution test a plot of expected against observed outcome frequencies, the observed ones
 with their Wilson intervals at the per-test level (outcomes sorted by expected probability; past
 MAX_BARS the rest is one bar). matplotlib is the `plots` extra (`require_plots`)."""
@@ -16,7 +16,6 @@ from collections import Counter
 import numpy as np
 
 from ..errors import OracleError
-from .run import Run, detectable_summary
 from . import stats
 
 INSTALL = 'sampler --report needs matplotlib, the plots extra: pip install -e ".[plots]"'
@@ -30,12 +29,29 @@ def require_plots() -> None:
         raise OracleError(INSTALL) from None
 
 
+def detectable_summary(run) -> str:
+    """What the run's distribution tests detect, in one line."""
+    st = run.settings
+    tvs = [t.detects_tv for r in run.results for t in r.tests if t.detects_tv is not None]
+    if st.exact:
+        return "exact mode: every decision compared value by value with the reference's on the same uniforms"
+    worst = max(tvs, default=None)
+    if worst is None:
+        return "no distribution test ran"
+    stated = f"TV >= {worst:.3g}" if worst > st.delta * (1 + 1e-6) else f"TV >= {st.delta:g}"
+    return (
+        f"each of the {len(tvs)} distribution tests (of more than one outcome) detects a sampler at {stated} "
+        f"from the exact distribution with probability >= {st.power:g}, at family-wise false-alarm rate {st.alpha:g} "
+        f"(Bonferroni over {st.family}: {st.alpha / st.family:.3g} per test)"
+    )
+
+
 def _size(case) -> str:
     r = case.requests
     return f"{len(r)} req, V={r[0].V}, K={'/'.join(str(x.K) for x in r)}"
 
 
-def text_lines(run: Run) -> list[str]:
+def text_lines(run) -> list[str]:
     st = run.settings
     mode = "exact" if st.exact else "distribution"
     out = [f"sampler {run.sampler}: {mode} mode, {run.planned} case(s), seed {run.seed}"]
@@ -99,7 +115,7 @@ def _plot(test, alpha: float) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def write_report(run: Run, directory: str) -> str:
+def write_report(run, directory: str) -> str:
     """DIR/index.html (plots inline); returns its path."""
     os.makedirs(directory, exist_ok=True)
     st, esc = run.settings, html.escape

@@ -103,14 +103,17 @@ def family_size(cases: list, exact: bool) -> int:
     return 1 if exact else max(1, sum(1 for c in cases for r in c.requests if not r.params.greedy))
 
 
-def run(sampler, spec: str, cases: list, st: Settings, seed: int, budget, shrink_budget: float, say) -> Run:
-    """Judge the cases in order until the budget (seconds, None: none) is spent; shrink each
-    failure within shrink_budget seconds."""
+def run(sampler, spec: str, cases: list, st: Settings, seed: int, budget, shrink_budget: float, say, fail_fast=False):
+    """Judge the cases in order until the budget (seconds, None: none) is spent, or (fail_fast)
+    a case failed; shrink each failure within shrink_budget seconds. -> Run"""
     t0 = time.perf_counter()
     out = Run(spec, st, seed, len(cases))
     for n, case in enumerate(cases):
         if budget is not None and time.perf_counter() - t0 > budget:
             out.stopped = f"budget of {budget:g} s spent: {len(cases) - n} of {len(cases)} cases not judged"
+        if fail_fast and not out.ok:
+            out.stopped = f"--fail-fast: {len(cases) - n} of {len(cases)} cases not judged after the first failure"
+        if out.stopped:
             say(out.stopped)
             break
         say(f"{case.name}: {', '.join(case.tags)}")
@@ -118,23 +121,7 @@ def run(sampler, spec: str, cases: list, st: Settings, seed: int, budget, shrink
         out.results.append(res)
         bad = [t for t in res.tests if not t.ok]
         if bad and shrink_budget > 0:
-            res.shrunk = shrink(sampler, case, bad[0].request, st, shrink_budget, seed, say)
+            judge_fn = lambda c, g: judge_case(sampler, c, st, g, lambda _: None)  # noqa: E731
+            res.shrunk = shrink(judge_fn, case, bad[0].request, shrink_budget, seed, say)
     out.seconds = time.perf_counter() - t0
     return out
-
-
-def detectable_summary(run: Run) -> str:
-    """What the run's distribution tests detect, in one line."""
-    st = run.settings
-    tvs = [t.detects_tv for r in run.results for t in r.tests if t.detects_tv is not None]
-    if st.exact:
-        return "exact mode: every decision compared value by value with the reference's on the same uniforms"
-    worst = max(tvs, default=None)
-    if worst is None:
-        return "no distribution test ran"
-    stated = f"TV >= {worst:.3g}" if worst > st.delta * (1 + 1e-6) else f"TV >= {st.delta:g}"
-    return (
-        f"each of the {len(tvs)} distribution tests (of more than one outcome) detects a sampler at {stated} "
-        f"from the exact distribution with probability >= {st.power:g}, at family-wise false-alarm rate {st.alpha:g} "
-        f"(Bonferroni over {st.family}: {st.alpha / st.family:.3g} per test)"
-    )

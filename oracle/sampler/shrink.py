@@ -1,8 +1,9 @@
 """A failing sampler case, shrunk: the smallest case that still fails the same test.
 
 Greedy: each candidate of cases.smaller (the failing request alone, one draft offset less, one
-filter off or temperature 1, vocabulary entries dropped) is judged afresh with judge.judge_case
-(new draws, the run's settings: the same per-test level alpha / m); the first one that still
+filter off or temperature 1, vocabulary entries dropped) is judged afresh by `judge_fn(case,
+rng)` (run.py passes judge.judge_case with the run's sampler and settings: new draws, the same
+per-test level alpha / m; passed in, so this module stays below the judge); the first one that still
 fails becomes the case, and the search starts again from it, until no candidate fails or the
 budget (seconds) runs out (then the smallest failing case so far is the answer, marked partial).
 """
@@ -14,7 +15,6 @@ import time
 import numpy as np
 
 from .cases import SamplerCase, smaller
-from .judge import Settings, judge_case
 
 
 def size(case: SamplerCase) -> str:
@@ -22,7 +22,7 @@ def size(case: SamplerCase) -> str:
     return f"{len(r)} request(s), K {'/'.join(str(x.K) for x in r)}, V {r[0].V}"
 
 
-def shrink(sampler, case: SamplerCase, focus: int, st: Settings, budget: float, seed: int, say) -> dict:
+def shrink(judge_fn, case: SamplerCase, focus: int, budget: float, seed: int, say) -> dict:
     """{"case": the smallest failing case, "focus": its failing request, "tried": candidates
     judged, "steps": moves kept, "partial": the budget ran out, "from"/"to": sizes, "seconds"}."""
     t0 = time.perf_counter()
@@ -36,7 +36,7 @@ def shrink(sampler, case: SamplerCase, focus: int, st: Settings, budget: float, 
                 break
             tried += 1
             say(f"shrink: candidate {tried} ({size(cand)})")
-            res = judge_case(sampler, cand, st, np.random.default_rng([seed, 7919, tried]), lambda _: None)
+            res = judge_fn(cand, np.random.default_rng([seed, 7919, tried]))
             bad = [t.request for t in res.tests if not t.ok]
             if bad:
                 case, focus, steps, moved = cand, bad[0], steps + 1, True

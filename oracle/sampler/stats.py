@@ -96,15 +96,14 @@ def chi_square(observed: np.ndarray, probs: np.ndarray) -> Fit:
         zero, np.where(observed > 0, np.inf, 0.0), (observed - N * probs) / np.sqrt(N * np.maximum(probs, 1e-300))
     )
     worst = int(np.argmax(np.abs(resid)))
-    if impossible:
-        return Fit(math.inf, 0, 0.0, impossible, worst, 0.0)
     groups = cells(probs, N)
     e = np.array([probs[g].sum() for g in groups]) * N
     o = np.array([observed[g].sum() for g in groups], float)
     stat = float(((o - e) ** 2 / e).sum())
     df = len(groups) - 1
     pooled = sum(float(probs[g].sum()) for g in groups if len(g) > 1)
-    return Fit(stat, df, float(stats.chi2.sf(stat, df)) if df else 1.0, 0, worst, pooled)
+    p_value = 0.0 if impossible else float(stats.chi2.sf(stat, df)) if df else 1.0
+    return Fit(math.inf if impossible else stat, df, p_value, impossible, worst, pooled)
 
 
 def wilson(k: int, n: int, alpha: float) -> tuple[float, float]:

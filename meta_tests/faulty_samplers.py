@@ -1,0 +1,164 @@
+"""Deliberately faulty samplers for `python -m oracle sampler`: the reference's sampler
+(oracle/sampler/reference.py) with one realistic bug each, a Rules step replaced. Each is a
+plug-in, `--backend meta_tests.faulty_samplers:make_<fault>`, and the judge must fail it
+(meta_tests/test_sampler_faults.py; the table in docs/results.md, "Sampler judge"):
+
+    make_recover_from_p         the token after a rejection is drawn from p, not max(0, p - q)
+    make_inverted_acceptance    a draft is accepted iff u * p(x) < q(x): the ratio q/p, not p/q
+    make_top_p_after_residual   top-p cuts the residual (and the bonus) instead of p: acceptance
+                                and max(0, p - q) see the target without top-p
+    make_ties_by_index          top-k and top-p keep exactly k tokens / the tokens up to the cut
+                                in a stable sort: ties at the threshold split by token id
+    make_bonus_from_draft       after K acceptances the bonus token is drawn from q_{K-1}, the
+                                last draft distribution, not from p_K
+    make_ngram_keeps_draft      n-gram drafts (one-hot q): the recovered token is drawn from p,
+                                the rejected draft token left in (vLLM's draft_probs=None path)
+
+`outcome_distribution` of each fault's Rules is the faulty sampler's exact distribution: the
+table's TV distance from the truth and the judge's power against it (`power_against`) come
+from it. Every fault sets accept_prob to match its accept().
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oracle import sampling
+from oracle.sampler.reference import ReferenceSampler
+from oracle.sampler.rules import Rules
+
+
+def _normalized(p) -> np.ndarray:
+    p = np.asarray(p, np.float64)
+    return (p / p.sum()).astype(np.float32)
+
+
+class RecoverFromP(Rules):
+    def recover(self, p, q, req, o):
+        return _normalized(p)  # BUG: no max(0, p - q)
+
+
+class InvertedAcceptance(Rules):
+    def accept(self, u, p, q, x):
+        return float(u) * float(p[x]) < float(q[x])  # BUG: u < q/p
+
+    def accept_prob(self, p, q, x):
+        return 1.0 if p[x] == 0 else min(1.0, float(q[x]) / float(p[x]))
+
+
+def _top_p_of_probs(probs, top_p) -> np.ndarray:
+    """oracle.sampling.top_p on a distribution (its logs as logits)."""
+    with np.errstate(divide="ignore"):
+        x = np.log(np.asarray(probs, np.float32))
+    return sampling.softmax(sampling.top_p(x, top_p))
+
+
+class TopPAfterResidual(Rules):
+    def _off(self, params):
+        import dataclasses
+
+        return dataclasses.replace(params, top_p=None)
+
+    def target(self, req):  # BUG: p without top-p for acceptance and the residual
+        return [sampling.filtered_probs(req.target_logits[o], self._off(req.params)) for o in range(req.K + 1)]
+
+    def recover(self, p, q, req, o):
+        return _top_p_of_probs(sampling.residual(p, q), req.params)  # ... top-p on the residual
+
+    def bonus(self, ps, qs, req):
+        return _top_p_of_probs(ps[req.K], req.params)
+
+
+def _top_k_by_index(x, params):
+    if params.top_k is None or params.top_k >= len(x):
+        return x
+    x = x.copy()
+    x[np.argsort(-x, kind="stable")[params.top_k :]] = -np.inf  # BUG: exactly k, ties split by id
+    return x
+
+
+def _top_p_by_index(x, params):
+    if params.top_p is None or params.top_p >= 1:
+        return x
+    p = sampling.softmax(x)
+    order = np.argsort(-p, kind="stable")
+    before = np.cumsum(p[order]) - p[order]
+    x = x.copy()
+    x[order[before > np.float32(params.top_p)]] = -np.inf  # BUG: the cut by position, ties split
+    return x
+
+
+BY_INDEX = sampling.CHAIN.replace(top_k=_top_k_by_index, top_p=_top_p_by_index)
+
+
+class TiesByIndex(Rules):
+    def target(self, req):
+        return [sampling.filtered_probs(req.target_logits[o], req.params, chain=BY_INDEX) for o in range(req.K + 1)]
+
+    def draft(self, req):
+        if req.draft_logits is None:
+            return super().draft(req)
+        return [sampling.filtered_probs(req.draft_logits[o], req.params, chain=BY_INDEX) for o in range(req.K)]
+
+
+class BonusFromDraft(Rules):
+    def bonus(self, ps, qs, req):
+        return qs[req.K - 1] if req.K else ps[req.K]  # BUG: the draft's distribution
+
+
+class NgramKeepsDraft(Rules):
+    def recover(self, p, q, req, o):
+        if req.kind == "ngram":
+            return _normalized(p)  # BUG: the one-hot q not subtracted: the draft stays in
+        return super().recover(p, q, req, o)
+
+
+FAULTS = {
+    "recover_from_p": RecoverFromP,
+    "inverted_acceptance": InvertedAcceptance,
+    "top_p_after_residual": TopPAfterResidual,
+    "ties_by_index": TiesByIndex,
+    "bonus_from_draft": BonusFromDraft,
+    "ngram_keeps_draft": NgramKeepsDraft,
+}
+
+
+def _factory(name):
+    def make():
+        return ReferenceSampler(FAULTS[name](), f"faulty:{name}")
+
+    make.__name__ = f"make_{name}"
+    return make
+
+
+make_recover_from_p = _factory("recover_from_p")
+make_inverted_acceptance = _factory("inverted_acceptance")
+make_top_p_after_residual = _factory("top_p_after_residual")
+make_ties_by_index = _factory("ties_by_index")
+make_bonus_from_draft = _factory("bonus_from_draft")
+make_ngram_keeps_draft = _factory("ngram_keeps_draft")
+
+
+def power_against(name: str, case, request: int, draws: int, alpha: float) -> tuple[float, float]:
+    """(TV distance, power): the fault's exact outcome distribution against the truth on one
+    request of a case, and the chance that the judge's test at level alpha with `draws` draws
+    rejects it (noncentral chi-square, lambda = N * sum (P' - P)^2 / P over the judge's cells)."""
+    from scipy import stats as sst
+
+    from oracle.sampler import stats
+    from oracle.sampler.rules import RULES
+
+    req = case.requests[request]
+    p = RULES.outcome_distribution(req).ravel()
+    f = FAULTS[name]().outcome_distribution(req).ravel()
+    tv = 0.5 * float(np.abs(f - p).sum())
+    if f[p == 0].sum() > 0:  # an impossible outcome: caught once drawn
+        return tv, 1.0 - (1.0 - float(f[p == 0].sum())) ** draws
+    groups = stats.cells(p, draws)
+    P = np.array([p[g].sum() for g in groups])
+    F = np.array([f[g].sum() for g in groups])
+    df = len(groups) - 1
+    if df < 1:
+        return tv, 0.0
+    lam = draws * float(((F - P) ** 2 / P).sum())
+    return tv, float(sst.ncx2.sf(sst.chi2.isf(alpha, df), df, lam))
