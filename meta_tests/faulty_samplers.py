@@ -162,3 +162,36 @@ def power_against(name: str, case, request: int, draws: int, alpha: float) -> tu
         return tv, 0.0
     lam = draws * float(((F - P) ** 2 / P).sum())
     return tv, float(sst.ncx2.sf(sst.chi2.isf(alpha, df), df, lam))
+
+
+def table(seed: int = 0, cases: int = 20) -> list[str]:
+    """docs/results.md's rows: each fault judged as `python -m oracle sampler --backend
+    meta_tests.faulty_samplers:make_<fault> --seed SEED --cases CASES --fail-fast
+    --shrink-budget 0` would, and on the request that failed first its TV from the truth and
+    the judge's power against it at the draws it took."""
+    import time
+
+    from oracle.sampler.cases import draw_case
+    from oracle.sampler.judge import Settings
+    from oracle.sampler.run import family_size, run
+
+    rng = np.random.default_rng([seed, 1])  # as the CLI draws them
+    drawn = [draw_case(rng, f"case {n}") for n in range(cases)]
+    st = Settings(family=family_size(drawn, False))
+    rows = ["| fault | caught by | kind | draws until caught | seconds | TV on that request | power there |"]
+    rows.append("|---|---|---|---|---|---|---|")
+    for name in FAULTS:
+        t0 = time.perf_counter()
+        r = run(_factory(name)(), name, drawn, st, seed, None, 0.0, lambda _: None, fail_fast=True)
+        secs = time.perf_counter() - t0
+        bad = next(x for x in r.results if not x.ok)
+        t = next(t for t in bad.tests if not t.ok)
+        draws = sum(x.draws for x in r.results)
+        tv, power = power_against(name, bad.case, t.request, bad.draws, st.alpha / st.family)
+        where = f"{bad.case.name}, request {t.request}"
+        rows.append(f"| {name} | {where} | {t.kind} | {draws} | {secs:.1f} | {tv:.3f} | {power:.4f} |")
+    return rows
+
+
+if __name__ == "__main__":
+    print("\n".join(table()))
