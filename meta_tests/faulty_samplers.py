@@ -178,8 +178,8 @@ def table(seed: int = 0, cases: int = 20) -> list[str]:
     rng = np.random.default_rng([seed, 1])  # as the CLI draws them
     drawn = [draw_case(rng, f"case {n}") for n in range(cases)]
     st = Settings(family=family_size(drawn, False))
-    rows = ["| fault | caught by | kind | draws until caught | seconds | TV on that request | power there |"]
-    rows.append("|---|---|---|---|---|---|---|")
+    rows = ["| fault | caught by | kind | how | draws until caught | seconds | TV there | power there |"]
+    rows.append("|---|---|---|---|---|---|---|---|")
     for name in FAULTS:
         t0 = time.perf_counter()
         r = run(_factory(name)(), name, drawn, st, seed, None, 0.0, lambda _: None, fail_fast=True)
@@ -189,7 +189,8 @@ def table(seed: int = 0, cases: int = 20) -> list[str]:
         draws = sum(x.draws for x in r.results)
         tv, power = power_against(name, bad.case, t.request, bad.draws, st.alpha / st.family)
         where = f"{bad.case.name}, request {t.request}"
-        rows.append(f"| {name} | {where} | {t.kind} | {draws} | {secs:.1f} | {tv:.3f} | {power:.4f} |")
+        how = "outcome of probability 0" if t.fit.impossible else f"chi-square p = {t.fit.p_value:.2g}"
+        rows.append(f"| {name} | {where} | {t.kind} | {how} | {draws} | {secs:.1f} | {tv:.3f} | {power:.4f} |")
     return rows
 
 

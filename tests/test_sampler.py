@@ -52,6 +52,13 @@ PLUGINS = """
     def make_outside(): return Shaped(lambda b: [[r.V] for r in b])
     def make_too_long(): return Shaped(lambda b: [[0] * (r.K + 2) for r in b])
     def make_crashes(): return Shaped(lambda b: 1 / 0)
+
+    from oracle.sampler.reference import ReferenceSampler
+
+    class NoTopK(ReferenceSampler):
+        def refuses(self, req): return "top-k: not here" if req.params.top_k else None
+
+    def make_no_top_k(): return NoTopK()
 """
 
 
@@ -210,6 +217,16 @@ def test_json_schema_and_a_failing_case_reproduces(capsys):
     spec = "meta_tests.faulty_samplers:make_recover_from_p"
     code, out, _ = _run(capsys, "--backend", spec, "--case-json", case, "--shrink-budget", "0", "--quiet")
     assert code == 1 and f"reproduce: python -m oracle sampler --backend {spec} --case-json" in out
+
+
+def test_refused_requests_leave_their_case(capsys, plugins):
+    code, out, _ = _run(capsys, "--backend", "sampler_plugs:make_no_top_k", "--exact", "--cases", "12", "--json")
+    j = json.loads(out)
+    assert code == 0 and j["ok"]
+    refused = [x for c in j["cases"] for x in c["refused"]]
+    assert refused and all(x.endswith("top-k: not here") for x in refused)
+    judged = [from_json(c["case_json"]) for c in j["cases"] if not c["skipped"]]
+    assert judged and not any(r.params.top_k for c in judged for r in c.requests)
 
 
 def test_budget_stops_drawing_cases(capsys):

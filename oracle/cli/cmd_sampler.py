@@ -93,7 +93,7 @@ def run_command(args) -> int:
     else:
         rng = np.random.default_rng([args.seed, 1])
         cases = [draw_case(rng, f"case {n}") for n in range(args.cases)]
-    st = Settings(args.exact, args.alpha, args.tv, 0.99, args.max_draws, family_size(cases, args.exact))
+    st = Settings(args.exact, args.alpha, args.tv, 0.99, args.max_draws, family_size(cases, args.exact, sampler))
     say = _say(args.quiet)
     r = run(sampler, args.backend, cases, st, args.seed, args.budget, args.shrink_budget, say, args.fail_fast)
     if args.json:

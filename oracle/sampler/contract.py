@@ -46,7 +46,8 @@ A sampler (what the factory returns):
 and may have
   max_batch: int                 requests per sample() call, at most (default: no limit)
   refuses(request) -> str | None a reason it does not take this request (say "top-k/top-p: not
-                                 on the CPU"); the judge skips such cases and lists them.
+                                 on the CPU"); the judge leaves such requests out of their case
+                                 (and of the family), skips a case of none left, and lists them.
 A sampler must treat the requests of a batch independently.
 """
 

@@ -15,6 +15,7 @@ A failure is shrunk (shrink.py) within its own budget.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -62,6 +63,7 @@ class CaseResult:
     draws: int = 0
     seconds: float = 0.0
     skipped: str = ""  # the sampler's reason for refusing the case
+    refused: list = field(default_factory=list)  # "request i: reason": requests the sampler refused
     shrunk: dict | None = None  # shrink.py's summary of a failing case
 
     @property
@@ -215,12 +217,14 @@ def judge_case(sampler, case, st: Settings, rng, say) -> CaseResult:
     t0 = time.perf_counter()
     res = CaseResult(case)
     refuses = getattr(sampler, "refuses", None)
-    if refuses is not None:
-        reasons = [refuses(r) for r in case.requests]
-        reason = next((x for x in reasons if x), "")
-        if reason:
-            res.skipped = str(reason)
+    if refuses is not None:  # the requests it refuses leave the batch; a case of none left is skipped
+        why = [refuses(r) for r in case.requests]
+        res.refused = [f"request {i}: {w}" for i, w in enumerate(why) if w]
+        if all(why):
+            res.skipped = str(why[0])
             return res
+        if any(why):
+            res.case = case = dataclasses.replace(case, requests=[r for r, w in zip(case.requests, why) if not w])
     try:
         res.tests = (judge_exact if st.exact else judge_distribution)(sampler, case, st, rng, say)
     except SamplerRaised as e:

@@ -58,6 +58,7 @@ def text_lines(run) -> list[str]:
     for r in run.results:
         state = "skipped" if r.skipped else "ok" if r.ok else "FAIL"
         extra = f" ({r.skipped})" if r.skipped else f", {r.draws} draws, {r.seconds:.1f} s"
+        extra += f"; refused {'; '.join(r.refused)}" if r.refused and not r.skipped else ""
         out.append(f"  {r.case.name:8} {state:7} {_size(r.case)}{extra}")
     for r in run.results:
         for t in r.tests:

@@ -62,6 +62,7 @@ class Run:
             "ok": r.ok,
             "tags": list(r.case.tags),
             "skipped": r.skipped or None,
+            "refused": r.refused,
             "draws": r.draws,
             "seconds": round(r.seconds, 3),
             "tests": [_test_json(t) for t in r.tests],
@@ -98,9 +99,11 @@ def _test_json(t) -> dict:
     return out
 
 
-def family_size(cases: list, exact: bool) -> int:
-    """m: the sampled requests the distribution mode tests (at least 1)."""
-    return 1 if exact else max(1, sum(1 for c in cases for r in c.requests if not r.params.greedy))
+def family_size(cases: list, exact: bool, sampler=None) -> int:
+    """m: the sampled requests the distribution mode tests, less those the sampler refuses (at least 1)."""
+    refuses = getattr(sampler, "refuses", None) or (lambda _: None)
+    n = sum(1 for c in cases for r in c.requests if not r.params.greedy and not refuses(r))
+    return 1 if exact else max(1, n)
 
 
 def run(sampler, spec: str, cases: list, st: Settings, seed: int, budget, shrink_budget: float, say, fail_fast=False):
