@@ -6,6 +6,7 @@ a distribution and the reference's sampling converges to it)."""
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 
 import numpy as np
@@ -232,3 +233,23 @@ def test_refused_requests_leave_their_case(capsys, plugins):
 def test_budget_stops_drawing_cases(capsys):
     code, out, _ = _run(capsys, "--backend", "reference", "--cases", "50", "--budget", "0.001", "--quiet", "--exact")
     assert code == 0 and "stopped: budget of 0.001 s spent" in out
+
+
+SMALL = (
+    '{"requests": [{"target_logits": [[0, 0.5, 1], [0, 0, 0]], "draft_tokens": [2], '
+    '"params": {"temperature": 1}, "draft_probs": [[0.2, 0.2, 0.6]]}]}'
+)
+
+
+def test_report_page_has_a_plot_per_distribution_test(capsys, tmp_path):
+    report = str(tmp_path / "r")
+    code, out, _ = _run(capsys, "--backend", "reference", "--case-json", SMALL, "--report", report, "--quiet")
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert code == 0 and "report: " in out and page.count("data:image/png;base64,") == 1 and "OK" in page
+
+
+def test_report_without_matplotlib_is_refused_before_the_run(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, out, err = _run(capsys, "--backend", "reference", "--case-json", SMALL, "--report", str(tmp_path / "r"))
+    assert code == 2 and out == "" and "sampler:" not in err
+    _one_error(err, "matplotlib", "plots extra")

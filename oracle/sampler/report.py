@@ -105,7 +105,8 @@ def _plot(test, alpha: float) -> str:
     ax = fig.add_subplot()
     x = np.arange(len(labels))
     ax.bar(x, e, color="#c8d7ea", label="expected")
-    ax.errorbar(x, f, yerr=[f - ci[:, 0], ci[:, 1] - f], fmt="o", ms=3, color="#b03030", label="observed")
+    err = np.clip([f - ci[:, 0], ci[:, 1] - f], 0, None)  # a bound may round past the point
+    ax.errorbar(x, f, yerr=err, fmt="o", ms=3, color="#b03030", label="observed")
     ax.set_xticks(x, labels, rotation=90, fontsize=7)
     ax.set_xlabel("outcome: accepted drafts a, final token", fontsize=8)
     ax.set_ylabel("probability", fontsize=8)
