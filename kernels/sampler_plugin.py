@@ -6,7 +6,8 @@ One batch runs as the engine's acceptance does (Engine.accept_commit, sequential
 filters on every offset's target logits (sampler.mask, sampler.filtered_probs with the rows of
 kernels/rows.py), q from the draft probabilities, the draft logits through the same chain, or
 one-hot (n-gram); then sampler.accepts, sampler.residual and sampler.categorical, and
-sampler.greedy for greedy requests. Uniforms: the request's, or K + 1 hashed from its seed and position (SplitMix64)."""
+sampler.greedy for greedy requests. Uniforms: the request's, or K + 1 hashed from its seed
+(oracle.sampler.contract.seeded_uniforms)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 
 from oracle.errors import OracleError
 from oracle.rng_trace import final_index
+from oracle.sampler.contract import seeded_uniforms
 
 from . import sampler
 from .rows import FILTER_ROWS, sampling_rows
@@ -42,20 +44,9 @@ def _padded(arrays, R: int, T: int, V: int, fill: float = 0.0) -> torch.Tensor:
     return torch.as_tensor(out)
 
 
-def _hashed(seeds: np.ndarray, T: int) -> np.ndarray:
-    """[R, T] float64 uniforms in [0, 1), the i-th of a request a SplitMix64 hash of (seed, i):
-    drawn per (seed, position) without a generator per request."""
-    with np.errstate(over="ignore"):
-        z = seeds.astype(np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15) + np.arange(1, T + 1, dtype=np.uint64)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
-
-
 def _uniforms(batch, T: int) -> torch.Tensor:
     """[R, T] float64: each request's uniforms [K + 1] (given; else hashed from its seed), padded."""
-    u = _hashed(np.array([req.seed for req in batch], np.uint64), T)
+    u = seeded_uniforms([req.seed for req in batch], T)
     for i, req in enumerate(batch):
         if req.uniforms is not None:
             u[i, : req.K + 1] = req.uniforms

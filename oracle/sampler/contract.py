@@ -30,14 +30,14 @@ legal (the draft is always rejected), and so is p_o == q_o (the residual is all 
 never drawn from: u * q < p holds for every u < 1).
 
 Randomness. `seed`: the request's own seed; a sampler that draws its own uniforms derives them
-from it (copies of one request in a batch carry distinct seeds). `uniforms` (exact mode only,
-for a sampler with takes_uniforms): float64 [K + 1] in [0, 1), the round's uniforms after its
-K draft uniforms in the reference's `sequential` layout (oracle.rng_trace.round_layout: the
-stream index K + i is uniforms[i]): uniforms[o] is offset o's accept uniform (drawn in order
-until the first rejection); the final token takes uniforms[min(a + 1, K)]. A draw is the
-inverse CDF over token ids in FP64 (oracle.sampling.categorical: the first token whose
-cumulative mass exceeds u * total), and acceptance compares u * q(x) < p(x) in FP64. Greedy
-requests get uniforms=None.
+from it (copies of one request in a batch carry distinct seeds; `seeded_uniforms` is one way).
+`uniforms` (exact mode only, for a sampler with takes_uniforms): float64 [K + 1] in [0, 1),
+the round's uniforms after its K draft uniforms in the reference's `sequential` layout
+(oracle.rng_trace.round_layout: the stream index K + i is uniforms[i]): uniforms[o] is offset
+o's accept uniform (drawn in order until the first rejection); the final token takes
+uniforms[min(a + 1, K)]. A draw is the inverse CDF over token ids in FP64
+(oracle.sampling.categorical: the first token whose cumulative mass exceeds u * total), and
+acceptance compares u * q(x) < p(x) in FP64. Greedy requests get uniforms=None.
 
 A sampler (what the factory returns):
   name: str
@@ -104,6 +104,18 @@ def draft_dist(req: SamplerRequest, o: int) -> np.ndarray:
     q = np.zeros(req.V, np.float32)
     q[req.draft_tokens[o]] = 1
     return q
+
+
+def seeded_uniforms(seeds, n: int) -> np.ndarray:
+    """[R, n] float64 in [0, 1): uniform i of seed s is a SplitMix64 hash of (s, i), so a
+    sampler can draw per (seed, position) without a generator per request (the reference's and
+    the torch sampler's own draws when the judge passes no uniforms)."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(seeds, np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15) + np.arange(1, n + 1, dtype=np.uint64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 def check_request(req: SamplerRequest, where: str = "request") -> None:

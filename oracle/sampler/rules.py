@@ -8,6 +8,8 @@ meta_tests/faulty_samplers.py can replace one step; the judge uses `RULES`, unch
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import sampling
@@ -15,6 +17,7 @@ from ..rng_trace import round_layout
 from .contract import SamplerRequest, draft_dist
 
 
+@functools.lru_cache(maxsize=None)
 def final_uniform(K: int, accepted: int) -> int:
     """Index into a request's uniforms [K + 1] of the final draw (recovered or bonus): the
     sequential layout's stream index less the K draft uniforms."""
@@ -58,14 +61,20 @@ class Rules:
     def dists(self, req: SamplerRequest) -> tuple[list, list]:
         return self.target(req), self.draft(req)
 
-    def decide(self, req: SamplerRequest, u: np.ndarray, dists: tuple | None = None) -> list[int]:
-        """The emitted tokens given the uniforms [K + 1] (contract.py's layout)."""
+    def decide(self, req: SamplerRequest, u: np.ndarray, dists: tuple | None = None, memo=None) -> list[int]:
+        """The emitted tokens given the uniforms [K + 1] (contract.py's layout). memo: a dict
+        that keeps each final distribution of this request (a < K: recovered, K: bonus) across
+        calls on copies of it."""
         if req.params.greedy:
             return self.greedy(req)
         ps, qs = dists or self.dists(req)
         K, x = req.K, req.draft_tokens
         a = next((o for o in range(K) if not self.accept(float(u[o]), ps[o], qs[o], x[o])), K)
-        final = self.recover(ps[a], qs[a], req, a) if a < K else self.bonus(ps, qs, req)
+        final = None if memo is None else memo.get(a)
+        if final is None:
+            final = self.recover(ps[a], qs[a], req, a) if a < K else self.bonus(ps, qs, req)
+            if memo is not None:
+                memo[a] = final
         return list(x[:a]) + [sampling.categorical(final, float(u[final_uniform(K, a)]))]
 
     def outcome_distribution(self, req: SamplerRequest) -> np.ndarray:
