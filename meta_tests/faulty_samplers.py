@@ -202,10 +202,11 @@ def table(seed: int = 0, cases: int = 20) -> list[str]:
         bad = next(x for x in r.results if not x.ok)
         t = next(t for t in bad.tests if not t.ok)
         draws = sum(x.draws for x in r.results)
-        tv, power = power_against(name, bad.case, t.request, bad.draws, st.alpha / st.family)
+        tv, power, chi = power_against(name, bad.case, t.request, bad.draws, st.alpha / st.family)
         where = f"{bad.case.name}, request {t.request}"
         how = "outcome of probability 0" if t.fit.impossible else f"chi-square p = {t.fit.p_value:.2g}"
-        rows.append(f"| {name} | {where} | {t.kind} | {how} | {draws} | {secs:.1f} | {tv:.3f} | {power:.4f} |")
+        cols = f"{draws} | {secs:.1f} | {tv:.3f} | {power:.4f} | {chi:.4f} | {largest_tv(name, drawn):.3f}"
+        rows.append(f"| {name} | {where} | {t.kind} | {how} | {cols} |")
     return rows
 
 
