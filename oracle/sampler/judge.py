@@ -157,7 +157,7 @@ def judge_distribution(sampler, case, st: Settings, rng, say) -> list:
 
 def _fit(t: Test, st: Settings) -> None:
     alpha = st.alpha / st.family
-    f = t.fit = stats.chi_square(t.observed.ravel(), t.expected.ravel())
+    f = t.fit = stats.chi_square(t.observed.ravel(), t.expected.ravel(), alpha)
     V = t.expected.shape[1]
     a, tok = divmod(f.worst, V)
     k, n = int(t.observed.ravel()[f.worst]), int(t.observed.sum())
@@ -171,7 +171,8 @@ def _fit(t: Test, st: Settings) -> None:
         t.ok, t.message = False, f"{f.impossible} draws of an outcome of probability zero; {where}"
     elif f.p_value < alpha:
         t.ok = False
-        t.message = f"chi-square p = {f.p_value:.3g} < {alpha:.3g} over {n} draws (df {f.df}); {where}"
+        mc = f" (Monte Carlo, {f.null_draws} null samples)" if f.null_draws else ""
+        t.message = f"chi-square p = {f.p_value:.3g}{mc} < {alpha:.3g} over {n} draws (df {f.df}); {where}"
 
 
 def judge_exact(sampler, case, st: Settings, rng, say) -> list:
