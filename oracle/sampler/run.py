@@ -89,6 +89,7 @@ def _test_json(t) -> dict:
             "df": f.df,
             "p_value": f.p_value,
             "pooled_mass": f.pooled_mass,
+            "null_draws": f.null_draws,
             "detects_tv": t.detects_tv,
             "worst": t.worst,
         }
