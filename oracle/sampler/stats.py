@@ -9,12 +9,13 @@ chi-square's tail is no guide at so few expected draws). An observed outcome of 
 zero fails outright.
 
 Calibration: at the small levels a Bonferroni family asks for (3e-5 for 32 tests), the chi-square
-tail of Pearson's statistic is too light for cells of 5-50 expected draws: 400,000 simulated null
-runs gave P(asymptotic p < 3.13e-5) = 1e-4 to 2.4e-4 for cells of 5 expected draws, 7e-5 to 9e-5
-at 20 (docs/results.md, "Sampler judge"). So an asymptotic p below the level is checked by
-simulation (`calibrate`: null multinomial samples of the same cells, 10 / alpha of them before
-a failure is called, about a second at 3e-5). No shortcut for a p far below the level: a cell
-of 5 expected draws seen 18 times has an asymptotic p of 6e-9 but a Poisson tail of 5e-6.
+tail of Pearson's statistic is too light for cells of a few expected draws: 200,000 simulated
+null runs gave P(asymptotic p < 3.13e-5) = 1.8e-4 to 2.7e-4 for cells of 5-6 expected draws and
+6e-5 at 20 (docs/results.md, "Sampler judge"; scripts/sampler_null_check.py --tail). So an
+asymptotic p below the level is checked by simulation (`calibrate`: null multinomial samples of
+the same cells, 10 / alpha of them before a failure is called, about a second at 3e-5). No
+shortcut for a p far below the level: a cell of 5 expected draws seen 18 times has an
+asymptotic p of 6e-9 but a Poisson tail of 5e-6.
 
 Power: for an alternative P' at total-variation distance delta from P on the (pooled) cells,
 the chi-square divergence sum (P' - P)^2 / P >= (sum |P' - P|)^2 = 4 delta^2 (Cauchy-Schwarz,
