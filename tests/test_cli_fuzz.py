@@ -157,6 +157,8 @@ def test_grammar_covers_every_command():
         ("bench", "c-table"),
         ("bench", "rounds"),
         ("bench", "sweep"),
+        ("sampler",),
+        ("localize",),
     }
 
 

@@ -36,6 +36,7 @@ COMMANDS = {
     "trace": "oracle.cli.cmd_trace:register",
     "localize": "oracle.cli.cmd_localize:register",
     "bench": "bench.cli:register",
+    "sampler": "oracle.cli.cmd_sampler:register",
 }
 # command -> its help line in `python -m oracle --help` (each register() passes the same one)
 HELP = {
@@ -46,6 +47,7 @@ HELP = {
     "trace": "record round traces, diff two trace files, or cut one to a round and a request",
     "localize": "where two runs of one row part, bitwise: the first operation named (any backend)",
     "bench": "c(M) tables and paired block-vs-loop round benchmarks (torch backend)",
+    "sampler": "judge a speculative rejection sampler alone (module:factory) against exact distributions",
 }
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
