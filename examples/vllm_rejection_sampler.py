@@ -18,8 +18,9 @@ draws its own uniforms, so takes_uniforms is False (distributional verdicts only
 What it cannot on the CPU, and refuses through `refuses` (the judge skips and lists such cases):
   top-k, top-p: vLLM's apply_top_k_top_p takes its Triton path whenever Triton imports, and that
       asks the platform for num_compute_units, which the CPU does not implement;
-  min-p: a logits processor in vLLM (built with pinned memory, not on this CPU), applied by its
-      Sampler to the bonus token only: the RejectionSampler's target probabilities never see it;
+  min-p: vLLM 0.33 refuses it with speculative decoding (SamplingParams._validate_spec_decode:
+      "not yet supported"); its RejectionSampler applies no argmax-invariant logits processor, so
+      min-p would reach the bonus token only;
   the mask (banned/allowed token ids): not built here.
 `make_sampler_pytorch_topk` takes top-k and top-p through vLLM's PyTorch implementation
 (apply_top_k_top_p_pytorch, the path vLLM takes where Triton is absent), not the Triton one a GPU
@@ -35,7 +36,7 @@ import numpy as np
 REFUSALS = (
     ("top_k", "top-k: vLLM's Triton top-k/top-p asks for num_compute_units, not implemented on the CPU"),
     ("top_p", "top-p: vLLM's Triton top-k/top-p asks for num_compute_units, not implemented on the CPU"),
-    ("min_p", "min-p: a vLLM logits processor (pinned memory; bonus token only), not run by this adapter"),
+    ("min_p", "min-p: vLLM 0.33 refuses it with speculative decoding (SamplingParams._validate_spec_decode)"),
     ("banned_token_ids", "banned/allowed token ids: vLLM's allowed_token_ids_mask is not built by this adapter"),
     ("allowed_token_ids", "banned/allowed token ids: vLLM's allowed_token_ids_mask is not built by this adapter"),
 )

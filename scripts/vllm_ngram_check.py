@@ -37,10 +37,11 @@ def target_logits() -> np.ndarray:
     )
 
 
-def drafts(logits: np.ndarray) -> tuple:
-    """Each offset's most likely token (an n-gram hit), of probability 0.54 and 0.51 here:
-    accepted about as often as rejected, so every outcome (a, t) has mass."""
-    return tuple(int(np.argmax(row)) for row in logits[:K])
+def drafts(logits: np.ndarray, rank: int = 0) -> tuple:
+    """Each offset's token of this rank by probability. Rank 0, the most likely (an n-gram hit),
+    of probability 0.54 and 0.51 here: accepted about as often as rejected, so every outcome
+    (a, t) has mass; rank 1 (0.17 and 0.15): rejected most of the time."""
+    return tuple(int(np.argsort(-row, kind="stable")[rank]) for row in logits[:K])
 
 
 def probs(logits: np.ndarray) -> np.ndarray:
@@ -87,13 +88,13 @@ class Req:
         return int(self.target_logits.shape[1])
 
 
-def draw(n: int, first_seed: int, batch: int) -> np.ndarray:
+def draw(n: int, first_seed: int, batch: int, rank: int) -> np.ndarray:
     """Counts [(K + 1) * V] of n draws through vLLM (the adapter)."""
     from examples.vllm_rejection_sampler import make_sampler
     from oracle.sampling import SamplingParams
 
     sampler, logits = make_sampler(), target_logits()
-    x, params = drafts(logits), SamplingParams(temperature=TEMPERATURE)
+    x, params = drafts(logits, rank), SamplingParams(temperature=TEMPERATURE)
     counts = np.zeros((K + 1) * V, np.int64)
     for s in range(first_seed, first_seed + n, batch):
         reqs = [Req(logits, x, params, seed) for seed in range(s, min(s + batch, first_seed + n))]
@@ -125,9 +126,9 @@ def tv_at_99(n: int, df: int, alpha: float) -> float:
     return optimize.brentq(lambda eps: stats.ncx2.sf(crit, df, 4 * n * eps**2) - 0.99, 1e-6, 1.0)
 
 
-def report(counts: np.ndarray, alpha: float) -> dict:
+def report(counts: np.ndarray, alpha: float, rank: int) -> dict:
     logits = target_logits()
-    p, x = probs(logits), drafts(logits)
+    p, x = probs(logits), drafts(logits, rank)
     want, fault = exact(p, x), exact(p, x, keep_draft=True)
     n = int(counts.sum())
     stat, df, pval = chi_square(counts, want)
@@ -158,21 +159,26 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256, help="requests per forward() (default 256)")
     ap.add_argument("--counts", default="/tmp/vllm_ngram_counts.json", help="counts file, added to")
     ap.add_argument("--alpha", type=float, default=0.01)
+    ap.add_argument(
+        "--draft-rank", type=int, default=0, choices=range(V), help="drafts: each offset's token of this rank"
+    )
     args = ap.parse_args()
     saved = json.load(open(args.counts)) if os.path.exists(args.counts) else {"counts": None, "seeds": []}
+    if saved.get("draft_rank", 0) != args.draft_rank:
+        raise SystemExit(f"{args.counts} counts drafts of rank {saved.get('draft_rank', 0)}, not {args.draft_rank}")
     counts = np.array(saved["counts"] or np.zeros((K + 1) * V, np.int64), np.int64)
     if args.draws:
         taken = [args.first_seed, args.first_seed + args.draws]
         if any(lo < taken[1] and taken[0] < hi for lo, hi in saved["seeds"]):
             raise SystemExit(f"seeds {taken} overlap those already counted in {args.counts}: {saved['seeds']}")
         t = time.perf_counter()
-        counts += draw(args.draws, args.first_seed, args.batch)
+        counts += draw(args.draws, args.first_seed, args.batch, args.draft_rank)
         print(f"{args.draws} draws in {time.perf_counter() - t:.1f} s")
-        saved = {"counts": counts.tolist(), "seeds": saved["seeds"] + [taken]}
+        saved = {"counts": counts.tolist(), "seeds": saved["seeds"] + [taken], "draft_rank": args.draft_rank}
         json.dump(saved, open(args.counts, "w"))
     if not counts.sum():
         raise SystemExit(f"no draws counted in {args.counts} yet: pass --draws N")
-    print(json.dumps(report(counts, args.alpha) | {"seeds": saved["seeds"]}, indent=1))
+    print(json.dumps(report(counts, args.alpha, args.draft_rank) | {"seeds": saved["seeds"]}, indent=1))
 
 
 if __name__ == "__main__":
