@@ -162,7 +162,13 @@ def main() -> None:
     ap.add_argument(
         "--draft-rank", type=int, default=0, choices=range(V), help="drafts: each offset's token of this rank"
     )
+    ap.add_argument("--case-json", action="store_true", help="print the case as the sampler judge's --case-json")
     args = ap.parse_args()
+    if args.case_json:
+        logits = target_logits()
+        req = {"target_logits": logits.tolist(), "draft_tokens": list(drafts(logits, args.draft_rank))}
+        print(json.dumps({"requests": [req | {"params": {"temperature": TEMPERATURE}}]}, separators=(",", ":")))
+        return
     saved = json.load(open(args.counts)) if os.path.exists(args.counts) else {"counts": None, "seeds": []}
     if saved.get("draft_rank", 0) != args.draft_rank:
         raise SystemExit(f"{args.counts} counts drafts of rank {saved.get('draft_rank', 0)}, not {args.draft_rank}")

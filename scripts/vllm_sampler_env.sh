@@ -22,8 +22,11 @@ if ! probe; then
     "${pip[@]}" torch==2.13.0
     "${pip[@]}" --no-deps vllm==0.33.0
     # The list is a pip freeze: every package pinned, so --no-deps installs exactly it. torch and vllm
-    # are in already; the HF `kernels` package is left out: the sampler's import never asks for it, and
-    # its name would collide with this repository's kernels/ package.
+    # are in already. The PyPI package `kernels` is left out: its name collides with this repository's
+    # kernels/, which comes first on sys.path here. vLLM's import reaches transformers, whose
+    # is_kernels_available() then reads the PyPI package's version but imports ours, and
+    # `from kernels import CUDAProperties` fails: vLLM does not import. Without it, transformers
+    # finds no version for kernels/, takes the hub kernels as absent, and vLLM imports.
     req="$(mktemp)"
     grep -Ev '^(#|torch==|vllm==|kernels==)' "$pkgs" | sed 's/ *#.*//' | grep -v '^$' > "$req"
     "${pip[@]}" --no-deps -r "$req"
