@@ -14,6 +14,11 @@ The verdict: Pearson's chi-square over the outcomes (those of expected count < 5
 --alpha; the power: the total-variation distance detected with 99% probability at that alpha
 (noncentrality >= 4 N eps^2 for any alternative at TV eps, a lower bound), and the power against
 the fault of leaving the draft token in the recovery distribution.
+
+Every vLLM draw is also replayed by StreamModel, vLLM's use of the request's generator redone in
+torch alone, and the draws where the two differ are counted. Where they never differ, --model
+draws the same outcomes about 200 times faster (no vLLM, no Triton interpreter), for millions
+of draws: `python scripts/vllm_ngram_check.py --model --draws 1000000 --counts /tmp/model.json`.
 """
 
 from __future__ import annotations
@@ -88,21 +93,62 @@ class Req:
         return int(self.target_logits.shape[1])
 
 
-def draw(n: int, first_seed: int, batch: int, rank: int) -> np.ndarray:
-    """Counts [(K + 1) * V] of n draws through vLLM (the adapter)."""
+class StreamModel:
+    """vLLM 0.33's draws for one n-gram request on the CPU, replayed with torch alone: its
+    torch.Generator(seed) gives, in order, the bonus token's exponential noise [1, V] float32
+    (Sampler, random_sample), the K acceptance uniforms float64 (generate_uniform_probs) and the
+    recovery noise [1, V] float32 (sample_recovered_tokens); draft o is accepted while
+    p_o(x_o) >= u_o; the recovered token is argmax(p_a with x_a zeroed * 1/noise), the bonus
+    token argmax(p_K / noise). draw() checks it against vLLM seed by seed."""
+
+    def __init__(self, logits: np.ndarray, x: tuple):
+        import torch
+
+        self.torch, self.x = torch, x
+        self.p = torch.softmax(torch.from_numpy(logits) / TEMPERATURE, -1)  # [K + 1, V] float32
+
+    def outcome(self, seed: int) -> list:
+        torch, p, x = self.torch, self.p, self.x
+        g = torch.Generator().manual_seed(seed)
+        bonus = torch.empty(1, V).exponential_(generator=g)
+        u = torch.empty(K, dtype=torch.float64).uniform_(generator=g)
+        recovery = torch.empty(1, V).exponential_(generator=g)
+        a = 0
+        while a < K and float(p[a, x[a]]) >= float(u[a]):
+            a += 1
+        if a == K:
+            return list(x) + [int(torch.argmax(p[K] / bonus[0]))]
+        r = p[a].clone()
+        r[x[a]] = 0
+        return list(x[:a]) + [int(torch.argmax(r * recovery[0].reciprocal()))]
+
+
+def tally(counts: np.ndarray, toks: list, x: tuple) -> None:
+    a = len(toks) - 1
+    assert toks[:a] == list(x[:a]), f"emitted {toks}: accepted tokens are not the drafts {x}"
+    counts[a * V + toks[-1]] += 1
+
+
+def draw(n: int, first_seed: int, batch: int, rank: int, model_only: bool) -> tuple[np.ndarray, int]:
+    """(counts [(K + 1) * V], seeds where vLLM and StreamModel differ) of n draws through vLLM
+    (the adapter), each checked against the model; model_only: the model's draws alone."""
+    logits = target_logits()
+    x = drafts(logits, rank)
+    model, counts, differ = StreamModel(logits, x), np.zeros((K + 1) * V, np.int64), 0
+    if model_only:
+        for seed in range(first_seed, first_seed + n):
+            tally(counts, model.outcome(seed), x)
+        return counts, 0
     from examples.vllm_rejection_sampler import make_sampler
     from oracle.sampling import SamplingParams
 
-    sampler, logits = make_sampler(), target_logits()
-    x, params = drafts(logits, rank), SamplingParams(temperature=TEMPERATURE)
-    counts = np.zeros((K + 1) * V, np.int64)
+    sampler, params = make_sampler(), SamplingParams(temperature=TEMPERATURE)
     for s in range(first_seed, first_seed + n, batch):
-        reqs = [Req(logits, x, params, seed) for seed in range(s, min(s + batch, first_seed + n))]
-        for toks in sampler.sample(reqs):
-            a = len(toks) - 1
-            assert toks[:a] == list(x[:a]), f"emitted {toks}: accepted tokens are not the drafts {x}"
-            counts[a * V + toks[-1]] += 1
-    return counts
+        seeds = range(s, min(s + batch, first_seed + n))
+        for seed, toks in zip(seeds, sampler.sample([Req(logits, x, params, seed) for seed in seeds])):
+            tally(counts, toks, x)
+            differ += toks != model.outcome(seed)
+    return counts, differ
 
 
 def chi_square(counts: np.ndarray, expected_p: np.ndarray) -> tuple[float, int, float]:
@@ -163,6 +209,7 @@ def main() -> None:
         "--draft-rank", type=int, default=0, choices=range(V), help="drafts: each offset's token of this rank"
     )
     ap.add_argument("--case-json", action="store_true", help="print the case as the sampler judge's --case-json")
+    ap.add_argument("--model", action="store_true", help="draw with StreamModel alone (torch, no vLLM)")
     args = ap.parse_args()
     if args.case_json:
         logits = target_logits()
@@ -170,21 +217,29 @@ def main() -> None:
         print(json.dumps({"requests": [req | {"params": {"temperature": TEMPERATURE}}]}, separators=(",", ":")))
         return
     saved = json.load(open(args.counts)) if os.path.exists(args.counts) else {"counts": None, "seeds": []}
-    if saved.get("draft_rank", 0) != args.draft_rank:
-        raise SystemExit(f"{args.counts} counts drafts of rank {saved.get('draft_rank', 0)}, not {args.draft_rank}")
+    source = "StreamModel" if args.model else "vLLM"
+    if saved["counts"] and (saved.get("draft_rank", 0), saved.get("source", "vLLM")) != (args.draft_rank, source):
+        raise SystemExit(
+            f"{args.counts} holds other draws (draft rank, source): {saved.get('draft_rank', 0)}, "
+            f"{saved.get('source', 'vLLM')}"
+        )
     counts = np.array(saved["counts"] or np.zeros((K + 1) * V, np.int64), np.int64)
     if args.draws:
         taken = [args.first_seed, args.first_seed + args.draws]
         if any(lo < taken[1] and taken[0] < hi for lo, hi in saved["seeds"]):
             raise SystemExit(f"seeds {taken} overlap those already counted in {args.counts}: {saved['seeds']}")
         t = time.perf_counter()
-        counts += draw(args.draws, args.first_seed, args.batch, args.draft_rank)
-        print(f"{args.draws} draws in {time.perf_counter() - t:.1f} s")
+        new, differ = draw(args.draws, args.first_seed, args.batch, args.draft_rank, args.model)
+        counts += new
+        who = "StreamModel" if args.model else f"vLLM; StreamModel differs on {differ} of them"
+        print(f"{args.draws} draws in {time.perf_counter() - t:.1f} s ({who})")
         saved = {"counts": counts.tolist(), "seeds": saved["seeds"] + [taken], "draft_rank": args.draft_rank}
+        saved["source"] = source
         json.dump(saved, open(args.counts, "w"))
     if not counts.sum():
         raise SystemExit(f"no draws counted in {args.counts} yet: pass --draws N")
-    print(json.dumps(report(counts, args.alpha, args.draft_rank) | {"seeds": saved["seeds"]}, indent=1))
+    extra = {"source": saved.get("source", "vLLM"), "seeds": saved["seeds"]}
+    print(json.dumps(report(counts, args.alpha, args.draft_rank) | extra, indent=1))
 
 
 if __name__ == "__main__":
