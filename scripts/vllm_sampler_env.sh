@@ -4,7 +4,8 @@
 # then the sampler judge on examples/vllm_rejection_sampler.py. Idempotent: a venv that already
 # imports the sampler is kept. Usage: scripts/vllm_sampler_env.sh [judge options...]
 # Environment: VLLM_VENV (default /work/vllm-venv), PYTHON (default python3.11), VLLM_PKGS (the package
-# list, default ../shared/data/vllm-0.33-cpu-venv.txt beside the repository).
+# list, default ../shared/data/vllm-0.33-cpu-venv.txt beside the repository), VLLM_FACTORY (default
+# make_sampler; make_sampler_pytorch_topk takes top-k/top-p through vLLM's PyTorch implementation).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${VLLM_VENV:-/work/vllm-venv}"
@@ -38,4 +39,4 @@ fi
 
 cd "$repo"
 PYTHONPATH="$repo" exec "$venv/bin/python" -m oracle sampler \
-    --backend examples.vllm_rejection_sampler:make_sampler "$@"
+    --backend "examples.vllm_rejection_sampler:${VLLM_FACTORY:-make_sampler}" "$@"
