@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
 
 V, K, TEMPERATURE = 8, 2, 1.0
 CASE_SEED = 24  # the target logits: 1.5 * normal(0, 1) from PCG64(24), [K + 1, V]
@@ -161,6 +160,8 @@ def chi_square(counts: np.ndarray, expected_p: np.ndarray) -> tuple[float, int, 
         obs.append(counts[~big].sum())
         exp.append(e[~big].sum())
     obs, exp = np.array(obs, float), np.array(exp)
+    from scipy import stats
+
     stat = float(((obs - exp) ** 2 / exp).sum())
     df = len(exp) - 1
     return stat, df, float(stats.chi2.sf(stat, df))
@@ -168,11 +169,15 @@ def chi_square(counts: np.ndarray, expected_p: np.ndarray) -> tuple[float, int, 
 
 def tv_at_99(n: int, df: int, alpha: float) -> float:
     """The smallest TV distance every alternative at which is detected with probability 0.99."""
+    from scipy import optimize, stats
+
     crit = stats.chi2.isf(alpha, df)
     return optimize.brentq(lambda eps: stats.ncx2.sf(crit, df, 4 * n * eps**2) - 0.99, 1e-6, 1.0)
 
 
 def report(counts: np.ndarray, alpha: float, rank: int) -> dict:
+    from scipy import stats
+
     logits = target_logits()
     p, x = probs(logits), drafts(logits, rank)
     want, fault = exact(p, x), exact(p, x, keep_draft=True)
@@ -218,28 +223,27 @@ def main() -> None:
         return
     saved = json.load(open(args.counts)) if os.path.exists(args.counts) else {"counts": None, "seeds": []}
     source = "StreamModel" if args.model else "vLLM"
-    if saved["counts"] and (saved.get("draft_rank", 0), saved.get("source", "vLLM")) != (args.draft_rank, source):
-        raise SystemExit(
-            f"{args.counts} holds other draws (draft rank, source): {saved.get('draft_rank', 0)}, "
-            f"{saved.get('source', 'vLLM')}"
-        )
+    held = (saved.get("draft_rank", 0), saved.get("source", "vLLM")) if saved["counts"] else None
+    if args.draws and held and held != (args.draft_rank, source):
+        raise SystemExit(f"{args.counts} holds other draws (draft rank, source): {held}")
+    rank = held[0] if held and not args.draws else args.draft_rank  # a report reads the file's
     counts = np.array(saved["counts"] or np.zeros((K + 1) * V, np.int64), np.int64)
     if args.draws:
         taken = [args.first_seed, args.first_seed + args.draws]
         if any(lo < taken[1] and taken[0] < hi for lo, hi in saved["seeds"]):
             raise SystemExit(f"seeds {taken} overlap those already counted in {args.counts}: {saved['seeds']}")
         t = time.perf_counter()
-        new, differ = draw(args.draws, args.first_seed, args.batch, args.draft_rank, args.model)
+        new, differ = draw(args.draws, args.first_seed, args.batch, rank, args.model)
         counts += new
         who = "StreamModel" if args.model else f"vLLM; StreamModel differs on {differ} of them"
         print(f"{args.draws} draws in {time.perf_counter() - t:.1f} s ({who})")
-        saved = {"counts": counts.tolist(), "seeds": saved["seeds"] + [taken], "draft_rank": args.draft_rank}
+        saved = {"counts": counts.tolist(), "seeds": saved["seeds"] + [taken], "draft_rank": rank}
         saved["source"] = source
         json.dump(saved, open(args.counts, "w"))
     if not counts.sum():
         raise SystemExit(f"no draws counted in {args.counts} yet: pass --draws N")
     extra = {"source": saved.get("source", "vLLM"), "seeds": saved["seeds"]}
-    print(json.dumps(report(counts, args.alpha, args.draft_rank) | extra, indent=1))
+    print(json.dumps(report(counts, args.alpha, rank) | extra, indent=1))
 
 
 if __name__ == "__main__":
