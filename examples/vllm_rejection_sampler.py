@@ -24,7 +24,8 @@ What it cannot on the CPU, and refuses through `refuses` (the judge skips and li
   the mask (banned/allowed token ids): not built here.
 `make_sampler_pytorch_topk` takes top-k and top-p through vLLM's PyTorch implementation
 (apply_top_k_top_p_pytorch, the path vLLM takes where Triton is absent), not the Triton one a GPU
-runs: `--backend examples.vllm_rejection_sampler:make_sampler_pytorch_topk`.
+runs: `VLLM_FACTORY=make_sampler_pytorch_topk scripts/vllm_sampler_env.sh`. Verdicts, draws and
+times: docs/results.md, "vLLM 0.33 RejectionSampler through the sampler judge".
 """
 
 from __future__ import annotations
