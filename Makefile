@@ -52,3 +52,10 @@ bench:
 
 golden:
 	$(PY) scripts/regen_golden.py
+
+# vLLM 0.33's RejectionSampler through the sampler judge, on the CPU (Triton interpreter), in a
+# venv of its own outside the repository (VLLM_VENV, default /work/vllm-venv; made on first use).
+# Never part of install or test. JUDGE_ARGS: the judge's options.
+.PHONY: vllm-sampler
+vllm-sampler:
+	bash scripts/vllm_sampler_env.sh $(JUDGE_ARGS)
