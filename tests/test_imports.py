@@ -356,10 +356,16 @@ def is_constant(name: str) -> bool:
 
 
 def defined_here(path: Path) -> set[str]:
-    """The names a module binds itself at its top level (assignments, functions, classes), not
-    those it imports."""
+    """The names a module binds itself at its top level (assignments, functions, classes), also
+    inside a top-level `if` or `try` (a block defined only where Triton imports), not those it
+    imports."""
     out = set()
-    for node in ast.parse(path.read_text(), str(path)).body:
+    body = list(ast.parse(path.read_text(), str(path)).body)
+    while body:
+        node = body.pop(0)
+        if isinstance(node, (ast.If, ast.Try)):
+            body += node.body + node.orelse + [s for h in getattr(node, "handlers", []) for s in h.body]
+            continue
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             out.add(node.name)
         targets = (

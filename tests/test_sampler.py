@@ -60,6 +60,11 @@ PLUGINS = """
         def refuses(self, req): return "top-k: not here" if req.params.top_k else None
 
     def make_no_top_k(): return NoTopK()
+
+    class RefusesAll(ReferenceSampler):
+        def refuses(self, req): return "nothing here"
+
+    def make_refuses_all(): return RefusesAll()
 """
 
 
@@ -228,6 +233,12 @@ def test_refused_requests_leave_their_case(capsys, plugins):
     assert refused and all(x.endswith("top-k: not here") for x in refused)
     judged = [from_json(c["case_json"]) for c in j["cases"] if not c["skipped"]]
     assert judged and not any(r.params.top_k for c in judged for r in c.requests)
+
+
+def test_a_run_that_judges_nothing_fails(capsys, plugins):
+    """Every request refused: no test ran, and a run that compares nothing fails."""
+    code, out, _ = _run(capsys, "--backend", "sampler_plugs:make_refuses_all", "--exact", "--cases", "3", "--quiet")
+    assert code == 1 and "FAILED: nothing judged" in out, out
 
 
 def test_budget_stops_drawing_cases(capsys):

@@ -79,6 +79,9 @@ def text_lines(run) -> list[str]:
     tests = sum(len(r.tests) for r in run.results)
     judged = sum(1 for r in run.results if not r.skipped)
     head = "OK" if run.ok else "FAILED"
+    if not tests:
+        out.append(f"FAILED: nothing judged (every case refused or skipped) in {run.seconds:.1f} s")
+        return out
     out.append(f"{head}: {judged} case(s), {tests} test(s) in {run.seconds:.1f} s; {detectable_summary(run)}")
     return out
 

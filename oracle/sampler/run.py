@@ -29,7 +29,9 @@ class Run:
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.results)
+        """Every test held, and there was one: a run that judged nothing (every case refused or
+        skipped) fails, as a check that compares nothing does."""
+        return any(r.tests for r in self.results) and all(r.ok for r in self.results)
 
     def reproduce(self, case: SamplerCase) -> str:
         exact = " --exact" if self.settings.exact else ""
