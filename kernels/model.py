@@ -79,7 +79,7 @@ def fp8_rows(flat: torch.Tensor, index: torch.Tensor) -> None:
 # "rows": only the row count is symbolic (marked dynamic on the first call, so one compile
 # serves every M >= 2); hidden sizes stay static and Inductor's norm reductions get static
 # configs. "all": dynamic=True, every dimension symbolic; on the H200 its norm kernels took
-# 27-50 us each at M = 2 (2.5 ms of a 4.4 ms call; the history table of docs/results.md).
+# 27-50 us each at M = 2 (2.5 ms of a 4.4 ms call; the history table of docs/results/history_2026-12.md).
 @functools.cache
 def _fused(compile_dynamic: str = "rows"):
     """pre_attn/post_attn through torch.compile (Inductor fuses the norms, RoPE and SiLU
@@ -127,7 +127,7 @@ class PackedModel:
     def _stored(self, l: int, index: torch.Tensor) -> None:
         """Layer l's KV rows just written at flat `index`, through a deliberate store fault, if any.
         The GEMV path calls it only with one (self.store_fault): its `index` per layer is two torch
-        launches between the path's dependent launches (docs/results.md, c(M))."""
+        launches between the path's dependent launches (docs/results/history_2026-12.md, c(M))."""
         kv = self.kv
         if self.fault in ("fp8_k", "fp8_v"):
             fp8_rows(kv.flat_view(kv.k if self.fault == "fp8_k" else kv.v, l), index)
@@ -182,7 +182,7 @@ class PackedModel:
                 self.tap.put("final_norm", self.cfg.num_layers, h.shape[0], out[row])
             return out
         cfg, kv, eps = self.cfg, self.kv, self.eps
-        pad = self.fuse and h.shape[0] == 1  # torch.compile's M=1 graph is slow (docs/results.md, history):
+        pad = self.fuse and h.shape[0] == 1  # torch.compile's M=1 graph is slow (docs/results/history_2026-12.md):
         if pad:  # add a dummy row at position 0 of the scratch plane
             scratch = torch.full_like(plane, kv.scratch)  # (depth 0 of the scratch slot)
             qidx = torch.cat([qidx, torch.full_like(qidx, gplane.shape[0] * Qm)])

@@ -61,7 +61,7 @@ from .errors import OracleError, Refused
 from .plugin_output import Relay, flush_c_stdio, kill_group, own_group
 
 # The NAMED (in-tree) backends stay in this process: they are the project's own code, and their
-# options and hooks are read here (docs/DESIGN.md section 13 gives the measured overhead).
+# options and hooks are read here (docs/results.md, "Plug-in isolation overhead").
 ISOLATE_NAMED = False
 STOP_GRACE_S = 0.5  # stop_all: how long a child may take to end once its pipe is closed
 BY_REF = ("session", "submit")  # calls whose result stays in the child (a session, a round in flight)

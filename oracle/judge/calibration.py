@@ -19,8 +19,8 @@ from __future__ import annotations
 SIGMA = {"bfloat16": 2.0**-8 / 3**0.5 * 0.72, "float16": 2.0**-11 / 3**0.5 * 0.72}
 # Twin forwards per round and request. A design choice (2026-12-01, commit 24893a7), not tuned by a
 # measurement; K_VALUE and K_MARGIN below were calibrated with this many, and with it the precision
-# verdict's log energies vary by se 0.03-0.05 over 24 requests (docs/results.md, "The precision
-# verdict", 2026-12-02).
+# verdict's log energies vary by se 0.03-0.05 over 24 requests (docs/results/history_2026-12.md,
+# "The precision verdict and the twin's drift allowance", 2026-12-02).
 SAMPLES = 8
 # The twin's draws (a date, not a measurement; 2026-12-01). The JAX twin derives its seeds from it
 # (judge_jax/twin.py).
