@@ -186,6 +186,7 @@ def test_sigterm_or_sighup_during_a_spinning_plugin_leaves_no_process(signo, cod
         text=True,
         start_new_session=True,
     )
+    run = []
     try:
         deadline = time.monotonic() + 60
         while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
@@ -195,14 +196,17 @@ def test_sigterm_or_sighup_during_a_spinning_plugin_leaves_no_process(signo, cod
         assert int(mark.read_text()) in run and len(run) >= 2  # the plug-in's process and its own
         proc.send_signal(signo)
         out, err = proc.communicate(timeout=30)
-    finally:
+        assert proc.returncode == code, (proc.returncode, err)
+        assert err.strip() == f"error: interrupted by {signal.Signals(signo).name}", err
+        time.sleep(2)
+        left = [pid for pid in run if _running(pid)]
+        assert left == [], f"still running 2 s later: {left}"
+    finally:  # a failing run leaves no spinner behind to slow the rest of the suite
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == code, (proc.returncode, err)
-    assert err.strip() == f"error: interrupted by {signal.Signals(signo).name}", err
-    time.sleep(2)
-    left = [pid for pid in run if _running(pid)]
-    assert left == [], f"still running 2 s later: {left}"
+        for pid in [*run, *([int(mark.read_text())] if mark.exists() and mark.read_text() else [])]:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_cancelled_run_removes_its_temporary_files(tmp_path):
