@@ -91,3 +91,18 @@ def test_drawn_scenarios_judge_the_tier_both_ways(spec, caught):
     assert out.caught == caught, out.message
     if caught:
         assert "scenario: invariance: scenario [" in out.message, out.message
+
+
+def test_the_report_page_shows_the_localizer_table(capsys, tmp_path):
+    """check --report of an invariance fault: the page's tier table names the operation the fault
+    breaks (o_proj), beside the claims' results."""
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("torch")
+    spec = "meta_tests.faulty_kernels:make_inv_splitk_bf16"
+    code = main(
+        ["check", "--backend", spec, "--case", CASE, "--no-shrink", "--no-drift", "--quiet", "--report", str(tmp_path)]
+    )
+    capsys.readouterr()
+    page = (tmp_path / "index.html").read_text()
+    assert code == 1 and "The localizer: the first operation where the two runs part" in page
+    assert page.count("<td>o_proj, layer 0, depth 0</td>") == 3  # one row per claim

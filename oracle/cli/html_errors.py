@@ -250,3 +250,46 @@ def _cmap(name: str):
     import matplotlib
 
     return matplotlib.colormaps[name]
+
+
+def invariance_section(v: dict, esc) -> list[str]:
+    """The exactness tier (a batch-invariant backend's): each claim's result per case, and for each
+    claim that failed the localizer's answer: where the two runs part and the first differing
+    operation (its layer, depth and the two calls' row counts). [] where the tier did not run."""
+    tier = v.get("invariance")
+    if not tier:
+        return []
+    out = ["<h2>Exactness: block = loop = plain decoding = alone, bitwise</h2>"]
+    rows = tier.get("results", [])
+    out.append(
+        "<table><tr><th></th><th>case</th><th>claim</th><th>values compared</th></tr>"
+        + "".join(
+            f"<tr><td>{'ok' if r['ok'] else '<b>parts</b>'}</td><td>{esc(r['case'])}</td><td>{esc(r['claim'])}</td>"
+            f"<td>{r['values']:,}</td></tr>"
+            for r in rows
+        )
+        + "</table>"
+    )
+    bad = [
+        c["failure"]
+        for c in v.get("checks", [])
+        if not c.get("ok") and (c.get("failure") or {}).get("cls") == "invariance"
+    ]
+    if not bad:
+        return out
+    head = "<tr><th>case</th><th>claim</th><th>request</th><th>round</th><th>position</th><th>depth</th><th>layer</th>"
+    out.append("<h3>The localizer: the first operation where the two runs part</h3>")
+    out.append(
+        "<table>"
+        + head
+        + "<th>first differing operation</th></tr>"
+        + "".join(
+            "<tr>"
+            + "".join(f"<td>{esc('' if f.get(k) is None else f[k])}</td>" for k in ("case", "mode", "request", "round"))
+            + "".join(f"<td>{esc('' if f.get(k) is None else f[k])}</td>" for k in ("position", "depth", "layer"))
+            + f"<td>{esc(f.get('operation') or 'none named (see the failure above)')}</td></tr>"
+            for f in bad
+        )
+        + "</table>"
+    )
+    return out

@@ -170,6 +170,7 @@ def _page(v: dict, plots: dict) -> str:
     }
     for part in _order(failed):
         out += sections[part]
+    out += html_errors.invariance_section(v, _e)
     out += _precision_section(v, plots.get("precision"))
     out += _drift_section(v, plots.get("drift"))
     out += _cases_section(v)
