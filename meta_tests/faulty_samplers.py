@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracle import sampling
+from oracle import filters, sampling
 from oracle.sampler.reference import ReferenceSampler
 from oracle.sampler.rules import Rules
 
@@ -46,11 +46,11 @@ class InvertedAcceptance(Rules):
         return 1.0 if p[x] == 0 else min(1.0, float(q[x]) / float(p[x]))
 
 
-def _top_p_of_probs(probs, top_p) -> np.ndarray:
-    """oracle.sampling.top_p on a distribution (its logs as logits)."""
+def _top_p_of_probs(probs, params) -> np.ndarray:
+    """oracle.filters.top_p on a distribution (its logs as logits)."""
     with np.errstate(divide="ignore"):
         x = np.log(np.asarray(probs, np.float32))
-    return sampling.softmax(sampling.top_p(x, top_p))
+    return sampling.softmax(filters.top_p(x, params))
 
 
 class TopPAfterResidual(Rules):

@@ -32,6 +32,7 @@ def preflight(argv):
 
 
 def test_jax_reference_on_a_gpu_is_estimated_from_the_judge(monkeypatch):
+    monkeypatch.setattr(limits, "busy_factor", lambda: (1.0, ""))  # the idle machine's estimate
     monkeypatch.setattr(limits, "jax_gpu_available", lambda: False)
     with pytest.raises(OracleError, match=r"about 566 s"):  # the NumPy reference's estimate
         preflight(ISSUE)
