@@ -184,20 +184,21 @@ class IsolatedBackend(OutOfProcess):
             args=(theirs, self.spec, self.target, preload, _THREADS[0] if _THREADS else None, relay, mine),
             name=f"oracle backend {self.spec}",
         )
-        try:
-            proc.start()
-        except BaseException:
+        with cancel.forking():  # listed before a cancel can look (oracle/cancel.py)
+            try:
+                proc.start()
+            except BaseException:
+                if relay is not None:
+                    relay.close_unused()
+                raise
+            own_group(proc.pid)
             if relay is not None:
-                relay.close_unused()
-            raise
-        own_group(proc.pid)
-        if relay is not None:
-            relay.parent()
-        self._relay, self._sent = relay, ""
-        theirs.close()
-        self._proc, self._conn, self._gen, self._dead, self._ops = proc, mine, self._gen + 1, "", []
-        self._threads = _THREADS[0] if _THREADS else None  # what the child was started with
-        _LIVE[id(self)] = self
+                relay.parent()
+            self._relay, self._sent = relay, ""
+            theirs.close()
+            self._proc, self._conn, self._gen, self._dead, self._ops = proc, mine, self._gen + 1, "", []
+            self._threads = _THREADS[0] if _THREADS else None  # what the child was started with
+            _LIVE[id(self)] = self
         stage = f"importing {self.target.partition(':')[0]}"
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -242,6 +243,7 @@ class IsolatedBackend(OutOfProcess):
         """Kill the child now (a call past --timeout); the blocked call then sees it die."""
         proc = self._proc
         if proc is not None and self._owner == os.getpid() and proc.exitcode is None:
+            cancel.kill_tree(proc.pid)  # its processes, those that left its group too
             kill_group(proc.pid)
 
     def close(self, kill: bool = False, grace: float | None = None) -> None:

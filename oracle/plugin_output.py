@@ -118,7 +118,8 @@ def own_group(pid: int) -> None:
 
 def kill_group(pid: int) -> None:
     """SIGKILL to the process group pid leads (the plug-in's process and every process it started)
-    and to pid itself, in case it never made the group."""
+    and to pid itself, in case it never made the group. For a pid already reaped (the group may
+    outlive it); a live one: kill_tree."""
     for kill in (getattr(os, "killpg", None), os.kill):
         try:
             if kill is not None:

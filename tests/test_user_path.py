@@ -164,17 +164,45 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")  # a zombie runs nothing
 
 
+def _of_run(tmp_path: Path) -> list[int]:
+    """The live processes of a run in tmp_path: its working folder, or tmp_path in its command line."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                mine = (
+                    os.readlink(entry / "cwd") == str(tmp_path)
+                    or str(tmp_path).encode() in (entry / "cmdline").read_bytes()
+                )
+            except OSError:
+                continue
+            if mine and _running(int(entry.name)):
+                left.append(int(entry.name))
+    return left
+
+
+SPIN = (  # step() starts a spinner (tmp_path in its command line) and spins; a line per step begun
+    'p = subprocess.Popen([sys.executable, "-c", "while True: pass", {tmp!r}])\n'
+    'open({mark!r}, "a").write(f"{{p.pid}} {{os.getpid()}} {{os.getppid()}}\\n")\n'
+    "while True:\n    pass"
+)
+# a bfloat16 plug-in that may be forked: the drift probe runs in a forked verdict child, whose own
+# copy of the plug-in (a grandchild of the oracle, in a group of its own) spins beside the cases'
+FORKED_PROBE = "\nB.dtype, B.fork_safe = 'bfloat16', True\n"
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="lists processes through /proc")
-@pytest.mark.parametrize("signo,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
-def test_sigterm_or_sighup_during_a_spinning_plugin_leaves_no_process(signo, code, tmp_path):
+@pytest.mark.parametrize(
+    "signo,code,probe",
+    [(signal.SIGTERM, 143, False), (signal.SIGHUP, 129, False), (signal.SIGTERM, 143, True)],
+    ids=["SIGTERM", "SIGHUP", "SIGTERM-forked-probe"],
+)
+def test_sigterm_or_sighup_during_a_spinning_plugin_leaves_no_process(signo, code, probe, tmp_path):
     mark = tmp_path / "spinning"
-    spec = plugin(
-        tmp_path,
-        "spin_plugin",
-        f'p = subprocess.Popen([sys.executable, "-c", "while True: pass", {str(tmp_path)!r}])\n'
-        f'open({str(mark)!r}, "a").write(f"{{p.pid}} {{os.getpid()}}\\n")\n'
-        "while True:\n    pass",
-    )
+    spec = plugin(tmp_path, "spin_plugin", SPIN.format(tmp=str(tmp_path), mark=str(mark)))
+    if probe:
+        with open(tmp_path / "spin_plugin.py", "a") as f:
+            f.write(FORKED_PROBE)
     env = {k: v for k, v in os.environ.items() if k != "ORACLE_BACKEND"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(tmp_path)])
     proc = subprocess.Popen(
@@ -186,34 +214,56 @@ def test_sigterm_or_sighup_during_a_spinning_plugin_leaves_no_process(signo, cod
         text=True,
         start_new_session=True,
     )
-    run = []
+
+    def steps() -> list[list[int]]:  # [spinner, plug-in process, its parent] of each step() begun
+        return [[int(w) for w in line.split()] for line in (mark.read_text() if mark.exists() else "").splitlines()]
+
+    def spinning() -> bool:  # the cases' plug-in spins, and with probe the forked probe's copy too
+        parents = {line[2] for line in steps()}
+        return proc.pid in parents and (not probe or len(parents) >= 2)
+
     try:
         deadline = time.monotonic() + 60
-        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
+        while not spinning() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert mark.exists(), "the plug-in never spun"
+        assert spinning(), f"the plug-in never spun as planned: {steps()}"
         run = _descendants(proc.pid)
-        spun = [int(w) for w in mark.read_text().split()]  # (spinner, plug-in process) of each step() begun
-        assert set(spun) <= set(run) and len(run) >= 2  # the plug-in's processes and their own
+        assert {pid for line in steps() for pid in line[:2]} <= run and len(run) >= 2
         proc.send_signal(signo)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == code, (proc.returncode, err)
         assert err.strip() == f"error: interrupted by {signal.Signals(signo).name}", err
         time.sleep(2)
-        left = [pid for pid in run if _running(pid)]
-        assert left == [], f"still running 2 s later: {left}"
+        assert [pid for pid in run if _running(pid)] == [], "still running 2 s later"
+        assert _of_run(tmp_path) == [], "a process of the run still running 2 s later"
     finally:  # a failing run leaves no spinner behind to slow the rest of the suite
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        for pid in [*run, *(int(w) for w in (mark.read_text().split() if mark.exists() else []))]:
+        for pid in {*_of_run(tmp_path), *(pid for line in steps() for pid in line[:2])}:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
-        for cmd in Path("/proc").glob("[0-9]*/cmdline"):  # any spinner of this test's, wherever it went
-            try:
-                if str(tmp_path).encode() in cmd.read_bytes() and _running(int(cmd.parent.name)):
-                    os.kill(int(cmd.parent.name), signal.SIGKILL)
-            except OSError:
-                pass
+
+
+def test_no_fork_begins_once_a_cancel_has_taken_the_gate():
+    """A thread that would start a verdict child while a cancel runs waits at the gate (forking),
+    so the cancel's stop_children cannot miss a child started beside it."""
+    import threading
+
+    from oracle import cancel
+    from oracle.judge import worker
+
+    started: list = []
+    gate = cancel._GATE[0]
+    gate.acquire()  # what cancel() does first
+    thread = threading.Thread(target=lambda: started.append(worker.Child(os.getpid, (), {})), daemon=True)
+    try:
+        thread.start()
+        thread.join(0.5)
+        assert thread.is_alive() and started == [], "a fork began while the gate was held"
+    finally:
+        gate.release()
+        thread.join(10)
+    assert started and started[0].result() == started[0].pid  # the child ran once the gate opened
 
 
 def test_a_cancelled_run_removes_its_temporary_files(tmp_path):

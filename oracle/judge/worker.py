@@ -18,9 +18,10 @@ from __future__ import annotations
 import gc
 import os
 import pickle
-import signal
 import struct
 import sys
+
+from ..cancel import forking, kill_tree
 
 _POOL: list = []
 _LIVE: dict = {}  # pid -> Child not yet reaped, of this process
@@ -100,7 +101,11 @@ class Child:
     def __init__(self, fn, args, kwargs):
         read, write = os.pipe()
         sys.stdout.flush(), sys.stderr.flush()  # nothing buffered is written twice
-        pid = os.fork()
+        with forking():  # listed before a cancel can look (oracle/cancel.py)
+            pid = os.fork()
+            if pid != 0:
+                self.pid, self.read, self.value, self.owner = pid, read, None, os.getpid()
+                _LIVE[pid] = self
         if pid == 0:  # the child: compute, send, exit at once
             try:
                 gc.disable()  # its collections would touch (and copy) every shared page
@@ -118,8 +123,6 @@ class Child:
             finally:
                 os._exit(0)
         os.close(write)
-        self.pid, self.read, self.value, self.owner = pid, read, None, os.getpid()
-        _LIVE[pid] = self
 
     def result(self):
         if self.read is not None:
@@ -147,7 +150,7 @@ class Child:
             _LIVE.pop(self.pid, None)
             os.close(self.read)
             self.read = None
-            os.kill(self.pid, signal.SIGKILL)
+            kill_tree(self.pid)  # and what it started: a forked drift probe's plug-in copy
             os.waitpid(self.pid, 0)
         except (OSError, AttributeError, TypeError):  # at interpreter exit the module may be torn down
             pass
