@@ -187,6 +187,23 @@ def test_page_holds_the_verdict_the_failures_and_the_plots(tmp_path):
     assert page.count("data:image/png;base64,") == 5  # the page alone is the report
 
 
+def test_a_failed_write_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    """The page and its plots are written whole or not at all: a write that fails after the plots
+    are drawn leaves neither a plot nor a page of this report (an earlier report's stays as it was)."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "index.html").write_text("earlier")
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(html_report, "_page", disk_full)
+    with pytest.raises(OSError):
+        html_report.write_report(verdict(), str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["index.html"] and (out / "index.html").read_text() == "earlier"
+
+
 def test_passing_verdict_and_missing_sections_still_render(tmp_path):
     pytest.importorskip("matplotlib")
     v = verdict()

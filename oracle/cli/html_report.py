@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import datetime
 import html
+import io
 import os
 
 from . import html_errors, html_plots
@@ -62,24 +63,31 @@ def require_plots() -> None:
 
 
 def write_report(verdict: dict, directory: str) -> str:
-    """Write DIR/index.html (and the plots as PNG files beside it); return the page's path."""
+    """Write DIR/index.html (and the plots as PNG files beside it), each whole or not at all
+    (oracle/atomic.py: a failed or cancelled write leaves the folder as it was); return the page's path."""
+    from ..atomic import replacing
+
     Figure, Canvas = _figure_module()
     os.makedirs(directory, exist_ok=True)
-    plots = {}
+    pngs = {}  # name -> the PNG's bytes
     for name, draw in PLOTS:
         fig = draw(Figure, verdict)
-        path = os.path.join(directory, f"{name}.png")
-        if fig is None:
-            if os.path.exists(path):  # a stale plot of an earlier report in the same folder
-                os.remove(path)
-            continue
-        Canvas(fig)
-        fig.savefig(path, dpi=100)
-        with open(path, "rb") as f:
-            plots[name] = base64.b64encode(f.read()).decode("ascii")
+        if fig is not None:
+            Canvas(fig)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=100)
+            pngs[name] = buf.getvalue()
     page = os.path.join(directory, "index.html")
-    with open(page, "w", encoding="utf-8") as f:
-        f.write(_page(verdict, plots))
+    paths = [os.path.join(directory, f"{name}.png") for name in pngs]
+    html = _page(verdict, {name: base64.b64encode(data).decode("ascii") for name, data in pngs.items()})
+    with replacing(*paths, page) as temps:
+        for tmp, data in zip(temps, [*pngs.values(), html.encode("utf-8")]):
+            with open(tmp, "wb") as f:
+                f.write(data)
+    for name, _ in PLOTS:  # a stale plot of an earlier report in the same folder
+        stale = os.path.join(directory, f"{name}.png")
+        if name not in pngs and os.path.exists(stale):
+            os.remove(stale)
     return page
 
 
