@@ -23,7 +23,7 @@ from oracle.cli.argtypes import (
 from .stats import paired_summary
 from oracle.config import preset
 from oracle.cli.environment import set_threads
-from oracle.cli.round_args import (
+from oracle.cli.step_options import (
     add_filter_options,
     add_processor_options,
     filter_fields,

@@ -7,7 +7,7 @@ calls the factory within `timeout` seconds, refuses an object that breaks the co
 (`contract_problems`) and returns it as a `LoadedBackend` (`.caps`), in this process (a plug-in in
 a child process is oracle/isolated.py, built on this module); backend calls under a time limit
 (`GuardedBackend`, `check --timeout`); and where a plug-in's module was found when another process
-imported it (`PLUGIN_FILES`, for the PYTHONPATH its reproduce line needs: round_args.plugin_prefix).
+imported it (`PLUGIN_FILES`, for the PYTHONPATH its reproduce line needs: round_case.plugin_prefix).
 Every backend, the FP32 reference among them
 (oracle/reference_backend.py), is reached through its "module:factory" string, so this
 module imports none of them.

@@ -245,7 +245,7 @@ def check_args(args, explicit: list, cfg, check_penalty) -> None:
 
 
 def case_of(args, flags: list) -> Case:
-    """The decoded case, its reproduce line the command that runs it (flags: round_args.model_flags)."""
+    """The decoded case, its reproduce line the command that runs it (flags: round_case.model_flags)."""
     case = args.case_json_case
     words = ["check", *flags, NAME, args.case_json] + (["--allow-large"] if args.allow_large else [])
     case.reproduce = command(words)

@@ -12,7 +12,7 @@ import json
 
 from . import limits
 from .argtypes import command_parser, csv_ints, int_at_least
-from .round_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
+from .schedule_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
 from ..cost import DEFAULT_GPU, SHIPPED, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
 from ..errors import OracleError, printable
 from ..schedule import plan, validate
