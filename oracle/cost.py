@@ -49,7 +49,7 @@ LINEAR_CTABLE = DATA / "h200_ouro1.4b_linear_c_ms.json"
 SHIPPED_FILES = {p.resolve() for p in [LINEAR_CTABLE, *(t[k] for t in SHIPPED.values() for k in ("ctable", "head"))]}
 # A c-table is refused (unless forced) when c(M) drops by more than this fraction from one
 # measured M to the next (noise, not a kernel change), or when the bench marked its repeats
-# as spread beyond its noise bound ("noisy", bench/cli.py noise_problem).
+# as spread beyond its noise bound ("noisy", bench/ctable.py noise_problem).
 MAX_DROP = 0.25
 
 

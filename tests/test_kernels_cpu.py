@@ -511,7 +511,7 @@ def test_c_table_with_rows_sharing_kv_planes(tmp_path):
     """`bench c-table --rows-per-plane`: c_ms (one row per plane) plus c_ms_shared[r] at the
     row counts r divides, a table oracle.cost reads; the sweep asks for the block round's
     verification calls (T rows per plane)."""
-    from bench.cli import needed_rows
+    from bench.ctable import needed_rows
     from oracle.cli import main
     from oracle.cost import load_ctable
 
