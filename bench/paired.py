@@ -107,7 +107,8 @@ def cmd_rounds(args) -> int:
 
 def cmd_sweep(args) -> int:
     """c-table and head table measured in this run, then paired rounds per C; predicted vs measured."""
-    from oracle.cost import compare_rounds, ctable_from_dict
+    from oracle.cost import compare_rounds
+    from oracle.ctable import ctable_from_dict
 
     check_round_options(args)
     calls, br = torch_bench()

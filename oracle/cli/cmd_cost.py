@@ -13,7 +13,8 @@ import json
 from . import limits
 from .argtypes import command_parser, csv_ints, int_at_least
 from .schedule_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
-from ..cost import DEFAULT_GPU, SHIPPED, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
+from ..cost import compare_rounds, deciding_inequality, key_cost, planes
+from ..ctable import DEFAULT_GPU, SHIPPED, load_ctable
 from ..errors import OracleError, printable
 from ..schedule import plan, validate
 
