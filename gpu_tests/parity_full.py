@@ -41,7 +41,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("TF_GPU_ALLOCATOR", "cuda_malloc_async")
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
-from judge_jax.model import pow2  # noqa: E402
+from judge_jax.programs import pow2  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
 from oracle.contract import LoadedBackend, as_loaded, tolerance_row  # noqa: E402
 from oracle.judge import verdict  # noqa: E402

@@ -43,7 +43,7 @@ import numpy as np
 from oracle.judge import drift_model
 from oracle.judge.calibration import GROWTH
 
-from .model import host_params
+from .checkpoint import host_params
 
 HIGHEST = jax.lax.Precision.HIGHEST
 mm = partial(jnp.matmul, precision=HIGHEST)
