@@ -269,8 +269,13 @@ def report(args, ctable, heads, results) -> str:
             "per KV plane) are priced as if every row had its own plane (docs/cost_model.md)"
         )
     out.append("ratio = block ms / loop ms (> 1: loop faster)")
-    out.append("")
-    out.append(f"{'C':>6} {'block ms':>10} {'loop ms':>10} {'ratio':>7}  {'faster':<6}  deciding (ms)")
+    return "\n".join(out + result_table(ctable, results))
+
+
+def result_table(ctable, results) -> list[str]:
+    """The report's table: a blank line, the header, then per C the predicted ms, the ratio and
+    the deciding inequality in ms."""
+    out = ["", f"{'C':>6} {'block ms':>10} {'loop ms':>10} {'ratio':>7}  {'faster':<6}  deciding (ms)"]
     for C, r in results:
         ineq = r["inequality"]
         if ineq is None:
@@ -290,7 +295,7 @@ def report(args, ctable, heads, results) -> str:
         out.append(
             f"{label:>6} {r['block_ms']:>10.4f} {r['loop_ms']:>10.4f} {r['ratio']:>7.3f}  {r['faster']:<6}  {why}"
         )
-    return "\n".join(out)
+    return out
 
 
 def rows_in_c(rows: list[int], C: int) -> str:
