@@ -3,7 +3,7 @@
 measure_c_table: c(M) = one recurrent call over M rows, each row on its own KV plane at
 position context_len (so it attends to context_len + 1 keys, like a loop-round wave),
 graph replay on CUDA, median over repeats with the inputs rotated between replays; "spread"
-holds (q3 - q1) / median of the repeats per M (bench/cli.py refuses a table beyond
+holds (q3 - q1) / median of the repeats per M (bench/ctable.py refuses a table beyond
 its noise bound).
 rows_per_plane r > 1: M/r planes with r rows each at positions context_len-r+1..context_len
 (like a block round's verification call of T = r tokens per request).

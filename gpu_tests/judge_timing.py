@@ -1,4 +1,4 @@
-"""Timing of the JAX FP32 judge's rounds against their floor (oracle.cost.judge_round_floor).
+"""Timing of the JAX FP32 judge's rounds against their floor (oracle.roofline.judge_round_floor).
 
 `time_judge_round(judge, model, C, ctx, repeats)` runs, per mode (block, loop), a session of C
 greedy requests with prompts of ctx tokens, one warm-up round (it compiles), `repeats` timed
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from oracle.cost import judge_round_floor
+from oracle.roofline import judge_round_floor
 from oracle.sampling import SamplingParams as SP
 
 K, d, D = 4, 2, 4

@@ -41,7 +41,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("TF_GPU_ALLOCATOR", "cuda_malloc_async")
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
-from judge_jax.model import pow2  # noqa: E402
+from judge_jax.programs import pow2  # noqa: E402
 from oracle.backends import load_backend  # noqa: E402
 from oracle.contract import LoadedBackend, as_loaded, tolerance_row  # noqa: E402
 from oracle.judge import verdict  # noqa: E402
@@ -131,8 +131,8 @@ def judge_kv_bytes(judge: LoadedBackend, model, case) -> int:
 
 def time_judge(judge: LoadedBackend, model, C: int = 16, ctx: int = 1024, repeats: int = 5) -> dict:
     """Median wall time of one judge round (K = 4, d = 2, D = 4, greedy) per mode, its floor
-    on the H200 (oracle.cost.judge_round_floor) and measured / floor."""
-    from oracle.cost import judge_round_floor
+    on the H200 (oracle.roofline.judge_round_floor) and measured / floor."""
+    from oracle.roofline import judge_round_floor
 
     out = {}
     rng = np.random.default_rng(0)

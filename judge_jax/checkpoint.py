@@ -16,7 +16,7 @@ import numpy as np
 from oracle.config import ModelConfig
 from oracle.errors import OracleError
 
-# the judge's per-layer parameter keys -> HF tensor names (judge_jax/model.py host_params)
+# the judge's per-layer parameter keys -> HF tensor names (host_params below)
 HF_LAYER = {
     "wq": "self_attn.q_proj.weight",
     "wk": "self_attn.k_proj.weight",
@@ -115,3 +115,24 @@ def read_checkpoint(folder) -> tuple[ModelConfig, dict[str, np.ndarray]]:
                 f"checkpoint {folder}: tensor {name} has shape {list(weights[name].shape)}, expected {list(shape)}"
             )
     return cfg, weights
+
+
+def host_params(cfg: ModelConfig, weights: dict) -> dict:
+    """HF-named FP32 tensors -> the stacked layout: matrices [L, in, out], norms [L, H]."""
+
+    def get(name):
+        if name not in weights:
+            raise OracleError(f"weights are missing tensor {name}")
+        return np.asarray(weights[name], dtype=np.float32)
+
+    stacked = {}
+    for key, hf in HF_LAYER.items():
+        per_layer = [get(f"model.layers.{l}.{hf}") for l in range(cfg.num_layers)]
+        arr = np.stack(per_layer)
+        stacked[key] = np.ascontiguousarray(arr.transpose(0, 2, 1)) if arr.ndim == 3 else arr
+    return {
+        "embed": get("model.embed_tokens.weight"),
+        "norm": get("model.norm.weight"),
+        "lm_head": np.ascontiguousarray(get("lm_head.weight").T),
+        "layers": stacked,
+    }

@@ -21,7 +21,7 @@ import numpy as np
 
 from oracle.kv import KVError, KVWrite
 
-from .model import pow2
+from .programs import pow2
 
 
 class DeviceKV:

@@ -88,7 +88,7 @@ class Layout:
         return (k[:, None] * self.hd + self.dim_index()[None, :]).reshape(-1)
 
     def pad_params(self, host: dict) -> dict:
-        """model.host_params() output -> the same tensors in this layout, plus the consts."""
+        """checkpoint.host_params() output -> the same tensors in this layout, plus the consts."""
         cfg = self.cfg
         consts = {"hidden": np.float32(cfg.hidden_size), "scale": np.float32(cfg.head_dim**-0.5)}
         if not self.padded:

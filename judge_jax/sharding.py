@@ -47,7 +47,7 @@ def check_divisible(layout, mesh: Mesh) -> None:
 
 
 def place_params(host: dict, mesh: Mesh) -> dict:
-    """host: model.host_params() output (layers stacked, or a list of per-layer dicts) ->
+    """host: checkpoint.host_params() output (layers stacked, or a list of per-layer dicts) ->
     device arrays placed on the mesh."""
     rep = NamedSharding(mesh, P())
     out = {k: jax.device_put(host[k], rep) for k in ("embed", "norm", "lm_head", "consts")}

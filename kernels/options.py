@@ -240,7 +240,7 @@ class KernelOptions:
         return tuple(on[n] if getattr(self, n) is None else getattr(self, n) for n in names)
 
 
-# Sampling-chain faults (kernels/engine.py Engine._processed): "skip_draft.STEP" / "skip_verify.STEP"
+# Sampling-chain faults (kernels/engine_heads.py Engine._processed): "skip_draft.STEP" / "skip_verify.STEP"
 # skip one step of the chain on the draft rows / the verification rows only: STEP is "mask"
 # (banned and allowed ids), a processor step (kernels/rows.py STEPS: "bad_words", "min_tokens",
 # "logit_bias", "penalties", ...) or one penalty ("repetition", "presence", "frequency"). For the

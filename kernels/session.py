@@ -22,7 +22,8 @@ from oracle.schedule import plan as plan_schedule, shared, validate
 from oracle.session import admit
 
 from .collect import Handle, HostRequest, build_trace, check_results
-from .engine import Engine, unpack_results
+from .engine import Engine
+from .engine_accept import unpack_results
 from .graphs import GraphRunner
 from .options import KernelOptions
 from .rows import check_limits, processor_steps

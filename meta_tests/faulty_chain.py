@@ -1,5 +1,5 @@
 """The torch backend with one step of the sampling chain skipped on the draft rows or on the
-verification rows only (kernels/options.py chain_fault, applied in kernels/engine.py
+verification rows only (kernels/options.py chain_fault, applied in kernels/engine_heads.py
 Engine._processed): a one-sided mask or processor, a realistic engine bug. The built-in cases
 must catch each (meta_tests/test_cases_bite.py):
 

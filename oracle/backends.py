@@ -7,7 +7,7 @@ calls the factory within `timeout` seconds, refuses an object that breaks the co
 (`contract_problems`) and returns it as a `LoadedBackend` (`.caps`), in this process (a plug-in in
 a child process is oracle/isolated.py, built on this module); backend calls under a time limit
 (`GuardedBackend`, `check --timeout`); and where a plug-in's module was found when another process
-imported it (`PLUGIN_FILES`, for the PYTHONPATH its reproduce line needs: round_args.plugin_prefix).
+imported it (`PLUGIN_FILES`, for the PYTHONPATH its reproduce line needs: round_case.plugin_prefix).
 Every backend, the FP32 reference among them
 (oracle/reference_backend.py), is reached through its "module:factory" string, so this
 module imports none of them.
@@ -102,23 +102,33 @@ def _within(timeout: float | None, spec: str, target: str):
 
 
 def _from_factory(spec: str, target: str, stage: list | None = None):
+    """The backend `target` makes (call_factory); a NAMED backend's failing import is a bug (exit 3)."""
+    return call_factory(f"backend {spec!r}", target, "backend", own=spec in NAMED, stage=stage)
+
+
+def call_factory(label: str, target: str, what: str, own: bool = False, stage: list | None = None):
+    """Import `package.module:factory` (target) and call the factory: a plug-in's backend or
+    sampler. Every failure is an OracleError of one line starting with label ("backend 'x'");
+    what: what the factory returns; own: the project's own module, whose failing import is a
+    bug (raised as it is); stage: a list the factory's call is appended to (for a time limit's
+    message)."""
     mod_name, _, attr = target.partition(":")
     if not mod_name or not attr:
-        raise OracleError(f"backend {spec!r}: expected package.module:factory")
+        raise OracleError(f"{label}: expected package.module:factory")
     try:
         factory = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
-        raise OracleError(f"backend {spec!r}: cannot load {attr} from {mod_name} ({e})") from None
+        raise OracleError(f"{label}: cannot load {attr} from {mod_name} ({e})") from None
     except (Exception, SystemExit) as e:  # noqa: BLE001 -- a plug-in's module that fails to import
-        if spec in NAMED and not isinstance(e, SystemExit):  # the project's own backends: a bug (exit 3)
+        if own and not isinstance(e, SystemExit):  # the project's own module: a bug (exit 3)
             raise
         where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
         raise OracleError(
-            f"backend {spec!r}: importing {mod_name} raised {type(e).__name__}: "
+            f"{label}: importing {mod_name} raised {type(e).__name__}: "
             f"{e.msg if isinstance(e, SyntaxError) else e}{where}"
         ) from None
     if not callable(factory):
-        raise OracleError(f"backend {spec!r}: {target} is not callable (a factory returning a backend)")
+        raise OracleError(f"{label}: {target} is not callable (a factory returning a {what})")
     if stage is not None:
         stage.append(f"{target}()")
     try:
@@ -126,7 +136,7 @@ def _from_factory(spec: str, target: str, stage: list | None = None):
     except OracleError:  # the factory's own one-line reason (no CUDA device, ...)
         raise
     except (Exception, SystemExit) as e:  # noqa: BLE001 -- a plug-in's failure is input
-        raise OracleError(f"backend {spec!r}: {target}() raised {type(e).__name__}: {e}") from None
+        raise OracleError(f"{label}: {target}() raised {type(e).__name__}: {e}") from None
 
 
 # ---- backend calls with a time limit (`check --timeout`) ----

@@ -201,11 +201,17 @@ def check_output(path, option: str, inputs=(), also=()) -> None:
     if not os.path.isdir(folder):
         raise OracleError(f"{name}: folder {printable(os.path.dirname(path) or '.')} does not exist")
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".oracle-probe-")
-        os.close(fd)
-        os.unlink(probe)
+        try_write_in(folder)
     except OSError as e:
         raise OracleError(f"{name}: cannot write in {printable(folder)} ({e.strerror or e})") from None
+
+
+def try_write_in(folder, prefix: str = ".oracle-probe-") -> None:
+    """Make and remove a probe file in folder: writability tried, not guessed from permission
+    bits (an OSError where it fails)."""
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=prefix)
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _same(a, b) -> bool:

@@ -319,7 +319,7 @@ class Step:
     its command-line options and property-test strategy, and for a filter its device rows and
     its margin. kind: "mask" and "processor" steps take (x, params, seen), "filter" steps
     (x, params); greedy requests stop after the processors. A step that is off is the identity.
-    Read from here: SamplingParams' checks and JSON; the CLI's options (oracle/cli/round_args.py)
+    Read from here: SamplingParams' checks and JSON; the CLI's options (oracle/cli/step_options.py)
     and --case-json's refusals; the shrinker's moves (each field to its off value; a filter's
     fields off with temperature 0); the judge's margins; the property suite's drawing; the
     torch backend's rows (kernels/rows.py) and its step of the same name (kernels/sampler.py)."""
@@ -331,7 +331,7 @@ class Step:
     check: Callable  # (params, vocab=None) -> {field: normal form}; one-line OracleError
     on: Callable | None = None  # params -> bool; None: a field is not its off value
     seen: bool = False  # it reads the tokens before the logits (Seen)
-    options: tuple = ()  # (dest, kind, metavar, help): oracle/cli/round_args.py ARG_TYPES
+    options: tuple = ()  # (dest, kind, metavar, help): oracle/cli/step_options.py ARG_TYPES
     strategy: str = ""  # property_tests/strategies.py: the function drawing its values
     rows: Callable | None = None  # (params, V) -> {row: numpy}; None: kernels/rows.py's
     margin: Callable | None = None  # filters: lowers a filters.Margins (oracle/filters.py)

@@ -9,7 +9,7 @@ Times (median over repeats, block_until_ready; random weights, never zeros):
     achieved GB/s and TFLOP/s, and each algorithm's error against an FP64 product;
   * attention: a scan over 24 layers of KV write + attention over G planes of ctx keys, the
     judge's gather + einsum against the Pallas kernel over the planes in place, per tiling;
-  * call: the whole judge_jax.model._call at the round's call shapes (device ms, host ms to
+  * call: the whole judge_jax.programs._call at the round's call shapes (device ms, host ms to
     enqueue), and the host cost of dispatching a jit with ~220 array arguments.
 Prints a short table last and writes the full numbers to DIR/judge_profile.json.
 """

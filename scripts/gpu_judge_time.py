@@ -7,7 +7,7 @@
     python scripts/gpu_judge_time.py --variant "" --variant "dot=tf32x3,rows_bits=2"    # variants, one build
 
 Prints, per mode: the median round ms (K = 4, d = 2, D = 4, greedy), the floor on the H200
-(oracle.cost.judge_round_floor: weights, KV and FLOPs at peak rates) and measured / floor; the
+(oracle.roofline.judge_round_floor: weights, KV and FLOPs at peak rates) and measured / floor; the
 host-to-device transfers, device-to-host fetches and compiles of one round; and a probed
 round (each device step synchronised): per step kind the host ms until enqueued and the ms
 the host then waited for the device, and the host ms of oracle.phases' own work. --trace DIR
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     p.add_argument("--C", type=int, default=16, help="requests per round")
     p.add_argument("--ctx", type=int, default=1024, help="prompt tokens per request")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--gpu", default="h200", help="the peak rates of the floor (oracle.cost.GPU_PEAKS)")
+    p.add_argument("--gpu", default="h200", help="the peak rates of the floor (oracle.roofline.GPU_PEAKS)")
     p.add_argument("--json", help="write the result here")
     p.add_argument("--trace", help="write a jax.profiler trace of one round per mode under this folder")
     p.add_argument(

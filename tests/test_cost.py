@@ -10,18 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from oracle.cost import (
-    DEFAULT_CTABLE,
-    DEFAULT_HEAD_CTABLE,
-    compare_rounds,
-    ctable_from_dict,
-    deciding_inequality,
-    deciding_row_counts,
-    head_row_counts,
-    load_ctable,
-    planes,
-    predict,
-)
+from oracle.cost import compare_rounds, deciding_inequality, deciding_row_counts, head_row_counts, planes, predict
+from oracle.ctable import DEFAULT_CTABLE, DEFAULT_HEAD_CTABLE, ctable_from_dict, load_ctable
 from oracle.errors import OracleError
 from oracle.schedule import block_calls, loop_waves
 
@@ -508,7 +498,7 @@ def test_only_block_verification_calls_share_planes(case):
 
 def test_judge_round_floor_by_hand():
     from oracle.config import preset
-    from oracle.cost import GPU_PEAKS, judge_layer_params, judge_round_floor
+    from oracle.roofline import GPU_PEAKS, judge_layer_params, judge_round_floor
 
     cfg = preset("ouro-1.4b")
     bw, rate = GPU_PEAKS["h200"]["hbm_bytes_per_s"], GPU_PEAKS["h200"]["fp32_flops_per_s"]

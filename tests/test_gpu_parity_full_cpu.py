@@ -24,7 +24,7 @@ def test_cases_cover_the_grid():
     assert max(len(c.prompts) for c in cases) == 64
     assert max(len(p) for c in cases for p in c.prompts) == 2048 and min(len(p) for c in cases for p in c.prompts) == 1
     assert all(len(c.prompts) * mod.max_len(c) <= 24576 for c in cases)  # the memory bound
-    from judge_jax.model import bucket, pow2  # ... as the judge rounds it
+    from judge_jax.programs import bucket, pow2  # ... as the judge rounds it
 
     assert all(pow2(len(c.prompts)) * bucket(mod.max_len(c), 2, 64) <= 24576 for c in cases)
     Ts = {t for c in cases for r in c.rounds for t in r.values()}

@@ -1,5 +1,5 @@
 """oracle/cli/limits.py with `--reference jax` on a GPU: the judge's side is estimated from the
-JAX judge's own cost (oracle.cost.judge_round_floor times a measured factor, plus a measured
+JAX judge's own cost (oracle.roofline.judge_round_floor times a measured factor, plus a measured
 setup), not the NumPy reference's. The device query is mocked: no GPU is needed."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_judge_estimate_grows_with_the_work():
     cfg = preset("ouro-1.4b")
     one = limits.estimate_judge_seconds(cfg, [dict(enumerate([5] * 16))], 2, 4, 1024)
     ten = limits.estimate_judge_seconds(cfg, [dict(enumerate([5] * 16))] * 10, 2, 4, 1024)
-    from oracle.cost import judge_round_floor
+    from oracle.roofline import judge_round_floor
 
     per_round = sum(judge_round_floor(cfg, 16, 1024, 2, 4, m, K=4)["floor_s"] for m in ("block", "loop"))
     assert one > limits.JUDGE_SETUP_SECONDS

@@ -509,11 +509,11 @@ def test_bench_helpers_on_cpu():
 
 def test_c_table_with_rows_sharing_kv_planes(tmp_path):
     """`bench c-table --rows-per-plane`: c_ms (one row per plane) plus c_ms_shared[r] at the
-    row counts r divides, a table oracle.cost reads; the sweep asks for the block round's
+    row counts r divides, a table oracle.ctable reads; the sweep asks for the block round's
     verification calls (T rows per plane)."""
-    from bench.cli import needed_rows
+    from bench.ctable import needed_rows
     from oracle.cli import main
-    from oracle.cost import load_ctable
+    from oracle.ctable import load_ctable
 
     t = measure_c_table("tiny", [2, 4], 16, device="cpu", repeats=2, rows_per_plane=2)
     assert set(t["c_ms"]) == {"2", "4"} and t["rows_per_plane"] == 2 and all(v > 0 for v in t["c_ms"].values())

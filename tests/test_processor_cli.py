@@ -10,7 +10,7 @@ import shlex
 import pytest
 
 from oracle.cli import main
-from oracle.cli.round_args import custom_case
+from oracle.cli.round_case import custom_case
 
 PROCS = [
     "--repetition-penalty",

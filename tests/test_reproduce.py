@@ -84,7 +84,7 @@ def record_args(draw, checkpoint: str) -> list[str]:
 
 def case_of(argv: list[str]):
     """The Case a `check`/`trace record` argv describes, through the real parser and checks."""
-    from oracle.cli.round_args import custom_case
+    from oracle.cli.round_case import custom_case
 
     args = build_parser().parse_args(argv)
     args.preflight(args)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -142,10 +140,10 @@ def check_report_dir(path: str, option: str = "--report") -> None:
         parent = parent.parent
     if not parent.is_dir():
         raise OracleError(f"{option} {path}: the folder cannot be made, {parent} is a file")
+    from ..files import try_write_in  # numpy with it: imported on use
+
     try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".oracle-report-probe-")
-        os.close(fd)
-        os.unlink(probe)
+        try_write_in(parent, ".oracle-report-probe-")
     except OSError as e:
         made = "" if parent == p else f" (where {path} would be made)"
         raise OracleError(f"{option} {path}: cannot write in {parent}{made}: {e.strerror or e}") from None

@@ -135,6 +135,30 @@ def decode(text: str, cfg, allow_large: bool = False, check_penalty=None, refere
             "policy fixed lays out the uniforms of sampled requests; every request is greedy and draws "
             "none: drop it or give a request a temperature > 0"
         )
+    depths, d, D = _depths(obj, n)
+    rounds = _rounds(obj, n, d, D, depths, allow_large)
+    if not rounds:
+        _fail("rounds is empty: a case needs at least one round")
+    unused = sorted(set(range(n)) - {r for rnd in rounds for r in rnd})
+    if unused:
+        _fail(f"request {unused[0]} is in no round (its prompt and params would do nothing)")
+    if not allow_large and len(rounds) > limits.MAX_ROUNDS:
+        limits.refuse(f"{NAME}: rounds", len(rounds), limits.MAX_ROUNDS)
+    case = Case("--case-json", prompts, params, rounds, d, D, policy, "", depths)
+    if not allow_large:
+        plen = max(map(len, prompts))
+        seconds = (
+            limits.estimate_judge_seconds(cfg, rounds, d, D, plen)
+            if limits.judge_on_gpu(reference)
+            else limits.estimate_seconds(cfg, rounds, D, plen, True)
+        )
+        limits.refuse_slow(seconds, f"{NAME}: {n} requests, {len(rounds)} rounds, D={D}")
+    return case
+
+
+def _depths(obj: dict, n: int) -> tuple:
+    """(depths, d, D) of the case: per-request pairs from "depths" (d, D their min and max), or
+    None with "d" and "D"."""
     if "depths" in obj:
         if "d" in obj or "D" in obj:
             _fail("depths gives every request its own [d_i, D_i]; do not combine it with d or D")
@@ -146,12 +170,16 @@ def decode(text: str, cfg, allow_large: bool = False, check_penalty=None, refere
             if not isinstance(pair, list) or len(pair) != 2:
                 _fail(f"depths[{i}] must be a pair [d_i, D_i], got {json.dumps(pair)}")
             depths.append((_int(pair[0], f"depths[{i}] d_i", 1), _int(pair[1], f"depths[{i}] D_i", 1)))
-        d, D = min(a for a, _ in depths), max(b for _, b in depths)
+        return depths, min(a for a, _ in depths), max(b for _, b in depths)
     else:
         for k in ("d", "D"):
             if k not in obj:
                 _fail(f"missing key {k!r} (or give depths)")
-        depths, d, D = None, _int(obj["d"], "d", 1), _int(obj["D"], "D", 1)
+        return None, _int(obj["d"], "d", 1), _int(obj["D"], "D", 1)
+
+
+def _rounds(obj: dict, n: int, d: int, D: int, depths, allow_large: bool) -> list[dict]:
+    """The rounds of the case ({request id: token count} each), each checked against the depths."""
     rounds = []
     for j, rnd in enumerate(_list(obj["rounds"], "rounds")):
         if not isinstance(rnd, dict) or not rnd:
@@ -172,23 +200,7 @@ def decode(text: str, cfg, allow_large: bool = False, check_penalty=None, refere
         except OracleError as e:
             _fail(f"rounds[{j}]: {e}")
         rounds.append(counts)
-    if not rounds:
-        _fail("rounds is empty: a case needs at least one round")
-    unused = sorted(set(range(n)) - {r for rnd in rounds for r in rnd})
-    if unused:
-        _fail(f"request {unused[0]} is in no round (its prompt and params would do nothing)")
-    if not allow_large and len(rounds) > limits.MAX_ROUNDS:
-        limits.refuse(f"{NAME}: rounds", len(rounds), limits.MAX_ROUNDS)
-    case = Case("--case-json", prompts, params, rounds, d, D, policy, "", depths)
-    if not allow_large:
-        plen = max(map(len, prompts))
-        seconds = (
-            limits.estimate_judge_seconds(cfg, rounds, d, D, plen)
-            if limits.judge_on_gpu(reference)
-            else limits.estimate_seconds(cfg, rounds, D, plen, True)
-        )
-        limits.refuse_slow(seconds, f"{NAME}: {n} requests, {len(rounds)} rounds, D={D}")
-    return case
+    return rounds
 
 
 def _params(p, i: int, vocab: int, check_penalty=None) -> SamplingParams:
@@ -245,7 +257,7 @@ def check_args(args, explicit: list, cfg, check_penalty) -> None:
 
 
 def case_of(args, flags: list) -> Case:
-    """The decoded case, its reproduce line the command that runs it (flags: round_args.model_flags)."""
+    """The decoded case, its reproduce line the command that runs it (flags: round_case.model_flags)."""
     case = args.case_json_case
     words = ["check", *flags, NAME, args.case_json] + (["--allow-large"] if args.allow_large else [])
     case.reproduce = command(words)

@@ -26,7 +26,9 @@ from .environment import set_threads
 from ..errors import OracleError, printable
 from ..checkpoint import build_model
 from ..config import preset
-from .round_args import add_round_options, check_round_args, custom_case, is_custom, model_flags, plugin_prefix
+from .round_args import check_round_args, is_custom
+from .round_case import custom_case, model_flags, plugin_prefix
+from .round_options import add_round_options
 from . import shrinking
 from ..judge.calibration import HOST_HIDDEN
 

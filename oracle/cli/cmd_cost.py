@@ -12,8 +12,9 @@ import json
 
 from . import limits
 from .argtypes import command_parser, csv_ints, int_at_least
-from .round_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
-from ..cost import DEFAULT_GPU, SHIPPED, compare_rounds, deciding_inequality, key_cost, load_ctable, planes
+from .schedule_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
+from ..cost import compare_rounds, deciding_inequality, key_cost, planes
+from ..ctable import DEFAULT_GPU, SHIPPED, load_ctable
 from ..errors import OracleError, printable
 from ..schedule import plan, validate
 
@@ -268,8 +269,13 @@ def report(args, ctable, heads, results) -> str:
             "per KV plane) are priced as if every row had its own plane (docs/cost_model.md)"
         )
     out.append("ratio = block ms / loop ms (> 1: loop faster)")
-    out.append("")
-    out.append(f"{'C':>6} {'block ms':>10} {'loop ms':>10} {'ratio':>7}  {'faster':<6}  deciding (ms)")
+    return "\n".join(out + result_table(ctable, results))
+
+
+def result_table(ctable, results) -> list[str]:
+    """The report's table: a blank line, the header, then per C the predicted ms, the ratio and
+    the deciding inequality in ms."""
+    out = ["", f"{'C':>6} {'block ms':>10} {'loop ms':>10} {'ratio':>7}  {'faster':<6}  deciding (ms)"]
     for C, r in results:
         ineq = r["inequality"]
         if ineq is None:
@@ -289,7 +295,7 @@ def report(args, ctable, heads, results) -> str:
         out.append(
             f"{label:>6} {r['block_ms']:>10.4f} {r['loop_ms']:>10.4f} {r['ratio']:>7.3f}  {r['faster']:<6}  {why}"
         )
-    return "\n".join(out)
+    return out
 
 
 def rows_in_c(rows: list[int], C: int) -> str:

@@ -19,7 +19,8 @@ from .argtypes import add_threads_option, command_parser
 from .cmd_check import model_and_cases
 from .environment import set_threads
 from .progress import Progress
-from .round_args import add_round_options, check_round_args
+from .round_args import check_round_args
+from .round_options import add_round_options
 
 CLAIMS = {"block-loop": "block = loop", "spec-plain": "spec = plain", "alone": "alone = batched"}
 

@@ -11,7 +11,7 @@ import json
 
 from . import limits
 from .argtypes import command_parser, csv_ints
-from .round_args import add_schedule_options, max_depths, round_depths
+from .schedule_args import add_schedule_options, max_depths, round_depths
 from ..schedule import Schedule, check_schedule, plan, validate
 
 

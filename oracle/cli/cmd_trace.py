@@ -29,15 +29,9 @@ from ..checkpoint import build_model
 from ..config import ModelConfig
 from ..sampling import SamplingParams
 from .option_rules import check_threads, check_timeout, timeout_flags
-from .round_args import (
-    add_round_options,
-    check_penalty,
-    check_round_args,
-    custom_case,
-    model_flags,
-    plugin_prefix,
-    round_flags,
-)
+from .round_args import check_penalty, check_round_args
+from .round_case import custom_case, model_flags, plugin_prefix, round_flags
+from .round_options import add_round_options
 from ..tolerances import TOLERANCES
 from ..trace_file import load_trace_file
 from ..traces import model_identity, save_traces, weights_sha256

@@ -9,7 +9,7 @@ recompute forwards each committed position once and each round's tokens once, at
 the context (linear in the rounds, like decoding itself).
 
 With `--reference jax` on a GPU the judge's side is the JAX FP32 model, not NumPy: its rounds
-are estimated from their own floor (oracle.cost.judge_round_floor) times a measured factor,
+are estimated from their own floor (oracle.roofline.judge_round_floor) times a measured factor,
 plus a measured setup (model build, weight upload, compiles); see estimate_judge_seconds.
 """
 
@@ -37,13 +37,13 @@ FLOPS_PER_SECOND = 2.5e9  # NumPy FP32 row-by-row matrix-vector products on the 
 ATTENTION_SECONDS = 4e-7  # per (token x token) of a cache-free recompute, tiny preset, per loop
 
 # The JAX judge on a GPU (`--reference jax`, estimate_judge_seconds).
-# JUDGE_FLOOR_FACTOR: measured round time / oracle.cost.judge_round_floor, the larger of the two
+# JUDGE_FLOOR_FACTOR: measured round time / oracle.roofline.judge_round_floor, the larger of the two
 # rounds. Source: `bash scripts/gpu_run.sh judge` (scripts/gpu_judge_time.py) on an H200,
 # 2026-12-01: ouro-1.4b, C=16, context 1024, K=4, d=2, D=4, a block round 194.9 ms against its
 # 30.7 ms floor (6.35x), a loop round 166.6 ms against 39.9 ms (4.18x);
 # docs/results/judge_time_ouro1.4b.json.
 JUDGE_FLOOR_FACTOR = 6.4
-JUDGE_GPU = "h200"  # the peak rates of the floor (oracle.cost.GPU_PEAKS)
+JUDGE_GPU = "h200"  # the peak rates of the floor (oracle.roofline.GPU_PEAKS)
 # JUDGE_SETUP_SECONDS: the fixed cost of a run at ouro-1.4b, scaled by the model's weights.
 # Source: `check --backend torch-cuda --reference jax --preset ouro-1.4b --counts 5,1,3
 # --rounds 3 --allow-large` ran in 102 s on one H200, JAX compiles included; its 2 x 3 judge
@@ -149,13 +149,13 @@ def judge_on_gpu(reference) -> bool:
 
 def estimate_judge_seconds(cfg: ModelConfig, rounds: list[dict], d: int, D: int, prompt_len: int) -> float:
     """Seconds of the JAX judge's side on a GPU (`check --backend X --reference jax`): both
-    modes' rounds at JUDGE_FLOOR_FACTOR times their floor (oracle.cost.judge_round_floor, the
+    modes' rounds at JUDGE_FLOOR_FACTOR times their floor (oracle.roofline.judge_round_floor, the
     context growing by each round's tokens), each prompt's prefill (D calls per chunk, each at
     least the weights' read) at the same factor, and the setup (JUDGE_SETUP_SECONDS at
     ouro-1.4b, scaled by the weights). The backend under test is not counted (it is the fast
     side)."""
     from ..config import preset
-    from ..cost import FP32_BYTES, GPU_PEAKS, judge_layer_params, judge_round_floor
+    from ..roofline import FP32_BYTES, GPU_PEAKS, judge_layer_params, judge_round_floor
 
     peak = GPU_PEAKS[JUDGE_GPU]
     weights = judge_layer_params(cfg)

@@ -3,7 +3,7 @@
 candidate in the form its reproduce line gives it (--case-json's round trip, oracle/cli/case_json.py),
 and its renderings: text lines, the `shrunk` object of --json and of the HTML page.
 
-cmd_check hands in what the reproduce lines carry (`flags`: the model's flags, round_args.model_flags;
+cmd_check hands in what the reproduce lines carry (`flags`: the model's flags, round_case.model_flags;
 `prefix`: the PYTHONPATH a plug-in needs; `suffix`: --backend X [--reference Y] [--timeout S]); the
 search is oracle/judge/shrink.py, each candidate judged there by the one verdict.
 

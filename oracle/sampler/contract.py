@@ -53,11 +53,11 @@ A sampler must treat the requests of a batch independently.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..backends import call_factory
 from ..errors import OracleError, printable
 from ..sampling import CHAIN, SamplingParams, check_logits, filtered_probs
 
@@ -168,20 +168,7 @@ def load_sampler(spec: str):
     mod_name, _, attr = target.partition(":")
     if not mod_name or not attr:
         raise OracleError(f"unknown sampler {printable(spec)!r} (known: {', '.join(NAMED)}, package.module:factory)")
-    try:
-        factory = getattr(importlib.import_module(mod_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise OracleError(f"sampler {printable(spec)!r}: cannot load {attr} from {mod_name} ({e})") from None
-    except (Exception, SystemExit) as e:  # noqa: BLE001 -- a plug-in's module that fails to import
-        raise OracleError(f"sampler {printable(spec)!r}: importing {mod_name} raised {type(e).__name__}: {e}") from None
-    if not callable(factory):
-        raise OracleError(f"sampler {printable(spec)!r}: {target} is not callable (a factory returning a sampler)")
-    try:
-        s = factory()
-    except OracleError:
-        raise
-    except (Exception, SystemExit) as e:  # noqa: BLE001 -- a plug-in's failure is input
-        raise OracleError(f"sampler {printable(spec)!r}: {target}() raised {type(e).__name__}: {e}") from None
+    s = call_factory(f"sampler {printable(spec)!r}", target, "sampler")
     problem = sampler_problem(s)
     if problem:
         raise OracleError(f"sampler {printable(spec)!r}: {target}() returned {problem} (oracle/sampler/contract.py)")
