@@ -1,12 +1,12 @@
 """What a comparison reports: `Failure` (one failed value, as a record: its class, its place, the
 two sides' values, the error and its bound), `Value` (one compared value's error and bound, kept on
-request), `Check` (one named property, held or not, with its
-first failure), `Report` (a comparison's checks, counters and per-value errors), `rel_err` (the
-relative error every numeric check measures), `largest_difference` (where it is largest) and
-`error_maps` (the per-value errors the report's pictures draw). `describe(failure)` is the one
-rendering of a failure as text: a check's `detail` is made by it, and every renderer (text, JSON,
-HTML) reads the record's fields, never the text. A leaf, so that the verdicts built beside the
-judge (oracle/judge/cache_free.py) need not import it (oracle/judge/compare.py)."""
+request), `Check` (one named property, held or not, with its first failure), `Report` (a comparison's
+checks, counters and per-value errors), `rel_err` (the relative error every numeric check measures),
+`largest_difference` (where it is largest) and `error_maps` (the per-value errors the report's
+pictures draw). `describe(failure)` is the one rendering of a failure as text: a check's `detail` is
+made by it, and every renderer (text, JSON, HTML) reads the record's fields, never the text. A leaf,
+so that the verdicts built beside the judge (oracle/judge/cache_free.py) need not import it
+(oracle/judge/compare.py)."""
 
 from __future__ import annotations
 

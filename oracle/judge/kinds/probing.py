@@ -92,13 +92,13 @@ def pending_for(
     Without the drift verdict (verdicts): the judge's twin where it offers one, else the NumPy twin."""
     key = (judge, model, backend.dtype)
     p = PendingDrift(model, None, backend.dtype, reproduce, fwd=fwd, verdicts=verdicts, allowance=allowance)
+    if "drift" in verdicts and judge is not None and _JUDGE_FITS and _JUDGE_FITS[0][0] == key:  # made once
+        p.stats_fn, p.dirs, p.energy_fn = _JUDGE_FITS[0][1]
+        return p
     caps = None if judge is None else capabilities(judge)
     if "drift" not in verdicts:
         twin = None if caps is None else caps.precision_energy_fn
         p.energy_fn = None if twin is None else twin(model, backend.dtype)
-        return p
-    if judge is not None and _JUDGE_FITS and _JUDGE_FITS[0][0] == key:  # its jitted functions, made once
-        p.stats_fn, p.dirs, p.energy_fn = _JUDGE_FITS[0][1]
         return p
     stats_fn = dirs = None
     maker = None if caps is None else caps.drift_stats_fn
@@ -191,13 +191,8 @@ def finish_probe(pending: PendingDrift | None) -> tuple:
     if pending.error:
         return None, None, pending.error
     p = pending
-    reps = (
-        p.job.result()
-        if p.job is not None
-        else _fits(
-            p.model, p.runs, p.dtype, p.reproduce, p.stats_fn, p.dirs, p.energy_fn, p.fwd, p.verdicts, p.allowance
-        )
-    )
+    fits = (p.stats_fn, p.dirs, p.energy_fn, p.fwd, p.verdicts, p.allowance)
+    reps = p.job.result() if p.job is not None else _fits(p.model, p.runs, p.dtype, p.reproduce, *fits)
     if isinstance(reps[1], str):  # _probe_and_fit's: the probe ran in the child
         reps, error = reps
         if error:
