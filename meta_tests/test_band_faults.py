@@ -17,7 +17,9 @@ import pytest
 
 from meta_tests import band_faults
 from oracle.checkpoint import build_model
-from oracle.judge import drift, precision
+from oracle.judge import precision
+from oracle.judge.plan import INLINE, probe_plan
+from oracle.judge.verdict import judge
 
 torch = pytest.importorskip("torch")
 
@@ -53,11 +55,16 @@ def one_thread():
 
 
 def fit(model_fwd, spec: str = "", fault: str = ""):
-    """The precision fit of the rounding variant `spec`, or of band fault `fault`'s backend."""
+    """The precision verdict of the rounding variant `spec`, or of band fault `fault`'s backend: the
+    verdict of a probe plan of the precision verdict alone (the probe run through the backend, its fit
+    on the module's forwards); its one check agrees with its report."""
     model, fwd = model_fwd
     bk = band_faults.band_backend(fault) if fault else band_faults.rounding_backend(spec)
     with one_thread():
-        return precision.fit(model, drift.probe_runs(bk, model), bk.dtype, fwd=fwd)
+        v = judge(probe_plan(bk, model, verdicts=("precision",), forwards=fwd), INLINE)
+    assert v.drift is None and [c["name"] for c in v.checks] == ["drift probe: precision"], v.checks
+    assert v.ok == v.precision.ok and v.checks[0]["detail"] == v.precision.failure, v.checks
+    return v.precision
 
 
 def lines(prec) -> list:

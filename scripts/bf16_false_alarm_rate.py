@@ -3,7 +3,9 @@ those the property suite draws (hidden 8-32, head_dim 2-8, 1-2 layers, D 2-6, 1-
 greedy and sampled, 1-2 block rounds): with the noise twin's bounds (the judge's default for
 reduced precision, oracle/judge/noise.py) or with the fixed bfloat16 row (--row). Also prints, per
 run, the largest ratio of a value's error to its twin noise scale and of an excused margin to
-its twin scale (the K_VALUE and K_MARGIN those runs would need), as quantiles.
+its twin scale (the K_VALUE and K_MARGIN those runs would need), as quantiles; with --row, per kind
+(KV writes, logits) and depth, the largest error over the row's depth-0 value. Each run is one verdict
+(a traces plan that keeps every compared value: TracesPlan.values), the ratios read from its records.
 
     python scripts/bf16_false_alarm_rate.py [--seed 0] [--n 250] [--jobs 1] [--row] [--json PATH]
         [--backend SPEC]   (default torch-cpu-bf16; e.g. torch-cpu with --row: the float32 row)
@@ -47,11 +49,11 @@ def one(args) -> tuple:
     import torch
 
     torch.set_num_threads(1)
-    from oracle.judge import compare, noise  # noqa: F401
     from oracle.backends import load_backend
-    from oracle.judge.scenario import Case
+    from oracle.judge.plan import INLINE, traces_plan
     from oracle.judge.runner import judge_run, run_scenario
-    from oracle.judge.decisions import first_divergence
+    from oracle.judge.scenario import Case
+    from oracle.judge.verdict import judge
     from oracle.sampling import SamplingParams as SP
 
     rng = np.random.default_rng([seed, i])
@@ -66,74 +68,43 @@ def one(args) -> tuple:
     rounds = [{r: int(rng.integers(1, 7)) for r in range(n)} for _ in range(int(rng.integers(1, 3)))]
     sc = Case("random", prompts, params, rounds, d, D)
     bk = load_backend(spec)
-    seen = _record_row_errors(compare) if row else None
     got, ref = run_scenario(bk, model, sc, "block"), judge_run(model, sc, "block")
-    bounds = None if row else noise.twin_bounds(model, ref.traces, bk.dtype)
-    rep = compare.compare_runs(ref.traces, got.traces, bk.dtype, bounds=bounds)
+    plan = traces_plan(ref.traces, got.traces, bk.dtype, model, tolerance="fixed" if row else "auto", values=True)
+    v = judge(plan, INLINE)
+    twin = v.info["bounds"] == "noise twin"
+    ratio, margin = (row_ratios(v, bk.dtype) if row else 0.0), 0.0
+    if twin:  # the ratios the twin's K must cover, over every value and divergence the verdict judged
+        ratio, margin = twin_ratios(v)
+    bad = v.failed[0]["detail"] if v.failed else ""
+    return (not v.ok, bad[:140], cfg.head_dim, cfg.hidden_size, cfg.num_layers, d, D, ratio, margin)
+
+
+def twin_ratios(v) -> tuple:
+    """(the largest error of a compared value over its twin noise scale, the largest excused or failed
+    divergence's margin in twin noise scales) of a verdict judged by the noise twin, from its records:
+    a value's bound is K_VALUE noise scales, a divergence's error is its margin's noise scales."""
+    from oracle.judge.calibration import K_VALUE
+
     ratio = margin = 0.0
-    if bounds is not None:  # the ratios the twin's K must cover
-        for a, b in zip(ref.traces, got.traces):
-            if list(a.requests) != list(b.requests):
-                break
-            for rid, T in zip(a.requests, a.token_counts):
-                div = first_divergence(a, b, rid, T)
-                cut, start = (T if div is None else div.cut), len(a.prefix[rid]) - 1
-                for k, (_, ka, va) in a.kv_writes.items():
-                    if k[0] == rid and k[1] - start < cut and k in b.kv_writes:
-                        _, kb, vb = b.kv_writes[k]
-                        e = np.sqrt(np.sum((ka - kb) ** 2) + np.sum((va - vb) ** 2))
-                        ratio = max(ratio, e / max(bounds.kv[(a.round,) + k], 1e-30))
-                for kind in ("draft_logits", "verify_logits"):
-                    for (q, o), lg in getattr(a, kind).items():
-                        if q == rid and o < cut:
-                            e = np.linalg.norm(lg - getattr(b, kind)[(q, o)])
-                            ratio = max(ratio, e / max(bounds.logits[(a.round, kind, q, o)][0], 1e-30))
-                if div is not None:
-                    z = bounds.margin_z(a, b, rid, T, div)
-                    margin = max(margin, float(np.min(z)) if z is not None else 0.0)
-            if any(first_divergence(a, b, r, T) for r, T in zip(a.requests, a.token_counts)):
-                break  # later rounds ran on other tokens
-    bad = rep.first_failure()
-    if seen is not None:  # row mode: error / the row's depth-0 base, per depth
-        ratio = dict(seen)
-    return (
-        not rep.ok,
-        "" if bad is None else bad.detail[:140],
-        cfg.head_dim,
-        cfg.hidden_size,
-        cfg.num_layers,
-        d,
-        D,
-        ratio,
-        margin,
-    )
+    for _, rep in v.reports:
+        for x in rep.values or ():
+            ratio = max(ratio, K_VALUE * x.error / max(x.bound, 1e-30))
+        for f in rep.divergences + [f for f in rep.records if f.cls == "tokens"]:
+            margin = max(margin, f.error or 0.0)
+    return ratio, margin
 
 
-_ROW_ERRORS: dict = {}
+def row_ratios(v, dtype: str) -> dict:
+    """Per (kind, depth), the largest relative error of a compared value in units of the row's depth-0
+    value: {("kv" | "logits", depth): max err / base}, from the verdict's records."""
+    from oracle.tolerances import TOLERANCES
 
-
-def _record_row_errors(compare) -> dict:
-    """Patch the judge's comparison (once per worker) to collect, per (kind, depth), the largest
-    relative error of this run in units of the row's depth-0 value: {(kind, depth): max err / base}."""
-    _ROW_ERRORS.clear()
-    if getattr(compare._differ, "records_row_errors", False):
-        return _ROW_ERRORS
-    allowed, differ = compare.allowed, compare._differ
-    last = {}
-
-    def allowed_rec(tol, kind, depth):
-        last["at"] = (kind, depth, tol[kind])
-        return allowed(tol, kind, depth)
-
-    def differ_rec(rep, kind, ref, got, bound, exact, floor=0.0):
-        out = differ(rep, kind, ref, got, bound, exact, floor)
-        k, depth, base = last["at"]
-        _ROW_ERRORS[(k, depth)] = max(_ROW_ERRORS.get((k, depth), 0.0), out[1] / base)
-        return out
-
-    differ_rec.records_row_errors = True
-    compare.allowed, compare._differ = allowed_rec, differ_rec
-    return _ROW_ERRORS
+    out: dict = {}
+    for _, rep in v.reports:
+        for x in rep.values or ():
+            kind = "kv" if x.check == "kv_writes" else "logits"
+            out[(kind, x.depth)] = max(out.get((kind, x.depth), 0.0), x.error / TOLERANCES[dtype][kind])
+    return out
 
 
 def parser(doc: str, n: int) -> argparse.ArgumentParser:

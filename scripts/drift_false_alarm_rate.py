@@ -37,7 +37,7 @@ def one(args) -> tuple:
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
     from oracle.judge.drift import probe_runs
-    from oracle.judge.plan import probe_plan
+    from oracle.judge.plan import VERDICTS, probe_plan
     from oracle.judge.verdict import judge
 
     rng = np.random.default_rng([seed, i])
@@ -49,14 +49,11 @@ def one(args) -> tuple:
     else:
         bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
     runs = probe_runs(bk, model, seed=int(rng.integers(1 << 30)))
+    v = judge(probe_plan(bk, model, runs, verdicts=("precision",) if no_drift else VERDICTS))
+    rep, prec = v.drift, v.precision
     if no_drift:  # the precision verdict alone (the limit's calibration): no drift fields
-        from oracle.judge import precision
-
-        prec = precision.fit(model, runs, "bfloat16")
         drift_fields = (False, "", 0.0, 0.0, 0)
     else:
-        v = judge(probe_plan(bk, model, runs))
-        rep, prec = v.drift, v.precision
         drift_fields = (
             not rep.ok,
             rep.failure[:160],

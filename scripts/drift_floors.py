@@ -1,7 +1,8 @@
 """The drift verdict of torch-cpu-bf16 (correct, or with a kernel fault) at a preset over weight seeds,
-under several drift floors, from one set of per-request statistics each: what floor(H) a correct
-backend needs at that hidden size and what a fault's z is under each (oracle/judge/calibration.py
-FLOOR_POWER; docs/results.md, "The drift floor at small").
+under several drift floors, from one probe each (judged by a ProbePlan with each floor and rho as its
+allowance, on forwards computed once): what floor(H) a correct backend needs at that hidden size and
+what a fault's z is under each (oracle/judge/calibration.py FLOOR_POWER; docs/results.md, "The drift
+floor at small").
 
     python scripts/drift_floors.py --preset small --seeds 0,1,2 --faults none,attn_scale=1.003 [--json PATH]
 
@@ -21,24 +22,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 FLOORS = (0.0, 0.000125, 0.00025, 0.0005, 0.001)
 
 
-def stats(model, fault: str) -> list:
-    """Per-request (b, G, values, bw, bt) of the probe through torch-cpu-bf16 with `fault`."""
+def reports(model, fault: str) -> dict:
+    """(rho, floor) -> the drift verdict's report of the probe through torch-cpu-bf16 with `fault`, for
+    rho the allowance_rho of the model's hidden size and 2, and each floor: one probe, judged under each
+    allowance (ProbePlan allowance) on one Forwards (the twin's and the finite differences' forwards
+    computed once)."""
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
     from oracle.judge import drift
     from oracle.judge.forwards import Forwards
-    from oracle.judge.observations import merged_observations
+    from oracle.judge.plan import INLINE, probe_plan
+    from oracle.judge.verdict import judge
 
     bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
-    merged = merged_observations(drift.probe_runs(bk, model).values())
-    fwd = Forwards(model)
-    fwd.batch_forwards(drift._contexts(merged), "bfloat16")
-    per: dict = {}
-    for rid, sets in merged.items():
-        for tokens, loops, obs in sets:
-            new = drift.request_stats(model, tokens, loops, obs, "bfloat16", fwd)
-            per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
-    return list(per.values())
+    runs, fwd, out = drift.probe_runs(bk, model), Forwards(model), {}
+    for r in dict.fromkeys((drift.allowance_rho(model.cfg.hidden_size), 2.0)):
+        for fl in FLOORS:
+            plan = probe_plan(bk, model, runs, verdicts=("drift",), allowance=(fl, r), forwards=fwd)
+            out[(r, fl)] = judge(plan, INLINE).drift
+    return out
 
 
 def main(argv=None) -> int:
@@ -52,35 +54,30 @@ def main(argv=None) -> int:
     from threadpoolctl import threadpool_limits
 
     from oracle.checkpoint import build_model
-    from oracle.judge import drift
 
     torch.set_num_threads(1)
     threadpool_limits(1, user_api="blas")
     out = {"command": "python scripts/drift_floors.py " + " ".join(sys.argv[1:] if argv is None else argv), "runs": {}}
     for seed in map(int, a.seeds.split(",")):
         model = build_model(a.preset, seed)
-        rho = drift.allowance_rho(model.cfg.hidden_size)
         for fault in a.faults.split(","):
             t0 = time.perf_counter()
-            st = stats(model, "" if fault == "none" else fault)
             row = {}
-            for r in dict.fromkeys((rho, 2.0)):
-                for fl in FLOORS:
-                    rep = drift.verdict(st, model.cfg.num_layers, "", None, fl, r)
-                    att = next(e for e in rep.estimates if e.label.startswith("attention logit scale (all"))
-                    top = max(rep.estimates, key=lambda e: abs(e.t))
-                    row[f"rho {r:g}, floor {fl:g}"] = {
-                        "ok": rep.ok,
-                        "threshold": rep.threshold,
-                        "max_abs_z": abs(top.t),
-                        "max_direction": top.label,
-                        "attn_all": {
-                            "scale": 1 + att.drift,
-                            "se": att.se,
-                            "z": att.t,
-                            "allowance": list(att.allowance),
-                        },
-                    }
+            for (r, fl), rep in reports(model, "" if fault == "none" else fault).items():
+                att = next(e for e in rep.estimates if e.label.startswith("attention logit scale (all"))
+                top = max(rep.estimates, key=lambda e: abs(e.t))
+                row[f"rho {r:g}, floor {fl:g}"] = {
+                    "ok": rep.ok,
+                    "threshold": rep.threshold,
+                    "max_abs_z": abs(top.t),
+                    "max_direction": top.label,
+                    "attn_all": {
+                        "scale": 1 + att.drift,
+                        "se": att.se,
+                        "z": att.t,
+                        "allowance": list(att.allowance),
+                    },
+                }
             out["runs"][f"seed {seed}, {fault}"] = row
             print(
                 f"seed {seed}, {fault} ({time.perf_counter() - t0:.0f} s), threshold {rep.threshold:.2f}:", flush=True

@@ -135,12 +135,12 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default=None, help="comma-separated (default: every correct path, then the faults)")
     p.add_argument("--device", default=None, help="cuda | cpu (default: cuda where torch sees one)")
     p.add_argument("--json", default=None)
-    p.add_argument("--no-drift", action="store_true", help="the precision verdict alone (precision.fit)")
+    p.add_argument("--no-drift", action="store_true", help="the precision verdict alone (ProbePlan verdicts)")
     a = p.parse_args(argv)
     import torch
     from oracle.checkpoint import build_model
-    from oracle.judge import drift, precision, verdict
-    from oracle.judge.plan import probe_plan
+    from oracle.judge import drift, verdict
+    from oracle.judge.plan import VERDICTS, probe_plan
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":  # one torch and one BLAS thread, as `check --backend` below hidden 512
@@ -173,12 +173,12 @@ def main(argv=None) -> int:
             bk = backend(v, device)
             runs = drift.probe_runs(bk, model)
             t2 = time.perf_counter()
-            if a.no_drift:  # the NumPy twin's energies (or the JAX judge's, on the device)
-                efn = None if judge is None else judge.precision_energy_fn(model, "bfloat16")
-                rep, prec = None, precision.fit(model, runs, "bfloat16", energy_fn=efn)
-            else:
-                got = verdict.judge(probe_plan(bk, model, runs, judge=judge))
-                rep, prec = got.drift, got.precision
+            # --no-drift: the precision verdict alone, on the NumPy twin's energies (or the JAX judge's)
+            verdicts = ("precision",) if a.no_drift else VERDICTS
+            got = verdict.judge(probe_plan(bk, model, runs, judge=judge, verdicts=verdicts))
+            rep, prec = got.drift, got.precision
+            if prec is None:  # the probe's runs malformed, or no twin for the dtype: the verdict says which
+                raise RuntimeError(got.first_failure() or "no precision verdict")
         except Exception as e:  # noqa: BLE001 -- recorded, the other variants go on
             out["variants"][v] = {"error": f"{type(e).__name__}: {e}"}
             print(f"{v}: ERROR {type(e).__name__}: {e}", flush=True)

@@ -4,11 +4,19 @@ cannot mean."""
 
 from __future__ import annotations
 
+import copy
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
 from oracle.backends import load_backend
 from oracle.checkpoint import build_model
-from oracle.judge.plan import INLINE, BackendPlan, Plan, ReferencePlan, backend_plan, probe_plan
+from oracle.judge.compare import typical_norms
+from oracle.judge.forwards import Forwards
+from oracle.judge.plan import INLINE, BackendPlan, Plan, ReferencePlan, backend_plan, probe_plan, traces_plan
+from oracle.judge.report import rel_err
+from oracle.judge.runner import judge_run
 from oracle.judge.scenario import make_case
 from oracle.judge.verdict import judge
 from oracle.sampling import SamplingParams as SP
@@ -63,3 +71,69 @@ def test_plans_refuse_what_they_cannot_mean(tiny):
         backend_plan(load_backend("reference"), tiny, [case()], probe="sometimes")
     with pytest.raises(AssertionError, match="probe_requests"):
         probe_plan(load_backend("reference"), tiny, probe_requests=1)
+
+
+def test_plan_options_refuse_what_they_cannot_mean(tiny):
+    ref = load_backend("reference")
+    with pytest.raises(AssertionError, match="verdicts 'precision'"):
+        probe_plan(ref, tiny, verdicts="precision")  # a string, not a tuple of verdicts
+    with pytest.raises(AssertionError, match=r"verdicts \(\)"):
+        probe_plan(ref, tiny, verdicts=())
+    with pytest.raises(AssertionError, match=r"allowance \(0.001, 2.0\)"):
+        probe_plan(ref, tiny, verdicts=("precision",), allowance=(0.001, 2.0))  # no drift verdict to allow
+    with pytest.raises(AssertionError, match=r"allowance \(0.001,\)"):
+        probe_plan(ref, tiny, allowance=(0.001,))
+    with pytest.raises(AssertionError, match="forwards of another model"):
+        probe_plan(ref, tiny, forwards=Forwards(build_model("tiny", 1)))
+    with pytest.raises(AssertionError, match="values 1"):
+        traces_plan([], [], "bfloat16", values=1)
+
+
+def test_a_traces_plan_keeps_every_compared_value_where_asked(tiny):
+    """values=True: one record per compared KV write and logits vector, each with its place, its
+    relative error and the row's bound; a perturbed logits vector's record holds its error. Without
+    it, none are kept."""
+    a = judge_run(tiny, case(), "block").traces
+    b = copy.deepcopy(a)
+    key = next(iter(b[0].verify_logits))  # (request, offset) of round 0
+    b[0].verify_logits[key] = b[0].verify_logits[key] * np.float32(1.001)
+    v = judge(traces_plan(a, b, "bfloat16", tiny, tolerance="fixed", values=True), INLINE)
+    (rep,) = [r for _, r in v.reports]
+    assert v.ok and len(rep.values) == v.counters["kv_writes_compared"] + v.counters["logits_compared"] > 0
+    assert {x.check for x in rep.values} == {"kv_writes", "draft_logits", "verify_logits"}
+    moved = [x for x in rep.values if x.error > 0]
+    assert [(x.check, x.round, x.request, x.offset) for x in moved] == [("verify_logits", a[0].round, *key)]
+    want = rel_err(b[0].verify_logits[key], a[0].verify_logits[key], typical_norms(a[0])[("verify_logits",)])
+    assert 0 < moved[0].error == pytest.approx(want, rel=1e-12) and moved[0].bound >= 0.04, moved
+    assert all(x.bound >= 0.04 and (x.layer is None) == (x.check != "kv_writes") for x in rep.values)
+    (rep,) = [r for _, r in judge(traces_plan(a, b, "bfloat16", tiny, tolerance="fixed"), INLINE).reports]
+    assert rep.values is None
+
+
+def test_a_probe_plan_fits_the_verdicts_it_names(tiny):
+    """verdicts=("precision",): the precision report of both verdicts' plan, and no drift fit;
+    ("drift",) with an allowance: the drift fit under that floor and rho (drift.fit's), no precision."""
+    from oracle.judge import drift
+
+    runs = drift.probe_runs(load_backend("reference"), tiny, n=4)
+    bf16 = SimpleNamespace(name="reference as bfloat16", dtype="bfloat16", exact=False, policies=("sequential",))
+    fwd = Forwards(tiny)
+    both = judge(probe_plan(bf16, tiny, runs, forwards=fwd), INLINE)
+    alone = judge(probe_plan(bf16, tiny, runs, verdicts=("precision",), forwards=fwd), INLINE)
+    assert alone.drift is None and [c["name"] for c in alone.checks] == ["drift probe: precision"]
+    assert _plain(alone.precision) == _plain(both.precision)
+    H = tiny.cfg.hidden_size
+    allow = (0.01, drift.allowance_rho(H))  # a wider floor, the model's rho
+    wide = judge(probe_plan(bf16, tiny, runs, verdicts=("drift",), allowance=allow, forwards=fwd), INLINE)
+    assert wide.precision is None and [c["name"] for c in wide.checks] == ["drift probe: drift"]
+    assert _plain(wide.drift) == _plain(drift.fit(tiny, runs, "bfloat16", fwd=fwd, allowance=allow))
+    wider = 0.01 - drift.drift_floor(H)
+    assert len(wide.drift.estimates) == len(both.drift.estimates) > 0
+    for e, w in zip(both.drift.estimates, wide.drift.estimates):  # each allowance widened by the floors' difference
+        assert np.subtract(w.allowance, e.allowance) == pytest.approx([-wider, wider]), (e.label, w.label)
+
+
+def _plain(rep) -> dict:
+    out = rep.to_json()
+    out.pop("seconds")
+    return out

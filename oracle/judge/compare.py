@@ -179,6 +179,7 @@ def _judge_request(pair: RoundPair, rid, T: int) -> None:
             differs, err = _differ(rep, "kv", [ka, va], [kb, vb], bound, exact, floor)
         rep.kv_writes_compared += 1
         rep.error(rep.kv_errors, (k[2], k[3], k[1]), err, 0.0 if exact else bound)
+        rep.value("kv_writes", kv(k), err, bound)
         if differs:
             big = largest_difference(("k", "v"), [ka, va], [kb, vb])
             rep.fail(Failure("kv_writes", f"{name(k)} differs", **kv(k), error=err, bound=bound * (not exact), **big))
@@ -203,6 +204,7 @@ def _judge_request(pair: RoundPair, rid, T: int) -> None:
             differs, err = _differ(rep, "logits", [A[(rid, o)]], [B[(rid, o)]], allow, exact, norms.get((check,), 0.0))
             rep.logits_compared += 1
             rep.error(rep.logits_errors, (check, o), err, 0.0 if exact else allow)
+            rep.value(check, dict(at, offset=o, depth=depth), err, allow)
             if differs:
                 big = largest_difference(("",), [A[(rid, o)]], [B[(rid, o)]])
                 text = f"{check} of offset {o} differ"
@@ -315,6 +317,7 @@ def compare_runs(
     ref_norms: list | None = None,
     mode: str = "",
     sides: tuple = ("backend", "reference"),
+    values: bool = False,
 ) -> Report:
     """Judge round traces `other` against `ref` (same requests, rounds and inputs). dtype:
     "exact" or a row of TOLERANCES (a backend's dtype). case, mode: the comparison's name, in every
@@ -325,11 +328,12 @@ def compare_runs(
     bounds: the noise twin's per-value bounds and margins of `ref` (oracle/judge/noise.py), which replace
     the fixed row's for the values they cover; None: the row of TOLERANCES. ref_norms:
     [typical_norms(t) for t in ref], made before (with the reference's side, in the background).
+    values: keep every compared KV write's and logits vector's error and bound (Report.values).
     Longer than 80 lines: the pairing of rounds is one loop, read top to bottom."""
     if dtype not in TOLERANCES:
         raise OracleError(f"no tolerance row for dtype {dtype!r} (known: {', '.join(TOLERANCES)})")
     tol, exact = TOLERANCES[dtype], dtype == "exact"
-    rep = Report(reproduce=reproduce, case=case, mode=mode)
+    rep = Report(reproduce=reproduce, case=case, mode=mode, values=[] if values else None)
     base = {"case": case, "mode": mode, "sides": tuple(sides)}
     got_side, want_side = sides
     stopped: set = set()  # requests past a divergence

@@ -352,13 +352,12 @@ def probe_runs(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345) -> di
     return {mode: run(backend, model, case, mode) for mode in ("block", "loop")}
 
 
-def fit(
-    model, runs: dict, dtype: str, reproduce: str = "", stats_fn=None, dirs=None, fwd: Forwards | None = None
-) -> DriftReport:
+def fit(model, runs: dict, dtype: str, reproduce="", stats_fn=None, dirs=None, fwd=None, allowance=()) -> DriftReport:
     """The drift fit over the probe's runs. stats_fn(tokens, loops, obs) -> (b, G, values, bw): the
     sensitivities (default: finite differences of the NumPy model, request_stats, on fwd: the run's
     forwards, None: made for this fit; the JAX judge passes its jvp, judge_jax/drift.py).
-    rep.seconds: this fit's own time."""
+    allowance: (floor, rho) of the twin allowance (default: drift_floor and allowance_rho of the
+    model's hidden size). rep.seconds: this fit's own time."""
     t0 = time.perf_counter()
     merged = merged_observations(runs.values())
     if stats_fn is None:  # the NumPy sensitivities: every request's forwards in few batches
@@ -371,7 +370,8 @@ def fit(
             new = stats_fn(tokens, loops, obs)
             per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
     H = model.cfg.hidden_size
-    rep = verdict(list(per.values()), model.cfg.num_layers, reproduce, dirs, drift_floor(H), allowance_rho(H))
+    floor, rho = allowance or (drift_floor(H), allowance_rho(H))
+    rep = verdict(list(per.values()), model.cfg.num_layers, reproduce, dirs, floor, rho)
     rep.seconds = time.perf_counter() - t0
     return rep
 

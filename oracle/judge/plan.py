@@ -14,9 +14,11 @@ Kinds:
                the property harness)
     pairs      the backend's run of each (case, mode) against the judge backend's run of it
                (scripts/gpu_parity_full.py: the JAX judge at the real shape)
-    traces     recorded round traces: B against A (`trace diff`, gpu_tests' graph-vs-eager pairs)
-    probe      the drift probe alone: its drift and precision verdicts (the probe tests and the
-               calibration scripts, which may pass the probe's runs they made)
+    traces     recorded round traces: B against A (`trace diff`, gpu_tests' graph-vs-eager pairs);
+               with values, every compared value's error and bound kept (the calibration scripts)
+    probe      the drift probe alone: its drift and precision verdicts, or those it names (the probe
+               tests and the calibration scripts, which may pass the probe's runs they made, the
+               forwards their fits share, and the drift's floor and rho)
     invariance the exactness tier's claims alone (block = loop, spec = plain, alone = batched,
                bitwise), on any backend, declared invariant or not (`python -m oracle localize`)
     rules      one run's round traces against the rules alone (oracle/judge/kinds/rules.py): well
@@ -49,6 +51,7 @@ from . import worker as _worker
 PROBE = ("auto", "on", "off")
 TOLERANCE = ("auto", "fixed")
 REDUCED = ("bfloat16", "float16")  # the dtypes the drift probe and the noise twin judge
+VERDICTS = ("drift", "precision")  # the drift probe's two verdicts
 
 
 @dataclass(slots=True)
@@ -79,10 +82,12 @@ class TracesPlan(Plan):
     both_noisy: bool = False  # A is a reduced-precision run too (the twin's scale x sqrt(2))
     tolerance: str = "auto"
     reproduce: str = ""
+    values: bool = False  # keep every compared KV write's and logits vector's error and bound (Report.values)
     kind: ClassVar[str] = "traces"
 
     def __post_init__(self):
         assert self.tolerance in TOLERANCE, f"tolerance {self.tolerance!r}, expected one of {TOLERANCE}"
+        assert isinstance(self.values, bool), f"values {self.values!r}, expected True or False"
 
 
 @dataclass(slots=True)
@@ -138,7 +143,18 @@ class PairsPlan(Probed):
 class ProbePlan(Probed):
     runs: dict | None = None  # the probe's runs by mode, made by the caller
     probe: str = "on"
+    verdicts: tuple = VERDICTS  # the verdicts fitted: ("precision",) the precision verdict alone
+    allowance: tuple = ()  # the drift's (floor, rho) (drift.verdict); (): those of the model's hidden size
+    forwards: object = None  # forwards.Forwards of the model, shared with the caller's other fits; None: made here
     kind: ClassVar[str] = "probe"
+
+    def __post_init__(self):
+        Probed.__post_init__(self)
+        assert self.verdicts and set(self.verdicts) <= set(VERDICTS), f"verdicts {self.verdicts!r}, from {VERDICTS}"
+        assert self.allowance == () or (len(self.allowance) == 2 and "drift" in self.verdicts), (
+            f"allowance {self.allowance!r}, expected () or (floor, rho) with the drift verdict"
+        )
+        assert self.forwards is None or self.forwards.model is self.model, "forwards of another model than the plan's"
 
 
 @dataclass(slots=True)

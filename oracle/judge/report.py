@@ -1,11 +1,12 @@
 """What a comparison reports: `Failure` (one failed value, as a record: its class, its place, the
-two sides' values, the error and its bound), `Check` (one named property, held or not, with its
-first failure), `Report` (a comparison's checks, counters and per-value errors), `rel_err` (the
-relative error every numeric check measures), `largest_difference` (where it is largest) and
-`error_maps` (the per-value errors the report's pictures draw). `describe(failure)` is the one
-rendering of a failure as text: a check's `detail` is made by it, and every renderer (text, JSON,
-HTML) reads the record's fields, never the text. A leaf, so that the verdicts built beside the
-judge (oracle/judge/cache_free.py) need not import it (oracle/judge/compare.py)."""
+two sides' values, the error and its bound), `Value` (one compared value's error and bound, kept on
+request), `Check` (one named property, held or not, with its first failure), `Report` (a comparison's
+checks, counters and per-value errors), `rel_err` (the relative error every numeric check measures),
+`largest_difference` (where it is largest) and `error_maps` (the per-value errors the report's
+pictures draw). `describe(failure)` is the one rendering of a failure as text: a check's `detail` is
+made by it, and every renderer (text, JSON, HTML) reads the record's fields, never the text. A leaf,
+so that the verdicts built beside the judge (oracle/judge/cache_free.py) need not import it
+(oracle/judge/compare.py)."""
 
 from __future__ import annotations
 
@@ -128,6 +129,22 @@ def describe(f: Failure, reproduce: bool = True) -> str:
 
 
 @dataclass(slots=True)
+class Value:
+    """One compared KV write or logits vector, kept where a comparison keeps its values (compare_runs
+    values=True; TracesPlan.values): its check, place, relative error and the bound it was judged by
+    (the noise twin's, else the row's)."""
+
+    check: str  # kv_writes, draft_logits, verify_logits
+    round: int | None
+    request: int | None
+    offset: int | None
+    depth: int | None
+    layer: int | None  # None: a logits vector
+    error: float
+    bound: float
+
+
+@dataclass(slots=True)
 class Check:
     name: str
     ok: bool
@@ -156,6 +173,7 @@ class Report:
     # [error, bound] of logits
     kv_errors: dict = field(default_factory=dict)
     logits_errors: dict = field(default_factory=dict)
+    values: list | None = None  # every compared value's Value where the comparison keeps them; None: not kept
 
     @property
     def ok(self) -> bool:
@@ -183,6 +201,12 @@ class Report:
         cell = table.get(key)
         if cell is None or err > cell[0]:
             table[key] = [err, bound]
+
+    def value(self, check: str, at: dict, err: float, bound: float) -> None:
+        """One compared value's record (at: its Failure fields), where values are kept."""
+        if self.values is not None:
+            place = [at.get(k) for k in ("round", "request", "offset", "depth", "layer")]
+            self.values.append(Value(check, *place, float(err), float(bound)))
 
     def finish(self) -> "Report":
         failed = {c.name for c in self.checks}

@@ -17,7 +17,7 @@ from .. import worker as _worker
 from ..calibration import COARSE_HIDDEN, PROBE_REQUESTS
 from ..forwards import Forwards, of
 from ..malformed import side_problem
-from ..plan import Executor, Probed
+from ..plan import VERDICTS, Executor, Probed
 from ...contract import capabilities
 
 
@@ -48,15 +48,21 @@ def _fits(
     dirs=None,
     energy_fn=None,
     fwd: Forwards | None = None,
+    verdicts: tuple = VERDICTS,
+    allowance: tuple = (),
 ) -> tuple:
     """(DriftReport, PrecisionReport or None) over the probe's runs: the drift fit, and the error
     energy against the noise twin (oracle/judge/precision.py; None without a twin: FP32). With the
     NumPy sensitivities both use the twin's forwards at the backend's tokens, made once (on fwd,
     the run's forwards; None: made for these two fits); with the JAX judge's (stats_fn), its twin
-    is energy_fn (judge_jax/twin.py)."""
+    is energy_fn (judge_jax/twin.py). verdicts: those fitted (one left out: None); allowance: the
+    drift's (floor, rho) (drift.fit)."""
     fwd = of(model, fwd)
-    prec = _precision.fit(model, runs, dtype, reproduce, energy_fn, fwd) if stats_fn is None or energy_fn else None
-    return _drift.fit(model, runs, dtype, reproduce, stats_fn, dirs, fwd), prec
+    prec = None
+    if "precision" in verdicts and (stats_fn is None or energy_fn):
+        prec = _precision.fit(model, runs, dtype, reproduce, energy_fn, fwd)
+    rep = _drift.fit(model, runs, dtype, reproduce, stats_fn, dirs, fwd, allowance) if "drift" in verdicts else None
+    return rep, prec
 
 
 @dataclass
@@ -71,20 +77,30 @@ class PendingDrift:
     dirs: object = None
     energy_fn: object = None  # the JAX judge's noise twin (judge_jax/twin.py), or None
     fwd: object = None  # the run's forwards.Forwards (the NumPy fits'), or None: made for the fits
+    verdicts: tuple = VERDICTS  # the verdicts fitted (ProbePlan.verdicts)
+    allowance: tuple = ()  # the drift's (floor, rho), or (): the model's (ProbePlan.allowance)
     job: object = None  # worker.background's handle of the NumPy fit
     seconds: float = 0.0  # the probe's runs
     error: str = ""  # the backend raised during the probe, or its output was malformed
 
 
-def pending_for(backend, model, reproduce: str = "", judge=None, fwd: Forwards | None = None) -> PendingDrift:
+def pending_for(
+    backend, model, reproduce: str = "", judge=None, fwd: Forwards | None = None, verdicts=VERDICTS, allowance=()
+) -> PendingDrift:
     """The fit's inputs for a backend's probe: the JAX judge's sensitivities and twin where the judge
-    offers them (capabilities: drift_stats_fn, precision_energy_fn), else the NumPy fits on fwd."""
+    offers them (capabilities: drift_stats_fn, precision_energy_fn), else the NumPy fits on fwd.
+    Without the drift verdict (verdicts): the judge's twin where it offers one, else the NumPy twin."""
     key = (judge, model, backend.dtype)
-    if judge is not None and _JUDGE_FITS and _JUDGE_FITS[0][0] == key:  # its jitted functions, made once
-        stats_fn, dirs, energy_fn = _JUDGE_FITS[0][1]
-        return PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn, fwd)
-    stats_fn = dirs = None
+    p = PendingDrift(model, None, backend.dtype, reproduce, fwd=fwd, verdicts=verdicts, allowance=allowance)
+    if "drift" in verdicts and judge is not None and _JUDGE_FITS and _JUDGE_FITS[0][0] == key:  # made once
+        p.stats_fn, p.dirs, p.energy_fn = _JUDGE_FITS[0][1]
+        return p
     caps = None if judge is None else capabilities(judge)
+    if "drift" not in verdicts:
+        twin = None if caps is None else caps.precision_energy_fn
+        p.energy_fn = None if twin is None else twin(model, backend.dtype)
+        return p
+    stats_fn = dirs = None
     maker = None if caps is None else caps.drift_stats_fn
     if maker is not None:
         if model.cfg.hidden_size >= COARSE_HIDDEN:  # per layer would cost one jvp per knob
@@ -94,30 +110,40 @@ def pending_for(backend, model, reproduce: str = "", judge=None, fwd: Forwards |
     energy_fn = twin(model, backend.dtype) if twin is not None and stats_fn is not None else None
     if stats_fn is not None:
         _JUDGE_FITS[:] = [(key, (stats_fn, dirs, energy_fn))]  # the last judge's only: a model is large
-    return PendingDrift(model, None, backend.dtype, reproduce, stats_fn, dirs, energy_fn, fwd)
+    p.stats_fn, p.dirs, p.energy_fn = stats_fn, dirs, energy_fn
+    return p
 
 
 _JUDGE_FITS: list = []  # [((judge, model, dtype), (stats_fn, dirs, energy_fn))]: the last one made
 
 
 def start_drift(
-    backend, model, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS, fwd: Forwards | None = None
+    backend,
+    model,
+    reproduce: str = "",
+    judge=None,
+    n: int = PROBE_REQUESTS,
+    fwd: Forwards | None = None,
+    verdicts: tuple = VERDICTS,
+    allowance: tuple = (),
 ) -> PendingDrift | None:
     """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
     fit in the background (worker.background: a forked child for the NumPy fit where the platform
     forks, else a thread; with a JAX judge its jvp and twin on a thread), so that it overlaps what the
     check does next; finish_probe waits for it. None: no drift verdict
     applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran).
-    fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy)."""
+    fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy). verdicts, allowance:
+    ProbePlan's."""
     if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
         return None
-    p = pending_for(backend, model, reproduce, judge, fwd)
-    if p.stats_fn is None and capabilities(backend).fork_safe and _worker.forks():
+    p = pending_for(backend, model, reproduce, judge, fwd, verdicts, allowance)
+    fits = (p.stats_fn, p.dirs, p.energy_fn, fwd, verdicts, allowance)
+    if p.stats_fn is None and p.energy_fn is None and capabilities(backend).fork_safe and _worker.forks():
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
-        job = (_probe_and_fit, backend, model, n, reproduce, fwd)
+        job = (_probe_and_fit, backend, model, n, reproduce, fits)
     else:  # the probe's runs now; the fit (NumPy, or the JAX judge's jvp and twin) beside what comes next
         p.runs, p.error, p.seconds = _probe(backend, model, n)
-        job = None if p.error else (_fits, model, p.runs, p.dtype, reproduce, p.stats_fn, p.dirs, p.energy_fn, fwd)
+        job = None if p.error else (_fits, model, p.runs, p.dtype, reproduce, *fits)
     p.job = None if job is None else _worker.background(*job)
     return p
 
@@ -144,15 +170,16 @@ def probe_problem(model, runs: dict) -> str:
     return ""
 
 
-def _probe_and_fit(backend, model, n: int, reproduce: str, fwd: Forwards | None = None):
-    """start_drift's probe and fit in a forked child (on its copy of fwd): ((DriftReport,
-    PrecisionReport) or None, the probe's error)."""
+def _probe_and_fit(backend, model, n: int, reproduce: str, fits: tuple):
+    """start_drift's probe and fit in a forked child (fits: _fits's arguments after reproduce, on its
+    copy of the forwards): ((DriftReport or None, PrecisionReport or None) or None, the probe's error)."""
     backend = backend.fresh() if hasattr(backend, "fresh") else backend  # a guard with its own thread here
     runs, error, seconds = _probe(backend, model, n)
     if error:
         return None, error
-    reps = _fits(model, runs, backend.dtype, reproduce, fwd=fwd)
-    reps[0].seconds += seconds
+    reps = _fits(model, runs, backend.dtype, reproduce, *fits)
+    if reps[0] is not None:
+        reps[0].seconds += seconds
     return reps, ""
 
 
@@ -163,26 +190,16 @@ def finish_probe(pending: PendingDrift | None) -> tuple:
         return None, None, ""
     if pending.error:
         return None, None, pending.error
-    reps = (
-        pending.job.result()
-        if pending.job is not None
-        else _fits(
-            pending.model,
-            pending.runs,
-            pending.dtype,
-            pending.reproduce,
-            pending.stats_fn,
-            pending.dirs,
-            pending.energy_fn,
-            pending.fwd,
-        )
-    )
+    p = pending
+    fits = (p.stats_fn, p.dirs, p.energy_fn, p.fwd, p.verdicts, p.allowance)
+    reps = p.job.result() if p.job is not None else _fits(p.model, p.runs, p.dtype, p.reproduce, *fits)
     if isinstance(reps[1], str):  # _probe_and_fit's: the probe ran in the child
         reps, error = reps
         if error:
             return None, None, error
     rep, prec = reps
-    rep.seconds += pending.seconds
+    if rep is not None:
+        rep.seconds += pending.seconds
     return rep, prec, ""
 
 

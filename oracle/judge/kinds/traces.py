@@ -17,7 +17,7 @@ def run(plan: TracesPlan, ex: Executor, v) -> None:
     the noise twin's bounds at A's contexts where the plan has the model (below
     calibration.HOST_HIDDEN) and asks for no fixed row, as `check --backend` judges; else by the
     row's fixed tolerances. info["bounds"] says which. Either side malformed is a failed check,
-    before any twin is made from it."""
+    before any twin is made from it. plan.values: the report keeps every compared value (Report.values)."""
     a, b = plan.traces
     row, model = plan.row, plan.model
     cfg = None if model is None else model.cfg
@@ -36,7 +36,7 @@ def run(plan: TracesPlan, ex: Executor, v) -> None:
         bounds = twin_bounds(model, a, row)
     if bounds is not None and plan.both_noisy:
         bounds.scale = 2**0.5  # both sides carry the precision's noise
-    rep = compare_runs(a, b, row, plan.reproduce, bounds=bounds, sides=plan.sides)
+    rep = compare_runs(a, b, row, plan.reproduce, bounds=bounds, sides=plan.sides, values=plan.values)
     v.add("traces", rep)
     v.cases[-1]["ok"] = rep.ok
     v.info["bounds"] = "noise twin" if twin else ("exact" if row == "exact" else "fixed row")
