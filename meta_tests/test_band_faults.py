@@ -17,7 +17,7 @@ import pytest
 
 from meta_tests import band_faults
 from oracle.checkpoint import build_model
-from oracle.judge import drift, precision
+from oracle.judge.probe import drift, precision
 
 torch = pytest.importorskip("torch")
 
@@ -28,7 +28,7 @@ PRESETS = sorted({preset for _, preset, _, _ in band_faults.BAND_FAULTS.values()
 def models():
     """preset -> (model, its Forwards: the twin's forwards are shared by the module's fits, as the
     faults commit mostly the same tokens)."""
-    from oracle.judge.forwards import Forwards
+    from oracle.judge.probe.forwards import Forwards
 
     out = {}
     for p in PRESETS:

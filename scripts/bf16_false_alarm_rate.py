@@ -1,7 +1,7 @@
 """How often the judge fails a correct BF16 backend (torch-cpu-bf16) on random tiny models like
 those the property suite draws (hidden 8-32, head_dim 2-8, 1-2 layers, D 2-6, 1-3 requests,
 greedy and sampled, 1-2 block rounds): with the noise twin's bounds (the judge's default for
-reduced precision, oracle/judge/noise.py) or with the fixed bfloat16 row (--row). Also prints, per
+reduced precision, oracle/judge/probe/noise.py) or with the fixed bfloat16 row (--row). Also prints, per
 run, the largest ratio of a value's error to its twin noise scale and of an excused margin to
 its twin scale (the K_VALUE and K_MARGIN those runs would need), as quantiles.
 
@@ -47,11 +47,12 @@ def one(args) -> tuple:
     import torch
 
     torch.set_num_threads(1)
-    from oracle.judge import compare, noise  # noqa: F401
-    from oracle.backends import load_backend
+    from oracle.judge.comparison import compare
+    from oracle.judge.probe import noise  # noqa: F401
+    from oracle.runtime.backends import load_backend
     from oracle.judge.scenario import Case
     from oracle.judge.runner import judge_run, run_scenario
-    from oracle.judge.decisions import first_divergence
+    from oracle.judge.comparison.decisions import first_divergence
     from oracle.sampling import SamplingParams as SP
 
     rng = np.random.default_rng([seed, i])

@@ -1,6 +1,6 @@
 """The drift verdict of torch-cpu-bf16 (correct, or with a kernel fault) at a preset over weight seeds,
 under several drift floors, from one set of per-request statistics each: what floor(H) a correct
-backend needs at that hidden size and what a fault's z is under each (oracle/judge/calibration.py
+backend needs at that hidden size and what a fault's z is under each (oracle/judge/probe/calibration.py
 FLOOR_POWER; docs/results.md, "The drift floor at small").
 
     python scripts/drift_floors.py --preset small --seeds 0,1,2 --faults none,attn_scale=1.003 [--json PATH]
@@ -25,9 +25,9 @@ def stats(model, fault: str) -> list:
     """Per-request (b, G, values, bw, bt) of the probe through torch-cpu-bf16 with `fault`."""
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
-    from oracle.judge import drift
-    from oracle.judge.forwards import Forwards
-    from oracle.judge.observations import merged_observations
+    from oracle.judge.probe import drift
+    from oracle.judge.probe.forwards import Forwards
+    from oracle.judge.probe.observations import merged_observations
 
     bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
     merged = merged_observations(drift.probe_runs(bk, model).values())
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     from threadpoolctl import threadpool_limits
 
     from oracle.checkpoint import build_model
-    from oracle.judge import drift
+    from oracle.judge.probe import drift
 
     torch.set_num_threads(1)
     threadpool_limits(1, user_api="blas")

@@ -8,7 +8,7 @@ one that imports it (each constant has one name and one home).
 
 The graph is read with `ast` from the source files, so imports inside functions count as
 much as module-level ones, relative and absolute alike. Engines reach the oracle only by
-name: oracle/backends.py (NAMED) and oracle/cli/__init__.py (COMMANDS) hold "module:attr" strings,
+name: oracle/runtime/backends.py (NAMED) and oracle/cli/__init__.py (COMMANDS) hold "module:attr" strings,
 which are not imports; no other string of oracle/ names a module of kernels/ or judge_jax/ (an
 `importlib.import_module("kernels.x")` would be an import the graph does not see); a run of the
 CLI imports its own command's module only."""
@@ -151,7 +151,7 @@ def test_the_bench_package_is_imported_by_nothing_and_imports_oracle_and_kernels
 
 def test_engines_are_reached_by_name_only():
     """The registry strings name modules that exist (a typo would hide a command or backend)."""
-    from oracle.backends import NAMED
+    from oracle.runtime.backends import NAMED
     from oracle.cli import COMMANDS
 
     known = modules()
@@ -238,7 +238,7 @@ def oracle_graph() -> dict[str, set[str]]:
 
 def test_the_rooms_are_read_right():
     assert room("oracle.cli.cmd_check") == "cli" and room("oracle.cli") == "cli"
-    assert room("oracle.judge.compare") == "judge" and room("oracle.reference_round") == "reference"
+    assert room("oracle.judge.comparison.compare") == "judge" and room("oracle.reference_round") == "reference"
     assert room("oracle.__main__") == "cli" and room("kernels.session") is None
 
 
@@ -257,18 +257,18 @@ def test_the_rooms_import_downwards_only():
 
 # The judge's face to the CLI: the one verdict, the scenario (a case and its reproduce line) and
 # the runner (a scenario's rounds on one backend: `trace record`, the catalogue's plain runs).
-# and the plan (what a verdict compares, and the executor: oracle/judge/plan.py).
+# and the plan (what a verdict compares, and the executor: oracle/judge/plans/plan.py).
 # and the shrinker (a failing verdict's smallest case, judged by the one verdict: issue 44),
 # the report (a failure's record and its one text, `describe`, which every renderer reads: issue 61)
 # and the calibration constants (their one home; `check` reads HOST_HIDDEN, `trace diff` SIGMA).
 JUDGE_FACE = {
-    "oracle.judge.report",
-    "oracle.judge.calibration",
-    "oracle.judge.verdict",
+    "oracle.judge.comparison.report",
+    "oracle.judge.probe.calibration",
+    "oracle.judge.plans.verdict",
     "oracle.judge.scenario",
     "oracle.judge.runner",
-    "oracle.judge.plan",
-    "oracle.judge.shrink",
+    "oracle.judge.plans.plan",
+    "oracle.judge.shrinker.shrink",
 }
 
 
@@ -411,7 +411,7 @@ def test_each_constant_has_one_home():
     noise.SIGMA or verdict.SIGMA)."""
     known = modules()
     homes = {m: defined_here(p) for m, p in known.items()}
-    assert "SIGMA" in homes["oracle.judge.calibration"] and "SIGMA" not in homes["oracle.judge.noise"]
+    assert "SIGMA" in homes["oracle.judge.probe.calibration"] and "SIGMA" not in homes["oracle.judge.probe.noise"]
     dirs = (*PACKAGES, "tests", "property_tests", "meta_tests", "gpu_tests", "scripts", "examples")
     files = [p for d in dirs for p in sorted((ROOT / d).rglob("*.py"))]
     bad = [hit for p in files for hit in constants_read_away_from_home(p, known, homes)]

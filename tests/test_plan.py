@@ -1,4 +1,4 @@
-"""The one verdict's plans (oracle/judge/plan.py): a backend plan makes all three comparisons of a
+"""The one verdict's plans (oracle/judge/plans/plan.py): a backend plan makes all three comparisons of a
 case, a malformed run skips only the comparisons that would read it, and a plan refuses what it
 cannot mean."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from oracle.backends import load_backend
+from oracle.runtime.backends import load_backend
 from oracle.checkpoint import build_model
-from oracle.judge.plan import INLINE, BackendPlan, Plan, ReferencePlan, backend_plan, probe_plan
+from oracle.judge.plans.plan import INLINE, BackendPlan, Plan, ReferencePlan, backend_plan, probe_plan
 from oracle.judge.scenario import make_case
-from oracle.judge.verdict import judge
+from oracle.judge.plans.verdict import judge
 from oracle.sampling import SamplingParams as SP
 
 
@@ -31,7 +31,7 @@ def test_a_backend_plan_compares_both_modes_and_block_against_loop(tiny):
 
 
 def test_a_malformed_run_skips_block_against_loop_only(tiny, monkeypatch):
-    import oracle.judge.cases as cases
+    import oracle.judge.plans.cases as cases
 
     real = cases.run_scenario
 
