@@ -1,10 +1,13 @@
 """Imports run one way: kernels -> oracle and judge_jax -> oracle, never the reverse; bench/
 (the `bench` command) may import oracle and kernels, and nothing imports it; no module of
 oracle/, kernels/, judge_jax/ or bench/ imports itself back through others (no cycles).
-Inside oracle/ the rooms are layered cli -> judge -> reference: oracle/cli/ may import the
-judge and the reference, oracle/judge/ the reference only, and the reference (every other
-module of oracle/) neither. A constant is read from the module that defines it, never through
-one that imports it (each constant has one name and one home).
+Inside oracle/ the rooms are layered cli -> judge -> runtime -> reference: oracle/cli/ may import
+every other room, oracle/judge/ the runtime and the reference, oracle/runtime/ (the backend
+contract, the backends' loading, a plug-in's process, cancellation) the reference only, and the
+reference (every other module of oracle/) none. Inside the judge its rooms are layered too:
+shrinker -> plans -> probe -> comparison -> the judge's own modules (the runner, the scenario).
+A constant is read from the module that defines it, never through one that imports it (each
+constant has one name and one home).
 
 The graph is read with `ast` from the source files, so imports inside functions count as
 much as module-level ones, relative and absolute alike. Engines reach the oracle only by
@@ -28,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("oracle", "kernels", "judge_jax", "bench")
 JUDGED = ("kernels", "judge_jax")  # what the oracle judges: it must not import them
 TOP = {"bench"}  # what nothing of the four packages imports (reached by name)
-ROOMS = ("reference", "judge", "cli")  # oracle/'s rooms, lowest first: a room imports only lower ones
+ROOMS = ("reference", "runtime", "judge", "cli")  # oracle/'s rooms, lowest first: a room imports only lower ones
+JUDGE_ROOMS = ("judge", "comparison", "probe", "plans", "shrinker")  # the judge's, lowest first ("judge": its top)
 ENTRY = {"oracle.__main__": "cli"}  # `python -m oracle` is the CLI's entry point
 
 
@@ -240,11 +244,13 @@ def test_the_rooms_are_read_right():
     assert room("oracle.cli.cmd_check") == "cli" and room("oracle.cli") == "cli"
     assert room("oracle.judge.comparison.compare") == "judge" and room("oracle.reference_round") == "reference"
     assert room("oracle.__main__") == "cli" and room("kernels.session") is None
+    assert room("oracle.runtime.contract") == "runtime" and room("oracle.judge.probe.drift") == "judge"
+    assert judge_room("oracle.judge.runner") == "judge" and judge_room("oracle.judge.plans.kinds.probe") == "plans"
 
 
 def test_the_rooms_import_downwards_only():
-    """cli -> judge -> reference: the reference never imports the judge or the CLI, the judge
-    never the CLI."""
+    """cli -> judge -> runtime -> reference: the reference never imports the runtime, the judge or
+    the CLI, the runtime never the judge or the CLI, the judge never the CLI."""
     rank = {r: i for i, r in enumerate(ROOMS)}
     bad = sorted(
         f"{m} ({room(m)}) -> {t} ({room(t)})"
@@ -253,6 +259,28 @@ def test_the_rooms_import_downwards_only():
         if rank[room(t)] > rank[room(m)]
     )
     assert not bad, "a room imports a higher one: " + ", ".join(bad)
+
+
+def judge_room(mod: str) -> str:
+    """The room of a module of oracle/judge/ ("judge" for the judge's own top-level modules)."""
+    parts = mod.split(".")
+    return parts[2] if len(parts) > 3 and parts[2] in JUDGE_ROOMS else "judge"
+
+
+def test_the_judge_rooms_import_downwards_only():
+    """shrinker -> plans -> probe -> comparison -> the judge's top (runner, scenario): the comparison
+    judges two runs without the probe, the probe without the plans, and only the shrinker reads the
+    one verdict from outside it."""
+    rank = {r: i for i, r in enumerate(JUDGE_ROOMS)}
+    judged = {m: ts for m, ts in oracle_graph().items() if room(m) == "judge"}
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in judged.items()
+        for t in ts
+        if room(t) == "judge" and rank[judge_room(t)] > rank[judge_room(m)]
+    )
+    assert not bad, "a room of the judge imports a higher one: " + ", ".join(bad)
+    assert any(judge_room(t) == "probe" for t in judged["oracle.judge.plans.verdict"])  # the walk sees them
 
 
 # The judge's face to the CLI: the one verdict, the scenario (a case and its reproduce line) and
