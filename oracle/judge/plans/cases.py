@@ -56,12 +56,12 @@ def _reference_sides(model, cases, dtype: str, fwd: Forwards | None = None) -> l
     return [_reference_side(model, c, dtype, {}, fwd=fwd) for c in cases]
 
 
-def _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, **options) -> Report:
+def _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, host: bool, **options) -> Report:
     why = side_problem(got.traces, model.cfg)
     if why:
         return malformed(case, why, reproduce, mode)
     dtype = tolerance_row(bk)
-    ref_run = judge_run(model, sc, mode, replay_from=None if draws_host_stream(bk) else got, judge=judge, **options)
+    ref_run = judge_run(model, sc, mode, replay_from=None if host else got, judge=judge, **options)
     bounds = twin_bounds(model, ref_run.traces, dtype, fwd=fwd) if judge is None else None
     return compare_runs(ref_run.traces, got.traces, dtype, reproduce, case, bounds=bounds, mode=mode)
 
@@ -92,6 +92,7 @@ def judge_backend(
     runs_out: dict | None = None,
     fwd: Forwards | None = None,
     step=None,
+    caps=None,
 ):
     """[(label, Report)]: backend block vs judge block, backend loop vs judge loop, and backend
     block vs backend loop. catch=True: a backend that raises is a failed check. ref: the
@@ -101,12 +102,14 @@ def judge_backend(
     runs_out: receives the backend's runs by mode. fwd: the run's forwards, for every twin bound
     made here (None: one made for this case). Each run is checked for malformed output at once
     (malformed.side_problem): a malformed run is a failed `malformed` check, and nothing of it
-    reaches a twin or a comparison. step(what): told as each step starts (progress)."""
+    reaches a twin or a comparison. step(what): told as each step starts (progress). caps: bk's
+    Capabilities where the caller read them (None: read here)."""
     step = step or (lambda what: None)
+    host = draws_host_stream(bk) if caps is None else caps.host_rng
     out, runs, malformed_modes = [], ({} if runs_out is None else runs_out), set()
     dtype = tolerance_row(bk)
     fwd = of(model, fwd) if judge is None else fwd  # no twin against a judge backend
-    if ref is None and judge is None and draws_host_stream(bk):
+    if ref is None and judge is None and host:
         step("the reference's block and loop runs")
         ref = background(_reference_side, model, sc, dtype, {}, fwd=fwd)
     for mode in MODES:  # with the reference's side: both runs, then both judged
@@ -119,7 +122,7 @@ def judge_backend(
                 rep = malformed(case, why, reproduce, mode)
                 malformed_modes.add(mode)
             elif ref is None:
-                rep = _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd)
+                rep = _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, host)
             else:
                 rep = None  # judged against ref once both runs are made
         except Exception as e:  # noqa: BLE001 -- judged, not aborted
@@ -233,16 +236,17 @@ def check_case(model, case: Case, step=None) -> Report:
 # saved beside a busy process); above it one case at a time.
 
 
-def sides(early, backend, model, cases, judge=None) -> tuple[dict, Forwards]:
+def sides(early, backend, model, cases, judge=None, caps=None) -> tuple[dict, Forwards]:
     """(id(case) -> the reference's side, the run's forwards) for every case judge_cases will judge against
     the reference (a host-stream backend, no --reference judge), all made by one background job: the
     one start_sides began before the backend loaded (early: its handle, sent the backend's facts
     now), else one started now, so that they are made while the backend runs; {} where none applies
     or the model is large (judge_backend then makes each in turn). The run's forwards (the twin's
-    and the drift fit's): those begun with the early sides, else new."""
+    and the drift fit's): those begun with the early sides, else new. caps: the backend's
+    Capabilities where the caller read them (None: read here)."""
     begun = None if early is None else early.fwd
     fwd = begun if begun is not None and begun.model is model else Forwards(model)
-    host, dtype = draws_host_stream(backend), tolerance_row(backend)
+    host, dtype = draws_host_stream(backend) if caps is None else caps.host_rng, tolerance_row(backend)
     if early is not None:
         early.fwd = None  # held by this run alone: let go when it returns
         early.facts.send((dtype, tuple(backend.policies)) if host else None)  # None: the job ends
@@ -257,9 +261,10 @@ def sides(early, backend, model, cases, judge=None) -> tuple[dict, Forwards]:
     return {id(c): Part(job, i) for i, c in todo if c.policy in backend.policies}, fwd
 
 
-def judge_cases(v, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd, ex) -> list:
+def judge_cases(v, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd, ex, caps=None) -> list:
     """[(case, [(label, Report)], {mode: run})]: every case's backend runs first, then the comparisons;
-    a case whose policy bk does not support is in v.skipped. ex: the plan's executor (its phases)."""
+    a case whose policy bk does not support is in v.skipped. ex: the plan's executor (its phases);
+    caps: bk's Capabilities where the caller read them (None: read for each case)."""
     pending = []
     todo = [c for c in cases if c.policy in bk.policies]
     for case in cases:
@@ -272,7 +277,9 @@ def judge_cases(v, bk, model, cases, suffix: str, judge, sides: dict, catch: boo
         reproduce = case.reproduce + suffix if case.reproduce else ""  # the property suite prints its own
         ref = sides.get(id(case))
         step = lambda what, at=at: ex.phase("case", f"{at}: {what}")  # noqa: E731
-        reps = judge_backend(bk, model, case, reproduce, case.name, catch, judge, ref, bool(sides), runs, fwd, step)
+        reps = judge_backend(
+            bk, model, case, reproduce, case.name, catch, judge, ref, bool(sides), runs, fwd, step, caps
+        )
         pending.append((case, reps, runs))
     if pending:
         ex.phase("compare", f"{len(pending)} case(s)")

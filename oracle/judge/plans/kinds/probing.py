@@ -21,12 +21,12 @@ from ..plan import Executor, Probed
 from ....runtime.contract import capabilities
 
 
-def begin(plan: Probed, ex: Executor, backend, fwd: Forwards | None = None, how: str = "both modes"):
+def begin(plan: Probed, ex: Executor, backend, fwd: Forwards | None = None, how: str = "both modes", caps=None):
     """The drift probe of a plan that probes (plan.probes()), begun (start_drift) through `backend`
-    (the plan's, or it guarded), its phase heard."""
+    (the plan's, or it guarded), its phase heard. caps: the backend's Capabilities, read by the caller."""
     n = plan.probe_requests or PROBE_REQUESTS
     ex.phase("probe", f"{n} requests through the backend, {how}")
-    return start_drift(backend, plan.model, plan.probe_reproduce, plan.judge, n, fwd)
+    return start_drift(backend, plan.model, plan.probe_reproduce, plan.judge, n, fwd, caps)
 
 
 def finish(v, pending, ex: Executor | None = None) -> None:
@@ -101,18 +101,20 @@ _JUDGE_FITS: list = []  # [((judge, model, dtype), (stats_fn, dirs, energy_fn))]
 
 
 def start_drift(
-    backend, model, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS, fwd: Forwards | None = None
+    backend, model, reproduce: str = "", judge=None, n: int = PROBE_REQUESTS, fwd: Forwards | None = None, caps=None
 ) -> PendingDrift | None:
     """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
     fit in the background (worker.background: a forked child for the NumPy fit where the platform
     forks, else a thread; with a JAX judge its jvp and twin on a thread), so that it overlaps what the
     check does next; finish_probe waits for it. None: no drift verdict
     applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran).
-    fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy)."""
+    fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy). caps: the backend's
+    Capabilities where the caller read them (None: read here)."""
     if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
         return None
     p = pending_for(backend, model, reproduce, judge, fwd)
-    if p.stats_fn is None and capabilities(backend).fork_safe and _worker.forks():
+    caps = capabilities(backend) if caps is None else caps
+    if p.stats_fn is None and caps.fork_safe and _worker.forks():
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
         job = (_probe_and_fit, backend, model, n, reproduce, fwd)
     else:  # the probe's runs now; the fit (NumPy, or the JAX judge's jvp and twin) beside what comes next
