@@ -29,15 +29,16 @@ prefixed and bounded (oracle/runtime/plugin_output.py); the child leads a proces
 whole; a signal it sends this process is its failure (oracle/runtime/cancel.py SENDERS, `_sent_by_plugin`);
 every session() it returns is checked against contract.session_problems in the child before its
 first call (errors.Refused, exit 2).
+
+The child's side is oracle/runtime/child.py (`serve`); the proxies of what it keeps (`Remote`) and
+the pickling of the pipe's messages are oracle/runtime/remote.py.
 """
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import io
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -47,40 +48,22 @@ from multiprocessing.connection import wait
 
 from . import cancel
 from .backends import NAMED, BackendCallFailed, OutOfProcess, load_backend, note_plugin_file
-from .contract import (
-    OPTIONAL_BACKEND,
-    OPTIONAL_SESSION,
-    SAMPLING_INTERFACE,
-    SESSION_METHODS,
-    Capabilities,
-    LoadedBackend,
-    contract_problems,
-    session_problems,
-)
+from .child import serve, unpack
+from .contract import Capabilities, LoadedBackend
 from ..errors import OracleError, Refused
-from .plugin_output import Relay, flush_c_stdio, kill_group, own_group
+from .plugin_output import Relay, kill_group, own_group
+from .remote import STAND_IN, ParentPickler, Raised, Remote, ResultUnpickler, Unimported, plain
 
 # The NAMED (in-tree) backends stay in this process: they are the project's own code, and their
 # options and hooks are read here (docs/results.md, "Plug-in isolation overhead").
 ISOLATE_NAMED = False
 STOP_GRACE_S = 0.5  # stop_all: how long a child may take to end once its pipe is closed
-BY_REF = ("session", "submit")  # calls whose result stays in the child (a session, a round in flight)
-METHODS = tuple(dict.fromkeys(SESSION_METHODS + tuple(OPTIONAL_SESSION) + SAMPLING_INTERFACE))
 _LIVE = weakref.WeakValueDictionary()  # id -> IsolatedBackend with a child of this process
 _THREADS: list = []  # the thread count set_threads chose last (sent to every child)
 
 
 class BackendDied(BackendCallFailed):
     """The plug-in's process died (a signal, os._exit) during a call, or had died before it."""
-
-
-class Raised(Exception):
-    """Stand-in for an exception whose class this process does not import (the plug-in's own)."""
-
-
-# exceptions of the plug-in that would read as this process's own (a KeyboardInterrupt as the user's
-# Ctrl-C): a stand-in of the same name, an Exception, so that the call fails as the backend's
-STAND_IN = ("KeyboardInterrupt", "GeneratorExit")
 
 
 def load(spec: str | None = None, timeout: float | None = None) -> LoadedBackend:
@@ -180,7 +163,7 @@ class IsolatedBackend(OutOfProcess):
             stream.flush()  # nothing buffered here is written twice by a forked child
         relay = Relay() if ctx.get_start_method() == "fork" else None  # the child's output (spawn: not captured)
         proc = ctx.Process(
-            target=_serve,
+            target=serve,
             args=(theirs, self.spec, self.target, preload, _THREADS[0] if _THREADS else None, relay, mine),
             name=f"oracle backend {self.spec}",
         )
@@ -281,7 +264,7 @@ class IsolatedBackend(OutOfProcess):
                     self._spawn()
             elif gen != self._gen:
                 raise BackendDied(f"{what} not run: the backend's process {self._dead or 'was stopped'} earlier")
-            if (name == "session" or name is None) and args and not _plain(args[0]):  # the model: sent once
+            if (name == "session" or name is None) and args and not plain(args[0]):  # the model: sent once
                 self._share(args[0])
             if _THREADS and _THREADS[0] != self._threads:
                 self._threads = _THREADS[0]
@@ -301,12 +284,12 @@ class IsolatedBackend(OutOfProcess):
                 raise BackendDied(f"the backend's process {self._dead}") from None
             try:
                 kind, value = self._loads(reply)
-            except _Refused as e:
+            except Unimported as e:
                 raise BackendCallFailed(f"{what} returned {e}") from None
             if kind == "ok":
                 return value
             if kind == "trace":
-                return _unpack(value)
+                return unpack(value)
             if kind == "ref":
                 return self._remote(value)
             if kind == "contract":  # the session session() returned breaks the contract
@@ -357,7 +340,7 @@ class IsolatedBackend(OutOfProcess):
         for attempt in range(5):
             buf = io.BytesIO()
             try:
-                _ParentPickler(buf, self, {id(op[2]) for op in msg[0] if op[0] == "share"}).dump(msg)
+                ParentPickler(buf, self, {id(op[2]) for op in msg[0] if op[0] == "share"}).dump(msg)
                 return buf.getvalue()
             except RuntimeError as e:
                 if "changed size during iteration" not in str(e) or attempt == 4:
@@ -366,7 +349,7 @@ class IsolatedBackend(OutOfProcess):
         raise AssertionError("unreachable")
 
     def _loads(self, data: bytes):
-        return _Unpickler(io.BytesIO(data), self.top).load()
+        return ResultUnpickler(io.BytesIO(data), self.top).load()
 
     def session(self, model, d, D, mode, policy="sequential", **options):
         """A session in the child (a Remote whose methods are the session's)."""
@@ -380,284 +363,6 @@ class IsolatedBackend(OutOfProcess):
             return self._call(name, 0, None, "__getattr__", (name,))
         except BackendCallFailed as e:  # getattr(bk, name, None) stays a question
             raise AttributeError(f"{name}: {e}") from e
-
-
-def _plain(x) -> bool:
-    return isinstance(x, (int, float, str, bytes, bool, type(None), list, tuple, dict, Remote))
-
-
-class Remote:
-    """An object that lives in the child (a session, a submitted round, a hook): its methods'
-    calls go there. Listed methods are known without asking; others are read there."""
-
-    def __init__(self, owner: IsolatedBackend, oid: int, gen: int, is_callable: bool, methods, label: str = ""):
-        self._owner, self._oid, self._gen, self._is_callable = owner, oid, gen, is_callable
-        self._methods, self._label = frozenset(methods), label or "call"
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        if name in self._methods:
-            return _Method(self, name)
-        if name in METHODS:  # a contract method the object lacks
-            raise AttributeError(name)
-        try:
-            return self._owner._call(name, self._oid, self._gen, "__getattr__", (name,))
-        except BackendCallFailed as e:  # getattr(x, name, None) stays a question
-            raise AttributeError(f"{name}: {e}") from e
-
-    def __call__(self, *args, **kwargs):
-        if not self._is_callable:
-            raise TypeError(f"{self!r} is not callable")
-        return self._owner._call(f"{self._label}()", self._oid, self._gen, None, args, kwargs)
-
-    def __repr__(self) -> str:
-        return f"Remote({self._oid} in {self._owner!r})"
-
-    def __reduce__(self):
-        raise TypeError(f"{self!r} lives in the plug-in's process and cannot be pickled")
-
-    def __del__(self):
-        owner = getattr(self, "_owner", None)
-        if owner is not None and owner._owner == os.getpid() and owner._gen == self._gen and owner._proc is not None:
-            owner._ops.append(("drop", self._oid))
-
-
-class _Method:
-    def __init__(self, remote: Remote, name: str):
-        self.remote, self.name = remote, name
-
-    def __call__(self, *args, **kwargs):
-        r = self.remote
-        return r._owner._call(f"{self.name}()", r._oid, r._gen, self.name, args, kwargs, self.name in BY_REF)
-
-
-class _ParentPickler(pickle.Pickler):
-    def __init__(self, f, owner: IsolatedBackend, fresh: set):
-        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
-        self.owner, self.fresh = owner, fresh  # fresh: ids shared by this message (sent by value)
-
-    def persistent_id(self, obj):
-        if isinstance(obj, Remote):
-            return ("ref", obj._oid)
-        hit = self.owner._shared.get(id(obj))
-        if hit is not None and hit[0] is obj and id(obj) not in self.fresh:
-            return ("shared", hit[1])
-        return None
-
-
-class _Refused(Exception):
-    pass
-
-
-class _Unpickler(pickle.Unpickler):
-    """Results from the child, without importing the plug-in's own package here."""
-
-    def __init__(self, f, top: str):
-        super().__init__(f)
-        self.top = top
-
-    def find_class(self, module, name):
-        if module.split(".")[0] == self.top and module not in sys.modules:
-            raise _Refused(f"an object of class {module}.{name} (the plug-in's own: not imported by the oracle)")
-        return super().find_class(module, name)
-
-
-# ---- the child ----
-
-
-def _serve(conn, spec, target, preload: dict, threads: int | None, relay: Relay | None = None, parent_end=None) -> None:
-    """The child: load the plug-in, send what the contract reads, then answer calls until the
-    parent closes the pipe. Its output goes to the relay (plugin_output.py); it leads a process
-    group of its own, which the parent kills whole."""
-    if relay is not None:
-        relay.child()
-    if parent_end is not None:  # the parent's end, inherited: closed, so the parent closing its own is EOF here
-        parent_end.close()
-    own_group(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _die_with_parent()
-    import gc
-
-    gc.freeze()  # what the fork shared stays shared
-    objects: dict = {}
-    shared = dict(preload)
-    if threads:
-        _apply_threads(threads)
-
-    def send(kind, value) -> None:
-        conn.send_bytes(_child_dumps(kind, value, objects))
-
-    class Stage(list):
-        def append(self, what):
-            super().append(what)
-            send("stage", what)
-
-    from .backends import _from_factory
-
-    try:
-        bk = _from_factory(spec, target, Stage())
-        problems = contract_problems(bk)
-        info = {"problems": problems, "file": getattr(sys.modules.get(target.partition(":")[0]), "__file__", None)}
-        if not problems:
-            info |= {k: getattr(bk, k) for k in ("name", "dtype", "exact")}
-            info["policies"] = tuple(bk.policies)
-            info["hooks"] = {}
-            for hook in OPTIONAL_BACKEND:
-                v = getattr(bk, hook, None)
-                info["hooks"][hook] = _keep(objects, v) if hook in ("sampling",) or callable(v) else v
-    except BaseException as e:  # noqa: BLE001 -- the load's error, sent as it is
-        send("error", e)
-        return
-    if threads:
-        _apply_threads(threads)  # the plug-in may have imported torch
-    objects[0] = bk
-    send("loaded", info)
-    while True:
-        try:
-            data = conn.recv_bytes()
-        except (EOFError, OSError):  # the parent closed the pipe: C stdio's lines out, then end
-            flush_c_stdio()
-            return
-        try:
-            ops, oid, name, args, kwargs, by_ref = _ChildUnpickler(io.BytesIO(data), objects, shared).load()
-        except BaseException as e:  # noqa: BLE001
-            send("error", e)
-            continue
-        for op in ops:
-            if op[0] == "drop":
-                objects.pop(op[1], None)
-            elif op[0] == "share":
-                shared[op[1]] = op[2]
-            elif op[0] == "threads":
-                _apply_threads(op[1])
-        try:
-            obj = objects[oid]
-            if name == "__getattr__":
-                value = getattr(obj, args[0])
-            else:
-                value = (obj if name is None else getattr(obj, name))(*args, **kwargs)
-        except BaseException as e:  # noqa: BLE001 -- SystemExit included: the parent's guard names it
-            send("error", e)
-            continue
-        problems = session_problems(value) if oid == 0 and name == "session" else []
-        if problems:  # checked at every session(), before its first call
-            send("contract", problems)
-            continue
-        if by_ref or callable(value) and name == "__getattr__":
-            send("ref", _keep(objects, value))
-            continue
-        try:
-            conn.send_bytes(pickle.dumps(_pack(value), protocol=pickle.HIGHEST_PROTOCOL))
-        except Exception:  # noqa: BLE001 -- cannot be pickled: it stays here
-            send("ref", _keep(objects, value))
-
-
-# ---- a round's trace, its many small arrays stacked (pickled about twice as fast) ----
-
-STACKED = ("draft_logits", "verify_logits", "kv_writes")  # RoundTrace fields: key -> array(s)
-
-
-def _pack(value) -> tuple:
-    """("ok", value), or for an oracle.traces.RoundTrace ("trace", (fields, stacks)): each dict of
-    STACKED whose values are arrays of one shape and dtype (kv_writes: (call, k, v)) as its keys and
-    stacked arrays, the other fields as they are."""
-    cls = type(value)
-    if cls.__name__ != "RoundTrace" or cls.__module__ != "oracle.traces":
-        return ("ok", value)
-    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    stacks = {}
-    for name in STACKED:
-        m = fields.get(name)
-        if type(m) is not dict or not m:
-            continue
-        if name == "kv_writes":
-            vals = list(m.values())
-            if not all(type(v) is tuple and len(v) == 3 for v in vals):
-                continue
-            parts = ([v[0] for v in vals], _stack([v[1] for v in vals]), _stack([v[2] for v in vals]))
-            if parts[1] is None or parts[2] is None:
-                continue
-        else:
-            parts = (_stack(list(m.values())),)
-            if parts[0] is None:
-                continue
-        stacks[name], fields[name] = (list(m), *parts), None
-    return ("trace", (fields, stacks))
-
-
-def _stack(arrays: list):
-    """One array of them all, or None where they are not arrays of one shape and dtype."""
-    import numpy as np
-
-    first = arrays[0]
-    if type(first) is not np.ndarray or not all(
-        type(a) is np.ndarray and a.shape == first.shape and a.dtype == first.dtype for a in arrays
-    ):
-        return None
-    return np.stack(arrays)
-
-
-def _unpack(value):
-    """The RoundTrace _pack sent (its arrays: rows of the stacked ones)."""
-    import importlib
-
-    fields, stacks = value
-    for name, (keys, *parts) in stacks.items():
-        if name == "kv_writes":
-            calls, k, v = parts
-            fields[name] = {key: (c, a, b) for key, c, a, b in zip(keys, calls, k, v)}
-        else:
-            fields[name] = dict(zip(keys, parts[0]))
-    tr = object.__new__(importlib.import_module("oracle.traces").RoundTrace)
-    for name, x in fields.items():
-        object.__setattr__(tr, name, x)
-    return tr
-
-
-def _keep(objects: dict, value):
-    """value kept in the child; what the parent needs to make its Remote."""
-    if value is None:
-        return None
-    oid = max(objects, default=0) + 1
-    objects[oid] = value
-    return (oid, callable(value), [m for m in METHODS if callable(getattr(value, m, None))])
-
-
-def _child_dumps(kind, value, objects) -> bytes:
-    if kind == "error":  # the exception pickled (None if it cannot be), its class's name and its text
-        try:
-            exc = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # noqa: BLE001 -- an exception that cannot be pickled: its name and text
-            exc = None
-        cls = type(value)
-        value = (exc, cls.__module__, cls.__qualname__, _text(value))
-    return pickle.dumps((kind, value), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _text(e: BaseException) -> str:
-    try:
-        return str(e)
-    except Exception:  # noqa: BLE001 -- a __str__ that raises
-        return repr(e)
-
-
-class _ChildUnpickler(pickle.Unpickler):
-    def __init__(self, f, objects, shared):
-        super().__init__(f)
-        self.objects, self.shared = objects, shared
-
-    def persistent_load(self, pid):
-        kind, key = pid
-        return self.objects[key] if kind == "ref" else self.shared[key]
-
-
-def _apply_threads(n: int) -> None:
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(n, user_api="blas")
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(n)
 
 
 def _sent_by_plugin(pid: int, signo: int) -> bool:
@@ -677,14 +382,3 @@ def _sent_by_plugin(pid: int, signo: int) -> bool:
 
 
 cancel.SENDERS.append(_sent_by_plugin)
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL when the process that started this one ends (an os._exit leaves no atexit)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
