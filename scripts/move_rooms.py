@@ -88,6 +88,13 @@ def exists(module: str) -> bool:
     return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
 
 
+def present(module: str) -> bool:
+    """A module or package to move: also a package folder that holds modules but no __init__.py (a
+    branch's new file in a folder that moved, oracle/judge/kinds/x.py)."""
+    p = path_of(module)
+    return exists(module) or p.is_dir() and any(p.rglob("*.py"))
+
+
 def children(package: str) -> list[str]:
     """The modules and packages directly inside a package folder on disk."""
     d = path_of(package)
@@ -128,7 +135,7 @@ def placement() -> tuple[dict[str, str], list[str]]:
     plan, unplaced = {}, []
     for room, names in MOVES.items():
         parent = ROOMS[room][0]
-        plan |= {f"{parent}.{n}": f"{room}.{n}" for n in names if exists(f"{parent}.{n}")}
+        plan |= {f"{parent}.{n}": f"{room}.{n}" for n in names if present(f"{parent}.{n}")}
     for parent, stay in STAY.items():
         for name in children(parent):
             old = f"{parent}.{name}"
@@ -186,6 +193,9 @@ def move(src: Path, dst: Path, dry: bool, log: list[str]) -> None:
         log.append(f"CONFLICT {src.relative_to(ROOT)} and {dst.relative_to(ROOT)} both exist: left as they are")
         return
     log.append(f"moved {src.relative_to(ROOT)} -> {dst.relative_to(ROOT)}")
+    for f in sorted(src.rglob("*.py")) if src.is_dir() else [src]:  # where each file is after this run
+        after = dst / f.relative_to(src) if src.is_dir() else dst
+        MOVED[f if dry else after] = (module_of(f), module_of(after))
     if not dry:
         dst.parent.mkdir(parents=True, exist_ok=True)
         git("mv", str(src.relative_to(ROOT)), str(dst.relative_to(ROOT)))
@@ -356,20 +366,16 @@ def files() -> list[Path]:
     return [p for p in out if p.resolve() != SELF and "__pycache__" not in p.parts]
 
 
-def rewrite_all(moved: dict[str, str], dry: bool, log: list[str]) -> list[Path]:
-    """Rewrite every file; the paths changed. A dry run reads each file where it is (before the moves)."""
-    back = {new: old for old, new in moved.items()}
+def rewrite_all(dry: bool, log: list[str]) -> list[Path]:
+    """Rewrite every file; the paths changed. A file moved this run has its relative imports read from
+    where it was (a dry run: where it is, written for where it goes)."""
     changed = []
     for p in files():
         text = p.read_text()
         new = text
         if p.suffix == ".py":
-            here = module_of(p)
-            if dry:
-                mod, was = rename(here, moved), here
-            else:
-                mod, was = here, rename(here, back)
-            new = rewrite_imports(p, new, mod, None if was == mod else was)
+            was, mod = MOVED.get(p, (None, module_of(p)))
+            new = rewrite_imports(p, new, mod, was)
         new = rewrite_names(new, RENAMES)
         if new != text:
             diff = difflib.unified_diff(text.splitlines(), new.splitlines(), n=0, lineterm="")
@@ -386,6 +392,7 @@ def rewrite_all(moved: dict[str, str], dry: bool, log: list[str]) -> list[Path]:
 
 RENAMES: dict[str, str] = {}  # old name -> new name of every module in a room
 AFTER: set[str] = set()  # the modules of oracle/ once the moves are done
+MOVED: dict[Path, tuple[str, str]] = {}  # a file moved this run (its path now) -> (module before, after)
 
 
 def main(argv=None) -> int:
@@ -398,7 +405,7 @@ def main(argv=None) -> int:
     make_rooms(plan, args.dry_run, log)
     RENAMES = renames() | plan  # (a dry run: the plan's moves have not happened on disk)
     AFTER = {rename(module_of(p), plan if args.dry_run else {}) for p in (ROOT / "oracle").rglob("*.py")} | set(ROOMS)
-    changed = rewrite_all(plan, args.dry_run, log)
+    changed = rewrite_all(args.dry_run, log)
     for old in unplaced:
         log.append(f"UNPLACED {old}: a new module no rule places; it stays (add it to MOVES or STAY)")
     py = [str(p.relative_to(ROOT)) for p in changed if p.suffix == ".py"]
