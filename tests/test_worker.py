@@ -74,7 +74,7 @@ def test_the_cli_exit_stops_the_children_still_running(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        from oracle.judge import worker
+        from oracle.judge.plans import worker
         from oracle.cli import exit_now
         job = worker.background(lambda box: box.get(), worker.Inbox())
         print(job.pid, flush=True)
