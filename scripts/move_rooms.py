@@ -139,7 +139,7 @@ def placement() -> tuple[dict[str, str], list[str]]:
     for parent, stay in STAY.items():
         for name in children(parent):
             old = f"{parent}.{name}"
-            if name in stay or old in plan or any(old == f"{ROOMS[r][0]}.{n}" for r, ns in MOVES.items() for n in ns):
+            if name in stay or old in plan:
                 continue
             stems = [(n, r) for r, ns in MOVES.items() if ROOMS[r][0] == parent for n in ns]
             follow = [r for n, r in sorted(stems, key=lambda s: -len(s[0])) if name.startswith(n + "_")]
