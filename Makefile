@@ -11,8 +11,8 @@ install:
 
 # ruff's lint and format check (seconds), then unit tests, the property suite and its
 # meta-tests on the reference, then the property suite
-# against every named backend CI can run (`python -m oracle.backends` lists them with their
-# profiles, from oracle/backends.py NAMED and SUITE_PROFILES): torch FP32 and BF16 on the CPU
+# against every named backend CI can run (`python -m oracle.runtime.backends` lists them with their
+# profiles, from oracle/runtime/backends.py NAMED and SUITE_PROFILES): torch FP32 and BF16 on the CPU
 # (judged by the float32 and bfloat16 rows) in the ci profile, and the JAX FP32 backend in
 # ci-slow-backend (a quarter of the examples: 50 s against 106 s on 2 cores, 2026-12-04; the JAX
 # model is checked against the NumPy reference by tests/test_jax_*.py as well). pytest-xdist
@@ -20,7 +20,7 @@ install:
 test:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto tests property_tests meta_tests
-	runs="$$($(PY) -m oracle.backends)" && echo "$$runs" | while read name profile; do \
+	runs="$$($(PY) -m oracle.runtime.backends)" && echo "$$runs" | while read name profile; do \
 		echo "ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=$$profile pytest property_tests"; \
 		ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=$$profile $(PY) -m pytest -q -n auto property_tests < /dev/null || exit 1; \
 	done

@@ -42,10 +42,10 @@ os.environ.setdefault("TF_GPU_ALLOCATOR", "cuda_malloc_async")
 
 from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.programs import pow2  # noqa: E402
-from oracle.backends import load_backend  # noqa: E402
-from oracle.contract import LoadedBackend, as_loaded, tolerance_row  # noqa: E402
-from oracle.judge import verdict  # noqa: E402
-from oracle.judge.plan import Executor, pairs_plan  # noqa: E402
+from oracle.runtime.backends import load_backend  # noqa: E402
+from oracle.runtime.contract import LoadedBackend, as_loaded, tolerance_row  # noqa: E402
+from oracle.judge.plans import verdict  # noqa: E402
+from oracle.judge.plans.plan import Executor, pairs_plan  # noqa: E402
 from oracle.judge.scenario import Case  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
 from oracle.sampling import SamplingParams as SP  # noqa: E402
@@ -177,7 +177,7 @@ def judge_option(text: str) -> tuple[str, object]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--preset", default="ouro-1.4b")
-    p.add_argument("--backend", default="torch-cuda", help="backend under test (oracle.backends.load_backend)")
+    p.add_argument("--backend", default="torch-cuda", help="backend under test (oracle.runtime.backends.load_backend)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cases", type=int, default=12)
     p.add_argument(

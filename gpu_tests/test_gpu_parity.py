@@ -2,7 +2,7 @@
 
 Scenarios come from the property suite's strategies (property_tests/strategies.py) on the
 tiny and small presets, and are judged by the property suite's harness, i.e. by the one judge
-(oracle.judge.verdict.judge, a backend plan; pairs of runs by a traces plan with the noise twin's
+(oracle.judge.plans.verdict.judge, a backend plan; pairs of runs by a traces plan with the noise twin's
 bounds, as `check --backend` judges BF16) through the one runner (oracle.judge.runner.run_scenario):
 the same verdict as `python -m oracle check --backend torch-cuda`. The backend is ORACLE_BACKEND (set to torch-cuda
 by gpu_tests/conftest.py when unset). What stays here is GPU-specific: graphs vs eager,
@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from bench.calls import measure_c_table
 from oracle.judge.runner import judge_run, run_scenario
 from oracle.judge.scenario import Case
-from oracle.judge.plan import INLINE, probe_plan, traces_plan
-from oracle.judge.verdict import judge
+from oracle.judge.plans.plan import INLINE, probe_plan, traces_plan
+from oracle.judge.plans.verdict import judge
 from oracle.config import preset as preset_cfg
-from oracle.contract import LoadedBackend
+from oracle.runtime.contract import LoadedBackend
 from oracle.sampling import SamplingParams as SP
 from property_tests import harness
 from property_tests.strategies import PROC_PARAMS, seeded_model, sampling_params, scenarios, stop_params
@@ -389,7 +389,7 @@ def test_l2_prefetch_early_pdl_trigger_and_early_keys_change_no_value():
 
 @pytest.mark.parametrize("fault", [None, "attn_scale", "rope_theta", "input_norm"])
 def test_drift_verdict_on_the_cuda_kernels(fault):
-    """The drift verdict (oracle/judge/drift.py) on the BF16 CUDA kernels at the tiny preset: the
+    """The drift verdict (oracle/judge/probe/drift.py) on the BF16 CUDA kernels at the tiny preset: the
     correct kernels pass, each kernel fault of meta_tests/faulty_kernels.py fails naming its
     parameter (docs/DESIGN.md, "Reduced precision")."""
     from meta_tests import faulty_kernels
@@ -409,7 +409,7 @@ def test_drift_verdict_on_the_cuda_kernels(fault):
 
 @pytest.mark.parametrize("fault", [None, "fp8_k"])
 def test_precision_verdict_on_the_cuda_kernels(fault):
-    """The precision verdict (oracle/judge/precision.py) on the BF16 CUDA kernels at the tiny preset:
+    """The precision verdict (oracle/judge/probe/precision.py) on the BF16 CUDA kernels at the tiny preset:
     the correct kernels pass, K stored in the cache through FP8 (meta_tests/faulty_kernels.py
     make_fp8_k_cuda) fails naming K writes at depth 0 (docs/DESIGN.md, "Reduced precision")."""
     from meta_tests import faulty_kernels

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from oracle.backends import load_backend
+from oracle.runtime.backends import load_backend
 from oracle.checkpoint import build_model
 from oracle.cli.catalogue import default_cases
-from oracle.judge.plan import backend_plan
-from oracle.judge.verdict import judge
+from oracle.judge.plans.plan import backend_plan
+from oracle.judge.plans.verdict import judge
 
 pytestmark = pytest.mark.gpu
 

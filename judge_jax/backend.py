@@ -1,4 +1,4 @@
-"""make_jax_backend(): the JAX FP32 model as an oracle backend (oracle/backends.py interface).
+"""make_jax_backend(): the JAX FP32 model as an oracle backend (oracle/runtime/backends.py interface).
 
 Rounds follow the shared planner (`oracle.schedule.plan`); the host-side logic of a round
 (row bookkeeping, draft head, sampling, acceptance, RNG events, commit) is oracle.phases'
@@ -359,7 +359,7 @@ class JaxBackend:
 
     def drift_stats_fn(self, model, dtype: str, basis=None):
         """The drift verdict's sensitivities by jax.linearize on this device (judge_jax/drift.py);
-        basis: fit these directions only (oracle.judge.drift.coarse_directions)."""
+        basis: fit these directions only (oracle.judge.probe.drift.coarse_directions)."""
         from .drift import make_stats_fn
 
         return make_stats_fn(model, dtype, basis=basis)

@@ -1,12 +1,12 @@
 """The drift verdict's sensitivities on the device (docs/DESIGN.md, "Reduced precision"):
 `make_stats_fn(model, dtype)` -> stats_fn(tokens, loops, obs) -> (b [P], G [P, P], values, bw [P]),
-the same statistics as oracle.judge.drift.request_stats, in JAX FP32 (Precision.HIGHEST), with J exact
+the same statistics as oracle.judge.probe.drift.request_stats, in JAX FP32 (Precision.HIGHEST), with J exact
 (forward-mode derivatives of a knob-parametrised forward) instead of FP64 finite differences.
 
-The forward `knob_forward(s, ...)` is oracle/judge/drift_model.forward for one setting s [P] (one
+The forward `knob_forward(s, ...)` is oracle/judge/probe/drift_model.forward for one setting s [P] (one
 whole sequence, causal, no KV cache; the math of LoopedModel.forward_full), with the scales
 where drift_model puts them. Its outputs y(s) are every K/V write and every loop's logits.
-With w the per-element weight of the observed values (oracle.judge.drift's group normalisation
+With w the per-element weight of the observed values (oracle.judge.probe.drift's group normalisation
 1 / (rms * GROWTH**depth)**2; 0 where nothing is observed or an entry is not finite):
 
     b  = J^T (w * e),   bw = J^T (w * e_w),   G = J^T (w * J)
@@ -26,7 +26,7 @@ Two forms keep J accurate in FP32 where the naive jvp cancels:
 * the RoPE base: cos(ang0 * s^-e) = cos0 cos(dl) - sin0 sin(dl), dl = ang0 (s^-e - 1), with
   cos0, sin0 from FP64 angles on the host (an FP32 angle at a large position is off by 1e-4).
 
-The reference values c (e = got - c) are this FP32 forward's, where oracle.judge.drift uses FP64:
+The reference values c (e = got - c) are this FP32 forward's, where oracle.judge.probe.drift uses FP64:
 they differ by ~1e-6 relative, far below a reduced-precision backend's errors; for an FP32
 backend that is noise of the backend's own size (no bias: the verdict's spread absorbs it).
 """
@@ -40,8 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oracle.judge import drift_model
-from oracle.judge.calibration import GROWTH
+from oracle.judge.probe import drift_model
+from oracle.judge.probe.calibration import GROWTH
 
 from .checkpoint import host_params
 
@@ -252,11 +252,11 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
     """model: the oracle's LoopedModel (cfg + FP32 weights by HF name); dtype: the backend's
     storage dtype (bw: what rounding the weights to it alone changes; "float32": bw = 0).
     Returns stats_fn(tokens, loops, obs) -> (b [P], G [P, P], values, bw [P]) as
-    oracle.judge.drift.request_stats(model, tokens, loops, obs, dtype), computed on `device` (default:
+    oracle.judge.probe.drift.request_stats(model, tokens, loops, obs, dtype), computed on `device` (default:
     JAX's default device). compiler_options: XLA options of the two programs (default:
     CPU_COMPILER_OPTIONS on a CPU device, none elsewhere). One compile per (padded length, loops).
     basis: [m, P] directions with disjoint supports (rows of 0/1) to fit instead of every knob:
-    m jvps instead of P; G is then exact on the span of the rows (oracle.judge.drift.coarse_directions).
+    m jvps instead of P; G is then exact on the span of the rows (oracle.judge.probe.drift.coarse_directions).
     (Over 80 lines: a factory whose three closures share its programs and device parameters.)"""
     cfg = model.cfg
     shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))

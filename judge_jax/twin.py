@@ -1,9 +1,9 @@
 """The noise twin on the device (docs/DESIGN.md, "Reduced precision"): the precision verdict's
 error-energy baseline where the judge's side is the JAX model (the ouro-1.4b shape on a GPU).
 
-The twin is oracle/judge/drift_model.forward's noise model: every weight and every stored
+The twin is oracle/judge/probe/drift_model.forward's noise model: every weight and every stored
 intermediate multiplied by (1 + sigma * u), u uniform with mean 0 and variance 1, sigma =
-oracle.judge.SIGMA[dtype], SAMPLES forwards per context, each its own draws (here from
+oracle.judge.probe.calibration.SIGMA[dtype], SAMPLES forwards per context, each its own draws (here from
 JAX's threefry, seeded by the context; the NumPy twin draws PCG64 streams: the same
 distribution, other values). What comes back is per value, never a twin's values:
 
@@ -11,7 +11,7 @@ distribution, other values). What comes back is per value, never a twin's values
     r2_v = ||got_v - center_v||^2 / s2_v
 
 and `make_energy_fn(model, dtype)` returns energy_fn(tokens, loops, obs) -> {group: (sum of r2_v,
-values)} with groups as oracle.judge.precision's: ("k" | "v", depth, layer), ("draft" | "verify", depth).
+values)} with groups as oracle.judge.probe.precision's: ("k" | "v", depth, layer), ("draft" | "verify", depth).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 
 from .drift import KIND_LOGITS, Shape, _device_params, _rms, _rope, _rope_tables, einsum, mm, pack_observations
-from oracle.judge.calibration import SAMPLES, SEED, SIGMA
+from oracle.judge.probe.calibration import SAMPLES, SEED, SIGMA
 
 SITES = 16  # stored intermediates per layer (keys folded per site)
 
@@ -116,7 +116,7 @@ def _energies(params, tokens, cos, sin, got, pres, key, sigma, loops, shape, sam
 
 def make_energy_fn(model, dtype: str, device=None, samples: int = SAMPLES):
     """energy_fn(tokens, loops, obs) -> {group: (sum r2, values)} for a backend declaring dtype
-    (oracle.judge.SIGMA), on `device` (default: JAX's default device)."""
+    (oracle.judge.probe.calibration.SIGMA), on `device` (default: JAX's default device)."""
     cfg = model.cfg
     shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))
     params = _device_params(cfg, model.weights, device)

@@ -1,5 +1,5 @@
 """TorchBackend(device, dtype=, name=, kernel_options=, **session defaults): the torch rounds as an
-oracle backend (oracle/backends.py). FP32 on CPU, BF16 with CUDA graphs on CUDA. The registry
+oracle backend (oracle/runtime/backends.py). FP32 on CPU, BF16 with CUDA graphs on CUDA. The registry
 factories (make_torch_cpu, make_torch_cpu_bf16, make_torch_cuda, and the batch-invariant
 make_torch_cpu_bf16_inv, make_torch_cuda_inv: `--backend NAME`, ORACLE_BACKEND) take their
 KernelOptions from the LOOPSPEC_* variables (KernelOptions.from_env, which refuses a malformed one in

@@ -1,4 +1,4 @@
-"""TorchSession: the backend session (oracle/backends.py interface) over the device engine.
+"""TorchSession: the backend session (oracle/runtime/backends.py interface) over the device engine.
 
 submit(counts) plans the round on the host, uploads its metadata once and enqueues every
 device step; results are copied back asynchronously and turned into a trace by
@@ -140,7 +140,7 @@ class TorchSession:
             self.engine.tap.slot = self.engine.tap.flat = None
         return req.tokens
 
-    # ---- the localizer's capture (oracle/contract.py OPTIONAL_SESSION) ----
+    # ---- the localizer's capture (oracle/runtime/contract.py OPTIONAL_SESSION) ----
     def capture(self, rid, position, depth) -> None:
         """Arm the capture of row (rid, position, depth) in every later call that computes it (prefill
         included, so it may be armed before add) and of a head run on it; (None, None, None) disarms.

@@ -1,4 +1,4 @@
-"""The armed row of TorchSession.capture (oracle/contract.py OPTIONAL_SESSION "capture"): request
+"""The armed row of TorchSession.capture (oracle/runtime/contract.py OPTIONAL_SESSION "capture"): request
 `rid`, position, depth (the KV plane's depth, 0..D-1, whose call computes the row). Every call that
 computes that row records its intermediates (oracle/capture.py Captured; the model's paths in
 kernels/model.py and kernels/invariant.py call `put`), and a head run on the hidden state that call

@@ -1,6 +1,6 @@
 """The torch BF16 path with one change of where or how coarsely it rounds (issue 46): the legitimate
 bfloat16 variants engines ship, which calibrate the precision verdict's limit
-(oracle/judge/calibration.py PRECISION_LIMITS), and the "band faults", precision losses whose error
+(oracle/judge/probe/calibration.py PRECISION_LIMITS), and the "band faults", precision losses whose error
 energy lies between the old constant limit and the new one (1.5-1.9x the twin's), which the
 verdict must fail, naming the group (meta_tests/test_band_faults.py).
 

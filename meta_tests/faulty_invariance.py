@@ -1,4 +1,4 @@
-"""Backends that declare themselves batch-invariant (oracle/contract.py `batch_invariant`), for the
+"""Backends that declare themselves batch-invariant (oracle/runtime/contract.py `batch_invariant`), for the
 exactness tier's own tests (meta_tests/test_invariance.py):
 
     make_invariant_reference   NOT a fault: the FP32 reference, which is batch-invariant by

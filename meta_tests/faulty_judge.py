@@ -1,5 +1,5 @@
 """A judge (`--reference`) with one realistic decision bug, for the rule that a reference decision
-contradicting its own rule is never excused (oracle/judge/decisions.py contradicted_decision):
+contradicting its own rule is never excused (oracle/judge/comparison/decisions.py contradicted_decision):
 
     make_loose_argmax_judge   the FP32 reference whose greedy argmax treats every token within
                               10% of the top probability as tied and takes the highest id of

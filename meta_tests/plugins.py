@@ -11,7 +11,7 @@ the trace. tests/test_judge.py runs them through the CLI (exit codes, the place 
     make_extra_rng_event      ... with one more accept event than the policy draws
 
 and plug-ins whose process dies, or that raise, which tests/test_plugin_isolation.py runs through the
-CLI (oracle/isolated.py: each is a failed `backend` check, exit 1, never the oracle's end). The
+CLI (oracle/runtime/isolated.py: each is a failed `backend` check, exit 1, never the oracle's end). The
 factories that kill their process are named dies_*, not make_*: what loads every make_* in its own
 process (tests/test_contract.py) would die with them.
 
@@ -114,7 +114,7 @@ def make_extra_rng_event():
     return ExtraRngEvent()
 
 
-# ---- plug-ins that kill their process (oracle/isolated.py: a failed check, not the oracle's end) ----
+# ---- plug-ins that kill their process (oracle/runtime/isolated.py: a failed check, not the oracle's end) ----
 
 
 def _segfault() -> None:

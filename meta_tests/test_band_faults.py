@@ -17,9 +17,9 @@ import pytest
 
 from meta_tests import band_faults
 from oracle.checkpoint import build_model
-from oracle.judge import precision
-from oracle.judge.plan import INLINE, probe_plan
-from oracle.judge.verdict import judge
+from oracle.judge.probe import precision
+from oracle.judge.plans.plan import INLINE, probe_plan
+from oracle.judge.plans.verdict import judge
 
 torch = pytest.importorskip("torch")
 
@@ -30,7 +30,7 @@ PRESETS = sorted({preset for _, preset, _, _ in band_faults.BAND_FAULTS.values()
 def models():
     """preset -> (model, its Forwards: the twin's forwards are shared by the module's fits, as the
     faults commit mostly the same tokens)."""
-    from oracle.judge.forwards import Forwards
+    from oracle.judge.probe.forwards import Forwards
 
     out = {}
     for p in PRESETS:

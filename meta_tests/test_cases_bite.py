@@ -2,7 +2,7 @@
 ban, bias and penalise the reference's own top choices (oracle/cli/catalogue.py derived_params),
 so a chain step skipped on the draft rows only, or on the verification rows only, fails the
 default `check --backend`; and a judge whose decision contradicts its own rule fails rather than
-being excused as a near tie (oracle/judge/decisions.py contradicted_decision).
+being excused as a near tie (oracle/judge/comparison/decisions.py contradicted_decision).
 
 Each fault is judged on the built-in cases that carry the step (the default check runs them among
 the others); one is also run through the CLI as a person would.
@@ -18,9 +18,9 @@ from meta_tests import faulty, faulty_judge
 from oracle.checkpoint import build_model
 from oracle.cli import main
 from oracle.cli.catalogue import default_cases
-from oracle.judge import compare
-from oracle.judge.plan import backend_plan
-from oracle.judge.verdict import judge
+from oracle.judge.comparison import compare
+from oracle.judge.plans.plan import backend_plan
+from oracle.judge.plans.verdict import judge
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import pytest
 
 from meta_tests import faulty_kernels
 from oracle.cli import main
-from oracle.judge.plan import probe_plan
-from oracle.judge.verdict import judge
+from oracle.judge.plans.plan import probe_plan
+from oracle.judge.plans.verdict import judge
 from oracle.checkpoint import build_model
 
 torch = pytest.importorskip("torch")

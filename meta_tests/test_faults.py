@@ -224,7 +224,7 @@ def test_correct_inexact_backend_passes(prop, factory, precision):
     assert not o.caught, f"false alarm: correct backend {factory} [{precision}] fails {prop}: {o.message}"
 
 
-# ---- the processor faults fail the `check --backend` verdict (oracle.judge.cases.judge_cases) ----
+# ---- the processor faults fail the `check --backend` verdict (oracle.judge.plans.cases.judge_cases) ----
 
 
 def processor_cases(vocab: int = 64) -> list:
@@ -254,8 +254,8 @@ def processor_cases(vocab: int = 64) -> list:
 
 
 def _verdict(factory: str, precision: str) -> dict:
-    from oracle.judge.plan import backend_plan
-    from oracle.judge.verdict import judge
+    from oracle.judge.plans.plan import backend_plan
+    from oracle.judge.plans.verdict import judge
     from oracle.checkpoint import build_model
 
     return judge(

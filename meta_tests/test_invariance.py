@@ -10,10 +10,10 @@ import json
 import pytest
 
 from meta_tests import catch, faulty_invariance
-from oracle.backends import load_backend
+from oracle.runtime.backends import load_backend
 from oracle.checkpoint import build_model
 from oracle.cli import catalogue, main
-from oracle.judge import invariance
+from oracle.judge.plans import invariance
 from oracle.judge.runner import run_scenario
 
 CASE = "ragged (5,3,1) d=2 D=4"
@@ -50,8 +50,8 @@ def test_an_undeclared_backend_is_not_held_to_bitwise_equality(capsys):
     bk = faulty_invariance.UlpWhenShared()
     bk.batch_invariant = False
     model = build_model("tiny", 0)
-    from oracle.judge.plan import INLINE, backend_plan
-    from oracle.judge.verdict import judge
+    from oracle.judge.plans.plan import INLINE, backend_plan
+    from oracle.judge.plans.verdict import judge
 
     case = next(c for c in catalogue.default_cases(model.cfg.vocab_size) if c.name == CASE)
     v = judge(backend_plan(bk, model, [case], probe="off"), INLINE)

@@ -21,10 +21,10 @@ from meta_tests import faulty_kernels
 from property_tests.harness import threads_for
 from oracle.checkpoint import build_model
 from oracle.cli import main
-from oracle.judge import drift, precision
-from oracle.judge.plan import probe_plan
-from oracle.judge.verdict import judge
-from oracle.judge.calibration import PROBE_REQUESTS
+from oracle.judge.probe import drift, precision
+from oracle.judge.plans.plan import probe_plan
+from oracle.judge.plans.verdict import judge
+from oracle.judge.probe.calibration import PROBE_REQUESTS
 
 torch = pytest.importorskip("torch")
 

@@ -1,4 +1,4 @@
-"""A drift or precision failure shrinks to fewer probe requests (issue 44, oracle/judge/shrink.py): the
+"""A drift or precision failure shrinks to fewer probe requests (issue 44, oracle/judge/shrinker/shrink.py): the
 kernel faults of meta_tests/faulty_kernels.py on the CPU (BF16). The shrunk line `check --backend X
 --probe-requests N` fails in the same class naming the same group or parameter; the correct
 torch-cpu-bf16 passes the same line."""

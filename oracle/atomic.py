@@ -1,6 +1,6 @@
 """Files written whole or not at all (issue 62): `replacing(*paths)` gives temporary files beside
 the paths, renamed onto them when the work ends without error and removed when it fails or the run
-is cancelled (oracle/cancel.py removes those in TEMPORARY). Standard library only: the trace writer
+is cancelled (oracle/runtime/cancel.py removes those in TEMPORARY). Standard library only: the trace writer
 (oracle/traces.py) uses it without deepening its imports."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ TEMPORARY: set = set()  # the temporary files of writes not finished (a cancelle
 def replacing(*paths):
     """`with replacing(out, out_npz) as (tmp, tmp_npz):` write the temporary files; when the block
     ends without error each is renamed onto its path (in order: the JSON that names the NPZ last);
-    when it fails, or the run is cancelled (oracle/cancel.py), they are removed and nothing of a half
+    when it fails, or the run is cancelled (oracle/runtime/cancel.py), they are removed and nothing of a half
     write is left. Each temporary file is in its path's folder (a rename, not a copy)."""
     temps: list = []
     mask = os.umask(0)

@@ -1,6 +1,6 @@
 """What a backend's capture records: one row's intermediates, operation by operation, in the order
-the model computes them (the localizer, oracle/judge/localize.py, names the first operation whose
-bits differ between two runs of one row). A session that offers capture (oracle/contract.py,
+the model computes them (the localizer, oracle/judge/plans/localize.py, names the first operation whose
+bits differ between two runs of one row). A session that offers capture (oracle/runtime/contract.py,
 OPTIONAL_SESSION "capture") returns `Captured` records from `captured()`.
 
 The operations of one loop, in order (per layer l):

@@ -8,7 +8,7 @@ kernels/sampler.py runs the filter of the same name on them (an off filter's row
 identity).
 
 Margins: how near the filter's kept set was to changing, for the judge's first-divergence rule
-(oracle/judge/decisions.py `filter_margin`). `margin(m)` takes a `Margins` and lowers m.best;
+(oracle/judge/comparison/decisions.py `filter_margin`). `margin(m)` takes a `Margins` and lowers m.best;
 m.kept is the size of the top-k cut, which top-p's margin reads. Each scale follows the greedy
 margin's: a probability gap / max p at temperature 1, or a tempered quantity times `temper`."""
 

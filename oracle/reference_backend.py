@@ -1,6 +1,6 @@
-"""The FP32 reference as a backend (oracle/contract.py): the reference session
+"""The FP32 reference as a backend (oracle/runtime/contract.py): the reference session
 (oracle/session.py) with `tokens(rid)` and `kv_frontiers(rid)`. `load_backend("reference")`
-reaches it by name, like every backend (oracle/backends.py NAMED); the judge runs it as its
+reaches it by name, like every backend (oracle/runtime/backends.py NAMED); the judge runs it as its
 default side (oracle/judge/runner.py REFERENCE)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The RNG policies' names and the RNG event, one recorded uniform of a request's stream, and
 its JSON form (docs/DESIGN.md section 6). A leaf: oracle/rng_trace.py draws and records events
-(and states the policies), oracle/traces.py stores them in a round's trace, oracle/contract.py
+(and states the policies), oracle/traces.py stores them in a round's trace, oracle/runtime/contract.py
 reads the names."""
 
 from __future__ import annotations

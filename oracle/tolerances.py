@@ -1,4 +1,4 @@
-"""The judge's tolerance table (oracle/judge/compare.py applies it; oracle/backends.py checks
+"""The judge's tolerance table (oracle/judge/comparison/compare.py applies it; oracle/runtime/backends.py checks
 a backend's dtype has a row). Imports nothing, so the backend registry need not import the judge."""
 
 # The one tolerance table, keyed by dtype. kv, logits: relative error ||got - ref|| /
@@ -6,7 +6,7 @@ a backend's dtype has a row). Imports nothing, so the backend registry need not 
 # round) allowed per KV write and per logits vector at depth 0; growth: the factor each further
 # loop multiplies it by (errors compound through every pass of the stack), so the bound at depth
 # j is base * growth**j (`allowed`). margin: how close the reference's decision must be to its
-# threshold for a token divergence to be excused (oracle/judge/decisions.py); it does not grow with
+# threshold for a token divergence to be excused (oracle/judge/comparison/decisions.py); it does not grow with
 # depth: on the H200 (torch-cuda vs the reference on tiny/small, and vs the JAX judge at the
 # ouro-1.4b shape) correct near-tie flips had reference margins up to 0.0516 at depth 0 (a draft,
 # ouro-1.4b), 0.0456 at depth 1, 0.106 at depth 2 and ~0.1 at depth 3 (docs/results.md).

@@ -9,8 +9,8 @@ Profiles (pick with HYPOTHESIS_PROFILE=dev|ci|nightly or --hypothesis-profile=..
     nightly  10x the ci examples, random, long stateful runs (stateful_step_count=200),
              and the size caps of property_tests/strategies.py at their full ranges
 
-Backend under test: ORACLE_BACKEND (or --oracle-backend) = a name of oracle.backends.NAMED or
-package.module:factory, loaded by oracle.backends.load_backend().
+Backend under test: ORACLE_BACKEND (or --oracle-backend) = a name of oracle.runtime.backends.NAMED or
+package.module:factory, loaded by oracle.runtime.backends.load_backend().
 
 Documented command (statistics show examples per property and the event() coverage of
 rejection positions):
@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # meta_tests.faulty:make_* as ORACLE_BACKEND
     sys.path.insert(0, str(REPO))
 
-from oracle.backends import names_help  # noqa: E402
+from oracle.runtime.backends import names_help  # noqa: E402
 from property_tests.harness import CI_EXAMPLES  # noqa: E402  (tests scale with harness.examples())
 
 _NO_LOCAL_CONSTANTS = _providers.Constants(

@@ -1,10 +1,10 @@
 """Running scenarios on the backend under test and on the reference, and comparing them.
 
-The backend under test is `ORACLE_BACKEND` (a name of `oracle.backends.NAMED`, or
-package.module:factory) loaded through `oracle.backends.load_backend()`; meta-tests swap it
+The backend under test is `ORACLE_BACKEND` (a name of `oracle.runtime.backends.NAMED`, or
+package.module:factory) loaded through `oracle.runtime.backends.load_backend()`; meta-tests swap it
 with `use_backend(...)`. The reference is always `oracle.reference_backend.ReferenceBackend()`.
 
-Every verdict here is the one verdict, `oracle.judge.verdict.judge(plan, executor)`:
+Every verdict here is the one verdict, `oracle.judge.plans.verdict.judge(plan, executor)`:
 * `check_equivalence`: a backend plan (backend block and loop against the reference, and block vs
   loop), by the backend's tolerance row: exact backends bit for bit; reduced-precision ones by the
   noise twin's per-value bounds; plus the drift probe's drift and precision verdicts on the drawn
@@ -14,7 +14,7 @@ Every verdict here is the one verdict, `oracle.judge.verdict.judge(plan, executo
   reference in replay mode (each request added with `replay=[the backend's recorded uniforms]`).
 * `assert_runs_match`: a traces plan (two runs' traces), the twin's bounds where a model is given.
 
-Optional hooks the suite uses when present, read through oracle/contract.py (a backend's
+Optional hooks the suite uses when present, read through oracle/runtime/contract.py (a backend's
 `Capabilities`: `bk.caps` for a loaded one, `caps(bk)` here for any; a session's
 `session_capabilities`), never probed here:
 * `session.kv_frontiers(rid)`: KV rollback checks (skipped otherwise); `session.kv.read(rid,
@@ -38,14 +38,21 @@ import zlib
 
 from oracle import sampling as oracle_sampling
 from oracle.judge.scenario import Case
-from oracle.backends import load_backend
+from oracle.runtime.backends import load_backend
 from oracle.cli.environment import choose_threads
-from oracle.contract import Capabilities, LoadedBackend, capabilities, session_capabilities, tolerance_row, unwrap
+from oracle.runtime.contract import (
+    Capabilities,
+    LoadedBackend,
+    capabilities,
+    session_capabilities,
+    tolerance_row,
+    unwrap,
+)
 from oracle.reference_backend import ReferenceBackend
 from oracle.judge import runner
 from oracle.judge.runner import ScenarioRun
-from oracle.judge.plan import INLINE, REDUCED, backend_plan, probe_plan, rules_plan, traces_plan
-from oracle.judge.verdict import judge
+from oracle.judge.plans.plan import INLINE, REDUCED, backend_plan, probe_plan, rules_plan, traces_plan
+from oracle.judge.plans.verdict import judge
 from oracle.traces import RoundTrace
 
 from .strategies import seeded_model, profile_name
@@ -155,7 +162,7 @@ def assert_runs_match(
 ):
     """The one verdict on two runs' round traces (a traces plan); exact backends also compare
     committed tokens. model: the reference model, for the noise twin's bounds of a reduced-precision
-    dtype (oracle/judge/noise.py); both_noisy: ref is a reduced-precision backend's run too."""
+    dtype (oracle/judge/probe/noise.py); both_noisy: ref is a reduced-precision backend's run too."""
     what = f"{other.label()} vs {ref.label()}"
     plan = traces_plan(
         ref.traces, other.traces, dtype, model, both_noisy=both_noisy, names=(ref.label(), other.label())
@@ -213,7 +220,7 @@ def probe_verdict(bk: LoadedBackend, sc: Case):
 
 
 def check_equivalence(sc: Case, bk: LoadedBackend | None = None, reports: list | None = None, probe=None) -> dict:
-    """The one verdict (oracle.judge.verdict.judge) of the backend on sc: backend block vs reference
+    """The one verdict (oracle.judge.plans.verdict.judge) of the backend on sc: backend block vs reference
     block, backend loop vs reference loop, backend block vs backend loop; and where probe_for picks
     the model (probe=None) or probe=True, the drift probe's verdicts on it. Returns the backend's runs
     by mode; reports (if given) receives the three judge reports in that order. A failed verdict
@@ -234,7 +241,7 @@ def check_equivalence(sc: Case, bk: LoadedBackend | None = None, reports: list |
     return v.runs[sc.name]
 
 
-# what each of the verdict's comparisons compares (oracle.judge.cases.judge_backend: a host-stream
+# what each of the verdict's comparisons compares (oracle.judge.plans.cases.judge_backend: a host-stream
 # backend's both modes against the reference's block run, which its loop run equals bit for bit)
 WHAT = {"block vs loop": "block vs its loop", "block": "block vs reference block", "loop": "loop vs reference"}
 
@@ -259,7 +266,7 @@ def kv_frontiers(session, rid):
 
 def rng_use_violation(bk, run: ScenarioRun, params: dict, policy: str) -> str | None:
     """The first way run's RNG use breaks the contract, by the one verdict (a rules plan:
-    oracle/judge/kinds/rules.py): a round's form, stop cut or events outside its policy's layout,
+    oracle/judge/plans/kinds/rules.py): a round's form, stop cut or events outside its policy's layout,
     or (host-stream backends) a sampled request's events off its seeded stream; None: none."""
     streams = {}
     if host_rng(bk):

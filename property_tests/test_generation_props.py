@@ -22,8 +22,8 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
-from oracle.judge.verdict import judge
-from oracle.judge.plan import INLINE, traces_plan
+from oracle.judge.plans.verdict import judge
+from oracle.judge.plans.plan import INLINE, traces_plan
 from oracle.judge.scenario import Case
 from oracle.config import ModelConfig
 from oracle.sampling import SamplingParams

@@ -14,8 +14,8 @@ import dataclasses
 
 import pytest
 
-from oracle.judge.verdict import judge
-from oracle.judge.plan import INLINE, traces_plan
+from oracle.judge.plans.verdict import judge
+from oracle.judge.plans.plan import INLINE, traces_plan
 from oracle.rng_trace import first_difference, load_events
 
 

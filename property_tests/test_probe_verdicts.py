@@ -1,10 +1,10 @@
 """The drift probe's two verdicts on a reduced-precision backend under test (docs/DESIGN.md,
 "Reduced precision"): whenever ORACLE_BACKEND declares bfloat16 or float16 (not exact), the probe
-(oracle.judge.drift.probe_runs: 24 seeded requests in both modes) runs once per model and both
+(oracle.judge.probe.drift.probe_runs: 24 seeded requests in both modes) runs once per model and both
 verdicts must pass:
 
-* drift (oracle/judge/drift.py): no parameter's effective drift beyond what rounding gives;
-* precision (oracle/judge/precision.py): no value group's error energy beyond its kind's limit
+* drift (oracle/judge/probe/drift.py): no parameter's effective drift beyond what rounding gives;
+* precision (oracle/judge/probe/precision.py): no value group's error energy beyond its kind's limit
   (calibration.PRECISION_LIMITS) times the noise twin's, i.e. nothing computed or stored below the
   declared dtype.
 
@@ -24,9 +24,9 @@ import pytest
 
 from oracle.checkpoint import build_model
 from oracle.config import ModelConfig
-from oracle.judge import precision
-from oracle.judge.plan import INLINE, probe_plan
-from oracle.judge.verdict import judge
+from oracle.judge.probe import precision
+from oracle.judge.plans.plan import INLINE, probe_plan
+from oracle.judge.plans.verdict import judge
 
 from . import harness
 from .strategies import cap, seeded_model

@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 
 from oracle import phases as oracle_phases
 from oracle.judge.scenario import Case
-from oracle.judge.decisions import greedy_margin
+from oracle.judge.comparison.decisions import greedy_margin
 from oracle.traces import seen_in
 from oracle.phases import PHASES
 from oracle.sampling import CHAIN, SamplingParams

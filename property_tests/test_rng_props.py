@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from hypothesis import event, given, settings
 
-from oracle.judge.verdict import judge
-from oracle.judge.plan import INLINE, rules_plan
+from oracle.judge.plans.verdict import judge
+from oracle.judge.plans.plan import INLINE, rules_plan
 
 from . import harness
 from .harness import examples

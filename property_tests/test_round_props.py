@@ -7,7 +7,7 @@
   dtype's tolerance with the first-divergence rule (reference in replay mode).
 * test_rounds_follow_their_schedule: the calls a backend records are its mode's plan.
 * test_logits_match_cache_free_recompute: draft and verification logits equal a from-scratch
-  forward of the whole prefix (oracle.judge.cache_free.cache_free_check), over several rounds.
+  forward of the whole prefix (oracle.judge.comparison.cache_free.cache_free_check), over several rounds.
 * test_rollback_leaves_exactly_the_committed_kv: after every round each request's KV frontier
   is len(tokens) - 1 at every (depth, layer) and a read at the frontier raises KVError.
 """
@@ -17,9 +17,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import event, given, settings
 
-from oracle.judge.plan import INLINE, rules_plan
-from oracle.judge.verdict import judge
-from oracle.judge.compare import allowed
+from oracle.judge.plans.plan import INLINE, rules_plan
+from oracle.judge.plans.verdict import judge
+from oracle.judge.comparison.compare import allowed
 from oracle.tolerances import TOLERANCES
 from oracle.kv import KVError
 

@@ -38,9 +38,9 @@ from hypothesis import assume, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from oracle.judge.plan import INLINE, rules_plan, traces_plan
-from oracle.judge.verdict import judge
-from oracle.contract import session_capabilities
+from oracle.judge.plans.plan import INLINE, rules_plan, traces_plan
+from oracle.judge.plans.verdict import judge
+from oracle.runtime.contract import session_capabilities
 
 from . import harness
 from .harness import examples

@@ -23,8 +23,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from oracle.errors import OracleError
-from oracle.judge.plan import INLINE, rules_plan
-from oracle.judge.verdict import judge
+from oracle.judge.plans.plan import INLINE, rules_plan
+from oracle.judge.plans.verdict import judge
 
 from . import harness
 from .harness import examples

@@ -1,7 +1,7 @@
 """How often the judge fails a correct BF16 backend (torch-cpu-bf16) on random tiny models like
 those the property suite draws (hidden 8-32, head_dim 2-8, 1-2 layers, D 2-6, 1-3 requests,
 greedy and sampled, 1-2 block rounds): with the noise twin's bounds (the judge's default for
-reduced precision, oracle/judge/noise.py) or with the fixed bfloat16 row (--row). Also prints, per
+reduced precision, oracle/judge/probe/noise.py) or with the fixed bfloat16 row (--row). Also prints, per
 run, the largest ratio of a value's error to its twin noise scale and of an excused margin to
 its twin scale (the K_VALUE and K_MARGIN those runs would need), as quantiles; with --row, per kind
 (KV writes, logits) and depth, the largest error over the row's depth-0 value. Each run is one verdict
@@ -49,11 +49,11 @@ def one(args) -> tuple:
     import torch
 
     torch.set_num_threads(1)
-    from oracle.backends import load_backend
-    from oracle.judge.plan import INLINE, traces_plan
+    from oracle.runtime.backends import load_backend
+    from oracle.judge.plans.plan import INLINE, traces_plan
     from oracle.judge.runner import judge_run, run_scenario
     from oracle.judge.scenario import Case
-    from oracle.judge.verdict import judge
+    from oracle.judge.plans.verdict import judge
     from oracle.sampling import SamplingParams as SP
 
     rng = np.random.default_rng([seed, i])
@@ -83,7 +83,7 @@ def twin_ratios(v) -> tuple:
     """(the largest error of a compared value over its twin noise scale, the largest excused or failed
     divergence's margin in twin noise scales) of a verdict judged by the noise twin, from its records:
     a value's bound is K_VALUE noise scales, a divergence's error is its margin's noise scales."""
-    from oracle.judge.calibration import K_VALUE
+    from oracle.judge.probe.calibration import K_VALUE
 
     ratio = margin = 0.0
     for _, rep in v.reports:

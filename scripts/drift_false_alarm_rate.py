@@ -1,11 +1,11 @@
-"""How often the drift and precision verdicts (oracle/judge/drift.py, oracle/judge/precision.py: the
+"""How often the drift and precision verdicts (oracle/judge/probe/drift.py, oracle/judge/probe/precision.py: the
 probe's two verdicts) fail a correct BF16 backend (torch-cpu-bf16) on random tiny models of the
 property suite's sizes (hidden 8-32, head_dim 2-8, 1-2 layers), and how large a fault they see
 there: with --fault (kernels/options.py FAULTS, e.g. attn_scale=1.01 or fp8_k) the same runs report
 how often that fault is caught and named. --rounding SPEC runs a rounding variant of
 meta_tests/band_faults.py instead (a legitimate bfloat16 variant: the precision limit's calibration;
 or a band fault). Also prints, per hidden size and kind of value group, the quantiles of each run's
-largest group energy (x the twin's): what the precision limit (oracle/judge/calibration.py
+largest group energy (x the twin's): what the precision limit (oracle/judge/probe/calibration.py
 PRECISION_LIMITS) must cover.
 
     python scripts/drift_false_alarm_rate.py [--seed 0] [--n 200] [--first 0] [--jobs 1] [--fault SPEC]
@@ -36,9 +36,9 @@ def one(args) -> tuple:
     from bf16_false_alarm_rate import random_model
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
-    from oracle.judge.drift import probe_runs
-    from oracle.judge.plan import VERDICTS, probe_plan
-    from oracle.judge.verdict import judge
+    from oracle.judge.probe.drift import probe_runs
+    from oracle.judge.plans.plan import VERDICTS, probe_plan
+    from oracle.judge.plans.verdict import judge
 
     rng = np.random.default_rng([seed, i])
     _, model = random_model(rng)
@@ -112,7 +112,7 @@ def energy_quantiles(res: list) -> dict:
                 f"  largest energy, hidden {H}, {kind}: {len(x)} runs, median {q['median']:.2f}, "
                 f"99% {q['q99']:.2f}, max {q['max']:.2f}"
             )
-    from oracle.judge import calibration
+    from oracle.judge.probe import calibration
 
     fails = [
         r

@@ -1,7 +1,7 @@
 """The drift verdict of torch-cpu-bf16 (correct, or with a kernel fault) at a preset over weight seeds,
 under several drift floors, from one probe each (judged by a ProbePlan with each floor and rho as its
 allowance, on forwards computed once): what floor(H) a correct backend needs at that hidden size and
-what a fault's z is under each (oracle/judge/calibration.py FLOOR_POWER; docs/results.md, "The drift
+what a fault's z is under each (oracle/judge/probe/calibration.py FLOOR_POWER; docs/results.md, "The drift
 floor at small").
 
     python scripts/drift_floors.py --preset small --seeds 0,1,2 --faults none,attn_scale=1.003 [--json PATH]
@@ -29,10 +29,10 @@ def reports(model, fault: str) -> dict:
     computed once)."""
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
-    from oracle.judge import drift
-    from oracle.judge.forwards import Forwards
-    from oracle.judge.plan import INLINE, probe_plan
-    from oracle.judge.verdict import judge
+    from oracle.judge.probe import drift
+    from oracle.judge.probe.forwards import Forwards
+    from oracle.judge.plans.plan import INLINE, probe_plan
+    from oracle.judge.plans.verdict import judge
 
     bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
     runs, fwd, out = drift.probe_runs(bk, model), Forwards(model), {}

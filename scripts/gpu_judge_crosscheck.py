@@ -7,7 +7,7 @@ For each of `--judges` (DOT[/LOOP[/ATTN[/TILE]]]: a weight-product algorithm of
 judge_jax.layers.DOTS, the layer loop (auto, scan or unroll; default the judge's), the
 recurrent attention (judge_jax.model.ATTENTION; default the judge's) and its Pallas tiling
 (judge_jax.layers.PLANES_TILE items, e.g. dot_x3=1:bt=32)) it reports the largest relative
-error (oracle.judge.compare.rel_err) of
+error (oracle.judge.comparison.compare.rel_err) of
 * the cache-free logits (JaxLoopedModel.forward_full against LoopedModel.forward_full, every
   position, every depth), and
 * judged rounds: a scenario of three requests (prompts of --prompt, 5 and 1 tokens, greedy and
@@ -34,9 +34,9 @@ from judge_jax.backend import make_jax_backend  # noqa: E402
 from judge_jax.layers import DOTS  # noqa: E402
 from judge_jax.model import ATTENTION, LAYER_LOOPS, JaxLoopedModel  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
-from oracle.judge.compare import rel_err  # noqa: E402
-from oracle.judge.plan import INLINE, traces_plan  # noqa: E402
-from oracle.judge.verdict import judge as judge_verdict  # noqa: E402
+from oracle.judge.comparison.compare import rel_err  # noqa: E402
+from oracle.judge.plans.plan import INLINE, traces_plan  # noqa: E402
+from oracle.judge.plans.verdict import judge as judge_verdict  # noqa: E402
 from oracle.judge.runner import REFERENCE, run_scenario  # noqa: E402
 from oracle.judge.scenario import Case  # noqa: E402
 from oracle.sampling import SamplingParams as SP  # noqa: E402

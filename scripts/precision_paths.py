@@ -15,7 +15,7 @@ nearest its threshold. --no-drift: the precision verdict alone (the limit's cali
 
     python scripts/precision_paths.py --table FILE.json ...
 
-prints the precision limit's table (oracle/judge/calibration.py PRECISION_LIMITS) from measurements:
+prints the precision limit's table (oracle/judge/probe/calibration.py PRECISION_LIMITS) from measurements:
 this script's --json files (their correct paths and legitimate rounding variants; faults are
 skipped) and scripts/drift_false_alarm_rate.py's (random models, correct or legitimate variants): per hidden size
 and kind the largest group energy, and the limit, LIMIT_FACTOR times the envelope over that size and
@@ -83,7 +83,7 @@ def correct(variant: str) -> bool:
 def table(files: list) -> dict:
     """{hidden: {kind: (largest energy, where)}} over the measurement files, printed with the limits."""
     from oracle.config import PRESETS
-    from oracle.judge import calibration
+    from oracle.judge.probe import calibration
 
     seen: dict = {}
 
@@ -139,8 +139,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     import torch
     from oracle.checkpoint import build_model
-    from oracle.judge import drift, verdict
-    from oracle.judge.plan import VERDICTS, probe_plan
+    from oracle.judge.probe import drift
+    from oracle.judge.plans import verdict
+    from oracle.judge.plans.plan import VERDICTS, probe_plan
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":  # one torch and one BLAS thread, as `check --backend` below hidden 512

@@ -42,7 +42,7 @@ def test_replayed_reference_reproduces_a_run():
     """The replay path used for inexact backends: the reference consuming a run's uniforms."""
     from oracle.judge.runner import REFERENCE, judge_run, run_scenario
     from oracle.cli.catalogue import default_cases
-    from oracle.judge.compare import compare_runs
+    from oracle.judge.comparison.compare import compare_runs
     from oracle.checkpoint import build_model
 
     m = build_model("tiny")

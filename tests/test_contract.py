@@ -1,4 +1,4 @@
-"""The backend contract in code (oracle/contract.py): every in-repo backend and every
+"""The backend contract in code (oracle/runtime/contract.py): every in-repo backend and every
 meta_tests factory keeps it, an object that breaks it is told where, and a backend's optional
 hooks are read once, into its Capabilities."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from oracle.backends import NAMED, load_backend, suite_runs
-from oracle.contract import (
+from oracle.runtime.backends import NAMED, load_backend, suite_runs
+from oracle.runtime.contract import (
     OPTIONAL_BACKEND,
     OPTIONAL_SESSION,
     REQUIRED,
@@ -39,7 +39,7 @@ def factories(module) -> list[str]:
     ]
 
 
-# every named backend a CPU machine runs (oracle.backends: the suite's runs and the reference),
+# every named backend a CPU machine runs (oracle.runtime.backends: the suite's runs and the reference),
 # with the framework its package needs
 FRAMEWORK = {"kernels": "torch", "judge_jax": "jax"}
 NEEDS = {n: FRAMEWORK[t.split(".")[0]] for n, t in NAMED.items() if t.split(".")[0] in FRAMEWORK}
@@ -152,7 +152,7 @@ def test_capabilities_of_a_backend_made_directly():
 
 
 def test_a_guarded_backend_keeps_the_caps():
-    from oracle.backends import GuardedBackend
+    from oracle.runtime.backends import GuardedBackend
 
     bk = load_backend("examples.plugin_backend:make_backend")
     guarded = GuardedBackend(bk, 5.0)

@@ -1,4 +1,4 @@
-"""load_backend enforces the contract (oracle/contract.py) and bounds the load in time: a
+"""load_backend enforces the contract (oracle/runtime/contract.py) and bounds the load in time: a
 backend that breaks the contract, a factory that never returns and a module whose import hangs
 are each one line, exit 2. The runner and the property harness read a backend's optional hooks
 from its Capabilities, for loaded backends and for objects made directly alike."""
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from oracle.backends import GuardedBackend, load_backend
+from oracle.runtime.backends import GuardedBackend, load_backend
 from oracle.checkpoint import build_model
-from oracle.contract import LoadedBackend, capabilities
+from oracle.runtime.contract import LoadedBackend, capabilities
 from oracle.errors import OracleError
 from oracle.judge import runner
 from oracle.judge.scenario import make_case
@@ -164,8 +164,8 @@ def tiny():
 
 @pytest.mark.parametrize("cls, host", [(DeviceRng, False), (HostRng, True)])
 def test_the_runner_reads_host_rng_from_the_caps(cls, host, tiny, monkeypatch):
-    from oracle.judge.plan import INLINE, backend_plan
-    from oracle.judge.verdict import judge
+    from oracle.judge.plans.plan import INLINE, backend_plan
+    from oracle.judge.plans.verdict import judge
 
     bk = cls()
     assert capabilities(bk).host_rng is host and runner.draws_host_stream(bk) is host

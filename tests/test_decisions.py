@@ -1,4 +1,4 @@
-"""The self-consistency rule (oracle.judge.decisions.unexplained_decision): a reduced-precision
+"""The self-consistency rule (oracle.judge.comparison.decisions.unexplained_decision): a reduced-precision
 backend's decisions must be the reference's rules applied to its own logits and uniforms.
 Without it, the first-divergence rule alone would excuse a decision bug that only strikes
 near-ties; with it, only divergences explained by the backend's logits are excused."""
@@ -7,8 +7,8 @@ import copy
 
 import numpy as np
 
-from oracle.judge.compare import compare_runs
-from oracle.judge.decisions import (
+from oracle.judge.comparison.compare import compare_runs
+from oracle.judge.comparison.decisions import (
     contradicted_decision,
     draw_margin,
     first_divergence,

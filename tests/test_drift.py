@@ -1,15 +1,15 @@
-"""The drift verdict's parts (oracle/judge/drift_model.py, oracle/judge/drift.py, oracle/judge/drift_stats.py):
-the knob forward is the reference's math, the t distribution is Student's, unobservable and
-aliased directions are found, and a drift injected into the values is estimated and named."""
+"""The drift verdict's parts (oracle/judge/probe/: drift_model.py, drift.py, drift_stats.py): the knob
+forward is the reference's math, the t distribution is Student's, unobservable and aliased directions
+are found, and a drift injected into the values is estimated and named."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from oracle.judge import drift, drift_model, drift_stats, forwards
+from oracle.judge.probe import drift, drift_model, drift_stats, forwards
 from oracle.checkpoint import build_model
-from oracle.judge import calibration
+from oracle.judge.probe import calibration
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Failures are records (oracle/judge/report.py `Failure`), rendered to text by one helper
+"""Failures are records (oracle/judge/comparison/report.py `Failure`), rendered to text by one helper
 (`describe`): the record's fields, the two sides' labels (block and loop in a backend's
 block-vs-loop comparison, backend and reference against the reference), repeated failures folded
 into one line per class (oracle/cli/render.py `folded`), one JSON schema for `check` with and
@@ -14,12 +14,12 @@ import pytest
 
 from meta_tests import faulty
 from oracle.cli.render import folded
-from oracle.judge.compare import compare_runs
-from oracle.judge.plan import Executor, backend_plan, reference_plan
-from oracle.judge.report import Failure, Report, describe
+from oracle.judge.comparison.compare import compare_runs
+from oracle.judge.plans.plan import Executor, backend_plan, reference_plan
+from oracle.judge.comparison.report import Failure, Report, describe
 from oracle.judge.runner import REFERENCE, run_scenario
 from oracle.judge.scenario import Case
-from oracle.judge.verdict import judge
+from oracle.judge.plans.verdict import judge
 from oracle.sampling import SamplingParams as SP
 
 INLINE = Executor(where="inline")

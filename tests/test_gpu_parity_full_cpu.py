@@ -100,7 +100,7 @@ def test_device_rng_backend_is_replayed(monkeypatch, capsys):
         return _run(backend, model, sc, mode, replay, **kw)
 
     monkeypatch.setattr(mod, "load_backend", lambda spec: device_rng)
-    import oracle.judge.kinds.pairs as pairs
+    import oracle.judge.plans.kinds.pairs as pairs
 
     monkeypatch.setattr(pairs, "run_scenario", fake_run)  # the backend's side (verdict.judge's pairs plan)
     monkeypatch.setattr(runner, "run_scenario", fake_run)  # the judge's side (judge_run)
@@ -112,7 +112,7 @@ def test_budget_holds_a_run_until_its_kv_fits():
     import threading
     import time
 
-    from oracle.judge.kinds.pairs import Budget
+    from oracle.judge.plans.kinds.pairs import Budget
 
     b = Budget(10)
     b.take(6)

@@ -16,7 +16,7 @@ import pytest
 
 from oracle.errors import OracleError
 from oracle.cli import html_errors, html_report
-from oracle.judge.report import Failure, describe
+from oracle.judge.comparison.report import Failure, describe
 
 REPRO = "python -m oracle check --preset tiny --seed 0 --backend meta_tests.faulty_kernels:make_fp8_k_bf16"
 PREC_FAIL = (

@@ -1,14 +1,18 @@
 """Imports run one way: kernels -> oracle and judge_jax -> oracle, never the reverse; bench/
 (the `bench` command) may import oracle and kernels, and nothing imports it; no module of
 oracle/, kernels/, judge_jax/ or bench/ imports itself back through others (no cycles).
-Inside oracle/ the rooms are layered cli -> judge -> reference: oracle/cli/ may import the
-judge and the reference, oracle/judge/ the reference only, and the reference (every other
-module of oracle/) neither. A constant is read from the module that defines it, never through
-one that imports it (each constant has one name and one home).
+Inside oracle/ the rooms are layered cli -> judge -> sampler -> runtime -> reference: oracle/cli/ may
+import every other room, oracle/judge/ the sampler judge, the runtime and the reference, oracle/sampler/
+(the sampler judge, which loads its plug-in through the runtime) the runtime and the reference,
+oracle/runtime/ (the backend contract, the backends' loading, a plug-in's process, cancellation) the
+reference only, and the reference (every other module of oracle/) none. Inside the judge its rooms are layered too:
+shrinker -> plans -> probe -> comparison -> the judge's own modules (the runner, the scenario).
+A constant is read from the module that defines it, never through one that imports it (each
+constant has one name and one home).
 
 The graph is read with `ast` from the source files, so imports inside functions count as
 much as module-level ones, relative and absolute alike. Engines reach the oracle only by
-name: oracle/backends.py (NAMED) and oracle/cli/__init__.py (COMMANDS) hold "module:attr" strings,
+name: oracle/runtime/backends.py (NAMED) and oracle/cli/__init__.py (COMMANDS) hold "module:attr" strings,
 which are not imports; no other string of oracle/ names a module of kernels/ or judge_jax/ (an
 `importlib.import_module("kernels.x")` would be an import the graph does not see); a run of the
 CLI imports its own command's module only."""
@@ -28,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("oracle", "kernels", "judge_jax", "bench")
 JUDGED = ("kernels", "judge_jax")  # what the oracle judges: it must not import them
 TOP = {"bench"}  # what nothing of the four packages imports (reached by name)
-ROOMS = ("reference", "judge", "cli")  # oracle/'s rooms, lowest first: a room imports only lower ones
+ROOMS = ("reference", "runtime", "sampler", "judge", "cli")  # oracle/'s rooms, lowest first: a room imports only lower ones
+JUDGE_ROOMS = ("judge", "comparison", "probe", "plans", "shrinker")  # the judge's, lowest first ("judge": its top)
 ENTRY = {"oracle.__main__": "cli"}  # `python -m oracle` is the CLI's entry point
 
 
@@ -151,7 +156,7 @@ def test_the_bench_package_is_imported_by_nothing_and_imports_oracle_and_kernels
 
 def test_engines_are_reached_by_name_only():
     """The registry strings name modules that exist (a typo would hide a command or backend)."""
-    from oracle.backends import NAMED
+    from oracle.runtime.backends import NAMED
     from oracle.cli import COMMANDS
 
     known = modules()
@@ -238,13 +243,15 @@ def oracle_graph() -> dict[str, set[str]]:
 
 def test_the_rooms_are_read_right():
     assert room("oracle.cli.cmd_check") == "cli" and room("oracle.cli") == "cli"
-    assert room("oracle.judge.compare") == "judge" and room("oracle.reference_round") == "reference"
+    assert room("oracle.judge.comparison.compare") == "judge" and room("oracle.reference_round") == "reference"
     assert room("oracle.__main__") == "cli" and room("kernels.session") is None
+    assert room("oracle.runtime.contract") == "runtime" and room("oracle.judge.probe.drift") == "judge"
+    assert judge_room("oracle.judge.runner") == "judge" and judge_room("oracle.judge.plans.kinds.probe") == "plans"
 
 
 def test_the_rooms_import_downwards_only():
-    """cli -> judge -> reference: the reference never imports the judge or the CLI, the judge
-    never the CLI."""
+    """cli -> judge -> runtime -> reference: the reference never imports the runtime, the judge or
+    the CLI, the runtime never the judge or the CLI, the judge never the CLI."""
     rank = {r: i for i, r in enumerate(ROOMS)}
     bad = sorted(
         f"{m} ({room(m)}) -> {t} ({room(t)})"
@@ -255,20 +262,42 @@ def test_the_rooms_import_downwards_only():
     assert not bad, "a room imports a higher one: " + ", ".join(bad)
 
 
+def judge_room(mod: str) -> str:
+    """The room of a module of oracle/judge/ ("judge" for the judge's own top-level modules)."""
+    parts = mod.split(".")
+    return parts[2] if len(parts) > 3 and parts[2] in JUDGE_ROOMS else "judge"
+
+
+def test_the_judge_rooms_import_downwards_only():
+    """shrinker -> plans -> probe -> comparison -> the judge's top (runner, scenario): the comparison
+    judges two runs without the probe, the probe without the plans, and only the shrinker reads the
+    one verdict from outside it."""
+    rank = {r: i for i, r in enumerate(JUDGE_ROOMS)}
+    judged = {m: ts for m, ts in oracle_graph().items() if room(m) == "judge"}
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in judged.items()
+        for t in ts
+        if room(t) == "judge" and rank[judge_room(t)] > rank[judge_room(m)]
+    )
+    assert not bad, "a room of the judge imports a higher one: " + ", ".join(bad)
+    assert any(judge_room(t) == "probe" for t in judged["oracle.judge.plans.verdict"])  # the walk sees them
+
+
 # The judge's face to the CLI: the one verdict, the scenario (a case and its reproduce line) and
 # the runner (a scenario's rounds on one backend: `trace record`, the catalogue's plain runs).
-# and the plan (what a verdict compares, and the executor: oracle/judge/plan.py).
+# and the plan (what a verdict compares, and the executor: oracle/judge/plans/plan.py).
 # and the shrinker (a failing verdict's smallest case, judged by the one verdict: issue 44),
 # the report (a failure's record and its one text, `describe`, which every renderer reads: issue 61)
 # and the calibration constants (their one home; `check` reads HOST_HIDDEN, `trace diff` SIGMA).
 JUDGE_FACE = {
-    "oracle.judge.report",
-    "oracle.judge.calibration",
-    "oracle.judge.verdict",
+    "oracle.judge.comparison.report",
+    "oracle.judge.probe.calibration",
+    "oracle.judge.plans.verdict",
     "oracle.judge.scenario",
     "oracle.judge.runner",
-    "oracle.judge.plan",
-    "oracle.judge.shrink",
+    "oracle.judge.plans.plan",
+    "oracle.judge.shrinker.shrink",
 }
 
 
@@ -411,7 +440,7 @@ def test_each_constant_has_one_home():
     noise.SIGMA or verdict.SIGMA)."""
     known = modules()
     homes = {m: defined_here(p) for m, p in known.items()}
-    assert "SIGMA" in homes["oracle.judge.calibration"] and "SIGMA" not in homes["oracle.judge.noise"]
+    assert "SIGMA" in homes["oracle.judge.probe.calibration"] and "SIGMA" not in homes["oracle.judge.probe.noise"]
     dirs = (*PACKAGES, "tests", "property_tests", "meta_tests", "gpu_tests", "scripts", "examples")
     files = [p for d in dirs for p in sorted((ROOT / d).rglob("*.py"))]
     bad = [hit for p in files for hit in constants_read_away_from_home(p, known, homes)]

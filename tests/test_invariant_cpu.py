@@ -17,7 +17,7 @@ from kernels.options import KernelOptions
 from kernels.tap import Tap
 from kernels.weights import TorchWeights
 from meta_tests import faulty_kernels
-from oracle.backends import load_backend
+from oracle.runtime.backends import load_backend
 from oracle.capture import LAYER_OPS, OPS
 from oracle.checkpoint import build_model
 from oracle.config import ModelConfig

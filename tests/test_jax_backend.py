@@ -8,7 +8,7 @@ import pytest
 from judge_jax.backend import make_jax_backend
 from oracle.judge.scenario import Case
 from oracle.judge.runner import REFERENCE, run_scenario
-from oracle.judge.compare import compare_runs
+from oracle.judge.comparison.compare import compare_runs
 from oracle.errors import OracleError
 from oracle.kv import KVError
 from oracle.sampling import SamplingParams as SP

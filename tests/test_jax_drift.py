@@ -1,4 +1,4 @@
-"""judge_jax/drift.py (jvp sensitivities on the device) against oracle.judge.drift.request_stats (FP64
+"""judge_jax/drift.py (jvp sensitivities on the device) against oracle.judge.probe.drift.request_stats (FP64
 finite differences): the same b, G, values and bw within 1e-3 relative, at the tiny preset and at
 a random grouped-query config; a drift injected into the "observed" values is recovered."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from judge_jax.drift import make_stats_fn
-from oracle.judge import drift, drift_model
+from oracle.judge.probe import drift, drift_model
 from oracle.config import ModelConfig
 from oracle.model import LoopedModel, random_weights
 

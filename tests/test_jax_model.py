@@ -24,7 +24,7 @@ from judge_jax.kvplanes import DeviceKV
 from judge_jax.model import JaxLoopedModel
 from oracle import model as ref_model_module
 from oracle.checkpoint import load_checkpoint, save_checkpoint
-from oracle.judge.compare import rel_err
+from oracle.judge.comparison.compare import rel_err
 from oracle.errors import OracleError
 from oracle.kv import KVCache
 from property_tests.harness import examples

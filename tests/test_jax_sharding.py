@@ -18,7 +18,7 @@ SCRIPT = r"""
 import json, sys
 import jax, numpy as np
 from oracle.config import ModelConfig
-from oracle.judge.compare import rel_err
+from oracle.judge.comparison.compare import rel_err
 from oracle.model import LoopedModel, random_weights
 from oracle.sampling import SamplingParams
 from judge_jax.backend import make_jax_backend

@@ -15,7 +15,7 @@ import pytest
 from gpu_tests.judge_timing import count_transfers, time_judge_round
 from judge_jax.backend import make_jax_backend
 from oracle.judge.runner import REFERENCE, run_scenario as run
-from oracle.judge.compare import compare_runs
+from oracle.judge.comparison.compare import compare_runs
 from oracle.sampling import SamplingParams as SP
 
 ROOT = Path(__file__).resolve().parents[1]

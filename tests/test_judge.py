@@ -1,4 +1,4 @@
-"""The one judge (oracle.judge.compare.compare_runs) through `python -m oracle check --backend`, in
+"""The one judge (oracle.judge.comparison.compare.compare_runs) through `python -m oracle check --backend`, in
 both directions: a correct reduced-precision plug-in passes, and each wrong one fails with
 exit 1 and the place named (meta_tests/plugins.py); plus the per-request rule on traces."""
 
@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from oracle.judge.compare import compare_runs
+from oracle.judge.comparison.compare import compare_runs
 from oracle.sampling import SamplingParams as SP
 from oracle.session import Session
 

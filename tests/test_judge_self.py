@@ -17,9 +17,9 @@ import pytest
 
 from oracle.judge.scenario import Case
 from oracle.judge.runner import REFERENCE, run_scenario
-from oracle.judge.compare import allowed, compare_runs, rel_err, typical_norms
+from oracle.judge.comparison.compare import allowed, compare_runs, rel_err, typical_norms
 from oracle.tolerances import TOLERANCES
-from oracle.judge.decisions import draw_margin, greedy_margin
+from oracle.judge.comparison.decisions import draw_margin, greedy_margin
 from oracle.errors import OracleError
 from oracle.checkpoint import build_model
 from oracle.sampling import SamplingParams as SP

@@ -20,9 +20,9 @@ from kernels.options import KernelOptions
 from kernels.round_buffer import PlanCache, build_plan, plan_indices, sampling_variant
 from kernels import sampler
 from oracle import sampling
-from oracle.backends import load_backend
+from oracle.runtime.backends import load_backend
 from oracle.reference_backend import ReferenceBackend
-from oracle.judge.compare import compare_runs
+from oracle.judge.comparison.compare import compare_runs
 from oracle.errors import OracleError
 from oracle.checkpoint import build_model
 from oracle.sampling import SamplingParams as SP
@@ -824,8 +824,8 @@ from kernels import host_sampling  # noqa: E402
 from kernels.engine import Engine  # noqa: E402
 from kernels.round_buffer import processors_variant  # noqa: E402
 from kernels.rows import HISTORY, MAX_BAD_WORD_LEN, MAX_BAD_WORDS, MAX_NGRAM, STEPS, TAIL, processor_steps  # noqa: E402
-from oracle.judge.plan import backend_plan  # noqa: E402
-from oracle.judge.verdict import judge  # noqa: E402
+from oracle.judge.plans.plan import backend_plan  # noqa: E402
+from oracle.judge.plans.verdict import judge  # noqa: E402
 from oracle.judge.scenario import make_case  # noqa: E402
 from oracle.sampling import Seen  # noqa: E402
 
@@ -1137,7 +1137,7 @@ def proc_cases(vocab):
 @pytest.mark.parametrize("name", ["torch-cpu", "torch-cpu-bf16"])
 def test_the_judge_passes_the_torch_backends_with_processors(model, name):
     """`check --backend torch-cpu` / `torch-cpu-bf16` on the processor cases: the one judge
-    (oracle.judge.verdict.judge) finds every round explained."""
+    (oracle.judge.plans.verdict.judge) finds every round explained."""
     out = judge(backend_plan(load_backend(name), model, proc_cases(model.cfg.vocab_size), probe="off")).to_json()
     assert out["ok"], [c for c in out["checks"] if not c["ok"]][:3]
     assert out["request_rounds"] > 100 and not out["skipped"]

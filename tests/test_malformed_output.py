@@ -1,7 +1,7 @@
 """Malformed backend output is a failed check naming the place (exit 1), never an internal error
 (exit 3): short logits, a K write of the wrong head size, vLLM's -1 placeholder token (emitted or
 drafted), logits that are not numbers. It is checked once, at the side boundary
-(oracle/judge/malformed.py), before any noise twin, fit or comparison reads the run: every case's
+(oracle/judge/comparison/malformed.py), before any noise twin, fit or comparison reads the run: every case's
 comparison and the drift probe report `FAIL [malformed]` for a bfloat16 plug-in and a float32 one
 alike, and `trace record --backend` refuses to write it."""
 

@@ -200,7 +200,7 @@ def test_forward_full_with_past_equals_one_forward(tiny, cut):
 
 def test_cache_free_check_catches_a_late_round(tiny):
     """A logit wrong in round 5 of 6 only (the prefix K/V was extended four times) is caught."""
-    from oracle.judge.cache_free import cache_free_check
+    from oracle.judge.comparison.cache_free import cache_free_check
     from oracle.judge.scenario import make_case
     from oracle.judge.runner import REFERENCE, run_scenario
     from oracle.sampling import SamplingParams as SP

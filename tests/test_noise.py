@@ -1,4 +1,4 @@
-"""The noise twin (oracle/judge/noise.py): its bounds pass the reference's own traces rounded to
+"""The noise twin (oracle/judge/probe/noise.py): its bounds pass the reference's own traces rounded to
 bfloat16, pass one value off by a third of its bound and fail one off by twice it, and cover
 every KV write, noisier with depth."""
 
@@ -9,15 +9,15 @@ import copy
 import numpy as np
 import pytest
 
-from oracle.judge import forwards, noise
+from oracle.judge.probe import forwards, noise
 from oracle.judge.scenario import make_case
 from oracle.judge.runner import REFERENCE, run_scenario
-from oracle.judge.compare import compare_runs
-from oracle.judge.drift_model import round_to
+from oracle.judge.comparison.compare import compare_runs
+from oracle.judge.probe.drift_model import round_to
 from oracle.checkpoint import build_model
 from oracle.sampling import SamplingParams as SP
-from oracle.judge.calibration import SAMPLES, SEED
-from oracle.judge import calibration
+from oracle.judge.probe.calibration import SAMPLES, SEED
+from oracle.judge.probe import calibration
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_one_value_off_by_its_bound(traces, what, times, ok):
     model, ref, bounds = traces
     got = rounded(ref)
     tr, a = got[1], ref[1]
-    from oracle.judge.compare import _norm, typical_norms
+    from oracle.judge.comparison.compare import _norm, typical_norms
 
     norms = typical_norms(a)
     if what == "kv":

@@ -1,4 +1,4 @@
-"""The one verdict's plans (oracle/judge/plan.py): a backend plan makes all three comparisons of a
+"""The one verdict's plans (oracle/judge/plans/plan.py): a backend plan makes all three comparisons of a
 case, a malformed run skips only the comparisons that would read it, and a plan refuses what it
 cannot mean."""
 
@@ -10,15 +10,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from oracle.backends import load_backend
+from oracle.runtime.backends import load_backend
 from oracle.checkpoint import build_model
-from oracle.judge.compare import typical_norms
-from oracle.judge.forwards import Forwards
-from oracle.judge.plan import INLINE, BackendPlan, Plan, ReferencePlan, backend_plan, probe_plan, traces_plan
-from oracle.judge.report import rel_err
+from oracle.judge.comparison.compare import typical_norms
+from oracle.judge.probe.forwards import Forwards
+from oracle.judge.plans.plan import INLINE, BackendPlan, Plan, ReferencePlan, backend_plan, probe_plan, traces_plan
+from oracle.judge.comparison.report import rel_err
 from oracle.judge.runner import judge_run
 from oracle.judge.scenario import make_case
-from oracle.judge.verdict import judge
+from oracle.judge.plans.verdict import judge
 from oracle.sampling import SamplingParams as SP
 
 
@@ -39,7 +39,7 @@ def test_a_backend_plan_compares_both_modes_and_block_against_loop(tiny):
 
 
 def test_a_malformed_run_skips_block_against_loop_only(tiny, monkeypatch):
-    import oracle.judge.cases as cases
+    import oracle.judge.plans.cases as cases
 
     real = cases.run_scenario
 
@@ -113,7 +113,7 @@ def test_a_traces_plan_keeps_every_compared_value_where_asked(tiny):
 def test_a_probe_plan_fits_the_verdicts_it_names(tiny):
     """verdicts=("precision",): the precision report of both verdicts' plan, and no drift fit;
     ("drift",) with an allowance: the drift fit under that floor and rho (drift.fit's), no precision."""
-    from oracle.judge import drift
+    from oracle.judge.probe import drift
 
     runs = drift.probe_runs(load_backend("reference"), tiny, n=4)
     bf16 = SimpleNamespace(name="reference as bfloat16", dtype="bfloat16", exact=False, policies=("sequential",))

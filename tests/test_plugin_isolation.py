@@ -1,4 +1,4 @@
-"""A plug-in backend runs in a child process (oracle/isolated.py): a segfault, an abort or an
+"""A plug-in backend runs in a child process (oracle/runtime/isolated.py): a segfault, an abort or an
 os._exit in it is a failed `backend` check (exit 1) naming the signal or exit code, with the
 reproduce line, never the oracle's end (exit 139 or 134, nothing printed); a death while loading is
 one error line (exit 2). A correct plug-in still passes, a Python exception is still reported with
@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oracle import isolated
-from oracle.backends import BackendCallFailed, GuardedBackend, load_backend
+from oracle.runtime import isolated
+from oracle.runtime.backends import BackendCallFailed, GuardedBackend, load_backend
 from oracle.checkpoint import build_model
-from oracle.contract import Capabilities, LoadedBackend, capabilities, contract_problems, unwrap
+from oracle.runtime.contract import Capabilities, LoadedBackend, capabilities, contract_problems, unwrap
 from oracle.errors import OracleError
-from oracle.judge import worker
+from oracle.judge.plans import worker
 from oracle.judge.runner import run_scenario
 from oracle.judge.scenario import make_case
 from oracle.sampling import SamplingParams as SP

@@ -1,5 +1,5 @@
-"""The precision verdict's parts (oracle/judge/precision.py, the drift allowance of oracle/judge/drift.py,
-oracle/judge/drift_stats.py): the one-sided t on log error energy per group, its threshold and the
+"""The precision verdict's parts (oracle/judge/probe/precision.py, the drift allowance of oracle/judge/probe/drift.py,
+oracle/judge/probe/drift_stats.py): the one-sided t on log error energy per group, its threshold and the
 effective bits it reports, the order that names the first group; the twin's drift interval; the
 NumPy twin and the JAX twin (judge_jax/twin.py) measure the same energies; the kernel precision
 faults parse (kernels/options.py)."""
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from oracle.errors import OracleError
-from oracle.judge import drift, drift_stats, precision
-from oracle.judge.observations import observations
-from oracle.judge.calibration import DRIFT_FLOOR, FAMILY_ALPHA, RHO, SAMPLES, SIGMA, TWIN_SPREAD
+from oracle.judge.probe import drift, drift_stats, precision
+from oracle.judge.probe.observations import observations
+from oracle.judge.probe.calibration import DRIFT_FLOOR, FAMILY_ALPHA, RHO, SAMPLES, SIGMA, TWIN_SPREAD
 
 N = 24  # requests, as the drift probe's PROBE_REQUESTS
 
@@ -266,9 +266,9 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
     """On one Forwards the precision fit makes the twin's forwards and the drift fit finds them (it
     adds its finite-difference forwards only); the verdicts are those of fits on forwards of their own."""
     from oracle.reference_backend import ReferenceBackend
-    from oracle.judge.forwards import Forwards
-    from oracle.judge.plan import INLINE, probe_plan
-    from oracle.judge.verdict import judge
+    from oracle.judge.probe.forwards import Forwards
+    from oracle.judge.plans.plan import INLINE, probe_plan
+    from oracle.judge.plans.verdict import judge
 
     runs = drift.probe_runs(ReferenceBackend(), tiny, n=4)
     fwd = Forwards(tiny)
@@ -437,7 +437,7 @@ def test_precision_limits_follow_the_hidden_size_and_the_drift_allowance_takes_t
     """calibration.PRECISION_LIMITS: a model takes the last row at or below its hidden size (a size
     between two measured ones the smaller one's), limits never grow with the hidden size, and the
     drift allowance's factor is the largest limit of any kind there."""
-    from oracle.judge import calibration
+    from oracle.judge.probe import calibration
 
     rows = calibration.PRECISION_LIMITS
     assert calibration.precision_limits(8) == rows[0][1] and calibration.precision_limits(4) == rows[0][1]

@@ -10,9 +10,9 @@ import oracle.loop_round as loop_round_mod
 import oracle.session as session_mod
 from oracle.cli.catalogue import default_cases
 from oracle.judge.scenario import make_case
-from oracle.judge.cases import check_case
+from oracle.judge.plans.cases import check_case
 from oracle.phases import PHASES
-from oracle.judge.compare import compare_runs
+from oracle.judge.comparison.compare import compare_runs
 from oracle.sampling import SamplingParams as SP
 from oracle.schedule import Call, Schedule, loop_waves
 from oracle.session import Session, generate

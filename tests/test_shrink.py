@@ -1,4 +1,4 @@
-"""A failing check shrinks itself (issue 44; oracle/judge/shrink.py, oracle/cli/shrinking.py,
+"""A failing check shrinks itself (issue 44; oracle/judge/shrinker/shrink.py, oracle/cli/shrinking.py,
 oracle/cli/case_json.py, oracle/cli/trace_cut.py).
 
 Per failure class: `check --backend FAULTY --case NAME` shrinks its failure to a smaller case that fails
@@ -18,8 +18,8 @@ from oracle.checkpoint import build_model
 from oracle.cli import main
 from oracle.cli import case_json
 from oracle.cli.catalogue import default_cases
-from oracle.judge import shrink
-from oracle.judge.report import Failure, describe
+from oracle.judge.shrinker import shrink
+from oracle.judge.comparison.report import Failure, describe
 from oracle.judge.scenario import Case
 from oracle.sampling import SamplingParams
 

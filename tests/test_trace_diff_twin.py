@@ -1,4 +1,4 @@
-"""`trace diff` judges recorded traces through the one verdict (oracle.judge.verdict.judge, a traces plan):
+"""`trace diff` judges recorded traces through the one verdict (oracle.judge.plans.verdict.judge, a traces plan):
 a reduced-precision row by the noise twin of the model the traces name, rebuilt from the file,
 as `check --backend` judges; by the row's fixed tolerances, said so, where that model cannot be
 rebuilt."""
@@ -13,8 +13,8 @@ import pytest
 
 from oracle.checkpoint import build_model, save_checkpoint
 from oracle.cli import main
-from oracle.judge.plan import traces_plan
-from oracle.judge.verdict import judge
+from oracle.judge.plans.plan import traces_plan
+from oracle.judge.plans.verdict import judge
 from oracle.trace_file import load_trace_file
 
 pytest.importorskip("torch")

@@ -101,7 +101,7 @@ def test_a_printing_plugin_leaves_stdout_json_and_its_lines_on_stderr_prefixed_a
     assert mine == lines, run.stderr  # every line of stderr is the plug-in's, prefixed
     for text in ("banner at import", "hello from step()", "a raw write to fd 1", "a C write", "line 0"):
         assert f"plug-in: {text}" in lines, text
-    from oracle.plugin_output import MAX_LINES
+    from oracle.runtime.plugin_output import MAX_LINES
 
     assert len(mine) <= MAX_LINES + 2  # the cap, and one note per plug-in process
     notes = [x for x in mine if x.startswith("plug-in: ... ") and x.endswith("more lines not shown")]
@@ -249,8 +249,8 @@ def test_no_fork_begins_once_a_cancel_has_taken_the_gate():
     so the cancel's stop_children cannot miss a child started beside it."""
     import threading
 
-    from oracle import cancel
-    from oracle.judge import worker
+    from oracle.runtime import cancel
+    from oracle.judge.plans import worker
 
     started: list = []
     gate = cancel._GATE[0]
@@ -267,7 +267,8 @@ def test_no_fork_begins_once_a_cancel_has_taken_the_gate():
 
 
 def test_a_cancelled_run_removes_its_temporary_files(tmp_path):
-    from oracle import atomic, cancel
+    from oracle import atomic
+    from oracle.runtime import cancel
 
     with atomic.replacing(tmp_path / "out.json", tmp_path / "out.json.npz") as temps:
         assert all(Path(t).exists() for t in temps)
@@ -358,7 +359,7 @@ def test_a_session_whose_add_takes_no_depths_is_refused_before_any_case(tmp_path
 def test_a_plugin_call_that_hangs_fails_its_test_at_the_time_limit(tmp_path, capsys, monkeypatch):
     """The guard itself (conftest.py time_limit): a plug-in call that never returns (no --timeout)
     ends this test at its 1 s limit with pytest's failure, which the oracle does not catch."""
-    from oracle import isolated
+    from oracle.runtime import isolated
 
     spec = plugin(tmp_path, "hang_plugin", "import time\ntime.sleep(3600)")
     t0 = time.monotonic()

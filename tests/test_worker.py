@@ -1,4 +1,4 @@
-"""Where the verdict's NumPy work runs (oracle/judge/worker.py): a background job's result and
+"""Where the verdict's NumPy work runs (oracle/judge/plans/worker.py): a background job's result and
 exception come back, an Inbox carries a value to a job that already started (small and large,
 to a forked child and to the helper thread), a cancelled Inbox raises in the job, and
 `python -m oracle`'s exit (cli.exit_now) stops the children still running."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oracle.judge import worker
+from oracle.judge.plans import worker
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,7 @@ def test_the_cli_exit_stops_the_children_still_running(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        from oracle.judge import worker
+        from oracle.judge.plans import worker
         from oracle.cli import exit_now
         job = worker.background(lambda box: box.get(), worker.Inbox())
         print(job.pid, flush=True)

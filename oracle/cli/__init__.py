@@ -25,7 +25,7 @@ import traceback
 
 from ..errors import OracleError, Refused, one_line
 
-# command -> "module:register". Commands resolve by name, like backends (oracle/backends.py), so
+# command -> "module:register". Commands resolve by name, like backends (oracle/runtime/backends.py), so
 # the oracle imports nothing of the engines it judges (`bench` lives in its own package, which
 # imports the torch kernels), and a run imports its own command's module only.
 COMMANDS = {
@@ -186,10 +186,10 @@ def _one_line(e: BaseException) -> str:
 
 def exit_now(code: int) -> None:
     """End the process with `code` once stdout and stderr are flushed and every verdict child
-    (oracle/judge/worker.py) and plug-in process (oracle/isolated.py) is stopped, without the
+    (oracle/judge/plans/worker.py) and plug-in process (oracle/runtime/isolated.py) is stopped, without the
     interpreter's teardown (os._exit). Every file the commands write is closed by then; atexit
-    handlers do not run (oracle/isolated.py's is for other callers)."""
-    for name in ("oracle.judge.worker", "oracle.isolated"):  # verdict children, plug-ins' processes
+    handlers do not run (oracle/runtime/isolated.py's is for other callers)."""
+    for name in ("oracle.judge.plans.worker", "oracle.runtime.isolated"):  # verdict children, plug-ins' processes
         module = sys.modules.get(name)
         if module is not None:
             module.stop_all()

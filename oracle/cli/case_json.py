@@ -1,5 +1,5 @@
 """`check --case-json JSON`: one case as data on one line (issue 44), the reproduce line of a shrunk
-case (oracle/judge/shrink.py), which per-request prompts and params make impossible to write with the
+case (oracle/judge/shrinker/shrink.py), which per-request prompts and params make impossible to write with the
 other round options.
 
     {"prompts": [[12, 40, 3], [7]],          token ids per request (request i is prompts[i])

@@ -1,5 +1,5 @@
 """`python -m oracle check [--backend NAME [--reference jax]]`: argument parsing and rendering.
-The verdict is oracle/judge/verdict.py's `judge(plan, executor)`, rendered by oracle/cli/render.py;
+The verdict is oracle/judge/plans/verdict.py's `judge(plan, executor)`, rendered by oracle/cli/render.py;
 the built-in cases are oracle/cli/catalogue.py's. Without --backend: block vs loop on the FP32 reference, bit for bit.
 With --backend: the backend's block and loop rounds judged against the reference, or the
 --reference backend, by the backend's tolerance row, plus the drift probe's drift and precision
@@ -15,11 +15,11 @@ import time
 from .argtypes import add_threads_option, add_timeout_option, check_report_dir, command_parser, write_report_last
 from .catalogue import default_cases
 from .option_rules import check_option_rules, refuse_ineffective, timeout_flags
-from ..backends import PLUGIN_FILES, JudgeFailed, load_backend, names_help
-from .. import isolated
+from ..runtime.backends import PLUGIN_FILES, JudgeFailed, load_backend, names_help
+from ..runtime import isolated
 from ..judge.scenario import command
-from ..judge import verdict
-from ..judge.plan import Executor, backend_plan, reference_plan
+from ..judge.plans import verdict
+from ..judge.plans.plan import Executor, backend_plan, reference_plan
 from .progress import Progress
 from .render import backend_text, reference_text, write_report
 from .environment import set_threads
@@ -30,7 +30,7 @@ from .round_args import check_round_args, is_custom
 from .round_case import custom_case, model_flags, plugin_prefix
 from .round_options import add_round_options
 from . import shrinking
-from ..judge.calibration import HOST_HIDDEN
+from ..judge.probe.calibration import HOST_HIDDEN
 
 # dtypes a judge's side (--reference) may compute in: the tolerance rows measure a backend
 # against an FP32 judge

@@ -1,9 +1,9 @@
 """`python -m oracle localize --backend NAME [round options]`: where two runs of one row part, on any
 backend (invariant or not). It runs the backend's block and loop rounds of each case (the built-in
 cases, `--case NAME`, or the round options' case), then the exactness tier's claims
-(oracle/judge/invariance.py: block = loop, spec = plain decoding, alone = batched), each bitwise,
+(oracle/judge/plans/invariance.py: block = loop, spec = plain decoding, alone = batched), each bitwise,
 and names for each claim that fails its first place and, where the backend offers capture, its first
-differing operation (oracle/judge/localize.py). Exit 0: every claim holds bitwise; 1: a claim parts
+differing operation (oracle/judge/plans/localize.py). Exit 0: every claim holds bitwise; 1: a claim parts
 (named); 2: bad usage or input."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import time
 
-from .. import isolated
+from ..runtime import isolated
 from ..errors import printable
-from ..judge.plan import Executor, invariance_plan
-from ..judge.verdict import judge
+from ..judge.plans.plan import Executor, invariance_plan
+from ..judge.plans.verdict import judge
 from .argtypes import add_threads_option, command_parser
 from .cmd_check import model_and_cases
 from .environment import set_threads

@@ -14,13 +14,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .argtypes import add_threads_option, add_timeout_option, check_out_path, command_parser
-from ..backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend, names_help
-from .. import isolated
-from ..contract import tolerance_row
+from ..runtime.backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend, names_help
+from ..runtime import isolated
+from ..runtime.contract import tolerance_row
 from ..judge.scenario import command
 from ..judge.runner import REFERENCE, run_scenario
-from ..judge import verdict
-from ..judge.plan import INLINE, rules_plan, traces_plan
+from ..judge.plans import verdict
+from ..judge.plans.plan import INLINE, rules_plan, traces_plan
 from .render import diff_json, diff_text
 from . import trace_cut
 from .environment import set_threads
@@ -35,7 +35,7 @@ from .round_options import add_round_options
 from ..tolerances import TOLERANCES
 from ..trace_file import load_trace_file
 from ..traces import model_identity, save_traces, weights_sha256
-from ..judge.calibration import HOST_HIDDEN, SIGMA
+from ..judge.probe.calibration import HOST_HIDDEN, SIGMA
 
 
 def record_command(args, out: str) -> str:

@@ -103,6 +103,6 @@ def set_threads(args, hidden: int | None = None) -> dict:
     threadpool_limits(n, user_api="blas")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(n)
-    if "oracle.isolated" in sys.modules:  # a plug-in's process (oracle/isolated.py): the same count
-        sys.modules["oracle.isolated"].set_threads(n)
+    if "oracle.runtime.isolated" in sys.modules:  # a plug-in's process (oracle/runtime/isolated.py): the same count
+        sys.modules["oracle.runtime.isolated"].set_threads(n)
     return {"threads": n, "threads_from": where}

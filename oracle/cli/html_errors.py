@@ -226,7 +226,7 @@ def divergence_tables(rows: list) -> list[str]:
             )
         out.append("</table>")
     if ok:
-        from ..judge.report import Failure, describe
+        from ..judge.comparison.report import Failure, describe
 
         out.append(
             f"<p><b>Excused divergences ({len(ok)})</b>: reference near-ties, compared up to the "

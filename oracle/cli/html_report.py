@@ -107,7 +107,7 @@ def _counters(verdict: dict) -> dict:
 def _text(f: dict) -> str:
     """A failure record's text without its place's case and mode (the card names them; with "keep":
     with them) nor its reproduce line (the card shows it apart): report.describe of the record."""
-    from ..judge.report import Failure, describe
+    from ..judge.comparison.report import Failure, describe
 
     keep = f.get("keep")  # the whole place: the card names no case
     return describe(Failure.from_json(f if keep else {**f, "case": "", "mode": ""}), reproduce=False)

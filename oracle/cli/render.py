@@ -1,11 +1,11 @@
 """The verdict's renderings, apart from judging: text (`check` with and without --backend, `trace
 diff`), JSON (`Verdict.to_json`, one schema for every entry) and the HTML page (html_report). The
-verdict is oracle/judge/verdict.py's value, rendered here without importing the judge; nothing
+verdict is oracle/judge/plans/verdict.py's value, rendered here without importing the judge; nothing
 here judges."""
 
 from __future__ import annotations
 
-from ..judge.report import Failure, describe
+from ..judge.comparison.report import Failure, describe
 
 
 def plural(n: int, word: str) -> str:
@@ -42,7 +42,7 @@ def backend_text(v, judge_name: str = "") -> list[str]:
 
 
 def invariance_lines(info: dict | None) -> list[str]:
-    """The exactness tier in one line (a batch-invariant backend's; oracle/judge/invariance.py)."""
+    """The exactness tier in one line (a batch-invariant backend's; oracle/judge/plans/invariance.py)."""
     if not info:
         return []
     claims = info["claims"]

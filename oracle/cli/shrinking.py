@@ -1,11 +1,11 @@
 """`check --backend`'s failing verdict, shrunk (issue 44): the options (--shrink-budget, --no-shrink,
---case-json's declaration, --probe-requests), the search through oracle/judge/shrink.py with each
+--case-json's declaration, --probe-requests), the search through oracle/judge/shrinker/shrink.py with each
 candidate in the form its reproduce line gives it (--case-json's round trip, oracle/cli/case_json.py),
 and its renderings: text lines, the `shrunk` object of --json and of the HTML page.
 
 cmd_check hands in what the reproduce lines carry (`flags`: the model's flags, round_case.model_flags;
 `prefix`: the PYTHONPATH a plug-in needs; `suffix`: --backend X [--reference Y] [--timeout S]); the
-search is oracle/judge/shrink.py, each candidate judged there by the one verdict.
+search is oracle/judge/shrinker/shrink.py, each candidate judged there by the one verdict.
 
 The shrunk case's reproduce line is `python -m oracle check --preset P --seed S --case-json '...'
 --backend X`; a drift or precision failure shrinks to fewer probe requests, whose line is `python -m
@@ -22,8 +22,8 @@ import shlex
 from . import case_json
 from .argtypes import int_at_least, positive_seconds
 from ..errors import OracleError
-from ..judge.report import Failure, describe
-from ..judge import shrink as search
+from ..judge.comparison.report import Failure, describe
+from ..judge.shrinker import shrink as search
 from ..judge.scenario import command
 
 # seconds the search may take by default: with a tiny-model failure (a check of about 10-40 s on
@@ -128,7 +128,7 @@ def probe_line(flags: list, k: int, prefix: str, suffix: str) -> str:
 
 def probe_only(args, flags: list, prefix: str, suffix: str, model, backend, judge):
     """`check --backend X --probe-requests N`: the drift probe's two verdicts alone, over N requests
-    (oracle/judge/shrink.py probe_verdict: a probe plan over drift.probe_runs)."""
+    (oracle/judge/shrinker/shrink.py probe_verdict: a probe plan over drift.probe_runs)."""
     if backend.exact or backend.dtype not in ("bfloat16", "float16"):
         why = "is exact" if backend.exact else f"computes in {backend.dtype}"
         raise OracleError(

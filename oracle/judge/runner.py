@@ -1,11 +1,11 @@
 """The one runner: a scenario through a backend's session (`run_scenario`), the judge's side of
 a comparison (`judge_run`, by default on REFERENCE, the FP32 reference), and the uniforms a
-replay consumes. The verdicts built on it are oracle/judge/cases.py and oracle/judge/drift.py.
+replay consumes. The verdicts built on it are oracle/judge/plans/cases.py and oracle/judge/probe/drift.py.
 
 A scenario is any object with d, D, policy, prompts, params, `params_for(model)` (the params run on
 that model), `depths` (None, or one (d_i, D_i) per request) and `ops`: a sequence of
 ("add", rid) | ("step", ((rid, T_i), ...)) | ("remove", rid): `Case` (oracle/judge/scenario.py) is
-one, the property suite's drawn scenarios included. A backend is what oracle/contract.py says:
+one, the property suite's drawn scenarios included. A backend is what oracle/runtime/contract.py says:
 a LoadedBackend (load_backend), or an object made directly, whose Capabilities `capabilities` reads.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import WrongReturn, load_backend
-from ..contract import LoadedBackend, capabilities
+from ..runtime.backends import WrongReturn, load_backend
+from ..runtime.contract import LoadedBackend, capabilities
 
 REFERENCE = load_backend("reference")  # the judge's default side (oracle/reference_backend.py)
 
@@ -107,7 +107,7 @@ def returned(value, call: str):
     else:
         ok, want = isinstance(value, (list, tuple, np.ndarray)), "a list of token ids"
     if not ok:
-        raise WrongReturn(f"{call} returned {type(value).__name__}, expected {want} (oracle/contract.py)")
+        raise WrongReturn(f"{call} returned {type(value).__name__}, expected {want} (oracle/runtime/contract.py)")
     return value
 
 

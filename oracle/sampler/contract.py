@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends import call_factory
+from ..runtime.backends import call_factory
 from ..errors import OracleError, printable
 from ..sampling import CHAIN, SamplingParams, check_logits, filtered_probs
 

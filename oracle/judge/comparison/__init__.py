@@ -1,0 +1,1 @@
+"""The comparison: the one judge of two runs, its decisions and report."""

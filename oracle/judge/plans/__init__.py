@@ -1,0 +1,1 @@
+"""The plans and their executor, the one verdict, and each kind's work."""

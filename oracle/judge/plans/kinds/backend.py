@@ -1,0 +1,40 @@
+"""A backend against the judge on many cases (`python -m oracle check --backend`, the property
+harness): the reference's sides made in the background (oracle/judge/plans/cases.py), begun before the
+backend loaded where the caller started them (verdict.begin); the drift probe through the backend
+first, its fit and the precision verdict in the background (probing.py); every backend run checked
+for malformed output (oracle/judge/comparison/malformed.py) before any twin, fit or comparison reads it; the
+comparisons last (oracle/judge/comparison/compare.py, the one comparison)."""
+
+from __future__ import annotations
+
+from . import invariance, probing
+from .. import cases as _cases
+from ..plan import BackendPlan, Executor
+from ....runtime.backends import GuardedBackend
+from ....runtime.contract import capabilities
+
+
+def run(plan: BackendPlan, ex: Executor, v) -> None:
+    """The backend on every case whose policy it supports, in both modes, against the judge's side
+    (default: the FP32 reference), plus backend block vs backend loop; the drift probe's two verdicts
+    where the plan probes. The run's forwards (forwards.Forwards: the twin's and the drift fit's) are
+    made once, shared by the cases' twin bounds and the probe's two fits, and let go when it returns.
+    The backend's Capabilities are read here once and handed to the cases, the probe and the tier."""
+    backend, model, judge, timeout = plan.backend, plan.model, plan.judge, plan.timeout
+    caps = capabilities(backend)
+    guarded = backend if timeout is None else GuardedBackend(backend, timeout)
+    gjudge = judge if judge is None or timeout is None else GuardedBackend(judge, timeout, judge=True)
+    ex.phase("cases", f"{len(plan.cases)} case(s), the reference's sides in the background")
+    sides, fwd = _cases.sides(ex.early, backend, model, plan.cases, judge, caps)
+    pending = probing.begin(plan, ex, guarded, fwd, caps=caps) if plan.probes() else None
+    # JudgeFailed: the caller's to name
+    judged = _cases.judge_cases(v, guarded, model, plan.cases, plan.suffix, gjudge, sides, plan.catch, fwd, ex, caps)
+    for case, reports, runs in judged:
+        ok = all(rep.ok for _, rep in reports)
+        v.cases.append({"name": case.name, "ok": ok})
+        v.runs[case.name] = runs
+        for label, rep in reports:
+            v.add(label, rep)
+    if caps.batch_invariant:  # the exactness tier (kinds/invariance.py)
+        invariance.tier(v, guarded, model, plan.cases, plan, ex)
+    probing.finish(v, pending, ex)

@@ -1,0 +1,1 @@
+"""The probe: the noise twin, the drift and precision verdicts, calibration."""

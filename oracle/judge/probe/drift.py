@@ -1,0 +1,410 @@
+"""The drift verdict (docs/DESIGN.md, "Reduced precision"): effective parameter drifts of a
+backend, estimated from its errors at committed positions, each with its interval; a drift
+beyond the threshold is a systematic error and fails, named in a kernel engineer's terms.
+
+    e = got - ref  ~  sum_p J_p * delta_p + rounding noise
+
+For each request r (the sample), the values it committed (every K/V write and the draft and
+verification logits at positions whose whole context was committed) give e_r; J_p is the
+reference's own derivative of those values along parameter p (finite differences of
+oracle/judge/probe/drift_model.py in FP64, or jax.jvp on the JAX judge). With each value group (kind,
+depth, layer) normalised by its RMS and by 1.5**depth, a request's estimate of one direction c
+is delta_rc = <J c, e_r> / <J c, J c>. Across requests the mean estimate of a correct backend, less
+a share s in [0, 1] of the weights' own rounding drift, lies within the rounding allowance: the
+noise twin's own drift (from 0 to RHO times its mean) widened by TWIN_SPREAD of its standard errors
+and by drift_floor(hidden) (twin_allowance); drift_stats.beyond_interval tests that with Student's
+t, Bonferroni over the directions tested.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import drift_model, drift_stats
+from .calibration import (
+    ALIAS,
+    DRIFT_FLOOR,
+    FAMILY_ALPHA,
+    FD_STEP,
+    FLOOR_HIDDEN,
+    FLOOR_POWER,
+    GROWTH,
+    PROBE_GROUP,
+    PROBE_REQUESTS,
+    RHO,
+    SAMPLES,
+    SEED,
+    SIGMA,
+    TWIN_SPREAD,
+    VISIBLE,
+    precision_limits,
+)
+from .forwards import Forwards, of
+from ..scenario import make_case
+from ..runner import run_scenario as run
+from ...sampling import SamplingParams
+
+# GROWTH: weight of a value group at depth j, 1 / (rms * GROWTH**j); PROBE_REQUESTS: sequences the
+# judge runs through the backend for the fit; COARSE_HIDDEN: from this hidden size the JAX judge fits
+# coarse_directions only; VISIBLE: a direction whose pooled <Jc, Jc> is below this times the largest
+# is invisible; ALIAS: directions with |cos| > 1 - ALIAS are one direction (named together). These
+# and the allowance's TWIN_SPREAD, DRIFT_FLOOR, FLOOR_HIDDEN: oracle/judge/probe/calibration.py.
+# A correct engine may multiply by weights stored in its dtype or wider: the drift is tested
+# against d - s * d_w, s in [0, 1] (d_w: what rounding the weights to the dtype alone gives); |z|
+# is the smallest over s.
+WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
+# Rounding noise also drifts a little by itself, at second order (normalising a noisy vector
+# shrinks it by ~ sigma**2 / 2). What it gives along each direction is measured on the noise twin
+# (the same estimator over each twin sample's error, SAMPLES per request): a correct engine's drift,
+# beyond the weights' share, lies between 0 and rho times the twin's mean drift (rounding with up to
+# rho times the twin's error energy, rho the largest energy the precision verdict allows at the
+# model's hidden size: allowance_rho), widened by TWIN_SPREAD standard errors of that mean and by
+# drift_floor(hidden), what the twin does not draw (calibration.py: DRIFT_FLOOR up to FLOOR_HIDDEN,
+# shrinking as (FLOOR_HIDDEN / hidden) ** FLOOR_POWER above). Where no twin applies (the JAX judge's
+# sensitivities) the allowance is [-DRIFT_FLOOR, DRIFT_FLOOR].
+
+LABEL = {
+    "attn_scale": "attention logit scale (= q_proj output scale)",
+    "k_proj": "k_proj output scale",
+    "v_proj": "v_proj output scale",
+    "o_proj": "o_proj output scale",
+    "gate_proj": "gate_proj output scale",
+    "up_proj": "up_proj output scale",
+    "down_proj": "down_proj output scale",
+    "input_layernorm": "input_layernorm weight scale",
+    "input_layernorm_2": "input_layernorm_2 weight scale",
+    "post_attention_layernorm": "post_attention_layernorm weight scale",
+    "post_attention_layernorm_2": "post_attention_layernorm_2 weight scale",
+    "rope_theta": "RoPE base (rope_theta)",
+    "embed_tokens": "embed_tokens scale",
+    "norm": "model.norm weight scale",
+    "lm_head": "lm_head output scale",
+}
+
+
+def label(name: str, layer) -> str:
+    return LABEL[name] if layer is None else f"layer {layer} {LABEL[name]}"
+
+
+from .observations import merged_observations, observations  # noqa: E402,F401 (drift's API)
+
+
+def _span(tokens, obs) -> tuple:
+    """The committed tokens a request's observations depend on (up to its last observed position)."""
+    return tuple(tokens[: max(k[1] for k in obs) + 1])
+
+
+def _contexts(merged) -> list:
+    """(tokens, loops) of every observation set of merged_observations."""
+    return [(_span(t, obs), lo) for sets in merged.values() for t, lo, obs in sets]
+
+
+def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwards | None = None) -> tuple:
+    """(b [P], G [P, P], values, bw [P], bt [S, P] or None): b = J^T W e and G = J^T W J over one
+    request's observations, J by forward finite differences of drift_model.forward (FP64) at the
+    committed tokens; bw = J^T W e_w, where e_w is what storing the weights in `dtype` alone
+    changes; bt[s] = J^T W e_s for each noise-twin sample s (oracle/judge/probe/noise.py; None for a
+    dtype without a twin): what rounding alone does to the estimates. fwd: the run's forwards
+    (oracle/judge/probe/forwards.py; None: made for this call)."""
+    fwd = of(model, fwd)
+    P = len(drift_model.params(model.cfg.num_layers))
+    span = _span(tokens, obs)
+    fw, fr = fwd.forwards(span, loops, dtype)
+    tw = fwd.twins([(span, loops)], dtype, SAMPLES, SEED)[(span, loops)] if dtype in SIGMA else None
+    groups: dict = {}
+    for key, got in obs.items():  # value groups (kind, depth[, layer]): positions, values
+        g = groups.setdefault((key[0],) + key[2:], ([], []))
+        g[0].append(key[1])
+        g[1].append(got)
+    b, G, bw, n = np.zeros(P), np.zeros((P, P)), np.zeros(P), 0
+    bt = None if tw is None else np.zeros((SAMPLES, P))
+    for gkey, (pos, got) in groups.items():
+        if gkey[0] in ("k", "v"):
+            val, ref_w = fw[gkey[0]][gkey[1]][gkey[2]], fr[gkey[0]][gkey[1]][gkey[2]]
+            twin = None if tw is None else (tw[0][gkey[0]][gkey[1]][gkey[2]], tw[1][gkey[0]][gkey[1]][gkey[2]])
+        else:
+            val, ref_w = fw["logits"][gkey[1]], fr["logits"][gkey[1]]
+            twin = None if tw is None else (tw[0]["logits"][gkey[1]], tw[1]["logits"][gkey[1]])
+        pos = np.asarray(pos)
+        val = val[:, pos].reshape(P + 1, len(pos), -1)  # [1 + P, values, n]
+        c = val[0]
+        J = (val[1:] - c) / FD_STEP
+        e = np.stack([np.asarray(x, np.float64).reshape(-1) for x in got]) - c
+        ew = ref_w[0, pos].reshape(len(pos), -1) - c
+        ok = np.isfinite(e) & np.isfinite(ew)
+        depth = gkey[1]
+        rms = np.sqrt(np.mean(np.sum(np.where(ok, c, 0.0) ** 2, axis=1)))
+        w = 1.0 / max(rms * GROWTH**depth, 1e-30) ** 2
+        if ok.all():
+            Jf, ef, ewf = J.reshape(P, -1), e.ravel(), ew.ravel()
+        else:
+            Jf, ef, ewf = J[:, ok], e[ok], ew[ok]
+        b += w * (Jf @ ef)
+        bw += w * (Jf @ ewf)
+        G += w * (Jf @ Jf.T)
+        if twin is not None:  # each twin sample's error against the twin's own center
+            et = (np.asarray(twin[1][:, pos], np.float64) - np.asarray(twin[0][:, pos], np.float64)).reshape(
+                SAMPLES, len(pos), -1
+            )
+            bt += w * (np.where(ok, et, 0.0).reshape(SAMPLES, -1)[:, ok.ravel()] @ Jf.T)
+        n += ef.size
+    return b, G, n, bw, bt
+
+
+# ---- the directions tested and the verdict ----
+
+
+def directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
+    """(label, c): one per parameter, plus the attention logit scale of all layers together."""
+    names = drift_model.params(num_layers)
+    out = []
+    for i, (n, l) in enumerate(names):
+        c = np.zeros(len(names))
+        c[i] = 1.0
+        out.append((label(n, l), c))
+    c = np.array([1.0 if n == "attn_scale" else 0.0 for n, _ in names])
+    out.append(("attention logit scale (all layers)", c))
+    return out
+
+
+def coarse_directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
+    """Each per-layer parameter over all layers together, and the global ones: the directions the
+    JAX judge fits at a large shape (one jvp each instead of one per layer and parameter)."""
+    names = drift_model.params(num_layers)
+    out = []
+    for p in drift_model.LAYER_PARAMS + drift_model.GLOBAL_PARAMS:
+        c = np.array([1.0 if n == p else 0.0 for n, _ in names])
+        out.append((LABEL[p] + ("" if p in drift_model.GLOBAL_PARAMS else " (all layers)"), c))
+    return out
+
+
+@dataclass(slots=True)
+class Estimate:
+    label: str
+    drift: float  # mean over requests of the estimated relative drift
+    se: float  # its standard error over requests
+    t: float
+    explained: float  # pooled (c.b)^2 / (c.G.c): the error this direction alone explains
+    weights: float = 0.0  # the drift that storing the weights in the backend's dtype alone gives
+    allowance: tuple = (-DRIFT_FLOOR, DRIFT_FLOOR)  # the rounding allowance beyond the weights' share (lo, hi)
+
+    def line(self) -> str:
+        return f"{self.label} {1 + self.drift:.4f} ± {self.se:.4f} (z = {self.t:.1f})"
+
+    def to_json(self) -> dict:
+        return {
+            "parameter": self.label,
+            "scale": 1 + self.drift,
+            "se": self.se,
+            "z": self.t,
+            "weights_alone": 1 + self.weights,
+            "allowance": list(self.allowance),
+        }
+
+
+@dataclass(slots=True)
+class DriftReport:
+    ok: bool
+    requests: int
+    threshold: float
+    estimates: list = field(default_factory=list)
+    invisible: list = field(default_factory=list)
+    failure: str = ""
+    seconds: float = 0.0
+    values: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "requests": self.requests,
+            "threshold": self.threshold,
+            "failure": self.failure,
+            "family_alpha": FAMILY_ALPHA,
+            "values": self.values,
+            "seconds": round(self.seconds, 2),
+            "invisible": self.invisible,
+            "estimates": [e.to_json() for e in self.estimates],
+        }
+
+
+def drift_floor(hidden: int) -> float:
+    """What the twin does not draw, at this hidden size: DRIFT_FLOOR up to FLOOR_HIDDEN, then
+    DRIFT_FLOOR * (FLOOR_HIDDEN / hidden) ** FLOOR_POWER."""
+    return DRIFT_FLOOR * float((FLOOR_HIDDEN / max(hidden, FLOOR_HIDDEN)) ** FLOOR_POWER)
+
+
+def allowance_rho(hidden: int) -> float:
+    """The error energy (x the twin's) whose rounding drift a correct engine may show: the largest
+    the precision verdict allows any kind of value group at this hidden size."""
+    return max(precision_limits(hidden).values())
+
+
+def twin_allowance(xt: np.ndarray, floor: float = DRIFT_FLOOR, rho: float | None = None) -> tuple[float, float]:
+    """(lo, hi): the drift rounding alone may give along one direction, from the twin samples'
+    estimates xt [requests, SAMPLES]: between 0 and rho (default RHO) times their mean, widened
+    by TWIN_SPREAD standard errors of that mean (over requests) and by floor (drift_floor of the model)."""
+    per = xt.mean(axis=1)
+    mean = float(per.mean())
+    se = float(per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else abs(mean)
+    ends = (0.0, (RHO if rho is None else rho) * mean)
+    return min(ends) - TWIN_SPREAD * se - floor, max(ends) + TWIN_SPREAD * se + floor
+
+
+def verdict(
+    stats: list, num_layers: int, reproduce: str = "", dirs=None, floor: float = DRIFT_FLOOR, rho: float | None = None
+) -> DriftReport:
+    """The drift verdict from per-request (b, G, values, bw[, bt]); dirs: the directions tested
+    (default: `directions`, every parameter per layer). With every request's bt (the twin samples'
+    J^T W e), each direction's rounding allowance is the twin's (rho: allowance_rho of the model's
+    hidden size; None: RHO) widened by floor (drift_floor of the model's hidden size); else
+    the flat DRIFT_FLOOR."""
+    Gs, bs = np.stack([s[1] for s in stats]), np.stack([s[0] for s in stats])
+    bws = np.stack([s[3] for s in stats])
+    bts = np.stack([s[4] for s in stats]) if all(len(s) > 4 and s[4] is not None for s in stats) else None
+    Gp = Gs.sum(0)
+    dirs = directions(num_layers) if dirs is None else dirs
+    power = [c @ Gp @ c for _, c in dirs]
+    top = max(power)
+    tested, invisible = [], []
+    for (name, c), pw in zip(dirs, power):
+        if pw <= VISIBLE * top:
+            invisible.append(name)
+            continue
+        for k, (names, c2, pw2) in enumerate(tested):  # an alias of a direction already tested
+            if abs(c @ Gp @ c2) >= (1 - ALIAS) * np.sqrt(pw * pw2):
+                tested[k] = (names + [name], c2, pw2)
+                break
+        else:
+            tested.append(([name], c, pw))
+    n = len(stats)
+    thr = drift_stats.threshold(len(tested), n)
+    est = []
+    for names, c, pw in tested:
+        a = np.einsum("p,rpq,q->r", c, Gs, c)
+        keep = a > 0
+        x, xw = (bs[keep] @ c) / a[keep], (bws[keep] @ c) / a[keep]
+        lo, hi = (
+            twin_allowance(bts[keep] @ c / a[keep, None], floor, rho)
+            if bts is not None
+            else (-DRIFT_FLOOR, DRIFT_FLOOR)
+        )
+        mean, se, t, s = min(
+            (drift_stats.beyond_interval(x - s * xw, lo, hi) + (s,) for s in WEIGHT_SHARES), key=lambda r: abs(r[2])
+        )
+        est.append(
+            Estimate(
+                " = ".join(names),
+                mean + s * float(np.mean(xw)),
+                se,
+                t,
+                float((bs.sum(0) @ c) ** 2 / pw),
+                float(np.mean(xw)),
+                (lo, hi),
+            )
+        )
+    bad = [e for e in est if abs(e.t) > thr]
+    rep = DriftReport(not bad, n, thr, est, invisible, values=sum(s[2] for s in stats))
+    if bad:
+        worst = max(bad, key=lambda e: e.explained)
+        rep.failure = (
+            f"{worst.line()}: a systematic error, not rounding (weights rounded to the dtype alone give "
+            f"{1 + worst.weights:.4f}; |z| > {thr:.2f} over {n} requests, "
+            f"family-wise false-alarm rate {FAMILY_ALPHA:g})"
+            + (f"; {len(bad) - 1} more directions past the threshold" if len(bad) > 1 else "")
+            + (f" (reproduce: {reproduce})" if reproduce else "")
+        )
+    return rep
+
+
+# ---- the probe: seeded sequences through the backend ----
+
+# The probe's requests run PROBE_GROUP (calibration.py) at a time (a round names one group): every call then has at
+# most PROBE_GROUP * 5 = 15 rows, the rows a decode step of a small batch has, and on CUDA the
+# torch backend takes its small-M (GEMV) path for all of them; LOOPSPEC_GEMV=0 judges the cuBLAS
+# path instead. With all 24 in every round the calls had 24-120 rows and never took it.
+
+
+def probe_case(vocab: int, total_loops: int, n: int = PROBE_REQUESTS, seed: int = 12345, rounds: int = 4):
+    """n requests (half greedy, half sampled at T = 1), prompts of 24-40 tokens (RoPE's effect
+    grows with the position), K = 4 per round, PROBE_GROUP requests a round."""
+    D = max(2, min(total_loops, 4))
+    params = [SamplingParams() if i % 2 == 0 else SamplingParams(temperature=1.0, seed=seed + i) for i in range(n)]
+    groups = [range(g, min(n, g + PROBE_GROUP)) for g in range(0, n, PROBE_GROUP)]
+    return make_case(
+        "drift probe",
+        [{i: 5 for i in grp} for grp in groups for _ in range(rounds)],
+        max(1, D // 2),
+        D,
+        params,
+        seed=seed,
+        prompt_len=(24, 40),
+        vocab=vocab,
+    )
+
+
+def probe_runs(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345) -> dict:
+    """The probe through the backend in both modes: mode -> ScenarioRun."""
+    case = probe_case(model.cfg.vocab_size, model.cfg.total_loops, n, seed)
+    case.policy = case.policy if case.policy in backend.policies else backend.policies[0]
+    return {mode: run(backend, model, case, mode) for mode in ("block", "loop")}
+
+
+def fit(model, runs: dict, dtype: str, reproduce="", stats_fn=None, dirs=None, fwd=None, allowance=()) -> DriftReport:
+    """The drift fit over the probe's runs. stats_fn(tokens, loops, obs) -> (b, G, values, bw): the
+    sensitivities (default: finite differences of the NumPy model, request_stats, on fwd: the run's
+    forwards, None: made for this fit; the JAX judge passes its jvp, judge_jax/drift.py).
+    allowance: (floor, rho) of the twin allowance (default: drift_floor and allowance_rho of the
+    model's hidden size). rep.seconds: this fit's own time."""
+    t0 = time.perf_counter()
+    merged = merged_observations(runs.values())
+    if stats_fn is None:  # the NumPy sensitivities: every request's forwards in few batches
+        fwd = of(model, fwd)
+        fwd.batch_forwards(_contexts(merged), dtype)
+        stats_fn = lambda tokens, loops, obs: request_stats(model, tokens, loops, obs, dtype, fwd)
+    per: dict = {}
+    for rid, sets in merged.items():
+        for tokens, loops, obs in sets:
+            new = stats_fn(tokens, loops, obs)
+            per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
+    H = model.cfg.hidden_size
+    floor, rho = allowance or (drift_floor(H), allowance_rho(H))
+    rep = verdict(list(per.values()), model.cfg.num_layers, reproduce, dirs, floor, rho)
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+def drift_lines(drift: dict) -> list[str]:
+    """The drift section of `check --backend`'s text output: the answer first, then every estimate
+    with its interval and its rounding allowance, then the terms explained."""
+    est = drift["estimates"]
+    answer = (
+        "no systematic drift" if drift["ok"] else "SYSTEMATIC DRIFT: " + drift["failure"].split(": a systematic")[0]
+    )
+    head = (
+        f"  drift: {answer} ({len(est)} directions fitted over {drift['requests']} probe requests, "
+        f"{drift['values']} values, {drift['seconds']} s; |z| > {drift['threshold']:.2f} fails, family-wise "
+        f"false-alarm rate {drift['family_alpha']:g})"
+    )
+    rows = []
+    for e in est:
+        lo, hi = e.get("allowance", (-DRIFT_FLOOR, DRIFT_FLOOR))
+        why = "; within the rounding allowance" if e["z"] == 0 else ""
+        rows.append(
+            f"    {e['parameter']} {e['scale']:.4f} ± {e['se']:.4f} (z = {e['z']:.1f}{why}; weights rounded "
+            f"to the dtype alone: {e['weights_alone']:.4f}; rounding allowance beyond them "
+            f"{lo:+.4f}..{hi:+.4f})"
+        )
+    notes = [
+        "    terms: z is the distance past the rounding allowance (what the noise twin's rounding alone "
+        "drifts, widened by the floor for the model's hidden size) in standard errors over requests, 0 "
+        "inside it; 'A = B' is one direction under two names (their effects on every observed value are proportional)"
+    ]
+    if drift["invisible"]:
+        rows.append(f"    not observable: {', '.join(drift['invisible'])}")
+        notes[0] += (
+            "; 'not observable': a scale no observed value depends on (a scale just before an RMSNorm cancels in it)"
+        )
+    return [head] + rows + notes

@@ -1,0 +1,160 @@
+"""The reference's forwards the reduced-precision verdicts read (docs/DESIGN.md, "Reduced
+precision"), made in batches and kept for one verdict's run: `Forwards(model)`.
+
+    fd      (tokens, loops, dtype) -> (finite-difference batch, forward with weights in dtype)
+            the drift fit's sensitivities (oracle/judge/probe/drift.py request_stats)
+    twin    (tokens, loops, dtype, samples, seed) -> (center, twin samples)
+            the noise twin (oracle/judge/probe/noise.py twin_bounds; precision.py; drift's twin allowance)
+
+verdict.judge makes one per run and hands it to the cases' twin bounds, the drift fit and the
+precision fit, so a context any of them computed is not computed again; it goes with the run.
+A forked worker works on its own copy (what it adds stays there). Threads may share one: its
+dicts are only read, filled and cleared, so a race costs a forward made twice at most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import calibration, drift_model
+from .calibration import FD_STEP, SIGMA
+
+# SIGMA (the twin's relative noise per rounding), FD_STEP (the finite differences' relative step,
+# FP64) and BATCH_ROWS_T / TWIN_ROWS_T (rows x positions of one batched forward: finite differences,
+# P + 1 rows per request; twin, `samples` rows per context; contexts batched in order of length,
+# right-padded to the chunk's longest): oracle/judge/probe/calibration.py, with their measurements.
+# BATCH_ROWS_T and TWIN_ROWS_T are read from calibration at each call (tests set calibration.TWIN_ROWS_T).
+# The twin's forwards run in FP32: its noise (SIGMA, ~1e-3 relative) is four orders of magnitude
+# above FP32 rounding (6e-8), so FP64 would change its bounds by less than one part in 1e4, at
+# twice the cost (docs/results.md, "Time the verdict adds").
+TWIN_PRECISION = np.float32
+# Entries kept before a cache is cleared (memory stays bounded on a long run).
+FD_KEEP, TWIN_KEEP, ROUNDED_KEEP = 64, 256, 8
+
+
+def _rows(fw, r0: int, r1: int, n: int) -> dict:
+    """Rows r0:r1 of a batched forward, positions below n: what forward over them alone gives."""
+    return {
+        "k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
+        "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
+        "logits": [x[r0:r1, :n] for x in fw["logits"]],
+    }
+
+
+def _chunks(ctx: list, rows: int, limit: int):
+    """ctx (sorted by length) in chunks of up to `limit` rows x positions, `rows` rows each context
+    (a chunk is padded to its last, longest context); one context at least."""
+    while ctx:
+        n = 1
+        while n < len(ctx) and (n + 1) * rows * len(ctx[n]) <= limit:
+            n += 1
+        yield ctx[:n]
+        ctx = ctx[n:]
+
+
+@dataclass(slots=True)
+class Forwards:
+    """The forwards of one model, kept for one verdict's run."""
+
+    model: object
+    fd: dict = field(default_factory=dict)  # (tokens, loops, dtype) -> (fd batch, rounded forward)
+    twin: dict = field(default_factory=dict)  # (tokens, loops, dtype, samples, seed) -> (center, twin)
+    weights: dict = field(default_factory=dict)  # dtype -> drift_model.Rounded
+
+    def rounded(self, dtype: str):
+        """The model with its weights stored in dtype, built once per dtype."""
+        hit = self.weights.get(dtype)
+        if hit is None:
+            if len(self.weights) >= ROUNDED_KEEP:
+                self.weights.clear()
+            hit = self.weights[dtype] = drift_model.Rounded(self.model, dtype)
+        return hit
+
+    def batch_forwards(self, contexts, dtype: str) -> dict:
+        """(tokens, loops) -> (finite-difference batch [1 + P rows: center, then one step per
+        parameter], forward with the weights stored in dtype [1 row]) for every context; those not
+        yet computed are batched over contexts (BATCH_ROWS_T), each row the same values as a
+        forward per context."""
+        model = self.model
+        P = len(drift_model.params(model.cfg.num_layers))
+        out, todo = {}, {}
+        for tokens, loops in dict.fromkeys(contexts):
+            hit = self.fd.get((tokens, loops, dtype))
+            if hit is not None:
+                out[(tokens, loops)] = hit
+            else:
+                todo.setdefault(loops, []).append(tokens)
+        if sum(map(len, todo.values())) + len(self.fd) > FD_KEEP:
+            self.fd.clear()
+        scales = np.ones((P + 1, P))  # [1 + P, P]: row 0 the center, row 1 + p steps parameter p
+        scales[1 + np.arange(P), np.arange(P)] += FD_STEP
+        rounded = self.rounded(dtype) if todo else None
+        for loops, ctx in todo.items():
+            for chunk in _chunks(sorted(ctx, key=len), P + 1, calibration.BATCH_ROWS_T):
+                n = len(chunk)
+                fw = drift_model.forward(
+                    model, [list(t) for t in chunk for _ in range(P + 1)], loops, np.tile(scales, (n, 1))
+                )  # n * (1 + P) rows
+                fr = drift_model.forward(rounded, [list(t) for t in chunk], loops, np.ones((n, P)))  # n rows
+                for i, t in enumerate(chunk):
+                    hit = out[(t, loops)] = (
+                        _rows(fw, i * (P + 1), (i + 1) * (P + 1), len(t)),
+                        _rows(fr, i, i + 1, len(t)),
+                    )
+                    self.fd[(t, loops, dtype)] = hit
+        return out
+
+    def forwards(self, tokens: tuple, loops: int, dtype: str) -> tuple:
+        """(finite-difference batch, forward with the weights stored in dtype) at these tokens."""
+        return self.batch_forwards([(tokens, loops)], dtype)[(tokens, loops)]
+
+    def twins(self, contexts, dtype: str, samples: int, seed: int) -> dict:
+        """(tokens, loops) -> (center [1 row], twin [samples rows]) forwards of each context; the
+        noise is seeded by the context, so the block and loop runs of one case (same contexts) get
+        the same bounds, computed once. The contexts not yet computed run as one batch per loop
+        count (TWIN_ROWS_T; each context its own rows and its own noise stream: the same values
+        as one forward per context)."""
+        model = self.model
+        P = len(drift_model.params(model.cfg.num_layers))
+        out, todo = {}, {}
+        for tokens, loops in contexts:
+            hit = self.twin.get((tokens, loops, dtype, samples, seed))
+            if hit is not None:
+                out[(tokens, loops)] = hit
+            else:
+                todo.setdefault(loops, {})[tokens] = None
+        if sum(map(len, todo.values())) + len(self.twin) > TWIN_KEEP:
+            self.twin.clear()
+        for loops, ctx in todo.items():
+            for chunk in _chunks(sorted(ctx, key=len), samples, calibration.TWIN_ROWS_T):
+                n = len(chunk)
+                rngs = [np.random.default_rng([seed, len(t), *t]) for t in chunk]
+                center = drift_model.forward(
+                    model, [list(t) for t in chunk], loops, np.ones((n, P)), precision=TWIN_PRECISION
+                )  # n rows
+                twin = drift_model.forward(
+                    model,
+                    [list(t) for t in chunk for _ in range(samples)],
+                    loops,
+                    np.ones((n * samples, P)),
+                    noise=(rngs, SIGMA[dtype]),
+                    precision=TWIN_PRECISION,
+                )  # n * samples rows
+                for i, t in enumerate(chunk):
+                    hit = out[(t, loops)] = (
+                        _rows(center, i, i + 1, len(t)),
+                        _rows(twin, i * samples, (i + 1) * samples, len(t)),
+                    )
+                    self.twin[(t, loops, dtype, samples, seed)] = hit
+        return out
+
+
+def of(model, fwd: Forwards | None) -> Forwards:
+    """fwd (made for this model), or a fresh Forwards for one call where none is given."""
+    if fwd is None:
+        return Forwards(model)
+    if fwd.model is not model:
+        raise ValueError("a Forwards serves the model it was made for")
+    return fwd

@@ -1,0 +1,167 @@
+"""The calibrated noise bound of reduced precision (docs/DESIGN.md, "Reduced precision").
+
+What may a correct implementation of a precision differ by, on these very inputs? The twin
+answers it by simulation: drift_model.forward with every weight and every stored intermediate
+multiplied by (1 + SIGMA[dtype] * u) (u: mean 0, variance 1, uniform), SAMPLES times per round and request, over the
+round's own context (the request's committed tokens plus the round's drafts). The spread of a
+value over the samples is its noise scale s_v: it is large exactly where the model amplifies
+rounding (a sandwich norm after an attention output that nearly cancels), small elsewhere.
+
+    a KV write or logits vector v fails if  ||got - ref|| > K_VALUE * s_v
+        (s_v: RMS over samples of ||twin - center||)
+    a token divergence is excused only if  some part of its margin <= K_MARGIN * s_m
+        (s_m: RMS of that part's change on the twin's logits)
+
+`twin_bounds(model, ref_traces, dtype)` returns the `Bounds` compare_runs takes (bounds=); with
+no bounds compare_runs uses the fixed row of TOLERANCES.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .calibration import K_MARGIN, K_VALUE, SAMPLES, SEED, SIGMA
+from .forwards import Forwards, of
+from ...traces import depths_of
+
+# SIGMA[dtype] (the relative noise per rounding), SAMPLES, SEED, K_VALUE (a value may differ by up to
+# this many noise scales), K_MARGIN (a divergence is excused within this many noise scales of
+# flipping) and RHO: oracle/judge/probe/calibration.py, with the measurements that set them.
+
+
+@dataclasses.dataclass(slots=True)
+class Bounds:
+    """Noise scales of one reference run, keyed like its traces: kv[(round, rid, pos, depth,
+    layer)] = s (k and v together), logits[(round, kind, rid, o)] = (s, twin logits [S, V])."""
+
+    kv: dict
+    logits: dict
+    scale: float = 1.0  # sqrt(2) when both sides are noisy (a backend's block vs loop runs)
+    contexts: dict = dataclasses.field(default_factory=dict)  # (round, rid) -> (tokens, (d, D)) computed on
+
+    def kv_allowed(self, rnd, key, ref_norm: float) -> float | None:
+        s = self.kv.get((rnd,) + tuple(key))
+        return None if s is None else K_VALUE * self.scale * s / max(ref_norm, 1e-30)
+
+    def logits_allowed(self, rnd, kind, rid, o, ref_norm: float) -> float | None:
+        s = self.logits.get((rnd, kind, rid, o))
+        return None if s is None else K_VALUE * self.scale * s[0] / max(ref_norm, 1e-30)
+
+    def excuse(self, a, b, rid, T, div) -> tuple | None:
+        """Whether the reference's decision was within K_MARGIN noise scales of flipping: each part
+        of its margin (the decision's own, each filter's kept set) moves by some RMS amount when
+        the reference's logits are replaced by each twin sample's (same tokens, same uniforms); the
+        divergence is excused iff some part is within K_MARGIN of its own scale. (excused, that
+        part's noise scales, K_MARGIN, "decision margin 0.0023" or "filter margin ..."); None: no twin."""
+        z = self.margin_z(a, b, rid, T, div)
+        if z is None:
+            return None
+        n = int(np.argmin(z))
+        part = "decision" if n == 0 else "filter"
+        return bool(z[n] <= K_MARGIN), float(z[n]), float(K_MARGIN), f"{part} margin {div.parts[n]:.3g}"
+
+    def margin_z(self, a, b, rid, T, div) -> np.ndarray | None:
+        """Each part of the divergence's margin over the RMS of its change across the twin's samples."""
+        from ..comparison.decisions import first_divergence
+
+        twins = {
+            (kind, o): self.logits.get((a.round, kind, rid, o))
+            for kind in ("draft_logits", "verify_logits")
+            for (q, o) in getattr(a, kind)
+            if q == rid
+        }
+        if not twins or any(t is None for t in twins.values()):
+            return None
+        moved = []
+        for m in range(SAMPLES):  # sample m: every logits vector of the request at once
+            new = {kind: dict(getattr(a, kind)) for kind in ("draft_logits", "verify_logits")}
+            for (kind, o), (_, t) in twins.items():
+                new[kind][(rid, o)] = t[m % len(t)].astype(np.float32)
+            twin_div = first_divergence(dataclasses.replace(a, **new), b, rid, T)
+            parts = (
+                twin_div.parts
+                if twin_div is not None and len(twin_div.parts) == len(div.parts)
+                else (0.0,) * len(div.parts)
+            )
+            with np.errstate(invalid="ignore"):  # inf - inf: a filter that cuts nothing
+                moved.append(np.nan_to_num(np.subtract(parts, div.parts), nan=0.0, posinf=0.0, neginf=0.0))
+        scale = self.scale * np.sqrt(np.mean(np.square(moved), axis=0))  # [parts]
+        parts = np.asarray(div.parts, np.float64)
+        z = np.full(len(parts), np.inf)
+        np.divide(parts, scale, out=z, where=np.isfinite(parts) & (scale > 0))
+        z[parts == 0] = 0.0  # a tie: nothing to flip
+        return z
+
+
+def _contexts(tr):
+    """rid -> (tokens of the round's context, start position, (d, D))."""
+    out = {}
+    for rid in tr.requests:
+        prefix = list(tr.prefix[rid])
+        out[rid] = (prefix + list(tr.drafts.get(rid, [])), len(prefix) - 1, depths_of(tr, rid))
+    return out
+
+
+def twin_bounds(
+    model,
+    ref_traces,
+    dtype: str,
+    samples: int = SAMPLES,
+    seed: int = SEED,
+    reuse: Bounds | None = None,
+    fwd: Forwards | None = None,
+) -> Bounds | None:
+    """The twin's noise scales for every KV write and logits vector of ref_traces (None: no twin
+    for this dtype). reuse: bounds computed before (on the reference's run of the same scenario):
+    a (round, request) with the context they were computed on takes its scales from them. fwd:
+    the run's forwards (oracle/judge/probe/forwards.py; None: made for this call)."""
+    if dtype not in SIGMA:
+        return None
+    kv, logits, seen = {}, {}, {}
+    contexts = [(tr, _contexts(tr)) for tr in ref_traces]
+    known = lambda rnd, rid, c: reuse is not None and reuse.contexts.get((rnd, rid)) == (tuple(c[0]), c[2])
+    if reuse is not None and all(known(tr.round, rid, c) for tr, ctx in contexts for rid, c in ctx.items()):
+        return Bounds(reuse.kv, reuse.logits, contexts=reuse.contexts)  # every context as before: its scales
+    fw = of(model, fwd).twins(
+        dict.fromkeys(
+            (tuple(t), D)
+            for tr, ctx in contexts
+            for rid, (t, _, (_, D)) in ctx.items()
+            if not known(tr.round, rid, ctx[rid])
+        ),
+        dtype,
+        samples,
+        seed,
+    )
+    for tr, ctx in contexts:
+        writes: dict = {}  # rid -> (depth, layer) -> positions
+        for q, pos, j, l in tr.kv_writes:
+            writes.setdefault(q, {}).setdefault((j, l), []).append(pos)
+        for rid, (tokens, start, (d, D)) in ctx.items():
+            seen[(tr.round, rid)] = (tuple(tokens), (d, D))
+            lkeys = [
+                (kind, q, o)
+                for kind, keys in (("draft_logits", tr.draft_logits), ("verify_logits", tr.verify_logits))
+                for (q, o) in keys
+                if q == rid
+            ]
+            if known(tr.round, rid, ctx[rid]):  # the same context: the same scales
+                for (j, l), pos in writes.get(rid, {}).items():
+                    kv.update((k, reuse.kv[k]) for k in ((tr.round, rid, p, j, l) for p in pos) if k in reuse.kv)
+                logits.update((k, reuse.logits[k]) for k in ((tr.round,) + x for x in lkeys) if k in reuse.logits)
+                continue
+            center, twin = fw[(tuple(tokens), D)]
+            for (j, l), pos in writes.get(rid, {}).items():
+                at = np.asarray(pos)
+                dk = twin["k"][j][l][:, at] - center["k"][j][l][:, at]  # [S, writes, nkv, hd]
+                dv = twin["v"][j][l][:, at] - center["v"][j][l][:, at]
+                s = np.sqrt(np.mean(np.sum(dk * dk + dv * dv, axis=(2, 3)), axis=0))
+                for p, v in zip(pos, s.tolist()):
+                    kv[(tr.round, rid, p, j, l)] = v
+            for kind, q, o in lkeys:
+                j = d - 1 if kind == "draft_logits" else D - 1
+                t, c = twin["logits"][j][:, start + o], center["logits"][j][:, start + o]  # [S, V], [1, V]
+                logits[(tr.round, kind, q, o)] = (float(np.sqrt(np.mean(np.sum((t - c) ** 2, axis=1)))), t)
+    return Bounds(kv, logits, contexts=seen)

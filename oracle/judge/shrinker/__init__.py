@@ -1,0 +1,1 @@
+"""The shrinker: a failing verdict's smallest case."""
