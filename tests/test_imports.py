@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("oracle", "kernels", "judge_jax", "bench")
 JUDGED = ("kernels", "judge_jax")  # what the oracle judges: it must not import them
 TOP = {"bench"}  # what nothing of the four packages imports (reached by name)
-ROOMS = ("reference", "runtime", "sampler", "judge", "cli")  # oracle/'s rooms, lowest first: a room imports only lower ones
+ROOMS = ("reference", "runtime", "sampler", "judge", "cli")  # lowest first: a room imports only lower ones
 JUDGE_ROOMS = ("judge", "comparison", "probe", "plans", "shrinker")  # the judge's, lowest first ("judge": its top)
 ENTRY = {"oracle.__main__": "cli"}  # `python -m oracle` is the CLI's entry point
 
