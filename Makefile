@@ -1,6 +1,6 @@
 PY ?= python
 
-.PHONY: install test test-parallel test-serial check gpu-parity gpu-parity-full bench golden
+.PHONY: install test test-backends-full test-parallel test-serial check gpu-parity gpu-parity-full bench golden
 
 # An editable install compiles nothing: the bytecode is written here, once (with
 # PYTHONDONTWRITEBYTECODE set, as on CI's machines, every run would compile the sources again).
@@ -9,20 +9,26 @@ install:
 	$(PY) -m pip install -e ".[test]"
 	$(PY) -m compileall -q oracle kernels bench judge_jax property_tests examples > /dev/null
 
-# ruff's lint and format check (seconds), then unit tests, the property suite and its
-# meta-tests on the reference, then the property suite
-# against every named backend CI can run (`python -m oracle.runtime.backends` lists them with their
-# profiles, from oracle/runtime/backends.py NAMED and SUITE_PROFILES): torch FP32 and BF16 on the CPU
-# (judged by the float32 and bfloat16 rows) in the ci profile, and the JAX FP32 backend in
-# ci-slow-backend (a quarter of the examples: 50 s against 106 s on 2 cores, 2026-12-04; the JAX
-# model is checked against the NumPy reference by tests/test_jax_*.py as well). pytest-xdist
-# spreads each over the cores (one torch thread per worker: conftest.py).
+# ruff's lint and format check (seconds), then unit tests, the property suite and its meta-tests on
+# the reference (xdist's worksteal: the long tests do not leave a core idle at the end), then the
+# property suite against every named backend CI can run (`python -m oracle.runtime.backends` lists
+# them with their profiles, from oracle/runtime/backends.py NAMED and SUITE_PROFILES): torch FP32,
+# BF16 and invariant BF16 on the CPU and the JAX FP32 backend, each in ci-slow-backend (a quarter of
+# the ci examples; `make test-backends-full`: all of them). pytest-xdist spreads each over the cores
+# (one torch thread per worker: conftest.py).
 test:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto tests property_tests meta_tests
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto --dist worksteal tests property_tests meta_tests
 	runs="$$($(PY) -m oracle.runtime.backends)" && echo "$$runs" | while read name profile; do \
 		echo "ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=$$profile pytest property_tests"; \
 		ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=$$profile $(PY) -m pytest -q -n auto property_tests < /dev/null || exit 1; \
+	done
+
+# The property suite against every named CPU backend at the full ci budget (make test runs a quarter).
+test-backends-full:
+	runs="$$($(PY) -m oracle.runtime.backends)" && echo "$$runs" | while read name profile; do \
+		echo "ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=ci pytest property_tests"; \
+		ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests < /dev/null || exit 1; \
 	done
 
 # `make test` already spreads over every core (pytest-xdist -n auto); the name the README uses

@@ -212,8 +212,9 @@ CORRECT_BACKENDS = [
 # The false-alarm runs take half of each property's example budget (a profile setting: 160 s of the
 # reference suite's test time at the full budget on 2 cores, 2026-12-04). The rates these runs sample
 # are measured at scale elsewhere: the FP32 row over 2000 drawn models and the BF16 row's false alarms
-# (`scripts/bf16_false_alarm_rate.py`, oracle/tolerances.py, docs/results.md); the full budget runs
-# correct inexact backends through every property in `make test`'s torch-cpu and torch-cpu-bf16 runs.
+# (`scripts/bf16_false_alarm_rate.py`, oracle/tolerances.py, docs/results.md); correct inexact backends
+# run through every property in `make test`'s torch-cpu and torch-cpu-bf16 runs (a quarter of the budget;
+# all of it in `make test-backends-full`).
 FALSE_ALARM_SCALE = 0.5
 
 
