@@ -226,8 +226,7 @@ class IsolatedBackend(OutOfProcess):
         """Kill the child now (a call past --timeout); the blocked call then sees it die."""
         proc = self._proc
         if proc is not None and self._owner == os.getpid() and proc.exitcode is None:
-            cancel.kill_tree(proc.pid)  # its processes, those that left its group too
-            kill_group(proc.pid)
+            cancel.kill_tree(proc.pid)  # its group, and its processes that left the group
 
     def close(self, kill: bool = False, grace: float | None = None) -> None:
         """End the child (kill=True: at once; grace: its pipe closed, then killed after that many

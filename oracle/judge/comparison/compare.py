@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decisions import contradicted_decision, first_divergence, trace_problem, unexplained_decision
+from .decisions import contradicted_decision, first_divergence, self_consistent, trace_problem, unexplained_decision
 from .report import Failure, Report, largest_difference, rel_err, whose
 from ...errors import OracleError
 from ...rng_trace import first_difference
@@ -394,17 +394,3 @@ def compare_runs(
             _judge_stats(rep, a, b, where, same_calls, diverged=bool(stopped & set(a.requests)))
         i, j = i + 1, j + 1
     return rep.finish()
-
-
-def self_consistent(rep, b, tol, exact, where: dict) -> None:
-    """A backend round of requests no longer compared (past their divergence): its decisions must
-    still be explained by its own logits and uniforms."""
-    if exact:
-        return
-    for rid, T in zip(b.requests, b.token_counts):
-        try:
-            own = unexplained_decision(b, rid, T, tol["self_margin"])
-        except (OracleError, KeyError, IndexError, ValueError, TypeError) as e:
-            own = f"cannot be judged ({type(e).__name__}: {e})"
-        if own:
-            rep.fail(Failure("decisions", f"past its divergence: {own}", **where, request=rid))

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .report import Failure
 from ...errors import OracleError
 from ...filters import Margins, temper
 from ...rng_trace import round_layout
@@ -352,3 +353,17 @@ def contradicted_decision(tr, rid, T: int, margin: float) -> str | None:
         f"{div.what}: the reference's own decision is not what its rule gives from its own logits and "
         f"uniforms: reference margin {-div.margin:.3g} < 0, never excused"
     )
+
+
+def self_consistent(rep, b, tol, exact, where: dict) -> None:
+    """A backend round of requests no longer compared (past their divergence): its decisions must
+    still be explained by its own logits and uniforms."""
+    if exact:
+        return
+    for rid, T in zip(b.requests, b.token_counts):
+        try:
+            own = unexplained_decision(b, rid, T, tol["self_margin"])
+        except (OracleError, KeyError, IndexError, ValueError, TypeError) as e:
+            own = f"cannot be judged ({type(e).__name__}: {e})"
+        if own:
+            rep.fail(Failure("decisions", f"past its divergence: {own}", **where, request=rid))

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import cases as _cases
-from ..probe import drift as _drift
+from ..probe.drift_text import drift_lines
 from ..probe import precision as _precision
 from .kinds import backend as _backend
 from .kinds import invariance as _invariance_kind
@@ -105,10 +105,10 @@ class Verdict:
         return f"{bad[0]['name']}: {bad[0]['detail']}{more}"
 
     def probe_lines(self) -> list[str]:
-        """The drift and precision reports' text (drift.drift_lines, precision.report_lines: renderings
+        """The drift and precision reports' text (drift_text.drift_lines, precision.report_lines: renderings
         of their JSON), for the renderers, which import no part of the judge."""
         js = self.to_json()
-        return (_drift.drift_lines(js["drift"]) if "drift" in js else []) + (
+        return (drift_lines(js["drift"]) if "drift" in js else []) + (
             _precision.report_lines(js["precision"]) if "precision" in js else []
         )
 
