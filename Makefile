@@ -11,25 +11,19 @@ install:
 
 # ruff's lint and format check (seconds), then unit tests, the property suite and its meta-tests on
 # the reference (xdist's worksteal: the long tests do not leave a core idle at the end), then the
-# property suite against every named backend CI can run (`python -m oracle.runtime.backends` lists
-# them with their profiles, from oracle/runtime/backends.py NAMED and SUITE_PROFILES): torch FP32,
-# BF16 and invariant BF16 on the CPU and the JAX FP32 backend, each in ci-slow-backend (a quarter of
-# the ci examples; `make test-backends-full`: all of them). pytest-xdist spreads each over the cores
-# (one torch thread per worker: conftest.py).
+# property suite against every named backend CI can run (scripts/backend_suites.py: the backends and
+# profiles `python -m oracle.runtime.backends` lists, from oracle/runtime/backends.py NAMED and
+# SUITE_PROFILES): torch FP32, BF16 and invariant BF16 on the CPU and the JAX FP32 backend, each in
+# ci-slow-backend (a quarter of the ci examples; `make test-backends-full`: all of them), one pytest
+# process per backend, as many at a time as there are cores (one torch thread each).
 test:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto --dist worksteal tests property_tests meta_tests
-	runs="$$($(PY) -m oracle.runtime.backends)" && echo "$$runs" | while read name profile; do \
-		echo "ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=$$profile pytest property_tests"; \
-		ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=$$profile $(PY) -m pytest -q -n auto property_tests < /dev/null || exit 1; \
-	done
+	$(PY) scripts/backend_suites.py
 
 # The property suite against every named CPU backend at the full ci budget (make test runs a quarter).
 test-backends-full:
-	runs="$$($(PY) -m oracle.runtime.backends)" && echo "$$runs" | while read name profile; do \
-		echo "ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=ci pytest property_tests"; \
-		ORACLE_BACKEND=$$name HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto property_tests < /dev/null || exit 1; \
-	done
+	$(PY) scripts/backend_suites.py --profile ci
 
 # `make test` already spreads over every core (pytest-xdist -n auto); the name the README uses
 # for the timing on a many-core host.

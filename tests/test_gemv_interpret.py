@@ -260,8 +260,10 @@ def torch_decode_attention(q, kv, layer, plane, pos, pdl=False, span=None, scale
     return km.attend(q[:, None], K, V, masked, scale)  # [M, nh*hd]
 
 
+# M: the M = 1 kernels, an odd count and the largest of the small-M path (2..16); the kernels alone
+# are checked at 4 rows too, qkv and gate_up at 2 (the tests above)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [1, 2, 3, 4, 16])
+@pytest.mark.parametrize("M", [1, 3, 16])
 @pytest.mark.parametrize("tiles", ["small", "default", "split"])
 def test_recurrent_call(dtype, M, tiles, monkeypatch):
     """The gemv path's whole call (both layers, attention over earlier keys) against the
