@@ -38,7 +38,7 @@ def main(argv=None) -> int:
         while pending or live:
             while pending and len(live) < args.jobs:
                 name, profile = pending.pop(0)
-                log = open(Path(tmp) / f"{len(live)}-{name}.log", "w+")
+                log = open(Path(tmp) / f"{name}.log", "w+")
                 cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "property_tests"]
                 run_env = env | {"ORACLE_BACKEND": name, "HYPOTHESIS_PROFILE": profile}
                 proc = subprocess.Popen(cmd, cwd=REPO, env=run_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)

@@ -12,30 +12,25 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-os.environ.setdefault("TF_GPU_ALLOCATOR", "cuda_malloc_async")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def positions(run, ref) -> dict:  # run, ref: oracle.judge.runner.ScenarioRun
-    """(round, rid, offset) -> (backend logits, judge logits) where the inputs agree."""
+    """(round, rid, offset) -> (backend logits, judge logits) where the inputs agree (the JAX judge's
+    allocator settings come with gpu_tests.parity_full, imported before judge_jax)."""
     out = {}
     for tb, tr in zip(run.traces, ref.traces):
-        for rid in tb.requests:
-            if rid not in tr.prefix or list(tb.prefix.get(rid, [])) != list(tr.prefix[rid]):
-                continue
-            db, dr = list(tb.drafts.get(rid, [])), list(tr.drafts.get(rid, []))
-            for (r, o), lb in tb.verify_logits.items():
-                if r == rid and (rid, o) in tr.verify_logits and db[:o] == dr[:o]:
-                    lr = tr.verify_logits[(rid, o)]
-                    out[(tb.round, rid, o)] = (np.asarray(lb, np.float64), np.asarray(lr, np.float64))
+        for (rid, o), lb in tb.verify_logits.items():
+            same = rid in tr.prefix and list(tb.prefix.get(rid, [])) == list(tr.prefix[rid])
+            if same and (rid, o) in tr.verify_logits and tb.drafts[rid][:o] == tr.drafts[rid][:o]:
+                lr = tr.verify_logits[(rid, o)]
+                out[(tb.round, rid, o)] = (np.asarray(lb, np.float64), np.asarray(lr, np.float64))
     return out
 
 
