@@ -371,6 +371,13 @@ class JaxBackend:
 
         return make_energy_fn(model, dtype)
 
+    def twin_logits_fn(self, model, dtype: str):
+        """The token rule's noise twin on this device (judge_jax/twin.py): twin_logits(tokens, loops,
+        positions) -> [samples, loops, positions, V]."""
+        from .twin import make_twin_logits_fn
+
+        return make_twin_logits_fn(model, dtype)
+
     def session(self, model, d, D, mode, policy="sequential", **options) -> JaxSession:
         if policy not in self.policies:
             raise OracleError(f"backend {self.name} does not support RNG policy {policy!r}")

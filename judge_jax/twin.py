@@ -12,6 +12,8 @@ distribution, other values). What comes back is per value, never a twin's values
 
 and `make_energy_fn(model, dtype)` returns energy_fn(tokens, loops, obs) -> {group: (sum of r2_v,
 values)} with groups as oracle.judge.probe.precision's: ("k" | "v", depth, layer), ("draft" | "verify", depth).
+`make_twin_logits_fn(model, dtype)` returns the twin samples' logits of one context, which the
+token rule's margin scales are made from where the judge's side is this model.
 """
 
 from __future__ import annotations
@@ -24,10 +26,31 @@ import jax.numpy as jnp
 import numpy as np
 
 
-from .drift import KIND_LOGITS, Shape, _device_params, _rms, _rope, _rope_tables, einsum, mm, pack_observations
+from .drift import (
+    KIND_LOGITS,
+    T_BUCKET,
+    Shape,
+    _device_params,
+    _rms,
+    _rope,
+    _rope_tables,
+    einsum,
+    mm,
+    pack_observations,
+)
+from .programs import bucket
 from oracle.judge.probe.calibration import SAMPLES, SEED, SIGMA
 
+_PARAMS: list = []  # [((model, device), device parameters)]: the last model's, shared by both factories
 SITES = 16  # stored intermediates per layer (keys folded per site)
+AT = 16  # logits positions per twin_logits call (a round's offsets: K + 1 <= AT); one compile per length
+
+
+def _params(model, device):
+    """The model's parameters on device, one copy for the energy and logits twins (ouro-1.4b: 5.6 GB)."""
+    if not _PARAMS or _PARAMS[0][0][0] is not model or _PARAMS[0][0][1] != device:
+        _PARAMS[:] = [((model, device), _device_params(model.cfg, model.weights, device))]
+    return _PARAMS[0][1]
 
 
 def _noisy(x, key, sigma):
@@ -36,10 +59,10 @@ def _noisy(x, key, sigma):
     return x * (1.0 + sigma * u)
 
 
-def twin_forward(params, tokens, cos, sin, loops: int, shape: Shape, key, sigma=None):
+def twin_forward(params, tokens, cos, sin, loops: int, shape: Shape, key, sigma=None, at=None):
     """One forward of the model over tokens [T] (causal, no KV cache), with sigma > 0 a noise twin
     sample drawn from key (sigma None: the FP32 forward). Returns {"k", "v": [loops, L, T, nkv*hd],
-    "logits": [loops, T, V]}."""
+    "logits": [loops, T, V]}; at: positions [P] to take the logits at ([loops, P, V]; None: all)."""
     L, nh, nkv, hd, eps = shape.num_layers, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.eps
     T = tokens.shape[0]
     wkey, ikey = jax.random.split(key)
@@ -76,7 +99,7 @@ def twin_forward(params, tokens, cos, sin, loops: int, shape: Shape, key, sigma=
         h, (k, v) = jax.lax.scan(layer, h, (params["layers"], jnp.arange(L), jnp.full(L, j)))
         hk = jax.random.fold_in(jax.random.fold_in(ikey, j), L)
         h = rn(_rms(h, norm, eps), jax.random.fold_in(hk, 0))
-        return h, (k, v, rn(mm(h, lm_head), jax.random.fold_in(hk, 1)))
+        return h, (k, v, rn(mm(h if at is None else h[at], lm_head), jax.random.fold_in(hk, 1)))
 
     h = rn(embed[tokens], jax.random.fold_in(ikey, 1 << 20))
     _, (k, v, logits) = jax.lax.scan(loop, h, jnp.arange(loops))
@@ -119,7 +142,7 @@ def make_energy_fn(model, dtype: str, device=None, samples: int = SAMPLES):
     (oracle.judge.probe.calibration.SIGMA), on `device` (default: JAX's default device)."""
     cfg = model.cfg
     shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))
-    params = _device_params(cfg, model.weights, device)
+    params = _params(model, device)
     sigma = float(SIGMA[dtype])
 
     def energy_fn(tokens, loops, obs):
@@ -148,3 +171,52 @@ def make_energy_fn(model, dtype: str, device=None, samples: int = SAMPLES):
         return out
 
     return energy_fn
+
+
+@partial(jax.jit, static_argnames=("loops", "shape", "samples"))
+def _twin_logits(params, tokens, cos, sin, at, key, sigma, loops, shape, samples):
+    """The twin samples' logits at positions at [AT]: [samples, loops, AT, V]."""
+
+    def one(_, k):
+        return None, twin_forward(params, tokens, cos, sin, loops, shape, k, sigma, at=at)["logits"]
+
+    return jax.lax.scan(one, None, jax.random.split(key, samples))[1]
+
+
+def make_twin_logits_fn(model, dtype: str, device=None, samples: int = SAMPLES):
+    """twin_logits(tokens, loops, positions) -> [samples, loops, len(positions), V] FP32: the noise
+    twin's logits of the context `tokens` at those positions, each loop (the token rule's margin
+    scales where the judge's side is this model: oracle/judge/probe/noise.py Bounds.twin_logits).
+    The noise is seeded by the context, as energy_fn's; lengths are padded to a power of two
+    (at least T_BUCKET; trailing padding is never attended), so few lengths compile."""
+    cfg = model.cfg
+    shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))
+    params = _params(model, device)
+    sigma = float(SIGMA[dtype])
+    put = lambda x: jax.device_put(x, device)
+
+    def twin_logits(tokens, loops: int, positions):
+        T = len(tokens)
+        pos = [int(p) for p in positions]
+        if not pos or len(pos) > AT or min(pos) < 0 or max(pos) >= T:
+            raise ValueError(f"twin_logits: positions {pos} must be 1..{AT} positions of a context of {T} tokens")
+        tok = np.zeros(bucket(T, 1, T_BUCKET), np.int32)
+        tok[:T] = np.asarray(tokens, np.int64)
+        at = np.asarray(pos + [pos[-1]] * (AT - len(pos)), np.int32)
+        cos0, sin0, _, _ = _rope_tables(len(tok), cfg.head_dim, cfg.rope_theta)
+        seed = zlib.crc32(np.asarray(tokens, np.int64).tobytes()) ^ (SEED & 0x7FFFFFFF)
+        out = _twin_logits(
+            params,
+            put(tok),
+            put(cos0),
+            put(sin0),
+            put(at),
+            jax.random.PRNGKey(seed),
+            sigma,
+            loops=loops,
+            shape=shape,
+            samples=samples,
+        )
+        return np.asarray(out, np.float32)[:, :, : len(pos)]
+
+    return twin_logits

@@ -122,3 +122,33 @@ def test_forwards_are_kept_for_the_run_that_holds_them(traces, monkeypatch):
         noise.twin_bounds(build_model("tiny", 1), ref, "bfloat16", fwd=fwd)
     noise.twin_bounds(model, ref, "bfloat16")  # a fresh Forwards of its own
     assert made
+
+
+def test_jax_judge_twin_gives_the_numpy_twins_margin_scales(traces):
+    """Where the judge's side is the JAX model, the token rule's margin scales come from the judge's
+    own twin (judge_jax/twin.py make_twin_logits_fn, made on demand for a divergent request): the same
+    noise model with other draws, so each final decision's noise scale agrees with the NumPy twin's
+    within the spread of 8 samples, and the excuse answers alike far from and near the bound."""
+    pytest.importorskip("jax")
+    from judge_jax.twin import make_twin_logits_fn
+    from oracle.judge.comparison.decisions import first_divergence
+
+    model, ref, ours = traces
+    theirs = noise.judge_bounds(make_twin_logits_fn(model, "bfloat16"))
+    ratios = []
+    for a in ref:
+        for rid in a.requests:
+            T = a.token_counts[a.requests.index(rid)]
+            lg = a.verify_logits[(rid, a.accepted[rid])]
+            b = copy.deepcopy(a)  # the final token flipped to the reference's runner-up
+            b.emitted[rid] = b.emitted[rid][:-1] + [int(np.argsort(lg)[-2])]
+            div = first_divergence(a, b, rid, T)
+            assert div is not None and div.kind == "final"
+            z_np, z_jax = ours.margin_z(a, b, rid, T, div), theirs.margin_z(a, b, rid, T, div)
+            assert z_jax is not None and np.all(np.isfinite(z_jax[:1]))
+            ratios.append(float(z_np[0] / z_jax[0]))  # = the JAX scale / the NumPy scale
+    ratios = np.asarray(ratios)
+    assert len(ratios) >= 6 and np.all((ratios > 0.4) & (ratios < 2.5)), ratios
+    assert 0.7 < np.median(ratios) < 1.4, ratios
+    # without twin logits the judge's Bounds has no token rule (the fixed margin decides)
+    assert noise.judge_bounds(None).margin_z(a, b, rid, T, div) is None

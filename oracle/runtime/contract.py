@@ -97,6 +97,12 @@ OPTIONAL_BACKEND = {
         "backend is the judge (judge_jax)",
         callable,
     ),
+    "twin_logits_fn": (
+        "twin_logits_fn(model, dtype) -> twin_logits(tokens, loops, positions): the noise twin's logits "
+        "[samples, loops, positions, vocab] of a context when this backend is the judge (judge_jax): the "
+        "token rule's margin scales",
+        callable,
+    ),
     "batch_invariant": (
         "a row's values do not depend on which other rows share its call (row count, ragged depths, "
         "place in the call): the verdict then adds the exactness tier, class [invariance] (block = loop "
@@ -203,6 +209,7 @@ class Capabilities:
     sampling: Any = None  # its own sampler (SAMPLING_INTERFACE); None: it has none (oracle.sampling's)
     drift_stats_fn: Callable | None = None  # drift_stats_fn(model, dtype, basis=None) as the judge's side
     precision_energy_fn: Callable | None = None  # precision_energy_fn(model, dtype) as the judge's side
+    twin_logits_fn: Callable | None = None  # twin_logits_fn(model, dtype) as the judge's side (token margins)
     batch_invariant: bool = False  # the exactness tier applies (bitwise block = loop = plain = alone)
 
     @classmethod
@@ -216,6 +223,7 @@ class Capabilities:
             sampling=hook["sampling"],
             drift_stats_fn=hook["drift_stats_fn"],
             precision_energy_fn=hook["precision_energy_fn"],
+            twin_logits_fn=hook["twin_logits_fn"],
             batch_invariant=hook["batch_invariant"] is True,
         )
 

@@ -13,11 +13,11 @@ from ..comparison.cache_free import cache_free_check
 from ..probe.calibration import HOST_HIDDEN, SIGMA
 from ..comparison.compare import compare_runs, typical_norms
 from ...runtime.backends import WrongReturn
-from ...runtime.contract import tolerance_row
+from ...runtime.contract import capabilities, tolerance_row
 from ...errors import OracleError
 from ..probe.forwards import Forwards, of
 from ..comparison.malformed import side_problem
-from ..probe.noise import twin_bounds
+from ..probe.noise import judge_bounds, twin_bounds
 from ..comparison.report import Check, Failure, Report
 from ..runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from ..scenario import Case
@@ -62,8 +62,15 @@ def _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, host: 
         return malformed(case, why, reproduce, mode)
     dtype = tolerance_row(bk)
     ref_run = judge_run(model, sc, mode, replay_from=None if host else got, judge=judge, **options)
-    bounds = twin_bounds(model, ref_run.traces, dtype, fwd=fwd) if judge is None else None
+    bounds = twin_bounds(model, ref_run.traces, dtype, fwd=fwd) if judge is None else judge_twin(judge, model, dtype)
     return compare_runs(ref_run.traces, got.traces, dtype, reproduce, case, bounds=bounds, mode=mode)
+
+
+def judge_twin(judge, model, dtype: str, scale: float = 1.0):
+    """Against a judge backend (the JAX judge): the fixed row for values, and the token rule on the
+    judge's own noise twin where it offers one (capability twin_logits_fn); None: the fixed row alone."""
+    make = capabilities(judge).twin_logits_fn
+    return None if make is None or dtype not in SIGMA else judge_bounds(make(model, dtype), scale)
 
 
 def malformed(case: str, why: str, reproduce: str = "", mode: str = "") -> Report:
@@ -160,7 +167,7 @@ def _judgments(model, out, runs, ref, dtype, reproduce, case, judge, fwd=None, m
     if len(runs) == 2 and not malformed_modes:
         label = f"{case} [{MODES_VS}]" if case else MODES_VS
         bounds = (
-            None
+            judge_twin(judge, model, dtype)
             if judge is not None
             else twin_bounds(
                 model, runs["block"].traces, dtype, reuse=None if ref is None else ref.result()[1], fwd=fwd

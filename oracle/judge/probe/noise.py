@@ -40,6 +40,10 @@ class Bounds:
     logits: dict
     scale: float = 1.0  # sqrt(2) when both sides are noisy (a backend's block vs loop runs)
     contexts: dict = dataclasses.field(default_factory=dict)  # (round, rid) -> (tokens, (d, D)) computed on
+    # where the judge's side is a device model (the JAX judge): no per-value scales (kv, logits empty: the
+    # fixed row), and a divergent request's twin logits made when its margin is asked for (margin_z):
+    # twin_logits(tokens, loops, positions) -> [S, loops, positions, V] (capability twin_logits_fn)
+    twin_logits: object = None
 
     def kv_allowed(self, rnd, key, ref_norm: float) -> float | None:
         s = self.kv.get((rnd,) + tuple(key))
@@ -72,6 +76,8 @@ class Bounds:
             for (q, o) in getattr(a, kind)
             if q == rid
         }
+        if twins and any(t is None for t in twins.values()) and self.twin_logits is not None:
+            twins = self._judge_twins(a, rid, list(twins))
         if not twins or any(t is None for t in twins.values()):
             return None
         moved = []
@@ -93,6 +99,23 @@ class Bounds:
         np.divide(parts, scale, out=z, where=np.isfinite(parts) & (scale > 0))
         z[parts == 0] = 0.0  # a tie: nothing to flip
         return z
+
+    def _judge_twins(self, a, rid, keys) -> dict:
+        """(kind, offset) -> (None, the twin samples' logits [S, V]) of request rid in round a, from
+        the judge's twin over the round's context (the logits of offset o: position start + o, loop
+        d - 1 for a draft's, D - 1 for a verification's)."""
+        tokens, start, (d, D) = _contexts(a)[rid]
+        pos = sorted({start + o for _, o in keys})
+        t = self.twin_logits(tokens, D, pos)  # [S, D, len(pos), V]
+        return {
+            (kind, o): (None, t[:, (d if kind == "draft_logits" else D) - 1, pos.index(start + o)]) for kind, o in keys
+        }
+
+
+def judge_bounds(twin_logits, scale: float = 1.0) -> Bounds:
+    """The Bounds of a comparison against the judge's side where the judge offers twin logits
+    (twin_logits: twin_logits_fn(model, dtype)): the fixed row for values, the twin for tokens."""
+    return Bounds({}, {}, scale=scale, twin_logits=twin_logits)
 
 
 def _contexts(tr):

@@ -89,7 +89,8 @@ def run(plan: PairsPlan, ex: Executor, v) -> None:
                 rep, tj = _cases.malformed(case.name, why, plan.reproduce, mode), 0.0
             else:
                 ref, tj = futures[i].result() if ahead else side(case, mode, replay_from=got)
-                rep = compare_runs(ref.traces, got.traces, dtype, plan.reproduce, case.name, mode=mode)
+                bounds = _cases.judge_twin(judge, model, dtype)  # the token rule on the judge's twin
+                rep = compare_runs(ref.traces, got.traces, dtype, plan.reproduce, case.name, bounds=bounds, mode=mode)
             v.cases.append(
                 {
                     "name": case.name,
