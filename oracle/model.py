@@ -162,29 +162,30 @@ class LoopedModel:
         cfg = self.cfg
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         assert h.shape == (len(rows), cfg.hidden_size), (h.shape, len(rows))
-        cos, sin = rope_cos_sin([r[1] for r in rows], hd, cfg.rope_theta)
-        h = [np.array(x, dtype=F32) for x in h]  # one vector per row
+        cos, sin = rope_cos_sin([r[1] for r in rows], hd, cfg.rope_theta)  # [n, hd]
+        eps, n = cfg.rms_norm_eps, len(rows)
+        if n == 0:
+            return np.zeros((0, cfg.hidden_size), F32)
+        h = np.array(h, dtype=F32)  # [n, H]
+        # Products are one matrix-vector product per row (a row's bits never depend on the call's
+        # other rows); norms, RoPE and SiLU work on all rows at once, element by element (or per
+        # row along the last axis), which gives each row the bits it has alone.
         for l, L in enumerate(self.layers):
-            qs = []
-            for r, (req, pos, depth) in enumerate(rows):  # projections + KV writes
-                x = rms_norm(h[r], L.n_in, cfg.rms_norm_eps)
-                q = (L.q @ x).reshape(nh, hd)
-                k = (L.k @ x).reshape(nkv, hd)
-                v = (L.v @ x).reshape(nkv, hd)
-                qs.append(q * cos[r] + rotate_half(q) * sin[r])
-                kv.write(req, pos, depth, l, k * cos[r] + rotate_half(k) * sin[r], v, call)
-            for r, (req, pos, depth) in enumerate(rows):  # attention + MLP
-                K, V = kv.read(req, depth, l, pos)  # [pos+1, nkv, hd]
-                a = attend(qs[r], K, V)  # [nh*hd]
-                x = h[r] + rms_norm(L.o @ a, L.n_attn_out, cfg.rms_norm_eps)
-                y = rms_norm(x, L.n_post, cfg.rms_norm_eps)
-                m = L.down @ (silu(L.gate @ y) * (L.up @ y))
-                h[r] = x + rms_norm(m, L.n_mlp_out, cfg.rms_norm_eps)
-        return (
-            np.stack([rms_norm(x, self.norm_w, cfg.rms_norm_eps) for x in h])
-            if h
-            else np.zeros((0, cfg.hidden_size), F32)
-        )
+            x = rms_norm(h, L.n_in, eps)  # [n, H]
+            q = np.stack([L.q @ x[r] for r in range(n)]).reshape(n, nh, hd)
+            k = np.stack([L.k @ x[r] for r in range(n)]).reshape(n, nkv, hd)
+            q = q * cos[:, None] + rotate_half(q) * sin[:, None]  # [n, nh, hd]
+            k = k * cos[:, None] + rotate_half(k) * sin[:, None]
+            for r, (req, pos, depth) in enumerate(rows):  # KV writes
+                kv.write(req, pos, depth, l, k[r], (L.v @ x[r]).reshape(nkv, hd), call)
+            # attention: row r reads the keys of its own plane up to its position
+            o = np.stack([L.o @ attend(q[r], *kv.read(req, depth, l, pos)) for r, (req, pos, depth) in enumerate(rows)])
+            x = h + rms_norm(o, L.n_attn_out, eps)  # [n, H]
+            y = rms_norm(x, L.n_post, eps)
+            gu = silu(np.stack([L.gate @ y[r] for r in range(n)])) * np.stack([L.up @ y[r] for r in range(n)])
+            m = np.stack([L.down @ gu[r] for r in range(n)])  # [n, H]
+            h = x + rms_norm(m, L.n_mlp_out, eps)
+        return rms_norm(h, self.norm_w, eps)
 
     def head(self, h: np.ndarray) -> np.ndarray:
         """h: [n, H] loop outputs (already normed) -> logits [n, V], row by row."""
@@ -239,10 +240,7 @@ def attend(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
     """One query row. q: [nh, hd]; K, V: [n, nkv, hd] -> [nh*hd]."""
     nh, hd = q.shape
     group = nh // K.shape[1]
-    out = np.empty((nh, hd), F32)
-    for hh in range(nh):
-        Kh, Vh = K[:, hh // group], V[:, hh // group]  # [n, hd]
-        s = (Kh @ q[hh]) * F32(hd**-0.5)  # [n]
-        p = np.exp(s - s.max())
-        out[hh] = (p / p.sum()) @ Vh
-    return out.reshape(-1)
+    s = np.stack([K[:, hh // group] @ q[hh] for hh in range(nh)]) * F32(hd**-0.5)  # [nh, n]
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)  # per head, as a vector alone
+    return np.concatenate([p[hh] @ V[:, hh // group] for hh in range(nh)])  # [nh*hd]
