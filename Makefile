@@ -9,17 +9,16 @@ install:
 	$(PY) -m pip install -e ".[test]"
 	$(PY) -m compileall -q oracle kernels bench judge_jax property_tests examples > /dev/null
 
-# ruff's lint and format check (seconds), then unit tests, the property suite and its meta-tests on
-# the reference (xdist's worksteal: the long tests do not leave a core idle at the end), then the
-# property suite against every named backend CI can run (scripts/backend_suites.py: the backends and
-# profiles `python -m oracle.runtime.backends` lists, from oracle/runtime/backends.py NAMED and
-# SUITE_PROFILES): torch FP32, BF16 and invariant BF16 on the CPU and the JAX FP32 backend, each in
-# ci-slow-backend (a quarter of the ci examples; `make test-backends-full`: all of them), one pytest
-# process per backend, as many at a time as there are cores (one torch thread each).
+# ruff's lint and format check (seconds), then one xdist session (worksteal: the long tests do not
+# leave a core idle at the end): unit tests, the property suite and its meta-tests on the reference,
+# and first, as tests of that session (tests/test_backend_suites.py), the property suite against every
+# named backend CI can run (the backends and profiles `python -m oracle.runtime.backends` lists, from
+# oracle/runtime/backends.py NAMED and SUITE_PROFILES): torch FP32, BF16 and invariant BF16 on the CPU
+# and the JAX FP32 backend, each in ci-slow-backend (a quarter of the ci examples; `make
+# test-backends-full`: all of them), each a pytest process of its own with one torch thread.
 test:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto --dist worksteal tests property_tests meta_tests
-	$(PY) scripts/backend_suites.py
 
 # The property suite against every named CPU backend at the full ci budget (make test runs a quarter).
 test-backends-full:
@@ -29,7 +28,8 @@ test-backends-full:
 # for the timing on a many-core host.
 test-parallel: test
 
-# The first pytest line of `make test` without xdist, with Hypothesis statistics (one process).
+# `make test`'s pytest line without xdist, with Hypothesis statistics (one process; the backends'
+# suites still run as processes of their own).
 test-serial:
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --hypothesis-show-statistics tests property_tests meta_tests
 

@@ -40,9 +40,16 @@ def time_limit(request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "time_limit(seconds): fail the test once it runs this long (conftest.py)")
+    config.addinivalue_line("markers", "backend_suite: the property suite against a named backend (its own process)")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         try:
             import torch
         except ImportError:
             return
         torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The backends' property suites (tests/test_backend_suites.py, minutes each) first: xdist's
+    worksteal hands them out at the start, and the short tests fill the other cores around them."""
+    items.sort(key=lambda item: item.get_closest_marker("backend_suite") is None)  # stable: else as collected

@@ -29,18 +29,16 @@ def main(argv=None) -> int:
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     sys.path.insert(0, str(REPO))
-    from oracle.runtime.backends import suite_runs
+    from oracle.runtime.backends import suite_command, suite_runs
 
     runs = [(name, args.profile or profile) for name, profile in suite_runs()]
-    env = dict(os.environ, OMP_NUM_THREADS="1")  # a core per run: no thread spins against another run
     pending, live, failed = list(runs), [], []
     with tempfile.TemporaryDirectory() as tmp:
         while pending or live:
             while pending and len(live) < args.jobs:
                 name, profile = pending.pop(0)
                 log = open(Path(tmp) / f"{name}.log", "w+")
-                cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "property_tests"]
-                run_env = env | {"ORACLE_BACKEND": name, "HYPOTHESIS_PROFILE": profile}
+                cmd, run_env = suite_command(name, profile, dict(os.environ))  # one torch thread each
                 proc = subprocess.Popen(cmd, cwd=REPO, env=run_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
                 live.append((name, profile, proc, log, time.perf_counter()))
             time.sleep(0.2)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 import queue
+import sys
 import threading
 
 from .contract import Capabilities, LoadedBackend, capabilities, contract_problems, unwrap
@@ -71,6 +72,15 @@ def suite_runs() -> list[tuple[str, str]]:
     against on a CPU machine, in NAMED's order (the Makefile reads `python -m oracle.runtime.backends`)."""
     runs = [(n, SUITE_PROFILES.get(n, None if "cuda" in n else "ci-slow-backend")) for n in NAMED]
     return [(n, p) for n, p in runs if p is not None]
+
+
+def suite_command(name: str, profile: str, env: dict) -> tuple[list[str], dict]:
+    """(argv, environment) of the property suite's run against backend `name` in Hypothesis `profile`:
+    a pytest process of its own with one torch thread (env: the caller's environment, whose pytest
+    and xdist variables are left out)."""
+    keep = {k: v for k, v in env.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
+    run_env = keep | {"OMP_NUM_THREADS": "1", "ORACLE_BACKEND": name, "HYPOTHESIS_PROFILE": profile}
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "property_tests"], run_env
 
 
 def names_help() -> str:
