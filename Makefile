@@ -7,7 +7,7 @@ PY ?= python
 install:
 	$(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -e ".[test]"
-	$(PY) -m compileall -q oracle kernels bench judge_jax property_tests examples > /dev/null
+	$(PY) -m compileall -q oracle kernels bench judge_jax property_tests examples tests meta_tests gpu_tests scripts > /dev/null
 
 # ruff's lint and format check (seconds), then one xdist session (worksteal: the long tests do not
 # leave a core idle at the end): unit tests, the property suite and its meta-tests on the reference,
@@ -16,9 +16,12 @@ install:
 # oracle/runtime/backends.py NAMED and SUITE_PROFILES): torch FP32, BF16 and invariant BF16 on the CPU
 # and the JAX FP32 backend, each in ci-slow-backend (a quarter of the ci examples; `make
 # test-backends-full`: all of them), each a pytest process of its own with one torch thread.
+# PYTHONDONTWRITEBYTECODE is unset for the session: its first process writes pytest's rewritten test
+# modules' bytecode, which its other processes (the workers, every nested pytest) then read instead
+# of rewriting them (collection 7.7 s -> 4.8 s a process, 2026-12-05).
 test:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto --dist worksteal tests property_tests meta_tests
+	env -u PYTHONDONTWRITEBYTECODE HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n auto --dist worksteal tests property_tests meta_tests
 
 # The property suite against every named CPU backend at the full ci budget (make test runs a quarter).
 test-backends-full:
