@@ -243,17 +243,17 @@ def check_case(model, case: Case, step=None) -> Report:
 # saved beside a busy process); above it one case at a time.
 
 
-def sides(early, backend, model, cases, judge=None, caps=None) -> tuple[dict, Forwards]:
+def sides(early, backend, model, cases, judge, caps, dtype: str) -> tuple[dict, Forwards]:
     """(id(case) -> the reference's side, the run's forwards) for every case judge_cases will judge against
     the reference (a host-stream backend, no --reference judge), all made by one background job: the
     one start_sides began before the backend loaded (early: its handle, sent the backend's facts
     now), else one started now, so that they are made while the backend runs; {} where none applies
     or the model is large (judge_backend then makes each in turn). The run's forwards (the twin's
-    and the drift fit's): those begun with the early sides, else new. caps: the backend's
-    Capabilities where the caller read them (None: read here)."""
+    and the drift fit's): those begun with the early sides, else new. caps, dtype: the backend's
+    Capabilities and tolerance row, read by the caller."""
     begun = None if early is None else early.fwd
     fwd = begun if begun is not None and begun.model is model else Forwards(model)
-    host, dtype = draws_host_stream(backend) if caps is None else caps.host_rng, tolerance_row(backend)
+    host = caps.host_rng
     if early is not None:
         early.fwd = None  # held by this run alone: let go when it returns
         early.facts.send((dtype, tuple(backend.policies)) if host else None)  # None: the job ends

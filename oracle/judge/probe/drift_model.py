@@ -117,6 +117,15 @@ class _Tape:
         return self.z[self.i - n : self.i]
 
 
+def rows(fw, r0: int, r1: int, n: int) -> dict:
+    """Rows r0:r1 of a batched forward, positions below n: what forward over them alone gives."""
+    return {
+        "k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
+        "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
+        "logits": [x[r0:r1, :n] for x in fw["logits"]],
+    }
+
+
 def _rows_tokens(tokens, B: int):
     """(tok [T] shared by every row, or [B, T] right-padded with 0; lengths [B])."""
     if len(tokens) and np.ndim(tokens[0]) > 0:  # one sequence per row

@@ -34,15 +34,6 @@ TWIN_PRECISION = np.float32
 FD_KEEP, TWIN_KEEP, ROUNDED_KEEP = 64, 256, 8
 
 
-def _rows(fw, r0: int, r1: int, n: int) -> dict:
-    """Rows r0:r1 of a batched forward, positions below n: what forward over them alone gives."""
-    return {
-        "k": [[x[r0:r1, :n] for x in layer] for layer in fw["k"]],
-        "v": [[x[r0:r1, :n] for x in layer] for layer in fw["v"]],
-        "logits": [x[r0:r1, :n] for x in fw["logits"]],
-    }
-
-
 def _chunks(ctx: list, rows: int, limit: int):
     """ctx (sorted by length) in chunks of up to `limit` rows x positions, `rows` rows each context
     (a chunk is padded to its last, longest context); one context at least."""
@@ -100,8 +91,8 @@ class Forwards:
                 fr = drift_model.forward(rounded, [list(t) for t in chunk], loops, np.ones((n, P)))  # n rows
                 for i, t in enumerate(chunk):
                     hit = out[(t, loops)] = (
-                        _rows(fw, i * (P + 1), (i + 1) * (P + 1), len(t)),
-                        _rows(fr, i, i + 1, len(t)),
+                        drift_model.rows(fw, i * (P + 1), (i + 1) * (P + 1), len(t)),
+                        drift_model.rows(fr, i, i + 1, len(t)),
                     )
                     self.fd[(t, loops, dtype)] = hit
         return out
@@ -116,7 +107,7 @@ class Forwards:
         the same bounds, computed once. The contexts not yet computed run as one batch per loop
         count (TWIN_ROWS_T; each context its own rows and its own noise stream: the same values
         as one forward per context)."""
-        model = self.model
+        model, sigma = self.model, SIGMA[dtype]
         P = len(drift_model.params(model.cfg.num_layers))
         out, todo = {}, {}
         for tokens, loops in contexts:
@@ -139,13 +130,13 @@ class Forwards:
                     [list(t) for t in chunk for _ in range(samples)],
                     loops,
                     np.ones((n * samples, P)),
-                    noise=(rngs, SIGMA[dtype]),
+                    noise=(rngs, sigma),
                     precision=TWIN_PRECISION,
                 )  # n * samples rows
                 for i, t in enumerate(chunk):
                     hit = out[(t, loops)] = (
-                        _rows(center, i, i + 1, len(t)),
-                        _rows(twin, i * samples, (i + 1) * samples, len(t)),
+                        drift_model.rows(center, i, i + 1, len(t)),
+                        drift_model.rows(twin, i * samples, (i + 1) * samples, len(t)),
                     )
                     self.twin[(t, loops, dtype, samples, seed)] = hit
         return out

@@ -11,7 +11,7 @@ from . import invariance, probing
 from .. import cases as _cases
 from ..plan import BackendPlan, Executor
 from ....runtime.backends import GuardedBackend
-from ....runtime.contract import capabilities
+from ....runtime.contract import capabilities, tolerance_row
 
 
 def run(plan: BackendPlan, ex: Executor, v) -> None:
@@ -19,14 +19,16 @@ def run(plan: BackendPlan, ex: Executor, v) -> None:
     (default: the FP32 reference), plus backend block vs backend loop; the drift probe's two verdicts
     where the plan probes. The run's forwards (forwards.Forwards: the twin's and the drift fit's) are
     made once, shared by the cases' twin bounds and the probe's two fits, and let go when it returns.
-    The backend's Capabilities are read here once and handed to the cases, the probe and the tier."""
+    The backend's Capabilities (and the judge's) and its tolerance row are read here once and handed
+    to the cases, the probe and the tier."""
     backend, model, judge, timeout = plan.backend, plan.model, plan.judge, plan.timeout
-    caps = capabilities(backend)
+    caps, dtype = capabilities(backend), tolerance_row(backend)
+    jcaps = None if judge is None else capabilities(judge)
     guarded = backend if timeout is None else GuardedBackend(backend, timeout)
     gjudge = judge if judge is None or timeout is None else GuardedBackend(judge, timeout, judge=True)
     ex.phase("cases", f"{len(plan.cases)} case(s), the reference's sides in the background")
-    sides, fwd = _cases.sides(ex.early, backend, model, plan.cases, judge, caps)
-    pending = probing.begin(plan, ex, guarded, fwd, caps=caps) if plan.probes() else None
+    sides, fwd = _cases.sides(ex.early, backend, model, plan.cases, judge, caps, dtype)
+    pending = probing.begin(plan, ex, guarded, caps, jcaps, fwd) if plan.probes() else None
     # JudgeFailed: the caller's to name
     judged = _cases.judge_cases(v, guarded, model, plan.cases, plan.suffix, gjudge, sides, plan.catch, fwd, ex, caps)
     for case, reports, runs in judged:

@@ -75,7 +75,8 @@ def run(plan: PairsPlan, ex: Executor, v) -> None:
     try:
         # first: its fit then runs on a thread beside the judge's runs and the cases
         if plan.probes():
-            pending = probing.begin(plan, ex, backend, how="both modes, fitted by the judge beside the cases")
+            how = "both modes, fitted by the judge beside the cases"
+            pending = probing.begin(plan, ex, backend, capabilities(backend), capabilities(judge), how=how)
         for i, (case, mode) in enumerate(pairs):
             ex.phase("case", f"{i + 1}/{len(pairs)} {case.name} [{mode}]")
             t = time.perf_counter()

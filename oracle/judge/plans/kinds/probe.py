@@ -7,6 +7,7 @@ from . import probing
 from ...probe.calibration import PROBE_REQUESTS
 from ..plan import Executor, ProbePlan
 from ....runtime.backends import GuardedBackend
+from ....runtime.contract import capabilities
 
 
 def run(plan: ProbePlan, ex: Executor, v) -> None:
@@ -17,12 +18,14 @@ def run(plan: ProbePlan, ex: Executor, v) -> None:
     n = plan.probe_requests or PROBE_REQUESTS
     ex.phase("probe", f"{n} requests through the backend, both modes")
     fits = (plan.forwards, plan.verdicts, plan.allowance)
+    jcaps = None if plan.judge is None else capabilities(plan.judge)
     if plan.runs is None:
         guarded = GuardedBackend(backend, plan.timeout) if plan.timeout is not None else backend
-        pending = probing.start_drift(guarded, model, plan.probe_reproduce, plan.judge, n, *fits)
+        caps = capabilities(backend)
+        pending = probing.start_drift(guarded, model, plan.probe_reproduce, plan.judge, n, *fits, caps, jcaps)
     else:
         problem = probing.probe_problem(model, plan.runs)
-        pending = probing.pending_for(backend, model, plan.probe_reproduce, plan.judge, *fits)
+        pending = probing.pending_for(backend, model, plan.probe_reproduce, plan.judge, *fits, jcaps)
         pending.runs, pending.error = (None, problem) if problem else (plan.runs, "")
     if pending is None:
         v.skipped.append(f"no probe verdict applies to {backend.name} ({backend.dtype})")

@@ -18,15 +18,15 @@ from ...probe.calibration import COARSE_HIDDEN, PROBE_REQUESTS
 from ...probe.forwards import Forwards, of
 from ...comparison.malformed import side_problem
 from ..plan import VERDICTS, Executor, Probed
-from ....runtime.contract import capabilities
 
 
-def begin(plan: Probed, ex: Executor, backend, fwd: Forwards | None = None, how: str = "both modes", caps=None):
+def begin(plan: Probed, ex: Executor, backend, caps, judge_caps=None, fwd: Forwards | None = None, how="both modes"):
     """The drift probe of a plan that probes (plan.probes()), begun (start_drift) through `backend`
-    (the plan's, or it guarded), its phase heard. caps: the backend's Capabilities, read by the caller."""
+    (the plan's, or it guarded), its phase heard. caps, judge_caps: the backend's and the judge's
+    Capabilities, read by the caller (judge_caps None: no judge)."""
     n = plan.probe_requests or PROBE_REQUESTS
     ex.phase("probe", f"{n} requests through the backend, {how}")
-    return start_drift(backend, plan.model, plan.probe_reproduce, plan.judge, n, fwd, caps=caps)
+    return start_drift(backend, plan.model, plan.probe_reproduce, plan.judge, n, fwd, caps=caps, judge_caps=judge_caps)
 
 
 def finish(v, pending, ex: Executor | None = None) -> None:
@@ -85,17 +85,25 @@ class PendingDrift:
 
 
 def pending_for(
-    backend, model, reproduce: str = "", judge=None, fwd: Forwards | None = None, verdicts=VERDICTS, allowance=()
+    backend,
+    model,
+    reproduce: str = "",
+    judge=None,
+    fwd: Forwards | None = None,
+    verdicts=VERDICTS,
+    allowance=(),
+    judge_caps=None,
 ) -> PendingDrift:
     """The fit's inputs for a backend's probe: the JAX judge's sensitivities and twin where the judge
-    offers them (capabilities: drift_stats_fn, precision_energy_fn), else the NumPy fits on fwd.
-    Without the drift verdict (verdicts): the judge's twin where it offers one, else the NumPy twin."""
+    offers them (judge_caps, its Capabilities read by the caller: drift_stats_fn, precision_energy_fn),
+    else the NumPy fits on fwd. Without the drift verdict (verdicts): the judge's twin where it offers
+    one, else the NumPy twin."""
     key = (judge, model, backend.dtype)
     p = PendingDrift(model, None, backend.dtype, reproduce, fwd=fwd, verdicts=verdicts, allowance=allowance)
     if "drift" in verdicts and judge is not None and _JUDGE_FITS and _JUDGE_FITS[0][0] == key:  # made once
         p.stats_fn, p.dirs, p.energy_fn = _JUDGE_FITS[0][1]
         return p
-    caps = None if judge is None else capabilities(judge)
+    caps = None if judge is None else judge_caps
     if "drift" not in verdicts:
         twin = None if caps is None else caps.precision_energy_fn
         p.energy_fn = None if twin is None else twin(model, backend.dtype)
@@ -127,6 +135,7 @@ def start_drift(
     verdicts: tuple = VERDICTS,
     allowance: tuple = (),
     caps=None,
+    judge_caps=None,
 ) -> PendingDrift | None:
     """The drift verdict of an inexact backend, begun: the probe's runs through the backend now, the
     fit in the background (worker.background: a forked child for the NumPy fit where the platform
@@ -134,12 +143,12 @@ def start_drift(
     check does next; finish_probe waits for it. None: no drift verdict
     applies (exact or FP32: the value rows are far tighter than any drift; no policy: nothing ran).
     fwd: the run's forwards, for the NumPy fits (a forked fit works on its copy). verdicts, allowance:
-    ProbePlan's. caps: the backend's Capabilities where the caller read them (None: read here)."""
+    ProbePlan's. caps, judge_caps: the backend's and the judge's Capabilities, read by the caller."""
+    assert caps is not None, "start_drift: the caller reads the backend's Capabilities"
     if backend.exact or backend.dtype in ("float32", "float64") or not backend.policies:
         return None
-    p = pending_for(backend, model, reproduce, judge, fwd, verdicts, allowance)
+    p = pending_for(backend, model, reproduce, judge, fwd, verdicts, allowance, judge_caps)
     fits = (p.stats_fn, p.dirs, p.energy_fn, fwd, verdicts, allowance)
-    caps = capabilities(backend) if caps is None else caps
     if p.stats_fn is None and p.energy_fn is None and caps.fork_safe and _worker.forks():
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
         job = (_probe_and_fit, backend, model, n, reproduce, fits)
