@@ -205,18 +205,8 @@ def make_twin_logits_fn(model, dtype: str, device=None, samples: int = SAMPLES):
         at = np.asarray(pos + [pos[-1]] * (AT - len(pos)), np.int32)
         cos0, sin0, _, _ = _rope_tables(len(tok), cfg.head_dim, cfg.rope_theta)
         seed = zlib.crc32(np.asarray(tokens, np.int64).tobytes()) ^ (SEED & 0x7FFFFFFF)
-        out = _twin_logits(
-            params,
-            put(tok),
-            put(cos0),
-            put(sin0),
-            put(at),
-            jax.random.PRNGKey(seed),
-            sigma,
-            loops=loops,
-            shape=shape,
-            samples=samples,
-        )
+        args = (params, *map(put, (tok, cos0, sin0, at)), jax.random.PRNGKey(seed), sigma)
+        out = _twin_logits(*args, loops=loops, shape=shape, samples=samples)
         return np.asarray(out, np.float32)[:, :, : len(pos)]
 
     return twin_logits
