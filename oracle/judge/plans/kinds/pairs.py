@@ -49,6 +49,7 @@ def run(plan: PairsPlan, ex: Executor, v) -> None:
     v.skipped += [
         f"{c.name} (policy {c.policy} not supported by {backend.name})" for c, m in plan.pairs if (c, m) not in pairs
     ]
+    bounds = _cases.judge_twin(judge, model, dtype)  # the token rule on the judge's own twin
     ahead = draws_host_stream(backend) and ex.threads > 0
     budget = Budget(ex.budget_bytes) if ahead and ex.budget_bytes else None
 
@@ -90,7 +91,6 @@ def run(plan: PairsPlan, ex: Executor, v) -> None:
                 rep, tj = _cases.malformed(case.name, why, plan.reproduce, mode), 0.0
             else:
                 ref, tj = futures[i].result() if ahead else side(case, mode, replay_from=got)
-                bounds = _cases.judge_twin(judge, model, dtype)  # the token rule on the judge's twin
                 rep = compare_runs(ref.traces, got.traces, dtype, plan.reproduce, case.name, bounds=bounds, mode=mode)
             v.cases.append(
                 {

@@ -103,7 +103,7 @@ def pending_for(
     if "drift" in verdicts and judge is not None and _JUDGE_FITS and _JUDGE_FITS[0][0] == key:  # made once
         p.stats_fn, p.dirs, p.energy_fn = _JUDGE_FITS[0][1]
         return p
-    caps = None if judge is None else judge_caps
+    caps = judge_caps
     if "drift" not in verdicts:
         twin = None if caps is None else caps.precision_energy_fn
         p.energy_fn = None if twin is None else twin(model, backend.dtype)
