@@ -167,33 +167,30 @@ class LoopedModel:
         if n == 0:
             return np.zeros((0, cfg.hidden_size), F32)
         h = np.array(h, dtype=F32)  # [n, H]
-        # Products are one matrix-vector product per row (a row's bits never depend on the call's
-        # other rows); norms, RoPE and SiLU work on all rows at once, element by element (or per
-        # row along the last axis), which gives each row the bits it has alone.
+        # Products are one matrix-vector product per row (`rowwise`: a row's bits never depend on
+        # the call's other rows); norms, RoPE and SiLU work on all rows at once, element by element
+        # (or per row along the last axis), which gives each row the bits it has alone.
         for l, L in enumerate(self.layers):
             x = rms_norm(h, L.n_in, eps)  # [n, H]
-            q = np.stack([L.q @ x[r] for r in range(n)]).reshape(n, nh, hd)
-            k = np.stack([L.k @ x[r] for r in range(n)]).reshape(n, nkv, hd)
+            q = rowwise(L.q, x).reshape(n, nh, hd)
+            k = rowwise(L.k, x).reshape(n, nkv, hd)
+            v = rowwise(L.v, x).reshape(n, nkv, hd)
             q = q * cos[:, None] + rotate_half(q) * sin[:, None]  # [n, nh, hd]
             k = k * cos[:, None] + rotate_half(k) * sin[:, None]
             for r, (req, pos, depth) in enumerate(rows):  # KV writes
-                kv.write(req, pos, depth, l, k[r], (L.v @ x[r]).reshape(nkv, hd), call)
+                kv.write(req, pos, depth, l, k[r], v[r], call)
             # attention: row r reads the keys of its own plane up to its position
-            o = np.stack([L.o @ attend(q[r], *kv.read(req, depth, l, pos)) for r, (req, pos, depth) in enumerate(rows)])
-            x = h + rms_norm(o, L.n_attn_out, eps)  # [n, H]
+            a = np.stack([attend(q[r], *kv.read(req, depth, l, pos)) for r, (req, pos, depth) in enumerate(rows)])
+            x = h + rms_norm(rowwise(L.o, a), L.n_attn_out, eps)  # [n, H]
             y = rms_norm(x, L.n_post, eps)
-            gu = silu(np.stack([L.gate @ y[r] for r in range(n)])) * np.stack([L.up @ y[r] for r in range(n)])
-            m = np.stack([L.down @ gu[r] for r in range(n)])  # [n, H]
+            m = rowwise(L.down, silu(rowwise(L.gate, y)) * rowwise(L.up, y))  # [n, H]
             h = x + rms_norm(m, L.n_mlp_out, eps)
         return rms_norm(h, self.norm_w, eps)
 
     def head(self, h: np.ndarray) -> np.ndarray:
         """h: [n, H] loop outputs (already normed) -> logits [n, V], row by row."""
-        return (
-            np.stack([self.lm_head @ np.array(x, dtype=F32) for x in h])
-            if len(h)
-            else np.zeros((0, self.cfg.vocab_size), F32)
-        )
+        h = np.asarray(h, dtype=F32)
+        return rowwise(self.lm_head, h) if len(h) else np.zeros((0, self.cfg.vocab_size), F32)
 
     # ---- second path: full sequence, no KV cache, batched matmuls ----
     def forward_full(self, tokens, loops: int, past=None, keep: bool = False):
@@ -236,11 +233,21 @@ class LoopedModel:
         return (out, kv) if keep else out
 
 
+def rowwise(W: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """W: [out, in]; x: [n, in] -> [n, out], one matrix-vector product per row. numpy's matmul
+    over a stack of [in, 1] columns calls BLAS gemv once per row, exactly as `W @ x[r]` does, and
+    never a matrix-matrix product, so a row's bits do not depend on n."""
+    return np.matmul(W, x[:, :, None])[:, :, 0]
+
+
 def attend(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """One query row. q: [nh, hd]; K, V: [n, nkv, hd] -> [nh*hd]."""
+    """One query row. q: [nh, hd]; K, V: [n, nkv, hd] -> [nh*hd]. Head hh reads K/V head
+    hh // group; each head's scores and output are matrix-vector products (gemv, as `rowwise`)."""
     nh, hd = q.shape
-    group = nh // K.shape[1]
-    s = np.stack([K[:, hh // group] @ q[hh] for hh in range(nh)]) * F32(hd**-0.5)  # [nh, n]
+    nkv = K.shape[1]
+    qg = q.reshape(nkv, nh // nkv, hd, 1)  # [nkv, group, hd, 1]
+    Kt, Vt = K.transpose(1, 0, 2)[:, None], V.transpose(1, 0, 2)[:, None]  # [nkv, 1, n, hd]
+    s = np.matmul(Kt, qg).reshape(nh, -1) * F32(hd**-0.5)  # [nh, n]
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     p = p / p.sum(axis=-1, keepdims=True)  # per head, as a vector alone
-    return np.concatenate([p[hh] @ V[:, hh // group] for hh in range(nh)])  # [nh*hd]
+    return np.matmul(p.reshape(nkv, nh // nkv, 1, -1), Vt).reshape(nh * hd)  # [nh*hd]

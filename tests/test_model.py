@@ -66,6 +66,27 @@ def test_batch_invariance_bitwise(tiny):
         assert np.array_equal(logits, ref)
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 80])
+def test_rowwise_and_attend_give_each_row_its_one_row_bits(n):
+    """model.rowwise's row r is `W @ x[r]` bit for bit, and attend's head hh is the per-head
+    product of its K/V head, bit for bit (GQA), whatever n."""
+    from oracle.model import attend, rowwise
+
+    rng = np.random.default_rng(n)
+    W = rng.standard_normal((96, 72), dtype=np.float32)
+    x = rng.standard_normal((n, 72), dtype=np.float32)
+    got = rowwise(W, x)
+    assert got.view(np.uint32).tolist() == np.stack([W @ x[r] for r in range(n)]).view(np.uint32).tolist()
+    nh, nkv, hd = 6, 2, 8
+    q = rng.standard_normal((nh, hd), dtype=np.float32)
+    K, V = (rng.standard_normal((n, nkv, hd), dtype=np.float32) for _ in range(2))
+    s = np.stack([K[:, hh // 3] @ q[hh] for hh in range(nh)]) * np.float32(hd**-0.5)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)
+    want = np.concatenate([p[hh] @ V[:, hh // 3] for hh in range(nh)])
+    assert attend(q, K, V).view(np.uint32).tolist() == want.view(np.uint32).tolist()
+
+
 def test_mixed_depth_call_equals_separate_calls(tiny):
     kv1, kv2 = fresh_kv(tiny), fresh_kv(tiny)
     a = prefill(tiny, kv1, 0, [1, 2, 3], 4)
