@@ -229,50 +229,12 @@ def qkv_rope_kv(
     Returns q [M, nh, hd] and r [M, H] (h itself for the first layer). A call of up to
     program_norm_rows rows norms its input in every program; a larger one in one `_prenorm_kernel`
     launch first."""
-    M, H = _rows(h), h.shape[1]
-    assert qkv.shape == ((nh + 2 * nkv) * hd, H) and k_layer.is_contiguous() and v_layer.is_contiguous()
-    BM, BN, BK, nw, ns, peel, split, pf = _config("qkv", M, config)
-    has_y = y_parts(y_prev, h)
-    q = torch.empty(M, nh, hd, device=h.device, dtype=h.dtype)
-    grid = (triton.cdiv((nh + 2 * nkv) * hd // 2, BN),)
-    normed = M > program_norm_rows
-    if not normed:  # each program norms its input itself
-        r = torch.empty_like(h) if has_y else h
-        args = (h, y_prev if has_y else h, n_prev if has_y else n_in, n_in, r)
-    else:  # normed once per call, not once per program
-        x, r = _prenorm(h, y_prev, n_prev, n_in, eps, pdl)
-        args = (x, x, n_in, n_in, r)
-    sp = _split_args("qkv", H, BM, BK, split, grid[0], qkv.shape[0], h)
-    _qkv_kernel[(grid[0], sp["SPLIT"])](
-        *args,
-        qkv,
-        q,
-        k_layer,
-        v_layer,
-        cos,
-        sin,
-        pos,
-        plane,
-        M,
-        H,
-        k_layer.shape[1],
-        eps,
-        NH=nh,
-        NKV=nkv,
-        HD=hd,
-        HAS_Y=min(has_y, 1) if normed else has_y,  # normed: y already added in by _prenorm
-        NORMED=normed,
-        PDL=pdl,
-        PEEL=peel,
-        PF=_pf_bytes(pf, H - (sp["SPLIT"] - 1) * sp["KS"], qkv),
-        BLOCK_M=BM,
-        BLOCK_N=BN,
-        BLOCK_K=BK,
-        STATS_K=_stats_k(H, BM, BK),
-        **sp,
-        num_warps=nw,
-        num_stages=ns,
-        **launch_options(pdl),
+    assert qkv.shape == ((nh + 2 * nkv) * hd, h.shape[1]) and k_layer.is_contiguous() and v_layer.is_contiguous()
+    q = torch.empty(h.shape[0], nh, hd, device=h.device, dtype=h.dtype)
+    outs = (q, k_layer, v_layer, cos, sin, pos, plane)
+    mid, heads = (k_layer.shape[1],), {"NH": nh, "NKV": nkv, "HD": hd}  # max_len; the head shape
+    r = _pair_product(
+        _qkv_kernel, "qkv", qkv, h, y_prev, n_prev, n_in, outs, mid, eps, config, pdl, program_norm_rows, **heads
     )
     return q, r
 
@@ -291,32 +253,48 @@ def gate_up_silu(
     """r, y [M, H] (or y as split-K partials, `gemv`) -> r2 = r + rms_norm(y, n_attn_out) [M, H] and
     act = silu(g) * u [M, I] where g, u = rms_norm(r2, n_post) @ gate_up.T (gate rows first).
     program_norm_rows: as in qkv_rope_kv."""
-    M, H = _rows(r), r.shape[1]
     I = gate_up.shape[0] // 2
-    BM, BN, BK, nw, ns, peel, split, pf = _config("gate_up", M, config)
-    act = torch.empty(M, I, device=r.device, dtype=r.dtype)
+    act = torch.empty(r.shape[0], I, device=r.device, dtype=r.dtype)
+    r2 = _pair_product(
+        _gate_up_kernel, "gate_up", gate_up, r, y, n_attn_out, n_post, (act,), (I,), eps, config, pdl, program_norm_rows
+    )
+    return r2, act
+
+
+def _pair_product(
+    kernel, name: str, w, h, y, w_y, w_x, outs: tuple, mid: tuple, eps, config, pdl, program_norm_rows, **consts
+):
+    """Launch qkv's or gate_up's kernel (`name`), the products of w [2 * pairs, H] in column pairs, on the
+    input x = rms_norm(r, w_x), r = h + rms_norm(y, w_y) (h itself without y; y may be split-K
+    partials, `gemv`): `kernel(h, y, w_y, w_x, r, w, *outs, M, H, *mid, eps, **consts, ...)`.
+    Returns r. A call of up to program_norm_rows rows norms its input in every program; a larger
+    one in one `_prenorm_kernel` launch first."""
+    M, H = _rows(h), h.shape[1]
+    BM, BN, BK, nw, ns, peel, split, pf = _config(name, M, config)
+    has_y = y_parts(y, h)
     normed = M > program_norm_rows
     if not normed:  # each program norms its input itself
-        r2 = torch.empty_like(r)
-        args = (r, y, n_attn_out, n_post, r2)
+        r = torch.empty_like(h) if has_y else h
+        args = (h, y if has_y else h, w_y if has_y else w_x, w_x, r)
     else:  # normed once per call, not once per program
-        x, r2 = _prenorm(r, y, n_attn_out, n_post, eps, pdl)
-        args = (x, x, n_post, n_post, r2)
-    n_blocks = triton.cdiv(I, BN)
-    sp = _split_args("gate_up", H, BM, BK, split, n_blocks, 2 * I, r)
-    _gate_up_kernel[(n_blocks, sp["SPLIT"])](
+        x, r = _prenorm(h, y, w_y, w_x, eps, pdl)
+        args = (x, x, w_x, w_x, r)
+    n_blocks = triton.cdiv(w.shape[0] // 2, BN)
+    sp = _split_args(name, H, BM, BK, split, n_blocks, w.shape[0], h)
+    kernel[(n_blocks, sp["SPLIT"])](
         *args,
-        gate_up,
-        act,
+        w,
+        *outs,
         M,
         H,
-        I,
+        *mid,
         eps,
-        HAS_Y=y_parts(y, r),
+        **consts,
+        HAS_Y=min(has_y, 1) if normed else has_y,  # normed: y already added in by _prenorm
         NORMED=normed,
         PDL=pdl,
         PEEL=peel,
-        PF=_pf_bytes(pf, H - (sp["SPLIT"] - 1) * sp["KS"], gate_up),
+        PF=_pf_bytes(pf, H - (sp["SPLIT"] - 1) * sp["KS"], w),
         BLOCK_M=BM,
         BLOCK_N=BN,
         BLOCK_K=BK,
@@ -326,7 +304,7 @@ def gate_up_silu(
         num_stages=ns,
         **launch_options(pdl),
     )
-    return r2, act
+    return r
 
 
 def _prenorm(h, y, w_y, w_x, eps: float, pdl: bool):

@@ -184,37 +184,6 @@ if triton is not None:
         return inv_y, tl.rsqrt(tl.sum(acc, 1) / K + eps)
 
     @triton.jit
-    def _normed_chunk(
-        H,
-        Y,
-        WY,
-        WX,
-        R,
-        inv_y,
-        inv_r,
-        k0,
-        M,
-        K,
-        STORE_R,
-        HAS_Y: tl.constexpr,
-        BLOCK_M: tl.constexpr,
-        BLOCK_K: tl.constexpr,
-    ):
-        """Columns k0.. of x = rms_norm(r, wx) -> [BLOCK_M, BLOCK_K]; stores r's columns if STORE_R."""
-        DT: tl.constexpr = H.dtype.element_ty
-        m = tl.arange(0, BLOCK_M)
-        k = k0 + tl.arange(0, BLOCK_K)
-        r = _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y, BLOCK_M, BLOCK_K)
-        if HAS_Y:
-            tl.store(
-                R + m[:, None] * K + k[None, :],
-                r.to(DT),
-                mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :] & STORE_R,
-            )
-        wx = tl.load(WX + k, mask=_k_ok(k, K, BLOCK_K), other=0.0).to(tl.float32)
-        return _rnd(_rnd(r * inv_r[:, None], DT) * wx[None, :], DT)
-
-    @triton.jit
     def _input_chunk(
         H,
         Y,
@@ -228,15 +197,26 @@ if triton is not None:
         K,
         STORE_R,
         HAS_Y: tl.constexpr,
-        NORMED: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_K: tl.constexpr,
+        NORMED: tl.constexpr = False,
     ):
-        """Columns k0.. of the product's input: H itself if NORMED (written by _prenorm_kernel),
-        else x = rms_norm(h + rms_norm(y, wy), wx) as in _normed_chunk."""
+        """Columns k0.. of a product's input -> [BLOCK_M, BLOCK_K]: x = rms_norm(r, wx), r as in
+        _residual (r's columns stored if STORE_R); with NORMED, H itself (written by _prenorm_kernel)."""
         if NORMED:
             return _x_chunk(H, M, k0, K, BLOCK_M, BLOCK_K)
-        return _normed_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, STORE_R, HAS_Y, BLOCK_M, BLOCK_K)
+        DT: tl.constexpr = H.dtype.element_ty
+        m = tl.arange(0, BLOCK_M)
+        k = k0 + tl.arange(0, BLOCK_K)
+        r = _residual(H, Y, WY, inv_y, k0, M, K, HAS_Y, BLOCK_M, BLOCK_K)
+        if HAS_Y:
+            tl.store(
+                R + m[:, None] * K + k[None, :],
+                r.to(DT),
+                mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :] & STORE_R,
+            )
+        wx = tl.load(WX + k, mask=_k_ok(k, K, BLOCK_K), other=0.0).to(tl.float32)
+        return _rnd(_rnd(r * inv_r[:, None], DT) * wx[None, :], DT)
 
     @triton.jit
     def _w_tile(W, rows, row_mask, k0, K, BLOCK_K: tl.constexpr):
@@ -254,7 +234,7 @@ if triton is not None:
         if BLOCK_M >= 16:
             # small-M path (2..16 rows padded to 16): one tensor-core product per weight tile,
             # so the tile is streamed once for all rows of the call. x holds values of the
-            # model dtype (rounded by _normed_chunk, or loaded activations), so the BF16
+            # model dtype (rounded by _input_chunk, or loaded activations), so the BF16
             # product is exact and accumulates in FP32; the interpreter takes the same
             # products in TF32 (exact for BF16 values).
             if w.dtype == tl.float32:

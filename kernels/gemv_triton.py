@@ -18,7 +18,6 @@ if triton is not None:
         _k_ok,
         _l2_prefetch,
         _norm_stats,
-        _normed_chunk,
         _rnd,
         _w_tile,
         _x_chunk,
@@ -40,7 +39,7 @@ if triton is not None:
         pdl_enter(PDL)
         inv_y, inv_r = _norm_stats(H + off, Y + y_off, WY, 1, K, eps, HAS_Y, 1, BLOCK_K)
         for k0 in range(0, K, BLOCK_K):
-            x = _normed_chunk(H + off, Y + y_off, WY, WX, R + off, inv_y, inv_r, k0, 1, K, True, HAS_Y, 1, BLOCK_K)
+            x = _input_chunk(H + off, Y + y_off, WY, WX, R + off, inv_y, inv_r, k0, 1, K, True, HAS_Y, 1, BLOCK_K)
             k = k0 + tl.arange(0, BLOCK_K)
             tl.store(X + off + k[None, :], x.to(DT), mask=_k_ok(k, K, BLOCK_K)[None, :])
 
@@ -93,6 +92,43 @@ if triton is not None:
             tl.store(Out + m[:, None] * N + n[None, :], _cast(acc, Out.dtype.element_ty), mask=ok)
 
     @triton.jit
+    def _pair_sums(
+        H, Y, WY, WX, R, W, rows, OFF, row_ok, n_pairs, G: tl.constexpr, GS: tl.constexpr, M, K: tl.constexpr, eps,
+        HAS_Y: tl.constexpr, NORMED: tl.constexpr, PDL: tl.constexpr, PEEL: tl.constexpr, PF: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STATS_K: tl.constexpr,
+        SPLIT: tl.constexpr, KS: tl.constexpr,
+    ):  # fmt: skip
+        """The K loop of _qkv_kernel and _gate_up_kernel: two accumulators over one input, the FP32
+        sums [BLOCK_M, BLOCK_N] of the product's input (_input_chunk; program 0 stores r) times W's
+        rows `rows` and `rows + OFF` (row_ok: their mask), over the K columns k_lo..k_lo+KS, k_lo =
+        program_id(1) * KS with SPLIT (else 0). Before the PDL wait: the L2 prefetch of both row
+        sets (pair j -> row (j // G) * GS + j % G for j < n_pairs: _l2_prefetch) and, with PEEL,
+        the first K tile's weights."""
+        pid = tl.program_id(0)
+        k_lo = 0
+        if SPLIT > 1:
+            k_lo = tl.program_id(1) * KS
+        acc_a = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc_b = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        _l2_prefetch(W, pid * BLOCK_N, n_pairs, k_lo, K, BLOCK_N, G, GS, PF)
+        _l2_prefetch(W + OFF * K, pid * BLOCK_N, n_pairs, k_lo, K, BLOCK_N, G, GS, PF)
+        if PEEL:
+            w_a, w_b = _w_tile(W, rows, row_ok, k_lo, K, BLOCK_K), _w_tile(W, rows + OFF, row_ok, k_lo, K, BLOCK_K)
+        pdl_enter(PDL, LATE=True)
+        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
+        if PEEL:
+            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k_lo, M, K, pid == 0, HAS_Y, BLOCK_M, BLOCK_K, NORMED)
+            acc_a = _dot_w(acc_a, x, w_a, BLOCK_M)
+            acc_b = _dot_w(acc_b, x, w_b, BLOCK_M)
+        for t in range(PEEL * BLOCK_K, KS, BLOCK_K):
+            k0 = k_lo + t
+            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, BLOCK_M, BLOCK_K, NORMED)
+            acc_a = _dot_rows(acc_a, x, W, rows, row_ok, k0, K, BLOCK_M, BLOCK_K)
+            acc_b = _dot_rows(acc_b, x, W, rows + OFF, row_ok, k0, K, BLOCK_M, BLOCK_K)
+        pdl_late(PDL)
+        return acc_a, acc_b
+
+    @triton.jit
     def _qkv_kernel(
         H,
         Y,
@@ -139,27 +175,10 @@ if triton is not None:
         d = j % HALF
         lo = (j // HALF) * HD + d  # qkv output column, first half
         n_ok = j < (NH + 2 * NKV) * HALF
-        k_lo = 0
-        if SPLIT > 1:
-            k_lo = tl.program_id(1) * KS
-        acc_lo = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        acc_hi = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        _l2_prefetch(W, pid * BLOCK_N, (NH + 2 * NKV) * HALF, k_lo, K, BLOCK_N, HALF, HD, PF)
-        _l2_prefetch(W + HALF * K, pid * BLOCK_N, (NH + 2 * NKV) * HALF, k_lo, K, BLOCK_N, HALF, HD, PF)
-        if PEEL:  # the first K tile's weights before the PDL wait
-            w_lo, w_hi = _w_tile(W, lo, n_ok, k_lo, K, BLOCK_K), _w_tile(W, lo + HALF, n_ok, k_lo, K, BLOCK_K)
-        pdl_enter(PDL, LATE=True)
-        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
-        if PEEL:
-            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k_lo, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
-            acc_lo = _dot_w(acc_lo, x, w_lo, BLOCK_M)
-            acc_hi = _dot_w(acc_hi, x, w_hi, BLOCK_M)
-        for t in range(PEEL * BLOCK_K, KS, BLOCK_K):  # KS: K columns per program (K without split)
-            k0 = k_lo + t
-            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
-            acc_lo = _dot_rows(acc_lo, x, W, lo, n_ok, k0, K, BLOCK_M, BLOCK_K)
-            acc_hi = _dot_rows(acc_hi, x, W, lo + HALF, n_ok, k0, K, BLOCK_M, BLOCK_K)
-        pdl_late(PDL)
+        acc_lo, acc_hi = _pair_sums(
+            H, Y, WY, WX, R, W, lo, HALF, n_ok, (NH + 2 * NKV) * HALF, HALF, HD, M, K, eps,
+            HAS_Y, NORMED, PDL, PEEL, PF, BLOCK_M, BLOCK_N, BLOCK_K, STATS_K, SPLIT, KS,
+        )  # fmt: skip
         if SPLIT > 1:
             NC: tl.constexpr = (NH + 2 * NKV) * HD
             if _arrive(WS, Count + pid, acc_lo, acc_hi, lo, lo + HALF, n_ok, NC, BLOCK_M, SPLIT):
@@ -256,29 +275,10 @@ if triton is not None:
         pid = tl.program_id(0)
         j = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         j_ok = j < I
-        k_lo = 0
-        if SPLIT > 1:
-            k_lo = tl.program_id(1) * KS
-        acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        _l2_prefetch(W, pid * BLOCK_N, I, k_lo, K, BLOCK_N, 1, 1, PF)
-        _l2_prefetch(W + I * K, pid * BLOCK_N, I, k_lo, K, BLOCK_N, 1, 1, PF)
-        if PEEL:  # the first K tile's weights before the PDL wait
-            w_g, w_u = _w_tile(W, j, j_ok, k_lo, K, BLOCK_K), _w_tile(W, I + j, j_ok, k_lo, K, BLOCK_K)
-        pdl_enter(PDL, LATE=True)
-        inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, STATS_K, NORMED)
-        # The same two-accumulator K loop as qkv_rope_kv's (deliberately written out in each
-        # kernel: Triton inlines it either way, and each pairs its columns differently).
-        if PEEL:
-            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k_lo, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
-            acc_g = _dot_w(acc_g, x, w_g, BLOCK_M)
-            acc_u = _dot_w(acc_u, x, w_u, BLOCK_M)
-        for t in range(PEEL * BLOCK_K, KS, BLOCK_K):
-            k0 = k_lo + t
-            x = _input_chunk(H, Y, WY, WX, R, inv_y, inv_r, k0, M, K, pid == 0, HAS_Y, NORMED, BLOCK_M, BLOCK_K)
-            acc_g = _dot_rows(acc_g, x, W, j, j_ok, k0, K, BLOCK_M, BLOCK_K)
-            acc_u = _dot_rows(acc_u, x, W, I + j, j_ok, k0, K, BLOCK_M, BLOCK_K)
-        pdl_late(PDL)
+        acc_g, acc_u = _pair_sums(
+            H, Y, WY, WX, R, W, j, I, j_ok, I, 1, 1, M, K, eps,
+            HAS_Y, NORMED, PDL, PEEL, PF, BLOCK_M, BLOCK_N, BLOCK_K, STATS_K, SPLIT, KS,
+        )  # fmt: skip
         if SPLIT > 1:
             if _arrive(WS, Count + pid, acc_g, acc_u, j, I + j, j_ok, 2 * I, BLOCK_M, SPLIT):
                 acc_g, acc_u = _gather(WS, Count + pid, j, I + j, j_ok, 2 * I, BLOCK_M, SPLIT)
@@ -316,6 +316,6 @@ if triton is not None:
         inv_y, inv_r = _norm_stats(H, Y, WY, M, K, eps, HAS_Y, BLOCK_M, BLOCK_K)
         m = tl.arange(0, BLOCK_M)
         for k0 in range(0, K, BLOCK_K):
-            x = _normed_chunk(H, Y, WY, WX, Out, inv_y, inv_r, k0, M, K, False, HAS_Y, BLOCK_M, BLOCK_K)
+            x = _input_chunk(H, Y, WY, WX, Out, inv_y, inv_r, k0, M, K, False, HAS_Y, BLOCK_M, BLOCK_K)
             k = k0 + tl.arange(0, BLOCK_K)
             tl.store(Out + m[:, None] * K + k[None, :], x.to(DT), mask=(m[:, None] < M) & _k_ok(k, K, BLOCK_K)[None, :])
