@@ -349,6 +349,22 @@ class Step:
         return self.cuts(params, vocab) if self.cuts is not None else self.is_on(params)
 
 
+def _mass_filter(name: str, apply: Callable, check: Callable, margin: Callable, help: str) -> Step:
+    """A filter step of one mass field `name` in (0, 1], off where None or 1 (top_p, typical_p)."""
+    return Step(
+        name,
+        "filter",
+        apply,
+        {name: None},
+        check,
+        on=lambda p: getattr(p, name) is not None and getattr(p, name) < 1,
+        options=((name, "probability", name.upper(), help),),
+        strategy=f"{name}_kwargs",
+        rows=filters.off_at_one(name),
+        margin=margin,
+    )
+
+
 STEPS = (
     Step("mask", "mask", mask, {"banned_token_ids": (), "allowed_token_ids": None}, _check_mask),
     Step(
@@ -479,29 +495,13 @@ STEPS = (
         margin=filters.top_k_margin,
         cuts=lambda p, vocab: p.top_k is not None and p.top_k < vocab,
     ),
-    Step(
-        "top_p",
-        "filter",
-        filters.top_p,
-        {"top_p": None},
-        _check_top_p,
-        on=lambda p: p.top_p is not None and p.top_p < 1,
-        options=(("top_p", "probability", "TOP_P", "nucleus mass in (0, 1] (default: off)"),),
-        strategy="top_p_kwargs",
-        rows=filters.off_at_one("top_p"),
-        margin=filters.top_p_margin,
-    ),
-    Step(
+    _mass_filter("top_p", filters.top_p, _check_top_p, filters.top_p_margin, "nucleus mass in (0, 1] (default: off)"),
+    _mass_filter(
         "typical_p",
-        "filter",
         filters.typical_p,
-        {"typical_p": None},
         _check_typical_p,
-        on=lambda p: p.typical_p is not None and p.typical_p < 1,
-        options=(("typical_p", "probability", "TYPICAL_P", "Hugging Face's typical-p mass in (0, 1] (default: off)"),),
-        strategy="typical_p_kwargs",
-        rows=filters.off_at_one("typical_p"),
-        margin=filters.typical_p_margin,
+        filters.typical_p_margin,
+        "Hugging Face's typical-p mass in (0, 1] (default: off)",
     ),
 )
 
