@@ -183,6 +183,11 @@ def write_out(path: str, text: str, summary: str, option: str = "--out") -> None
     print(f"{summary}; wrote {printable(path)}")
 
 
+def add_optional(p, flag: str, help: str, kind=None, metavar: str | None = None) -> None:
+    """An option that is None unless given (its help says what None means), of argparse type `kind`."""
+    p.add_argument(flag, type=kind, default=None, metavar=metavar, help=help)
+
+
 def add_threads_option(p, help: str) -> None:
     """`--threads N` (N >= 1; None: the command's default), as `check`, `trace record` and `bench` take it."""
     p.add_argument("--threads", type=int_at_least(1), default=None, metavar="N", help=help)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from . import limits
-from .argtypes import command_parser, csv_ints, int_at_least
+from .argtypes import add_optional, command_parser, csv_ints, int_at_least
 from .schedule_args import add_schedule_options, max_depths, resolve_schedule_depths, round_depths
 from ..cost import compare_rounds, deciding_inequality, key_cost, planes
 from ..ctable import DEFAULT_GPU, SHIPPED, load_ctable
@@ -42,20 +42,10 @@ def register(subparsers) -> None:
         help="use a c-table the bench marked noisy, or whose c(M) drops by more than 25%%",
     )
     p.add_argument("--k", type=int_at_least(0), default=None, metavar="K", help="drafts per request (default: 4)")
-    p.add_argument(
-        "--batch",
-        type=csv_ints,
-        default=None,
-        metavar="C,...",
-        help=f"concurrencies C (default: {','.join(map(str, DEFAULT_BATCH))})",
-    )
-    p.add_argument(
-        "--counts",
-        type=csv_ints,
-        default=None,
-        metavar="T0,T1,...",
-        help="ragged round: token count T_i = K_i + 1 per request (instead of --k/--batch; default: none)",
-    )
+    batch = f"concurrencies C (default: {','.join(map(str, DEFAULT_BATCH))})"
+    add_optional(p, "--batch", batch, csv_ints, "C,...")
+    counts = "ragged round: token count T_i = K_i + 1 per request (instead of --k/--batch; default: none)"
+    add_optional(p, "--counts", counts, csv_ints, "T0,T1,...")
     add_schedule_options(p)
     p.add_argument(
         "--head-ctable",

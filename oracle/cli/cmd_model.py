@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from . import limits
-from .argtypes import check_report_dir, command_parser, csv_ints, int_at_least
+from .argtypes import add_optional, check_report_dir, command_parser, csv_ints, int_at_least
 from ..errors import OracleError, printable
 from ..checkpoint import build_model
 from ..progress import warn
@@ -99,31 +99,14 @@ def register(sub) -> None:
         "position's top-5 tokens per loop; load a checkpoint or save a preset's "
         "weights as one.",
     )
-    p.add_argument(
-        "--preset",
-        default=None,
-        help="model preset: tiny | small | ouro-1.4b (default: none; give this or --checkpoint)",
-    )
-    p.add_argument(
-        "--checkpoint", default=None, metavar="DIR", help="HF-style folder: config.json + *.safetensors (default: none)"
-    )
+    add_optional(p, "--preset", "model preset: tiny | small | ouro-1.4b (default: none; give this or --checkpoint)")
+    add_optional(p, "--checkpoint", "HF-style folder: config.json + *.safetensors (default: none)", metavar="DIR")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="weights seed of a preset")
-    p.add_argument(
-        "--tokens",
-        type=csv_ints,
-        default=None,
-        metavar="ID,ID,...",
-        help="prompt token ids, e.g. 1,2,3 (required unless --save alone writes a checkpoint)",
-    )
-    p.add_argument(
-        "--loops", type=int_at_least(1), default=None, help="loops to run (default: the config's total_ut_steps)"
-    )
-    p.add_argument(
-        "--save",
-        default=None,
-        metavar="DIR",
-        help="with --preset: write the weights as a checkpoint into this new folder (default: none)",
-    )
+    tokens = "prompt token ids, e.g. 1,2,3 (required unless --save alone writes a checkpoint)"
+    add_optional(p, "--tokens", tokens, csv_ints, "ID,ID,...")
+    add_optional(p, "--loops", "loops to run (default: the config's total_ut_steps)", int_at_least(1))
+    save = "with --preset: write the weights as a checkpoint into this new folder (default: none)"
+    add_optional(p, "--save", save, metavar="DIR")
     p.add_argument("--allow-large", action="store_true", help="lift the size limits (prompt length, loops)")
     p.add_argument("--json", action="store_true", help="print the last position's logits per loop as JSON")
     p.set_defaults(func=run, preflight=check_model_args)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .argtypes import csv_ints, depth_pairs, finite_float, int_at_least
+from .argtypes import add_optional, csv_ints, depth_pairs, finite_float, int_at_least
 from .round_args import check_round_args
 from .schedule_args import add_depth_options
 from .step_options import add_filter_options, add_processor_options
@@ -11,81 +11,46 @@ from .step_options import add_filter_options, add_processor_options
 
 def add_round_options(p) -> None:
     """Options shared by `check` and `trace record`; check_round_args checks them before any work.
-    (Over 80 lines: one add_argument per option, in the order --help lists them.)"""
-    p.add_argument(
-        "--preset",
-        default=None,
-        help="model preset: tiny | small | ouro-1.4b (default: tiny unless --checkpoint is given)",
-    )
-    p.add_argument(
-        "--checkpoint",
-        default=None,
-        metavar="DIR",
-        help="HF-style checkpoint folder instead of a preset (default: none)",
-    )
+    In the order --help lists them."""
+    add_optional(p, "--preset", "model preset: tiny | small | ouro-1.4b (default: tiny unless --checkpoint is given)")
+    add_optional(p, "--checkpoint", "HF-style checkpoint folder instead of a preset (default: none)", metavar="DIR")
     p.add_argument(
         "--seed",
         type=int_at_least(0),
         default=0,
         help="weights seed (presets) and base request seed (request i uses seed+i)",
     )
-    p.add_argument(
+    add_optional(
+        p,
         "--counts",
-        type=csv_ints,
-        default=None,
-        metavar="T0,T1,...",
-        help="token counts T_i = K_i + 1 per request per round, e.g. 5,3,1 "
+        "token counts T_i = K_i + 1 per request per round, e.g. 5,3,1 "
         "(default: the built-in cases; with other round options 5,3,1)",
+        csv_ints,
+        "T0,T1,...",
     )
     add_depth_options(p)
-    p.add_argument(
+    add_optional(
+        p,
         "--temperature",
-        type=finite_float,
-        default=None,
-        help="0 = greedy (default: a mixed batch, even requests greedy and odd ones at 1.0)",
+        "0 = greedy (default: a mixed batch, even requests greedy and odd ones at 1.0)",
+        finite_float,
     )
     add_filter_options(p)
-    p.add_argument("--rounds", type=int_at_least(1), default=None, help="rounds of generation (default: 4)")
+    add_optional(p, "--rounds", "rounds of generation (default: 4)", int_at_least(1))
     p.add_argument("--policy", default=None, choices=("sequential", "fixed"), help="RNG policy (default: sequential)")
-    p.add_argument(
-        "--depths",
-        type=depth_pairs,
-        default=None,
-        metavar="d0:D0,...",
-        help="per-request draft:target loops, one pair per request (replaces -d/-D; default: none)",
-    )
-    p.add_argument(
-        "--stop-tokens",
-        type=csv_ints,
-        default=None,
-        metavar="ID,...",
-        help="stop token ids of every request; emission ends after the first, kept (default: none)",
-    )
-    p.add_argument(
-        "--max-tokens",
-        type=int_at_least(1),
-        default=None,
-        help="tokens each request may generate in all (default: unlimited)",
-    )
-    p.add_argument(
-        "--banned-tokens",
-        type=csv_ints,
-        default=None,
-        metavar="ID,...",
-        help="token ids masked to -inf in draft and verification logits (default: none)",
-    )
+    depths = "per-request draft:target loops, one pair per request (replaces -d/-D; default: none)"
+    add_optional(p, "--depths", depths, depth_pairs, "d0:D0,...")
+    stop = "stop token ids of every request; emission ends after the first, kept (default: none)"
+    add_optional(p, "--stop-tokens", stop, csv_ints, "ID,...")
+    add_optional(p, "--max-tokens", "tokens each request may generate in all (default: unlimited)", int_at_least(1))
+    banned = "token ids masked to -inf in draft and verification logits (default: none)"
+    add_optional(p, "--banned-tokens", banned, csv_ints, "ID,...")
     add_processor_options(p)
-    p.add_argument(
-        "--prompt-len",
-        type=int_at_least(1),
-        default=None,
-        help="prompt length of every request (default: random 1..8 drawn from the seed)",
+    add_optional(
+        p, "--prompt-len", "prompt length of every request (default: random 1..8 drawn from the seed)", int_at_least(1)
     )
-    p.add_argument(
-        "--case",
-        default=None,
-        metavar="NAME",
-        help="run one built-in case by name (see the reproduce lines; default: all of them)",
+    add_optional(
+        p, "--case", "run one built-in case by name (see the reproduce lines; default: all of them)", metavar="NAME"
     )
     p.add_argument(
         "--allow-large",
