@@ -9,7 +9,7 @@ so imports run one way: bench -> kernels and oracle, never the reverse."""
 
 from __future__ import annotations
 
-from oracle.cli.argtypes import add_threads_option, command_parser, csv_ints, finite_float, int_at_least
+from oracle.cli.argtypes import add_threads_option, csv_ints, finite_float, int_at_least, subcommand_parsers
 from oracle.cli.step_options import add_filter_options, add_processor_options
 from oracle.progress import add_quiet_option
 
@@ -60,15 +60,13 @@ def _round_args(p) -> None:
 
 
 def register(sub) -> None:
-    # The argparse shape every command with subcommands has (cmd_trace.register too): a
-    # parser, its subparsers, one parser per subcommand; deliberately not abstracted.
-    p = command_parser(
+    bsub = subcommand_parsers(
         sub,
         "bench",
         "Measure c(M) tables and run paired block-vs-loop round benchmarks on the "
         "torch backend (CUDA graphs on a GPU).",
+        "c-table|rounds|sweep",
     )
-    bsub = p.add_subparsers(dest="bench_command", metavar="c-table|rounds|sweep", required=True)
     c = bsub.add_parser(
         "c-table",
         help="measure c(M): one recurrent call over M rows, graph replay",

@@ -203,3 +203,10 @@ def command_parser(sub, name: str, description: str):
     from . import HELP
 
     return sub.add_parser(name, help=HELP[name], description=description)
+
+
+def subcommand_parsers(sub, name: str, description: str, metavar: str):
+    """A command with subcommands (`trace`, `bench`): its parser (command_parser) and the
+    subparsers its subcommands are added to; the one given lands in args.<name>_command."""
+    p = command_parser(sub, name, description)
+    return p.add_subparsers(dest=f"{name}_command", metavar=metavar, required=True)

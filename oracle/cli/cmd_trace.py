@@ -13,7 +13,7 @@ import shlex
 from dataclasses import asdict
 from pathlib import Path
 
-from .argtypes import add_threads_option, add_timeout_option, check_out_path, command_parser
+from .argtypes import add_threads_option, add_timeout_option, check_out_path, subcommand_parsers
 from ..runtime.backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend, names_help
 from ..runtime import isolated
 from ..runtime.contract import tolerance_row
@@ -257,13 +257,13 @@ def diff(args) -> int:
 
 
 def register(sub) -> None:
-    p = command_parser(
+    tsub = subcommand_parsers(
         sub,
         "trace",
         "Record the round traces of a generation run (JSON + NPZ), diff two trace files (exit 1 when "
         "they differ, 2 when a file is not a valid trace), or cut one to a round and a request.",
+        "record|diff|cut",
     )
-    tsub = p.add_subparsers(dest="trace_command", metavar="record|diff|cut", required=True)
     r = tsub.add_parser(
         "record",
         help="record the round traces of a generation run",
