@@ -365,6 +365,22 @@ def _mass_filter(name: str, apply: Callable, check: Callable, margin: Callable, 
     )
 
 
+def _count_processor(name: str, apply: Callable, check: Callable, help: str, on: Callable | None = None) -> Step:
+    """A processor of one count field `name` (option N), off at 0, that reads the tokens (min_tokens,
+    no_repeat_ngram)."""
+    return Step(
+        name,
+        "processor",
+        apply,
+        {name: 0},
+        check,
+        on=on,
+        seen=True,
+        options=((name, "count", "N", help),),
+        strategy=f"{name}_kwargs",
+    )
+
+
 STEPS = (
     Step("mask", "mask", mask, {"banned_token_ids": (), "allowed_token_ids": None}, _check_mask),
     Step(
@@ -384,18 +400,12 @@ STEPS = (
         ),
         strategy="bad_words_kwargs",
     ),
-    Step(
+    _count_processor(
         "min_tokens",
-        "processor",
         processors.min_tokens,
-        {"min_tokens": 0},
         _check_min_tokens,
+        "stop tokens are masked until this many tokens are generated (default: 0)",
         on=lambda p: bool(p.min_tokens and p.stop_token_ids),
-        seen=True,
-        options=(
-            ("min_tokens", "count", "N", "stop tokens are masked until this many tokens are generated (default: 0)"),
-        ),
-        strategy="min_tokens_kwargs",
     ),
     Step(
         "logit_bias",
@@ -437,23 +447,12 @@ STEPS = (
         ),
         strategy="penalties_kwargs",
     ),
-    Step(
+    _count_processor(
         "no_repeat_ngram",
-        "processor",
         processors.no_repeat_ngram,
-        {"no_repeat_ngram": 0},
         _check_no_repeat_ngram,
-        seen=True,
-        options=(
-            (
-                "no_repeat_ngram",
-                "count",
-                "N",
-                "Hugging Face's no_repeat_ngram_size: a token that would repeat an N-gram of the prompt and "
-                "output is masked (default: 0, off)",
-            ),
-        ),
-        strategy="no_repeat_ngram_kwargs",
+        "Hugging Face's no_repeat_ngram_size: a token that would repeat an N-gram of the prompt and "
+        "output is masked (default: 0, off)",
     ),
     Step(
         "temperature",
