@@ -9,6 +9,7 @@ that run plug-ins mark themselves), instead of hanging the suite. SIGALRM on the
 failure is pytest.fail, a BaseException, so the oracle's `except Exception` (a backend's error is a
 failed check) does not swallow it."""
 
+import gc
 import os
 import signal
 import threading
@@ -47,6 +48,16 @@ def pytest_configure(config):
         except ImportError:
             return
         torch.set_num_threads(1)
+
+
+def pytest_collection_finish(session):
+    """Once collected, every object alive (the imported torch, jax, hypothesis and the test modules)
+    is moved out of the collector's sight (gc.freeze), and full collections come less often: a
+    worker's time in the collector went from 5.9-6.9 s to 3.1-4.3 s over meta_tests/test_faults.py
+    and tests/test_jax_model.py under -n 2 (gc.callbacks, 2026-12-05)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20000, 20, 20)
 
 
 def pytest_collection_modifyitems(config, items):
