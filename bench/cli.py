@@ -9,7 +9,7 @@ so imports run one way: bench -> kernels and oracle, never the reverse."""
 
 from __future__ import annotations
 
-from oracle.cli.argtypes import add_threads_option, csv_ints, finite_float, int_at_least, subcommand_parsers
+from oracle.cli.argtypes import add_threads_option, csv_ints, finite_float, int_at_least, subcommand, subcommand_parsers
 from oracle.cli.step_options import add_filter_options, add_processor_options
 from oracle.progress import add_quiet_option
 
@@ -67,11 +67,14 @@ def register(sub) -> None:
         "torch backend (CUDA graphs on a GPU).",
         "c-table|rounds|sweep",
     )
-    c = bsub.add_parser(
+    c = subcommand(
+        bsub,
         "c-table",
         help="measure c(M): one recurrent call over M rows, graph replay",
         description="Measure c(M), the median ms of one recurrent call over M rows (graph "
         "replay on CUDA), and print or write the c-table JSON.",
+        func=cmd_ctable,
+        preflight=check_bench_args,
     )
     _model_args(c)
     c.add_argument(
@@ -112,23 +115,27 @@ def register(sub) -> None:
         help=f"write the table even if its repeats spread beyond the noise bound ((q3-q1)/median > "
         f'{NOISE_BOUND} at some M), marked "noisy"',
     )
-    c.set_defaults(func=cmd_ctable, preflight=check_bench_args)
-    r = bsub.add_parser(
+    r = subcommand(
+        bsub,
         "rounds",
         help="paired block/loop round benchmark",
         description="Paired block/loop generations per C: median paired ratio with a "
         "bootstrap interval, ms/round, acceptance and graph counters.",
+        func=cmd_rounds,
+        preflight=check_bench_args,
+        out=None,
     )
     _round_args(r)
     r.add_argument("--json", action="store_true", help="print one JSON object")
-    r.set_defaults(func=cmd_rounds, preflight=check_bench_args, out=None)
-    s = bsub.add_parser(
+    s = subcommand(
+        bsub,
         "sweep",
         help="c-table + paired rounds per C, predicted vs measured ratio",
         description="Measure the c-table and head table the rounds need, then paired rounds "
         "per C; print predicted against measured block/loop ratios.",
+        func=cmd_sweep,
+        preflight=check_bench_args,
     )
     _round_args(s)
     s.add_argument("--repeats-ctable", type=int_at_least(1), default=50, help="timed replays per M of the tables")
     s.add_argument("--out", default=None, metavar="FILE", help="write the sweep JSON here (default: none)")
-    s.set_defaults(func=cmd_sweep, preflight=check_bench_args)

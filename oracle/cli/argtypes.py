@@ -205,6 +205,13 @@ def command_parser(sub, name: str, description: str):
     return sub.add_parser(name, help=HELP[name], description=description)
 
 
+def subcommand(subs, name: str, help: str, description: str, **defaults):
+    """A subcommand's parser (`bench c-table`, `trace diff`, ...) with its defaults (func, preflight)."""
+    p = subs.add_parser(name, help=help, description=description)
+    p.set_defaults(**defaults)
+    return p
+
+
 def subcommand_parsers(sub, name: str, description: str, metavar: str):
     """A command with subcommands (`trace`, `bench`): its parser (command_parser) and the
     subparsers its subcommands are added to; the one given lands in args.<name>_command."""

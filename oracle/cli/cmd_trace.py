@@ -13,7 +13,7 @@ import shlex
 from dataclasses import asdict
 from pathlib import Path
 
-from .argtypes import add_threads_option, add_timeout_option, check_out_path, subcommand_parsers
+from .argtypes import add_threads_option, add_timeout_option, check_out_path, subcommand, subcommand_parsers
 from ..runtime.backends import PLUGIN_FILES, BackendCallFailed, GuardedBackend, names_help
 from ..runtime import isolated
 from ..runtime.contract import tolerance_row
@@ -291,11 +291,13 @@ def register(sub) -> None:
     )
     r.add_argument("--out", required=True, metavar="FILE", help="trace file (JSON); arrays go to FILE.npz")
     r.set_defaults(func=record, preflight=check_record_args)
-    d = tsub.add_parser(
+    d = subcommand(
+        tsub,
         "diff",
         help="compare two trace files (exit 1 on a difference)",
         description="Compare two trace files, RNG events first; exit 0 identical, 1 they "
         "differ, 2 a file is missing, malformed or paired with the wrong NPZ.",
+        func=diff,
     )
     d.add_argument("a", metavar="A", help="the reference trace file (JSON, with A.npz beside it)")
     d.add_argument("b", metavar="B", help="the trace file compared with A (JSON, with B.npz beside it)")
@@ -306,5 +308,4 @@ def register(sub) -> None:
         help="exact, or a dtype's tolerance row (default: the row B was recorded with, exact for the reference)",
     )
     d.add_argument("--json", action="store_true", help="print one JSON object")
-    d.set_defaults(func=diff)
     trace_cut.register(tsub, checked_file)  # `trace cut`: one round, one request (issue 44)

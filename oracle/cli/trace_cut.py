@@ -21,7 +21,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from .argtypes import check_out_path, int_at_least
+from .argtypes import check_out_path, int_at_least, subcommand
 from ..errors import OracleError, printable
 from ..judge.scenario import command
 from ..traces import RoundTrace, save_traces
@@ -29,12 +29,14 @@ from ..traces import RoundTrace, save_traces
 
 def register(tsub, load) -> None:
     """The `cut` subcommand; load(path): the checked trace file (cmd_trace.checked_file)."""
-    c = tsub.add_parser(
+    c = subcommand(
+        tsub,
         "cut",
         help="cut a trace file to one round and one request (the smallest trace a diff pairs)",
         description="Write one round of a trace file, cut to one request, with its model identity and "
         "params: the smallest trace file that still pairs with the same cut of another (trace diff), "
         "to attach to a bug report. Exit 0 written, 2 bad input.",
+        func=lambda args: cut(args, load),
     )
     c.add_argument("a", metavar="A", help="the trace file to cut (JSON, with A.npz beside it)")
     c.add_argument("--round", type=int_at_least(0), required=True, metavar="R", help="the round (its `round` field)")
@@ -46,7 +48,6 @@ def register(tsub, load) -> None:
         help="the request id to keep (default: every request of the round)",
     )
     c.add_argument("--out", required=True, metavar="C", help="the cut trace file (JSON); arrays go to C.npz")
-    c.set_defaults(func=lambda args: cut(args, load))
 
 
 def cut_round(t: RoundTrace, rid) -> RoundTrace:
