@@ -88,6 +88,7 @@ def seeded_model(cfg: ModelConfig, seed: int) -> LoopedModel:
     return LoopedModel(cfg, random_weights(cfg, seed))
 
 
+@functools.cache
 @st.composite
 def model_configs(draw, max_layers: int | None = None, vocab=(16, 256)) -> ModelConfig:
     """Small random shapes: 1-3 layers, kv heads dividing heads, even head_dim, vocab 16-256."""
@@ -105,10 +106,12 @@ def model_configs(draw, max_layers: int | None = None, vocab=(16, 256)) -> Model
     )
 
 
+@functools.cache
 def weight_seeds():
     return st.integers(0, 3)
 
 
+@functools.cache
 @st.composite
 def depths(draw, max_D: int | None = None) -> tuple[int, int]:
     """(d, D): target loops D in 2..6, draft loops d in 1..D-1."""
@@ -116,6 +119,7 @@ def depths(draw, max_D: int | None = None) -> tuple[int, int]:
     return draw(st.integers(1, D - 1)), D
 
 
+@functools.cache
 @st.composite
 def request_depths(draw, max_D: int) -> tuple[int, int]:
     """One request's (d_i, D_i): D_i in 2..max_D, d_i in 1..D_i-1."""
@@ -125,7 +129,14 @@ def request_depths(draw, max_D: int) -> tuple[int, int]:
 
 def token_counts(max_tokens: int | None = None):
     """A request's T_i = K_i + 1 in 1..9."""
-    return st.integers(1, max_tokens or cap("ORACLE_MAX_TOKENS"))
+    return _integers(1, max_tokens or cap("ORACLE_MAX_TOKENS"))
+
+
+@functools.cache
+def _integers(lo: int, hi: int):
+    """st.integers(lo, hi), made once (a strategy is made once and drawn many times: Hypothesis
+    works out a new strategy's properties on its first draw)."""
+    return st.integers(lo, hi)
 
 
 def ragged_counts(max_requests: int | None = None):
@@ -134,32 +145,43 @@ def ragged_counts(max_requests: int | None = None):
 
 
 def prompts(vocab: int, max_len: int | None = None):
-    return st.lists(st.integers(0, vocab - 1), min_size=1, max_size=max_len or cap("ORACLE_MAX_PROMPT")).map(tuple)
+    return _prompts(vocab, max_len or cap("ORACLE_MAX_PROMPT"))
 
 
+@functools.cache
+def _prompts(vocab: int, max_len: int):
+    return st.lists(st.integers(0, vocab - 1), min_size=1, max_size=max_len).map(tuple)
+
+
+@functools.cache
 def seeds():
     return st.integers(0, 2**32 - 1)
 
 
+@functools.cache
 def temperatures():
     return st.floats(0.2, 2.0)
 
 
+@functools.cache
 def top_ks(vocab: int):
     """None (off), 1, anything in between, and values >= vocab (a no-op)."""
     return st.none() | st.sampled_from([1, vocab, vocab + 7]) | st.integers(1, vocab)
 
 
+@functools.cache
 def top_ps():
     """None/1.0 (off), a value that keeps only the top token, and anything in (0, 1)."""
     return st.none() | st.sampled_from([1.0, 1e-6]) | st.floats(0.05, 1.0)
 
 
+@functools.cache
 def min_ps():
     """None (off), 0 (off), anything in (0, 0.5], 1 (only the top token and its ties)."""
     return st.none() | st.sampled_from([0.0, 1.0]) | st.floats(0.001, 0.5)
 
 
+@functools.cache
 @st.composite
 def masks(draw, vocab: int) -> dict:
     """banned_token_ids / allowed_token_ids (in a quarter of the cases; one token always stays)."""
@@ -192,6 +214,7 @@ def typical_p_kwargs(draw, vocab: int) -> dict:
     return {"typical_p": draw(st.sampled_from([None, None, 1.0, 1e-6]) | st.floats(0.1, 1.0))}
 
 
+@functools.cache
 @st.composite
 def filter_kwargs(draw, vocab: int) -> dict:
     """The fields of every filter of CHAIN (temperature aside), each drawn by its strategy."""
@@ -202,6 +225,7 @@ def filter_kwargs(draw, vocab: int) -> dict:
     return out
 
 
+@functools.cache
 @st.composite
 def sampled_params(draw, vocab: int):
     return SamplingParams(
@@ -228,17 +252,20 @@ def stop_params(draw, vocab: int, recent=()):
     return draw(with_processors(p, vocab, recent)) if draw(st.booleans()) else p
 
 
+@functools.cache
 @st.composite
 def greedy_params(draw, vocab: int | None = None):
     return SamplingParams(seed=draw(seeds()), **(draw(masks(vocab)) if vocab else {}))
 
 
+@functools.cache
 def base_params(vocab: int):
     """Greedy or sampled (temperature, optional min-p, top-k, top-p, banned/allowed token
     masks, on greedy requests too), without the sequence-dependent processors."""
     return greedy_params(vocab) | sampled_params(vocab)
 
 
+@functools.cache
 @st.composite
 def sampling_params(draw, vocab: int, recent=()):
     """base_params, and in a third of the requests the processors (`with_processors`;
@@ -292,12 +319,14 @@ def penalties_kwargs(draw, c) -> dict:
     return out
 
 
+BIASES = st.sampled_from([8.0, -8.0, 100.0, -100.0]) | st.floats(-10.0, 10.0)
+
+
 def logit_bias_kwargs(draw, c) -> dict:
     """Up to 3 tokens, biases large enough to change decisions (+-8, +-100 or within +-10)."""
-    bias = st.sampled_from([8.0, -8.0, 100.0, -100.0]) | st.floats(-10.0, 10.0)
     return {
         "logit_bias": tuple(
-            draw(st.lists(st.tuples(c["pool"], bias), min_size=1, max_size=3, unique_by=lambda tb: tb[0]))
+            draw(st.lists(st.tuples(c["pool"], BIASES), min_size=1, max_size=3, unique_by=lambda tb: tb[0]))
         )
     }
 
