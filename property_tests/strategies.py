@@ -111,6 +111,16 @@ def weight_seeds():
     return st.integers(0, 3)
 
 
+BOOLEANS = st.booleans()
+LEAVES = st.sampled_from([False, False, False, True])  # a request leaves after a round, 1 in 4
+
+
+@functools.cache
+def _members(candidates: tuple):
+    """A round's members: distinct requests among the candidates, at least one."""
+    return st.lists(st.sampled_from(candidates), min_size=1, unique=True)
+
+
 @functools.cache
 @st.composite
 def depths(draw, max_D: int | None = None) -> tuple[int, int]:
@@ -137,6 +147,19 @@ def _integers(lo: int, hi: int):
     """st.integers(lo, hi), made once (a strategy is made once and drawn many times: Hypothesis
     works out a new strategy's properties on its first draw)."""
     return st.integers(lo, hi)
+
+
+@functools.cache
+def _sampled(values: tuple):
+    """st.sampled_from(values), made once (as _integers)."""
+    return st.sampled_from(values)
+
+
+@functools.cache
+def _unique_ids(vocab: int, min_size: int, max_size: int | None = None, without: int | None = None):
+    """Distinct token ids in [0, vocab) (not `without`), made once (as _integers)."""
+    ids = st.integers(0, vocab - 1) if without is None else st.integers(0, vocab - 1).filter(lambda t: t != without)
+    return st.lists(ids, min_size=min_size, max_size=max_size, unique=True)
 
 
 def ragged_counts(max_requests: int | None = None):
@@ -182,14 +205,19 @@ def min_ps():
 
 
 @functools.cache
+def _allowed(vocab: int):
+    return st.none() | _unique_ids(vocab, 1, vocab)
+
+
+@functools.cache
 @st.composite
 def masks(draw, vocab: int) -> dict:
     """banned_token_ids / allowed_token_ids (in a quarter of the cases; one token always stays)."""
-    if draw(st.integers(0, 3)):
+    if draw(_integers(0, 3)):
         return {}
-    allowed = draw(st.none() | st.lists(st.integers(0, vocab - 1), min_size=1, max_size=vocab, unique=True))
-    keep = draw(st.sampled_from(list(range(vocab)) if allowed is None else allowed))  # never banned
-    banned = draw(st.lists(st.integers(0, vocab - 1).filter(lambda t: t != keep), max_size=3, unique=True))
+    allowed = draw(_allowed(vocab))
+    keep = draw(_sampled(tuple(range(vocab)) if allowed is None else tuple(allowed)))  # never banned
+    banned = draw(_unique_ids(vocab, 0, 3, keep))
     return {"banned_token_ids": tuple(banned), "allowed_token_ids": None if allowed is None else tuple(allowed)}
 
 
@@ -306,16 +334,24 @@ def unmasked(p: SamplingParams, vocab: int) -> list[int]:
 # the step may take: the row never empties).
 
 
+PENALTIES = {
+    "which": st.sampled_from(["repetition", "additive", "both"]),
+    "repetition": st.sampled_from([2.0, 0.5, 1.3]) | st.floats(0.5, 2.0),
+    "presence": st.sampled_from([2.0, -2.0, 0.5]) | st.floats(-2.0, 2.0),
+    "frequency": st.sampled_from([0.0, 2.0, -2.0]) | st.floats(-2.0, 2.0),
+}
+
+
 def penalties_kwargs(draw, c) -> dict:
     """Repetition in [0.5, 2] (2 and 0.5 often), and/or presence and frequency in [-2, 2] (the
     ends often)."""
-    which = draw(st.sampled_from(["repetition", "additive", "both"]))
+    which = draw(PENALTIES["which"])
     out = {}
     if which != "additive":
-        out["repetition_penalty"] = draw(st.sampled_from([2.0, 0.5, 1.3]) | st.floats(0.5, 2.0))
+        out["repetition_penalty"] = draw(PENALTIES["repetition"])
     if which != "repetition":
-        out["presence_penalty"] = draw(st.sampled_from([2.0, -2.0, 0.5]) | st.floats(-2.0, 2.0))
-        out["frequency_penalty"] = draw(st.sampled_from([0.0, 2.0, -2.0]) | st.floats(-2.0, 2.0))
+        out["presence_penalty"] = draw(PENALTIES["presence"])
+        out["frequency_penalty"] = draw(PENALTIES["frequency"])
     return out
 
 
@@ -354,6 +390,17 @@ def no_repeat_ngram_kwargs(draw, c) -> dict:
     return {"no_repeat_ngram": draw(st.sampled_from([2, 3, 4] if c["free"] >= 16 else [3, 4]))}
 
 
+@functools.cache
+def _pool(vocab: int, recent: tuple):
+    """Token ids, often the recent ones."""
+    return st.sampled_from(recent) | st.integers(0, vocab - 1) if recent else st.integers(0, vocab - 1)
+
+
+@functools.cache
+def _flags(n: int):
+    return st.lists(st.booleans(), min_size=n, max_size=n)
+
+
 @st.composite
 def processor_kwargs(
     draw, vocab: int, recent=(), stops=(), max_tokens=None, keep=None, free=None, only: str | None = None
@@ -364,14 +411,11 @@ def processor_kwargs(
     anywhere. keep: a token no bad word and no stop token masked by min_tokens may end in;
     free: the tokens the mask leaves (default: the vocabulary); only: the one step drawn (by name)."""
     free = vocab if free is None else free
-    pool = st.integers(0, vocab - 1)
-    recent = sorted({t for t in recent[-6:] if t < vocab})
-    if recent:
-        pool = st.sampled_from(recent) | pool
+    pool = _pool(vocab, tuple(sorted({t for t in recent[-6:] if t < vocab})))
     steps = CHAIN.named("processor")
-    on = draw(st.lists(st.booleans(), min_size=len(steps), max_size=len(steps)))
+    on = list(draw(_flags(len(steps))))
     if not any(on):
-        on[draw(st.integers(0, len(steps) - 1))] = True
+        on[draw(_integers(0, len(steps) - 1))] = True
     if only is not None:
         on = [s.name == only for s in steps]
     c = {"pool": pool, "stops": stops, "max_tokens": max_tokens, "keep": keep, "free": free}
@@ -425,22 +469,22 @@ def scenarios(
     weight_seed = weight_seed if weight_seed is not None else draw(weight_seeds())
     d, D = depth if depth is not None else draw(depths())
     policy = policy or draw(policies())
-    n = draw(st.integers(1, max_requests or cap("ORACLE_MAX_REQUESTS")))
-    ragged = draw(st.booleans()) if ragged_depths is None else ragged_depths
+    n = draw(_integers(1, max_requests or cap("ORACLE_MAX_REQUESTS")))
+    ragged = draw(BOOLEANS) if ragged_depths is None else ragged_depths
     depth_list = tuple(draw(request_depths(D)) for _ in range(n)) if ragged else None
     prompt_list = tuple(draw(prompts(cfg.vocab_size)) for _ in range(n))
     param_list = tuple(
         draw(params if params is not None else sampling_params(cfg.vocab_size, prompt_list[i])) for i in range(n)
     )
     lo, hi = rounds
-    n_rounds = draw(st.integers(lo, hi or cap("ORACLE_MAX_ROUNDS")))
+    n_rounds = draw(_integers(lo, hi or cap("ORACLE_MAX_ROUNDS")))
     ops, live, left = [], [], set()
     for _ in range(n_rounds):
         candidates = [i for i in range(n) if i not in left]
         if not candidates:
             break
         if join_leave:
-            members = draw(st.lists(st.sampled_from(candidates), min_size=1, unique=True))
+            members = draw(_members(tuple(candidates)))
             if fixed_requests is not None and fixed_requests not in members:
                 members = [fixed_requests] + members
         else:
@@ -452,7 +496,7 @@ def scenarios(
         ops.append(("step", tuple((i, draw(token_counts())) for i in members)))
         if join_leave:
             for i in list(live):
-                if i != fixed_requests and draw(st.sampled_from([False, False, False, True])):
+                if i != fixed_requests and draw(LEAVES):
                     ops.append(("remove", i))
                     live.remove(i)
                     left.add(i)
