@@ -15,7 +15,6 @@ Same math as LoopedModel.forward_full (tests/test_drift.py holds them equal at s
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 # Per-layer parameters, in HF terms. "attn_scale" is the softmax logit scale head_dim**-0.5; a
@@ -44,9 +43,11 @@ def params(num_layers: int) -> list[tuple[str, int | None]]:
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     """x rounded to the nearest value of a storage dtype ("bfloat16": ties to even, "float16",
     "float32"), returned as FP32."""
-    x = np.asarray(x, np.float32)
-    if dtype == "bfloat16":  # ml_dtypes (jax's bfloat16 type): round to nearest, ties to even
-        return x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    x = np.ascontiguousarray(x, np.float32)
+    if dtype == "bfloat16":  # on the bits: add half an ULP (less one, plus the kept lowest bit: ties to even), cut
+        u = x.view(np.uint32)
+        r = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+        return r.view(np.float32)
     if dtype == "float16":
         return x.astype(np.float16).astype(np.float32)
     return x.copy()
