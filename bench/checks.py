@@ -8,7 +8,7 @@ from oracle.cli.argtypes import check_out_path
 from oracle.cli.step_options import filter_fields, given_filter, processor_fields
 from oracle.errors import OracleError
 from oracle.progress import warn
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 from oracle.schedule import validate
 
 

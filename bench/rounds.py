@@ -12,7 +12,7 @@ from collections import deque
 import torch
 
 from oracle.config import preset as get_preset
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 
 from kernels.backend import DTYPES
 from kernels.options import KernelOptions

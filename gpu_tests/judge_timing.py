@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from oracle.roofline import judge_round_floor
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 
 K, d, D = 4, 2, 4
 MODES = ("block", "loop")

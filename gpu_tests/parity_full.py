@@ -48,7 +48,7 @@ from oracle.judge.plans import verdict  # noqa: E402
 from oracle.judge.plans.plan import Executor, pairs_plan  # noqa: E402
 from oracle.judge.scenario import Case  # noqa: E402
 from oracle.checkpoint import build_model  # noqa: E402
-from oracle.sampling import SamplingParams as SP  # noqa: E402
+from oracle.sampling_params import SamplingParams as SP  # noqa: E402
 
 DEPTHS = ((1, 4), (2, 4), (3, 4))
 KINDS = (SP(), SP(1.0, top_k=50), SP(0.8, top_p=0.9), SP(1.2, top_k=200, top_p=0.95), SP(0.7))

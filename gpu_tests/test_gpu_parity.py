@@ -26,7 +26,7 @@ from oracle.judge.plans.plan import INLINE, probe_plan, traces_plan
 from oracle.judge.plans.verdict import judge
 from oracle.config import preset as preset_cfg
 from oracle.runtime.contract import LoadedBackend
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 from property_tests import harness
 from property_tests.strategies import PROC_PARAMS, seeded_model, sampling_params, scenarios, stop_params
 

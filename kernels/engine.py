@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 
 from .engine_accept import AcceptSteps
 from .engine_heads import HeadSteps

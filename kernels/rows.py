@@ -13,7 +13,7 @@ Bad words, padded to MAX_BAD_WORDS words of at most MAX_BAD_WORD_LEN tokens: bw_
 -1: no word). The device keeps the last TAIL committed output tokens per slot to match them.
 no_repeat_ngram (0: off; at most MAX_NGRAM): the device keeps up to HISTORY tokens of prompt
 and output per slot.
-The rows of each step of oracle.sampling.CHAIN come from ROWS, or are its fields as scalars;
+The rows of each step of oracle.sampling_params.CHAIN come from ROWS, or are its fields as scalars;
 STEP_ROWS, FILTER_ROWS and PROC_ROWS are read from them, and check_limits from LIMITS.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from oracle.errors import OracleError
-from oracle.sampling import CHAIN, SamplingParams
+from oracle.sampling_params import CHAIN, SamplingParams
 
 MAX_BAD_WORD_LEN = 8  # tokens in one bad word, at most
 MAX_BAD_WORDS = 32  # bad words of one request, at most
@@ -33,13 +33,13 @@ NO_LIMIT = 2**62
 
 
 def filtered(params, vocab: int) -> bool:
-    """A sampled request whose distribution a filter of oracle.sampling.CHAIN may cut (min-p,
+    """A sampled request whose distribution a filter of oracle.sampling_params.CHAIN may cut (min-p,
     top-k < vocab, top-p, ...: the sorting sampler; `Step.drops`)."""
     return not params.greedy and any(s.drops(params, vocab) for s in CHAIN.named("filter"))
 
 
 def processor_steps(params) -> tuple:
-    """The processor steps of oracle.sampling.CHAIN (after the mask) that are on for these
+    """The processor steps of oracle.sampling_params.CHAIN (after the mask) that are on for these
     params (a step that is off for a row is the identity on it), in the chain's order."""
     return tuple(s.name for s in CHAIN.named("processor") if s.is_on(params))
 
@@ -156,7 +156,7 @@ def sampling_rows(params, vocab: int) -> dict:
 
 
 # the processor steps the device runs after the mask (kernels/sampler.py STEPS), in
-# oracle.sampling.CHAIN's order
+# oracle.sampling_params.CHAIN's order
 STEPS = tuple(s.name for s in CHAIN.named("processor"))
 # the rows each step of the chain reads (the device gathers them per row: Engine._proc_rows for
 # the processors, FILTER_ROWS for sampler.filtered_probs)

@@ -1,11 +1,12 @@
 """Sampling on the device, row-vectorized with per-row parameters (same definitions as
-oracle/sampling.py). Every function is free of host syncs, so it can sit in a CUDA graph.
+oracle/sampling_params.py and oracle/sampling.py). Every function is free of host syncs, so it
+can sit in a CUDA graph.
 
 Per-row parameters of the filters (`FILTERS`, one function per filter step of
-oracle.sampling.CHAIN, on the rows its Step gives: kernels/rows.py). Banned and not-allowed
+oracle.sampling_params.CHAIN, on the rows its Step gives: kernels/rows.py). Banned and not-allowed
 tokens arrive already masked to -inf (mask).
 
-The processors (`processed`: mask, then the steps of oracle.sampling.CHAIN.processors in the
+The processors (`processed`: mask, then the steps of oracle.sampling_params.CHAIN.processors in the
 chain's order) take per-row inputs built by their caller (Engine._proc_rows from the device's
 per-slot state and the round's drafts; host_sampling from a Seen). A step that is off for a
 row is the identity on it (bit for bit), so rows with and without processors share a batch;
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from oracle.sampling import CHAIN
+from oracle.sampling_params import CHAIN
 
 from .rows import MAX_NGRAM
 
@@ -89,7 +90,7 @@ def no_repeat_ngram(x: torch.Tensor, r: dict) -> torch.Tensor:
     return x.masked_fill(hit[:, :V], NEG_INF)
 
 
-# the device step of each processor of oracle.sampling.CHAIN, by name
+# the device step of each processor of oracle.sampling_params.CHAIN, by name
 STEPS = {
     "bad_words": bad_words,
     "logit_bias": logit_bias,
@@ -103,7 +104,7 @@ assert ORDER[0] == "mask" and set(ORDER[1:]) == set(STEPS), f"the device has no 
 
 def processed(logits: torch.Tensor, banned: torch.Tensor, r: dict | None = None, steps: tuple = ()) -> torch.Tensor:
     """logits [N, V] FP32 -> the chain's processors applied: the mask (banned [N, V]), then
-    each step named in `steps`, in oracle.sampling.CHAIN's order. r: the steps' row inputs."""
+    each step named in `steps`, in oracle.sampling_params.CHAIN's order. r: the steps' row inputs."""
     x = logits
     for name in ORDER:
         if name == "mask":
@@ -160,7 +161,7 @@ def typical_p(x: torch.Tensor, r: dict) -> torch.Tensor:
     return x.masked_fill(s > ss.gather(1, last[:, None]), NEG_INF)
 
 
-# the device step of each filter of oracle.sampling.CHAIN, by name, on its rows (kernels/rows.py)
+# the device step of each filter of oracle.sampling_params.CHAIN, by name, on its rows (kernels/rows.py)
 FILTERS = {"temperature": temperature, "min_p": min_p, "top_k": top_k, "top_p": top_p, "typical_p": typical_p}
 FILTER_ORDER = tuple(n for n, _ in CHAIN.filters)
 assert set(FILTER_ORDER) == set(FILTERS), f"the device has no filter for {FILTER_ORDER}"
@@ -168,7 +169,7 @@ assert set(FILTER_ORDER) == set(FILTERS), f"the device has no filter for {FILTER
 
 def filtered_probs(logits: torch.Tensor, r: dict) -> torch.Tensor:
     """logits: [N, V] FP32 (masked) -> probabilities [N, V] FP32: each filter of
-    oracle.sampling.CHAIN in its order (FILTERS), then softmax. r: the filters' rows
+    oracle.sampling_params.CHAIN in its order (FILTERS), then softmax. r: the filters' rows
     (kernels/rows.py FILTER_ROWS), each [N]."""
     x = logits
     for name in FILTER_ORDER:

@@ -61,6 +61,7 @@ from oracle.reference_backend import ReferenceBackend, ReferenceSession
 from oracle.kv import KVCache, KVWrite
 from oracle.phases import PHASES, Phases
 from oracle.session import get_round
+from oracle.sampling_params import CHAIN
 
 
 class DenseKV(KVCache):
@@ -164,9 +165,9 @@ def sampling_with(**overrides):
 
 
 def sampling_with_steps(**steps):
-    """oracle.sampling with steps of its chain replaced (sampling.Chain.replace): the faulty
+    """oracle.sampling with steps of its chain replaced (oracle.step.Chain.replace): the faulty
     samplers take the chain's order and every other step from oracle.sampling."""
-    chain = sampling.CHAIN.replace(**steps)
+    chain = CHAIN.replace(**steps)
     return sampling_with(
         filtered_probs=functools.partial(sampling.filtered_probs, chain=chain),
         greedy_token=functools.partial(sampling.greedy_token, chain=chain),

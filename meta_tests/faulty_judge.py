@@ -18,13 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 from oracle import sampling
+from oracle.sampling_params import CHAIN
 
 from .faulty import FaultyBackend, sampling_with
 
 LOOSE = 0.9  # tokens with p >= LOOSE * max p count as tied
 
 
-def _loose_greedy_token(logits, params=None, seen=None, chain=sampling.CHAIN) -> int:
+def _loose_greedy_token(logits, params=None, seen=None, chain=CHAIN) -> int:
     x = np.asarray(sampling.processed_logits(logits, params, seen, chain) if params is not None else logits, np.float64)
     p = np.exp(x - np.max(x))
     return int(np.flatnonzero(p >= LOOSE * p.max())[-1])  # BUG: the highest id of a near tie

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from oracle import filters, sampling
+from oracle.sampling_params import CHAIN
 from oracle.sampler.reference import ReferenceSampler
 from oracle.sampler.rules import Rules
 
@@ -88,7 +89,7 @@ def _top_p_by_index(x, params):
     return x
 
 
-BY_INDEX = sampling.CHAIN.replace(top_k=_top_k_by_index, top_p=_top_p_by_index)
+BY_INDEX = CHAIN.replace(top_k=_top_k_by_index, top_p=_top_p_by_index)
 
 
 class TiesByIndex(Rules):

@@ -28,7 +28,8 @@ import numpy as np
 
 from oracle.reference_backend import ReferenceBackend, ReferenceSession
 from oracle.rng_trace import RngEvent
-from oracle.sampling import SamplingParams, filtered_probs
+from oracle.sampling import filtered_probs
+from oracle.sampling_params import SamplingParams
 
 
 class _Session(ReferenceSession):

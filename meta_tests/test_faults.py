@@ -235,7 +235,7 @@ def processor_cases(vocab: int = 64) -> list:
     four rounds of K up to 8, under both RNG policies: what `check --backend` runs once the
     flags exist."""
     from oracle.judge.scenario import make_case
-    from oracle.sampling import SamplingParams as SP
+    from oracle.sampling_params import SamplingParams as SP
 
     proc = dict(
         repetition_penalty=1.3,

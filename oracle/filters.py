@@ -1,7 +1,7 @@
-"""The filters of the chain (oracle/sampling.py CHAIN, after the processors; sampled requests
-only), each in three parts that its `Step` (oracle/sampling.py, beside the check of its fields)
-names: the FP32 step (logits [V] -> logits [V], a dropped token -inf), its device rows, and its
-margin.
+"""The filters of the chain (oracle/sampling_params.py CHAIN, after the processors; sampled
+requests only), each in four parts that its `Step` (oracle/sampling_params.py, beside its fields)
+names: the FP32 step (logits [V] -> logits [V], a dropped token -inf), the check of its fields
+(`<name>_check`, as oracle/step.py says), its device rows, and its margin.
 
 Device rows: params, V -> {row name: numpy scalar}; kernels/rows.py gathers them per slot and
 kernels/sampler.py runs the filter of the same name on them (an off filter's rows make it the
@@ -14,9 +14,12 @@ margin's: a probability gap / max p at temperature 1, or a tempered quantity tim
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from .errors import OracleError
 
 
 F32 = np.float32
@@ -65,6 +68,11 @@ class Margins:
 
 # ---- temperature ----
 
+# A sampled request's temperature T: logits divided by it stay finite float32 (max 3.4e38) for logits
+# up to 3e8 in size, and a logit of 1e-8 stays nonzero (smallest normal 1.2e-38). Beyond this range the
+# scaled logits overflow (T = 1e-38: "zero total mass") or vanish; as --repetition-penalty's range.
+TEMPERATURE_RANGE = (1e-30, 1e30)
+
 
 def temperature(x: np.ndarray, params) -> np.ndarray:
     return x / F32(params.temperature)
@@ -72,6 +80,19 @@ def temperature(x: np.ndarray, params) -> np.ndarray:
 
 def temperature_rows(p, V) -> dict:
     return {"temp": F32(1.0 if p.greedy else p.temperature)}
+
+
+def temperature_check(p, vocab=None) -> dict:
+    t = p.temperature
+    if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
+        raise OracleError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+    lo, hi = TEMPERATURE_RANGE
+    if t != 0 and not lo <= t <= hi:
+        raise OracleError(
+            f"temperature {t:g} is outside [{lo:g}, {hi:g}] (or 0 = greedy): the logits divided by it would "
+            "overflow float32 (max 3.4e38) or vanish"
+        )
+    return {}
 
 
 # ---- min-p (vLLM): drop tokens with softmax(x) < min_p * max softmax(x) ----
@@ -92,6 +113,13 @@ def min_p_margin(m: Margins) -> None:
         m.lower(temper(m.params) * np.min(np.abs(ratio[np.isfinite(x)] - m.params.min_p)))
 
 
+def min_p_check(p, vocab=None) -> dict:
+    mp = p.min_p
+    if mp is not None and (isinstance(mp, bool) or not isinstance(mp, (int, float)) or not 0 <= mp <= 1):
+        raise OracleError(f"min_p must be in [0, 1], got {mp!r}")
+    return {}
+
+
 # ---- top-k: keep x >= the k-th largest x (ties at the threshold stay) ----
 
 
@@ -108,6 +136,12 @@ def top_k_margin(m: Margins) -> None:
     if k is not None and k < m.kept:
         m.kept = k
         m.lower((m.r1[k - 1] - m.r1[k]) / m.r1[0])
+
+
+def top_k_check(p, vocab=None) -> dict:
+    if p.top_k is not None and (isinstance(p.top_k, bool) or not isinstance(p.top_k, int) or p.top_k < 1):
+        raise OracleError(f"top_k must be an integer >= 1, got {p.top_k!r}")
+    return {}
 
 
 # ---- top-p: in descending order, a token whose mass before it exceeds p is dropped ----
@@ -137,6 +171,12 @@ def top_p_margin(m: Margins) -> None:
     cut = int(np.sum(before <= tp))  # tokens top-p keeps
     if cut < m.kept:
         m.lower((m.r1[cut - 1] - m.r1[cut]) / m.r1[0])
+
+
+def top_p_check(p, vocab=None) -> dict:
+    if p.top_p is not None and not (isinstance(p.top_p, (int, float)) and 0 < p.top_p <= 1):
+        raise OracleError(f"top_p must be in (0, 1], got {p.top_p!r}")
+    return {}
 
 
 # ---- typical-p (Hugging Face's TypicalLogitsWarper, min_tokens_to_keep=1): with H the entropy
@@ -184,6 +224,13 @@ def typical_p_margin(m: Margins) -> None:
     above = ss[ss > ss[last]]
     if above.size:
         m.lower(temper(m.params) * (above[0] - ss[last]))
+
+
+def typical_p_check(p, vocab=None) -> dict:
+    tp = p.typical_p
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, (int, float)) or not 0 < tp <= 1):
+        raise OracleError(f"typical_p must be in (0, 1], got {tp!r}")
+    return {}
 
 
 def off_at_one(field: str):

@@ -19,6 +19,7 @@ from .errors import OracleError
 from .kv import KVCache
 from .model import LoopedModel
 from .rng_trace import RequestRng, check_policy, round_layout
+from .sampling_params import SamplingParams
 from .schedule import request_depths, shared, validate
 from .traces import RoundTrace
 
@@ -27,7 +28,7 @@ from .traces import RoundTrace
 class Request:
     rid: int
     tokens: list[int]  # committed tokens t[0..n-1]
-    params: sampling.SamplingParams
+    params: SamplingParams
     rng: RequestRng
     depths: tuple[int, int] | None = None  # (d_i, D_i); None: the session's (d, D)
     generated: int = 0  # tokens committed by earlier rounds (max_tokens)

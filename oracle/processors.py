@@ -3,6 +3,8 @@ definitions and order: bad words, min_tokens, logit bias, then the repetition, f
 penalties; then Hugging Face's no_repeat_ngram_size. Each step maps FP32 logits [V] to FP32
 logits [V] (it may write into its input, which the chain has copied) and skips itself when its
 parameter is off, so a request without processors gets the same bits as before they existed.
+Beside each, the check of its fields (`<name>_check`, as oracle/step.py says), which its `Step`
+(oracle/sampling_params.py) names.
 
 `Seen` is what the logits of one offset see. A round's offset o (0-based; offset 0 is the last
 committed token) has drafts 1..o behind it, for the draft logits that draw draft o+1 and for
@@ -13,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from .errors import OracleError
+from .step import in_vocab, is_id, is_num
 
 F32 = np.float32
 
@@ -39,10 +44,40 @@ def bad_words(x: np.ndarray, params, seen: Seen) -> np.ndarray:
     return x
 
 
+def bad_words_check(p, vocab=None) -> dict:
+    words = []
+    for w in p.bad_words:
+        w = tuple(w) if isinstance(w, (list, tuple)) else None
+        if not w or not all(is_id(t) for t in w):
+            raise OracleError(f"bad_words must be non-empty sequences of token ids >= 0, got {list(p.bad_words)!r}")
+        words.append(tuple(int(t) for t in w))
+    if vocab is not None:
+        in_vocab("bad_words", [t for w in words for t in w], vocab)
+    return {"bad_words": tuple(words)}
+
+
 def logit_bias(x: np.ndarray, params, seen: Seen) -> np.ndarray:
     for t, b in params.logit_bias:
         x[t] = x[t] + F32(b)
     return x
+
+
+def logit_bias_check(p, vocab=None) -> dict:
+    bias = p.logit_bias.items() if isinstance(p.logit_bias, dict) else p.logit_bias
+    try:
+        bias = [(t, b) for t, b in bias]
+    except (TypeError, ValueError):
+        raise OracleError(f"logit_bias must map token ids to biases, got {p.logit_bias!r}") from None
+    for t, b in bias:
+        if not is_id(t):
+            raise OracleError(f"logit_bias: {t!r} is not a token id >= 0")
+        if not is_num(b) or not -100 <= b <= 100:
+            raise OracleError(f"logit_bias of token {t}: the bias must be a finite number in [-100, 100], got {b!r}")
+    if len({t for t, _ in bias}) != len(bias):
+        raise OracleError("logit_bias names a token twice")
+    if vocab is not None:
+        in_vocab("logit_bias", [t for t, _ in bias], vocab)
+    return {"logit_bias": tuple(sorted((int(t), float(b)) for t, b in bias))}
 
 
 def min_tokens(x: np.ndarray, params, seen: Seen) -> np.ndarray:
@@ -51,6 +86,15 @@ def min_tokens(x: np.ndarray, params, seen: Seen) -> np.ndarray:
     if len(seen.output) < params.min_tokens and params.stop_token_ids:
         x[list(params.stop_token_ids)] = -np.inf
     return x
+
+
+def min_tokens_check(p, vocab=None) -> dict:
+    m = p.min_tokens
+    if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+        raise OracleError(f"min_tokens must be an integer >= 0, got {m!r}")
+    if p.max_tokens is not None and m > p.max_tokens:
+        raise OracleError(f"min_tokens {m} exceeds max_tokens {p.max_tokens}")
+    return {}
 
 
 def output_counts(seen: Seen, V: int) -> np.ndarray:
@@ -76,6 +120,21 @@ def penalties(x: np.ndarray, params, seen: Seen) -> np.ndarray:
     return x
 
 
+def penalties_check(p, vocab=None) -> dict:
+    r = p.repetition_penalty
+    if not is_num(r) or r <= 0:
+        raise OracleError(f"repetition_penalty must be a finite number > 0 (1 = off), got {r!r}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = getattr(p, name)
+        if not is_num(v) or not -2 <= v <= 2:
+            raise OracleError(f"{name} must be in [-2, 2] (0 = off), got {v!r}")
+    return {
+        "repetition_penalty": float(r),
+        "presence_penalty": float(p.presence_penalty),
+        "frequency_penalty": float(p.frequency_penalty),
+    }
+
+
 def no_repeat_ngram(x: np.ndarray, params, seen: Seen) -> np.ndarray:
     """Hugging Face's NoRepeatNGramLogitsProcessor: with n = no_repeat_ngram, a token is masked
     when it would complete an n-gram that already occurs in the sequence, the prompt followed by
@@ -88,3 +147,10 @@ def no_repeat_ngram(x: np.ndarray, params, seen: Seen) -> np.ndarray:
     banned = [seq[j + n - 1] for j in range(len(seq) - n + 1) if seq[j : j + n - 1] == prefix]
     x[banned] = -np.inf
     return x
+
+
+def no_repeat_ngram_check(p, vocab=None) -> dict:
+    n = p.no_repeat_ngram
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise OracleError(f"no_repeat_ngram must be an integer >= 0 (0 = off), got {n!r}")
+    return {"no_repeat_ngram": int(n)}

@@ -10,7 +10,7 @@ from .loop_round import loop_round
 from .phases import Request
 from .reference_round import block_round
 from .rng_trace import RequestRng, check_policy
-from .sampling import SamplingParams
+from .sampling_params import SamplingParams
 
 ROUNDS = {"block": block_round, "loop": loop_round}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from oracle.judge.scenario import Case
 from oracle.config import ModelConfig, preset
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 
 from .strategies import MODES
 

@@ -34,7 +34,7 @@ from oracle.config import ModelConfig
 from oracle.judge.scenario import Case
 from oracle.model import LoopedModel, random_weights
 from oracle.rng_events import POLICIES
-from oracle.sampling import CHAIN, SamplingParams
+from oracle.sampling_params import CHAIN, SamplingParams
 
 MODES = ("block", "loop")
 
@@ -221,7 +221,7 @@ def masks(draw, vocab: int) -> dict:
     return {"banned_token_ids": tuple(banned), "allowed_token_ids": None if allowed is None else tuple(allowed)}
 
 
-# Each filter step of oracle.sampling.CHAIN names its function here (Step.strategy):
+# Each filter step of oracle.sampling_params.CHAIN names its function here (Step.strategy):
 # (draw, vocab) -> its SamplingParams fields, off in part of the draws.
 
 
@@ -328,7 +328,7 @@ def unmasked(p: SamplingParams, vocab: int) -> list[int]:
     return sorted(set(allowed) - set(p.banned_token_ids))
 
 
-# Each processor step of oracle.sampling.CHAIN names its function here (Step.strategy):
+# Each processor step of oracle.sampling_params.CHAIN names its function here (Step.strategy):
 # (draw, c) -> its SamplingParams fields, drawn so that they bite on a small vocabulary.
 # c: pool (token ids, often the recent ones), stops, max_tokens, keep (a token that no mask of
 # the step may take: the row never empties).
@@ -405,7 +405,7 @@ def _flags(n: int):
 def processor_kwargs(
     draw, vocab: int, recent=(), stops=(), max_tokens=None, keep=None, free=None, only: str | None = None
 ) -> dict:
-    """SamplingParams fields of the processor steps of oracle.sampling.CHAIN, each on in about
+    """SamplingParams fields of the processor steps of oracle.sampling_params.CHAIN, each on in about
     half the draws (at least one on), drawn by the step's strategy (above). Tokens come from
     `recent` (the tokens the request will see, so repeats and bad-word prefixes occur) or
     anywhere. keep: a token no bad word and no stop token masked by min_tokens may end in;

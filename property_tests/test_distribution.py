@@ -40,7 +40,7 @@ from scipy import stats
 
 from oracle import sampling as oracle_sampling
 from oracle.config import ModelConfig
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 
 from . import harness
 from .harness import examples
@@ -107,7 +107,7 @@ AMBIGUOUS = 1e-5  # top-p/min-p: tokens this close to the threshold may go eithe
 
 
 def spec_filter(logits, params: SamplingParams):
-    """Independent FP64 implementation of the filter chain (oracle/sampling.py docstring):
+    """Independent FP64 implementation of the filter chain (oracle/sampling_params.py docstring):
     mask, temperature, min-p, top-k, top-p, softmax, where a token's survival depends only on
     its value (tied tokens share their fate). Returns (probabilities, ambiguous token mask)."""
     V = len(logits)

@@ -26,7 +26,7 @@ from oracle.judge.plans.verdict import judge
 from oracle.judge.plans.plan import INLINE, traces_plan
 from oracle.judge.scenario import Case
 from oracle.config import ModelConfig
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 
 from . import harness
 from .harness import examples

@@ -1,6 +1,6 @@
 """Sequence-dependent logits processors inside speculative rounds (oracle/processors.py; the
-chain of oracle/sampling.py: mask, bad_words, min_tokens, logit_bias, penalties, no_repeat_ngram,
-then the filters). The logits at offset o see the prompt, the output of earlier rounds and this
+chain of oracle/sampling_params.py: mask, bad_words, min_tokens, logit_bias, penalties,
+no_repeat_ngram, then the filters). The logits at offset o see the prompt, the output of earlier rounds and this
 round's drafts 1..o (oracle.phases.seen, oracle.traces.seen_in): the context plain
 decoding would have had. Requests here always carry processors, on small vocabularies (8-24
 tokens) so that they bite (strategies.processor_kwargs: repeats, penalties up to 2, biases
@@ -15,7 +15,7 @@ from each request's own plain decode (`with_recent_words`), so that they bite in
   a near tie of the backend's own processed logits (the dtype's margin row, as the judge
   excuses divergences); the sequences are compared up to it.
   test_each_processor_alone_is_plain_decoding: the same, per processor step of
-  oracle.sampling.CHAIN, with that step alone on (a new step is covered once its strategy is
+  oracle.sampling_params.CHAIN, with that step alone on (a new step is covered once its strategy is
   named in CHAIN).
 * test_forced_drafts_follow_the_plain_decode (exact backends whose sessions run
   oracle.phases, i.e. the reference and meta_tests.faulty): the draft head is replaced
@@ -47,7 +47,7 @@ from oracle.judge.scenario import Case
 from oracle.judge.comparison.decisions import greedy_margin
 from oracle.traces import seen_in
 from oracle.phases import PHASES
-from oracle.sampling import CHAIN, SamplingParams
+from oracle.sampling_params import CHAIN, SamplingParams
 from oracle.tolerances import TOLERANCES
 
 from . import harness
@@ -205,7 +205,7 @@ def test_greedy_speculative_decoding_is_plain_decoding(sc, mode, plain_mode, dat
 @settings(max_examples=examples(15))
 @given(mode=st.sampled_from(MODES), plain_mode=st.sampled_from(MODES), data=st.data())
 def test_each_processor_alone_is_plain_decoding(step, mode, plain_mode, data):
-    """The property above with one processor step of oracle.sampling.CHAIN on, alone (a step
+    """The property above with one processor step of oracle.sampling_params.CHAIN on, alone (a step
     that needs stop tokens is off where the request has none)."""
     assert_plain_decoding(data.draw(processor_scenarios(kind="greedy", only=step), label="scenario"), mode, plain_mode)
 

@@ -1,6 +1,6 @@
 """Stop conditions inside a round.
 
-A request may have stop token ids and max_tokens (oracle.sampling.SamplingParams). A round
+A request may have stop token ids and max_tokens (oracle.sampling_params.SamplingParams). A round
 decides exactly as without them (drafts, acceptance, the final token, RNG events); then its
 emission is cut after the first stop token (kept) or at max_tokens
 (oracle.sampling.stop_cut), only the kept tokens are committed, the KV frontier follows them,

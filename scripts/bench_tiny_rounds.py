@@ -11,7 +11,7 @@ import statistics
 import time
 
 from oracle.checkpoint import build_model
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 from oracle.session import Session
 
 

@@ -54,7 +54,7 @@ def one(args) -> tuple:
     from oracle.judge.runner import judge_run, run_scenario
     from oracle.judge.scenario import Case
     from oracle.judge.plans.verdict import judge
-    from oracle.sampling import SamplingParams as SP
+    from oracle.sampling_params import SamplingParams as SP
 
     rng = np.random.default_rng([seed, i])
     cfg, model = random_model(rng)

@@ -39,7 +39,7 @@ from oracle.judge.plans.plan import INLINE, traces_plan  # noqa: E402
 from oracle.judge.plans.verdict import judge as judge_verdict  # noqa: E402
 from oracle.judge.runner import REFERENCE, run_scenario  # noqa: E402
 from oracle.judge.scenario import Case  # noqa: E402
-from oracle.sampling import SamplingParams as SP  # noqa: E402
+from oracle.sampling_params import SamplingParams as SP  # noqa: E402
 
 
 def main(argv=None) -> int:

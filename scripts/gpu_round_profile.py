@@ -10,7 +10,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench.rounds import make_session, random_weights
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("C", type=int, nargs="?", default=128, help="concurrency (default: 128)")

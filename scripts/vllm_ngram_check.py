@@ -139,7 +139,7 @@ def draw(n: int, first_seed: int, batch: int, rank: int, model_only: bool) -> tu
             tally(counts, model.outcome(seed), x)
         return counts, 0
     from examples.vllm_rejection_sampler import make_sampler
-    from oracle.sampling import SamplingParams
+    from oracle.sampling_params import SamplingParams
 
     sampler, params = make_sampler(), SamplingParams(temperature=TEMPERATURE)
     for s in range(first_seed, first_seed + n, batch):

@@ -163,7 +163,7 @@ def test_session_capabilities(tiny):
     ref = load_backend("reference").session(tiny, 1, 2, "block")
     caps = session_capabilities(ref)
     assert not caps.submit_collect and caps.kv_frontiers is not None
-    ref.add(0, [1, 2, 3], __import__("oracle.sampling", fromlist=["SamplingParams"]).SamplingParams())
+    ref.add(0, [1, 2, 3], __import__("oracle.sampling_params", fromlist=["SamplingParams"]).SamplingParams())
     assert caps.kv_frontiers(0) == {2}
     plug = load_backend("examples.plugin_backend:make_backend").session(tiny, 1, 2, "block")
     assert session_capabilities(plug).kv_frontiers is None

@@ -20,7 +20,7 @@ from oracle.errors import OracleError
 from oracle.judge import runner
 from oracle.judge.scenario import make_case
 from oracle.reference_backend import ReferenceBackend
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 
 pytestmark = pytest.mark.time_limit(120)  # runs plug-ins: a hang fails here, not the suite (conftest.py)
 

@@ -16,7 +16,8 @@ from oracle.judge.comparison.decisions import (
     redecide,
     unexplained_decision,
 )
-from oracle.sampling import SamplingParams as SP, filtered_probs
+from oracle.sampling import filtered_probs
+from oracle.sampling_params import SamplingParams as SP
 from oracle.session import Session
 
 

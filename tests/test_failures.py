@@ -20,7 +20,7 @@ from oracle.judge.comparison.report import Failure, Report, describe
 from oracle.judge.runner import REFERENCE, run_scenario
 from oracle.judge.scenario import Case
 from oracle.judge.plans.verdict import judge
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 
 INLINE = Executor(where="inline")
 

@@ -22,7 +22,7 @@ from oracle.capture import LAYER_OPS, OPS
 from oracle.checkpoint import build_model
 from oracle.config import ModelConfig
 from oracle.errors import OracleError
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 
 BF = torch.bfloat16
 ROWS = (1, 2, 5, 16, 80)

@@ -11,7 +11,7 @@ from oracle.judge.runner import REFERENCE, run_scenario
 from oracle.judge.comparison.compare import compare_runs
 from oracle.errors import OracleError
 from oracle.kv import KVError
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 
 
 def case(seed=0):

@@ -20,7 +20,7 @@ import jax, numpy as np
 from oracle.config import ModelConfig
 from oracle.judge.comparison.compare import rel_err
 from oracle.model import LoopedModel, random_weights
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 from judge_jax.backend import make_jax_backend
 from judge_jax.model import JaxLoopedModel
 from jax.sharding import Mesh

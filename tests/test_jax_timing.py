@@ -16,7 +16,7 @@ from gpu_tests.judge_timing import count_transfers, time_judge_round
 from judge_jax.backend import make_jax_backend
 from oracle.judge.runner import REFERENCE, run_scenario as run
 from oracle.judge.comparison.compare import compare_runs
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 
 ROOT = Path(__file__).resolve().parents[1]
 # scripts/gpu_judge_time.py at the smallest shape, one repeat (the CPU runs of its GPU timing)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from oracle.judge.comparison.compare import compare_runs
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 from oracle.session import Session
 
 

@@ -22,7 +22,7 @@ from oracle.tolerances import TOLERANCES
 from oracle.judge.comparison.decisions import draw_margin, greedy_margin
 from oracle.errors import OracleError
 from oracle.checkpoint import build_model
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 
 
 @pytest.fixture(scope="module")

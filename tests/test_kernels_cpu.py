@@ -25,7 +25,7 @@ from oracle.reference_backend import ReferenceBackend
 from oracle.judge.comparison.compare import compare_runs
 from oracle.errors import OracleError
 from oracle.checkpoint import build_model
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 from oracle.schedule import plan as plan_schedule
 
 MIXED = [

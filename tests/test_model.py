@@ -224,7 +224,7 @@ def test_cache_free_check_catches_a_late_round(tiny):
     from oracle.judge.comparison.cache_free import cache_free_check
     from oracle.judge.scenario import make_case
     from oracle.judge.runner import REFERENCE, run_scenario
-    from oracle.sampling import SamplingParams as SP
+    from oracle.sampling_params import SamplingParams as SP
 
     case = make_case("late", [{0: 3, 1: 2}] * 6, 2, 4, [SP(), SP(0.9, seed=1)])
     traces = run_scenario(REFERENCE, tiny, case, "loop").traces

@@ -15,7 +15,7 @@ from oracle.judge.runner import REFERENCE, run_scenario
 from oracle.judge.comparison.compare import compare_runs
 from oracle.judge.probe.drift_model import round_to
 from oracle.checkpoint import build_model
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 from oracle.judge.probe.calibration import SAMPLES, SEED
 from oracle.judge.probe import calibration
 

@@ -19,7 +19,7 @@ from oracle.judge.comparison.report import rel_err
 from oracle.judge.runner import judge_run
 from oracle.judge.scenario import make_case
 from oracle.judge.plans.verdict import judge
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 
 
 @pytest.fixture(scope="module")

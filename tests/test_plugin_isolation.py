@@ -26,7 +26,7 @@ from oracle.errors import OracleError
 from oracle.judge.plans import worker
 from oracle.judge.runner import run_scenario
 from oracle.judge.scenario import make_case
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 
 pytestmark = pytest.mark.time_limit(120)  # runs plug-ins: a hang fails here, not the suite (conftest.py)
 

@@ -380,7 +380,7 @@ def test_round_bits_keeps_bfloat16_at_8_bits_and_the_kernel_v_fault_stores_what_
     from kernels.options import KernelOptions
     from meta_tests.band_faults import rounding_backend
     from oracle.checkpoint import build_model
-    from oracle.sampling import SamplingParams
+    from oracle.sampling_params import SamplingParams
 
     x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     assert torch.equal(round_bits(x, 8), x)

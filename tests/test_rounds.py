@@ -13,7 +13,7 @@ from oracle.judge.scenario import make_case
 from oracle.judge.plans.cases import check_case
 from oracle.phases import PHASES
 from oracle.judge.comparison.compare import compare_runs
-from oracle.sampling import SamplingParams as SP
+from oracle.sampling_params import SamplingParams as SP
 from oracle.schedule import Call, Schedule, loop_waves
 from oracle.session import Session, generate
 

@@ -17,7 +17,7 @@ from oracle.errors import OracleError
 from oracle.sampler.cases import draw_case, from_json, smaller, to_json
 from oracle.sampler.contract import SamplerRequest, check_request
 from oracle.sampler.rules import RULES
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 
 F32 = np.float32
 

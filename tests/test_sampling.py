@@ -3,13 +3,14 @@ import pytest
 
 from oracle import sampling as S
 from oracle.errors import OracleError
+from oracle.sampling_params import CHAIN, SamplingParams
 
-SP = S.SamplingParams
+SP = SamplingParams
 
 
 def processors_on(p) -> list:
     """The processor steps of the chain that are on for p."""
-    return [s.name for s in S.CHAIN.named("processor") if s.is_on(p)]
+    return [s.name for s in CHAIN.named("processor") if s.is_on(p)]
 
 
 def test_top_k_keeps_ties():
@@ -400,7 +401,7 @@ def test_min_tokens_masks_stop_tokens_until_reached():
 
 
 def test_chain_order():
-    assert [n for n, _ in S.CHAIN.processors] == [
+    assert [n for n, _ in CHAIN.processors] == [
         "mask",
         "bad_words",
         "min_tokens",
@@ -408,7 +409,7 @@ def test_chain_order():
         "penalties",
         "no_repeat_ngram",
     ]
-    assert [n for n, _ in S.CHAIN.filters] == ["temperature", "min_p", "top_k", "top_p", "typical_p"]
+    assert [n for n, _ in CHAIN.filters] == ["temperature", "min_p", "top_k", "top_p", "typical_p"]
     one = np.array([1.0, 0.0], np.float32)
     # bias before penalties: (1 - 2) * 2 = -2, not 1 / 2 - 2 = -1.5
     assert S.processed_logits(one, SP(logit_bias={0: -2.0}, repetition_penalty=2.0), Seen((0,), ()))[0] == -2.0
@@ -558,7 +559,7 @@ def test_to_json_round_trip(p):
     assert SP(**json.loads(json.dumps(j))) == p  # lists, through a trace file
 
 
-# ---- bad values of the steps' parameters (oracle.sampling.SamplingParams) ----
+# ---- bad values of the steps' parameters (oracle.sampling_params.SamplingParams) ----
 # (a new step adds its bad values here, beside its test against an independent implementation)
 # Refused where a request is made (the CLI's flags, a trace's params, a plug-in's request), so
 # each must be one OracleError line that names the field and the value.
@@ -603,7 +604,7 @@ BAD_PROCESSOR_PARAMS = [
 @pytest.mark.parametrize("name,kw,field,value", BAD_PROCESSOR_PARAMS, ids=[n for n, *_ in BAD_PROCESSOR_PARAMS])
 def test_bad_processor_params_are_refused_in_one_line(name, kw, field, value):
     from oracle.errors import OracleError
-    from oracle.sampling import SamplingParams
+    from oracle.sampling_params import SamplingParams
 
     with pytest.raises(OracleError) as e:
         SamplingParams(**kw)
@@ -617,7 +618,7 @@ def test_bad_processor_params_are_refused_in_one_line(name, kw, field, value):
 )
 def test_processor_token_ids_outside_the_vocabulary_are_refused(kw, field, token):
     from oracle.errors import OracleError
-    from oracle.sampling import SamplingParams
+    from oracle.sampling_params import SamplingParams
 
     p = SamplingParams(**kw)
     p.check_vocab(100)

@@ -21,7 +21,7 @@ from oracle.cli.catalogue import default_cases
 from oracle.judge.shrinker import shrink
 from oracle.judge.comparison.report import Failure, describe
 from oracle.judge.scenario import Case
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 
 TINY = ["--preset", "tiny", "--seed", "0"]
 

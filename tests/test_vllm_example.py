@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from examples import vllm_rejection_sampler as ex
-from oracle.sampling import SamplingParams
+from oracle.sampling_params import SamplingParams
 
 
 def test_import_needs_no_vllm():

@@ -29,7 +29,7 @@ from . import limits
 from ..errors import OracleError
 from ..judge.scenario import Case, command
 from ..rng_trace import check_policy
-from ..sampling import CHAIN, SamplingParams
+from ..sampling_params import CHAIN, SamplingParams
 from ..schedule import validate
 
 KEYS = ("prompts", "params", "rounds", "d", "D", "depths", "policy")

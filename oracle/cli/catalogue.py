@@ -8,7 +8,7 @@ import functools
 from collections import Counter
 
 from ..judge.scenario import Case, command, make_case
-from ..sampling import SamplingParams
+from ..sampling_params import SamplingParams
 
 
 def default_cases(vocab: int, model_flags: list[str] | None = None) -> list[Case]:

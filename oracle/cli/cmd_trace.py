@@ -27,7 +27,7 @@ from .environment import set_threads
 from ..errors import OracleError, printable
 from ..checkpoint import build_model
 from ..config import ModelConfig
-from ..sampling import SamplingParams
+from ..sampling_params import SamplingParams
 from .option_rules import check_threads, check_timeout, timeout_flags
 from .round_args import check_penalty, check_round_args
 from .round_case import custom_case, model_flags, plugin_prefix, round_flags

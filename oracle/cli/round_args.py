@@ -16,7 +16,8 @@ from ..config import ModelConfig, preset
 from ..errors import OracleError
 from ..progress import warn
 from ..rng_trace import check_policy
-from ..sampling import CHAIN, TEMPERATURE_RANGE, SamplingParams
+from ..filters import TEMPERATURE_RANGE
+from ..sampling_params import CHAIN, SamplingParams
 from ..schedule import validate
 
 

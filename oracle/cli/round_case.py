@@ -12,7 +12,7 @@ from .round_args import DEFAULT_COUNTS, check_round_args, model_config
 from .step_options import FILTER_OPTIONS, PROCESSOR_OPTIONS, filter_fields, flag, processor_fields
 from ..errors import OracleError
 from ..judge.scenario import command, make_case
-from ..sampling import SamplingParams
+from ..sampling_params import SamplingParams
 from ..schedule import validate
 
 

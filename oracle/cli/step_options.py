@@ -1,14 +1,14 @@
 """The sampling chain's step options on the command line (`check`, `trace record`, `bench
-rounds|sweep`): one option per option of a filter or processor step (oracle.sampling.CHAIN),
+rounds|sweep`): one option per option of a filter or processor step (oracle.sampling_params.CHAIN),
 their argparse types, and the SamplingParams fields they give."""
 
 from __future__ import annotations
 
 from .argtypes import finite_float, int_at_least, probability, token_biases, token_words
-from ..sampling import CHAIN
+from ..sampling_params import CHAIN
 
 
-# the kinds of value a chain step's option takes (oracle.sampling.Step.options): its argparse
+# the kinds of value a chain step's option takes (oracle.step.Step.options): its argparse
 # type and how round_flags writes it back
 ARG_TYPES = {
     "number": (finite_float, repr),
@@ -22,7 +22,7 @@ ARG_TYPES = {
 
 def step_options(kind: str) -> tuple:
     """(dest, type, metavar, help, format) of the options of the chain steps of one kind, in
-    oracle.sampling.CHAIN's order."""
+    oracle.sampling_params.CHAIN's order."""
     return tuple(
         (dest, ARG_TYPES[k][0], metavar, text, ARG_TYPES[k][1])
         for step in CHAIN.named(kind)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import OracleError
-from ..sampling import SamplingParams, filtered_probs, softmax
+from ..sampling import filtered_probs, softmax
+from ..sampling_params import SamplingParams
 from .contract import SamplerRequest, check_request, draft_dist
 
 F32 = np.float32

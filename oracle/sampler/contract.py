@@ -59,7 +59,8 @@ import numpy as np
 
 from ..runtime.backends import call_factory
 from ..errors import OracleError, printable
-from ..sampling import CHAIN, SamplingParams, check_logits, filtered_probs
+from ..sampling import check_logits, filtered_probs
+from ..sampling_params import CHAIN, SamplingParams
 
 NAMED = {
     "reference": "oracle.sampler.reference:make_reference_sampler",

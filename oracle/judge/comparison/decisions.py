@@ -30,18 +30,8 @@ from ...errors import OracleError
 from ...filters import Margins, temper
 from ...rng_trace import round_layout
 from ...traces import seen_in
-from ...sampling import (
-    CHAIN,
-    SamplingParams,
-    Seen,
-    accepts,
-    categorical,
-    filtered_probs,
-    greedy_token,
-    processed_logits,
-    residual,
-    stop_cut,
-)
+from ...sampling import Seen, accepts, categorical, filtered_probs, greedy_token, processed_logits, residual, stop_cut
+from ...sampling_params import CHAIN, SamplingParams
 
 
 class Divergence(NamedTuple):

@@ -45,7 +45,7 @@ from .calibration import (
 from .forwards import Forwards, of
 from ..scenario import make_case
 from ..runner import run_scenario as run
-from ...sampling import SamplingParams
+from ...sampling_params import SamplingParams
 
 # GROWTH: weight of a value group at depth j, 1 / (rms * GROWTH**j); PROBE_REQUESTS: sequences the
 # judge runs through the backend for the fit; COARSE_HIDDEN: from this hidden size the JAX judge fits

@@ -43,7 +43,7 @@ from ..plans import verdict
 from ..plans.plan import INLINE, backend_plan, probe_plan
 from ..probe.precision import compute_order, group_label
 from ..scenario import Case
-from ...sampling import CHAIN, SamplingParams
+from ...sampling_params import CHAIN, SamplingParams
 from ..probe.calibration import PROBE_REQUESTS
 
 PROBE = "drift probe"
