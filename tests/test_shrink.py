@@ -18,7 +18,7 @@ from oracle.checkpoint import build_model
 from oracle.cli import main
 from oracle.cli import case_json
 from oracle.cli.catalogue import default_cases
-from oracle.judge.shrinker import shrink
+from oracle.judge.shrinker import moves, shrink, target
 from oracle.judge.comparison.report import Failure, describe
 from oracle.judge.scenario import Case
 from oracle.sampling_params import SamplingParams
@@ -145,8 +145,8 @@ def big_case() -> Case:
     return Case("big", prompts, params, rounds, 2, 4, "fixed", "", [(2, 4), (1, 3), (2, 5)])
 
 
-def target_for(case) -> shrink.Target:
-    return shrink.Target("big [loop]: tokens", "tokens", "round 1 request 2: ...", case, "", (1, 2))
+def target_for(case) -> target.Target:
+    return target.Target("big [loop]: tokens", "tokens", "round 1 request 2: ...", case, "", (1, 2))
 
 
 def test_the_search_makes_each_part_as_small_as_the_failure_allows():
@@ -172,7 +172,7 @@ def test_the_search_makes_each_part_as_small_as_the_failure_allows():
     )
     assert c.params == [SamplingParams(repetition_penalty=2.0)]
     assert res.moves[:2] == ["requests", "rounds"] and res.candidates > 5
-    assert shrink.size(c) < shrink.size(big_case())
+    assert moves.size(c) < moves.size(big_case())
 
 
 def test_the_search_keeps_what_the_failure_needs_and_stops_at_its_budget():
@@ -198,7 +198,7 @@ def test_refused_candidates_are_never_judged():
 
 def test_the_probe_search_halves_to_the_fewest_requests_that_still_fail():
     fail = {"name": "drift probe: drift", "ok": False, "detail": ""}
-    t = shrink.Target("drift probe: drift", "drift", "", None, "attention logit scale (all layers)")
+    t = target.Target("drift probe: drift", "drift", "", None, "attention logit scale (all layers)")
     tried = []
 
     def test(k):
@@ -212,9 +212,9 @@ def test_the_probe_search_halves_to_the_fewest_requests_that_still_fail():
 
 
 def test_a_failure_class_and_what_must_match():
-    assert shrink.failure_class("ragged (5,3,1) d=2 D=4 [block vs loop]: kv_writes") == "kv_writes"
-    assert shrink.failure_class("drift probe: precision") == "precision"
-    t = shrink.Target("c [block]: backend", "backend", "the backend raised OracleError: x", big_case(), "OracleError")
+    assert target.failure_class("ragged (5,3,1) d=2 D=4 [block vs loop]: kv_writes") == "kv_writes"
+    assert target.failure_class("drift probe: precision") == "precision"
+    t = target.Target("c [block]: backend", "backend", "the backend raised OracleError: x", big_case(), "OracleError")
     v = type("V", (), {})()
 
     def raised(name, text):  # a failed backend check as the verdict holds it: its text and its record
@@ -222,11 +222,11 @@ def test_a_failure_class_and_what_must_match():
         return {"name": "shrunk [loop]: backend", "ok": False, "detail": describe(f), "failure": f.to_json()}
 
     v.failed = [raised("KeyError", "3")]
-    assert shrink.holds(v, t) is None  # another exception is another failure
+    assert target.holds(v, t) is None  # another exception is another failure
     v.failed = [raised("OracleError", "y")]
-    assert shrink.holds(v, t) is v.failed[0]
+    assert target.holds(v, t) is v.failed[0]
     v.failed[0]["detail"] = "the backend raised KeyError: the text is not read"  # the record is
-    assert shrink.holds(v, t) is v.failed[0]
+    assert target.holds(v, t) is v.failed[0]
 
 
 # ---- --case-json: the codec and its refusals ----

@@ -6,365 +6,34 @@ by `verdict.judge(plan, executor)`, a case by
     verdict.judge(backend_plan(backend, model, [candidate], probe="off", ...), INLINE)
 
 and the drift probe by a probe plan of fewer probe requests (`probe_plan(..., probe_requests=n)`:
-the verdict's own probe, n requests). It never compares anything itself.
+the verdict's own probe, n requests). It never compares anything itself. What "the same way"
+means: oracle/judge/shrinker/target.py; the moves that make a case smaller:
+oracle/judge/shrinker/moves.py.
 
-The same way: the failure class is the failed check's name after its last ": " (kv_writes,
-draft_logits, verify_logits, decisions, rng_events, tokens, malformed, backend, schedule, stats, ...);
-a candidate holds when one of its failed checks has that class. For the drift probe's "drift" the
-candidate's failure must name the same parameter (one of the names of the direction it names), for
-"precision" the same value group (the first past the threshold in compute order), for "backend" the
-same exception class.
-
-The search (`shrink`), greedy, each move kept while the failure holds, in this order:
-    requests      one request alone (the one the failure names first), then halves, quarters, ...
-    rounds        one round alone (the failing round first), then shorter prefixes, then one round less
-    token counts  every T_i = 1, halved, then each (round, request) to 1, T/2, T - 1
-    prompts       each request's prompt to 1 token, half, one token less
-    depths        uniform (d, D) instead of per-request depths, then lower D and d
-    sampling      each processor, mask, stop and filter field of each request off, one at a time;
-                  then temperature 0 (its filters with it); then the sequential policy; greedy
-                  requests' seeds 0
-and again while a sweep changed something (at most MAX_SWEEPS). The probe: the fewest probe requests
-whose verdict still fails, by halving the interval (n/2 first; a candidate whose expected time would
-end past the budget is not begun). A budget in seconds bounds the search: where it runs
-out the smallest failing case found so far is the answer, marked partial. `prepare(case)` (the CLI's
---case-json round trip) gives the case exactly as its reproduce line will make it, or None where that
-line would be refused: a candidate is judged only in the form its one line reproduces.
+The search (`shrink`), greedy, each move kept while the failure holds, in the order of moves.PASSES
+(requests, rounds, token counts, prompts, depths, sampling), and again while a sweep changed
+something (at most MAX_SWEEPS). The probe: the fewest probe requests whose verdict still fails, by
+halving the interval (n/2 first; a candidate whose expected time would end past the budget is not
+begun). A budget in seconds bounds the search: where it runs out the smallest failing case found so
+far is the answer, marked partial. `prepare(case)` (the CLI's --case-json round trip) gives the case
+exactly as its reproduce line will make it, or None where that line would be refused: a candidate is
+judged only in the form its one line reproduces.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
 
 from ..plans import verdict
 from ..plans.plan import INLINE, backend_plan, probe_plan
-from ..probe.precision import compute_order, group_label
 from ..scenario import Case
-from ...sampling_params import CHAIN, SamplingParams
 from ..probe.calibration import PROBE_REQUESTS
+from .moves import PASSES, describe, plain, with_parts
+from .target import Target, hint_of, holds, target_of
 
-PROBE = "drift probe"
 MAX_SWEEPS = 3
-# SamplingParams fields the sampling pass turns off one at a time (the mask, the processors, the stop
-# cut, the filters): each step's fields but temperature, which the greedy move sets 0 with the
-# filters' fields off (FILTERS: a greedy request with a filter is refused)
-FILTERS = tuple(f for step in CHAIN.named("filter") for f in step.off if f != "temperature")
-OFF = {
-    **{f: v for step in CHAIN.steps for f, v in step.off.items() if f != "temperature"},
-    "stop_token_ids": (),
-    "max_tokens": None,
-}
-
-
-def failure_class(check_name: str) -> str:
-    """A failed check's class: its name after the last ': ' ("ragged (5,3,1) [loop]: kv_writes" ->
-    "kv_writes"; "drift probe: precision" -> "precision")."""
-    return check_name.rsplit(": ", 1)[-1]
-
-
-@dataclass(slots=True)
-class Target:
-    """What a candidate must fail with: the class of the original's first failed check, for the drift
-    probe the parameter or group it names, and the case it failed on (None: the drift probe)."""
-
-    check: str  # the original failed check's full name
-    cls: str  # its class
-    detail: str
-    case: Case | None = None  # the case that failed (None: the drift probe)
-    key: str = ""  # drift: the parameter named; precision: the group named; "" otherwise
-    hint: tuple = ()  # (round, request) the original failure names, where it names them
-    failure: dict | None = None  # the original failure's record (report.Failure.to_json), where it has one
-
-    @property
-    def probe(self) -> bool:
-        return self.case is None
-
-    def describe(self) -> str:
-        return f"[{self.cls}]" + (f" ({self.key})" if self.key else "")
-
-
-def drift_key(rep) -> str:
-    """The direction a failing drift report names (the failing one that explains most), or ''."""
-    if rep is None:
-        return ""
-    bad = [e for e in rep.estimates if abs(e.t) > rep.threshold]
-    return max(bad, key=lambda e: e.explained).label if bad else ""
-
-
-def precision_key(rep) -> str:
-    """The value group a failing precision report names first (compute order), or ''."""
-    if rep is None:
-        return ""
-    bad = [g for g in rep.groups if g.t > g.threshold]
-    return group_label(min(bad, key=lambda g: compute_order(g.key)).key) if bad else ""
-
-
-def _key(v, cls: str, check: dict | None = None) -> str:
-    """What else the failure names that a candidate's must name too: the drift's parameter, the
-    precision's group, the exception class a backend raised (its record's `got`)."""
-    if cls == "drift":
-        return drift_key(v.drift)
-    if cls == "precision":
-        return precision_key(v.precision)
-    if cls == "backend":
-        return str(_failure(check).get("got") or "")
-    return ""
-
-
-def _failure(check: dict | None) -> dict:
-    return (check or {}).get("failure") or {}
-
-
-def _hint(check: dict | None) -> tuple:
-    """(round, request), (round,) or () of the place the failure's record names."""
-    f = _failure(check)
-    out = ()
-    for k in ("round", "request"):
-        if f.get(k) is None:
-            break
-        out += (int(f[k]),)
-    return out
-
-
-def target_of(v, cases) -> Target | None:
-    """The original's first failed check as a target, with the case it names (among `cases`); None
-    where nothing can be shrunk ("nothing compared", or a check of no case)."""
-    bad = [c for c in v.failed if c["name"] != "nothing compared"]
-    if not bad:
-        return None
-    first = bad[0]
-    cls = failure_class(first["name"])
-    key = _key(v, cls, first)
-    if first["name"].startswith(PROBE + ": "):
-        return Target(first["name"], cls, first["detail"], None, key, _hint(first), first.get("failure"))
-    for case in cases:
-        if first["name"].startswith(case.name + " [") or first["name"].startswith(case.name + ": "):
-            return Target(first["name"], cls, first["detail"], case, key, _hint(first), first.get("failure"))
-    return None
-
-
-def holds(v, target: Target) -> dict | None:
-    """The failed check of `v` that fails as the target does, or None."""
-    for c in v.failed:
-        if c["name"] == "nothing compared" or failure_class(c["name"]) != target.cls:
-            continue
-        if c["name"].startswith(PROBE + ": ") != target.probe:
-            continue
-        if target.key and not set(_key(v, target.cls, c).split(" = ")) & set(target.key.split(" = ")):
-            continue
-        return c
-    return None
-
-
-# ---- the case's shape: what a move changes ----
-
-
-def plain(case: Case, model) -> Case:
-    """The case as plain data: its params as run on `model` (a built-in case's derived ones)."""
-    return Case(
-        case.name,
-        [list(map(int, p)) for p in case.prompts],
-        list(case.params_for(model)),
-        [dict(r) for r in case.rounds],
-        case.d,
-        case.D,
-        case.policy,
-        case.reproduce,
-        None if case.depths is None else [tuple(x) for x in case.depths],
-    )
-
-
-def normal(prompts, params, rounds, d, D, policy, depths, name="shrunk") -> Case:
-    """A case with empty rounds dropped and the requests no round names dropped, the rest numbered
-    0.. in order (each round's order kept); d and D the smallest d_i and largest D_i of per-request
-    depths."""
-    used = sorted({rid for r in rounds for rid in r})
-    new = {rid: i for i, rid in enumerate(used)}
-    rounds = [{new[rid]: int(t) for rid, t in r.items()} for r in rounds if r]
-    depths = None if depths is None else [tuple(depths[r]) for r in used]
-    if depths is not None:
-        d, D = min(a for a, _ in depths), max(b for _, b in depths)
-    return Case(name, [list(prompts[r]) for r in used], [params[r] for r in used], rounds, d, D, policy, "", depths)
-
-
-def _with(case: Case, **kw) -> Case:
-    parts = dict(
-        prompts=case.prompts,
-        params=case.params,
-        rounds=case.rounds,
-        d=case.d,
-        D=case.D,
-        policy=case.policy,
-        depths=case.depths,
-    )
-    parts.update(kw)
-    return normal(**parts)
-
-
-def size(case: Case) -> tuple:
-    """What the search makes smaller, in its order: requests, rounds, tokens, prompt tokens, depth."""
-    loops = sum(b for _, b in case.depths) if case.depths is not None else case.D * len(case.prompts)
-    return (
-        len(case.prompts),
-        len(case.rounds),
-        sum(sum(r.values()) for r in case.rounds),
-        sum(map(len, case.prompts)),
-        loops,
-    )
-
-
-def describe(case: Case) -> str:
-    """One line: requests, rounds, token counts, prompt lengths, depths, sampling, policy."""
-    n = len(case.prompts)
-    counts = (
-        "T " + ",".join(str(t) for t in case.rounds[0].values())
-        if len({tuple(r.items()) for r in case.rounds}) == 1
-        else f"{sum(sum(r.values()) for r in case.rounds)} tokens in all"
-    )
-    depths = (
-        f"d={case.d} D={case.D}" if case.depths is None else "depths " + ",".join(f"{a}:{b}" for a, b in case.depths)
-    )
-    lens = [len(p) for p in case.prompts]
-    prompts = (
-        f"a prompt of {lens[0]} token{'s' if lens[0] != 1 else ''}"
-        if n == 1
-        else f"prompts of {','.join(map(str, lens))} tokens"
-    )
-    greedy = sum(1 for p in case.params if p.greedy)
-    sampling = "greedy" if greedy == n else "sampled" if greedy == 0 else f"{greedy} greedy, {n - greedy} sampled"
-    extras = sorted({f for p in case.params for f, off in OFF.items() if getattr(p, f) != off})
-    return (
-        f"{n} request{'s' if n != 1 else ''}, {len(case.rounds)} round{'s' if len(case.rounds) != 1 else ''}, "
-        f"{counts}, {prompts}, {depths}, {sampling}"
-        + (f" ({', '.join(extras)})" if extras else "")
-        + f", policy {case.policy}"
-    )
-
-
-def _named_first(items: list, first) -> list:
-    return ([first] if first in items else []) + [x for x in items if x != first]
-
-
-def fewer_requests(case: Case, hint=()) -> list:
-    rids = list(range(len(case.prompts)))
-    if len(rids) < 2:
-        return []
-    keep = lambda ks: _with(case, rounds=[{r: t for r, t in rnd.items() if r in ks} for rnd in case.rounds])
-    out = [keep({r}) for r in _named_first(rids, hint[1] if len(hint) > 1 else None)]
-    chunk = len(rids) // 2
-    while chunk >= 1:
-        for s in range(0, len(rids), chunk):
-            drop = set(rids[s : s + chunk])
-            if 0 < len(drop) < len(rids):
-                out.append(keep(set(rids) - drop))
-        chunk //= 2
-    return out
-
-
-def fewer_rounds(case: Case, hint=()) -> list:
-    n = len(case.rounds)
-    if n < 2:
-        return []
-    first = hint[0] if hint and hint[0] < n else None
-    out = [_with(case, rounds=[case.rounds[i]]) for i in _named_first(list(range(n)), first)]
-    out += [_with(case, rounds=case.rounds[:k]) for k in range(2, n)]
-    out += [_with(case, rounds=case.rounds[:i] + case.rounds[i + 1 :]) for i in range(n)]
-    return out
-
-
-def smaller_counts(case: Case, hint=()) -> list:
-    rounds = case.rounds
-    out = [_with(case, rounds=[{r: 1 for r in rnd} for rnd in rounds])]
-    out.append(_with(case, rounds=[{r: max(1, t // 2) for r, t in rnd.items()} for rnd in rounds]))
-    for i, rnd in enumerate(rounds):
-        for rid, t in rnd.items():
-            for new in dict.fromkeys((1, t // 2, t - 1)):
-                if 1 <= new < t:
-                    changed = [dict(x) for x in rounds]
-                    changed[i][rid] = new
-                    out.append(_with(case, rounds=changed))
-    return out
-
-
-def shorter_prompts(case: Case, hint=()) -> list:
-    out = [_with(case, prompts=[p[:1] for p in case.prompts])]
-    for i, p in enumerate(case.prompts):
-        for new in dict.fromkeys((1, len(p) // 2, len(p) - 1)):
-            if 1 <= new < len(p):
-                out.append(_with(case, prompts=[q[:new] if j == i else q for j, q in enumerate(case.prompts)]))
-    return out
-
-
-def lower_depths(case: Case, hint=()) -> list:
-    out = []
-    if case.depths is not None:
-        pairs = sorted(set(case.depths), key=lambda p: (p[1], p[0]))
-        out += [_with(case, depths=None, d=a, D=b) for a, b in pairs]
-        out.append(_with(case, depths=None, d=case.d, D=case.D))
-        for i, (a, b) in enumerate(case.depths):
-            for na, nb in ((a, b - 1), (a - 1, b), (a - 1, b - 1)):
-                if 1 <= na < nb:
-                    out.append(_with(case, depths=[(na, nb) if j == i else x for j, x in enumerate(case.depths)]))
-        return out
-    for na, nb in ((1, 2), (case.d, case.D - 1), (case.d - 1, case.D), (case.d - 1, case.D - 1)):
-        if 1 <= na < nb and (na, nb) != (case.d, case.D):
-            out.append(_with(case, d=na, D=nb))
-    return out
-
-
-def _replace(p: SamplingParams, **kw) -> SamplingParams | None:
-    try:
-        return dataclasses.replace(p, **kw)
-    except Exception:  # noqa: BLE001 -- a combination the params refuse is no candidate
-        return None
-
-
-def simpler_sampling(case: Case, hint=()) -> list:
-    out = []
-
-    def one(i, new):
-        if new is not None:
-            out.append(_with(case, params=[new if j == i else q for j, q in enumerate(case.params)]))
-
-    for i, p in enumerate(case.params):  # each processor, mask, stop and filter off, one at a time
-        for f, off in OFF.items():
-            if getattr(p, f) != off:
-                extra = {"min_tokens": 0} if f == "stop_token_ids" and p.min_tokens else {}
-                one(i, _replace(p, **{f: off}, **extra))
-    for i, p in enumerate(case.params):  # greedy where the failure needs no sampling
-        if not p.greedy:
-            new = _replace(p, temperature=0.0, **{f: OFF[f] for f in FILTERS})
-            if new is not None and all(q.greedy for j, q in enumerate(case.params) if j != i):
-                out.append(
-                    _with(
-                        case,
-                        params=[new if j == i else q for j, q in enumerate(case.params)],
-                        policy="sequential",
-                    )
-                )
-            else:
-                one(i, new)
-    if case.policy != "sequential":
-        out.append(_with(case, policy="sequential"))
-    if any(p.greedy and p.seed for p in case.params):  # a greedy request draws nothing: its seed does nothing
-        out.append(_with(case, params=[_replace(p, seed=0) if p.greedy else p for p in case.params]))
-    return out
-
-
-PASSES = (
-    ("requests", fewer_requests),
-    ("rounds", fewer_rounds),
-    ("token counts", smaller_counts),
-    ("prompts", shorter_prompts),
-    ("depths", lower_depths),
-    ("sampling", simpler_sampling),
-)
-
-
-# ---- the search ----
 
 
 @dataclass
@@ -457,7 +126,7 @@ def shrink_case(target: Target, test, prepare=None, budget: float = 30.0, on_can
     (a call of the one verdict); prepare(case) -> the case as its reproduce line makes it, or None."""
     search = _Search(target, test, prepare or (lambda c: c), budget, on_candidate)
     best = plain(target.case, model) if model is not None else target.case
-    best = search.out.original = _with(best)
+    best = search.out.original = with_parts(best)
     search.seen.add(_signature(best))  # the original failed already
     hint = target.hint
     try:
@@ -473,7 +142,7 @@ def shrink_case(target: Target, test, prepare=None, budget: float = 30.0, on_can
                         if search.run(cand):
                             best, hint, changed, progress = (
                                 search.out.case,
-                                _hint(search.out.failure),
+                                hint_of(search.out.failure),
                                 True,
                                 True,
                             )
