@@ -1,7 +1,7 @@
 """Files written whole or not at all (issue 62): `replacing(*paths)` gives temporary files beside
 the paths, renamed onto them when the work ends without error and removed when it fails or the run
 is cancelled (oracle/runtime/cancel.py removes those in TEMPORARY). Standard library only: the trace writer
-(oracle/traces.py) uses it without deepening its imports."""
+(oracle/trace_file.py) uses it without deepening its imports."""
 
 from __future__ import annotations
 

@@ -1,14 +1,18 @@
-"""A trace file read back (docs/cli_inputs.md, "Trace files"): `load_trace_file` reads FILE (JSON)
-and FILE.npz through oracle/files.py (regular files of bounded size, JSON of bounded nesting)
-and refuses, in one OracleError line, any departure from the schema: another format or
-schema_version, no model identity or params, a missing NPZ or one whose SHA-256 differs, a
-round with a key missing or of the wrong type, impossible per-request fields or inputs
-(traces.request_problem), round numbers that do not increase, an unknown dtype. Writing is
-oracle/traces.py's `save_traces`; the reference's modules never read a trace file, so this
-reader sits above them."""
+"""A trace file (docs/cli_inputs.md, "Trace files"): FILE (JSON) and FILE.npz beside it, the
+NPZ's SHA-256 in the JSON; the file names its model and its requests' sampling parameters.
+
+Written by `save_traces`. Read back by `load_trace_file`, which reads FILE and FILE.npz through
+oracle/files.py (regular files of bounded size, JSON of bounded nesting) and refuses, in one
+OracleError line, any departure from the schema: another format or schema_version, no model
+identity or params, a missing NPZ or one whose SHA-256 differs, a round with a key missing or of
+the wrong type, impossible per-request fields or inputs (trace_problems.request_problem), round
+numbers that do not increase, an unknown dtype. The reference's modules never read a trace file,
+so this reader sits above them."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -16,17 +20,134 @@ import numpy as np
 
 from .errors import OracleError, printable
 from .files import open_regular, read_json
-from .traces import (
-    ARRAY_ROWS,
-    DTYPES,
-    FORMAT,
-    ROUND_KEYS,
-    SCHEMA_VERSION,
-    RoundTrace,
-    npz_path,
-    request_problem,
-    sha256_of,
-)
+from .trace_problems import request_problem
+from .traces import DTYPES, RoundTrace
+
+SCHEMA_VERSION = 3  # 3: the file names its model (`model`) and its requests' sampling parameters (`params`)
+FORMAT = f"loopspec-trace/{SCHEMA_VERSION}"  # JSON + NPZ, the NPZ's SHA-256 in the JSON
+ROUND_KEYS = {
+    "mode": str,
+    "round": int,
+    "policy": str,
+    "d": int,
+    "D": int,
+    "requests": list,
+    "token_counts": list,
+    "prefix": list,
+    "calls": list,
+    "kv_writes": list,
+    "draft_logits": list,
+    "verify_logits": list,
+    "rng_events": list,
+    "drafts": list,
+    "accepted": list,
+    "emitted": list,
+    "stats": dict,
+}
+# NPZ array -> the JSON list its rows belong to
+ARRAY_ROWS = {
+    "kv_k": "kv_writes",
+    "kv_v": "kv_writes",
+    "draft_logits": "draft_logits",
+    "verify_logits": "verify_logits",
+}
+
+
+def npz_path(path) -> Path:
+    return Path(str(path) + ".npz")
+
+
+def sha256_of(source) -> str:
+    """SHA-256 of a file: a path, or a binary file object read from where it stands."""
+    if hasattr(source, "read"):
+        h = hashlib.sha256()
+        for block in iter(lambda: source.read(1 << 20), b""):
+            h.update(block)
+        return h.hexdigest()
+    with open(source, "rb") as f:
+        return sha256_of(f)
+
+
+# ---- a trace file's identity: its model and its requests' sampling parameters ----
+
+
+def weights_sha256(weights: dict) -> str:
+    """SHA-256 of a model's weights as the reference computes with them (FP32, by HF name, in
+    name order, each name and shape included): the same for a preset and a checkpoint saved
+    from it, whatever the checkpoint's shards or storage dtype."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        a = np.ascontiguousarray(weights[name], dtype=np.float32)
+        h.update(f"{name}:{list(a.shape)};".encode())
+        h.update(a.data)
+    return h.hexdigest()
+
+
+def model_identity(model, preset: str | None = None, seed: int | None = None, checkpoint=None) -> dict:
+    """The `model` object of a trace file: {preset, seed} or {checkpoint} (the folder, as
+    given), plus `config` (ModelConfig fields) and `weights_sha256` (the weights' content)."""
+    out = {"checkpoint": str(checkpoint)} if checkpoint is not None else {"preset": preset, "seed": seed}
+    return out | {"config": model.cfg.to_dict(), "weights_sha256": weights_sha256(model.weights)}
+
+
+def params_json(params) -> dict:
+    """{rid: SamplingParams.to_json()} from a list (index = rid) or dict of SamplingParams or
+    their JSON."""
+    items = params.items() if isinstance(params, dict) else enumerate(params)
+    return {r: (p if isinstance(p, dict) else p.to_json()) for r, p in items}
+
+
+def save_traces(
+    path, traces: list[RoundTrace], meta: dict | None = None, model: dict | None = None, params=None
+) -> None:
+    """Writes PATH.npz (arrays), then PATH (JSON) holding the NPZ's SHA-256. `model`: the
+    model's identity (`model_identity`), required; `params`: each request's SamplingParams (a
+    list by request id, or a dict), default: the first a round records for each request."""
+    path = Path(path)
+    if not isinstance(model, dict) or "config" not in model or "weights_sha256" not in model:
+        raise OracleError(
+            "save_traces: give model=oracle.trace_file.model_identity(model, preset, seed | checkpoint): "
+            "a trace file names the model it ran"
+        )
+    if params is None:
+        params = {}
+        for t in traces:
+            for r, p in t.params.items():
+                params.setdefault(r, p)
+    params = params_json(params)
+    if path.is_dir():
+        raise OracleError(f"trace file {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise OracleError(f"trace file {path}: folder {path.parent} does not exist")
+    arrays = {}
+    for n, t in enumerate(traces):
+        arrays |= t.arrays(f"r{n}_")
+    npz = npz_path(path)
+    from .atomic import replacing
+
+    with replacing(npz, path) as (npz_tmp, json_tmp):  # both whole, or neither (a failed write leaves nothing)
+        with open(npz_tmp, "wb") as f:  # np.savez would append .npz to a str path
+            np.savez_compressed(f, **arrays)
+        npz_info = {"file": npz.name, "sha256": sha256_of(npz_tmp)}
+        Path(json_tmp).write_text(_trace_json(model, params, npz_info, meta, traces))
+
+
+def _trace_json(model: dict, params: dict, npz: dict, meta, traces) -> str:
+    """A trace file's JSON text; npz: its NPZ's name and SHA-256."""
+    return (
+        json.dumps(
+            {
+                "format": FORMAT,
+                "schema_version": SCHEMA_VERSION,
+                "model": model,
+                "params": [[r, p] for r, p in params.items()],
+                "npz": npz,
+                "meta": meta or {},
+                "rounds": [t.to_json() for t in traces],
+            }
+        )
+        + "\n"
+    )
 
 
 def _check_round(path, n: int, r, arrays: dict) -> None:

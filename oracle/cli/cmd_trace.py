@@ -33,8 +33,7 @@ from .round_args import check_penalty, check_round_args
 from .round_case import custom_case, model_flags, plugin_prefix, round_flags
 from .round_options import add_round_options
 from ..tolerances import TOLERANCES
-from ..trace_file import load_trace_file
-from ..traces import model_identity, save_traces, weights_sha256
+from ..trace_file import load_trace_file, model_identity, save_traces, weights_sha256
 from ..judge.probe.calibration import HOST_HIDDEN, SIGMA
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from .argtypes import check_out_path, int_at_least, subcommand
 from ..errors import OracleError, printable
 from ..judge.scenario import command
-from ..traces import RoundTrace, save_traces
+from ..trace_file import save_traces
+from ..traces import RoundTrace
 
 
 def register(tsub, load) -> None:

@@ -4,7 +4,7 @@ trace) is read here before any noise twin, fit or comparison sees a value of it.
 A round is malformed where a request's part cannot be a round's output (decisions.trace_problem:
 tokens outside [0, V), negative ids included; a wrong number of drafts; NaN or +inf logits, or
 logits of the wrong shape; emitted tokens that break the commit rule), where its per-request fields
-are impossible (traces.request_problem), or where a K/V write is not [kv heads, head_dim] numbers.
+are impossible (trace_problems.request_problem), or where a K/V write is not [kv heads, head_dim] numbers.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .decisions import trace_problem
-from ...traces import request_problem
+from ...trace_problems import request_problem
 
 
 def kv_problem(tr, cfg) -> str | None:
