@@ -256,7 +256,7 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
     JAX's default device). compiler_options: XLA options of the two programs (default:
     CPU_COMPILER_OPTIONS on a CPU device, none elsewhere). One compile per (padded length, loops).
     basis: [m, P] directions with disjoint supports (rows of 0/1) to fit instead of every knob:
-    m jvps instead of P; G is then exact on the span of the rows (oracle.judge.probe.drift.coarse_directions).
+    m jvps instead of P; G is then exact on the span of the rows (oracle.judge.probe.drift_model.coarse_directions).
     (Over 80 lines: a factory whose three closures share its programs and device parameters.)"""
     cfg = model.cfg
     shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))

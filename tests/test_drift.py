@@ -74,7 +74,7 @@ def test_no_drift_passes_and_invisible_directions_are_named(tiny):
     assert rep.ok, rep.failure
     for l in range(tiny.cfg.num_layers):
         for p in ("o_proj", "up_proj", "down_proj"):
-            assert f"layer {l} {drift.LABEL[p]}" in rep.invisible
+            assert f"layer {l} {drift_model.LABEL[p]}" in rep.invisible
         assert any(
             e.label == f"layer {l} gate_proj output scale = layer {l} post_attention_layernorm weight scale"
             for e in rep.estimates

@@ -49,7 +49,7 @@ from ...sampling import SamplingParams
 
 # GROWTH: weight of a value group at depth j, 1 / (rms * GROWTH**j); PROBE_REQUESTS: sequences the
 # judge runs through the backend for the fit; COARSE_HIDDEN: from this hidden size the JAX judge fits
-# coarse_directions only; VISIBLE: a direction whose pooled <Jc, Jc> is below this times the largest
+# drift_model.coarse_directions only; VISIBLE: a direction whose pooled <Jc, Jc> is below this times the largest
 # is invisible; ALIAS: directions with |cos| > 1 - ALIAS are one direction (named together). These
 # and the allowance's TWIN_SPREAD, DRIFT_FLOOR, FLOOR_HIDDEN: oracle/judge/probe/calibration.py.
 # A correct engine may multiply by weights stored in its dtype or wider: the drift is tested
@@ -65,29 +65,6 @@ WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
 # drift_floor(hidden), what the twin does not draw (calibration.py: DRIFT_FLOOR up to FLOOR_HIDDEN,
 # shrinking as (FLOOR_HIDDEN / hidden) ** FLOOR_POWER above). Where no twin applies (the JAX judge's
 # sensitivities) the allowance is [-DRIFT_FLOOR, DRIFT_FLOOR].
-
-LABEL = {
-    "attn_scale": "attention logit scale (= q_proj output scale)",
-    "k_proj": "k_proj output scale",
-    "v_proj": "v_proj output scale",
-    "o_proj": "o_proj output scale",
-    "gate_proj": "gate_proj output scale",
-    "up_proj": "up_proj output scale",
-    "down_proj": "down_proj output scale",
-    "input_layernorm": "input_layernorm weight scale",
-    "input_layernorm_2": "input_layernorm_2 weight scale",
-    "post_attention_layernorm": "post_attention_layernorm weight scale",
-    "post_attention_layernorm_2": "post_attention_layernorm_2 weight scale",
-    "rope_theta": "RoPE base (rope_theta)",
-    "embed_tokens": "embed_tokens scale",
-    "norm": "model.norm weight scale",
-    "lm_head": "lm_head output scale",
-}
-
-
-def label(name: str, layer) -> str:
-    return LABEL[name] if layer is None else f"layer {layer} {LABEL[name]}"
-
 
 from .observations import merged_observations, observations  # noqa: E402,F401 (drift's API)
 
@@ -154,31 +131,7 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwar
     return b, G, n, bw, bt
 
 
-# ---- the directions tested and the verdict ----
-
-
-def directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
-    """(label, c): one per parameter, plus the attention logit scale of all layers together."""
-    names = drift_model.params(num_layers)
-    out = []
-    for i, (n, l) in enumerate(names):
-        c = np.zeros(len(names))
-        c[i] = 1.0
-        out.append((label(n, l), c))
-    c = np.array([1.0 if n == "attn_scale" else 0.0 for n, _ in names])
-    out.append(("attention logit scale (all layers)", c))
-    return out
-
-
-def coarse_directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
-    """Each per-layer parameter over all layers together, and the global ones: the directions the
-    JAX judge fits at a large shape (one jvp each instead of one per layer and parameter)."""
-    names = drift_model.params(num_layers)
-    out = []
-    for p in drift_model.LAYER_PARAMS + drift_model.GLOBAL_PARAMS:
-        c = np.array([1.0 if n == p else 0.0 for n, _ in names])
-        out.append((LABEL[p] + ("" if p in drift_model.GLOBAL_PARAMS else " (all layers)"), c))
-    return out
+# ---- the verdict over the directions tested (drift_model.directions) ----
 
 
 @dataclass(slots=True)
@@ -257,7 +210,7 @@ def verdict(
     stats: list, num_layers: int, reproduce: str = "", dirs=None, floor: float = DRIFT_FLOOR, rho: float | None = None
 ) -> DriftReport:
     """The drift verdict from per-request (b, G, values, bw[, bt]); dirs: the directions tested
-    (default: `directions`, every parameter per layer). With every request's bt (the twin samples'
+    (default: drift_model.directions, every parameter per layer). With every request's bt (the twin samples'
     J^T W e), each direction's rounding allowance is the twin's (rho: allowance_rho of the model's
     hidden size; None: RHO) widened by floor (drift_floor of the model's hidden size); else
     the flat DRIFT_FLOOR."""
@@ -265,7 +218,7 @@ def verdict(
     bws = np.stack([s[3] for s in stats])
     bts = np.stack([s[4] for s in stats]) if all(len(s) > 4 and s[4] is not None for s in stats) else None
     Gp = Gs.sum(0)
-    dirs = directions(num_layers) if dirs is None else dirs
+    dirs = drift_model.directions(num_layers) if dirs is None else dirs
     power = [c @ Gp @ c for _, c in dirs]
     top = max(power)
     tested, invisible = [], []

@@ -40,6 +40,55 @@ def params(num_layers: int) -> list[tuple[str, int | None]]:
     return [(p, l) for l in range(num_layers) for p in LAYER_PARAMS] + [(p, None) for p in GLOBAL_PARAMS]
 
 
+# Each knob's name in a kernel engineer's terms (the drift verdict's estimates and failures).
+LABEL = {
+    "attn_scale": "attention logit scale (= q_proj output scale)",
+    "k_proj": "k_proj output scale",
+    "v_proj": "v_proj output scale",
+    "o_proj": "o_proj output scale",
+    "gate_proj": "gate_proj output scale",
+    "up_proj": "up_proj output scale",
+    "down_proj": "down_proj output scale",
+    "input_layernorm": "input_layernorm weight scale",
+    "input_layernorm_2": "input_layernorm_2 weight scale",
+    "post_attention_layernorm": "post_attention_layernorm weight scale",
+    "post_attention_layernorm_2": "post_attention_layernorm_2 weight scale",
+    "rope_theta": "RoPE base (rope_theta)",
+    "embed_tokens": "embed_tokens scale",
+    "norm": "model.norm weight scale",
+    "lm_head": "lm_head output scale",
+}
+
+
+def label(name: str, layer) -> str:
+    return LABEL[name] if layer is None else f"layer {layer} {LABEL[name]}"
+
+
+def directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
+    """(label, c) over params(num_layers): one per knob, plus the attention logit scale of all
+    layers together (the directions the drift verdict tests by default)."""
+    names = params(num_layers)
+    out = []
+    for i, (n, l) in enumerate(names):
+        c = np.zeros(len(names))
+        c[i] = 1.0
+        out.append((label(n, l), c))
+    c = np.array([1.0 if n == "attn_scale" else 0.0 for n, _ in names])
+    out.append(("attention logit scale (all layers)", c))
+    return out
+
+
+def coarse_directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
+    """Each per-layer knob over all layers together, and the global ones: the directions the
+    JAX judge fits at a large shape (one jvp each instead of one per layer and parameter)."""
+    names = params(num_layers)
+    out = []
+    for p in LAYER_PARAMS + GLOBAL_PARAMS:
+        c = np.array([1.0 if n == p else 0.0 for n, _ in names])
+        out.append((LABEL[p] + ("" if p in GLOBAL_PARAMS else " (all layers)"), c))
+    return out
+
+
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     """x rounded to the nearest value of a storage dtype ("bfloat16": ties to even, "float16",
     "float32"), returned as FP32."""
