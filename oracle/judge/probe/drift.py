@@ -43,6 +43,7 @@ from .calibration import (
     precision_limits,
 )
 from .forwards import Forwards, of
+from ..comparison.malformed import side_problem
 from ..scenario import make_case
 from ..runner import run_scenario as run
 from ...sampling import SamplingParams
@@ -303,6 +304,29 @@ def probe_runs(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345) -> di
     case = probe_case(model.cfg.vocab_size, model.cfg.total_loops, n, seed)
     case.policy = case.policy if case.policy in backend.policies else backend.policies[0]
     return {mode: run(backend, model, case, mode) for mode in ("block", "loop")}
+
+
+def run_probe(backend, model, n: int) -> tuple:
+    """probe_runs, checked: (the probe's runs, "", seconds), or (None, the backend's exception or the
+    first malformed round in a line, seconds): a malformed probe is a failed check naming the place,
+    not a fit."""
+    t0 = time.perf_counter()
+    try:
+        runs = probe_runs(backend, model, n)
+    except Exception as e:  # noqa: BLE001 -- judged: a failed drift check
+        return None, f"drift probe: the backend raised {type(e).__name__}: {e}", time.perf_counter() - t0
+    problem = probe_problem(model, runs)
+    return (None if problem else runs), problem, time.perf_counter() - t0
+
+
+def probe_problem(model, runs: dict) -> str:
+    """The first malformed round of the probe's runs (malformed.side_problem), as a line naming the
+    mode; "" if none."""
+    for mode, r in runs.items():
+        why = side_problem(r.traces, model.cfg)
+        if why:
+            return f"drift probe [{mode}]: {why}"
+    return ""
 
 
 def fit(model, runs: dict, dtype: str, reproduce="", stats_fn=None, dirs=None, fwd=None, allowance=()) -> DriftReport:

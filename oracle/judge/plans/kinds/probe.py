@@ -4,6 +4,7 @@ tests, the calibration scripts, which may pass the probe's runs they made)."""
 from __future__ import annotations
 
 from . import probing
+from ...probe import drift
 from ...probe.calibration import PROBE_REQUESTS
 from ..plan import Executor, ProbePlan
 from ....runtime.backends import GuardedBackend
@@ -24,7 +25,7 @@ def run(plan: ProbePlan, ex: Executor, v) -> None:
         caps = capabilities(backend)
         pending = probing.start_drift(guarded, model, plan.probe_reproduce, plan.judge, n, *fits, caps, jcaps)
     else:
-        problem = probing.probe_problem(model, plan.runs)
+        problem = drift.probe_problem(model, plan.runs)
         pending = probing.pending_for(backend, model, plan.probe_reproduce, plan.judge, *fits, jcaps)
         pending.runs, pending.error = (None, problem) if problem else (plan.runs, "")
     if pending is None:

@@ -6,7 +6,6 @@ checked for malformed output (malformed.side_problem) before a fit reads it."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +16,6 @@ from ...probe import precision as _precision
 from .. import worker as _worker
 from ...probe.calibration import COARSE_HIDDEN, PROBE_REQUESTS
 from ...probe.forwards import Forwards, of
-from ...comparison.malformed import side_problem
 from ..plan import VERDICTS, Executor, Probed
 
 
@@ -154,39 +152,17 @@ def start_drift(
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
         job = (_probe_and_fit, backend, model, n, reproduce, fits)
     else:  # the probe's runs now; the fit (NumPy, or the JAX judge's jvp and twin) beside what comes next
-        p.runs, p.error, p.seconds = _probe(backend, model, n)
+        p.runs, p.error, p.seconds = _drift.run_probe(backend, model, n)
         job = None if p.error else (_fits, model, p.runs, p.dtype, reproduce, *fits)
     p.job = None if job is None else _worker.background(*job)
     return p
-
-
-def _probe(backend, model, n: int) -> tuple:
-    """(the probe's runs, "", seconds), or (None, the backend's exception or the first malformed
-    round in a line, seconds): a malformed probe is a failed check naming the place, not a fit."""
-    t0 = time.perf_counter()
-    try:
-        runs = _drift.probe_runs(backend, model, n)
-    except Exception as e:  # noqa: BLE001 -- judged: a failed drift check
-        return None, f"drift probe: the backend raised {type(e).__name__}: {e}", time.perf_counter() - t0
-    problem = probe_problem(model, runs)
-    return (None if problem else runs), problem, time.perf_counter() - t0
-
-
-def probe_problem(model, runs: dict) -> str:
-    """The first malformed round of the probe's runs (malformed.side_problem), as a line naming the
-    mode; "" if none."""
-    for mode, run in runs.items():
-        why = side_problem(run.traces, model.cfg)
-        if why:
-            return f"drift probe [{mode}]: {why}"
-    return ""
 
 
 def _probe_and_fit(backend, model, n: int, reproduce: str, fits: tuple):
     """start_drift's probe and fit in a forked child (fits: _fits's arguments after reproduce, on its
     copy of the forwards): ((DriftReport or None, PrecisionReport or None) or None, the probe's error)."""
     backend = backend.fresh() if hasattr(backend, "fresh") else backend  # a guard with its own thread here
-    runs, error, seconds = _probe(backend, model, n)
+    runs, error, seconds = _drift.run_probe(backend, model, n)
     if error:
         return None, error
     reps = _fits(model, runs, backend.dtype, reproduce, *fits)
