@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from . import cases as _cases
+from . import sides as _sides
 from ..probe.drift_text import drift_lines
 from ..probe import precision as _precision
 from .kinds import backend as _backend
@@ -166,13 +166,13 @@ def begin(model, cases, judge_name=None):
     """The reference's sides begun now, before the backend is loaded (its import overlaps them):
     a handle for judge(early=), or None where that does not apply (a --reference judge, a large
     model). Call cancel(handle) if the backend then fails to load."""
-    if not _cases.sides_ahead_apply(model.cfg, judge_name):
+    if not _sides.sides_ahead_apply(model.cfg, judge_name):
         return None
-    return _cases.start_sides(model, cases)
+    return _sides.start_sides(model, cases)
 
 
 def cancel(handle) -> None:
-    _cases.cancel_sides(handle)
+    _sides.cancel_sides(handle)
 
 
 # ---- judge: the one entry ----
