@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from oracle.errors import OracleError
-from oracle.judge.probe import drift, drift_stats, precision
+from oracle.judge.probe import drift, drift_stats, noise, precision
 from oracle.judge.probe.observations import observations
 from oracle.judge.probe.calibration import DRIFT_FLOOR, FAMILY_ALPHA, RHO, SAMPLES, SIGMA, TWIN_SPREAD
 
@@ -304,7 +304,7 @@ def test_numpy_and_jax_twins_agree(tiny, perturbed):
     pytest.importorskip("jax")
     from judge_jax.twin import make_energy_fn
 
-    ours = group_means(precision.numpy_energy_fn(tiny, "bfloat16"), perturbed)
+    ours = group_means(noise.numpy_energy_fn(tiny, "bfloat16", [noise.span(*s) for s in perturbed]), perturbed)
     theirs = group_means(make_energy_fn(tiny, "bfloat16"), perturbed)
     assert set(ours) == set(theirs) and len(ours) >= 4 * tiny.cfg.num_layers
     ratios = {g: theirs[g] / ours[g] for g in ours}

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import drift_stats
-from .calibration import FAMILY_ALPHA, RHO, SAMPLES, SEED, SIGMA, precision_limits
-from .forwards import Forwards, of
+from .calibration import FAMILY_ALPHA, RHO, SIGMA, precision_limits
+from .forwards import Forwards
+from .noise import numpy_energy_fn, span
 from .observations import observations
 
 BITS = {"bfloat16": 8, "float16": 11}  # significant bits of the declared dtype
@@ -144,49 +145,13 @@ def one_sided_threshold(n_tests: int, n_samples: int, family_alpha: float = FAMI
     return drift_stats.t_critical(2 * family_alpha / max(1, n_tests), n_samples - 1)
 
 
-def numpy_energy_fn(model, dtype: str, contexts=(), fwd: Forwards | None = None):
-    """energy_fn(tokens, loops, obs) -> {group: (sum of r_v^2, values)} on the NumPy twin
-    (Forwards.twins on fwd, the run's forwards, None: made for this energy_fn; the forwards for
-    `contexts` [(tokens, loops)] made first, in batches)."""
-    fwd = of(model, fwd)
-    if contexts:
-        fwd.twins(list(dict.fromkeys(contexts)), dtype, SAMPLES, SEED)
-
-    def energy_fn(tokens, loops, obs):
-        span = (tuple(tokens[: max(k[1] for k in obs) + 1]), loops)
-        center, twin = fwd.twins([span], dtype, SAMPLES, SEED)[span]
-        sums: dict = {}
-        for vkey, got in obs.items():
-            kind, pos = vkey[0], vkey[1]
-            if kind in ("k", "v"):
-                c, t = center[kind][vkey[2]][vkey[3]][0, pos], twin[kind][vkey[2]][vkey[3]][:, pos]
-            else:
-                c, t = center["logits"][vkey[2]][0, pos], twin["logits"][vkey[2]][:, pos]
-            got = np.asarray(got, np.float64)
-            if got.shape != c.shape:
-                continue  # malformed: the comparison's to fail, not a sample here
-            c, t = np.asarray(c, np.float64), np.asarray(t, np.float64)
-            s2 = float(np.mean(np.sum((t - c) ** 2, axis=tuple(range(1, t.ndim)))))
-            if not s2 > 0:
-                continue
-            e = np.where(np.isfinite(c), got - c, 0.0)  # where the reference is -inf (masked) too: 0
-            acc = sums.setdefault((kind,) + tuple(vkey[2:]), [0.0, 0])
-            acc[0] += float(np.sum(np.where(np.isfinite(e), e, np.inf) ** 2)) / s2
-            acc[1] += 1
-        return {g: (s, n) for g, (s, n) in sums.items()}
-
-    return energy_fn
-
-
 def request_energies(model, runs, dtype: str, energy_fn=None, fwd: Forwards | None = None) -> dict:
     """rid -> {group: (m, values)}: m the mean r_v^2 over the request's values in the group, its
-    runs (block, loop) averaged. energy_fn: the twin (default: numpy_energy_fn on fwd; the JAX
+    runs (block, loop) averaged. energy_fn: the twin (default: noise.numpy_energy_fn on fwd; the JAX
     judge's is judge_jax/twin.py's, on the device)."""
     obs = {key: v for key, v in observations(runs).items() if v[2]}
     if energy_fn is None:
-        energy_fn = numpy_energy_fn(
-            model, dtype, [(tuple(t[: max(k[1] for k in o) + 1]), lo) for t, lo, o in obs.values()], fwd
-        )
+        energy_fn = numpy_energy_fn(model, dtype, [span(t, lo, o) for t, lo, o in obs.values()], fwd)
     per: dict = {}
     for (_, rid), (tokens, loops, o) in obs.items():
         for g, (s, n) in energy_fn(tokens, loops, o).items():
