@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import drift_model, drift_stats
+from . import drift_stats, knobs
 from .calibration import (
     ALIAS,
     DRIFT_FLOOR,
@@ -50,7 +50,7 @@ from ...sampling import SamplingParams
 
 # GROWTH: weight of a value group at depth j, 1 / (rms * GROWTH**j); PROBE_REQUESTS: sequences the
 # judge runs through the backend for the fit; COARSE_HIDDEN: from this hidden size the JAX judge fits
-# drift_model.coarse_directions only; VISIBLE: a direction whose pooled <Jc, Jc> is below this times the largest
+# knobs.coarse_directions only; VISIBLE: a direction whose pooled <Jc, Jc> is below this times the largest
 # is invisible; ALIAS: directions with |cos| > 1 - ALIAS are one direction (named together). These
 # and the allowance's TWIN_SPREAD, DRIFT_FLOOR, FLOOR_HIDDEN: oracle/judge/probe/calibration.py.
 # A correct engine may multiply by weights stored in its dtype or wider: the drift is tested
@@ -88,7 +88,7 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwar
     dtype without a twin): what rounding alone does to the estimates. fwd: the run's forwards
     (oracle/judge/probe/forwards.py; None: made for this call)."""
     fwd = of(model, fwd)
-    P = len(drift_model.params(model.cfg.num_layers))
+    P = len(knobs.params(model.cfg.num_layers))
     span = _span(tokens, obs)
     fw, fr = fwd.forwards(span, loops, dtype)
     tw = fwd.twins([(span, loops)], dtype, SAMPLES, SEED)[(span, loops)] if dtype in SIGMA else None
@@ -132,7 +132,7 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwar
     return b, G, n, bw, bt
 
 
-# ---- the verdict over the directions tested (drift_model.directions) ----
+# ---- the verdict over the directions tested (knobs.directions) ----
 
 
 @dataclass(slots=True)
@@ -211,7 +211,7 @@ def verdict(
     stats: list, num_layers: int, reproduce: str = "", dirs=None, floor: float = DRIFT_FLOOR, rho: float | None = None
 ) -> DriftReport:
     """The drift verdict from per-request (b, G, values, bw[, bt]); dirs: the directions tested
-    (default: drift_model.directions, every parameter per layer). With every request's bt (the twin samples'
+    (default: knobs.directions, every parameter per layer). With every request's bt (the twin samples'
     J^T W e), each direction's rounding allowance is the twin's (rho: allowance_rho of the model's
     hidden size; None: RHO) widened by floor (drift_floor of the model's hidden size); else
     the flat DRIFT_FLOOR."""
@@ -219,7 +219,7 @@ def verdict(
     bws = np.stack([s[3] for s in stats])
     bts = np.stack([s[4] for s in stats]) if all(len(s) > 4 and s[4] is not None for s in stats) else None
     Gp = Gs.sum(0)
-    dirs = drift_model.directions(num_layers) if dirs is None else dirs
+    dirs = knobs.directions(num_layers) if dirs is None else dirs
     power = [c @ Gp @ c for _, c in dirs]
     top = max(power)
     tested, invisible = [], []

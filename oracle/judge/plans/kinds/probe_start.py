@@ -13,7 +13,7 @@ import numpy as np
 
 from . import probe_finish as _finish
 from ...probe import drift as _drift
-from ...probe import drift_model
+from ...probe import knobs
 from .. import worker as _worker
 from ...probe.calibration import COARSE_HIDDEN, PROBE_REQUESTS
 from ...probe.forwards import Forwards
@@ -76,7 +76,7 @@ def pending_for(
     maker = None if caps is None else caps.drift_stats_fn
     if maker is not None:
         if model.cfg.hidden_size >= COARSE_HIDDEN:  # per layer would cost one jvp per knob
-            dirs = drift_model.coarse_directions(model.cfg.num_layers)
+            dirs = knobs.coarse_directions(model.cfg.num_layers)
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
     twin = None if caps is None else caps.precision_energy_fn
     energy_fn = twin(model, backend.dtype) if twin is not None and stats_fn is not None else None
