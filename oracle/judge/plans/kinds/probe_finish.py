@@ -6,7 +6,7 @@ verdict (`finish`: Verdict.add_probe)."""
 from __future__ import annotations
 
 from ...probe import drift as _drift
-from ...probe import precision as _precision
+from ...probe import precision_fit as _precision_fit
 from ...probe.forwards import Forwards, of
 from ..plan import VERDICTS, Executor
 
@@ -53,7 +53,7 @@ def fits(
     allowance: tuple = (),
 ) -> tuple:
     """(DriftReport, PrecisionReport or None) over the probe's runs: the drift fit, and the error
-    energy against the noise twin (oracle/judge/probe/precision.py; None without a twin: FP32). With the
+    energy against the noise twin (oracle/judge/probe/precision_fit.py; None without a twin: FP32). With the
     NumPy sensitivities both use the twin's forwards at the backend's tokens, made once (on fwd,
     the run's forwards; None: made for these two fits); with the JAX judge's (stats_fn), its twin
     is energy_fn (judge_jax/twin.py). verdicts: those fitted (one left out: None); allowance: the
@@ -61,7 +61,7 @@ def fits(
     fwd = of(model, fwd)
     prec = None
     if "precision" in verdicts and (stats_fn is None or energy_fn):
-        prec = _precision.fit(model, runs, dtype, reproduce, energy_fn, fwd)
+        prec = _precision_fit.fit(model, runs, dtype, reproduce, energy_fn, fwd)
     rep = _drift.fit(model, runs, dtype, reproduce, stats_fn, dirs, fwd, allowance) if "drift" in verdicts else None
     return rep, prec
 
