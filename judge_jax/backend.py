@@ -359,7 +359,7 @@ class JaxBackend:
 
     def drift_stats_fn(self, model, dtype: str, basis=None):
         """The drift verdict's sensitivities by jax.linearize on this device (judge_jax/drift.py);
-        basis: fit these directions only (oracle.judge.probe.drift.coarse_directions)."""
+        basis: fit these directions only (oracle.judge.probe.knobs.coarse_directions)."""
         from .drift import make_stats_fn
 
         return make_stats_fn(model, dtype, basis=basis)

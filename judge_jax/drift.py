@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oracle.judge.probe import drift_model
+from oracle.judge.probe import drift_model, knobs
 from oracle.judge.probe.calibration import GROWTH
 
 from .checkpoint import host_params
@@ -54,9 +54,9 @@ CHUNK = 16  # directions per jvp / transpose batch (bounds memory at ouro-1.4b)
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": "0"}
 _PROGRAMS: dict = {}  # programs compiled with options: (name, Shape, chunk, device, options, Tb, loops) -> program
 T_BUCKET = 64  # sequence lengths are padded up to a multiple of this (bounds recompiles)
-NL = len(drift_model.LAYER_PARAMS)
-LP = {n: i for i, n in enumerate(drift_model.LAYER_PARAMS)}  # column of a per-layer knob
-GP = {n: i for i, n in enumerate(drift_model.GLOBAL_PARAMS)}  # index of a global knob
+NL = len(knobs.LAYER_PARAMS)
+LP = {n: i for i, n in enumerate(knobs.LAYER_PARAMS)}  # column of a per-layer knob
+GP = {n: i for i, n in enumerate(knobs.GLOBAL_PARAMS)}  # index of a global knob
 KIND_LOGITS = ("draft", "verify")
 
 
@@ -72,7 +72,7 @@ class Shape:
 
     @property
     def P(self) -> int:
-        return self.num_layers * NL + len(drift_model.GLOBAL_PARAMS)
+        return self.num_layers * NL + len(knobs.GLOBAL_PARAMS)
 
 
 def _rms(x, w, eps):
@@ -256,7 +256,7 @@ def make_stats_fn(model, dtype: str = "float32", device=None, chunk: int = CHUNK
     JAX's default device). compiler_options: XLA options of the two programs (default:
     CPU_COMPILER_OPTIONS on a CPU device, none elsewhere). One compile per (padded length, loops).
     basis: [m, P] directions with disjoint supports (rows of 0/1) to fit instead of every knob:
-    m jvps instead of P; G is then exact on the span of the rows (oracle.judge.probe.drift.coarse_directions).
+    m jvps instead of P; G is then exact on the span of the rows (oracle.judge.probe.knobs.coarse_directions).
     (Over 80 lines: a factory whose three closures share its programs and device parameters.)"""
     cfg = model.cfg
     shape = Shape(cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, float(cfg.rms_norm_eps))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle.judge.probe import drift, drift_model, drift_stats, forwards
+from oracle.judge.probe import drift, drift_model, drift_stats, forwards, knobs
 from oracle.checkpoint import build_model
 from oracle.judge.probe import calibration
 
@@ -20,7 +20,7 @@ def tiny():
 def test_knob_forward_is_the_reference_at_scales_one(tiny):
     toks = list(np.random.default_rng(0).integers(0, 64, 20))
     ref, kv = tiny.forward_full(toks, 3, keep=True)
-    P = len(drift_model.params(tiny.cfg.num_layers))
+    P = len(knobs.params(tiny.cfg.num_layers))
     out = drift_model.forward(tiny, toks, 3, np.ones((2, P)))
     for j in range(3):
         assert np.allclose(out["logits"][j][1], ref[j], rtol=1e-5, atol=1e-5)
@@ -47,7 +47,7 @@ def test_interval_test_is_zero_inside_the_interval():
 def synthetic_stats(model, scale_of, n=8, noise=2e-4, seed=0):
     """Per-request stats where the 'backend' is the knob forward with one parameter scaled (plus
     white noise): what request_stats sees of a backend with exactly that drift."""
-    names = drift_model.params(model.cfg.num_layers)
+    names = knobs.params(model.cfg.num_layers)
     rng = np.random.default_rng(seed)
     out = []
     for r in range(n):
@@ -74,7 +74,7 @@ def test_no_drift_passes_and_invisible_directions_are_named(tiny):
     assert rep.ok, rep.failure
     for l in range(tiny.cfg.num_layers):
         for p in ("o_proj", "up_proj", "down_proj"):
-            assert f"layer {l} {drift.LABEL[p]}" in rep.invisible
+            assert f"layer {l} {knobs.LABEL[p]}" in rep.invisible
         assert any(
             e.label == f"layer {l} gate_proj output scale = layer {l} post_attention_layernorm weight scale"
             for e in rep.estimates
@@ -105,7 +105,7 @@ def _rel(a, b):
 def test_batched_forward_is_the_per_request_forward(tiny, noisy):
     """One forward over ragged per-row tokens (right-padded; noise: one stream per block of rows)
     gives, at each row's own positions, what forward over that request alone gives (FP64)."""
-    P = len(drift_model.params(tiny.cfg.num_layers))
+    P = len(knobs.params(tiny.cfg.num_layers))
     rng = np.random.default_rng(3)
     seqs = [list(map(int, rng.integers(0, 64, n))) for n in (7, 19, 1, 12)]
     rows = 3  # settings per request
@@ -136,7 +136,7 @@ def test_batched_finite_differences_are_the_per_request_ones(tiny, monkeypatch):
     sets = []
     for n in (9, 23, 15):
         toks = list(map(int, rng.integers(0, 64, n)))
-        fw = drift_model.forward(tiny, toks, 3, np.ones((1, len(drift_model.params(2)))))
+        fw = drift_model.forward(tiny, toks, 3, np.ones((1, len(knobs.params(2)))))
         obs = {
             (kind, p, j, l): fw[kind][j][l][0, p] * 1.001
             for kind in ("k", "v")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from judge_jax.drift import make_stats_fn
-from oracle.judge.probe import drift, drift_model
+from oracle.judge.probe import drift, drift_model, knobs
 from oracle.config import ModelConfig
 from oracle.model import LoopedModel, random_weights
 
@@ -31,7 +31,7 @@ def observe(model, tokens, loops, logit_depths, rng, frac=0.6, noise=1e-2, scale
     """{key: value} over a random set of keys: K/V at (pos, depth, layer), draft / verify
     logits at (pos, depth); value = the drift model's value at `scales` (default: the reference)
     times (1 + noise * N(0, 1)), as FP32. Positions 0..len(tokens)-2, as drift.observations."""
-    P = len(drift_model.params(model.cfg.num_layers))
+    P = len(knobs.params(model.cfg.num_layers))
     fw = drift_model.forward(model, tokens, loops, np.ones((1, P)) if scales is None else scales[None])
     obs = {}
 
@@ -58,7 +58,7 @@ def check_same(model, tokens, loops, obs, dtype):
     want = drift.request_stats(model, tokens, loops, obs, dtype)
     got = make_stats_fn(model, dtype)(tokens, loops, obs)
     (b0, G0, n0, bw0), (b1, G1, n1, bw1) = want[:4], got  # want[4]: the twin samples' (NumPy only)
-    P = len(drift_model.params(model.cfg.num_layers))
+    P = len(knobs.params(model.cfg.num_layers))
     assert b1.shape == bw1.shape == (P,) and G1.shape == (P, P)
     assert n1 == n0
     assert rel(b1, b0) < TOL, rel(b1, b0)
@@ -102,7 +102,7 @@ def test_gqa_matches_finite_differences(gqa):
 def test_injected_drift_is_recovered(tiny):
     """Values of the model with layer 1's attention logit scale at 1.01: that direction's
     estimate b_i / G_ii (the verdict's per-direction fit) is 0.01 within 5%."""
-    names = drift_model.params(tiny.cfg.num_layers)
+    names = knobs.params(tiny.cfg.num_layers)
     i = names.index(("attn_scale", 1))
     scales = np.ones(len(names))
     scales[i] = 1.01

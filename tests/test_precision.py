@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from oracle.errors import OracleError
-from oracle.judge.probe import drift, drift_stats, precision
+from oracle.judge.probe import drift, drift_stats, noise, precision, precision_fit
 from oracle.judge.probe.observations import observations
 from oracle.judge.probe.calibration import DRIFT_FLOOR, FAMILY_ALPHA, RHO, SAMPLES, SIGMA, TWIN_SPREAD
 
@@ -193,7 +193,7 @@ def test_group_labels():
 
 
 def test_fit_has_no_verdict_without_a_twin():
-    assert precision.fit(None, [], "float32") is None
+    assert precision_fit.fit(None, [], "float32") is None
 
 
 # ---- the drift allowance and the interval test ----
@@ -272,7 +272,7 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
 
     runs = drift.probe_runs(ReferenceBackend(), tiny, n=4)
     fwd = Forwards(tiny)
-    prec = precision.fit(tiny, runs, "bfloat16", fwd=fwd)
+    prec = precision_fit.fit(tiny, runs, "bfloat16", fwd=fwd)
     twins = dict(fwd.twin)
     assert twins and not fwd.fd
     rep = drift.fit(tiny, runs, "bfloat16", fwd=fwd)
@@ -304,7 +304,7 @@ def test_numpy_and_jax_twins_agree(tiny, perturbed):
     pytest.importorskip("jax")
     from judge_jax.twin import make_energy_fn
 
-    ours = group_means(precision.numpy_energy_fn(tiny, "bfloat16"), perturbed)
+    ours = group_means(noise.numpy_energy_fn(tiny, "bfloat16", [noise.span(*s) for s in perturbed]), perturbed)
     theirs = group_means(make_energy_fn(tiny, "bfloat16"), perturbed)
     assert set(ours) == set(theirs) and len(ours) >= 4 * tiny.cfg.num_layers
     ratios = {g: theirs[g] / ours[g] for g in ours}

@@ -1,17 +1,17 @@
 """The comparisons of one case, built on the one runner (oracle/judge/runner.py): block vs loop on
 the reference (`check_case`) and a backend against the judge (`judge_backend`, every case of a
-backend plan: `judge_cases`, which oracle/judge/plans/kinds/backend.py calls); every comparison is
+backend plan: `judge_cases`, which oracle/judge/plans/kinds/backend.py calls, against the
+reference's sides made before them in oracle/judge/plans/sides.py); every comparison is
 oracle.judge.comparison.compare.compare_runs. The Case type is oracle/judge/scenario.py;
 the built-in cases are oracle/cli/catalogue.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..comparison.cache_free import cache_free_check
-from ..probe.calibration import HOST_HIDDEN, SIGMA
-from ..comparison.compare import compare_runs, typical_norms
+from ..probe.calibration import SIGMA
+from ..comparison.compare import compare_runs
 from ...runtime.backends import WrongReturn
 from ...runtime.contract import capabilities, tolerance_row
 from ...errors import OracleError
@@ -22,38 +22,11 @@ from ..comparison.report import Check, Failure, Report
 from ..runner import REFERENCE, ScenarioRun, draws_host_stream, judge_run, run_scenario
 from ..scenario import Case
 from ...schedule import schedule_violation
-from .worker import Inbox, Part, background
+from .sides import reference_side
+from .worker import background
 
 MODES = ("block", "loop")
 MODES_VS = "block vs loop"  # the mode of a backend's block run against its loop run
-
-
-# The reference's side of a case: the FP32 reference's run of it and its noise-twin bounds, made
-# once, in the background (worker.background: a forked child where the platform forks, so both
-# overlap the backend's runs), and judged against in both modes: a handle whose result() is
-# (the reference's round traces, their twin bounds or None, their typical_norms). The reference's
-# block and loop rounds agree bit for bit (check_case checks it on every built-in case,
-# tests/test_rounds.py on drawn ones), so a backend drawing each request's host stream is judged
-# against the one run in either mode; the mode-specific part of its traces, the calls, is checked
-# against the backend's own plan (compare_runs). One job makes every case's side (`sides`: each a
-# worker.Part of it), or judge_backend makes one case's; fwd: the run's forwards (the twin's; a
-# forked job works on its copy).
-
-
-def _reference_side(model, sc, dtype: str, options: dict, traces=None, fwd: Forwards | None = None):
-    """(the reference's block traces of sc, their twin bounds or None, their typical_norms);
-    traces: that run, made before; fwd: the forwards the twin bounds are made on."""
-    traces = judge_run(model, sc, "block", **options).traces if traces is None else traces
-    return (
-        traces,
-        twin_bounds(model, traces, dtype, fwd=fwd) if dtype in SIGMA else None,
-        None if dtype == "exact" else [typical_norms(t) for t in traces],
-    )
-
-
-def _reference_sides(model, cases, dtype: str, fwd: Forwards | None = None) -> list:
-    fwd = of(model, fwd)  # one for every case of the job
-    return [_reference_side(model, c, dtype, {}, fwd=fwd) for c in cases]
 
 
 def _against_judge(bk, model, sc, mode, got, reproduce, case, judge, fwd, host: bool, **options) -> Report:
@@ -118,7 +91,7 @@ def judge_backend(
     fwd = of(model, fwd) if judge is None else fwd  # no twin against a judge backend
     if ref is None and judge is None and host:
         step("the reference's block and loop runs")
-        ref = background(_reference_side, model, sc, dtype, {}, fwd=fwd)
+        ref = background(reference_side, model, sc, dtype, {}, fwd=fwd)
     for mode in MODES:  # with the reference's side: both runs, then both judged
         label = f"{case} [{mode}]" if case else mode
         step(f"the backend's {mode} run")
@@ -236,38 +209,6 @@ def check_case(model, case: Case, step=None) -> Report:
     return rep
 
 
-# ---- a backend against the judge on many cases (`python -m oracle check --backend`) ----
-
-# Below calibration.HOST_HIDDEN the reference sides of every case are made in one background job
-# started before the backend's runs (one forked child: a fork per case cost more CPU than it
-# saved beside a busy process); above it one case at a time.
-
-
-def sides(early, backend, model, cases, judge, caps, dtype: str) -> tuple[dict, Forwards]:
-    """(id(case) -> the reference's side, the run's forwards) for every case judge_cases will judge against
-    the reference (a host-stream backend, no --reference judge), all made by one background job: the
-    one start_sides began before the backend loaded (early: its handle, sent the backend's facts
-    now), else one started now, so that they are made while the backend runs; {} where none applies
-    or the model is large (judge_backend then makes each in turn). The run's forwards (the twin's
-    and the drift fit's): those begun with the early sides, else new. caps, dtype: the backend's
-    Capabilities and tolerance row, read by the caller."""
-    begun = None if early is None else early.fwd
-    fwd = begun if begun is not None and begun.model is model else Forwards(model)
-    host = caps.host_rng
-    if early is not None:
-        early.fwd = None  # held by this run alone: let go when it returns
-        early.facts.send((dtype, tuple(backend.policies)) if host else None)  # None: the job ends
-        job, todo = early.job, list(enumerate(early.cases))  # the job's list holds every case
-    elif judge is None and host and model.cfg.hidden_size < HOST_HIDDEN:
-        supported = [c for c in cases if c.policy in backend.policies]
-        job, todo = background(_reference_sides, model, supported, dtype, fwd), list(enumerate(supported))
-    else:
-        return {}, fwd
-    if not host:
-        return {}, fwd
-    return {id(c): Part(job, i) for i, c in todo if c.policy in backend.policies}, fwd
-
-
 def judge_cases(v, bk, model, cases, suffix: str, judge, sides: dict, catch: bool, fwd, ex, caps=None) -> list:
     """[(case, [(label, Report)], {mode: run})]: every case's backend runs first, then the comparisons;
     a case whose policy bk does not support is in v.skipped. ex: the plan's executor (its phases);
@@ -291,55 +232,3 @@ def judge_cases(v, bk, model, cases, suffix: str, judge, sides: dict, catch: boo
     if pending:
         ex.phase("compare", f"{len(pending)} case(s)")
     return [(case, reps.result() if isinstance(reps, Deferred) else reps, runs) for case, reps, runs in pending]
-
-
-# ---- the reference's sides begun before the backend is loaded ----
-#
-# On a model of hidden size below HOST_HIDDEN each case's reference run needs nothing of the
-# backend: one background job starts the runs before the backend's import (torch: about 2 s of CPU
-# on the 2-core machines CI uses) and receives through an Inbox, once the backend is loaded, what
-# the twin bounds need (its dtype and policies): each case's reference block run -> (dtype,
-# policies) -> each case's twin bounds. A backend that draws no host stream ends the job at once;
-# one that fails to load cancels it. (The drift probe's reference side is not begun ahead: the BF16
-# backend commits other tokens than the reference on about half of the probe's requests, 11 of 24
-# on the tiny preset, so forwards at the reference's tokens would mostly be made again.)
-
-
-@dataclass
-class Ahead:
-    cases: list
-    job: object  # worker.background handle: [(traces, bounds, norms) | None per case] or None
-    facts: Inbox
-    fwd: Forwards | None = None  # the forwards of the run it begins (verdict.judge takes them on)
-
-
-def sides_ahead_apply(model_cfg, judge_name) -> bool:
-    """Whether `check --backend` begins the reference's sides ahead: the NumPy reference is the judge
-    (no --reference) and the model is small enough for them to be made at once."""
-    return judge_name in (None, "reference") and model_cfg.hidden_size < HOST_HIDDEN
-
-
-def start_sides(model, cases) -> Ahead:
-    facts, fwd = Inbox(), Forwards(model)
-    return Ahead(cases, background(_sides_job, model, cases, facts, fwd), facts, fwd)
-
-
-def cancel_sides(ahead: Ahead | None) -> None:
-    """The backend did not load: the job ends (its input cancelled, its child stopped)."""
-    if ahead is not None:
-        ahead.facts.cancel()
-        if hasattr(ahead.job, "stop"):
-            ahead.job.stop()
-
-
-def _sides_job(model, cases, facts: Inbox, fwd: Forwards | None = None):
-    traces = [run_scenario(REFERENCE, model, c, "block").traces for c in cases]
-    got = facts.get()
-    if got is None:
-        return None
-    dtype, policies = got
-    fwd = of(model, fwd)
-    return [
-        _reference_side(model, c, dtype, {}, traces=t, fwd=fwd) if c.policy in policies else None
-        for c, t in zip(cases, traces)
-    ]

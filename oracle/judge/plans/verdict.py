@@ -5,8 +5,8 @@ harness as an assertion; gpu_tests and scripts/gpu_parity_full.py as their summa
 
 `judge` makes the verdict's heading (the two sides, the dtype, the model's loops) and hands it to
 the plan kind's module (oracle/judge/plans/kinds/: reference, backend, pairs, traces, probe,
-invariance, rules), which fills it; the drift probe's scheduling beside the cases is
-oracle/judge/plans/kinds/probing.py.
+invariance, rules), which fills it; the drift probe beside the cases is begun in
+oracle/judge/plans/kinds/probe_start.py and finished in oracle/judge/plans/kinds/probe_finish.py.
 
 A `Verdict`'s `ok` is derived from its checks, never set.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from . import cases as _cases
+from . import sides as _sides
 from ..probe.drift_text import drift_lines
 from ..probe import precision as _precision
 from .kinds import backend as _backend
@@ -125,6 +125,19 @@ class Verdict:
             {"name": f"{label}: {c.name}", "ok": c.ok, "detail": c.detail, "failure": _record(c)} for c in rep.checks
         ]
 
+    def add_probe(self, drift, precision, error: str = "") -> None:
+        """The drift probe's reports (drift.DriftReport, precision.PrecisionReport, or None: not
+        fitted) and their checks, "drift probe: drift" and "drift probe: precision"; where the probe
+        failed (error: the backend raised, or its output was malformed) one failed check naming it."""
+        self.drift, self.precision = drift, precision
+        if error:
+            name = "drift probe: malformed" if ": the backend raised " not in error else "drift probe: drift"
+            self.checks.append({"name": name, "ok": False, "detail": error, "failure": None})
+            return
+        for name, rep in (("drift probe: drift", drift), ("drift probe: precision", precision)):
+            if rep is not None:
+                self.checks.append({"name": name, "ok": rep.ok, "detail": rep.failure, "failure": None})
+
     def error_maps(self, limit: int = 12) -> list[dict]:
         """What the report's pictures draw (report.error_maps over this verdict's comparisons)."""
         return error_maps(self.reports, limit)
@@ -166,13 +179,13 @@ def begin(model, cases, judge_name=None):
     """The reference's sides begun now, before the backend is loaded (its import overlaps them):
     a handle for judge(early=), or None where that does not apply (a --reference judge, a large
     model). Call cancel(handle) if the backend then fails to load."""
-    if not _cases.sides_ahead_apply(model.cfg, judge_name):
+    if not _sides.sides_ahead_apply(model.cfg, judge_name):
         return None
-    return _cases.start_sides(model, cases)
+    return _sides.start_sides(model, cases)
 
 
 def cancel(handle) -> None:
-    _cases.cancel_sides(handle)
+    _sides.cancel_sides(handle)
 
 
 # ---- judge: the one entry ----

@@ -10,7 +10,7 @@ os.fork is missing, fn runs on one helper thread.
 
 An Inbox carries one value to a job after it started (`check --backend` begins the reference's
 sides before the backend is loaded and sends the job the backend's dtype once it is:
-cases.start_sides).
+sides.start_sides).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class Inbox:
     the job (it waits until the value is there). A pipe with a length header, so it serves a
     forked child and the helper thread alike, and a copy of the pipe that another child inherited
     cannot hold a reader back. send() returns at once for a value within the pipe's buffer (the
-    backend's facts of cases.sides); a larger one waits for the reader. cancel(): get() raises
+    backend's facts of sides.sides); a larger one waits for the reader. cancel(): get() raises
     instead."""
 
     HEADER = struct.Struct("<q")

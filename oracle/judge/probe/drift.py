@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import drift_model, drift_stats
+from . import drift_stats, knobs
 from .calibration import (
     ALIAS,
     DRIFT_FLOOR,
@@ -43,13 +43,14 @@ from .calibration import (
     precision_limits,
 )
 from .forwards import Forwards, of
+from ..comparison.malformed import side_problem
 from ..scenario import make_case
 from ..runner import run_scenario as run
 from ...sampling_params import SamplingParams
 
 # GROWTH: weight of a value group at depth j, 1 / (rms * GROWTH**j); PROBE_REQUESTS: sequences the
 # judge runs through the backend for the fit; COARSE_HIDDEN: from this hidden size the JAX judge fits
-# coarse_directions only; VISIBLE: a direction whose pooled <Jc, Jc> is below this times the largest
+# knobs.coarse_directions only; VISIBLE: a direction whose pooled <Jc, Jc> is below this times the largest
 # is invisible; ALIAS: directions with |cos| > 1 - ALIAS are one direction (named together). These
 # and the allowance's TWIN_SPREAD, DRIFT_FLOOR, FLOOR_HIDDEN: oracle/judge/probe/calibration.py.
 # A correct engine may multiply by weights stored in its dtype or wider: the drift is tested
@@ -65,29 +66,6 @@ WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
 # drift_floor(hidden), what the twin does not draw (calibration.py: DRIFT_FLOOR up to FLOOR_HIDDEN,
 # shrinking as (FLOOR_HIDDEN / hidden) ** FLOOR_POWER above). Where no twin applies (the JAX judge's
 # sensitivities) the allowance is [-DRIFT_FLOOR, DRIFT_FLOOR].
-
-LABEL = {
-    "attn_scale": "attention logit scale (= q_proj output scale)",
-    "k_proj": "k_proj output scale",
-    "v_proj": "v_proj output scale",
-    "o_proj": "o_proj output scale",
-    "gate_proj": "gate_proj output scale",
-    "up_proj": "up_proj output scale",
-    "down_proj": "down_proj output scale",
-    "input_layernorm": "input_layernorm weight scale",
-    "input_layernorm_2": "input_layernorm_2 weight scale",
-    "post_attention_layernorm": "post_attention_layernorm weight scale",
-    "post_attention_layernorm_2": "post_attention_layernorm_2 weight scale",
-    "rope_theta": "RoPE base (rope_theta)",
-    "embed_tokens": "embed_tokens scale",
-    "norm": "model.norm weight scale",
-    "lm_head": "lm_head output scale",
-}
-
-
-def label(name: str, layer) -> str:
-    return LABEL[name] if layer is None else f"layer {layer} {LABEL[name]}"
-
 
 from .observations import merged_observations, observations  # noqa: E402,F401 (drift's API)
 
@@ -110,7 +88,7 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwar
     dtype without a twin): what rounding alone does to the estimates. fwd: the run's forwards
     (oracle/judge/probe/forwards.py; None: made for this call)."""
     fwd = of(model, fwd)
-    P = len(drift_model.params(model.cfg.num_layers))
+    P = len(knobs.params(model.cfg.num_layers))
     span = _span(tokens, obs)
     fw, fr = fwd.forwards(span, loops, dtype)
     tw = fwd.twins([(span, loops)], dtype, SAMPLES, SEED)[(span, loops)] if dtype in SIGMA else None
@@ -154,31 +132,7 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwar
     return b, G, n, bw, bt
 
 
-# ---- the directions tested and the verdict ----
-
-
-def directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
-    """(label, c): one per parameter, plus the attention logit scale of all layers together."""
-    names = drift_model.params(num_layers)
-    out = []
-    for i, (n, l) in enumerate(names):
-        c = np.zeros(len(names))
-        c[i] = 1.0
-        out.append((label(n, l), c))
-    c = np.array([1.0 if n == "attn_scale" else 0.0 for n, _ in names])
-    out.append(("attention logit scale (all layers)", c))
-    return out
-
-
-def coarse_directions(num_layers: int) -> list[tuple[str, np.ndarray]]:
-    """Each per-layer parameter over all layers together, and the global ones: the directions the
-    JAX judge fits at a large shape (one jvp each instead of one per layer and parameter)."""
-    names = drift_model.params(num_layers)
-    out = []
-    for p in drift_model.LAYER_PARAMS + drift_model.GLOBAL_PARAMS:
-        c = np.array([1.0 if n == p else 0.0 for n, _ in names])
-        out.append((LABEL[p] + ("" if p in drift_model.GLOBAL_PARAMS else " (all layers)"), c))
-    return out
+# ---- the verdict over the directions tested (knobs.directions) ----
 
 
 @dataclass(slots=True)
@@ -257,7 +211,7 @@ def verdict(
     stats: list, num_layers: int, reproduce: str = "", dirs=None, floor: float = DRIFT_FLOOR, rho: float | None = None
 ) -> DriftReport:
     """The drift verdict from per-request (b, G, values, bw[, bt]); dirs: the directions tested
-    (default: `directions`, every parameter per layer). With every request's bt (the twin samples'
+    (default: knobs.directions, every parameter per layer). With every request's bt (the twin samples'
     J^T W e), each direction's rounding allowance is the twin's (rho: allowance_rho of the model's
     hidden size; None: RHO) widened by floor (drift_floor of the model's hidden size); else
     the flat DRIFT_FLOOR."""
@@ -265,7 +219,7 @@ def verdict(
     bws = np.stack([s[3] for s in stats])
     bts = np.stack([s[4] for s in stats]) if all(len(s) > 4 and s[4] is not None for s in stats) else None
     Gp = Gs.sum(0)
-    dirs = directions(num_layers) if dirs is None else dirs
+    dirs = knobs.directions(num_layers) if dirs is None else dirs
     power = [c @ Gp @ c for _, c in dirs]
     top = max(power)
     tested, invisible = [], []
@@ -350,6 +304,29 @@ def probe_runs(backend, model, n: int = PROBE_REQUESTS, seed: int = 12345) -> di
     case = probe_case(model.cfg.vocab_size, model.cfg.total_loops, n, seed)
     case.policy = case.policy if case.policy in backend.policies else backend.policies[0]
     return {mode: run(backend, model, case, mode) for mode in ("block", "loop")}
+
+
+def run_probe(backend, model, n: int) -> tuple:
+    """probe_runs, checked: (the probe's runs, "", seconds), or (None, the backend's exception or the
+    first malformed round in a line, seconds): a malformed probe is a failed check naming the place,
+    not a fit."""
+    t0 = time.perf_counter()
+    try:
+        runs = probe_runs(backend, model, n)
+    except Exception as e:  # noqa: BLE001 -- judged: a failed drift check
+        return None, f"drift probe: the backend raised {type(e).__name__}: {e}", time.perf_counter() - t0
+    problem = probe_problem(model, runs)
+    return (None if problem else runs), problem, time.perf_counter() - t0
+
+
+def probe_problem(model, runs: dict) -> str:
+    """The first malformed round of the probe's runs (malformed.side_problem), as a line naming the
+    mode; "" if none."""
+    for mode, r in runs.items():
+        why = side_problem(r.traces, model.cfg)
+        if why:
+            return f"drift probe [{mode}]: {why}"
+    return ""
 
 
 def fit(model, runs: dict, dtype: str, reproduce="", stats_fn=None, dirs=None, fwd=None, allowance=()) -> DriftReport:

@@ -1,9 +1,9 @@
 """The model with knobs: the Ouro forward of oracle/model.py over one whole sequence, in FP64,
 for a batch of B parameter settings at once (docs/DESIGN.md, "Reduced precision").
 
-A setting multiplies each parameter of PARAMS by a factor (1 = the reference): an attention
-logit scale, the RoPE base, a norm's weight or a projection's output, per layer, and the
-embedding, final norm and lm_head. `forward(model, tokens, loops, scales)` returns every K/V
+A setting multiplies each knob (oracle/judge/probe/knobs.py: params) by a factor (1 = the
+reference): an attention logit scale, the RoPE base, a norm's weight or a projection's output, per
+layer, and the embedding, final norm and lm_head. `forward(model, tokens, loops, scales)` returns every K/V
 write and every loop's logits for every setting; the drift fit takes finite differences of it
 (oracle/judge/probe/drift.py). With `noise=(rng, sigma)` every stored intermediate and every weight is also
 multiplied by (1 + sigma * u), u uniform with mean 0 and variance 1 (a rounding's relative error
@@ -17,27 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# Per-layer parameters, in HF terms. "attn_scale" is the softmax logit scale head_dim**-0.5; a
-# q_proj output scale is the same direction (q enters only the logits), so it is not listed apart.
-LAYER_PARAMS = (
-    "attn_scale",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-    "input_layernorm",
-    "input_layernorm_2",
-    "post_attention_layernorm",
-    "post_attention_layernorm_2",
-)
-GLOBAL_PARAMS = ("rope_theta", "embed_tokens", "norm", "lm_head")
-
-
-def params(num_layers: int) -> list[tuple[str, int | None]]:
-    """Every knob: (name, layer) per layer, then (name, None) for the global ones."""
-    return [(p, l) for l in range(num_layers) for p in LAYER_PARAMS] + [(p, None) for p in GLOBAL_PARAMS]
+from .knobs import params
 
 
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import calibration, drift_model
+from . import calibration, drift_model, knobs
 from .calibration import FD_STEP, SIGMA
 
 # SIGMA (the twin's relative noise per rounding), FD_STEP (the finite differences' relative step,
@@ -69,7 +69,7 @@ class Forwards:
         yet computed are batched over contexts (BATCH_ROWS_T), each row the same values as a
         forward per context."""
         model = self.model
-        P = len(drift_model.params(model.cfg.num_layers))
+        P = len(knobs.params(model.cfg.num_layers))
         out, todo = {}, {}
         for tokens, loops in dict.fromkeys(contexts):
             hit = self.fd.get((tokens, loops, dtype))
@@ -108,7 +108,7 @@ class Forwards:
         count (TWIN_ROWS_T; each context its own rows and its own noise stream: the same values
         as one forward per context)."""
         model, sigma = self.model, SIGMA[dtype]
-        P = len(drift_model.params(model.cfg.num_layers))
+        P = len(knobs.params(model.cfg.num_layers))
         out, todo = {}, {}
         for tokens, loops in contexts:
             hit = self.twin.get((tokens, loops, dtype, samples, seed))

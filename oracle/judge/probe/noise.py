@@ -13,7 +13,9 @@ rounding (a sandwich norm after an attention output that nearly cancels), small 
         (s_m: RMS of that part's change on the twin's logits)
 
 `twin_bounds(model, ref_traces, dtype)` returns the `Bounds` compare_runs takes (bounds=); with
-no bounds compare_runs uses the fixed row of TOLERANCES.
+no bounds compare_runs uses the fixed row of TOLERANCES. `numpy_energy_fn(model, dtype, contexts)`
+gives the precision verdict (oracle/judge/probe/precision.py) each request's error energy over the
+twin's, value group by value group.
 """
 
 from __future__ import annotations
@@ -188,3 +190,44 @@ def twin_bounds(
                 t, c = twin["logits"][j][:, start + o], center["logits"][j][:, start + o]  # [S, V], [1, V]
                 logits[(tr.round, kind, q, o)] = (float(np.sqrt(np.mean(np.sum((t - c) ** 2, axis=1)))), t)
     return Bounds(kv, logits, contexts=seen)
+
+
+# ---- the twin's error energies (the precision verdict's samples, oracle/judge/probe/precision.py) ----
+
+
+def span(tokens, loops: int, obs) -> tuple:
+    """(the committed tokens a request's observations depend on, loops): the context of its twin."""
+    return tuple(tokens[: max(k[1] for k in obs) + 1]), loops
+
+
+def numpy_energy_fn(model, dtype: str, contexts, fwd: Forwards | None = None):
+    """energy_fn(tokens, loops, obs) -> {group: (sum of r_v^2, values)} on the NumPy twin, for the
+    requests whose spans are `contexts` [(tokens, loops)]: their twin forwards made first, in
+    batches (Forwards.twins on fwd, the run's forwards; None: made for this energy_fn). The JAX
+    judge's counterpart is judge_jax/twin.py's make_energy_fn."""
+    fwd = of(model, fwd)
+    made = fwd.twins(list(dict.fromkeys(contexts)), dtype, SAMPLES, SEED) if contexts else {}
+
+    def energy_fn(tokens, loops, obs):
+        center, twin = made[span(tokens, loops, obs)]
+        sums: dict = {}
+        for vkey, got in obs.items():
+            kind, pos = vkey[0], vkey[1]
+            if kind in ("k", "v"):
+                c, t = center[kind][vkey[2]][vkey[3]][0, pos], twin[kind][vkey[2]][vkey[3]][:, pos]
+            else:
+                c, t = center["logits"][vkey[2]][0, pos], twin["logits"][vkey[2]][:, pos]
+            got = np.asarray(got, np.float64)
+            if got.shape != c.shape:
+                continue  # malformed: the comparison's to fail, not a sample here
+            c, t = np.asarray(c, np.float64), np.asarray(t, np.float64)
+            s2 = float(np.mean(np.sum((t - c) ** 2, axis=tuple(range(1, t.ndim)))))
+            if not s2 > 0:
+                continue
+            e = np.where(np.isfinite(c), got - c, 0.0)  # where the reference is -inf (masked) too: 0
+            acc = sums.setdefault((kind,) + tuple(vkey[2:]), [0.0, 0])
+            acc[0] += float(np.sum(np.where(np.isfinite(e), e, np.inf) ** 2)) / s2
+            acc[1] += 1
+        return {g: (s, n) for g, (s, n) in sums.items()}
+
+    return energy_fn

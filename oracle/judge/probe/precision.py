@@ -20,20 +20,20 @@ twin's, at the model's hidden size: measured on legitimate bfloat16 implementati
 group's energy E_g = exp(mean_r x_gr) as effective significant bits, bits = BITS - log2(E_g) / 2,
 and per kind the largest energy, its limit and the smallest energy the run could have detected,
 limit * exp(t_crit * se) of its best-measured group (headroom and power).
+
+This module is the verdict over the samples (`verdict`) and its report; the samples are made from the
+probe's runs, and the verdict fitted, in oracle/judge/probe/precision_fit.py.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import drift_stats
-from .calibration import FAMILY_ALPHA, RHO, SAMPLES, SEED, SIGMA, precision_limits
-from .forwards import Forwards, of
-from .observations import observations
+from .calibration import FAMILY_ALPHA, RHO
 
 BITS = {"bfloat16": 8, "float16": 11}  # significant bits of the declared dtype
 KIND = {"k": "K writes", "v": "V writes", "draft": "draft logits", "verify": "verification logits"}
@@ -144,60 +144,6 @@ def one_sided_threshold(n_tests: int, n_samples: int, family_alpha: float = FAMI
     return drift_stats.t_critical(2 * family_alpha / max(1, n_tests), n_samples - 1)
 
 
-def numpy_energy_fn(model, dtype: str, contexts=(), fwd: Forwards | None = None):
-    """energy_fn(tokens, loops, obs) -> {group: (sum of r_v^2, values)} on the NumPy twin
-    (Forwards.twins on fwd, the run's forwards, None: made for this energy_fn; the forwards for
-    `contexts` [(tokens, loops)] made first, in batches)."""
-    fwd = of(model, fwd)
-    if contexts:
-        fwd.twins(list(dict.fromkeys(contexts)), dtype, SAMPLES, SEED)
-
-    def energy_fn(tokens, loops, obs):
-        span = (tuple(tokens[: max(k[1] for k in obs) + 1]), loops)
-        center, twin = fwd.twins([span], dtype, SAMPLES, SEED)[span]
-        sums: dict = {}
-        for vkey, got in obs.items():
-            kind, pos = vkey[0], vkey[1]
-            if kind in ("k", "v"):
-                c, t = center[kind][vkey[2]][vkey[3]][0, pos], twin[kind][vkey[2]][vkey[3]][:, pos]
-            else:
-                c, t = center["logits"][vkey[2]][0, pos], twin["logits"][vkey[2]][:, pos]
-            got = np.asarray(got, np.float64)
-            if got.shape != c.shape:
-                continue  # malformed: the comparison's to fail, not a sample here
-            c, t = np.asarray(c, np.float64), np.asarray(t, np.float64)
-            s2 = float(np.mean(np.sum((t - c) ** 2, axis=tuple(range(1, t.ndim)))))
-            if not s2 > 0:
-                continue
-            e = np.where(np.isfinite(c), got - c, 0.0)  # where the reference is -inf (masked) too: 0
-            acc = sums.setdefault((kind,) + tuple(vkey[2:]), [0.0, 0])
-            acc[0] += float(np.sum(np.where(np.isfinite(e), e, np.inf) ** 2)) / s2
-            acc[1] += 1
-        return {g: (s, n) for g, (s, n) in sums.items()}
-
-    return energy_fn
-
-
-def request_energies(model, runs, dtype: str, energy_fn=None, fwd: Forwards | None = None) -> dict:
-    """rid -> {group: (m, values)}: m the mean r_v^2 over the request's values in the group, its
-    runs (block, loop) averaged. energy_fn: the twin (default: numpy_energy_fn on fwd; the JAX
-    judge's is judge_jax/twin.py's, on the device)."""
-    obs = {key: v for key, v in observations(runs).items() if v[2]}
-    if energy_fn is None:
-        energy_fn = numpy_energy_fn(
-            model, dtype, [(tuple(t[: max(k[1] for k in o) + 1]), lo) for t, lo, o in obs.values()], fwd
-        )
-    per: dict = {}
-    for (_, rid), (tokens, loops, o) in obs.items():
-        for g, (s, n) in energy_fn(tokens, loops, o).items():
-            if n:
-                per.setdefault(rid, {}).setdefault(g, []).append((s / n, n))
-    return {
-        rid: {g: (float(np.mean([m for m, _ in ms])), sum(n for _, n in ms)) for g, ms in groups.items()}
-        for rid, groups in per.items()
-    }
-
-
 def verdict(
     energies: dict, dtype: str, reproduce: str = "", rho: float = RHO, limits: dict | None = None, hidden=None
 ) -> PrecisionReport:
@@ -275,23 +221,6 @@ def compute_order(g: tuple) -> tuple:
     if g[0] in ("k", "v"):
         return (g[1], g[2], g[0] == "v")
     return (g[1], float("inf"), g[0] == "verify")
-
-
-def fit(
-    model, runs, dtype: str, reproduce: str = "", energy_fn=None, fwd: Forwards | None = None
-) -> PrecisionReport | None:
-    """The precision verdict over the drift probe's runs (None: no twin for this dtype), each kind of
-    value group against its limit at the model's hidden size (calibration.precision_limits). fwd:
-    the run's forwards (oracle/judge/probe/forwards.py; None: made for this fit)."""
-    if dtype not in SIGMA:
-        return None
-    t0 = time.perf_counter()
-    runs = runs.values() if isinstance(runs, dict) else runs
-    H = model.cfg.hidden_size
-    energies = request_energies(model, runs, dtype, energy_fn, fwd)
-    rep = verdict(energies, dtype, reproduce, limits=precision_limits(H), hidden=H)
-    rep.seconds = time.perf_counter() - t0
-    return rep
 
 
 def report_lines(p: dict) -> list[str]:

@@ -1,14 +1,17 @@
 """A backend against the judge on many cases (`python -m oracle check --backend`, the property
-harness): the reference's sides made in the background (oracle/judge/plans/cases.py), begun before the
-backend loaded where the caller started them (verdict.begin); the drift probe through the backend
-first, its fit and the precision verdict in the background (probing.py); every backend run checked
-for malformed output (oracle/judge/comparison/malformed.py) before any twin, fit or comparison reads it; the
-comparisons last (oracle/judge/comparison/compare.py, the one comparison)."""
+harness), in the order `run` reads: the backend's Capabilities and tolerance row; the reference's
+sides made in the background (oracle/judge/plans/sides.py), begun before the backend loaded where
+the caller started them (verdict.begin); the drift probe through the backend, its fit and the
+precision verdict then in the background (probe_start.py); the cases' runs, each checked for
+malformed output (oracle/judge/comparison/malformed.py) before any twin, fit or comparison reads
+it, and their comparisons (oracle/judge/plans/cases.py, oracle/judge/comparison/compare.py, the one
+comparison); the exactness tier (invariance.py); the probe's verdicts, waited for (probe_finish.py)."""
 
 from __future__ import annotations
 
-from . import invariance, probing
+from . import invariance, probe_finish, probe_start
 from .. import cases as _cases
+from .. import sides as _sides
 from ..plan import BackendPlan, Executor
 from ....runtime.backends import GuardedBackend
 from ....runtime.contract import capabilities, tolerance_row
@@ -27,8 +30,8 @@ def run(plan: BackendPlan, ex: Executor, v) -> None:
     guarded = backend if timeout is None else GuardedBackend(backend, timeout)
     gjudge = judge if judge is None or timeout is None else GuardedBackend(judge, timeout, judge=True)
     ex.phase("cases", f"{len(plan.cases)} case(s), the reference's sides in the background")
-    sides, fwd = _cases.sides(ex.early, backend, model, plan.cases, judge, caps, dtype)
-    pending = probing.begin(plan, ex, guarded, caps, jcaps, fwd) if plan.probes() else None
+    sides, fwd = _sides.sides(ex.early, backend, model, plan.cases, judge, caps, dtype)
+    pending = probe_start.begin(plan, ex, guarded, caps, jcaps, fwd) if plan.probes() else None
     # JudgeFailed: the caller's to name
     judged = _cases.judge_cases(v, guarded, model, plan.cases, plan.suffix, gjudge, sides, plan.catch, fwd, ex, caps)
     for case, reports, runs in judged:
@@ -39,4 +42,4 @@ def run(plan: BackendPlan, ex: Executor, v) -> None:
             v.add(label, rep)
     if caps.batch_invariant:  # the exactness tier (kinds/invariance.py)
         invariance.tier(v, guarded, model, plan.cases, plan, ex)
-    probing.finish(v, pending, ex)
+    probe_finish.finish(v, pending, ex)

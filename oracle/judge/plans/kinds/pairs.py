@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from . import invariance, probing
+from . import invariance, probe_finish, probe_start
 from .. import cases as _cases
 from ...comparison.compare import compare_runs
 from ...comparison.malformed import side_problem
@@ -77,7 +77,7 @@ def run(plan: PairsPlan, ex: Executor, v) -> None:
         # first: its fit then runs on a thread beside the judge's runs and the cases
         if plan.probes():
             how = "both modes, fitted by the judge beside the cases"
-            pending = probing.begin(plan, ex, backend, capabilities(backend), capabilities(judge), how=how)
+            pending = probe_start.begin(plan, ex, backend, capabilities(backend), capabilities(judge), how=how)
         for i, (case, mode) in enumerate(pairs):
             ex.phase("case", f"{i + 1}/{len(pairs)} {case.name} [{mode}]")
             t = time.perf_counter()
@@ -113,4 +113,4 @@ def run(plan: PairsPlan, ex: Executor, v) -> None:
             pool.shutdown(wait=True)
     if capabilities(backend).batch_invariant:  # on the cases the pairs ran in both modes
         invariance.tier(v, backend, model, list({id(c): c for c, _ in plan.pairs}.values()), plan, ex)
-    probing.finish(v, pending)
+    probe_finish.finish(v, pending)

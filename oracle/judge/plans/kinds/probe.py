@@ -3,7 +3,8 @@ tests, the calibration scripts, which may pass the probe's runs they made)."""
 
 from __future__ import annotations
 
-from . import probing
+from . import probe_finish, probe_start
+from ...probe import drift
 from ...probe.calibration import PROBE_REQUESTS
 from ..plan import Executor, ProbePlan
 from ....runtime.backends import GuardedBackend
@@ -22,11 +23,11 @@ def run(plan: ProbePlan, ex: Executor, v) -> None:
     if plan.runs is None:
         guarded = GuardedBackend(backend, plan.timeout) if plan.timeout is not None else backend
         caps = capabilities(backend)
-        pending = probing.start_drift(guarded, model, plan.probe_reproduce, plan.judge, n, *fits, caps, jcaps)
+        pending = probe_start.start_drift(guarded, model, plan.probe_reproduce, plan.judge, n, *fits, caps, jcaps)
     else:
-        problem = probing.probe_problem(model, plan.runs)
-        pending = probing.pending_for(backend, model, plan.probe_reproduce, plan.judge, *fits, jcaps)
+        problem = drift.probe_problem(model, plan.runs)
+        pending = probe_start.pending_for(backend, model, plan.probe_reproduce, plan.judge, *fits, jcaps)
         pending.runs, pending.error = (None, problem) if problem else (plan.runs, "")
     if pending is None:
         v.skipped.append(f"no probe verdict applies to {backend.name} ({backend.dtype})")
-    probing.finish(v, pending, ex)
+    probe_finish.finish(v, pending, ex)

@@ -1,0 +1,80 @@
+"""The drift probe's two verdicts after the cases (the backend, pairs and probe kinds): their fits
+(`fits`: the precision verdict's error energies and the drift fit over the probe's runs; in the
+background where probe_start.py began them, or here), waited for (`finish_probe`), and handed to the
+verdict (`finish`: Verdict.add_probe)."""
+
+from __future__ import annotations
+
+from ...probe import drift as _drift
+from ...probe import precision_fit as _precision_fit
+from ...probe.forwards import Forwards, of
+from ..plan import VERDICTS, Executor
+
+
+def finish(v, pending, ex: Executor | None = None) -> None:
+    """The drift probe's verdicts into v, waited for (pending: probe_start.start_drift's PendingDrift,
+    or None): its reports and their checks (Verdict.add_probe)."""
+    if pending is not None and ex is not None:
+        ex.phase("fit", "the drift and precision verdicts")
+    rep, prec, error = finish_probe(pending)
+    v.add_probe(rep, prec, error)
+
+
+def finish_probe(pending) -> tuple:
+    """(DriftReport or None, PrecisionReport or None, the probe's error or ""): the verdicts of
+    probe_start.start_drift, waited for."""
+    if pending is None:
+        return None, None, ""
+    if pending.error:
+        return None, None, pending.error
+    p = pending
+    args = (p.stats_fn, p.dirs, p.energy_fn, p.fwd, p.verdicts, p.allowance)
+    reps = p.job.result() if p.job is not None else fits(p.model, p.runs, p.dtype, p.reproduce, *args)
+    if isinstance(reps[1], str):  # probe_and_fit's: the probe ran in the child
+        reps, error = reps
+        if error:
+            return None, None, error
+    rep, prec = reps
+    if rep is not None:
+        rep.seconds += pending.seconds
+    return rep, prec, ""
+
+
+def fits(
+    model,
+    runs: dict,
+    dtype: str,
+    reproduce: str = "",
+    stats_fn=None,
+    dirs=None,
+    energy_fn=None,
+    fwd: Forwards | None = None,
+    verdicts: tuple = VERDICTS,
+    allowance: tuple = (),
+) -> tuple:
+    """(DriftReport, PrecisionReport or None) over the probe's runs: the drift fit, and the error
+    energy against the noise twin (oracle/judge/probe/precision_fit.py; None without a twin: FP32). With the
+    NumPy sensitivities both use the twin's forwards at the backend's tokens, made once (on fwd,
+    the run's forwards; None: made for these two fits); with the JAX judge's (stats_fn), its twin
+    is energy_fn (judge_jax/twin.py). verdicts: those fitted (one left out: None); allowance: the
+    drift's (floor, rho) (drift.fit)."""
+    fwd = of(model, fwd)
+    prec = None
+    if "precision" in verdicts and (stats_fn is None or energy_fn):
+        prec = _precision_fit.fit(model, runs, dtype, reproduce, energy_fn, fwd)
+    rep = _drift.fit(model, runs, dtype, reproduce, stats_fn, dirs, fwd, allowance) if "drift" in verdicts else None
+    return rep, prec
+
+
+def probe_and_fit(backend, model, n: int, reproduce: str, args: tuple):
+    """probe_start.start_drift's probe and fit in a forked child (args: `fits`'s arguments after
+    reproduce, on its copy of the forwards): ((DriftReport or None, PrecisionReport or None) or
+    None, the probe's error)."""
+    backend = backend.fresh() if hasattr(backend, "fresh") else backend  # a guard with its own thread here
+    runs, error, seconds = _drift.run_probe(backend, model, n)
+    if error:
+        return None, error
+    reps = fits(model, runs, backend.dtype, reproduce, *args)
+    if reps[0] is not None:
+        reps[0].seconds += seconds
+    return reps, ""
