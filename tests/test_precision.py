@@ -275,7 +275,7 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
     prec = precision_fit.fit(tiny, runs, "bfloat16", fwd=fwd)
     twins = dict(fwd.twin)
     assert twins and not fwd.fd
-    rep = drift.fit(tiny, runs, "bfloat16", fwd=fwd)
+    rep = drift.fit_drift(tiny, runs, "bfloat16", fwd=fwd)
     assert fwd.fd and fwd.twin.keys() == twins.keys()
     assert all(fwd.twin[k] is v for k, v in twins.items())
     as_bf16 = SimpleNamespace(

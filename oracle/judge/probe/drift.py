@@ -329,7 +329,9 @@ def probe_problem(model, runs: dict) -> str:
     return ""
 
 
-def fit(model, runs: dict, dtype: str, reproduce="", stats_fn=None, dirs=None, fwd=None, allowance=()) -> DriftReport:
+def fit_drift(
+    model, runs: dict, dtype: str, reproduce="", stats_fn=None, dirs=None, fwd=None, allowance=()
+) -> DriftReport:
     """The drift fit over the probe's runs. stats_fn(tokens, loops, obs) -> (b, G, values, bw): the
     sensitivities (default: finite differences of the NumPy model, request_stats, on fwd: the run's
     forwards, None: made for this fit; the JAX judge passes its jvp, judge_jax/drift.py).

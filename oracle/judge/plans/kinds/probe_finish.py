@@ -57,12 +57,14 @@ def fits(
     NumPy sensitivities both use the twin's forwards at the backend's tokens, made once (on fwd,
     the run's forwards; None: made for these two fits); with the JAX judge's (stats_fn), its twin
     is energy_fn (judge_jax/twin.py). verdicts: those fitted (one left out: None); allowance: the
-    drift's (floor, rho) (drift.fit)."""
+    drift's (floor, rho) (drift.fit_drift)."""
     fwd = of(model, fwd)
     prec = None
     if "precision" in verdicts and (stats_fn is None or energy_fn):
         prec = _precision_fit.fit(model, runs, dtype, reproduce, energy_fn, fwd)
-    rep = _drift.fit(model, runs, dtype, reproduce, stats_fn, dirs, fwd, allowance) if "drift" in verdicts else None
+    rep = (
+        _drift.fit_drift(model, runs, dtype, reproduce, stats_fn, dirs, fwd, allowance) if "drift" in verdicts else None
+    )
     return rep, prec
 
 
