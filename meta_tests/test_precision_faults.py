@@ -21,7 +21,7 @@ from meta_tests import faulty_kernels
 from property_tests.harness import threads_for
 from oracle.checkpoint import build_model
 from oracle.cli import main
-from oracle.judge.probe import drift, precision
+from oracle.judge.probe import precision, probe_runs
 from oracle.judge.plans.plan import probe_plan
 from oracle.judge.plans.verdict import judge
 from oracle.judge.probe.calibration import PROBE_REQUESTS
@@ -50,7 +50,7 @@ def verdicts(tiny):
 
             bk = make_torch_cpu_bf16() if fault is None else getattr(faulty_kernels, f"make_{fault}_bf16")()
             with threads_for(tiny):
-                v = judge(probe_plan(bk, tiny, drift.probe_runs(bk, tiny)))
+                v = judge(probe_plan(bk, tiny, probe_runs.probe_runs(bk, tiny)))
                 done[fault] = v.drift, v.precision
         return done[fault]
 

@@ -1,6 +1,6 @@
 """The drift probe's two verdicts on a reduced-precision backend under test (docs/DESIGN.md,
 "Reduced precision"): whenever ORACLE_BACKEND declares bfloat16 or float16 (not exact), the probe
-(oracle.judge.probe.drift.probe_runs: 24 seeded requests in both modes) runs once per model and both
+(oracle.judge.probe.probe_runs.probe_runs: 24 seeded requests in both modes) runs once per model and both
 verdicts must pass:
 
 * drift (oracle/judge/probe/drift.py): no parameter's effective drift beyond what rounding gives;

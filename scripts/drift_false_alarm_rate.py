@@ -36,7 +36,7 @@ def one(args) -> tuple:
     from bf16_false_alarm_rate import random_model
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
-    from oracle.judge.probe.drift import probe_runs
+    from oracle.judge.probe.probe_runs import probe_runs
     from oracle.judge.plans.plan import VERDICTS, probe_plan
     from oracle.judge.plans.verdict import judge
 

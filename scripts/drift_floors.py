@@ -29,13 +29,13 @@ def reports(model, fault: str) -> dict:
     computed once)."""
     from kernels.backend import TorchBackend
     from kernels.options import KernelOptions
-    from oracle.judge.probe import drift
+    from oracle.judge.probe import drift, probe_runs
     from oracle.judge.probe.forwards import Forwards
     from oracle.judge.plans.plan import INLINE, probe_plan
     from oracle.judge.plans.verdict import judge
 
     bk = TorchBackend("cpu", dtype="bfloat16", name="torch-cpu-bf16", kernel_options=KernelOptions(fault=fault))
-    runs, fwd, out = drift.probe_runs(bk, model), Forwards(model), {}
+    runs, fwd, out = probe_runs.probe_runs(bk, model), Forwards(model), {}
     for r in dict.fromkeys((drift.allowance_rho(model.cfg.hidden_size), 2.0)):
         for fl in FLOORS:
             plan = probe_plan(bk, model, runs, verdicts=("drift",), allowance=(fl, r), forwards=fwd)

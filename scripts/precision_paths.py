@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     import torch
     from oracle.checkpoint import build_model
-    from oracle.judge.probe import drift
+    from oracle.judge.probe import probe_runs
     from oracle.judge.plans import verdict
     from oracle.judge.plans.plan import VERDICTS, probe_plan
 
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
         t1 = time.perf_counter()
         try:
             bk = backend(v, device)
-            runs = drift.probe_runs(bk, model)
+            runs = probe_runs.probe_runs(bk, model)
             t2 = time.perf_counter()
             # --no-drift: the precision verdict alone, on the NumPy twin's energies (or the JAX judge's)
             verdicts = ("precision",) if a.no_drift else VERDICTS

@@ -113,9 +113,9 @@ def test_a_traces_plan_keeps_every_compared_value_where_asked(tiny):
 def test_a_probe_plan_fits_the_verdicts_it_names(tiny):
     """verdicts=("precision",): the precision report of both verdicts' plan, and no drift fit;
     ("drift",) with an allowance: the drift fit under that floor and rho (drift.fit_drift's), no precision."""
-    from oracle.judge.probe import drift
+    from oracle.judge.probe import drift, probe_runs
 
-    runs = drift.probe_runs(load_backend("reference"), tiny, n=4)
+    runs = probe_runs.probe_runs(load_backend("reference"), tiny, n=4)
     bf16 = SimpleNamespace(name="reference as bfloat16", dtype="bfloat16", exact=False, policies=("sequential",))
     fwd = Forwards(tiny)
     both = judge(probe_plan(bf16, tiny, runs, forwards=fwd), INLINE)

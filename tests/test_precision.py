@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from oracle.errors import OracleError
-from oracle.judge.probe import drift, drift_stats, noise, precision, precision_fit
+from oracle.judge.probe import drift, drift_stats, noise, precision, precision_fit, probe_runs
 from oracle.judge.probe.observations import observations
 from oracle.judge.probe.calibration import DRIFT_FLOOR, FAMILY_ALPHA, RHO, SAMPLES, SIGMA, TWIN_SPREAD
 
@@ -248,7 +248,7 @@ def perturbed(tiny):
     by (1 + 3 sigma u), u uniform with variance 1: three times bfloat16's rounding noise."""
     from oracle.reference_backend import ReferenceBackend
 
-    runs = drift.probe_runs(ReferenceBackend(), tiny, n=6)
+    runs = probe_runs.probe_runs(ReferenceBackend(), tiny, n=6)
     obs = {key: v for key, v in observations(runs.values()).items() if v[2]}
     rng = np.random.default_rng(7)
     s = 3 * SIGMA["bfloat16"]
@@ -270,7 +270,7 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
     from oracle.judge.plans.plan import INLINE, probe_plan
     from oracle.judge.plans.verdict import judge
 
-    runs = drift.probe_runs(ReferenceBackend(), tiny, n=4)
+    runs = probe_runs.probe_runs(ReferenceBackend(), tiny, n=4)
     fwd = Forwards(tiny)
     prec = precision_fit.fit(tiny, runs, "bfloat16", fwd=fwd)
     twins = dict(fwd.twin)

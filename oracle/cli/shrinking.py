@@ -128,7 +128,7 @@ def probe_line(flags: list, k: int, prefix: str, suffix: str) -> str:
 
 def probe_only(args, flags: list, prefix: str, suffix: str, model, backend, judge):
     """`check --backend X --probe-requests N`: the drift probe's two verdicts alone, over N requests
-    (oracle/judge/shrinker/shrink.py probe_verdict: a probe plan over drift.probe_runs)."""
+    (oracle/judge/shrinker/shrink.py probe_verdict: a probe plan over probe_runs.probe_runs)."""
     if backend.exact or backend.dtype not in ("bfloat16", "float16"):
         why = "is exact" if backend.exact else f"computes in {backend.dtype}"
         raise OracleError(

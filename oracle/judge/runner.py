@@ -1,6 +1,6 @@
 """The one runner: a scenario through a backend's session (`run_scenario`), the judge's side of
 a comparison (`judge_run`, by default on REFERENCE, the FP32 reference), and the uniforms a
-replay consumes. The verdicts built on it are oracle/judge/plans/cases.py and oracle/judge/probe/drift.py.
+replay consumes. The verdicts built on it are oracle/judge/plans/cases.py and oracle/judge/probe/probe_runs.py.
 
 A scenario is any object with d, D, policy, prompts, params, `params_for(model)` (the params run on
 that model), `depths` (None, or one (d_i, D_i) per request) and `ops`: a sequence of

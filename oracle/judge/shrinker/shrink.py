@@ -224,7 +224,7 @@ def shrink(
     """The failing verdict `v` of `backend` on `cases`, shrunk; None where it names no failure to
     shrink. Each candidate case is judged alone, inline, without the probe
     (`backend_plan(..., probe="off")`); a drift or precision failure by a probe plan over
-    drift.probe_runs(backend, model, k). suffix: the backend's flags, appended to reproduce lines;
+    probe_runs.probe_runs(backend, model, k). suffix: the backend's flags, appended to reproduce lines;
     probe_reproduce(k): the line that runs the probe of k requests."""
     target = target_of(v, cases)
     if target is None:

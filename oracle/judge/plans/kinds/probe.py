@@ -4,7 +4,7 @@ tests, the calibration scripts, which may pass the probe's runs they made)."""
 from __future__ import annotations
 
 from . import probe_finish, probe_start
-from ...probe import drift
+from ...probe import probe_runs
 from ...probe.calibration import PROBE_REQUESTS
 from ..plan import Executor, ProbePlan
 from ....runtime.backends import GuardedBackend
@@ -25,7 +25,7 @@ def run(plan: ProbePlan, ex: Executor, v) -> None:
         caps = capabilities(backend)
         pending = probe_start.start_drift(guarded, model, plan.probe_reproduce, plan.judge, n, *fits, caps, jcaps)
     else:
-        problem = drift.probe_problem(model, plan.runs)
+        problem = probe_runs.probe_problem(model, plan.runs)
         pending = probe_start.pending_for(backend, model, plan.probe_reproduce, plan.judge, *fits, jcaps)
         pending.runs, pending.error = (None, problem) if problem else (plan.runs, "")
     if pending is None:

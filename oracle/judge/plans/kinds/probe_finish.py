@@ -6,6 +6,7 @@ verdict (`finish`: Verdict.add_probe)."""
 from __future__ import annotations
 
 from ...probe import drift as _drift
+from ...probe import probe_runs as _probe_runs
 from ...probe import precision_fit as _precision_fit
 from ...probe.forwards import Forwards, of
 from ..plan import VERDICTS, Executor
@@ -73,7 +74,7 @@ def probe_and_fit(backend, model, n: int, reproduce: str, args: tuple):
     reproduce, on its copy of the forwards): ((DriftReport or None, PrecisionReport or None) or
     None, the probe's error)."""
     backend = backend.fresh() if hasattr(backend, "fresh") else backend  # a guard with its own thread here
-    runs, error, seconds = _drift.run_probe(backend, model, n)
+    runs, error, seconds = _probe_runs.run_probe(backend, model, n)
     if error:
         return None, error
     reps = fits(model, runs, backend.dtype, reproduce, *args)

@@ -1,5 +1,5 @@
 """The drift probe's two verdicts begun beside the cases (the backend, pairs and probe kinds): the
-probe's runs through the backend first (drift.run_probe: every probe run checked for malformed
+probe's runs through the backend first (probe_runs.run_probe: every probe run checked for malformed
 output before a fit reads it), its fit and the precision verdict then in the background
 (worker.background: a forked child for the NumPy fit where the platform forks, else a thread; the
 JAX judge's jvp and twin on a thread). The fits and the wait for them after the cases are
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import probe_finish as _finish
-from ...probe import drift as _drift
+from ...probe import probe_runs as _probe_runs
 from ...probe import knobs
 from .. import worker as _worker
 from ...probe.calibration import COARSE_HIDDEN, PROBE_REQUESTS
@@ -117,7 +117,7 @@ def start_drift(
         # the probe's runs and the fit in one forked child, beside the cases' runs in this process
         job = (_finish.probe_and_fit, backend, model, n, reproduce, fits)
     else:  # the probe's runs now; the fit (NumPy, or the JAX judge's jvp and twin) beside what comes next
-        p.runs, p.error, p.seconds = _drift.run_probe(backend, model, n)
+        p.runs, p.error, p.seconds = _probe_runs.run_probe(backend, model, n)
         job = None if p.error else (_finish.fits, model, p.runs, p.dtype, reproduce, *fits)
     p.job = None if job is None else _worker.background(*job)
     return p
