@@ -151,7 +151,7 @@ def test_batched_finite_differences_are_the_per_request_ones(tiny, monkeypatch):
     alone = [drift.request_stats(tiny, t, 3, obs, "bfloat16", fwd) for t, obs in sets]
     monkeypatch.setattr(calibration, "BATCH_ROWS_T", 10**9)  # every request in one forward
     fwd = forwards.Forwards(tiny)
-    fwd.batch_forwards([(drift._span(t, obs), 3) for t, obs in sets], "bfloat16")
+    fwd.batch_forwards([forwards.span(t, 3, obs) for t, obs in sets], "bfloat16")
     assert len(fwd.fd) == len(sets)
     batched = [drift.request_stats(tiny, t, 3, obs, "bfloat16", fwd) for t, obs in sets]
     for a, b in zip(alone, batched):

@@ -30,7 +30,7 @@ GQA = ModelConfig(
 def observe(model, tokens, loops, logit_depths, rng, frac=0.6, noise=1e-2, scales=None):
     """{key: value} over a random set of keys: K/V at (pos, depth, layer), draft / verify
     logits at (pos, depth); value = the drift model's value at `scales` (default: the reference)
-    times (1 + noise * N(0, 1)), as FP32. Positions 0..len(tokens)-2, as drift.observations."""
+    times (1 + noise * N(0, 1)), as FP32. Positions 0..len(tokens)-2, as observations.observations."""
     P = len(knobs.params(model.cfg.num_layers))
     fw = drift_model.forward(model, tokens, loops, np.ones((1, P)) if scales is None else scales[None])
     obs = {}

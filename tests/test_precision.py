@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from oracle.errors import OracleError
-from oracle.judge.probe import drift, drift_stats, noise, precision, precision_fit, probe_runs
-from oracle.judge.probe.observations import observations
+from oracle.judge.probe import drift, drift_stats, forwards, noise, precision, precision_fit, probe_runs
+from oracle.judge.probe.observations import observations, observed
 from oracle.judge.probe.calibration import DRIFT_FLOOR, FAMILY_ALPHA, RHO, SAMPLES, SIGMA, TWIN_SPREAD
 
 N = 24  # requests, as the drift probe's PROBE_REQUESTS
@@ -193,7 +193,7 @@ def test_group_labels():
 
 
 def test_fit_has_no_verdict_without_a_twin():
-    assert precision_fit.fit(None, [], "float32") is None
+    assert precision_fit.fit(None, {}, "float32") is None
 
 
 # ---- the drift allowance and the interval test ----
@@ -272,10 +272,11 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
 
     runs = probe_runs.probe_runs(ReferenceBackend(), tiny, n=4)
     fwd = Forwards(tiny)
-    prec = precision_fit.fit(tiny, runs, "bfloat16", fwd=fwd)
+    seen, merged = observed(runs.values())
+    prec = precision_fit.fit(tiny, seen, "bfloat16", fwd=fwd)
     twins = dict(fwd.twin)
     assert twins and not fwd.fd
-    rep = drift.fit_drift(tiny, runs, "bfloat16", fwd=fwd)
+    rep = drift.fit_drift(tiny, merged, made=fwd.drift_forwards(merged, "bfloat16"))
     assert fwd.fd and fwd.twin.keys() == twins.keys()
     assert all(fwd.twin[k] is v for k, v in twins.items())
     as_bf16 = SimpleNamespace(
@@ -304,7 +305,7 @@ def test_numpy_and_jax_twins_agree(tiny, perturbed):
     pytest.importorskip("jax")
     from judge_jax.twin import make_energy_fn
 
-    ours = group_means(noise.numpy_energy_fn(tiny, "bfloat16", [noise.span(*s) for s in perturbed]), perturbed)
+    ours = group_means(noise.numpy_energy_fn(tiny, "bfloat16", [forwards.span(*s) for s in perturbed]), perturbed)
     theirs = group_means(make_energy_fn(tiny, "bfloat16"), perturbed)
     assert set(ours) == set(theirs) and len(ours) >= 4 * tiny.cfg.num_layers
     ratios = {g: theirs[g] / ours[g] for g in ours}

@@ -34,8 +34,6 @@ from .calibration import (
     GROWTH,
     RHO,
     SAMPLES,
-    SEED,
-    SIGMA,
     TWIN_SPREAD,
     VISIBLE,
     precision_limits,
@@ -61,31 +59,24 @@ WEIGHT_SHARES = tuple(np.linspace(0.0, 1.0, 11))
 # shrinking as (FLOOR_HIDDEN / hidden) ** FLOOR_POWER above). Where no twin applies (the JAX judge's
 # sensitivities) the allowance is [-DRIFT_FLOOR, DRIFT_FLOOR].
 
-from .observations import merged_observations, observations  # noqa: E402,F401 (drift's API)
-
-
-def _span(tokens, obs) -> tuple:
-    """The committed tokens a request's observations depend on (up to its last observed position)."""
-    return tuple(tokens[: max(k[1] for k in obs) + 1])
-
-
-def _contexts(merged) -> list:
-    """(tokens, loops) of every observation set of merged_observations."""
-    return [(_span(t, obs), lo) for sets in merged.values() for t, lo, obs in sets]
-
 
 def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwards | None = None) -> tuple:
+    """(b [P], G [P, P], values, bw [P], bt [S, P] or None) over one request's observations at its
+    committed tokens (set_stats), on fwd: the run's forwards (oracle/judge/probe/forwards.py; None:
+    made for this call)."""
+    return set_stats(model, obs, *of(model, fwd).drift_forwards({None: [(tokens, loops, obs)]}, dtype)[0])
+
+
+def set_stats(model, obs, fd: tuple, tw: tuple | None) -> tuple:
     """(b [P], G [P, P], values, bw [P], bt [S, P] or None): b = J^T W e and G = J^T W J over one
-    request's observations, J by forward finite differences of drift_model.forward (FP64) at the
-    committed tokens; bw = J^T W e_w, where e_w is what storing the weights in `dtype` alone
+    observation set, J by forward finite differences of drift_model.forward (FP64) at its committed
+    tokens; bw = J^T W e_w, where e_w is what storing the weights in the backend's dtype alone
     changes; bt[s] = J^T W e_s for each noise-twin sample s (oracle/judge/probe/noise.py; None for a
-    dtype without a twin): what rounding alone does to the estimates. fwd: the run's forwards
-    (oracle/judge/probe/forwards.py; None: made for this call)."""
-    fwd = of(model, fwd)
+    dtype without a twin): what rounding alone does to the estimates. fd, tw: its forwards
+    (forwards.Forwards.drift_forwards: the finite-difference batch and the forward with the weights
+    in the dtype; the twin's center and samples, or None)."""
     P = len(knobs.params(model.cfg.num_layers))
-    span = _span(tokens, obs)
-    fw, fr = fwd.forwards(span, loops, dtype)
-    tw = fwd.twins([(span, loops)], dtype, SAMPLES, SEED)[(span, loops)] if dtype in SIGMA else None
+    fw, fr = fd
     groups: dict = {}
     for key, got in obs.items():  # value groups (kind, depth[, layer]): positions, values
         g = groups.setdefault((key[0],) + key[2:], ([], []))
@@ -267,25 +258,19 @@ def verdict(
     return rep
 
 
-def fit_drift(
-    model, runs: dict, dtype: str, reproduce="", stats_fn=None, dirs=None, fwd=None, allowance=()
-) -> DriftReport:
-    """The drift fit over the probe's runs. stats_fn(tokens, loops, obs) -> (b, G, values, bw): the
-    sensitivities (default: finite differences of the NumPy model, request_stats, on fwd: the run's
-    forwards, None: made for this fit; the JAX judge passes its jvp, judge_jax/drift.py).
-    allowance: (floor, rho) of the twin allowance (default: drift_floor and allowance_rho of the
-    model's hidden size). rep.seconds: this fit's own time."""
+def fit_drift(model, merged: dict, reproduce="", stats_fn=None, dirs=None, made=None, allowance=()) -> DriftReport:
+    """The drift fit over the probe's observations (merged: observations.observed's, rid -> sets).
+    stats_fn(tokens, loops, obs) -> (b, G, values, bw): the JAX judge's sensitivities (its jvp,
+    judge_jax/drift.py); None: finite differences of the NumPy model (set_stats) on made, the sets'
+    forwards in order (forwards.Forwards.drift_forwards). allowance: (floor, rho) of the twin
+    allowance (default: drift_floor and allowance_rho of the model's hidden size). rep.seconds: this
+    fit's own time."""
     t0 = time.perf_counter()
-    merged = merged_observations(runs.values())
-    if stats_fn is None:  # the NumPy sensitivities: every request's forwards in few batches
-        fwd = of(model, fwd)
-        fwd.batch_forwards(_contexts(merged), dtype)
-        stats_fn = lambda tokens, loops, obs: request_stats(model, tokens, loops, obs, dtype, fwd)
     per: dict = {}
-    for rid, sets in merged.items():
-        for tokens, loops, obs in sets:
-            new = stats_fn(tokens, loops, obs)
-            per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
+    flat = [(rid, s) for rid, sets in merged.items() for s in sets]
+    for k, (rid, (tokens, loops, obs)) in enumerate(flat):
+        new = set_stats(model, obs, *made[k]) if stats_fn is None else stats_fn(tokens, loops, obs)
+        per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
     H = model.cfg.hidden_size
     floor, rho = allowance or (drift_floor(H), allowance_rho(H))
     rep = verdict(list(per.values()), model.cfg.num_layers, reproduce, dirs, floor, rho)

@@ -2,7 +2,7 @@
 precision"), made in batches and kept for one verdict's run: `Forwards(model)`.
 
     fd      (tokens, loops, dtype) -> (finite-difference batch, forward with weights in dtype)
-            the drift fit's sensitivities (oracle/judge/probe/drift.py request_stats)
+            the drift fit's sensitivities (drift_forwards; oracle/judge/probe/drift.py)
     twin    (tokens, loops, dtype, samples, seed) -> (center, twin samples)
             the noise twin (oracle/judge/probe/noise.py twin_bounds; precision.py; drift's twin allowance)
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import calibration, drift_model, knobs
-from .calibration import FD_STEP, SIGMA
+from .calibration import FD_STEP, SAMPLES, SEED, SIGMA
 
 # SIGMA (the twin's relative noise per rounding), FD_STEP (the finite differences' relative step,
 # FP64) and BATCH_ROWS_T / TWIN_ROWS_T (rows x positions of one batched forward: finite differences,
@@ -140,6 +140,25 @@ class Forwards:
                     )
                     self.twin[(t, loops, dtype, samples, seed)] = hit
         return out
+
+    def drift_forwards(self, merged: dict, dtype: str) -> list:
+        """[((finite-difference batch, forward with the weights stored in dtype), (center, twin) or
+        None)]: the NumPy drift fit's forwards, one per observation set of merged (observations.observed's,
+        in order): the finite differences of every set in few batches (batch_forwards), then each set's
+        (forwards) and its twin (twins, one context a call; None for a dtype without a twin)."""
+        contexts = [span(t, lo, obs) for sets in merged.values() for t, lo, obs in sets]
+        self.batch_forwards(contexts, dtype)
+        out = []
+        for ctx in contexts:
+            fd = self.forwards(*ctx, dtype)
+            out.append((fd, self.twins([ctx], dtype, SAMPLES, SEED)[ctx] if dtype in SIGMA else None))
+        return out
+
+
+def span(tokens, loops: int, obs) -> tuple:
+    """(the committed tokens a request's observations depend on, up to its last observed position,
+    loops): the context of its forwards."""
+    return tuple(tokens[: max(k[1] for k in obs) + 1]), loops
 
 
 def of(model, fwd: Forwards | None) -> Forwards:

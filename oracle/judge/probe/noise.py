@@ -25,7 +25,7 @@ import dataclasses
 import numpy as np
 
 from .calibration import K_MARGIN, K_VALUE, SAMPLES, SEED, SIGMA
-from .forwards import Forwards, of
+from .forwards import Forwards, of, span
 from ...traces import depths_of
 
 # SIGMA[dtype] (the relative noise per rounding), SAMPLES, SEED, K_VALUE (a value may differ by up to
@@ -193,11 +193,6 @@ def twin_bounds(
 
 
 # ---- the twin's error energies (the precision verdict's samples, oracle/judge/probe/precision.py) ----
-
-
-def span(tokens, loops: int, obs) -> tuple:
-    """(the committed tokens a request's observations depend on, loops): the context of its twin."""
-    return tuple(tokens[: max(k[1] for k in obs) + 1]), loops
 
 
 def numpy_energy_fn(model, dtype: str, contexts, fwd: Forwards | None = None):

@@ -1,6 +1,6 @@
 """What a backend committed in a run, as the probe's verdicts take it (oracle/judge/probe/drift.py,
 oracle/judge/probe/precision.py): every K/V write and the draft and verification logits at positions
-whose whole context was committed."""
+whose whole context was committed; `observed`: both verdicts' inputs, made once."""
 
 from __future__ import annotations
 
@@ -31,23 +31,24 @@ def observations(runs) -> dict:
     return out
 
 
-def merged_observations(runs) -> dict:
-    """rid -> [(tokens, loops, obs)]: a request's runs that committed the same tokens are one set,
-    each value the mean of the runs' (their rounding errors average; one sensitivity pass serves
-    both), and a run that committed other tokens is a set of its own."""
+def observed(runs) -> tuple:
+    """(seen, merged): what both probe verdicts read, made once. seen: observations(runs) without
+    the requests that committed nothing (the precision fit's); merged: rid -> [(tokens, loops, obs)],
+    a request's runs that committed the same tokens one set, each value the mean of the runs' (their
+    rounding errors average; one sensitivity pass serves both), and a run that committed other
+    tokens a set of its own (the drift fit's)."""
+    seen = {key: v for key, v in observations(runs).items() if v[2]}
     out: dict = {}
-    for r in runs:
-        for (_, rid), (tokens, loops, obs) in observations([r]).items():
-            if not obs:
-                continue
-            sets = out.setdefault(rid, [])
-            same = next((s for s in sets if s[0] == list(tokens) and s[1] == loops), None)
-            if same is None:
-                sets.append((list(tokens), loops, {k: [v] for k, v in obs.items()}))
-            else:
-                for k, v in obs.items():
-                    same[2].setdefault(k, []).append(v)
-    return {
+    for (_, rid), (tokens, loops, obs) in seen.items():
+        sets = out.setdefault(rid, [])
+        same = next((s for s in sets if s[0] == list(tokens) and s[1] == loops), None)
+        if same is None:
+            sets.append((list(tokens), loops, {k: [v] for k, v in obs.items()}))
+        else:
+            for k, v in obs.items():
+                same[2].setdefault(k, []).append(v)
+    merged = {
         rid: [(t, lo, {k: np.mean(np.stack(v), axis=0) for k, v in obs.items()}) for t, lo, obs in sets]
         for rid, sets in out.items()
     }
+    return seen, merged

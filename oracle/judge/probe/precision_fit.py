@@ -1,7 +1,7 @@
 """The precision verdict over the drift probe's runs (docs/DESIGN.md, "Reduced precision"): `fit`
-takes what the backend committed (observations.py), each request's error energy over the noise
-twin's, value group by value group (`request_energies`: noise.numpy_energy_fn, or the JAX judge's
-twin), and the verdict over them at the model's hidden size (precision.verdict, its limits
+takes what the backend committed (observations.py `observed`), each request's error energy over the
+noise twin's, value group by value group (`request_energies`: noise.numpy_energy_fn, or the JAX
+judge's twin), and the verdict over them at the model's hidden size (precision.verdict, its limits
 calibration.precision_limits)."""
 
 from __future__ import annotations
@@ -11,38 +11,36 @@ import time
 import numpy as np
 
 from .calibration import SIGMA, precision_limits
-from .forwards import Forwards
-from .noise import numpy_energy_fn, span
-from .observations import observations
+from .forwards import Forwards, span
+from .noise import numpy_energy_fn
 from .precision import PrecisionReport, verdict
 
 
 def fit(
-    model, runs, dtype: str, reproduce: str = "", energy_fn=None, fwd: Forwards | None = None
+    model, seen: dict, dtype: str, reproduce: str = "", energy_fn=None, fwd: Forwards | None = None
 ) -> PrecisionReport | None:
-    """The precision verdict over the drift probe's runs (None: no twin for this dtype), each kind of
-    value group against its limit at the model's hidden size (calibration.precision_limits). fwd:
-    the run's forwards (oracle/judge/probe/forwards.py; None: made for this fit)."""
+    """The precision verdict over the drift probe's observations (seen: observations.observed's,
+    (run, rid) -> (tokens, loops, obs); None: no twin for this dtype), each kind of value group
+    against its limit at the model's hidden size (calibration.precision_limits). fwd: the run's
+    forwards (oracle/judge/probe/forwards.py; None: made for this fit)."""
     if dtype not in SIGMA:
         return None
     t0 = time.perf_counter()
-    runs = runs.values() if isinstance(runs, dict) else runs
     H = model.cfg.hidden_size
-    energies = request_energies(model, runs, dtype, energy_fn, fwd)
+    energies = request_energies(model, seen, dtype, energy_fn, fwd)
     rep = verdict(energies, dtype, reproduce, limits=precision_limits(H), hidden=H)
     rep.seconds = time.perf_counter() - t0
     return rep
 
 
-def request_energies(model, runs, dtype: str, energy_fn=None, fwd: Forwards | None = None) -> dict:
+def request_energies(model, seen: dict, dtype: str, energy_fn=None, fwd: Forwards | None = None) -> dict:
     """rid -> {group: (m, values)}: m the mean r_v^2 over the request's values in the group, its
-    runs (block, loop) averaged. energy_fn: the twin (default: noise.numpy_energy_fn on fwd; the JAX
-    judge's is judge_jax/twin.py's, on the device)."""
-    obs = {key: v for key, v in observations(runs).items() if v[2]}
+    runs (block, loop; seen: `fit`'s) averaged. energy_fn: the twin (default: noise.numpy_energy_fn
+    on fwd; the JAX judge's is judge_jax/twin.py's, on the device)."""
     if energy_fn is None:
-        energy_fn = numpy_energy_fn(model, dtype, [span(t, lo, o) for t, lo, o in obs.values()], fwd)
+        energy_fn = numpy_energy_fn(model, dtype, [span(t, lo, o) for t, lo, o in seen.values()], fwd)
     per: dict = {}
-    for (_, rid), (tokens, loops, o) in obs.items():
+    for (_, rid), (tokens, loops, o) in seen.items():
         for g, (s, n) in energy_fn(tokens, loops, o).items():
             if n:
                 per.setdefault(rid, {}).setdefault(g, []).append((s / n, n))

@@ -5,10 +5,13 @@ verdict (`finish`: Verdict.add_probe)."""
 
 from __future__ import annotations
 
+import time
+
 from ...probe import drift as _drift
 from ...probe import probe_runs as _probe_runs
 from ...probe import precision_fit as _precision_fit
 from ...probe.forwards import Forwards, of
+from ...probe.observations import observed
 from ..plan import VERDICTS, Executor
 
 
@@ -53,19 +56,25 @@ def fits(
     verdicts: tuple = VERDICTS,
     allowance: tuple = (),
 ) -> tuple:
-    """(DriftReport, PrecisionReport or None) over the probe's runs: the drift fit, and the error
-    energy against the noise twin (oracle/judge/probe/precision_fit.py; None without a twin: FP32). With the
-    NumPy sensitivities both use the twin's forwards at the backend's tokens, made once (on fwd,
-    the run's forwards; None: made for these two fits); with the JAX judge's (stats_fn), its twin
-    is energy_fn (judge_jax/twin.py). verdicts: those fitted (one left out: None); allowance: the
-    drift's (floor, rho) (drift.fit_drift)."""
+    """(DriftReport, PrecisionReport or None) over the probe's runs, in order: what the runs
+    committed (observations.observed: both fits' inputs, made once), the error energy against the
+    noise twin (oracle/judge/probe/precision_fit.py; None without a twin: FP32), the drift's forwards
+    (forwards.Forwards.drift_forwards: the twin's found where the precision fit made them), then the
+    drift fit (drift.fit_drift). Both fits' forwards are made on fwd (the run's forwards; None: made
+    for these two fits); with the JAX judge's sensitivities (stats_fn), its twin is energy_fn
+    (judge_jax/twin.py). verdicts: those fitted (one left out: None); allowance: the drift's
+    (floor, rho)."""
     fwd = of(model, fwd)
-    prec = None
+    seen, merged = observed(runs.values())  # both fits' inputs: what the runs committed, made once
+    prec = rep = None
     if "precision" in verdicts and (stats_fn is None or energy_fn):
-        prec = _precision_fit.fit(model, runs, dtype, reproduce, energy_fn, fwd)
-    rep = (
-        _drift.fit_drift(model, runs, dtype, reproduce, stats_fn, dirs, fwd, allowance) if "drift" in verdicts else None
-    )
+        prec = _precision_fit.fit(model, seen, dtype, reproduce, energy_fn, fwd)
+    if "drift" in verdicts:
+        t0 = time.perf_counter()
+        made = fwd.drift_forwards(merged, dtype) if stats_fn is None else None
+        made_s = time.perf_counter() - t0
+        rep = _drift.fit_drift(model, merged, reproduce, stats_fn, dirs, made, allowance)
+        rep.seconds += made_s
     return rep, prec
 
 
