@@ -70,7 +70,7 @@ def synthetic_stats(model, scale_of, n=8, noise=2e-4, seed=0):
 
 
 def test_no_drift_passes_and_invisible_directions_are_named(tiny):
-    rep = drift.verdict(synthetic_stats(tiny, {}), tiny.cfg.num_layers)
+    rep = drift.verdict(synthetic_stats(tiny, {}), knobs.directions(tiny.cfg.num_layers))
     assert rep.ok, rep.failure
     for l in range(tiny.cfg.num_layers):
         for p in ("o_proj", "up_proj", "down_proj"):
@@ -90,7 +90,7 @@ def test_no_drift_passes_and_invisible_directions_are_named(tiny):
     ],
 )
 def test_an_injected_drift_is_estimated_and_named(tiny, param, name):
-    rep = drift.verdict(synthetic_stats(tiny, {param: 1.01}), tiny.cfg.num_layers)
+    rep = drift.verdict(synthetic_stats(tiny, {param: 1.01}), knobs.directions(tiny.cfg.num_layers))
     assert not rep.ok
     assert rep.failure.startswith(name), rep.failure
     est = next(e for e in rep.estimates if e.label.startswith(name))

@@ -114,6 +114,7 @@ def test_a_probe_plan_fits_the_verdicts_it_names(tiny):
     """verdicts=("precision",): the precision report of both verdicts' plan, and no drift fit;
     ("drift",) with an allowance: the drift fit under that floor and rho (drift.fit_drift's), no precision."""
     from oracle.judge.probe import drift, probe_runs
+    from oracle.judge.probe.knobs import directions
     from oracle.judge.probe.observations import observed
 
     runs = probe_runs.probe_runs(load_backend("reference"), tiny, n=4)
@@ -127,8 +128,8 @@ def test_a_probe_plan_fits_the_verdicts_it_names(tiny):
     allow = (0.01, drift.allowance_rho(H))  # a wider floor, the model's rho
     wide = judge(probe_plan(bf16, tiny, runs, verdicts=("drift",), allowance=allow, forwards=fwd), INLINE)
     assert wide.precision is None and [c["name"] for c in wide.checks] == ["drift probe: drift"]
-    merged = observed(runs.values())[1]
-    direct = drift.fit_drift(tiny, merged, made=fwd.drift_forwards(merged, "bfloat16"), allowance=allow)
+    merged, L = observed(runs.values())[1], tiny.cfg.num_layers
+    direct = drift.fit_drift(tiny, merged, directions(L), made=fwd.drift_forwards(merged, "bfloat16"), allowance=allow)
     assert _plain(wide.drift) == _plain(direct)
     wider = 0.01 - drift.drift_floor(H)
     assert len(wide.drift.estimates) == len(both.drift.estimates) > 0

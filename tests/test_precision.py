@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from oracle.errors import OracleError
-from oracle.judge.probe import drift, drift_stats, forwards, noise, precision, precision_fit, probe_runs
+from oracle.judge.probe import drift, drift_stats, forwards, knobs, noise, precision, precision_fit, probe_runs
 from oracle.judge.probe.observations import observations, observed
 from oracle.judge.probe.calibration import DRIFT_FLOOR, FAMILY_ALPHA, RHO, SAMPLES, SIGMA, TWIN_SPREAD
 
@@ -276,7 +276,9 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
     prec = precision_fit.fit(tiny, seen, "bfloat16", fwd=fwd)
     twins = dict(fwd.twin)
     assert twins and not fwd.fd
-    rep = drift.fit_drift(tiny, merged, made=fwd.drift_forwards(merged, "bfloat16"))
+    rep = drift.fit_drift(
+        tiny, merged, knobs.directions(tiny.cfg.num_layers), made=fwd.drift_forwards(merged, "bfloat16")
+    )
     assert fwd.fd and fwd.twin.keys() == twins.keys()
     assert all(fwd.twin[k] is v for k, v in twins.items())
     as_bf16 = SimpleNamespace(

@@ -193,18 +193,17 @@ def twin_allowance(xt: np.ndarray, floor: float = DRIFT_FLOOR, rho: float | None
 
 
 def verdict(
-    stats: list, num_layers: int, reproduce: str = "", dirs=None, floor: float = DRIFT_FLOOR, rho: float | None = None
+    stats: list, dirs: list, reproduce: str = "", floor: float = DRIFT_FLOOR, rho: float | None = None
 ) -> DriftReport:
-    """The drift verdict from per-request (b, G, values, bw[, bt]); dirs: the directions tested
-    (default: knobs.directions, every parameter per layer). With every request's bt (the twin samples'
-    J^T W e), each direction's rounding allowance is the twin's (rho: allowance_rho of the model's
-    hidden size; None: RHO) widened by floor (drift_floor of the model's hidden size); else
-    the flat DRIFT_FLOOR."""
+    """The drift verdict from per-request (b, G, values, bw[, bt]) along dirs, the directions tested
+    ((name, c) pairs: knobs.directions, every parameter per layer, or knobs.coarse_directions). With
+    every request's bt (the twin samples' J^T W e), each direction's rounding allowance is the twin's
+    (rho: allowance_rho of the model's hidden size; None: RHO) widened by floor (drift_floor of the
+    model's hidden size); else the flat DRIFT_FLOOR."""
     Gs, bs = np.stack([s[1] for s in stats]), np.stack([s[0] for s in stats])
     bws = np.stack([s[3] for s in stats])
     bts = np.stack([s[4] for s in stats]) if all(len(s) > 4 and s[4] is not None for s in stats) else None
     Gp = Gs.sum(0)
-    dirs = knobs.directions(num_layers) if dirs is None else dirs
     power = [c @ Gp @ c for _, c in dirs]
     top = max(power)
     tested, invisible = [], []
@@ -258,8 +257,9 @@ def verdict(
     return rep
 
 
-def fit_drift(model, merged: dict, reproduce="", stats_fn=None, dirs=None, made=None, allowance=()) -> DriftReport:
-    """The drift fit over the probe's observations (merged: observations.observed's, rid -> sets).
+def fit_drift(model, merged: dict, dirs: list, reproduce="", stats_fn=None, made=None, allowance=()) -> DriftReport:
+    """The drift fit over the probe's observations (merged: observations.observed's, rid -> sets)
+    along dirs (verdict's).
     stats_fn(tokens, loops, obs) -> (b, G, values, bw): the JAX judge's sensitivities (its jvp,
     judge_jax/drift.py); None: finite differences of the NumPy model (set_stats) on made, the sets'
     forwards in order (forwards.Forwards.drift_forwards). allowance: (floor, rho) of the twin
@@ -273,6 +273,6 @@ def fit_drift(model, merged: dict, reproduce="", stats_fn=None, dirs=None, made=
         per[rid] = new if rid not in per else tuple(x + y for x, y in zip(per[rid], new))
     H = model.cfg.hidden_size
     floor, rho = allowance or (drift_floor(H), allowance_rho(H))
-    rep = verdict(list(per.values()), model.cfg.num_layers, reproduce, dirs, floor, rho)
+    rep = verdict(list(per.values()), dirs, reproduce, floor, rho)
     rep.seconds = time.perf_counter() - t0
     return rep

@@ -62,8 +62,8 @@ def fits(
     (forwards.Forwards.drift_forwards: the twin's found where the precision fit made them), then the
     drift fit (drift.fit_drift). Both fits' forwards are made on fwd (the run's forwards; None: made
     for these two fits); with the JAX judge's sensitivities (stats_fn), its twin is energy_fn
-    (judge_jax/twin.py). verdicts: those fitted (one left out: None); allowance: the drift's
-    (floor, rho)."""
+    (judge_jax/twin.py). dirs: the directions the drift verdict tests (probe_start.pending_for's);
+    verdicts: those fitted (one left out: None); allowance: the drift's (floor, rho)."""
     fwd = of(model, fwd)
     seen, merged = observed(runs.values())  # both fits' inputs: what the runs committed, made once
     prec = rep = None
@@ -73,7 +73,7 @@ def fits(
         t0 = time.perf_counter()
         made = fwd.drift_forwards(merged, dtype) if stats_fn is None else None
         made_s = time.perf_counter() - t0
-        rep = _drift.fit_drift(model, merged, reproduce, stats_fn, dirs, made, allowance)
+        rep = _drift.fit_drift(model, merged, dirs, reproduce, stats_fn, made, allowance)
         rep.seconds += made_s
     return rep, prec
 

@@ -38,7 +38,7 @@ class PendingDrift:
     dtype: str
     reproduce: str
     stats_fn: object = None
-    dirs: object = None
+    dirs: object = None  # the directions the drift verdict tests (knobs.directions, or the JAX judge's coarse ones)
     energy_fn: object = None  # the JAX judge's noise twin (judge_jax/twin.py), or None
     fwd: object = None  # the run's forwards.Forwards (the NumPy fits'), or None: made for the fits
     verdicts: tuple = VERDICTS  # the verdicts fitted (ProbePlan.verdicts)
@@ -78,6 +78,7 @@ def pending_for(
         if model.cfg.hidden_size >= COARSE_HIDDEN:  # per layer would cost one jvp per knob
             dirs = knobs.coarse_directions(model.cfg.num_layers)
         stats_fn = maker(model, backend.dtype, basis=None if dirs is None else np.stack([c for _, c in dirs]))
+    dirs = knobs.directions(model.cfg.num_layers) if dirs is None else dirs  # the verdict's: every knob per layer
     twin = None if caps is None else caps.precision_energy_fn
     energy_fn = twin(model, backend.dtype) if twin is not None and stats_fn is not None else None
     if stats_fn is not None:
