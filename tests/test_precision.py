@@ -193,7 +193,7 @@ def test_group_labels():
 
 
 def test_fit_has_no_verdict_without_a_twin():
-    assert precision_fit.fit(None, {}, "float32") is None
+    assert precision_fit.fit(None, {}, "float32", None) is None
 
 
 # ---- the drift allowance and the interval test ----
@@ -263,8 +263,9 @@ def perturbed(tiny):
 
 
 def test_the_probe_verdicts_share_one_forwards(tiny):
-    """On one Forwards the precision fit makes the twin's forwards and the drift fit finds them (it
-    adds its finite-difference forwards only); the verdicts are those of fits on forwards of their own."""
+    """On one Forwards the twin's forwards made at every request's span (the precision fit's) serve
+    the drift fit too (it adds its finite-difference forwards only); the verdicts are those of the one
+    verdict's fits."""
     from oracle.reference_backend import ReferenceBackend
     from oracle.judge.probe.forwards import Forwards
     from oracle.judge.plans.plan import INLINE, probe_plan
@@ -273,7 +274,8 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
     runs = probe_runs.probe_runs(ReferenceBackend(), tiny, n=4)
     fwd = Forwards(tiny)
     seen, merged = observed(runs.values())
-    prec = precision_fit.fit(tiny, seen, "bfloat16", fwd=fwd)
+    made, _ = fwd.probe_forwards([forwards.span(*s) for s in seen.values()], [], "bfloat16")
+    prec = precision_fit.fit(tiny, seen, "bfloat16", noise.numpy_energy_fn(made))
     twins = dict(fwd.twin)
     assert twins and not fwd.fd
     rep = drift.fit_drift(
@@ -307,7 +309,8 @@ def test_numpy_and_jax_twins_agree(tiny, perturbed):
     pytest.importorskip("jax")
     from judge_jax.twin import make_energy_fn
 
-    ours = group_means(noise.numpy_energy_fn(tiny, "bfloat16", [forwards.span(*s) for s in perturbed]), perturbed)
+    made, _ = forwards.Forwards(tiny).probe_forwards([forwards.span(*s) for s in perturbed], [], "bfloat16")
+    ours = group_means(noise.numpy_energy_fn(made), perturbed)
     theirs = group_means(make_energy_fn(tiny, "bfloat16"), perturbed)
     assert set(ours) == set(theirs) and len(ours) >= 4 * tiny.cfg.num_layers
     ratios = {g: theirs[g] / ours[g] for g in ours}

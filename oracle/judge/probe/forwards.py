@@ -141,18 +141,26 @@ class Forwards:
                     self.twin[(t, loops, dtype, samples, seed)] = hit
         return out
 
+    def probe_forwards(self, twin_contexts: list, fd_contexts: list, dtype: str) -> tuple:
+        """(twins, fds): the probe fits' NumPy forwards, each context's made once, in batches: the
+        noise twin's (center, samples) at twin_contexts (twins; {} for a dtype without a twin), then
+        the finite differences and the forward with the weights in dtype at fd_contexts
+        (batch_forwards). Dicts (tokens, loops) -> forwards."""
+        twins = self.twins(list(dict.fromkeys(twin_contexts)), dtype, SAMPLES, SEED) if dtype in SIGMA else {}
+        return twins, self.batch_forwards(fd_contexts, dtype) if fd_contexts else {}
+
     def drift_forwards(self, merged: dict, dtype: str) -> list:
-        """[((finite-difference batch, forward with the weights stored in dtype), (center, twin) or
-        None)]: the NumPy drift fit's forwards, one per observation set of merged (observations.observed's,
-        in order): the finite differences of every set in few batches (batch_forwards), then each set's
-        (forwards) and its twin (twins, one context a call; None for a dtype without a twin)."""
-        contexts = [span(t, lo, obs) for sets in merged.values() for t, lo, obs in sets]
-        self.batch_forwards(contexts, dtype)
-        out = []
-        for ctx in contexts:
-            fd = self.forwards(*ctx, dtype)
-            out.append((fd, self.twins([ctx], dtype, SAMPLES, SEED)[ctx] if dtype in SIGMA else None))
-        return out
+        """[((finite-difference batch, forward with the weights in dtype), (center, twin) or None)]:
+        the NumPy drift fit's forwards, one per observation set of merged (observations.observed's,
+        in order; probe_forwards)."""
+        contexts = drift_contexts(merged)
+        twins, fds = self.probe_forwards(contexts, contexts, dtype)
+        return [(fds[c], twins.get(c)) for c in contexts]
+
+
+def drift_contexts(merged: dict) -> list:
+    """The context (span) of each observation set of merged (observations.observed's), in order."""
+    return [span(t, lo, obs) for sets in merged.values() for t, lo, obs in sets]
 
 
 def span(tokens, loops: int, obs) -> tuple:

@@ -13,9 +13,9 @@ rounding (a sandwich norm after an attention output that nearly cancels), small 
         (s_m: RMS of that part's change on the twin's logits)
 
 `twin_bounds(model, ref_traces, dtype)` returns the `Bounds` compare_runs takes (bounds=); with
-no bounds compare_runs uses the fixed row of TOLERANCES. `numpy_energy_fn(model, dtype, contexts)`
-gives the precision verdict (oracle/judge/probe/precision.py) each request's error energy over the
-twin's, value group by value group.
+no bounds compare_runs uses the fixed row of TOLERANCES. `numpy_energy_fn(made)`, over the twin's
+forwards (Forwards.probe_forwards), gives the precision verdict (oracle/judge/probe/precision.py) each
+request's error energy over the twin's, value group by value group.
 """
 
 from __future__ import annotations
@@ -195,13 +195,10 @@ def twin_bounds(
 # ---- the twin's error energies (the precision verdict's samples, oracle/judge/probe/precision.py) ----
 
 
-def numpy_energy_fn(model, dtype: str, contexts, fwd: Forwards | None = None):
-    """energy_fn(tokens, loops, obs) -> {group: (sum of r_v^2, values)} on the NumPy twin, for the
-    requests whose spans are `contexts` [(tokens, loops)]: their twin forwards made first, in
-    batches (Forwards.twins on fwd, the run's forwards; None: made for this energy_fn). The JAX
-    judge's counterpart is judge_jax/twin.py's make_energy_fn."""
-    fwd = of(model, fwd)
-    made = fwd.twins(list(dict.fromkeys(contexts)), dtype, SAMPLES, SEED) if contexts else {}
+def numpy_energy_fn(made: dict):
+    """energy_fn(tokens, loops, obs) -> {group: (sum of r_v^2, values)} on the NumPy twin, made: each
+    request's span (forwards.span) -> its twin's (center, samples), as Forwards.twins or
+    probe_forwards make them. The JAX judge's counterpart is judge_jax/twin.py's make_energy_fn."""
 
     def energy_fn(tokens, loops, obs):
         center, twin = made[span(tokens, loops, obs)]

@@ -11,34 +11,28 @@ import time
 import numpy as np
 
 from .calibration import SIGMA, precision_limits
-from .forwards import Forwards, span
-from .noise import numpy_energy_fn
 from .precision import PrecisionReport, verdict
 
 
-def fit(
-    model, seen: dict, dtype: str, reproduce: str = "", energy_fn=None, fwd: Forwards | None = None
-) -> PrecisionReport | None:
+def fit(model, seen: dict, dtype: str, energy_fn, reproduce: str = "") -> PrecisionReport | None:
     """The precision verdict over the drift probe's observations (seen: observations.observed's,
     (run, rid) -> (tokens, loops, obs); None: no twin for this dtype), each kind of value group
-    against its limit at the model's hidden size (calibration.precision_limits). fwd: the run's
-    forwards (oracle/judge/probe/forwards.py; None: made for this fit)."""
+    against its limit at the model's hidden size (calibration.precision_limits). energy_fn: the
+    twin's (noise.numpy_energy_fn over Forwards.probe_forwards' twins, or the JAX judge's)."""
     if dtype not in SIGMA:
         return None
     t0 = time.perf_counter()
     H = model.cfg.hidden_size
-    energies = request_energies(model, seen, dtype, energy_fn, fwd)
+    energies = request_energies(seen, energy_fn)
     rep = verdict(energies, dtype, reproduce, limits=precision_limits(H), hidden=H)
     rep.seconds = time.perf_counter() - t0
     return rep
 
 
-def request_energies(model, seen: dict, dtype: str, energy_fn=None, fwd: Forwards | None = None) -> dict:
+def request_energies(seen: dict, energy_fn) -> dict:
     """rid -> {group: (m, values)}: m the mean r_v^2 over the request's values in the group, its
-    runs (block, loop; seen: `fit`'s) averaged. energy_fn: the twin (default: noise.numpy_energy_fn
-    on fwd; the JAX judge's is judge_jax/twin.py's, on the device)."""
-    if energy_fn is None:
-        energy_fn = numpy_energy_fn(model, dtype, [span(t, lo, o) for t, lo, o in seen.values()], fwd)
+    runs (block, loop; seen: `fit`'s) averaged. energy_fn: the twin (noise.numpy_energy_fn, or the JAX
+    judge's judge_jax/twin.py, on the device)."""
     per: dict = {}
     for (_, rid), (tokens, loops, o) in seen.items():
         for g, (s, n) in energy_fn(tokens, loops, o).items():

@@ -10,7 +10,8 @@ import time
 from ...probe import drift as _drift
 from ...probe import probe_runs as _probe_runs
 from ...probe import precision_fit as _precision_fit
-from ...probe.forwards import Forwards, of
+from ...probe.forwards import Forwards, drift_contexts, of, span
+from ...probe.noise import numpy_energy_fn
 from ...probe.observations import observed
 from ..plan import VERDICTS, Executor
 
@@ -57,22 +58,27 @@ def fits(
     allowance: tuple = (),
 ) -> tuple:
     """(DriftReport, PrecisionReport or None) over the probe's runs, in order: what the runs
-    committed (observations.observed: both fits' inputs, made once), the error energy against the
-    noise twin (oracle/judge/probe/precision_fit.py; None without a twin: FP32), the drift's forwards
-    (forwards.Forwards.drift_forwards: the twin's found where the precision fit made them), then the
-    drift fit (drift.fit_drift). Both fits' forwards are made on fwd (the run's forwards; None: made
-    for these two fits); with the JAX judge's sensitivities (stats_fn), its twin is energy_fn
-    (judge_jax/twin.py). dirs: the directions the drift verdict tests (probe_start.pending_for's);
-    verdicts: those fitted (one left out: None); allowance: the drift's (floor, rho)."""
+    committed (observations.observed: both fits' inputs, made once), the NumPy forwards both fits
+    read (Forwards.probe_forwards on fwd, the run's forwards, None: made for these fits: the noise
+    twin's at every request's span, the finite differences at the drift's), the precision verdict
+    (precision_fit.py; None without a twin: FP32), then the drift fit (drift.fit_drift). With the
+    JAX judge's sensitivities (stats_fn) its twin is energy_fn (judge_jax/twin.py) and no NumPy
+    forward is made. dirs: the directions the drift verdict tests (probe_start.pending_for's);
+    verdicts: those fitted (one left out: None); allowance: the drift's (floor, rho). The drift
+    report's seconds count the forwards."""
     fwd = of(model, fwd)
     seen, merged = observed(runs.values())  # both fits' inputs: what the runs committed, made once
+    precision = "precision" in verdicts and (stats_fn is None or energy_fn)
+    twin_ctx = [span(*s) for s in seen.values()] if precision and energy_fn is None else []
+    drift_ctx = drift_contexts(merged) if "drift" in verdicts and stats_fn is None else []
+    t0 = time.perf_counter()
+    twins, fds = fwd.probe_forwards(twin_ctx + drift_ctx, drift_ctx, dtype)  # both fits' forwards, once
+    made_s = time.perf_counter() - t0
     prec = rep = None
-    if "precision" in verdicts and (stats_fn is None or energy_fn):
-        prec = _precision_fit.fit(model, seen, dtype, reproduce, energy_fn, fwd)
+    if precision:
+        prec = _precision_fit.fit(model, seen, dtype, energy_fn or numpy_energy_fn(twins), reproduce)
     if "drift" in verdicts:
-        t0 = time.perf_counter()
-        made = fwd.drift_forwards(merged, dtype) if stats_fn is None else None
-        made_s = time.perf_counter() - t0
+        made = [(fds[c], twins.get(c)) for c in drift_ctx] if stats_fn is None else None
         rep = _drift.fit_drift(model, merged, dirs, reproduce, stats_fn, made, allowance)
         rep.seconds += made_s
     return rep, prec
