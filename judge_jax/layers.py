@@ -213,7 +213,8 @@ def attend_planes(kc, vc, l, q, depth, slot, pos, ctx: int, dims: Dims, scale, t
     tl.dot, TF32x3 with PLANES_TILE's dot_x3, else "ieee"). l: the layer (an int, or a traced
     int32 inside a scan over the layers). q: [G, R, nh, hd]; pos: [G, R] (-1: a padding row,
     which sees key 0 only, as in recurrent) -> [G, R, nh*hd]. On a CPU backend it runs
-    interpreted. tile: PLANES_TILE items over dims.attn_tile (else planes_tile())."""
+    interpreted. tile: PLANES_TILE items over dims.attn_tile (else planes_tile()).
+    (Over 80 lines: one Pallas kernel, its online-softmax step and its launch, which share the planes' index maps.)"""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 

@@ -171,7 +171,9 @@ class PackedModel:
         Calls of <= options.gemv_max_rows rows go through _gemv_call when self.gemv is on; every call
         through kernels/invariant.py in the invariant mode. With self.tap armed on one of the rows,
         its intermediates are recorded (kernels/tap.py): every operation on this eager path, the
-        final norm only on the fused, Triton-attention and GEMV paths."""
+        final norm only on the fused, Triton-attention and GEMV paths.
+        (Over 80 lines: the eager, fused, Triton-attention and GEMV paths of one layer loop, one
+        dispatch read top to bottom.)"""
         assert span is None or 1 <= span <= self.kv.max_len, (span, self.kv.max_len)
         if self.invariant:
             return invariant_call(self, self.prims, h, pos, plane)

@@ -27,7 +27,9 @@ METHODS = tuple(dict.fromkeys(SESSION_METHODS + tuple(OPTIONAL_SESSION) + SAMPLI
 def serve(conn, spec, target, preload: dict, threads: int | None, relay: Relay | None = None, parent_end=None) -> None:
     """The child: load the plug-in, send what the contract reads, then answer calls until the
     parent closes the pipe. Its output goes to the relay (plugin_output.py); it leads a process
-    group of its own, which the parent kills whole."""
+    group of its own, which the parent kills whole.
+    (Over 80 lines: the child's life in order: the load, the contract, then the loop that answers
+    each call, its error paths beside it.)"""
     if relay is not None:
         relay.child()
     if parent_end is not None:  # the parent's end, inherited: closed, so the parent closing its own is EOF here

@@ -130,7 +130,9 @@ def forward(model, tokens, loops: int, scales: np.ndarray, noise=None, precision
     noise: (rng, sigma), one stream for every row; or (rngs, sigma), a list of G streams: the rows
     are G equal consecutive blocks (rows of one block share a length), and block g gets exactly
     the draws forward(model, its tokens, loops, its scales, noise=(rngs[g], sigma)) would, so a
-    batch of noise twins equals the twins run one by one."""
+    batch of noise twins equals the twins run one by one.
+    (Over 80 lines: the whole forward, layer by layer, in one place: the spec the twin and the
+    finite differences share.)"""
     cfg = model.cfg
     names = params(cfg.num_layers)
     scales = np.asarray(scales, precision)

@@ -40,7 +40,8 @@ def run(plan: PairsPlan, ex: Executor, v) -> None:
     that draws each request's host stream the judge's runs need nothing of the backend's: they run
     ex.threads at a time in threads beside the backend's (XLA compiles release the GIL), each waiting
     until ex.kv_bytes(case) fits in ex.budget_bytes; else the judge replays each backend run's uniforms
-    after it. plan.options(case): session options of both sides."""
+    after it. plan.options(case): session options of both sides.
+    (Over 80 lines: the pair's runs, its memory plan and its judge replay are one sequence per case.)"""
     backend, judge, model = plan.backend, plan.judge, plan.model
     t0 = time.perf_counter()
     options = plan.options or (lambda case: {})
