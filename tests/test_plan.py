@@ -13,7 +13,7 @@ import pytest
 from oracle.runtime.backends import load_backend
 from oracle.checkpoint import build_model
 from oracle.judge.comparison.compare import typical_norms
-from oracle.judge.probe.forwards import Forwards
+from oracle.judge.probe.forwards import Forwards, drift_contexts
 from oracle.judge.plans.plan import INLINE, BackendPlan, Plan, ReferencePlan, backend_plan, probe_plan, traces_plan
 from oracle.judge.comparison.report import rel_err
 from oracle.judge.runner import judge_run
@@ -129,7 +129,9 @@ def test_a_probe_plan_fits_the_verdicts_it_names(tiny):
     wide = judge(probe_plan(bf16, tiny, runs, verdicts=("drift",), allowance=allow, forwards=fwd), INLINE)
     assert wide.precision is None and [c["name"] for c in wide.checks] == ["drift probe: drift"]
     merged, L = observed(runs.values())[1], tiny.cfg.num_layers
-    direct = drift.fit_drift(tiny, merged, directions(L), made=fwd.drift_forwards(merged, "bfloat16"), allowance=allow)
+    direct = drift.fit_drift(
+        tiny, merged, directions(L), made=fwd.probe_forwards([], drift_contexts(merged), "bfloat16")[1], allowance=allow
+    )
     assert _plain(wide.drift) == _plain(direct)
     wider = 0.01 - drift.drift_floor(H)
     assert len(wide.drift.estimates) == len(both.drift.estimates) > 0

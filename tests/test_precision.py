@@ -279,7 +279,10 @@ def test_the_probe_verdicts_share_one_forwards(tiny):
     twins = dict(fwd.twin)
     assert twins and not fwd.fd
     rep = drift.fit_drift(
-        tiny, merged, knobs.directions(tiny.cfg.num_layers), made=fwd.drift_forwards(merged, "bfloat16")
+        tiny,
+        merged,
+        knobs.directions(tiny.cfg.num_layers),
+        made=fwd.probe_forwards([], forwards.drift_contexts(merged), "bfloat16")[1],
     )
     assert fwd.fd and fwd.twin.keys() == twins.keys()
     assert all(fwd.twin[k] is v for k, v in twins.items())

@@ -38,7 +38,7 @@ from .calibration import (
     VISIBLE,
     precision_limits,
 )
-from .forwards import Forwards, of
+from .forwards import Forwards, of, span
 
 # GROWTH: weight of a value group at depth j, 1 / (rms * GROWTH**j); COARSE_HIDDEN: from this hidden
 # size the JAX judge fits knobs.coarse_directions only; VISIBLE: a direction whose pooled <Jc, Jc>
@@ -64,7 +64,7 @@ def request_stats(model, tokens, loops, obs, dtype: str = "float32", fwd: Forwar
     """(b [P], G [P, P], values, bw [P], bt [S, P] or None) over one request's observations at its
     committed tokens (set_stats), on fwd: the run's forwards (oracle/judge/probe/forwards.py; None:
     made for this call)."""
-    return set_stats(model, obs, *of(model, fwd).drift_forwards({None: [(tokens, loops, obs)]}, dtype)[0])
+    return set_stats(model, obs, *of(model, fwd).probe_forwards([], [span(tokens, loops, obs)], dtype)[1][0])
 
 
 def set_stats(model, obs, fd: tuple, tw: tuple | None) -> tuple:
@@ -73,7 +73,7 @@ def set_stats(model, obs, fd: tuple, tw: tuple | None) -> tuple:
     tokens; bw = J^T W e_w, where e_w is what storing the weights in the backend's dtype alone
     changes; bt[s] = J^T W e_s for each noise-twin sample s (oracle/judge/probe/noise.py; None for a
     dtype without a twin): what rounding alone does to the estimates. fd, tw: its forwards
-    (forwards.Forwards.drift_forwards: the finite-difference batch and the forward with the weights
+    (forwards.Forwards.probe_forwards: the finite-difference batch and the forward with the weights
     in the dtype; the twin's center and samples, or None)."""
     P = len(knobs.params(model.cfg.num_layers))
     fw, fr = fd
@@ -262,7 +262,7 @@ def fit_drift(model, merged: dict, dirs: list, reproduce="", stats_fn=None, made
     along dirs (verdict's).
     stats_fn(tokens, loops, obs) -> (b, G, values, bw): the JAX judge's sensitivities (its jvp,
     judge_jax/drift.py); None: finite differences of the NumPy model (set_stats) on made, the sets'
-    forwards in order (forwards.Forwards.drift_forwards). allowance: (floor, rho) of the twin
+    forwards in order (forwards.Forwards.probe_forwards' made). allowance: (floor, rho) of the twin
     allowance (default: drift_floor and allowance_rho of the model's hidden size). rep.seconds: this
     fit's own time."""
     t0 = time.perf_counter()

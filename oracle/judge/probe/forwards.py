@@ -2,7 +2,7 @@
 precision"), made in batches and kept for one verdict's run: `Forwards(model)`.
 
     fd      (tokens, loops, dtype) -> (finite-difference batch, forward with weights in dtype)
-            the drift fit's sensitivities (drift_forwards; oracle/judge/probe/drift.py)
+            the drift fit's sensitivities (probe_forwards; oracle/judge/probe/drift.py)
     twin    (tokens, loops, dtype, samples, seed) -> (center, twin samples)
             the noise twin (oracle/judge/probe/noise.py twin_bounds; precision.py; drift's twin allowance)
 
@@ -142,20 +142,15 @@ class Forwards:
         return out
 
     def probe_forwards(self, twin_contexts: list, fd_contexts: list, dtype: str) -> tuple:
-        """(twins, fds): the probe fits' NumPy forwards, each context's made once, in batches: the
-        noise twin's (center, samples) at twin_contexts (twins; {} for a dtype without a twin), then
-        the finite differences and the forward with the weights in dtype at fd_contexts
-        (batch_forwards). Dicts (tokens, loops) -> forwards."""
-        twins = self.twins(list(dict.fromkeys(twin_contexts)), dtype, SAMPLES, SEED) if dtype in SIGMA else {}
-        return twins, self.batch_forwards(fd_contexts, dtype) if fd_contexts else {}
-
-    def drift_forwards(self, merged: dict, dtype: str) -> list:
-        """[((finite-difference batch, forward with the weights in dtype), (center, twin) or None)]:
-        the NumPy drift fit's forwards, one per observation set of merged (observations.observed's,
-        in order; probe_forwards)."""
-        contexts = drift_contexts(merged)
-        twins, fds = self.probe_forwards(contexts, contexts, dtype)
-        return [(fds[c], twins.get(c)) for c in contexts]
+        """(twins, made): the probe fits' NumPy forwards, each context's made once, in batches: the
+        noise twin's (center, samples) at twin_contexts and fd_contexts (twins: (tokens, loops) ->
+        forwards; {} for a dtype without a twin), then the finite differences and the forward with
+        the weights in dtype at fd_contexts (batch_forwards). made: for each of fd_contexts in order,
+        (its finite-difference batch and rounded forward, its twin or None): drift.fit_drift's."""
+        contexts = list(dict.fromkeys([*twin_contexts, *fd_contexts]))
+        twins = self.twins(contexts, dtype, SAMPLES, SEED) if dtype in SIGMA else {}
+        fds = self.batch_forwards(fd_contexts, dtype) if fd_contexts else {}
+        return twins, [(fds[c], twins.get(c)) for c in fd_contexts]
 
 
 def drift_contexts(merged: dict) -> list:

@@ -72,13 +72,12 @@ def fits(
     twin_ctx = [span(*s) for s in seen.values()] if precision and energy_fn is None else []
     drift_ctx = drift_contexts(merged) if "drift" in verdicts and stats_fn is None else []
     t0 = time.perf_counter()
-    twins, fds = fwd.probe_forwards(twin_ctx + drift_ctx, drift_ctx, dtype)  # both fits' forwards, once
+    twins, made = fwd.probe_forwards(twin_ctx, drift_ctx, dtype)  # both fits' forwards, once
     made_s = time.perf_counter() - t0
     prec = rep = None
     if precision:
         prec = _precision_fit.fit(model, seen, dtype, energy_fn or numpy_energy_fn(twins), reproduce)
     if "drift" in verdicts:
-        made = [(fds[c], twins.get(c)) for c in drift_ctx] if stats_fn is None else None
         rep = _drift.fit_drift(model, merged, dirs, reproduce, stats_fn, made, allowance)
         rep.seconds += made_s
     return rep, prec
