@@ -48,14 +48,6 @@ def check_logits(logits: np.ndarray, where: str = "logits") -> None:
     raise OracleError(f"{where}: every token is masked (-inf)")
 
 
-def check_token(x, vocab: int, what: str = "token") -> int:
-    """A token id read from a trace or an engine: an int in [0, vocab), never wrapped
-    (vLLM's -1 placeholder would read p[-1], the last vocabulary entry)."""
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < vocab:
-        raise OracleError(f"{what} {x!r} is not a token id in [0, {vocab})")
-    return int(x)
-
-
 def seen_or_empty(params: SamplingParams, seen: Seen | None) -> Seen:
     if seen is None:
         if params.needs_seen:
