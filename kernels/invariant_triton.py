@@ -29,15 +29,11 @@ Tested under TRITON_INTERPRET=1 on the CPU (tests/test_invariant_triton_interpre
 same bits for a row at M = 1, 2, 5, 16 and 80, agreement with torch in FP32, and an
 M-dependent variant caught by the same check.
 
-On the H200, when a device is lent (none measured yet, 2026-12-05):
-- `python -m pytest -q -m gpu gpu_tests/test_invariant_triton_gpu.py` (in `make gpu-parity`):
-  the same checks compiled, tl.dot on the tensor cores (what the interpreter cannot check),
-  at tiny's and ouro-1.4b's shapes, M = 1..128. First, before any timing.
-- c(M) of the invariant mode against the default, side by side on one warm device
-  (`python -m oracle bench c-table`, each mode, M = 1..80 at ouro-1.4b), and the overhead per M
-  in docs/results.md; then the cost model's loop-versus-block answer under the invariant c(M).
-- The exactness tier ([invariance]: block = loop = plain decoding, alone = batched) through
-  `make gpu-parity` at tiny and small and `make gpu-parity-full` at ouro-1.4b.
+On a GPU (`bash scripts/gpu_invariant.sh`; docs/results.md, "The exactness tier and the
+localizer", H100 2026-12-05): `gpu_tests/test_invariant_triton_gpu.py` compiles the same checks
+(tl.dot on the tensor cores, what the interpreter cannot check) at tiny's and ouro-1.4b's
+shapes, M = 1..128; the exactness tier passes at tiny, small and ouro-1.4b; c(M) of this mode
+is 1.5-2.3x the default's (one untuned tile, TILE below).
 - A sweep of TILE, RMS_BLOCK and CHUNK (still one configuration for every M: the sweep picks
   the constants, never a table by M).
 """

@@ -9,7 +9,8 @@ a backend's dtype has a row). Imports nothing, so the backend registry need not 
 # threshold for a token divergence to be excused (oracle/judge/comparison/decisions.py); it does not grow with
 # depth: on the H200 (torch-cuda vs the reference on tiny/small, and vs the JAX judge at the
 # ouro-1.4b shape) correct near-tie flips had reference margins up to 0.0516 at depth 0 (a draft,
-# ouro-1.4b), 0.0456 at depth 1, 0.106 at depth 2 and ~0.1 at depth 3 (docs/results.md).
+# ouro-1.4b), 0.0456 at depth 1, 0.106 at depth 2 and ~0.1 at depth 3 (the table of those runs:
+# `git show 0fdc589:docs/results.md`; raw runs docs/results/parity_full_*.json).
 # bfloat16: measured with the torch backend in BF16 on the CPU over 40 random property-suite
 # models (hidden 8-32, 1-2 layers, D up to 6, 1-2 rounds; docs/results.md): max KV error by
 # depth 0..5 was 0.012, 0.028, 0.058, 0.037, 0.092, 0.21 (bounds 0.04 ... 0.30); on the

@@ -175,8 +175,7 @@ def test_the_probe_names_a_drift_fault(tmp_path, capsys):
     """The drift probe's verdicts (on by default for a bfloat16 backend) through the one verdict, a
     pairs plan, with the JAX judge's jvp and its noise twin (judge_jax/twin.py): a 1% softmax scale
     fails the drift verdict naming it while every case's values pass. (FP8 K storage through the
-    same path: docs/results.md, about 95 s of CPU here, so measured once rather than in every CI
-    run.)"""
+    same path costs about 95 s of CPU on a 2-core machine, too long for every CI run.)"""
     import pytest
 
     pytest.importorskip("torch")

@@ -28,7 +28,7 @@ from .calibration import FD_STEP, SAMPLES, SEED, SIGMA
 # BATCH_ROWS_T and TWIN_ROWS_T are read from calibration at each call (tests set calibration.TWIN_ROWS_T).
 # The twin's forwards run in FP32: its noise (SIGMA, ~1e-3 relative) is four orders of magnitude
 # above FP32 rounding (6e-8), so FP64 would change its bounds by less than one part in 1e4, at
-# twice the cost (docs/results.md, "Time the verdict adds").
+# about twice the arithmetic cost.
 TWIN_PRECISION = np.float32
 # Entries kept before a cache is cleared (memory stays bounded on a long run).
 FD_KEEP, TWIN_KEEP, ROUNDED_KEEP = 64, 256, 8
