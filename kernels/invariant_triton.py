@@ -33,9 +33,8 @@ On a GPU (`bash scripts/gpu_invariant.sh`; docs/results.md, "The exactness tier 
 localizer", H100 2026-12-05): `gpu_tests/test_invariant_triton_gpu.py` compiles the same checks
 (tl.dot on the tensor cores, what the interpreter cannot check) at tiny's and ouro-1.4b's
 shapes, M = 1..128; the exactness tier passes at tiny, small and ouro-1.4b; c(M) of this mode
-is 1.5-2.3x the default's (one untuned tile, TILE below).
-- A sweep of TILE, RMS_BLOCK and CHUNK (still one configuration for every M: the sweep picks
-  the constants, never a table by M).
+is 1.5-2.3x the default's (one untuned tile, TILE below). Not yet swept: TILE, RMS_BLOCK and
+CHUNK (a sweep would still pick one configuration for every M, never a table by M).
 """
 
 from __future__ import annotations
